@@ -1,0 +1,31 @@
+# Every target works on a fresh machine with only Python 3.11, pip and make:
+# the virtualenv is (re)built whenever pyproject.toml is newer than it.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test lint run bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check agent_core bot tests bench
+	$(BIN)/ruff format --check agent_core bot tests bench
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -q
+
+run: $(STAMP)
+	$(BIN)/opsgate run
+
+bench: $(STAMP)
+	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

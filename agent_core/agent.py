@@ -1,0 +1,143 @@
+"""`ChatClientAgent`: history in, tool loop, history out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+from ._invoke import ApprovalGate, FunctionInvokingChatClient, pending_tool_calls
+from .approvals import AgentRunOptions
+from .chat_client import ChatClient
+from .events import AgentResponseUpdate, ToolApprovalRequest, ToolCallHeld
+from .exceptions import PendingApprovalError, ResumeError
+from .messages import ChatMessage, ToolCall
+from .sessions import AgentSession, InMemorySessionStore, SessionStore
+from .tools import Tool
+
+__all__ = ["ChatClientAgent", "ContextProvider"]
+
+
+class ContextProvider(Protocol):
+    """Adds context before a run (memory, channel instructions) and observes its result."""
+
+    async def on_invoking(
+        self, session: AgentSession, messages: Sequence[ChatMessage]
+    ) -> Sequence[ChatMessage]:
+        """Messages to put before the history for this run only; they are not stored."""
+        ...
+
+    async def on_invoked(
+        self,
+        session: AgentSession,
+        request: Sequence[ChatMessage],
+        response: Sequence[ChatMessage],
+    ) -> None: ...
+
+
+class _SessionJournal:
+    """Binds the loop's journal to one session of a store, and keeps what the run produced."""
+
+    def __init__(self, store: SessionStore, session_id: str) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.produced: list[ChatMessage] = []
+
+    async def append(self, messages: Sequence[ChatMessage]) -> None:
+        await self.store.append_messages(self.session_id, messages)
+        self.produced.extend(messages)
+
+    async def pause(
+        self,
+        message: ChatMessage,
+        requests: Sequence[ToolApprovalRequest],
+        held: Sequence[ToolCallHeld],
+    ) -> None:
+        await self.store.record_pause(self.session_id, message, requests, held)
+        self.produced.append(message)
+
+    async def start_tool_call(self, call: ToolCall) -> None:
+        await self.store.start_tool_call(self.session_id, call)
+
+    async def finish_tool_call(
+        self, call: ToolCall, message: ChatMessage, *, is_error: bool
+    ) -> None:
+        await self.store.finish_tool_call(self.session_id, call, message, is_error=is_error)
+        self.produced.append(message)
+
+
+def _as_messages(messages: str | ChatMessage | Sequence[ChatMessage] | None) -> list[ChatMessage]:
+    if messages is None:
+        return []
+    if isinstance(messages, str):
+        return [ChatMessage.user(messages)]
+    if isinstance(messages, ChatMessage):
+        return [messages]
+    return list(messages)
+
+
+class ChatClientAgent:
+    """An agent: instructions, tools and a store around a `ChatClient`.
+
+    `run(messages, session)` starts a turn; `run(None, session,
+    options.with_tool_approval_responses([...]))` resumes a paused one.
+    """
+
+    def __init__(
+        self,
+        client: ChatClient,
+        *,
+        instructions: str | None = None,
+        tools: Sequence[Tool] = (),
+        store: SessionStore | None = None,
+        context_providers: Sequence[ContextProvider] = (),
+        max_rounds: int = 10,
+        approval_gate: ApprovalGate | None = None,
+    ) -> None:
+        names = [t.name for t in tools]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"tool names must be unique; repeated: {duplicates!r}")
+        self.instructions = instructions
+        self.tools = tuple(tools)
+        self.store: SessionStore = store if store is not None else InMemorySessionStore()
+        self.context_providers = tuple(context_providers)
+        self.loop = FunctionInvokingChatClient(
+            client, max_rounds=max_rounds, approval_gate=approval_gate
+        )
+
+    async def run(
+        self,
+        messages: str | ChatMessage | Sequence[ChatMessage] | None,
+        session: AgentSession,
+        options: AgentRunOptions | None = None,
+    ) -> AsyncIterator[AgentResponseUpdate]:
+        options = options or AgentRunOptions()
+        new = _as_messages(messages)
+        if options.tool_approval_responses and new:
+            raise ResumeError("a resume carries decisions only, not new messages")
+        if not options.tool_approval_responses and not new:
+            raise ValueError("run() needs messages, or tool_approval_responses to resume")
+
+        history = await self.store.load_messages(session.id)
+        if new and pending_tool_calls(history):
+            raise PendingApprovalError(
+                f"session {session.id!r} has tool calls waiting for decisions; "
+                "resume it before sending new messages"
+            )
+        journal = _SessionJournal(self.store, session.id)
+        if new:
+            await self.store.append_messages(session.id, new)
+        context: list[ChatMessage] = []
+        for provider in self.context_providers:
+            context.extend(await provider.on_invoking(session, [*history, *new]))
+        system = [ChatMessage.system(self.instructions)] if self.instructions else []
+        stream = self.loop.run(
+            [*system, *context, *history, *new],
+            tools=self.tools if options.tools is None else options.tools,
+            journal=journal,
+            options=options,
+        )
+        async for update in stream:
+            yield update
+        for provider in self.context_providers:
+            await provider.on_invoked(session, new, journal.produced)

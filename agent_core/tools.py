@@ -1,0 +1,188 @@
+"""Tools the model may call: the `Tool` protocol, the `@tool` decorator, `ApprovalRequiredTool`.
+
+A tool's arguments come from the model, so they are untrusted: `@tool` validates them with
+pydantic against the function's type hints before the function ever sees them, and a validation
+failure goes back to the model as the tool result instead of crashing the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, overload, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from .exceptions import ToolError
+
+__all__ = [
+    "ApprovalRequiredTool",
+    "FunctionTool",
+    "Tool",
+    "tool",
+]
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """What the tool loop needs from a tool."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """JSON Schema of the arguments object, as sent to the model."""
+        ...
+
+    def requires_approval(self) -> bool: ...
+
+    async def invoke(self, arguments: dict[str, Any]) -> str:
+        """Run the tool. Raise `ToolError` (or anything) to report a failure to the model."""
+        ...
+
+
+def _to_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+class FunctionTool:
+    """A Python function exposed as a tool; build it with `@tool`."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires_approval: bool = False,
+    ) -> None:
+        self.func = func
+        self._name = name or func.__name__
+        doc = inspect.getdoc(func) or ""
+        self._description = description or doc.strip() or self._name
+        self._requires_approval = requires_approval
+        self._model = _arguments_model(func, self._name)
+        schema = self._model.model_json_schema()
+        schema.pop("title", None)
+        self._parameters = schema
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def description(self) -> str:
+        return self._description
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self._parameters
+
+    def requires_approval(self) -> bool:
+        return self._requires_approval
+
+    async def invoke(self, arguments: dict[str, Any]) -> str:
+        try:
+            validated = self._model.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ToolError(f"invalid arguments for {self._name!r}: {problems}") from None
+        kwargs = {field: getattr(validated, field) for field in type(validated).model_fields}
+        if inspect.iscoroutinefunction(self.func):
+            result = await self.func(**kwargs)
+        else:
+            result = await asyncio.to_thread(self.func, **kwargs)
+        return _to_text(result)
+
+    async def __call__(self, **kwargs: Any) -> str:
+        return await self.invoke(kwargs)
+
+    def __repr__(self) -> str:
+        return f"FunctionTool({self._name!r})"
+
+
+def _arguments_model(func: Callable[..., Any], name: str) -> type[BaseModel]:
+    hints = inspect.get_annotations(func, eval_str=True)
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(func).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {name!r}: *args/**kwargs cannot be described to a model")
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    config = ConfigDict(extra="forbid")
+    model: type[BaseModel] = create_model(f"{name}_arguments", __config__=config, **fields)
+    return model
+
+
+@overload
+def tool(func: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool = False,
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool = False,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Turn a function into a tool; its type hints become the JSON schema, its docstring the
+    description. Works bare (`@tool`) or with options (`@tool(requires_approval=True)`)."""
+
+    def wrap(f: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(
+            f, name=name, description=description, requires_approval=requires_approval
+        )
+
+    return wrap(func) if func is not None else wrap
+
+
+class ApprovalRequiredTool:
+    """Wraps any tool so that every call to it waits for a human decision."""
+
+    def __init__(self, inner: Tool) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def description(self) -> str:
+        return self.inner.description
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.inner.parameters
+
+    def requires_approval(self) -> bool:
+        return True
+
+    def invoke(self, arguments: dict[str, Any]) -> Awaitable[str]:
+        return self.inner.invoke(arguments)
+
+    def __repr__(self) -> str:
+        return f"ApprovalRequiredTool({self.inner!r})"
