@@ -33,6 +33,7 @@ from .exceptions import (
     ToolError,
 )
 from .messages import ChatMessage, Role, ToolCall, call_digest, canonical_arguments
+from .openai import OpenAIChatClient
 from .sessions import AgentSession, InMemorySessionStore, SessionStore
 from .tools import ApprovalRequiredTool, FunctionTool, Tool, tool
 
@@ -56,6 +57,7 @@ __all__ = [
     "FunctionInvokingChatClient",
     "FunctionTool",
     "InMemorySessionStore",
+    "OpenAIChatClient",
     "PendingApprovalError",
     "ProviderError",
     "ReasoningDelta",

@@ -1,0 +1,271 @@
+"""`OpenAIChatClient`: a `ChatClient` for any OpenAI-compatible `/chat/completions` endpoint.
+
+It streams (SSE via httpx-sse), asks for usage in the stream, and retries only what is safe to
+retry: connection failures and 408/409/429/5xx answers, before any byte of the stream was read.
+Once the stream has started, a failure is raised, never retried, because the consumer may already
+have shown part of the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import email.utils
+import json
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource, aconnect_sse
+
+from ._sse import ChunkAssembler, error_details
+from .chat_client import ChatOptions
+from .events import ChatUpdate
+from .exceptions import ChatClientError, ProviderError, StreamError
+from .messages import ChatMessage
+from .tools import Tool
+
+__all__ = ["OpenAIChatClient"]
+
+logger = logging.getLogger("agent_core.openai")
+
+_RETRYABLE_STATUS = frozenset({408, 409, 429})
+_MAX_SERVER_DELAY = 60.0
+"""A `retry-after` longer than this is not waited for; our own backoff is used instead."""
+_ERROR_BODY_LIMIT = 500
+
+Sleep = Callable[[float], Awaitable[object]]
+
+
+class _Retry(Exception):
+    """Internal: this attempt failed in a way worth another try after `delay` seconds."""
+
+    def __init__(self, error: ChatClientError, delay: float | None = None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.delay = delay
+
+
+class OpenAIChatClient:
+    """Streams model turns from an OpenAI-compatible endpoint (OpenAI, Azure, vLLM, Ollama, …).
+
+    The `httpx.AsyncClient` is injected and not closed here: its owner decides its lifetime,
+    proxies and limits. `sleep` is injectable so tests can observe retry delays without waiting.
+    """
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        model: str,
+        base_url: str = "https://api.openai.com/v1",
+        api_key: str | None = None,
+        max_retries: int = 3,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+        sleep: Sleep = asyncio.sleep,
+        timeout: httpx.Timeout | None = None,
+    ) -> None:
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be 0 or more, not {max_retries!r}")
+        if not model:
+            raise ValueError("model must be a non-empty model name")
+        self.http = http
+        self.model = model
+        self.base_url = base_url
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self._api_key = api_key or None
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self._sleep = sleep
+        self.timeout = timeout
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"OpenAIChatClient(model={self.model!r}, url={self.url!r})"
+
+    def request_body(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[Tool] = (),
+        options: ChatOptions | None = None,
+    ) -> dict[str, Any]:
+        """The JSON body of one streamed `/chat/completions` request."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [message.to_wire() for message in messages],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                }
+                for t in tools
+            ]
+        chosen = options or ChatOptions()
+        for option in dataclasses.fields(chosen):
+            value = getattr(chosen, option.name)
+            if value is None:
+                continue
+            if option.name == "parallel_tool_calls" and not tools:
+                continue  # OpenAI answers 400 to parallel_tool_calls without tools
+            body[option.name] = value
+        return body
+
+    async def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[Tool] = (),
+        options: ChatOptions | None = None,
+    ) -> AsyncIterator[ChatUpdate]:
+        """Stream one model turn; see `ChatClient` for what is yielded and raised."""
+        body = self.request_body(messages, tools=tools, options=options)
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        extra: dict[str, Any] = {} if self.timeout is None else {"timeout": self.timeout}
+        attempt = 0
+        while True:
+            try:
+                async with aconnect_sse(
+                    self.http, "POST", self.url, json=body, headers=headers, **extra
+                ) as source:
+                    await self._check_response(source.response)
+                    async for update in self._read(source):
+                        yield update
+                return
+            except _Retry as retry:
+                if attempt >= self.max_retries:
+                    raise retry.error from None
+                delay = retry.delay if retry.delay is not None else self._backoff(attempt)
+                attempt += 1
+                logger.info(
+                    "%s; retry %d of %d in %.2fs", retry.error, attempt, self.max_retries, delay
+                )
+                await self._sleep(delay)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
+                # No answer has started yet (errors inside the stream are handled by `_read`),
+                # so another try is safe: at worst the model works twice for one answer.
+                error = ChatClientError(f"could not connect to {self.url}: {_describe(exc)}")
+                if attempt >= self.max_retries:
+                    raise error from exc
+                delay = self._backoff(attempt)
+                attempt += 1
+                logger.info("%s; retry %d of %d in %.2fs", error, attempt, self.max_retries, delay)
+                await self._sleep(delay)
+            except httpx.TimeoutException as exc:
+                raise ChatClientError(
+                    f"timed out waiting for {self.url} to answer: {_describe(exc)}"
+                ) from exc
+            except httpx.HTTPError as exc:
+                raise ChatClientError(f"request to {self.url} failed: {_describe(exc)}") from exc
+
+    async def _check_response(self, response: httpx.Response) -> None:
+        """Turn an unusable answer into the right error before any stream byte is read."""
+        status = response.status_code
+        if status < 300 and _is_event_stream(response):
+            return
+        await response.aread()
+        text = response.text
+        try:
+            payload: Any = json.loads(text)
+        except ValueError:
+            payload = None
+        provider_message, _ = error_details(payload)
+        shown = provider_message or _shorten(text) or "(empty body)"
+        if status < 300:
+            content_type = response.headers.get("content-type", "(none)")
+            if provider_message is not None:
+                raise ProviderError(
+                    f"{self.url} answered HTTP {status} with an error: {shown}",
+                    status_code=status,
+                    provider_message=provider_message,
+                )
+            raise StreamError(
+                f"{self.url} answered HTTP {status} with {content_type!r}, not an event stream: "
+                f"{shown}"
+            )
+        error = ProviderError(
+            f"{self.url} answered HTTP {status}: {shown}",
+            status_code=status,
+            provider_message=provider_message,
+        )
+        if status in _RETRYABLE_STATUS or status >= 500:
+            raise _Retry(error, _retry_after(response.headers))
+        raise error
+
+    async def _read(self, source: EventSource) -> AsyncIterator[ChatUpdate]:
+        """The stream itself: from here on nothing is retried."""
+        assembler = ChunkAssembler(self.url)
+        try:
+            async for event in source.aiter_sse():
+                for update in assembler.feed(event.event, event.data):
+                    yield update
+                if assembler.done:
+                    break
+        except httpx.TimeoutException as exc:
+            raise StreamError(
+                f"timed out reading the stream from {self.url}: {_describe(exc)}",
+                partial_text=assembler.partial_text,
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise StreamError(
+                f"the stream from {self.url} broke off: {_describe(exc)}",
+                partial_text=assembler.partial_text,
+            ) from exc
+        for update in assembler.finish():
+            yield update
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with jitter, capped at `backoff_max`."""
+        ceiling = min(self.backoff_max, self.backoff_base * 2.0**attempt)
+        return random.uniform(ceiling / 2, ceiling)
+
+
+def _is_event_stream(response: httpx.Response) -> bool:
+    header: str = response.headers.get("content-type", "")
+    return header.partition(";")[0].strip().lower() == "text/event-stream"
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """The wait the server asked for: `retry-after-ms`, then `retry-after` (seconds or date)."""
+    delay: float | None = None
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            delay = float(raw_ms) / 1000
+        except ValueError:
+            delay = None
+    raw = headers.get("retry-after")
+    if delay is None and raw is not None:
+        try:
+            delay = float(raw)
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(raw)
+            except (TypeError, ValueError):
+                when = None
+            if when is not None and when.tzinfo is not None:
+                delay = max(0.0, when.timestamp() - time.time())
+    if delay is None or not 0 <= delay <= _MAX_SERVER_DELAY:
+        return None
+    return delay
+
+
+def _shorten(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _ERROR_BODY_LIMIT else text[:_ERROR_BODY_LIMIT] + "…"
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
