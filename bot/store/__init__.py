@@ -1,0 +1,43 @@
+"""The bot's durable state in one SQLite file: sessions, messages, the tool-call ledger, audit log.
+
+Plain storage: it knows Slack ids only as strings and never imports a Slack library.
+"""
+
+from ._schema import SCHEMA_VERSION
+from ._time import format_duration, utc_now
+from .errors import SchemaTooNew, StoreError, UnknownCall, UnknownSession
+from .models import (
+    AuditEvent,
+    AuditRow,
+    CallStatus,
+    DecisionOutcome,
+    RecoveredSession,
+    RunState,
+    SessionRow,
+    ToolCallRow,
+    batch_complete,
+)
+from .sqlite import INTERRUPTED_MESSAGE, NOT_RUN_MESSAGE, SEEN_EVENT_TTL, SQLiteStore
+
+__all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
+    "AuditEvent",
+    "AuditRow",
+    "CallStatus",
+    "DecisionOutcome",
+    "INTERRUPTED_MESSAGE",
+    "NOT_RUN_MESSAGE",
+    "RecoveredSession",
+    "RunState",
+    "SCHEMA_VERSION",
+    "SEEN_EVENT_TTL",
+    "SQLiteStore",
+    "SchemaTooNew",
+    "SessionRow",
+    "StoreError",
+    "ToolCallRow",
+    "UnknownCall",
+    "UnknownSession",
+    "batch_complete",
+    "format_duration",
+    "utc_now",
+]

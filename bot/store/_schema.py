@@ -1,0 +1,106 @@
+"""The schema, as migrations applied in order; `PRAGMA user_version` says how far a file got.
+
+Never edit a shipped migration: add the next one. Each runs in its own `BEGIN IMMEDIATE`
+transaction together with the `user_version` bump, so a crash leaves the file at a whole version.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+
+_V1 = (
+    """
+    CREATE TABLE sessions (
+        id             TEXT PRIMARY KEY,
+        team_id        TEXT NOT NULL,
+        channel_id     TEXT NOT NULL,
+        thread_ts      TEXT NOT NULL,
+        state          TEXT NOT NULL DEFAULT 'idle'
+                       CHECK (state IN ('idle','running','awaiting_approval','resuming','failed')),
+        requester      TEXT,
+        error          TEXT,
+        batch_id       TEXT,
+        last_calls_seq INTEGER,
+        created_at     TEXT NOT NULL,
+        updated_at     TEXT NOT NULL,
+        UNIQUE (team_id, channel_id, thread_ts)
+    )
+    """,
+    "CREATE INDEX sessions_by_state ON sessions (state)",
+    """
+    CREATE TABLE messages (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        seq        INTEGER NOT NULL,
+        body       TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE tool_calls (
+        id             TEXT PRIMARY KEY,
+        session_id     TEXT NOT NULL REFERENCES sessions (id),
+        batch_id       TEXT,
+        message_seq    INTEGER NOT NULL,
+        position       INTEGER NOT NULL,
+        call_id        TEXT NOT NULL,
+        name           TEXT NOT NULL,
+        arguments      TEXT NOT NULL,
+        digest         TEXT NOT NULL,
+        needs_approval INTEGER NOT NULL CHECK (needs_approval IN (0, 1)),
+        status         TEXT NOT NULL
+                       CHECK (status IN ('pending','approved','rejected','expired',
+                                         'executing','done','interrupted')),
+        requested_by   TEXT,
+        decided_by     TEXT,
+        decided_team   TEXT,
+        decided_at     TEXT,
+        reason         TEXT,
+        result         TEXT,
+        is_error       INTEGER CHECK (is_error IN (0, 1)),
+        card_channel   TEXT,
+        card_ts        TEXT,
+        expires_at     TEXT,
+        ttl            TEXT,
+        approvals      TEXT NOT NULL DEFAULT '[]',
+        created_at     TEXT NOT NULL,
+        started_at     TEXT,
+        finished_at    TEXT,
+        UNIQUE (session_id, message_seq, call_id)
+    )
+    """,
+    "CREATE INDEX tool_calls_by_batch ON tool_calls (batch_id, position)",
+    "CREATE INDEX tool_calls_by_status ON tool_calls (status, expires_at)",
+    """
+    CREATE TABLE audit (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        at         TEXT NOT NULL,
+        event      TEXT NOT NULL,
+        actor      TEXT,
+        session_id TEXT,
+        call_id    TEXT,
+        details    TEXT NOT NULL DEFAULT '{}'
+    )
+    """,
+    "CREATE INDEX audit_by_time ON audit (at)",
+    """
+    CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: rows cannot be updated'); END
+    """,
+    """
+    CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: rows cannot be deleted'); END
+    """,
+    """
+    CREATE TABLE seen_events (
+        event_id TEXT PRIMARY KEY,
+        seen_at  TEXT NOT NULL
+    )
+    """,
+    "CREATE INDEX seen_events_by_time ON seen_events (seen_at)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+"""`MIGRATIONS[n]` takes a file from `user_version` n to n + 1."""
+
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,42 @@
+"""One exception tree for the store: catch `StoreError` to catch them all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["SchemaTooNew", "StoreError", "UnknownCall", "UnknownSession"]
+
+
+class StoreError(Exception):
+    """Base of every error raised by `bot.store`."""
+
+
+class SchemaTooNew(StoreError):
+    """The file was written by a newer OpsGate; we refuse to touch it rather than guess."""
+
+    def __init__(self, path: Path, found: int, supported: int) -> None:
+        super().__init__(
+            f"database {str(path)!r} has schema version {found}, but this OpsGate supports "
+            f"versions up to {supported}; upgrade OpsGate (the file was left unchanged)"
+        )
+        self.path = path
+        self.found = found
+        self.supported = supported
+
+
+class UnknownSession(StoreError):
+    """A write named a session id that is not in the store."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session with id {session_id!r}")
+        self.session_id = session_id
+
+
+class UnknownCall(StoreError):
+    """A write named a ledger id (or a session's call id) that is not in the store."""
+
+    def __init__(self, call_id: str, session_id: str | None = None) -> None:
+        where = f" in session {session_id!r}" if session_id else ""
+        super().__init__(f"no tool call {call_id!r}{where} in the ledger")
+        self.call_id = call_id
+        self.session_id = session_id
