@@ -1,0 +1,41 @@
+"""Durations as people write them in the policy file: "90s", "15m", "2h", "1d", "1h30m".
+
+A small grammar of our own rather than ISO 8601 ("PT15M"), because the policy file is written by
+hand and read back on Slack cards; `format_duration` gives the same spelling back.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+__all__ = ["format_duration", "parse_duration"]
+
+_UNIT_SECONDS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+_WHOLE = re.compile(r"(?:\d+[dhms])+")
+_PART = re.compile(r"(\d+)([dhms])")
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse "90s", "15m", "2h", "1d" or a sum such as "1h30m"; raise `ValueError` otherwise."""
+    spelled = text.strip().lower()
+    if not _WHOLE.fullmatch(spelled):
+        raise ValueError(
+            f"{text!r} is not a duration; write a number and a unit (s, m, h, d), "
+            'e.g. "90s", "15m", "2h", "1d" or "1h30m"'
+        )
+    seconds = sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _PART.findall(spelled))
+    return timedelta(seconds=seconds)
+
+
+def format_duration(value: timedelta) -> str:
+    """The shortest spelling `parse_duration` reads back: 5400s -> "1h30m", 0 -> "0s"."""
+    remaining = int(value.total_seconds())
+    if remaining <= 0:
+        return "0s"
+    parts: list[str] = []
+    for unit, size in _UNIT_SECONDS.items():
+        count, remaining = divmod(remaining, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)

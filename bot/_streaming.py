@@ -1,0 +1,124 @@
+"""Streaming an answer into a Slack thread.
+
+Slack's `chat.startStream`/`appendStream`/`stopStream` (slack_sdk's `chat_stream`) is used where the
+workspace offers it. Where it doesn't, the answer is posted once and then edited, at most about
+once a second, so a fast model cannot run us into Slack's rate limits.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from ._text import escape_mrkdwn
+
+__all__ = ["ThreadReply"]
+
+logger = logging.getLogger("opsgate.stream")
+
+_STREAM_UNAVAILABLE = {
+    "unknown_method",
+    "not_allowed_token_type",
+    "missing_scope",
+    "method_deprecated",
+    "feature_not_enabled",
+    "not_authed",
+    "invalid_arguments",
+}
+MAX_MESSAGE = 3500
+
+
+class ThreadReply:
+    """One answer message in a thread; `append` text as it arrives, `close` when done."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        *,
+        channel: str,
+        thread_ts: str,
+        recipient_user_id: str | None,
+        recipient_team_id: str | None,
+        use_streaming: bool = True,
+        edit_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.channel = channel
+        self.thread_ts = thread_ts
+        self.recipient_user_id = recipient_user_id
+        self.recipient_team_id = recipient_team_id
+        self.use_streaming = use_streaming and recipient_user_id is not None
+        self.edit_interval = edit_interval
+        self.clock = clock
+        self.text = ""
+        self._stream: Any = None
+        self._posted_ts: str | None = None
+        self._last_edit = 0.0
+        self._dirty = False
+
+    async def append(self, raw: str) -> None:
+        if not raw:
+            return
+        safe = escape_mrkdwn(raw)
+        self.text += safe
+        if self.use_streaming:
+            try:
+                if self._stream is None:
+                    self._stream = await self.client.chat_stream(
+                        channel=self.channel,
+                        thread_ts=self.thread_ts,
+                        recipient_user_id=self.recipient_user_id,
+                        recipient_team_id=self.recipient_team_id,
+                        buffer_size=64,
+                    )
+                await self._stream.append(markdown_text=safe)
+                return
+            except SlackApiError as exc:
+                if exc.response.get("error") not in _STREAM_UNAVAILABLE:
+                    raise
+                logger.info(
+                    "streaming unavailable (%s); editing a message instead",
+                    exc.response.get("error"),
+                )
+                self.use_streaming = False
+                self._stream = None
+        self._dirty = True
+        await self._edit(force=False)
+
+    async def _edit(self, *, force: bool) -> None:
+        shown = self.text if len(self.text) <= MAX_MESSAGE else self.text[:MAX_MESSAGE] + " …"
+        if self._posted_ts is None:
+            response = await self.client.chat_postMessage(
+                channel=self.channel, thread_ts=self.thread_ts, text=shown
+            )
+            self._posted_ts = str(response["ts"])
+            self._last_edit = self.clock()
+            self._dirty = False
+            return
+        if not force and self.clock() - self._last_edit < self.edit_interval:
+            return
+        await self.client.chat_update(channel=self.channel, ts=self._posted_ts, text=shown)
+        self._last_edit = self.clock()
+        self._dirty = False
+
+    @property
+    def started(self) -> bool:
+        return self._stream is not None or self._posted_ts is not None
+
+    async def close(self) -> None:
+        """Finish the message. Safe to call more than once and when nothing was written."""
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            try:
+                await stream.stop()
+            except SlackApiError as exc:
+                logger.warning("chat.stopStream failed: %s", exc.response.get("error"))
+            return
+        if self._posted_ts is not None and self._dirty:
+            await self._edit(force=True)

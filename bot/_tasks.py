@@ -1,0 +1,62 @@
+"""An owner for background work, so nothing is left running, or lost silently, at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+__all__ = ["TaskSupervisor"]
+
+logger = logging.getLogger("opsgate.tasks")
+
+
+class TaskSupervisor:
+    """Starts tasks, logs their failures, and cancels and awaits the rest on `aclose()`."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._services: set[asyncio.Task[Any]] = set()
+        self._closed = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def spawn(
+        self, coro: Coroutine[Any, Any, Any], *, name: str, service: bool = False
+    ) -> asyncio.Task[Any]:
+        """Start a task. A `service` runs until shutdown and does not count as work in flight."""
+        if self._closed:
+            coro.close()
+            raise RuntimeError(f"cannot start {name!r}: the bot is shutting down")
+        task = asyncio.create_task(coro, name=name)
+        if service:
+            self._services.add(task)
+        else:
+            self._tasks.add(task)
+            self._idle.clear()
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._services.discard(task)
+        self._tasks.discard(task)
+        if not self._tasks:
+            self._idle.set()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.error("background task %r failed", task.get_name(), exc_info=exc)
+
+    @property
+    def running(self) -> int:
+        return len(self._tasks)
+
+    async def wait_idle(self) -> None:
+        """Wait until no task is running (tests and graceful shutdown use this)."""
+        await self._idle.wait()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        tasks = [*self._tasks, *self._services]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

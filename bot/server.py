@@ -1,0 +1,92 @@
+"""Serving the app: HTTP mode (`POST /slack/events`, `GET /healthz`) or Socket Mode."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+
+from .app import create_app
+from .deps import Deps, open_deps
+from .runner import Runner
+from .settings import Settings
+
+__all__ = ["http_app", "serve", "started"]
+
+logger = logging.getLogger("opsgate")
+
+EXPIRY_INTERVAL = 15.0
+
+
+def http_app(app: AsyncApp) -> web.Application:
+    """Slack's events and interactivity on one endpoint, plus a health check."""
+
+    async def slack_events(request: web.Request) -> web.StreamResponse:
+        response = await app.async_dispatch(await to_bolt_request(request))
+        return await to_aiohttp_response(response)
+
+    async def healthz(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"ok": True})
+
+    web_app = web.Application()
+    web_app.add_routes([web.post("/slack/events", slack_events), web.get("/healthz", healthz)])
+    return web_app
+
+
+async def _expiry_loop(runner: Runner, interval: float) -> None:
+    while True:
+        try:
+            await runner.expire_due()
+        except Exception:
+            logger.exception("expiring approvals failed")
+        await asyncio.sleep(interval)
+
+
+@contextlib.asynccontextmanager
+async def started(
+    settings: Settings, deps: Deps, *, expiry_interval: float = EXPIRY_INTERVAL
+) -> AsyncIterator[AsyncApp]:
+    """The app with its start-up work done: interrupted runs announced, expiry running."""
+    app = create_app(settings, deps)
+    assert deps.runner is not None
+    await deps.runner.announce_recovery()
+    deps.tasks.spawn(_expiry_loop(deps.runner, expiry_interval), name="expiry", service=True)
+    yield app
+
+
+async def _wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def serve(settings: Settings, *, http: bool, port: int) -> None:
+    async with open_deps(settings) as deps, started(settings, deps) as app:
+        if http:
+            runner = web.AppRunner(http_app(app))
+            await runner.setup()
+            site = web.TCPSite(runner, "0.0.0.0", port)
+            await site.start()
+            logger.info("OpsGate listening on :%d (POST /slack/events, GET /healthz)", port)
+            try:
+                await _wait_for_signal()
+            finally:
+                await runner.cleanup()
+        else:
+            assert settings.slack_app_token is not None
+            handler = AsyncSocketModeHandler(app, settings.slack_app_token.get_secret_value())
+            await handler.connect_async()  # type: ignore[no-untyped-call]
+            logger.info("OpsGate connected to Slack (Socket Mode)")
+            try:
+                await _wait_for_signal()
+            finally:
+                await handler.close_async()  # type: ignore[no-untyped-call]

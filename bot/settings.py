@@ -1,0 +1,228 @@
+"""The bot's configuration, from the environment names in DESIGN.md (and a `.env` file).
+
+`load_settings` is the one entry point: it turns any missing or malformed value into a
+`SettingsError` whose message is one line naming the variable and where to get it, and it never
+repeats a secret's value (pydantic's own errors quote the input, so they are not passed on).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import SettingsError
+
+__all__ = ["Mode", "Settings", "load_settings"]
+
+Mode = Literal["socket", "http", "chat", "audit"]
+
+_DEFAULT_POLICY = Path("opsgate.toml")
+
+_WHERE = {
+    "SLACK_BOT_TOKEN": "copy the Bot User OAuth Token (xoxb-…) from your Slack app's "
+    "OAuth & Permissions page into .env",
+    "SLACK_APP_TOKEN": "create an app-level token with the connections:write scope under "
+    "Basic Information → App-Level Tokens of your Slack app and put it (xapp-…) into .env, "
+    "or run `opsgate run --http`",
+    "SLACK_SIGNING_SECRET": "copy the Signing Secret from your Slack app's Basic Information "
+    "page into .env, or run in Socket Mode (without --http)",
+    "SLACK_API_URL": "leave it unset for https://slack.com/api/, or give the full http(s) URL "
+    "of the Web API ending in /api/",
+    "OPENAI_BASE_URL": "set it to your OpenAI-compatible endpoint, e.g. https://api.openai.com/v1 "
+    "or http://localhost:11434/v1",
+    "OPSGATE_MODEL": "set it in .env to the model name your OpenAI-compatible endpoint serves "
+    "(for example gpt-4o-mini)",
+    "OPSGATE_DB": "set it to a file path in an existing directory, or leave it unset for "
+    "./opsgate.db",
+    "OPSGATE_POLICY": "set it to the path of your policy TOML file, or leave it unset",
+    "OPSGATE_PORT": "set it to a port number between 1 and 65535, or leave it unset for 3000",
+}
+
+_TOKEN_KINDS = {
+    "xoxb-": "a bot token (SLACK_BOT_TOKEN)",
+    "xapp-": "an app-level token (SLACK_APP_TOKEN)",
+    "xoxp-": "a user token, which OpsGate does not use",
+}
+
+
+def _default_policy() -> Path | None:
+    return _DEFAULT_POLICY if _DEFAULT_POLICY.is_file() else None
+
+
+class Settings(BaseSettings):
+    """All settings, named exactly as the environment variables (lower-cased).
+
+    Secrets are `SecretStr`: repr/str show `**********`; call `.get_secret_value()` at use.
+    Build it with `load_settings`, which checks what each mode requires (a bare `Settings()`
+    accepts an unset SLACK_BOT_TOKEN or OPSGATE_MODEL as empty).
+    """
+
+    model_config = SettingsConfigDict(
+        env_file=".env",
+        env_file_encoding="utf-8",
+        env_ignore_empty=True,
+        extra="ignore",
+        frozen=True,
+    )
+
+    slack_bot_token: SecretStr = SecretStr("")
+    """Empty when unset; `load_settings` requires it for the Slack modes."""
+    slack_app_token: SecretStr | None = None
+    slack_signing_secret: SecretStr | None = None
+    slack_api_url: str = "https://slack.com/api/"
+    openai_api_key: SecretStr = SecretStr("")
+    openai_base_url: str = "https://api.openai.com/v1"
+    opsgate_model: str = ""
+    """Empty when unset; `load_settings` requires it wherever the agent runs."""
+    opsgate_db: Path = Path("./opsgate.db")
+    opsgate_policy: Path | None = Field(default_factory=_default_policy)
+    opsgate_port: int = Field(default=3000, ge=1, le=65535)
+
+    @field_validator("slack_bot_token")
+    @classmethod
+    def _bot_token(cls, value: SecretStr) -> SecretStr:
+        return value if not value.get_secret_value().strip() else _token(value, "xoxb-")
+
+    @field_validator("slack_app_token")
+    @classmethod
+    def _app_token(cls, value: SecretStr | None) -> SecretStr | None:
+        return None if value is None else _token(value, "xapp-")
+
+    @field_validator("slack_signing_secret")
+    @classmethod
+    def _signing_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("is empty")
+        return value
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _slack_api_url(cls, value: str) -> str:
+        value = _http_url(value)
+        return value if value.endswith("/") else value + "/"  # slack_sdk joins method names
+
+    @field_validator("openai_base_url")
+    @classmethod
+    def _openai_base_url(cls, value: str) -> str:
+        return _http_url(value)
+
+    @field_validator("opsgate_model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        return value.strip()
+
+
+def load_settings(*, mode: Mode, env_file: str | None = ".env") -> Settings:
+    """Read and check the settings `mode` needs.
+
+    "socket" and "http" run the Slack bot; "chat" (`opsgate chat`) needs the LLM settings but
+    no Slack ones; "audit" needs only the database. `env_file=None` reads the process
+    environment only. Raises `SettingsError` naming the first problem (and the other variables
+    to check), in the order of DESIGN.md's table.
+    """
+    settings, problems = _build(env_file)
+    problems += _mode_problems(settings, mode)
+    if problems:
+        order = list(Settings.model_fields)
+        problems.sort(key=lambda problem: order.index(problem[0].lower()))
+        first_name, first = problems[0]
+        others = sorted({name for name, _ in problems} - {first_name})
+        if others:
+            first += f" (also check {', '.join(others)})"
+        raise SettingsError(first)  # outside `except`: no pydantic error chained to it
+    return settings
+
+
+# -- machinery ---------------------------------------------------------------------------------
+
+Problem = tuple[str, str]
+"""(variable name, one-line message)."""
+
+
+def _build(env_file: str | None) -> tuple[Settings, list[Problem]]:
+    """The settings, with every invalid value replaced by its default, and what was invalid."""
+    # pydantic's dataclass_transform hides BaseSettings' own `_env_file` keyword from mypy.
+    options: dict[str, Any] = {"_env_file": env_file}
+    try:
+        return Settings(**options), []
+    except ValidationError as error:
+        details = error.errors(include_input=False)
+    problems = [_describe(detail) for detail in details]
+    # Build again with defaults for the invalid fields, so the mode checks still see the rest.
+    for detail in details:
+        name = str(detail["loc"][0])
+        options[name] = Settings.model_fields[name].get_default(call_default_factory=True)
+    return Settings(**options), problems
+
+
+def _mode_problems(settings: Settings, mode: Mode) -> list[Problem]:
+    problems: list[Problem] = []
+    if mode in ("socket", "http") and not settings.slack_bot_token.get_secret_value():
+        problems.append(("SLACK_BOT_TOKEN", _missing("SLACK_BOT_TOKEN")))
+    if mode == "socket" and settings.slack_app_token is None:
+        problems.append(("SLACK_APP_TOKEN", _missing("SLACK_APP_TOKEN", "Socket Mode needs it")))
+    if mode == "http" and settings.slack_signing_secret is None:
+        why = "HTTP mode needs it"
+        problems.append(("SLACK_SIGNING_SECRET", _missing("SLACK_SIGNING_SECRET", why)))
+    if mode == "audit":
+        return problems
+    if not settings.opsgate_model:
+        problems.append(("OPSGATE_MODEL", _missing("OPSGATE_MODEL")))
+    directory = settings.opsgate_db.parent
+    if not directory.is_dir():
+        problems.append(
+            (
+                "OPSGATE_DB",
+                f"OPSGATE_DB is in a directory that does not exist ({directory}): "
+                + _WHERE["OPSGATE_DB"],
+            )
+        )
+    policy = settings.opsgate_policy
+    if policy is not None and not policy.is_file():
+        problems.append(
+            (
+                "OPSGATE_POLICY",
+                f"OPSGATE_POLICY names a file that does not exist ({policy}): "
+                + _WHERE["OPSGATE_POLICY"],
+            )
+        )
+    return problems
+
+
+def _describe(detail: Any) -> tuple[str, str]:
+    """(variable name, message) for one pydantic error, without the offending input."""
+    location = detail.get("loc") or ("settings",)
+    name = str(location[0]).upper()
+    context = detail.get("ctx") or {}
+    reason = str(context.get("error", "")) or _generic(detail.get("type", ""))
+    return name, f"{name} {reason}: {_WHERE.get(name, 'check its value')}"
+
+
+def _missing(name: str, why: str | None = None) -> str:
+    because = f" ({why})" if why else ""
+    return f"{name} is missing{because}: {_WHERE.get(name, 'set it in .env')}"
+
+
+def _generic(error_type: str) -> str:
+    if error_type.startswith("int") or error_type.startswith("greater") or "less" in error_type:
+        return "is not a valid port number"
+    return "is not valid"
+
+
+def _token(value: SecretStr, prefix: str) -> SecretStr:
+    secret = value.get_secret_value().strip()
+    if not secret.startswith(prefix):
+        kind = next((k for p, k in _TOKEN_KINDS.items() if secret.startswith(p)), None)
+        looks = f", but this looks like {kind}" if kind else ""
+        raise ValueError(f"must start with {prefix}{looks}")
+    return SecretStr(secret)
+
+
+def _http_url(value: str) -> str:
+    value = value.strip()
+    if not value.startswith(("http://", "https://")) or len(value) <= len("https://"):
+        raise ValueError("must be an http:// or https:// URL")
+    return value

@@ -1,0 +1,18 @@
+"""Built-in chat-ops tools (`run_command`, `http_request`) and loading teams' own tools."""
+
+from ._loader import ToolLoadError, load_tool, load_tools
+from .command import SECRET_PREFIXES, dotenv_names, make_run_command, scrubbed_environment
+from .http import SAFE_METHODS, http_gate, make_http_request
+
+__all__ = [
+    "SAFE_METHODS",
+    "SECRET_PREFIXES",
+    "ToolLoadError",
+    "dotenv_names",
+    "http_gate",
+    "load_tool",
+    "load_tools",
+    "make_http_request",
+    "make_run_command",
+    "scrubbed_environment",
+]

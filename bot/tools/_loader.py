@@ -1,0 +1,80 @@
+"""Loading teams' own tools from import paths named in the policy file (`tools_modules`).
+
+This runs at start-up, so a path that cannot be loaded stops the bot with a message naming the
+path and the reason, rather than surfacing later as a tool the model cannot find.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import Any
+
+from agent_core import Tool
+from bot.errors import BotError
+
+__all__ = ["ToolLoadError", "load_tool", "load_tools"]
+
+
+class ToolLoadError(BotError):
+    """A custom tool could not be loaded: bad path, failed import, or not an agent_core tool."""
+
+
+def _split(import_path: str) -> tuple[str, str]:
+    path = import_path.strip()
+    if ":" in path:
+        module, _, attribute = path.partition(":")
+    else:
+        module, _, attribute = path.rpartition(".")
+    if not module or not attribute:
+        raise ToolLoadError(
+            f"cannot load tool {import_path!r}: write it as 'package.module:attribute' "
+            "(or 'package.module.attribute')"
+        )
+    return module, attribute
+
+
+def load_tool(import_path: str) -> Tool:
+    """Import "package.module:attribute" (or dotted) and check it is an agent_core `Tool`."""
+    module_name, attribute = _split(import_path)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ToolLoadError(
+            f"cannot load tool {import_path!r}: module {module_name!r} could not be imported: {exc}"
+        ) from exc
+    except Exception as exc:  # the module itself crashed while importing
+        raise ToolLoadError(
+            f"cannot load tool {import_path!r}: importing {module_name!r} raised "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ToolLoadError(
+                f"cannot load tool {import_path!r}: module {module_name!r} has no attribute "
+                f"{attribute!r}"
+            ) from None
+    if isinstance(target, type) or not isinstance(target, Tool):
+        raise ToolLoadError(
+            f"cannot load tool {import_path!r}: it is a {type(target).__name__}, not an "
+            "agent_core tool; decorate the function with @tool from agent_core"
+        )
+    return target
+
+
+def load_tools(import_paths: Iterable[str], *, taken: Iterable[str] = ()) -> list[Tool]:
+    """Load several tools; two tools with one name (or a name in `taken`) is an error too."""
+    names = {name: "a built-in tool" for name in taken}
+    tools: list[Tool] = []
+    for path in import_paths:
+        loaded = load_tool(path)
+        if loaded.name in names:
+            raise ToolLoadError(
+                f"cannot load tool {path!r}: its name {loaded.name!r} is already used by "
+                f"{names[loaded.name]}"
+            )
+        names[loaded.name] = repr(path)
+        tools.append(loaded)
+    return tools

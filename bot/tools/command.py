@@ -1,0 +1,222 @@
+"""`run_command`: a shell command run for the model, in a fenced-off child process.
+
+The command text comes from the model, so the child gets no secrets (its environment is scrubbed
+of `SLACK_*`, `OPENAI_*`, `OPSGATE_*` and every name in the bot's `.env`), a time limit enforced on
+its whole process group (a shell's background children die with it), and a cap on the output that
+is kept, so a chatty command cannot flood the model's context or the bot's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import signal
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from agent_core import FunctionTool, ToolError, tool
+
+__all__ = [
+    "SECRET_PREFIXES",
+    "dotenv_names",
+    "make_run_command",
+    "scrubbed_environment",
+]
+
+SECRET_PREFIXES: tuple[str, ...] = ("SLACK_", "OPENAI_", "OPSGATE_")
+"""Environment names with these prefixes are the bot's own settings and never reach a child."""
+
+_READ_CHUNK = 65_536
+_GRACE_SECONDS = 5.0
+"""How long to wait for a killed process group to let go of its pipes before giving up on them."""
+
+
+def dotenv_names(path: Path) -> frozenset[str]:
+    """The variable names a `.env` file defines (values are not read, let alone kept).
+
+    A missing file defines nothing. Understands `NAME=value`, `export NAME=value` and comments.
+    """
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return frozenset()
+    names: set[str] = set()
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        name = line.split("=", 1)[0].strip()
+        name = name.removeprefix("export").strip() if name.startswith("export ") else name
+        if name:
+            names.add(name)
+    return frozenset(names)
+
+
+def scrubbed_environment(
+    base: Mapping[str, str], secret_names: Collection[str] = ()
+) -> dict[str, str]:
+    """`base` without the bot's secrets: `SECRET_PREFIXES` names and any of `secret_names`."""
+    hidden = {name.upper() for name in secret_names}
+    return {
+        name: value
+        for name, value in base.items()
+        if not name.upper().startswith(SECRET_PREFIXES) and name.upper() not in hidden
+    }
+
+
+class _Capture:
+    """Keeps the head and the tail of a stream up to `limit` characters, and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self._head_limit = limit - limit // 2
+        self._tail_limit = limit // 2
+        self._head: list[str] = []
+        self._head_len = 0
+        self._tail = ""
+        self._total = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def _add(self, text: str) -> None:
+        self._total += len(text)
+        room = self._head_limit - self._head_len
+        if room > 0:
+            self._head.append(text[:room])
+            self._head_len += min(room, len(text))
+            text = text[room:]
+        if text and self._tail_limit:
+            self._tail = (self._tail + text)[-self._tail_limit :]
+
+    async def drain(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(_READ_CHUNK):
+            self._add(self._decoder.decode(chunk))
+        self._add(self._decoder.decode(b"", final=True))
+
+    def text(self) -> str:
+        head = "".join(self._head)
+        cut = self._total - self._head_len - len(self._tail)
+        if cut <= 0:
+            return head + self._tail
+        return f"{head}\n[... {cut} characters cut ...]\n{self._tail}"
+
+
+def _kill_group(pid: int) -> None:
+    # The group id is the shell's pid (start_new_session=True made it a session leader); Linux
+    # does not hand that pid to a new process while the group still has members.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _report(
+    returncode: int | None,
+    stdout: _Capture,
+    stderr: _Capture,
+    *,
+    timed_out: float | None,
+) -> str:
+    if timed_out is not None:
+        status = f"timed out after {timed_out:g}s; the process group was killed"
+    elif returncode is not None and returncode < 0:
+        status = f"killed by signal {-returncode}"
+    else:
+        status = f"exit code: {returncode}"
+    return f"{status}\n--- stdout ---\n{stdout.text()}\n--- stderr ---\n{stderr.text()}"
+
+
+async def _run(
+    command: str,
+    *,
+    workdir: Path,
+    env: dict[str, str],
+    time_limit: float,
+    output_limit: int,
+) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/sh",
+        "-c",
+        command,
+        cwd=workdir,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    stdout, stderr = _Capture(output_limit), _Capture(output_limit)
+    # Done means the shell exited AND every process holding its output let go: a background
+    # child still writing to our pipe is part of the command.
+    tasks = {
+        asyncio.create_task(proc.wait()),
+        asyncio.create_task(stdout.drain(proc.stdout)),
+        asyncio.create_task(stderr.drain(proc.stderr)),
+    }
+    try:
+        _, pending = await asyncio.wait(tasks, timeout=time_limit)
+        timed_out = bool(pending)
+        if timed_out:
+            _kill_group(proc.pid)
+            _, pending = await asyncio.wait(pending, timeout=_GRACE_SECONDS)
+        for task in pending:  # something escaped the group and still holds a pipe
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    except BaseException:  # cancelled (or worse): nothing of the command may outlive us
+        _kill_group(proc.pid)
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), _GRACE_SECONDS)
+        raise
+    return _report(proc.returncode, stdout, stderr, timed_out=time_limit if timed_out else None)
+
+
+def make_run_command(
+    *,
+    workdir: Path,
+    timeout: float = 60,
+    output_limit: int = 20_000,
+    env: Mapping[str, str] | None = None,
+    secret_names: Collection[str] = (),
+) -> FunctionTool:
+    """Build the `run_command` tool (approval required unless the policy says otherwise).
+
+    `env` is the child's environment (default: this process's environment, read at each call).
+    Either way the bot's secrets are removed: `SECRET_PREFIXES` and `secret_names` (pass
+    `dotenv_names(Path(".env"))`). `timeout` is the longest a command may run; the model may ask
+    for less with `timeout_seconds`, never more.
+    """
+    if timeout <= 0:
+        raise ValueError(f"run_command timeout must be positive, not {timeout!r}")
+    if output_limit < 2:
+        raise ValueError(f"run_command output_limit must be at least 2, not {output_limit!r}")
+    workdir = Path(workdir)
+    fixed_env = None if env is None else scrubbed_environment(env, secret_names)
+    hidden = frozenset(secret_names)
+    max_timeout = timeout
+
+    description = (
+        "Run a shell command (/bin/sh -c) on the operations host and return its exit code, "
+        "stdout and stderr; long output is cut in the middle. A human may have to approve the "
+        f"call first. Commands are stopped after {max_timeout:g} seconds at most."
+    )
+
+    @tool(name="run_command", description=description, requires_approval=True)
+    async def run_command(
+        command: Annotated[str, Field(description="The shell command.")],
+        timeout_seconds: Annotated[
+            float | None, Field(gt=0, description="A shorter time limit, in seconds.")
+        ] = None,
+    ) -> str:
+        if not workdir.is_dir():
+            raise ToolError(f"the working directory {str(workdir)!r} does not exist")
+        limit = max_timeout if timeout_seconds is None else min(timeout_seconds, max_timeout)
+        child_env = fixed_env if fixed_env is not None else scrubbed_environment(os.environ, hidden)
+        return await _run(
+            command, workdir=workdir, env=child_env, time_limit=limit, output_limit=output_limit
+        )
+
+    return run_command

@@ -1,0 +1,201 @@
+"""The whole bot over real loopback HTTP: the Bolt app in HTTP mode, a Slack Web API stand-in,
+an OpenAI-compatible SSE stand-in and the real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from aiohttp import web
+
+from agent_core import Tool
+from bot.deps import Deps, open_deps
+from bot.policy import Policy
+from bot.server import http_app, started
+from bot.settings import Settings
+from tests.support.llm_server import LLMStandIn
+from tests.support.slack_api import SlackAPIStandIn
+from tests.support.slack_requests import (
+    app_mention,
+    block_actions,
+    event_body,
+    interaction_body,
+    sign,
+    view_submission,
+)
+
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+TEAM = "T0TEST"
+CHANNEL = "C0OPS"
+
+
+@dataclass
+class Bot:
+    url: str
+    llm: LLMStandIn
+    slack: SlackAPIStandIn
+    deps: Deps
+    http: httpx.AsyncClient
+    _events: int = field(default=0)
+
+    async def post(self, body: bytes, content_type: str, **headers: str) -> httpx.Response:
+        return await self.http.post(
+            f"{self.url}/slack/events",
+            content=body,
+            headers={"Content-Type": content_type, **sign(SECRET, body), **headers},
+        )
+
+    async def event(self, payload: dict[str, Any], **headers: str) -> httpx.Response:
+        return await self.post(event_body(payload), "application/json", **headers)
+
+    async def mention(
+        self,
+        text: str,
+        *,
+        user: str = "U0ALICE",
+        ts: str | None = None,
+        thread_ts: str | None = None,
+    ) -> str:
+        """Mention the bot; returns the thread root ts."""
+        self._events += 1
+        ts = ts or f"1700000{self._events:03d}.000100"
+        payload = app_mention(
+            f"<@UBOT> {text}",
+            channel=CHANNEL,
+            user=user,
+            ts=ts,
+            thread_ts=thread_ts,
+            event_id=f"Ev{self._events:08d}",
+        )
+        response = await self.event(payload)
+        assert response.status_code == 200, response.text
+        return thread_ts or ts
+
+    async def click(self, action_id: str, value: str, *, user: str) -> httpx.Response:
+        row = await self.deps.store.get_call(value)
+        message_ts = (row.card_ts if row else None) or "1700000000.000001"
+        payload = block_actions(
+            action_id, value, user=user, channel=CHANNEL, message_ts=message_ts, team=TEAM
+        )
+        return await self.post(interaction_body(payload), "application/x-www-form-urlencoded")
+
+    async def submit_reject(
+        self, ledger_id: str, reason: str | None, *, user: str
+    ) -> httpx.Response:
+        from bot.blocks import ACTION_REASON, BLOCK_REASON, CALLBACK_REJECT
+
+        values = {BLOCK_REASON: {ACTION_REASON: {"type": "plain_text_input", "value": reason}}}
+        payload = view_submission(CALLBACK_REJECT, ledger_id, values, user=user)
+        return await self.post(interaction_body(payload), "application/x-www-form-urlencoded")
+
+    def cards(self) -> list[dict[str, Any]]:
+        """Approval cards posted so far: {ts, ledger_id, blocks, params}."""
+        out = []
+        for call in self.slack.calls_to("chat.postMessage"):
+            if not call.ok:
+                continue
+            ids = _button_values(call.params.get("blocks") or [])
+            if ids:
+                out.append({"ledger_id": ids[0], "params": call.params})
+        return out
+
+    async def wait_cards(self, n: int, timeout: float = 10) -> list[dict[str, Any]]:
+        await self.slack.wait_for(
+            "chat.postMessage",
+            count=n,
+            where=lambda c: c.ok and bool(_button_values(c.params.get("blocks") or [])),
+            timeout=timeout,
+        )
+        await self.settle()
+        return self.cards()
+
+    async def settle(self, timeout: float = 15) -> None:
+        """Wait until every Bolt listener that was started has finished, and every run it
+        spawned too. Event-driven: waits on the tasks themselves, never on a clock."""
+
+        async def _settle() -> None:
+            while True:
+                listeners = [
+                    t
+                    for t in asyncio.all_tasks()
+                    if "run_ack_function_asynchronously" in repr(t.get_coro())
+                ]
+                if listeners:
+                    await asyncio.wait(listeners)
+                    continue
+                if self.deps.tasks.running:
+                    await self.deps.tasks.wait_idle()
+                    continue
+                return
+
+        await asyncio.wait_for(_settle(), timeout)
+
+
+def _button_values(blocks: Sequence[dict[str, Any]]) -> list[str]:
+    values = []
+    for block in blocks:
+        if block.get("type") == "actions":
+            for element in block.get("elements", []):
+                if element.get("action_id") == "opsgate_approve":
+                    values.append(element["value"])
+    return values
+
+
+def texts(slack: SlackAPIStandIn) -> list[str]:
+    """Everything the bot wrote into threads (posted, edited or streamed), in order."""
+    out = []
+    for call in slack.calls:
+        params = call.params
+        if call.method in ("chat.postMessage", "chat.update", "chat.postEphemeral"):
+            out.append(str(params.get("text", "")))
+        elif call.method in ("chat.startStream", "chat.appendStream", "chat.stopStream"):
+            chunks = params.get("chunks") or []
+            if isinstance(chunks, str):
+                chunks = json.loads(chunks)
+            out.append("".join(c.get("text", "") for c in chunks if isinstance(c, dict)))
+            out.append(str(params.get("markdown_text") or ""))
+    return out
+
+
+@contextlib.asynccontextmanager
+async def running_bot(
+    tmp_path: Path,
+    *,
+    tools: Sequence[Tool] | None = None,
+    policy: Policy | None = None,
+    llm: LLMStandIn | None = None,
+    slack: SlackAPIStandIn | None = None,
+) -> AsyncIterator[Bot]:
+    """Start the real app in HTTP mode on a loopback port. Pass `llm`/`slack` to keep the
+    stand-ins across a simulated restart (same SQLite file, new app)."""
+    async with contextlib.AsyncExitStack() as stack:
+        if llm is None:
+            llm = await stack.enter_async_context(LLMStandIn())
+        if slack is None:
+            slack = await stack.enter_async_context(SlackAPIStandIn())
+        settings = Settings(
+            slack_bot_token="xoxb-test-token",
+            slack_signing_secret=SECRET,
+            slack_api_url=slack.url,
+            openai_base_url=llm.base_url,
+            openai_api_key="sk-test",
+            opsgate_model="test-model",
+            opsgate_db=str(tmp_path / "opsgate.db"),
+            _env_file=None,
+        )
+        deps = await stack.enter_async_context(open_deps(settings, tools=tools, policy=policy))
+        app = await stack.enter_async_context(started(settings, deps, expiry_interval=3600))
+        web_runner = web.AppRunner(http_app(app))
+        await web_runner.setup()
+        stack.push_async_callback(web_runner.cleanup)
+        site = web.TCPSite(web_runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        http = await stack.enter_async_context(httpx.AsyncClient(timeout=10))
+        yield Bot(f"http://127.0.0.1:{port}", llm, slack, deps, http)
