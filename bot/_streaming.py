@@ -46,6 +46,7 @@ class ThreadReply:
         recipient_team_id: str | None,
         use_streaming: bool = True,
         edit_interval: float = 1.0,
+        buffer_size: int = 256,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
@@ -55,6 +56,7 @@ class ThreadReply:
         self.recipient_team_id = recipient_team_id
         self.use_streaming = use_streaming and recipient_user_id is not None
         self.edit_interval = edit_interval
+        self.buffer_size = buffer_size
         self.clock = clock
         self.text = ""
         self._stream: Any = None
@@ -75,21 +77,28 @@ class ThreadReply:
                         thread_ts=self.thread_ts,
                         recipient_user_id=self.recipient_user_id,
                         recipient_team_id=self.recipient_team_id,
-                        buffer_size=64,
+                        buffer_size=self.buffer_size,
                     )
-                await self._stream.append(markdown_text=safe)
+                    # `chunks` forces the first flush: if the workspace cannot stream we
+                    # learn it now, not at the end when the text would be lost.
+                    await self._stream.append(markdown_text=safe, chunks=[])
+                else:
+                    await self._stream.append(markdown_text=safe)
                 return
             except SlackApiError as exc:
-                if exc.response.get("error") not in _STREAM_UNAVAILABLE:
-                    raise
-                logger.info(
-                    "streaming unavailable (%s); editing a message instead",
-                    exc.response.get("error"),
-                )
-                self.use_streaming = False
-                self._stream = None
+                self._fall_back(exc)
         self._dirty = True
         await self._edit(force=False)
+
+    def _fall_back(self, exc: SlackApiError) -> None:
+        """Streaming failed: from now on post-and-edit one message holding the whole text."""
+        error = exc.response.get("error")
+        if error in _STREAM_UNAVAILABLE:
+            logger.info("streaming unavailable (%s); editing a message instead", error)
+        else:
+            logger.warning("streaming failed (%s); editing a message instead", error)
+        self.use_streaming = False
+        self._stream = None
 
     async def _edit(self, *, force: bool) -> None:
         shown = self.text if len(self.text) <= MAX_MESSAGE else self.text[:MAX_MESSAGE] + " …"
@@ -117,8 +126,9 @@ class ThreadReply:
             stream, self._stream = self._stream, None
             try:
                 await stream.stop()
+                return
             except SlackApiError as exc:
-                logger.warning("chat.stopStream failed: %s", exc.response.get("error"))
-            return
-        if self._posted_ts is not None and self._dirty:
+                self._fall_back(exc)
+                self._dirty = True
+        if self._dirty:
             await self._edit(force=True)

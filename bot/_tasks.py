@@ -54,8 +54,15 @@ class TaskSupervisor:
         """Wait until no task is running (tests and graceful shutdown use this)."""
         await self._idle.wait()
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, grace: float = 0.0) -> None:
+        """Stop: let runs in flight finish for up to `grace` seconds, then cancel the rest.
+
+        A run cancelled inside a tool leaves that call `executing`; the next start-up reports
+        it as interrupted and never runs it again.
+        """
         self._closed = True
+        if grace > 0 and self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=grace)
         tasks = [*self._tasks, *self._services]
         for task in tasks:
             task.cancel()

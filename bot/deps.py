@@ -91,6 +91,7 @@ async def open_deps(
     ):
         all_tools = list(tools) if tools is not None else default_tools(tool_http)
         all_tools += [load_tool(path) for path in policy.tools_modules]
+        policy.check_tools([t.name for t in all_tools])
         client = OpenAIChatClient(
             llm_http,
             model=settings.opsgate_model,

@@ -23,6 +23,7 @@ __all__ = ["http_app", "serve", "started"]
 logger = logging.getLogger("opsgate")
 
 EXPIRY_INTERVAL = 15.0
+SHUTDOWN_GRACE = 30.0
 
 
 def http_app(app: AsyncApp) -> web.Application:
@@ -51,14 +52,21 @@ async def _expiry_loop(runner: Runner, interval: float) -> None:
 
 @contextlib.asynccontextmanager
 async def started(
-    settings: Settings, deps: Deps, *, expiry_interval: float = EXPIRY_INTERVAL
+    settings: Settings,
+    deps: Deps,
+    *,
+    expiry_interval: float = EXPIRY_INTERVAL,
+    shutdown_grace: float = SHUTDOWN_GRACE,
 ) -> AsyncIterator[AsyncApp]:
     """The app with its start-up work done: interrupted runs announced, expiry running."""
     app = create_app(settings, deps)
     assert deps.runner is not None
     await deps.runner.announce_recovery()
     deps.tasks.spawn(_expiry_loop(deps.runner, expiry_interval), name="expiry", service=True)
-    yield app
+    try:
+        yield app
+    finally:
+        await deps.tasks.aclose(grace=shutdown_grace)
 
 
 async def _wait_for_signal() -> None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import httpx
 from aiohttp import web
 
 from agent_core import Tool
-from bot.deps import Deps, open_deps
+from bot.deps import Deps, open_deps, utc_now
 from bot.policy import Policy
 from bot.server import http_app, started
 from bot.settings import Settings
@@ -71,7 +73,7 @@ class Bot:
             user=user,
             ts=ts,
             thread_ts=thread_ts,
-            event_id=f"Ev{self._events:08d}",
+            event_id=f"Ev{uuid.uuid4().hex[:12].upper()}",
         )
         response = await self.event(payload)
         assert response.status_code == 200, response.text
@@ -171,6 +173,7 @@ async def running_bot(
     policy: Policy | None = None,
     llm: LLMStandIn | None = None,
     slack: SlackAPIStandIn | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> AsyncIterator[Bot]:
     """Start the real app in HTTP mode on a loopback port. Pass `llm`/`slack` to keep the
     stand-ins across a simulated restart (same SQLite file, new app)."""
@@ -189,8 +192,12 @@ async def running_bot(
             opsgate_db=str(tmp_path / "opsgate.db"),
             _env_file=None,
         )
-        deps = await stack.enter_async_context(open_deps(settings, tools=tools, policy=policy))
-        app = await stack.enter_async_context(started(settings, deps, expiry_interval=3600))
+        deps = await stack.enter_async_context(
+            open_deps(settings, tools=tools, policy=policy, clock=clock or utc_now)
+        )
+        app = await stack.enter_async_context(
+            started(settings, deps, expiry_interval=3600, shutdown_grace=0)
+        )
         web_runner = web.AppRunner(http_app(app))
         await web_runner.setup()
         stack.push_async_callback(web_runner.cleanup)
