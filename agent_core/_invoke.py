@@ -8,30 +8,37 @@ finish never reaches the consumer.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from .approvals import AgentRunOptions, ToolApprovalResponse
 from .chat_client import ChatClient
 from .events import (
     AgentResponseUpdate,
+    ChatUpdate,
     Finish,
     FinishReason,
     TextDelta,
     ToolApprovalRequest,
+    ToolCallArgumentsDelta,
     ToolCallEnded,
     ToolCallHeld,
+    ToolCallStarted,
     ToolResult,
     Usage,
 )
-from .exceptions import ChatClientError, ResumeError, ToolError
+from .exceptions import ChatClientError, ResumeError, ToolCallAlreadyStarted, ToolError
 from .messages import ChatMessage, ToolCall, call_digest
-from .tools import Tool
+from .tools import Tool, _to_text
 
 __all__ = ["ApprovalGate", "FunctionInvokingChatClient", "RunJournal", "pending_tool_calls"]
 
 logger = logging.getLogger("agent_core")
+
+_T = TypeVar("_T")
 
 ApprovalGate = Callable[[Tool, ToolCall], bool]
 """Decides whether one call of a known tool must wait for a human."""
@@ -77,6 +84,71 @@ def _arguments_for_display(call: ToolCall) -> Any:
         return call.arguments
 
 
+def _new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[_T]) -> AsyncGenerator[AsyncIterator[_T], None]:
+    """Close a model stream however the loop leaves it, so its connection is released now."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class _Turn:
+    """Collects one model turn: its text, its finished calls and its `Finish`.
+
+    Call ids must be unique within the session: the tool-call ledger is keyed by them, and a
+    provider matches each `tool` message to its call by id. Some providers send an empty id, or
+    reuse ids across turns (`call_0` every time); such an id is replaced by a fresh one in every
+    event of the call, before anything is stored.
+    """
+
+    def __init__(self, history: Sequence[ChatMessage]) -> None:
+        self.used = {call.id for message in history for call in message.tool_calls}
+        self.renamed: dict[str, str] = {}
+        self.text: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.finish: Finish | None = None
+
+    def _id(self, raw: str) -> str:
+        new = self.renamed.get(raw)
+        if new is None:
+            new = raw if raw and raw not in self.used else _new_call_id()
+            self.renamed[raw] = new
+            self.used.add(new)
+        return new
+
+    def take(self, update: ChatUpdate) -> AgentResponseUpdate | None:
+        """Record one update; return what the consumer should see (`None` for the `Finish`)."""
+        match update:
+            case Finish():
+                self.finish = update
+                return None
+            case TextDelta(text=delta):
+                self.text.append(delta)
+            case ToolCallStarted(call_id=raw, name=name):
+                if (new := self._id(raw)) != raw:
+                    return ToolCallStarted(new, name)
+            case ToolCallArgumentsDelta(call_id=raw, delta=delta):
+                if (new := self._id(raw)) != raw:
+                    return ToolCallArgumentsDelta(new, delta)
+            case ToolCallEnded(call=call):
+                new = self._id(call.id)
+                if any(c.id == new for c in self.calls):  # two calls of one turn share an id
+                    new = _new_call_id()
+                    self.used.add(new)
+                if new != call.id:
+                    call = call.model_copy(update={"id": new})
+                    update = ToolCallEnded(call)
+                self.calls.append(call)
+        return update
+
+
 class FunctionInvokingChatClient:
     """Wraps a `ChatClient` with the tool-calling loop."""
 
@@ -94,8 +166,24 @@ class FunctionInvokingChatClient:
         self.approval_gate = approval_gate or default_gate
 
     def _gated(self, call: ToolCall, tools: dict[str, Tool]) -> bool:
+        """Whether the call waits for a human.
+
+        A call that cannot run (unknown tool, arguments that are not a JSON object) is never
+        gated: it is answered with an error, so a card for it would ask about nothing. A gate
+        that fails asks a human rather than letting the call through.
+        """
         tool = tools.get(call.name)
-        return tool is not None and self.approval_gate(tool, call)
+        if tool is None:
+            return False
+        try:
+            call.parsed_arguments()
+        except ValueError:
+            return False
+        try:
+            return bool(self.approval_gate(tool, call))
+        except Exception:
+            logger.exception("approval gate failed for tool %r; asking a human", call.name)
+            return True
 
     async def run(
         self,
@@ -104,23 +192,18 @@ class FunctionInvokingChatClient:
         tools: Sequence[Tool],
         journal: RunJournal,
         options: AgentRunOptions | None = None,
-    ) -> AsyncIterator[AgentResponseUpdate]:
+    ) -> AsyncGenerator[AgentResponseUpdate, None]:
         """Stream one run. Raises `ResumeError` (before yielding anything) for a bad resume."""
         options = options or AgentRunOptions()
+        if options.max_rounds is not None and options.max_rounds < 1:
+            raise ValueError(f"max_rounds must be at least 1, not {options.max_rounds!r}")
         history = list(messages)
         by_name = {t.name: t for t in tools}
 
         if options.tool_approval_responses:
             plan = self._plan_resume(history, by_name, options.tool_approval_responses)
-            for call, response in plan:
-                if response is None or response.approved:
-                    async for update in self._execute(call, by_name, journal, history):
-                        yield update
-                else:
-                    message = ChatMessage.tool(response.tool_message_text(), call.id)
-                    await journal.append([message])
-                    history.append(message)
-                    yield ToolResult(call.id, call.name, message.content or "")
+            async for update in self._answer_batch(plan, by_name, journal, history, resuming=True):
+                yield update
         elif pending_tool_calls(history):
             raise ResumeError(
                 "the conversation has tool calls waiting for decisions; "
@@ -130,38 +213,33 @@ class FunctionInvokingChatClient:
         usage: Usage | None = None
         max_rounds = options.max_rounds or self.max_rounds
         for _ in range(max_rounds):
-            text: list[str] = []
-            calls: list[ToolCall] = []
-            finish: Finish | None = None
+            turn = _Turn(history)
             try:
-                async for update in self.client.stream(
+                stream = self.client.stream(
                     history, tools=list(by_name.values()), options=options.chat
-                ):
-                    match update:
-                        case Finish():
-                            finish = update
-                            continue
-                        case TextDelta(text=delta):
-                            text.append(delta)
-                        case ToolCallEnded(call=call):
-                            calls.append(call)
-                    yield update
+                )
+                async with _closing(stream) as updates:
+                    async for update in updates:
+                        if (shown := turn.take(update)) is not None:
+                            yield shown
             except ChatClientError as exc:
                 logger.warning("model request failed: %s", exc)
                 yield Finish(FinishReason.ERROR, usage, error=str(exc))
                 return
+            finish = turn.finish
             if finish is None:
                 yield Finish(FinishReason.ERROR, usage, error="the model stream ended early")
                 return
             if finish.usage is not None:
                 usage = finish.usage if usage is None else usage + finish.usage
-            content = "".join(text) or None
+            content = "".join(turn.text) or None
+            calls = turn.calls
 
             if not calls:
                 reply = ChatMessage.assistant(content)
                 await journal.append([reply])
                 reason = finish.finish_reason
-                if reason is FinishReason.TOOL_CALLS:  # said tool_calls but sent none
+                if reason not in _CONSUMER_REASONS:  # e.g. said tool_calls but sent none
                     reason = FinishReason.STOP
                 yield Finish(reason, usage)
                 return
@@ -195,9 +273,9 @@ class FunctionInvokingChatClient:
 
             await journal.append([assistant])
             history.append(assistant)
-            for call in calls:
-                async for update in self._execute(call, by_name, journal, history):
-                    yield update
+            plan = [(call, None) for call in calls]
+            async for update in self._answer_batch(plan, by_name, journal, history, resuming=False):
+                yield update
 
         yield Finish(FinishReason.MAX_ROUNDS, usage)
 
@@ -224,44 +302,89 @@ class FunctionInvokingChatClient:
             raise ResumeError(f"calls still waiting for a decision: {', '.join(undecided)}")
         return [(call, by_id.get(call.id)) for call in pending]
 
-    async def _execute(
+    async def _answer_batch(
         self,
-        call: ToolCall,
+        plan: Sequence[tuple[ToolCall, ToolApprovalResponse | None]],
         tools: dict[str, Tool],
         journal: RunJournal,
         history: list[ChatMessage],
-    ) -> AsyncIterator[AgentResponseUpdate]:
-        """Run one call and answer it with exactly one tool message."""
-        tool = tools.get(call.name)
-        if tool is None:
-            known = ", ".join(sorted(tools)) or "none"
-            content = f"Error: unknown tool {call.name!r}; available tools: {known}"
-            message = ChatMessage.tool(content, call.id)
-            await journal.append([message])
-            history.append(message)
-            yield ToolResult(call.id, call.name, content, is_error=True)
-            return
-        try:
-            arguments = call.parsed_arguments()
-        except ValueError as exc:
-            content = f"Error: {exc}"
-            message = ChatMessage.tool(content, call.id)
-            await journal.append([message])
-            history.append(message)
-            yield ToolResult(call.id, call.name, content, is_error=True)
-            return
+        *,
+        resuming: bool,
+    ) -> AsyncGenerator[AgentResponseUpdate, None]:
+        """Answer every call of a batch with exactly one `tool` message, in the model's order.
 
-        await journal.start_tool_call(call)
-        is_error = False
-        try:
-            content = await tool.invoke(arguments)
-        except ToolError as exc:
-            content, is_error = f"Error: {exc}", True
-        except Exception as exc:
-            logger.exception("tool %r raised", call.name)
-            content = f"Error: tool {call.name!r} failed: {type(exc).__name__}: {exc}"
-            is_error = True
-        message = ChatMessage.tool(content, call.id)
-        await journal.finish_tool_call(call, message, is_error=is_error)
-        history.append(message)
-        yield ToolResult(call.id, call.name, content, is_error=is_error)
+        Answers that run nothing (a rejection, an expiry, an unknown tool, bad arguments) are
+        written only after the next runnable call is claimed with `start_tool_call`, so a resume
+        that loses the race for a batch to another one writes nothing at all.
+        """
+        deferred: list[tuple[ToolCall, str, bool]] = []
+        for call, response in plan:
+            if response is not None and not response.approved:
+                deferred.append((call, response.tool_message_text(), False))
+                continue
+            ready = _prepare(call, tools)
+            if isinstance(ready, str):
+                deferred.append((call, ready, True))
+                continue
+            try:
+                await journal.start_tool_call(call)
+            except ToolCallAlreadyStarted as exc:
+                if not resuming:
+                    raise
+                raise ResumeError(
+                    f"call {call.id!r} is already {exc.status}, so this resume stops: "
+                    "another resume has claimed the batch, or it was interrupted"
+                ) from exc
+            for item in deferred:
+                yield await _answer_unrun(journal, history, *item)
+            deferred.clear()
+            tool, arguments = ready
+            content, is_error = await _invoke(call, tool, arguments)
+            message = ChatMessage.tool(content, call.id)
+            await journal.finish_tool_call(call, message, is_error=is_error)
+            history.append(message)
+            yield ToolResult(call.id, call.name, content, is_error=is_error)
+        for item in deferred:
+            yield await _answer_unrun(journal, history, *item)
+
+
+_CONSUMER_REASONS = frozenset({FinishReason.STOP, FinishReason.LENGTH, FinishReason.CONTENT_FILTER})
+"""Finish reasons of a model turn that reach the consumer as they are."""
+
+
+def _prepare(call: ToolCall, tools: dict[str, Tool]) -> tuple[Tool, dict[str, Any]] | str:
+    """The tool and arguments to run the call with, or the error that answers it instead."""
+    tool = tools.get(call.name)
+    if tool is None:
+        known = ", ".join(sorted(tools)) or "none"
+        return f"Error: unknown tool {call.name!r}; available tools: {known}"
+    try:
+        return tool, call.parsed_arguments()
+    except ValueError as exc:
+        return f"Error: {exc}"
+
+
+async def _invoke(call: ToolCall, tool: Tool, arguments: dict[str, Any]) -> tuple[str, bool]:
+    """Run the tool; whatever it raises becomes an error result for the model."""
+    try:
+        result: object = await tool.invoke(arguments)
+    except ToolError as exc:
+        return f"Error: {exc}", True
+    except Exception as exc:
+        logger.exception("tool %r raised", call.name)
+        return f"Error: tool {call.name!r} failed: {type(exc).__name__}: {exc}", True
+    return (result if isinstance(result, str) else _to_text(result)), False
+
+
+async def _answer_unrun(
+    journal: RunJournal,
+    history: list[ChatMessage],
+    call: ToolCall,
+    content: str,
+    is_error: bool,
+) -> ToolResult:
+    """Answer a call that does not run (rejected, expired, unknown, bad arguments)."""
+    message = ChatMessage.tool(content, call.id)
+    await journal.append([message])
+    history.append(message)
+    return ToolResult(call.id, call.name, content, is_error=is_error)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import contextlib
+from collections.abc import AsyncGenerator, Sequence
 from typing import Protocol
 
 from ._invoke import ApprovalGate, FunctionInvokingChatClient, pending_tool_calls
@@ -110,7 +111,7 @@ class ChatClientAgent:
         messages: str | ChatMessage | Sequence[ChatMessage] | None,
         session: AgentSession,
         options: AgentRunOptions | None = None,
-    ) -> AsyncIterator[AgentResponseUpdate]:
+    ) -> AsyncGenerator[AgentResponseUpdate, None]:
         options = options or AgentRunOptions()
         new = _as_messages(messages)
         if options.tool_approval_responses and new:
@@ -137,7 +138,8 @@ class ChatClientAgent:
             journal=journal,
             options=options,
         )
-        async for update in stream:
-            yield update
+        async with contextlib.aclosing(stream):  # an abandoned run releases the model stream
+            async for update in stream:
+                yield update
         for provider in self.context_providers:
             await provider.on_invoked(session, new, journal.produced)

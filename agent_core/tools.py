@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol, overload, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
 
 from .exceptions import ToolError
 
@@ -71,7 +72,7 @@ class FunctionTool:
         doc = inspect.getdoc(func) or ""
         self._description = description or doc.strip() or self._name
         self._requires_approval = requires_approval
-        self._model = _arguments_model(func, self._name)
+        self._model, self._params = _arguments_model(func, self._name)
         schema = self._model.model_json_schema()
         schema.pop("title", None)
         self._parameters = schema
@@ -100,11 +101,20 @@ class FunctionTool:
                 for err in exc.errors()
             )
             raise ToolError(f"invalid arguments for {self._name!r}: {problems}") from None
-        kwargs = {field: getattr(validated, field) for field in type(validated).model_fields}
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        for field, param in self._params:
+            value = getattr(validated, field)
+            if param.kind is param.POSITIONAL_ONLY:
+                args.append(value)
+            else:
+                kwargs[param.name] = value
         if inspect.iscoroutinefunction(self.func):
-            result = await self.func(**kwargs)
+            result = await self.func(*args, **kwargs)
         else:
-            result = await asyncio.to_thread(self.func, **kwargs)
+            result = await asyncio.to_thread(self.func, *args, **kwargs)
+        if inspect.isawaitable(result):  # an async callable that is not a coroutine function
+            result = await result
         return _to_text(result)
 
     async def __call__(self, **kwargs: Any) -> str:
@@ -114,18 +124,54 @@ class FunctionTool:
         return f"FunctionTool({self._name!r})"
 
 
-def _arguments_model(func: Callable[..., Any], name: str) -> type[BaseModel]:
-    hints = inspect.get_annotations(func, eval_str=True)
+def _arguments_model(
+    func: Callable[..., Any], name: str
+) -> tuple[type[BaseModel], list[tuple[str, inspect.Parameter]]]:
+    """A pydantic model of the function's parameters, and which model field feeds which one.
+
+    Fields get neutral names (`p0`, `p1`, ...) and the parameter name as alias, so that any
+    parameter name works: `json` or `schema` would shadow `BaseModel` attributes, and a leading
+    underscore or `model_config` would be silently dropped from the schema.
+    """
     fields: dict[str, Any] = {}
-    for param in inspect.signature(func).parameters.values():
+    params: list[tuple[str, inspect.Parameter]] = []
+    for index, param in enumerate(inspect.signature(func).parameters.values()):
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"tool {name!r}: *args/**kwargs cannot be described to a model")
-        annotation = hints.get(param.name, Any)
-        default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[param.name] = (annotation, default)
+        annotation = _resolve(func, name, param)
+        if isinstance(param.default, FieldInfo):
+            info = FieldInfo.merge_field_infos(param.default, Field(alias=param.name))
+        elif param.default is inspect.Parameter.empty:
+            info = Field(alias=param.name)
+        else:
+            info = Field(param.default, alias=param.name)
+        field = f"p{index}"
+        fields[field] = (annotation, info)
+        params.append((field, param))
     config = ConfigDict(extra="forbid")
     model: type[BaseModel] = create_model(f"{name}_arguments", __config__=config, **fields)
-    return model
+    return model, params
+
+
+def _resolve(func: Callable[..., Any], name: str, param: inspect.Parameter) -> Any:
+    """The parameter's type hint, evaluated if it is a string (`from __future__ import
+    annotations`). Only parameters are resolved: the return type is never needed."""
+    annotation = param.annotation
+    if annotation is inspect.Parameter.empty:
+        return Any
+    if not isinstance(annotation, str):
+        return annotation
+    target = inspect.unwrap(func)
+    namespace = getattr(target, "__globals__", None)
+    if namespace is None:  # a callable object: its __call__ knows the module
+        namespace = getattr(type(target).__call__, "__globals__", {})
+    try:
+        return eval(annotation, namespace)
+    except Exception as exc:
+        raise TypeError(
+            f"tool {name!r}: cannot resolve the type hint {annotation!r} of parameter "
+            f"{param.name!r} ({exc}); define the type at module level"
+        ) from None
 
 
 @overload
@@ -181,8 +227,8 @@ class ApprovalRequiredTool:
     def requires_approval(self) -> bool:
         return True
 
-    def invoke(self, arguments: dict[str, Any]) -> Awaitable[str]:
-        return self.inner.invoke(arguments)
+    async def invoke(self, arguments: dict[str, Any]) -> str:
+        return await self.inner.invoke(arguments)
 
     def __repr__(self) -> str:
         return f"ApprovalRequiredTool({self.inner!r})"
