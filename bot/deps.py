@@ -18,7 +18,7 @@ from ._tasks import TaskSupervisor
 from .policy import Policy
 from .settings import Settings
 from .store import SQLiteStore
-from .tools import load_tool, make_http_request, make_run_command
+from .tools import dotenv_names, load_tool, make_http_request, make_run_command
 
 if TYPE_CHECKING:
     from .runner import Runner
@@ -51,21 +51,9 @@ class Deps:
     """Set by `create_app`: the behaviour bound to the app's Web API client."""
 
 
-def dotenv_names(path: Path = Path(".env")) -> set[str]:
-    """Names defined in a `.env` file: tool subprocesses must never inherit them."""
-    if not path.is_file():
-        return set()
-    names = set()
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        key, sep, _ = line.strip().removeprefix("export ").partition("=")
-        if sep and key and not key.startswith("#"):
-            names.add(key.strip())
-    return names
-
-
 def default_tools(http: httpx.AsyncClient) -> list[Tool]:
     return [
-        make_run_command(workdir=Path.cwd(), secret_names=dotenv_names()),
+        make_run_command(workdir=Path.cwd(), secret_names=dotenv_names(Path(".env"))),
         make_http_request(client=http),
     ]
 

@@ -352,7 +352,11 @@ class Runner:
             return "I don't know this approval request (it may belong to another OpsGate install)."
         session = await store.get_session(row.session_id)
         channel = session.channel_id if session else (row.card_channel or "")
-        allowed, why, rule = await self.check_clicker(row, user=user, channel=channel)
+        if decision == "rejected" and user == row.requested_by:
+            # Withdrawing your own request is always allowed; approving it is not.
+            allowed, why, rule = True, None, "the requester may reject their own request"
+        else:
+            allowed, why, rule = await self.check_clicker(row, user=user, channel=channel)
         if not allowed:
             await store.audit(
                 "refusal",

@@ -405,3 +405,18 @@ async def test_slack_rate_limit_is_retried(tmp_path: Path) -> None:
         assert 429 in statuses
         row = await bot.deps.store.get_call(card["ledger_id"])
         assert row is not None and row.card_ts  # the retried post is the card on record
+
+
+async def test_requester_may_withdraw_own_request(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo withdrawn"})])
+        bot.llm.reply_text("Withdrawn, nothing ran.")
+        await bot.mention("run it", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        await bot.click("opsgate_reject", card["ledger_id"], user=ALICE)
+        await bot.slack.wait_for("views.open")
+        await bot.submit_reject(card["ledger_id"], "changed my mind", user=ALICE)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        [result] = tool_messages(bot.llm.requests[1])
+        assert result["content"].startswith("Rejected: changed my mind")

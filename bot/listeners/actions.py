@@ -65,7 +65,7 @@ def register(app: AsyncApp, runner: Runner) -> None:
             await tell_clicker(client, body, f"This request was already {row.status} by {who}.")
             return
         allowed, why, _ = await runner.check_clicker(row, user=user, channel=_channel(body) or "")
-        if not allowed:
+        if not allowed and user != row.requested_by:
             await tell_clicker(client, body, why or "You may not decide on this request.")
             return
         await client.views_open(trigger_id=body["trigger_id"], view=reject_modal(ledger_id))

@@ -15,7 +15,7 @@ import os
 import signal
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -127,6 +127,23 @@ def _report(
     return f"{status}\n--- stdout ---\n{stdout.text()}\n--- stderr ---\n{stderr.text()}"
 
 
+async def _settle(proc: asyncio.subprocess.Process, tasks: Collection[asyncio.Task[Any]]) -> None:
+    """After the group was killed: let the pipes reach EOF and the shell be reaped, so the
+    subprocess transport closes itself. What is still open after a grace period belongs to
+    something that escaped the group: stop reading and close the transport ourselves."""
+    try:
+        await asyncio.wait(tasks, timeout=_GRACE_SECONDS)
+    finally:
+        leftover = [task for task in tasks if not task.done()]
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            transport = getattr(proc, "_transport", None)  # Process has no public close()
+            if transport is not None:
+                transport.close()
+            await asyncio.gather(*leftover, return_exceptions=True)
+
+
 async def _run(
     command: str,
     *,
@@ -157,20 +174,15 @@ async def _run(
     }
     try:
         _, pending = await asyncio.wait(tasks, timeout=time_limit)
-        timed_out = bool(pending)
-        if timed_out:
-            _kill_group(proc.pid)
-            _, pending = await asyncio.wait(pending, timeout=_GRACE_SECONDS)
-        for task in pending:  # something escaped the group and still holds a pipe
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
     except BaseException:  # cancelled (or worse): nothing of the command may outlive us
         _kill_group(proc.pid)
-        for task in tasks:
-            task.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), _GRACE_SECONDS)
+        await _settle(proc, tasks)
         raise
+    timed_out = bool(pending)
+    if timed_out:
+        _kill_group(proc.pid)
+        await _settle(proc, tasks)
+    await asyncio.gather(*tasks, return_exceptions=True)
     return _report(proc.returncode, stdout, stderr, timed_out=time_limit if timed_out else None)
 
 

@@ -65,6 +65,14 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytes,
     return bytes(body), False
 
 
+def _decode(body: bytes, charset: str | None) -> str:
+    """Text of a body in its declared charset; an unknown or missing charset means UTF-8."""
+    try:
+        return body.decode(charset or "utf-8", errors="replace")
+    except LookupError:
+        return body.decode("utf-8", errors="replace")
+
+
 def _describe(response: httpx.Response, redirects: int, body: bytes, truncated: bool) -> str:
     lines = [f"HTTP {response.status_code} {response.reason_phrase}".rstrip()]
     if redirects:
@@ -73,7 +81,7 @@ def _describe(response: httpx.Response, redirects: int, body: bytes, truncated: 
         f"{name}: {response.headers[name]}" for name in _SHOWN_HEADERS if name in response.headers
     ]
     if response.request.method != "HEAD":
-        text = body.decode(response.encoding or "utf-8", errors="replace")
+        text = _decode(body, response.charset_encoding)
         lines += ["", text]
         if truncated:
             lines.append(f"[... response cut at {len(body)} bytes; the rest was not read ...]")

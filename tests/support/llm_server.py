@@ -287,7 +287,7 @@ class LLMStandIn:
     async def wait_for_requests(
         self,
         n: int,
-        timeout: float = 10,  # noqa: ASYNC109 (the helper's pinned API takes a timeout)
+        timeout: float = 10,
     ) -> list[dict[str, Any]]:
         """The first `n` request bodies, once they have arrived."""
 

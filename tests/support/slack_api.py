@@ -236,7 +236,7 @@ class SlackAPIStandIn:
         *,
         count: int = 1,
         where: Callable[[SlackCall], bool] | None = None,
-        timeout: float = 10,  # noqa: ASYNC109 - the pinned test-helper signature
+        timeout: float = 10,
     ) -> list[SlackCall]:
         """Wait until at least `count` calls to `method` (matching `where`) were answered.
 

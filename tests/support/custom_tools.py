@@ -1,0 +1,20 @@
+"""A team's own tools, as the policy file's `tools_modules` would name them (loader tests)."""
+
+from __future__ import annotations
+
+from agent_core import tool
+
+__all__ = ["NOT_A_TOOL", "plain_function", "restart_service"]
+
+NOT_A_TOOL = 42
+
+
+@tool(requires_approval=True)
+async def restart_service(name: str, force: bool = False) -> str:
+    """Restart a systemd service (sample: only says what it would do)."""
+    return f"would restart {name}{' (forced)' if force else ''}"
+
+
+def plain_function(name: str) -> str:
+    """Looks like a tool but was never decorated with @tool."""
+    return name
