@@ -1,0 +1,153 @@
+"""The `opsgate` command: chat in a terminal, check, audit, and start-up errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from bot.check import run_check
+from bot.deps import open_deps
+from bot.settings import Settings
+from bot.terminal import run_chat
+from tests.support.llm_server import LLMStandIn
+from tests.support.slack_api import SlackAPIStandIn
+from tests.test_bot import make_tools, tool_messages
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def answers(*lines: str) -> Callable[[str], str]:
+    """An `input()` that answers from a script, then signals end of input."""
+    queue = list(lines)
+
+    def fake_input(prompt: str) -> str:
+        if not queue:
+            raise EOFError
+        return queue.pop(0)
+
+    return fake_input
+
+
+def settings_for(
+    tmp_path: Path, llm_url: str, slack_url: str = "http://127.0.0.1:9/api/"
+) -> Settings:
+    return Settings(
+        slack_bot_token="xoxb-test-token",
+        slack_api_url=slack_url,
+        openai_base_url=llm_url,
+        opsgate_model="test-model",
+        opsgate_db=str(tmp_path / "opsgate.db"),
+        _env_file=None,
+    )
+
+
+async def test_chat_asks_for_approval_at_the_prompt(tmp_path: Path) -> None:
+    async with LLMStandIn() as llm:
+        llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi-terminal"})])
+        llm.reply_text("The command said hi.")
+        settings = settings_for(tmp_path, llm.base_url)
+        out = io.StringIO()
+        async with open_deps(settings, tools=make_tools(tmp_path)) as deps:
+            code = await run_chat(deps=deps, input_fn=answers("say hi", "y"), out=out)
+            audit = await deps.store.audit_rows()
+        assert code == 0
+        text = out.getvalue()
+        assert "run_command wants to run" in text
+        assert "hi-terminal" in text
+        assert "The command said hi." in text
+        [result] = tool_messages(llm.requests[1])
+        assert "hi-terminal" in result["content"]
+        decisions = [a for a in audit if a.event == "decision"]
+        assert decisions and (decisions[0].actor or "").startswith("terminal:")
+
+
+async def test_chat_rejection_reason_reaches_the_model(tmp_path: Path) -> None:
+    marker = tmp_path / "nope"
+    async with LLMStandIn() as llm:
+        llm.reply_tool_calls([("call_1", "run_command", {"command": f"touch {marker}"})])
+        llm.reply_text("OK, not touching it.")
+        settings = settings_for(tmp_path, llm.base_url)
+        async with open_deps(settings, tools=make_tools(tmp_path)) as deps:
+            await run_chat(deps=deps, input_fn=answers("touch", "not today"), out=io.StringIO())
+        [result] = tool_messages(llm.requests[1])
+        assert result["content"].startswith("Rejected: not today")
+        assert not marker.exists()
+
+
+async def test_check_says_what_is_wrong(tmp_path: Path) -> None:
+    async with LLMStandIn() as llm, SlackAPIStandIn(token="xoxb-the-right-one") as slack:
+        good = Settings(
+            slack_bot_token="xoxb-the-right-one",
+            slack_api_url=slack.url,
+            openai_base_url=llm.base_url,
+            opsgate_model="test-model",
+            opsgate_db=str(tmp_path / "opsgate.db"),
+            _env_file=None,
+        )
+        out = io.StringIO()
+        assert await run_check(out=out, settings=good) == 0, out.getvalue()
+        assert "FAIL" not in out.getvalue()
+
+        bad = good.model_copy(
+            update={
+                "slack_bot_token": Settings(slack_bot_token="xoxb-wrong").slack_bot_token,
+                "openai_base_url": "http://127.0.0.1:9/v1",
+            }
+        )
+        out = io.StringIO()
+        assert await run_check(out=out, settings=bad) == 1
+        report = out.getvalue()
+        assert "invalid_auth" in report and "SLACK_BOT_TOKEN" in report
+        assert "cannot reach http://127.0.0.1:9/v1" in report
+        assert "xoxb-wrong" not in report
+
+
+def _opsgate(
+    args: list[str], *, cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "OPSGATE_"))
+    }
+    base["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "bot.cli", *args],
+        cwd=cwd,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_run_without_settings_stops_with_one_clear_line(tmp_path: Path) -> None:
+    result = _opsgate(["run"], cwd=tmp_path, env={})
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "SLACK_BOT_TOKEN" in lines[0]
+
+
+async def test_audit_prints_table_and_json_lines(tmp_path: Path) -> None:
+    async with LLMStandIn() as llm:
+        llm.reply_tool_calls([("call_1", "run_command", {"command": "echo audited"})])
+        llm.reply_text("done")
+        settings = settings_for(tmp_path, llm.base_url)
+        async with open_deps(settings, tools=make_tools(tmp_path)) as deps:
+            await run_chat(deps=deps, input_fn=answers("audit me", "y"), out=io.StringIO())
+    env = {"OPSGATE_DB": str(tmp_path / "opsgate.db")}
+    as_json = _opsgate(["audit", "--json"], cwd=tmp_path, env=env)
+    assert as_json.returncode == 0, as_json.stderr
+    rows = [json.loads(line) for line in as_json.stdout.splitlines()]
+    events = [row["event"] for row in rows]
+    assert events.index("request") < events.index("decision") < events.index("execution_start")
+    assert "execution_end" in events
+    table = _opsgate(["audit", "--since", "1h"], cwd=tmp_path, env=env)
+    assert table.returncode == 0 and "decision" in table.stdout
+    bad = _opsgate(["audit", "--since", "yesterday-ish"], cwd=tmp_path, env=env)
+    assert bad.returncode == 2 and "yesterday-ish" in bad.stderr
