@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import pytest
 
 from agent_core import (
     AgentResponseUpdate,
@@ -58,19 +57,6 @@ class Ops:
             return f"{service}: running"
 
         self.tools = [ApprovalRequiredTool(restart_service), service_status]
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[LLMStandIn]:
-    async with LLMStandIn() as server:
-        yield server
-        assert server.unexpected == [], "a request arrived with no reply queued"
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
 
 
 async def collect(stream: AsyncIterator[AgentResponseUpdate]) -> list[AgentResponseUpdate]:

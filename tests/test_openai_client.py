@@ -39,19 +39,6 @@ from tests.support.llm_server import LLMStandIn, fixture_bytes
 QUESTION = [ChatMessage.system("Be brief."), ChatMessage.user("What is up?")]
 
 
-@pytest.fixture
-async def llm() -> AsyncIterator[LLMStandIn]:
-    async with LLMStandIn() as server:
-        yield server
-        assert server.unexpected == [], "a request arrived with no reply queued"
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
-
-
 @dataclass
 class SleepRecorder:
     """Stands in for `asyncio.sleep`: records each requested delay and returns at once."""
