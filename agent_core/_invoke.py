@@ -244,9 +244,11 @@ class FunctionInvokingChatClient:
                 yield Finish(reason, usage)
                 return
 
-            assistant = ChatMessage.assistant(content, tuple(calls))
             gated = [c for c in calls if self._gated(c, by_name)]
             gated_ids = {c.id for c in gated}
+            if gated_ids:
+                calls = [c.model_copy(update={"gated": c.id in gated_ids}) for c in calls]
+            assistant = ChatMessage.assistant(content, tuple(calls))
             if gated:
                 requests = [
                     ToolApprovalRequest(
@@ -297,7 +299,12 @@ class FunctionInvokingChatClient:
             if response.call_id in by_id:
                 raise ResumeError(f"call {response.call_id!r} has more than one response")
             by_id[response.call_id] = response
-        undecided = [c.id for c in pending if self._gated(c, tools) and c.id not in by_id]
+        if any(c.gated for c in pending):
+            # The batch says which calls the cards asked about; the gate today may differ.
+            needs_decision = [c for c in pending if c.gated]
+        else:
+            needs_decision = [c for c in pending if self._gated(c, tools)]
+        undecided = [c.id for c in needs_decision if c.id not in by_id]
         if undecided:
             raise ResumeError(f"calls still waiting for a decision: {', '.join(undecided)}")
         return [(call, by_id.get(call.id)) for call in pending]

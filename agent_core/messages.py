@@ -31,6 +31,10 @@ class ToolCall(BaseModel):
     id: str
     name: str
     arguments: str = ""
+    gated: bool = False
+    """Set by the tool loop on a call it held for a human decision. Stored with the history so a
+    resume asks for exactly the decisions the cards asked for, even if the policy changed in
+    between; never sent to the provider."""
 
     def parsed_arguments(self) -> dict[str, Any]:
         """The arguments as a JSON object; raises `ValueError` with a readable message if not."""

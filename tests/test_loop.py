@@ -250,8 +250,9 @@ async def test_mixed_batch_pauses_asks_only_about_the_gated_call_and_holds_the_s
     assert h.ran == []
     # The assistant message with ALL its calls was stored before the stream ended.
     assert stored_at_request is not None
-    assert stored_at_request[-1] == ChatMessage.assistant("On it.", (DEPLOY, STATUS))
-    assert pending_tool_calls(stored_at_request) == [DEPLOY, STATUS]
+    gated_deploy = DEPLOY.model_copy(update={"gated": True})
+    assert stored_at_request[-1] == ChatMessage.assistant("On it.", (gated_deploy, STATUS))
+    assert pending_tool_calls(stored_at_request) == [gated_deploy, STATUS]
     assert h.store.pending[SESSION] == [expected_request]
 
 
@@ -837,3 +838,37 @@ async def test_an_abandoned_run_closes_the_model_stream_at_once() -> None:
 
     assert first == TextDelta("a")
     assert h.client.streams_closed == 1
+
+
+async def test_a_resume_asks_for_the_decisions_the_pause_asked_for_even_if_the_gate_changed() -> (
+    None
+):
+    strict = {"on": False}
+
+    def gate(tool_: Tool, tool_call: ToolCall) -> bool:
+        return tool_.requires_approval() or strict["on"]
+
+    h, _ = await paused((DEPLOY, STATUS), Turn(text="done"), approval_gate=gate)
+    [paused_message] = [m for m in await h.history() if m.tool_calls]
+    assert [c.gated for c in paused_message.tool_calls] == [True, False]
+    assert all(
+        "gated" not in json_call for json_call in map(str, paused_message.to_wire()["tool_calls"])
+    )
+
+    strict["on"] = True  # the policy now gates `status` too; its card was never shown
+    updates = await h.resume(ToolApprovalResponse.approve("c_dep"))
+    assert last_finish(updates).finish_reason is FinishReason.STOP
+    assert h.names_run() == ["deploy", "status"]
+
+
+async def test_a_relaxed_gate_does_not_let_an_undecided_call_run() -> None:
+    lax = {"on": False}
+
+    def gate(tool_: Tool, tool_call: ToolCall) -> bool:
+        return tool_.requires_approval() and not lax["on"]
+
+    h, _ = await paused((DEPLOY, STATUS), approval_gate=gate)
+    lax["on"] = True  # the policy no longer gates deploy, but a card asked about it
+    with pytest.raises(ResumeError, match="c_dep"):
+        await h.resume(ToolApprovalResponse.approve("c_st"))  # nothing said about deploy
+    assert h.ran == []
