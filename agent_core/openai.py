@@ -208,11 +208,17 @@ class OpenAIChatClient:
         """The stream itself: from here on nothing is retried."""
         assembler = ChunkAssembler(self.url)
         try:
+            after_done = 0
             async for event in source.aiter_sse():
+                if assembler.done:
+                    # Read on to the end of the body (ignoring it) so httpx can put the
+                    # connection back in its pool; a provider that never stops gets cut off.
+                    after_done += 1
+                    if after_done > _DRAIN_LIMIT:
+                        break
+                    continue
                 for update in assembler.feed(event.event, event.data):
                     yield update
-                if assembler.done:
-                    break
         except httpx.TimeoutException as exc:
             raise StreamError(
                 f"timed out reading the stream from {self.url}: {_describe(exc)}",
@@ -230,6 +236,10 @@ class OpenAIChatClient:
         """Exponential backoff with jitter, capped at `backoff_max`."""
         ceiling = min(self.backoff_max, self.backoff_base * 2.0**attempt)
         return random.uniform(ceiling / 2, ceiling)
+
+
+_DRAIN_LIMIT = 100
+"""Events read and ignored after `[DONE]` before giving up on reusing the connection."""
 
 
 def _is_event_stream(response: httpx.Response) -> bool:

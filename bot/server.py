@@ -82,7 +82,8 @@ async def serve(settings: Settings, *, http: bool, port: int) -> None:
         if http:
             runner = web.AppRunner(http_app(app))
             await runner.setup()
-            site = web.TCPSite(runner, "0.0.0.0", port)
+            # A burst of Slack deliveries must not overflow the default backlog of 128.
+            site = web.TCPSite(runner, "0.0.0.0", port, backlog=1024)
             await site.start()
             logger.info("OpsGate listening on :%d (POST /slack/events, GET /healthz)", port)
             try:
