@@ -15,6 +15,7 @@ __all__ = [
     "escape_mrkdwn",
     "one_line",
     "preformatted",
+    "requester_text",
     "truncate",
     "user_mention",
 ]
@@ -25,6 +26,7 @@ _FENCE_CLOSE = "\n```"
 _ZWSP = "\u200b"
 _BACKTICK_AFTER_BACKTICK = re.compile(r"(?<=`)`")
 _USER_ID = re.compile(r"[UW][A-Z0-9]{1,20}")
+_BOT_ID = re.compile(r"[BA][A-Z0-9]{1,20}")
 _WHITESPACE = re.compile(r"\s+")
 
 
@@ -85,6 +87,14 @@ def user_mention(user_id: str) -> str:
     if _USER_ID.fullmatch(user_id):
         return f"<@{user_id}>"
     return one_line(user_id, 40)
+
+
+def requester_text(requester: str) -> str:
+    """Who asked for a run: a mention for a person, "integration `B…`" for an allow-listed bot
+    (a bot id cannot be mentioned), and anything else escaped."""
+    if _BOT_ID.fullmatch(requester):
+        return f"integration `{requester}`"
+    return user_mention(requester)
 
 
 def _neutralise_fences(text: str) -> str:

@@ -1,4 +1,5 @@
-"""Block Kit for approval cards and the reject modal: pure functions from data to Slack dicts.
+"""Block Kit for approval cards and the reject modal, and the texts of `/opsgate`: pure functions
+from data to Slack dicts and mrkdwn.
 
 Everything shown comes from the ledger row the bot stored at pause time; the buttons carry only
 the ledger id (DESIGN.md, "Binding"). Arguments and descriptions are untrusted and reach mrkdwn
@@ -18,6 +19,7 @@ from slack_sdk.models.blocks import (
     ActionsBlock,
     Block,
     ButtonElement,
+    ConfirmObject,
     ContextBlock,
     HeaderBlock,
     InputBlock,
@@ -28,10 +30,19 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from ._text import code_span, escape_cut, escape_mrkdwn, one_line, preformatted, user_mention
+from ._text import (
+    code_span,
+    escape_cut,
+    escape_mrkdwn,
+    one_line,
+    preformatted,
+    requester_text,
+    user_mention,
+)
 
 __all__ = [
     "ACTION_APPROVE",
+    "ACTION_CANCEL",
     "ACTION_REASON",
     "ACTION_REJECT",
     "BLOCK_ACTIONS",
@@ -39,18 +50,23 @@ __all__ = [
     "CALLBACK_REJECT",
     "CardCall",
     "CardOutcome",
+    "ChannelHelp",
     "OutcomeStatus",
+    "PendingEntry",
     "approval_card",
     "card_text",
     "decided_card",
     "decided_text",
+    "help_text",
     "overflow",
+    "pending_text",
     "reason_from_view",
     "reject_modal",
 ]
 
 ACTION_APPROVE = "opsgate_approve"
 ACTION_REJECT = "opsgate_reject"
+ACTION_CANCEL = "opsgate_cancel"
 CALLBACK_REJECT = "opsgate_reject_modal"
 BLOCK_REASON = "reason"
 ACTION_REASON = "reason_input"
@@ -135,6 +151,20 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
                     value=call.ledger_id,
                     style="danger",
                 ),
+                ButtonElement(
+                    text=PlainTextObject(text="Cancel run"),
+                    action_id=ACTION_CANCEL,
+                    value=call.ledger_id,
+                    confirm=ConfirmObject(
+                        title="Cancel the whole run?",
+                        text=PlainTextObject(
+                            text="Every call waiting here is rejected, nothing of this batch "
+                            "runs, and the run ends."
+                        ),
+                        confirm="Cancel run",
+                        deny="Keep waiting",
+                    ),
+                ),
             ],
         )
     )
@@ -165,6 +195,108 @@ def decided_text(call: CardCall, outcome: CardOutcome) -> str:
     """Notification / fallback text of the decided card."""
     who = f" by {user_mention(outcome.decided_by)}" if outcome.decided_by else ""
     return f"{outcome.status.capitalize()}{who}: {code_span(call.tool)}"
+
+
+@dataclass(frozen=True)
+class PendingEntry:
+    """One approval waiting for the person who ran `/opsgate pending`."""
+
+    tool: str
+    channel: str
+    requested_by: str | None
+    permalink: str | None
+    expires_at: datetime | None = None
+    approvals: int = 0
+    required_approvals: int = 1
+
+
+_PENDING_SHOWN_MAX = 20
+
+
+def pending_text(entries: Sequence[PendingEntry]) -> str:
+    """The ephemeral answer to `/opsgate pending`: each approval with a link to its card."""
+    if not entries:
+        return "Nothing is waiting for your approval right now."
+    lines = [f"*Waiting for your decision ({len(entries)}):*"]
+    for entry in entries[:_PENDING_SHOWN_MAX]:
+        card = f"<{entry.permalink}|open the card>" if entry.permalink else "card not found"
+        line = f"• {code_span(entry.tool, 60)} in <#{entry.channel}> · {card}"
+        if entry.requested_by:
+            line += f" · asked by {requester_text(entry.requested_by)}"
+        if entry.required_approvals > 1:
+            line += f" · {entry.approvals} of {entry.required_approvals} approvals"
+        if entry.expires_at is not None:
+            line += f" · expires {_slack_date(entry.expires_at)}"
+        lines.append(line)
+    if len(entries) > _PENDING_SHOWN_MAX:
+        lines.append(f"• … and {len(entries) - _PENDING_SHOWN_MAX} more")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ChannelHelp:
+    """What `/opsgate help` says about the channel it was run in."""
+
+    channel: str
+    acts_here: bool
+    trigger: str
+    allowed_bots: tuple[str, ...]
+    approvers: str
+    """Slack mrkdwn naming who may approve (from `ApproverSpec.mention_text`)."""
+    required_approvals: int
+    allow_self_approval: bool
+    ttl: str
+    tools: tuple[tuple[str, str], ...]
+    """(tool name, when it asks for approval) for each tool offered in the channel."""
+    concurrency: int
+    has_instructions: bool
+    policy_source: str
+
+
+def help_text(info: ChannelHelp) -> str:
+    """`/opsgate help`: usage and the channel's policy, in one screen of mrkdwn."""
+    usage = [
+        "*OpsGate* works on ops requests with tools; anything risky waits for a human's approval.",
+        "• `/opsgate <request>`: start a run here (your request becomes a new thread)",
+        "• `/opsgate pending`: approvals waiting for your decision, with links to their cards",
+        "• `/opsgate help`: this help",
+        "• Mention me in a channel, or write to me in a DM; reply in the thread to go on",
+        "• Write `cancel` in a thread waiting for approval (or click *Cancel run* on a card) "
+        "to end the run without running anything: the requester or an approver may",
+    ]
+    here = f"<#{info.channel}>"
+    if not info.acts_here:
+        return "\n".join(
+            [*usage, "", f"*In {here}*: I don't act here; `defaults.channels` does not list it."]
+        )
+    if info.trigger == "every_message":
+        trigger = "every new message starts a run in its thread"
+    else:
+        trigger = "a mention of me starts a run"
+    if info.allowed_bots:
+        trigger += "; messages from " + ", ".join(code_span(b, 30) for b in info.allowed_bots)
+        trigger += " may too"
+    self_approval = "may" if info.allow_self_approval else "may not"
+    if info.tools:
+        tools = ", ".join(
+            f"{code_span(name, 40)} ({escape_mrkdwn(how)})" for name, how in info.tools
+        )
+    else:
+        tools = "none"
+    policy = [
+        "",
+        f"*In {here}:*",
+        f"• Trigger: {trigger}",
+        f"• Approvers: {info.approvers}; {info.required_approvals} approval(s) needed; "
+        f"the requester {self_approval} approve their own request",
+        f"• Decisions expire after {escape_mrkdwn(info.ttl)}",
+        f"• Tools: {tools}",
+        f"• Up to {info.concurrency} run(s) at once; more are queued",
+    ]
+    if info.has_instructions:
+        policy.append("• This channel has its own instructions for me")
+    policy.append(f"_Policy: {escape_mrkdwn(info.policy_source)}_")
+    return "\n".join([*usage, *policy])
 
 
 def reject_modal(ledger_id: str) -> dict[str, Any]:
@@ -227,7 +359,7 @@ def _body(call: CardCall, arg_limit: int) -> list[Block]:
 def _context_text(call: CardCall) -> str:
     parts = []
     if call.requested_by:
-        parts.append(f"Requested by {user_mention(call.requested_by)}")
+        parts.append(f"Requested by {requester_text(call.requested_by)}")
     parts.append(f"digest {code_span(call.digest, 64)}")
     if call.required_approvals > 1:
         progress = f"{len(call.approvals)} of {call.required_approvals} approvals"

@@ -15,6 +15,7 @@ from agent_core import ChatClientAgent, Tool
 from agent_core.openai import OpenAIChatClient
 
 from ._tasks import TaskSupervisor
+from .channels import ChannelInstructions
 from .policy import Policy
 from .settings import Settings
 from .store import SQLiteStore
@@ -91,6 +92,7 @@ async def open_deps(
             instructions=INSTRUCTIONS,
             tools=all_tools,
             store=store,
+            context_providers=[ChannelInstructions(policy)],
             approval_gate=policy.gate,
         )
         deps = Deps(

@@ -7,6 +7,10 @@ but the requester may approve, one approval, one hour to decide.
 
 `Policy.gate` is an agent_core `ApprovalGate`; `check_approver` answers "may this person decide
 this call?" and says why not; `GroupResolver` looks up Slack user-group members, with a cache.
+
+Channels can be set up for ops automation in `[channels_policy.<channel id>]`: what starts a
+run there (`trigger`), which integrations' messages may (`allowed_bots`), extra `instructions`
+for the model, the `tools` offered, who approves, and how many runs go at once (`concurrency`).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "ToolPolicy",
+    "Trigger",
     "check_approver",
 ]
 
@@ -60,6 +65,7 @@ logger = logging.getLogger("bot.policy")
 _USER_ID = re.compile(r"[UW][A-Z0-9]{2,}")
 _GROUP_ID = re.compile(r"S[A-Z0-9]{2,}")
 _CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{2,}")
+_BOT_ID = re.compile(r"[BA][A-Z0-9]{2,}")
 _BUILT_IN_SOURCE = "(built-in default policy)"
 
 
@@ -96,6 +102,28 @@ def _channel_id(value: str) -> str:
     return value
 
 
+def _bot_id(value: str) -> str:
+    if not _BOT_ID.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Slack bot id (B…) or app id (A…); the bot id is the `bot_id` "
+            "of the integration's messages, the app id is on the app's settings page"
+        )
+    return value
+
+
+def _text(value: str) -> str:
+    if not value.strip():
+        raise ValueError("is empty; remove the key or write the text")
+    return value.strip()
+
+
+def _unique(values: tuple[str, ...]) -> tuple[str, ...]:
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"lists {', '.join(map(repr, repeated))} more than once")
+    return values
+
+
 def _regex(value: Any) -> Any:
     if isinstance(value, re.Pattern):
         return value
@@ -111,7 +139,13 @@ Duration = Annotated[timedelta, BeforeValidator(_duration)]
 ApproverId = Annotated[StrictStr, AfterValidator(_approver_id)]
 ChannelId = Annotated[StrictStr, AfterValidator(_channel_id)]
 Regex = Annotated[re.Pattern[str], BeforeValidator(_regex)]
+BotId = Annotated[StrictStr, AfterValidator(_bot_id)]
 Approvals = Annotated[StrictInt, Field(ge=1)]
+Concurrency = Annotated[StrictInt, Field(ge=1, le=1000)]
+ToolName = Annotated[StrictStr, Field(min_length=1)]
+Instructions = Annotated[StrictStr, AfterValidator(_text), Field(max_length=8000)]
+Trigger = Literal["mention", "every_message"]
+"""What starts a run in a channel: a mention of the bot, or every top-level message."""
 
 
 class _Model(BaseModel):
@@ -171,6 +205,9 @@ class Defaults(_Model):
     remind_before: Duration | None = None
     channels: tuple[ChannelId, ...] | None = None
     tools_modules: tuple[StrictStr, ...] = ()
+    concurrency: Concurrency = 2
+    """Runs actively running at once per channel (paused runs waiting for approval don't count);
+    more messages wait in the queue."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Defaults:
@@ -184,10 +221,25 @@ class Defaults(_Model):
 
 
 class ChannelPolicy(_Model):
-    """`[channels_policy.<channel id>]`: a channel's own approvers and approval count."""
+    """`[channels_policy.<channel id>]`: how the bot works in one channel.
 
+    `trigger`: "mention" (default) or "every_message" (each top-level message starts a run in
+    its thread). `allowed_bots`: bot (B…) or app (A…) ids whose messages may start runs there
+    (other bots are always ignored). `instructions`: added to the system prompt there. `tools`:
+    the tools offered there (all when absent). `approvers`, `required_approvals`: override the
+    defaults. `concurrency`: runs at once there (defaults.concurrency when absent).
+    """
+
+    trigger: Trigger = "mention"
+    allowed_bots: Annotated[tuple[BotId, ...], AfterValidator(_unique)] = ()
+    instructions: Instructions | None = None
+    tools: Annotated[tuple[ToolName, ...], AfterValidator(_unique)] | None = None
     approvers: tuple[ApproverId, ...] | None = None
     required_approvals: Approvals | None = None
+    concurrency: Concurrency | None = None
+
+
+_NO_OVERRIDE = ChannelPolicy()
 
 
 def _check_reachable(approvers: Sequence[str], required: int, key: str) -> None:
@@ -336,13 +388,16 @@ class Policy(_Model):
         return policy
 
     def check_tools(self, known_tools: Collection[str]) -> None:
-        """Raise `PolicyError` if the file configures a tool that the bot does not have."""
+        """Raise `PolicyError` if the file configures or offers a tool that the bot lacks."""
         known = sorted(set(known_tools))
-        for name in self.tools:
+        places = [(f"[tools.{name}]", name) for name in self.tools]
+        for channel, override in self.channels_policy.items():
+            places += [(f"channels_policy.{channel}.tools", name) for name in override.tools or ()]
+        for where, name in places:
             if name not in known:
                 hint = _did_you_mean(name, known)
                 raise PolicyError(
-                    f"policy file {self._source}: [tools.{name}]: unknown tool {name!r}{hint}; "
+                    f"policy file {self._source}: {where}: unknown tool {name!r}{hint}; "
                     f"known tools: {', '.join(known) or 'none'}"
                 )
 
@@ -390,6 +445,44 @@ class Policy(_Model):
         if override is not None and override.required_approvals is not None:
             return override.required_approvals
         return self.defaults.required_approvals
+
+    def channel(self, channel: str | None) -> ChannelPolicy:
+        """The channel's own section, or an empty one (every key at its default)."""
+        found = self.channels_policy.get(channel) if channel is not None else None
+        return found if found is not None else _NO_OVERRIDE
+
+    def trigger_for(self, channel: str | None) -> Trigger:
+        return self.channel(channel).trigger
+
+    def allows_bot(self, channel: str | None, *ids: str | None) -> bool:
+        """Whether a message from a bot with any of these bot/app ids may start runs here."""
+        allowed = self.channel(channel).allowed_bots
+        return any(i in allowed for i in ids if i)
+
+    def instructions_for(self, channel: str | None) -> str | None:
+        return self.channel(channel).instructions
+
+    def tools_for(self, channel: str | None) -> tuple[str, ...] | None:
+        """The names of the tools offered in the channel; None means every tool."""
+        return self.channel(channel).tools
+
+    def concurrency_for(self, channel: str | None) -> int:
+        own = self.channel(channel).concurrency
+        return own if own is not None else self.defaults.concurrency
+
+    def approval_summary(self, tool: Tool | str) -> str:
+        """When calls of a tool wait for a human, in a few words (for `/opsgate help`)."""
+        name = tool if isinstance(tool, str) else tool.name
+        config = self.tools.get(name) or self._built_in.get(name)
+        if config is None:
+            risky = True if isinstance(tool, str) else tool.requires_approval()
+            return "asks for approval" if risky else "runs without approval"
+        if config.approval == "always":
+            return "asks for approval"
+        if config.approval == "never":
+            return "runs without approval"
+        labels = [r.name or f"{r.argument} matches /{r.pattern.pattern}/" for r in config.rules]
+        return "asks for approval for " + "; ".join(labels)
 
     # the gate
 

@@ -1,13 +1,18 @@
-"""Drives agent runs for Slack threads: start, stream, pause with cards, decide, resume.
+"""Drives agent runs for Slack threads: queue, start, stream, pause with cards, decide, resume,
+cancel; and what `/opsgate` answers.
 
 Every step that must survive a restart is written to the store before Slack is told about it,
-and every step that must happen once is claimed with a conditional update in the store.
+and every step that must happen once is claimed with a conditional update in the store. Runs
+start only through the run queue (`bot.dispatcher`), which keeps each channel under its
+`concurrency`; resumes after a decision start at once (a human is waiting for them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,26 +23,42 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent_core import (
     AgentCoreError,
     AgentResponseUpdate,
-    AgentRunOptions,
-    AgentSession,
     Finish,
     FinishReason,
     TextDelta,
     ToolResult,
 )
 
+from ._duration import format_duration
 from ._streaming import ThreadReply
-from ._text import escape_mrkdwn, preformatted
-from .blocks import CardCall, CardOutcome, approval_card, card_text, decided_card, overflow
+from ._text import escape_cut, escape_mrkdwn, preformatted, requester_text, user_mention
+from .blocks import (
+    CardCall,
+    CardOutcome,
+    ChannelHelp,
+    PendingEntry,
+    approval_card,
+    card_text,
+    decided_card,
+    help_text,
+    overflow,
+    pending_text,
+)
+from .channels import run_options, session_for
 from .deps import Deps
+from .dispatcher import Dispatcher
 from .policy import GroupResolver, check_approver
-from .store import ToolCallRow, batch_complete
+from .store import EnqueueOutcome, QueueItem, SessionRow, ToolCallRow, batch_complete
 
 __all__ = ["Runner", "Thread"]
 
 logger = logging.getLogger("opsgate.runner")
 
 OUTPUT_INLINE = 1500
+REQUEST_SHOWN_MAX = 3000
+"""Longest request text (escaped) that `/opsgate <request>` shows in its thread root."""
+_CANCEL = re.compile(r"\s*cancel\s*[.!]?\s*", re.IGNORECASE)
+_PERSON = re.compile(r"[UW][A-Z0-9]+")
 _FINISH_NOTES = {
     FinishReason.LENGTH: "_(The answer was cut off: the model hit its length limit.)_",
     FinishReason.CONTENT_FILTER: "_(The provider's content filter stopped the answer.)_",
@@ -61,6 +82,7 @@ class Runner:
         self.deps = deps
         self.client = client
         self.groups = GroupResolver(self._group_members)
+        self.dispatcher = Dispatcher(deps.store, deps.policy, self._start_queued)
 
     async def _group_members(self, group_id: str) -> list[str]:
         response = await self.client.usergroups_users_list(usergroup=group_id)
@@ -75,7 +97,8 @@ class Runner:
         return session is not None
 
     async def on_message(self, thread: Thread, *, user: str, text: str, message_ts: str) -> None:
-        """A teammate wrote to the bot. Start a run, or say why not."""
+        """A teammate (or an allow-listed bot, `user` = its id) wrote to the bot: queue a run,
+        cancel the thread's paused run, or say why not."""
         store = self.deps.store
         if not self.deps.policy.allows_channel(thread.channel_id):
             await self._say(
@@ -89,23 +112,63 @@ class Runner:
                 details={"channel": thread.channel_id, "rule": "defaults.channels"},
             )
             return
+        if _CANCEL.fullmatch(text):
+            await self._cancel_from_message(thread, user=user)
+            return
         session = await store.get_or_create_session(
             thread.team_id, thread.channel_id, thread.thread_ts
         )
-        if not await store.claim(session.id, ("idle", "failed"), "running"):
-            await self._busy_reply(thread, session.id)
+        outcome = await store.enqueue(session.id, requester=user, text=text, message_ts=message_ts)
+        if outcome.item is None:
+            await self._busy_reply(thread, outcome)
             return
-        await store.set_requester(session.id, user)
-        stream = self.deps.agent.run(text, AgentSession(session.id))
-        self.deps.tasks.spawn(
-            self._drive(thread, session.id, stream, requester=user, message_ts=message_ts),
-            name=f"run {session.id}",
+        await self._dispatch_new(thread, outcome.item)
+
+    async def _dispatch_new(self, thread: Thread, item: QueueItem) -> None:
+        """Start the new item if its channel has a free slot; otherwise say it is queued."""
+        started = await self.dispatcher.kick(thread.channel_id)
+        if any(s.id == item.id for s in started):
+            return
+        ahead = await self.deps.store.queue_position(item.id)
+        if ahead is None:  # another task's kick started it meanwhile
+            return
+        limit = self.deps.policy.concurrency_for(thread.channel_id)
+        text = (
+            f":hourglass_flowing_sand: Queued: {limit} run(s) are already going in this channel, "
+        )
+        text += (
+            f"and {ahead} more are waiting ahead of this one. " if ahead else "which is the limit. "
+        )
+        await self._say(thread, text + "I'll start as soon as a slot frees up.")
+
+    def _start_queued(self, item: QueueItem) -> None:
+        """The dispatcher's `start`: the item's run, in the background."""
+        self.deps.tasks.spawn(self._run_queued(item), name=f"run {item.session_id}")
+
+    async def _run_queued(self, item: QueueItem) -> None:
+        session = await self.deps.store.get_session(item.session_id)
+        if session is None:  # cannot happen (the claim joined on it); never hold a slot
+            logger.error("queued item %d names no session %r", item.id, item.session_id)
+            await self.deps.store.finish_queued(item.id)
+            return
+        thread = Thread(session.team_id, session.channel_id, session.thread_ts)
+        options = run_options(self.deps.policy, self.deps.tools, session.channel_id)
+        stream = self.deps.agent.run(
+            item.text, session_for(session.id, session.channel_id), options
+        )
+        await self._drive(
+            thread,
+            session.id,
+            stream,
+            requester=item.requester,
+            message_ts=item.message_ts,
+            item_id=item.id,
         )
 
-    async def _busy_reply(self, thread: Thread, session_id: str) -> None:
-        session = await self.deps.store.get_session(session_id)
-        if session is not None and session.state == "awaiting_approval":
-            rows = [r for r in await self.deps.store.batch_calls(session_id) if r.needs_approval]
+    async def _busy_reply(self, thread: Thread, outcome: EnqueueOutcome) -> None:
+        session = outcome.session
+        if session.state == "awaiting_approval":
+            rows = [r for r in await self.deps.store.batch_calls(session.id) if r.needs_approval]
             pending = [r for r in rows if r.status == "pending"]
             links = []
             for row in pending:
@@ -116,7 +179,14 @@ class Runner:
                 thread,
                 "This thread is waiting for a decision on "
                 + (", ".join(links) or "the request above")
-                + ". Approve or reject it on the card first; I have not started anything new.",
+                + ". Approve or reject it on the card first (or write `cancel` to end the run); "
+                "I have not started anything new.",
+            )
+        elif outcome.waiting is not None:
+            await self._say(
+                thread,
+                "An earlier message in this thread is still queued; I'll answer it first. "
+                "Send this one again once I have.",
             )
         else:
             await self._say(
@@ -145,13 +215,20 @@ class Runner:
         *,
         requester: str | None,
         message_ts: str | None,
+        item_id: int | None = None,
     ) -> None:
-        """Consume one run's stream and show it in the thread; leave the session consistent."""
+        """Consume one run's stream and show it in the thread; leave the session consistent.
+
+        When it ends (answered, failed or paused) its queue item is done and the channel's next
+        queued run may start. Cancelled (the bot is stopping): the session stays `running`, so
+        the next start-up's `recover()` tells the thread.
+        """
         store = self.deps.store
         if message_ts:
             await self._react(thread, message_ts, "reactions_add")
         reply: ThreadReply | None = None
         final_state: Literal["idle", "failed"] | None = "idle"
+        stopping = False
         try:
             async for update in stream:
                 match update:
@@ -188,6 +265,9 @@ class Runner:
                             await self._say(thread, note)
                     case _:
                         pass
+        except asyncio.CancelledError:
+            final_state, stopping = None, True
+            raise
         except AgentCoreError as exc:
             logger.warning("run %s refused: %s", session_id, exc)
             await self._say(thread, f":warning: {escape_mrkdwn(str(exc))}")
@@ -206,13 +286,25 @@ class Runner:
                 await store.set_state(session_id, final_state)
             if message_ts:
                 await self._react(thread, message_ts, "reactions_remove")
+            if not stopping:
+                await self._run_ended(thread, item_id)
+
+    async def _run_ended(self, thread: Thread, item_id: int | None) -> None:
+        try:
+            if item_id is not None:
+                await self.deps.store.finish_queued(item_id)
+            await self.dispatcher.kick(thread.channel_id)
+        except Exception:
+            logger.exception("could not start the next queued run in %s", thread.channel_id)
 
     def _reply(self, thread: Thread, requester: str | None) -> ThreadReply:
+        # Streaming is addressed to a person; an integration's run gets a posted message.
+        person = requester if requester and _PERSON.fullmatch(requester) else None
         return ThreadReply(
             self.client,
             channel=thread.channel_id,
             thread_ts=thread.thread_ts,
-            recipient_user_id=requester,
+            recipient_user_id=person,
             recipient_team_id=thread.team_id,
         )
 
@@ -229,6 +321,17 @@ class Runner:
             )
         except SlackApiError as exc:
             logger.error("could not post to %s: %s", thread.channel_id, exc.response.get("error"))
+
+    async def _tell(self, thread: Thread, user: str, text: str) -> None:
+        """An ephemeral reply in the thread that only `user` sees (people only: not bots)."""
+        if not _PERSON.fullmatch(user):
+            return
+        try:
+            await self.client.chat_postEphemeral(
+                channel=thread.channel_id, user=user, thread_ts=thread.thread_ts, text=text
+            )
+        except SlackApiError as exc:
+            logger.warning("could not tell %s: %s", user, exc.response.get("error"))
 
     async def _post_tool_result(self, thread: Thread, result: ToolResult) -> None:
         name = escape_mrkdwn(result.name)
@@ -305,11 +408,13 @@ class Runner:
         if row.status == "pending":
             blocks = approval_card(card)
         else:
+            status = _card_status(row.status)
             outcome = CardOutcome(
-                status=_card_status(row.status),
+                status=status,
                 decided_by=row.decided_by,
                 decided_at=row.decided_at or self.deps.clock(),
-                reason=row.reason,
+                # "cancelled by <@U>" is what the card says already; the reason would repeat it.
+                reason=None if status == "cancelled" else row.reason,
             )
             blocks = decided_card(card, outcome)
         try:
@@ -394,8 +499,9 @@ class Runner:
         thread = Thread(session.team_id, session.channel_id, session.thread_ts)
         responses = await store.responses_for_batch(session_id)
         await store.set_state(session_id, "running")
-        options = AgentRunOptions().with_tool_approval_responses(responses)
-        stream = self.deps.agent.run(None, AgentSession(session_id), options)
+        # The same tools as the run that paused: a stored call must not become "unknown".
+        options = run_options(self.deps.policy, self.deps.tools, session.channel_id, responses)
+        stream = self.deps.agent.run(None, session_for(session_id, session.channel_id), options)
         self.deps.tasks.spawn(
             self._drive(thread, session_id, stream, requester=session.requester, message_ts=None),
             name=f"resume {session_id}",
@@ -412,7 +518,11 @@ class Runner:
         return len(expired)
 
     async def announce_recovery(self) -> None:
-        """After a restart, tell each thread whose run was cut short what happened."""
+        """After a restart: requeue runs that had not begun, tell each thread whose run was cut
+        short what happened, and start what was queued before the restart."""
+        requeued = await self.deps.store.requeue_interrupted()
+        if requeued:
+            logger.info("requeued %d run(s) that had not begun before the restart", len(requeued))
         for recovered in await self.deps.store.recover():
             session = recovered.session
             thread = Thread(session.team_id, session.channel_id, session.thread_ts)
@@ -425,6 +535,206 @@ class Runner:
             else:
                 text = ":warning: OpsGate restarted during this run. Send a message to continue."
             await self._say(thread, text)
+        await self.dispatcher.kick_all()
+
+    # -- cancel -----------------------------------------------------------------------------
+
+    async def _may_cancel(self, session: SessionRow, user: str) -> tuple[bool, str | None, str]:
+        """The requester may always cancel their run; otherwise whoever may approve there."""
+        if session.requester is not None and user == session.requester:
+            return True, None, "the requester may cancel their own run"
+        check = await check_approver(
+            self.deps.policy,
+            channel=session.channel_id,
+            user_id=user,
+            requester=session.requester,
+            groups=self.groups,
+        )
+        if check.allowed:
+            return True, None, check.rule
+        spec = self.deps.policy.approvers_for(session.channel_id)
+        asked = requester_text(session.requester) if session.requester else "the requester"
+        why = f"Only {asked} or {spec.mention_text()} may cancel this run."
+        if check.why and "could not be looked up" in check.why:
+            why += " (The approvers' user groups could not be looked up just now; try again.)"
+        return False, why, check.rule
+
+    async def cancel(
+        self,
+        session: SessionRow,
+        *,
+        user: str,
+        team: str | None = None,
+        via: Literal["message", "button"],
+        batch_id: str | None = None,
+    ) -> str | None:
+        """Cancel the session's run waiting for approval. Returns a message for `user` alone
+        when nothing was cancelled (not allowed, or the run resumed first)."""
+        store = self.deps.store
+        allowed, why, rule = await self._may_cancel(session, user)
+        if not allowed:
+            await store.audit(
+                "refusal",
+                actor=user,
+                session_id=session.id,
+                details={"action": "cancel", "via": via, "why": why, "rule": rule},
+            )
+            return why
+        outcome = await store.cancel_batch(
+            session.id, user_id=user, batch_id=batch_id, team_id=team, via=via, rule=rule
+        )
+        if not outcome.cancelled:
+            return f"Nothing was cancelled: {outcome.why}."
+        for row in outcome.rows:
+            if row.needs_approval and row.status == "cancelled":
+                await self.refresh_card(row)
+        thread = Thread(session.team_id, session.channel_id, session.thread_ts)
+        await self._say(
+            thread,
+            f":no_entry_sign: Run cancelled by {user_mention(user)}. Nothing of the request "
+            "above was run. Send a new message to start again.",
+        )
+        return None
+
+    async def cancel_from_card(self, ledger_id: str, *, user: str, team: str | None) -> str | None:
+        """A "Cancel run" click. Returns a message for the clicker alone when nothing changed."""
+        store = self.deps.store
+        row = await store.get_call(ledger_id)
+        session = None if row is None else await store.get_session(row.session_id)
+        if row is None or session is None:
+            await store.audit(
+                "refusal", actor=user, details={"reason": "unknown approval id", "id": ledger_id}
+            )
+            return "I don't know this approval request (it may belong to another OpsGate install)."
+        return await self.cancel(session, user=user, team=team, via="button", batch_id=row.batch_id)
+
+    async def _cancel_from_message(self, thread: Thread, *, user: str) -> None:
+        """`cancel` written in a thread: the paused run, or the queued message, is withdrawn."""
+        store = self.deps.store
+        session = await store.find_session(thread.team_id, thread.channel_id, thread.thread_ts)
+        if session is not None and session.state == "awaiting_approval":
+            refusal = await self.cancel(session, user=user, via="message")
+            if refusal:
+                await self._tell(thread, user, refusal)
+            return
+        queued = None if session is None else await store.queued_item(session.id)
+        if session is not None and queued is not None:
+            allowed, why, _ = await self._may_cancel(
+                session.model_copy(update={"requester": queued.requester}), user
+            )
+            if not allowed:
+                await self._tell(thread, user, why or "You may not cancel this request.")
+                return
+            if await store.cancel_queued(session.id, user_id=user) is not None:
+                await self._say(
+                    thread,
+                    f":no_entry_sign: Cancelled by {user_mention(user)} before it started.",
+                )
+            return
+        await self._tell(
+            thread,
+            user,
+            "There is nothing to cancel here: `cancel` ends a run while it waits for approval.",
+        )
+
+    # -- /opsgate ---------------------------------------------------------------------------
+
+    async def slash_request(self, *, team: str, channel: str, user: str, text: str) -> str | None:
+        """`/opsgate <request>`: post the request as a thread root and queue a run in that
+        thread for `user`. Returns a message for `user` alone when that was not possible."""
+        if not self.deps.policy.allows_channel(channel):
+            await self.deps.store.audit(
+                "refusal",
+                actor=user,
+                details={"channel": channel, "rule": "defaults.channels", "via": "slash"},
+            )
+            return (
+                "Sorry, I'm not set up to act in this channel. "
+                "Ask an admin to add it to `channels` in the OpsGate policy file."
+            )
+        try:
+            posted = await self.client.chat_postMessage(
+                channel=channel,
+                text=f"{user_mention(user)} asked: {escape_cut(text, REQUEST_SHOWN_MAX)}",
+            )
+        except SlackApiError as exc:
+            error = exc.response.get("error")
+            return (
+                f"I couldn't post in this channel ({escape_mrkdwn(str(error))}). "
+                "Invite me first (`/invite @OpsGate`), or use a channel I'm in."
+            )
+        thread = Thread(team, str(posted["channel"]), str(posted["ts"]))
+        session = await self.deps.store.get_or_create_session(
+            thread.team_id, thread.channel_id, thread.thread_ts
+        )
+        outcome = await self.deps.store.enqueue(
+            session.id, requester=user, text=text, message_ts=thread.thread_ts
+        )
+        if outcome.item is None:  # a brand-new thread is never busy; be safe anyway
+            await self._busy_reply(thread, outcome)
+            return None
+        await self._dispatch_new(thread, outcome.item)
+        return None
+
+    async def pending_for(self, user: str, *, channel: str) -> str:
+        """`/opsgate pending`: the approvals `user` may decide now, each linked to its card.
+
+        Where the policy lets anyone in a channel approve, only the channel the command was
+        run in is listed: channel membership is not checked here, so other channels' requests
+        are not shown to people who may not be in them.
+        """
+        policy = self.deps.policy
+        now = self.deps.clock()
+        entries: list[PendingEntry] = []
+        for pending in await self.deps.store.pending_approvals():
+            row, where = pending.call, pending.session.channel_id
+            if policy.approvers_for(where).anyone and where != channel:
+                continue
+            if user in row.approvals or (row.expires_at is not None and row.expires_at <= now):
+                continue
+            check = await check_approver(
+                policy, channel=where, user_id=user, requester=row.requested_by, groups=self.groups
+            )
+            if not check.allowed:
+                continue
+            entries.append(
+                PendingEntry(
+                    tool=row.tool,
+                    channel=where,
+                    requested_by=row.requested_by,
+                    permalink=await self._permalink(row),
+                    expires_at=row.expires_at,
+                    approvals=len(row.approvals),
+                    required_approvals=policy.required_approvals_for(where),
+                )
+            )
+        return pending_text(entries)
+
+    def help_for(self, channel: str) -> str:
+        """`/opsgate help`: usage, and the policy of `channel`."""
+        policy = self.deps.policy
+        names = policy.tools_for(channel)
+        offered = (
+            [self.deps.tools[n] for n in names if n in self.deps.tools]
+            if names is not None
+            else list(self.deps.tools.values())
+        )
+        return help_text(
+            ChannelHelp(
+                channel=channel,
+                acts_here=policy.allows_channel(channel),
+                trigger=policy.trigger_for(channel),
+                allowed_bots=policy.channel(channel).allowed_bots,
+                approvers=policy.approvers_for(channel).mention_text(),
+                required_approvals=policy.required_approvals_for(channel),
+                allow_self_approval=policy.allow_self_approval,
+                ttl=format_duration(policy.ttl),
+                tools=tuple((t.name, policy.approval_summary(t)) for t in offered),
+                concurrency=policy.concurrency_for(channel),
+                has_instructions=policy.instructions_for(channel) is not None,
+                policy_source=policy.source,
+            )
+        )
 
 
 def _loads(text: str) -> Any:

@@ -22,6 +22,7 @@ from bot._text import (
 )
 from bot.blocks import (
     ACTION_APPROVE,
+    ACTION_CANCEL,
     ACTION_REASON,
     ACTION_REJECT,
     BLOCK_REASON,
@@ -124,8 +125,25 @@ def test_approval_card_structure_and_buttons() -> None:
             "value": "led_01HX",
             "style": "danger",
         },
+        {
+            "type": "button",
+            "text": {"type": "plain_text", "text": "Cancel run"},
+            "action_id": ACTION_CANCEL,
+            "value": "led_01HX",
+            "confirm": {
+                "title": {"type": "plain_text", "text": "Cancel the whole run?", "emoji": True},
+                "text": {
+                    "type": "plain_text",
+                    "text": "Every call waiting here is rejected, nothing of this batch runs, "
+                    "and the run ends.",
+                },
+                "confirm": {"type": "plain_text", "text": "Cancel run", "emoji": True},
+                "deny": {"type": "plain_text", "text": "Keep waiting", "emoji": True},
+            },
+        },
     ]
     assert ACTION_APPROVE == "opsgate_approve" and ACTION_REJECT == "opsgate_reject"
+    assert ACTION_CANCEL == "opsgate_cancel"
     # Every mrkdwn text is verbatim: Slack does not auto-link or auto-mention inside it.
     assert all(node.get("verbatim") is True for block in blocks for node in _mrkdwn_nodes(block))
     # slack_sdk can read the blocks back (they are valid Block Kit).
@@ -161,7 +179,7 @@ def test_hostile_arguments_are_escaped_everywhere() -> None:
     assert "&lt;!everyone&gt;" in blocks[5]["text"]["text"]
     # The buttons carry the ledger id, never the arguments.
     values = [e["value"] for e in blocks[-1]["elements"]]
-    assert values == ["led_01HX", "led_01HX"]
+    assert values == ["led_01HX", "led_01HX", "led_01HX"]
     assert "<" not in card_text(call) and "&lt;!here&gt;" in card_text(call)
 
 

@@ -1,4 +1,5 @@
-"""Button clicks on approval cards. Every click is acknowledged before any slow work."""
+"""Button clicks on approval cards (Approve, Reject, Cancel run). Every click is acknowledged
+before any slow work."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..blocks import ACTION_APPROVE, ACTION_REJECT, reject_modal
+from ..blocks import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT, reject_modal
 from ..runner import Runner
 
 __all__ = ["register"]
@@ -69,3 +70,12 @@ def register(app: AsyncApp, runner: Runner) -> None:
             await tell_clicker(client, body, why or "You may not decide on this request.")
             return
         await client.views_open(trigger_id=body["trigger_id"], view=reject_modal(ledger_id))
+
+    @app.action(ACTION_CANCEL)
+    async def on_cancel(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await ack()
+        user, team = _clicker(body)
+        ledger_id = str(body["actions"][0].get("value") or "")
+        message = await runner.cancel_from_card(ledger_id, user=user, team=team)
+        if message:
+            await tell_clicker(client, body, message)

@@ -1,44 +1,112 @@
-"""Events API listeners: mentions, DMs and thread replies start or continue runs."""
+"""Events API listeners: mentions, DMs, thread replies and, in `every_message` channels, every
+new message start or continue runs.
+
+Bot messages are ignored unless the channel's policy allow-lists the bot (`allowed_bots`); the
+bot's own messages always are, whatever the policy says, so it can never talk to itself.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 
+from ..policy import Policy, Trigger
 from ..runner import Runner, Thread
 
-__all__ = ["classify_message", "register"]
+__all__ = ["classify_message", "event_author", "message_text", "register"]
 
 logger = logging.getLogger("opsgate.events")
 
 _MENTION = re.compile(r"<@[UW][A-Z0-9]+(?:\|[^>]*)?>")
-_ALLOWED_SUBTYPES = {None, "thread_broadcast", "file_share"}
+_ALLOWED_SUBTYPES = {None, "thread_broadcast", "file_share", "bot_message"}
+_ATTACHMENT_FIELDS = ("pretext", "author_name", "title", "text", "footer")
+_TEXT_MAX = 20_000
+"""Longest message text handed to the model (alerts can carry whole logs)."""
 
 
 def strip_mentions(text: str) -> str:
     return _MENTION.sub("", text).strip()
 
 
+def message_text(event: Mapping[str, Any]) -> str:
+    """The message's text, with its attachments' text: alert integrations often put everything
+    in attachments and leave `text` empty or a one-line summary."""
+    parts = [str(event.get("text") or "").strip()]
+    for attachment in event.get("attachments") or []:
+        if not isinstance(attachment, Mapping):
+            continue
+        found = [str(attachment[k]).strip() for k in _ATTACHMENT_FIELDS if attachment.get(k)]
+        for field in attachment.get("fields") or []:
+            if isinstance(field, Mapping) and (field.get("title") or field.get("value")):
+                found.append(f"{field.get('title') or ''}: {field.get('value') or ''}".strip())
+        if not found and attachment.get("fallback"):
+            found.append(str(attachment["fallback"]).strip())
+        parts += [p for p in found if p and p not in parts]
+    if not any(parts):  # a blocks-only message: its section and header texts
+        for block in event.get("blocks") or []:
+            if isinstance(block, Mapping) and block.get("type") in ("section", "header"):
+                text = block.get("text")
+                if isinstance(text, Mapping) and text.get("text"):
+                    parts.append(str(text["text"]).strip())
+    return "\n".join(p for p in parts if p)[:_TEXT_MAX]
+
+
+def _is_own(event: Mapping[str, Any], body: Mapping[str, Any], context: AsyncBoltContext) -> bool:
+    profile = event.get("bot_profile") or {}
+    app_id = event.get("app_id") or profile.get("app_id")
+    user = event.get("user")
+    bot_id = event.get("bot_id")
+    return bool(
+        (user and user == context.bot_user_id)
+        or (bot_id and bot_id == context.bot_id)
+        or (app_id and app_id == body.get("api_app_id"))
+    )
+
+
+def event_author(
+    event: Mapping[str, Any],
+    body: Mapping[str, Any],
+    context: AsyncBoltContext,
+    policy: Policy,
+) -> str | None:
+    """Who wrote the message, if it may drive runs: a user id, or the bot id (app id when it
+    has none) of an integration the channel allow-lists. None for anything to ignore."""
+    if _is_own(event, body, context):
+        return None
+    profile = event.get("bot_profile") or {}
+    bot_id = event.get("bot_id") or profile.get("id")
+    app_id = event.get("app_id") or profile.get("app_id")
+    if bot_id or app_id or event.get("subtype") == "bot_message":
+        if policy.allows_bot(event.get("channel"), bot_id, app_id):
+            return str(bot_id or app_id)
+        return None
+    user = event.get("user")
+    return str(user) if user else None
+
+
 def classify_message(
-    event: dict[str, Any], bot_user_id: str | None
+    event: Mapping[str, Any], *, bot_user_id: str | None, trigger: Trigger
 ) -> Literal["start", "continue", "ignore"]:
-    """What a `message` event means for us. Mentions in channels arrive as `app_mention` too,
-    so here they are ignored; bot messages, our own, edits and joins are always ignored."""
+    """What a `message` event from someone allowed to drive runs means for us.
+
+    Edits, deletions, joins and the like are ignored. A channel mention also arrives as
+    `app_mention`; both start the same run, once (see `_first_time`).
+    """
     if event.get("subtype") not in _ALLOWED_SUBTYPES:
         return "ignore"
-    user = event.get("user")
-    if not user or event.get("bot_id") or user == bot_user_id:
-        return "ignore"
     is_reply = bool(event.get("thread_ts")) and event.get("thread_ts") != event.get("ts")
+    if is_reply:
+        return "continue"
     if event.get("channel_type") == "im":
-        return "continue" if is_reply else "start"
+        return "start"
     if bot_user_id and f"<@{bot_user_id}" in (event.get("text") or ""):
-        return "ignore"
-    return "continue" if is_reply else "ignore"
+        return "start"
+    return "start" if trigger == "every_message" else "ignore"
 
 
 def _team(body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> str:
@@ -56,11 +124,14 @@ async def _first_time(runner: Runner, body: dict[str, Any], event: dict[str, Any
 
 
 def register(app: AsyncApp, runner: Runner) -> None:
+    policy = runner.deps.policy
+
     @app.event("app_mention")
     async def on_mention(
         body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
     ) -> None:
-        if event.get("bot_id") or event.get("user") == context.bot_user_id:
+        author = event_author(event, body, context, policy)
+        if author is None:
             return
         if not await _first_time(runner, body, event):
             return
@@ -71,8 +142,8 @@ def register(app: AsyncApp, runner: Runner) -> None:
         )
         await runner.on_message(
             thread,
-            user=str(event.get("user")),
-            text=strip_mentions(event.get("text") or ""),
+            user=author,
+            text=strip_mentions(message_text(event)),
             message_ts=str(event["ts"]),
         )
 
@@ -80,12 +151,18 @@ def register(app: AsyncApp, runner: Runner) -> None:
     async def on_message(
         body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
     ) -> None:
-        kind = classify_message(event, context.bot_user_id)
+        author = event_author(event, body, context, policy)
+        if author is None:
+            return
+        channel = str(event.get("channel") or "")
+        kind = classify_message(
+            event, bot_user_id=context.bot_user_id, trigger=policy.trigger_for(channel)
+        )
         if kind == "ignore":
             return
         thread = Thread(
             _team(body, event, context),
-            str(event["channel"]),
+            channel,
             str(event.get("thread_ts") or event["ts"]),
         )
         in_channel_thread = kind == "continue" and event.get("channel_type") != "im"
@@ -95,8 +172,8 @@ def register(app: AsyncApp, runner: Runner) -> None:
             return
         await runner.on_message(
             thread,
-            user=str(event["user"]),
-            text=strip_mentions(event.get("text") or ""),
+            user=author,
+            text=strip_mentions(message_text(event)),
             message_ts=str(event["ts"]),
         )
 

@@ -100,7 +100,69 @@ _V1 = (
     "CREATE INDEX seen_events_by_time ON seen_events (seen_at)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+_V2 = (
+    # A cancelled run marks the calls it stopped `cancelled`: SQLite cannot widen a CHECK in
+    # place, so the ledger is rebuilt with the same columns in the same order.
+    """
+    CREATE TABLE tool_calls_v2 (
+        id             TEXT PRIMARY KEY,
+        session_id     TEXT NOT NULL REFERENCES sessions (id),
+        batch_id       TEXT,
+        message_seq    INTEGER NOT NULL,
+        position       INTEGER NOT NULL,
+        call_id        TEXT NOT NULL,
+        name           TEXT NOT NULL,
+        arguments      TEXT NOT NULL,
+        digest         TEXT NOT NULL,
+        needs_approval INTEGER NOT NULL CHECK (needs_approval IN (0, 1)),
+        status         TEXT NOT NULL
+                       CHECK (status IN ('pending','approved','rejected','expired',
+                                         'executing','done','interrupted','cancelled')),
+        requested_by   TEXT,
+        decided_by     TEXT,
+        decided_team   TEXT,
+        decided_at     TEXT,
+        reason         TEXT,
+        result         TEXT,
+        is_error       INTEGER CHECK (is_error IN (0, 1)),
+        card_channel   TEXT,
+        card_ts        TEXT,
+        expires_at     TEXT,
+        ttl            TEXT,
+        approvals      TEXT NOT NULL DEFAULT '[]',
+        created_at     TEXT NOT NULL,
+        started_at     TEXT,
+        finished_at    TEXT,
+        UNIQUE (session_id, message_seq, call_id)
+    )
+    """,
+    "INSERT INTO tool_calls_v2 SELECT * FROM tool_calls",
+    "DROP TABLE tool_calls",
+    "ALTER TABLE tool_calls_v2 RENAME TO tool_calls",
+    "CREATE INDEX tool_calls_by_batch ON tool_calls (batch_id, position)",
+    "CREATE INDEX tool_calls_by_status ON tool_calls (status, expires_at)",
+    # Messages that should start a run wait here, so a burst (or a restart) loses none.
+    """
+    CREATE TABLE run_queue (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id  TEXT NOT NULL REFERENCES sessions (id),
+        channel_id  TEXT NOT NULL,
+        requester   TEXT NOT NULL,
+        text        TEXT NOT NULL,
+        message_ts  TEXT,
+        state       TEXT NOT NULL DEFAULT 'queued'
+                    CHECK (state IN ('queued','started','done','cancelled')),
+        history_seq INTEGER,
+        enqueued_at TEXT NOT NULL,
+        started_at  TEXT,
+        finished_at TEXT
+    )
+    """,
+    "CREATE INDEX run_queue_by_channel ON run_queue (state, channel_id, id)",
+    "CREATE INDEX run_queue_by_session ON run_queue (session_id, state)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 """`MIGRATIONS[n]` takes a file from `user_version` n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

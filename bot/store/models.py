@@ -12,7 +12,12 @@ __all__ = [
     "AuditEvent",
     "AuditRow",
     "CallStatus",
+    "CancelOutcome",
     "DecisionOutcome",
+    "EnqueueOutcome",
+    "PendingApproval",
+    "QueueItem",
+    "QueueState",
     "RecoveredSession",
     "RunState",
     "SessionRow",
@@ -24,9 +29,13 @@ RunState = Literal["idle", "running", "awaiting_approval", "resuming", "failed"]
 """A session's run state (DESIGN.md "Run states")."""
 
 CallStatus = Literal[
-    "pending", "approved", "rejected", "expired", "executing", "done", "interrupted"
+    "pending", "approved", "rejected", "expired", "executing", "done", "interrupted", "cancelled"
 ]
-"""A ledger row's status. `pending` rows with `needs_approval=False` are held siblings."""
+"""A ledger row's status. `pending` rows with `needs_approval=False` are held siblings;
+`cancelled` rows never ran because someone cancelled the run while it waited for approval."""
+
+QueueState = Literal["queued", "started", "done", "cancelled"]
+"""A run-queue item's state: waiting for a slot, its run started, its run ended, or withdrawn."""
 
 AuditEvent = Literal[
     "request",
@@ -36,6 +45,7 @@ AuditEvent = Literal[
     "execution_start",
     "execution_end",
     "interrupted",
+    "cancel",
 ]
 """The events the store itself writes; `SQLiteStore.audit` accepts any other name too."""
 
@@ -157,3 +167,56 @@ def batch_complete(rows: list[ToolCallRow]) -> bool:
     """
     gated = [row for row in rows if row.needs_approval]
     return bool(gated) and all(row.status != "pending" for row in gated)
+
+
+class QueueItem(BaseModel):
+    """A message waiting (or having waited) in the run queue for a free slot in its channel."""
+
+    model_config = _FROZEN
+
+    id: int
+    """Increasing: the queue is first come, first served within a channel."""
+    session_id: str
+    channel_id: str
+    requester: str
+    """Slack user id, or the bot id (B…) of an allow-listed integration."""
+    text: str
+    message_ts: str | None = None
+    """The Slack message that asked, for progress reactions; None when there is none."""
+    state: QueueState
+    history_seq: int | None = None
+    """Where the run's first message lands in the history; set when the item is started."""
+    enqueued_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class EnqueueOutcome(BaseModel):
+    """What `SQLiteStore.enqueue` did: the new item, or None with the session that is busy."""
+
+    model_config = _FROZEN
+
+    item: QueueItem | None
+    session: SessionRow
+    waiting: QueueItem | None = None
+    """When refused because the thread already has a message in the queue: that item."""
+
+
+class CancelOutcome(BaseModel):
+    """What `SQLiteStore.cancel_batch` did. `rows` are the batch's rows after the attempt."""
+
+    model_config = _FROZEN
+
+    cancelled: bool
+    rows: list[ToolCallRow]
+    why: str | None = None
+    """Why nothing was cancelled (the run resumed first, or the card is from an older batch)."""
+
+
+class PendingApproval(BaseModel):
+    """A gated call still waiting for decisions, with the session (channel, thread) it is in."""
+
+    model_config = _FROZEN
+
+    call: ToolCallRow
+    session: SessionRow

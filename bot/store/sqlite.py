@@ -34,14 +34,25 @@ from ._time import aware, format_duration, to_db, utc_now
 from .errors import SchemaTooNew, StoreError, UnknownCall, UnknownSession
 from .models import (
     AuditRow,
+    CancelOutcome,
     DecisionOutcome,
+    EnqueueOutcome,
+    PendingApproval,
+    QueueItem,
     RecoveredSession,
     RunState,
     SessionRow,
     ToolCallRow,
 )
 
-__all__ = ["INTERRUPTED_MESSAGE", "NOT_RUN_MESSAGE", "SEEN_EVENT_TTL", "SQLiteStore"]
+__all__ = [
+    "CANCELLED_MESSAGE",
+    "CANCELLED_NOT_RUN_MESSAGE",
+    "INTERRUPTED_MESSAGE",
+    "NOT_RUN_MESSAGE",
+    "SEEN_EVENT_TTL",
+    "SQLiteStore",
+]
 
 logger = logging.getLogger("bot.store")
 
@@ -50,6 +61,10 @@ INTERRUPTED_MESSAGE = (
     "its outcome is unknown and it was not run again."
 )
 NOT_RUN_MESSAGE = "Not run: OpsGate restarted before this call ran."
+CANCELLED_MESSAGE = "Rejected: cancelled by {user}"
+"""The tool message of a gated call whose run was cancelled; `{user}` is a Slack mention."""
+CANCELLED_NOT_RUN_MESSAGE = "Not run: the run was cancelled by {user}"
+"""The tool message of a held (or already approved) call whose run was cancelled."""
 SEEN_EVENT_TTL = timedelta(days=1)
 """How long a Slack event id is remembered; Slack retries within minutes."""
 
@@ -87,6 +102,10 @@ def _call(row: sqlite3.Row) -> ToolCallRow:
     return ToolCallRow.model_validate(data)
 
 
+def _item(row: sqlite3.Row) -> QueueItem:
+    return QueueItem.model_validate(dict(row))
+
+
 def _audit(row: sqlite3.Row) -> AuditRow:
     data = dict(row)
     data["details"] = json.loads(data["details"])
@@ -100,6 +119,8 @@ def _already(row: ToolCallRow) -> str:
         return f"expired at {_when(row.expires_at or row.decided_at)}{within}; it was not run"
     if row.decided_by is None:
         return f"already {row.status}"
+    if row.status == "cancelled":
+        return f"already cancelled by {_mention(row.decided_by)} at {_when(row.decided_at)}"
     verb = "rejected" if row.status == "rejected" else "approved"
     deciders = list(row.approvals) if verb == "approved" and row.approvals else [row.decided_by]
     who = " and ".join(_mention(u) for u in deciders)
@@ -826,6 +847,354 @@ class SQLiteStore:
                 )
         return responses
 
+    async def pending_approvals(self) -> list[PendingApproval]:
+        """Every gated call still waiting for decisions in a paused run, oldest first."""
+        async with self._reading("pending_approvals") as conn:
+            rows = await _all(
+                conn,
+                "SELECT t.* FROM tool_calls AS t JOIN sessions AS s "
+                "ON s.id = t.session_id AND s.batch_id = t.batch_id "
+                "WHERE t.status = 'pending' AND t.needs_approval = 1 "
+                "AND s.state = 'awaiting_approval' ORDER BY t.created_at, t.position",
+            )
+            calls = [_call(row) for row in rows]
+            sessions: dict[str, SessionRow] = {}
+            for session_id in {c.session_id for c in calls}:
+                sessions[session_id] = _session(await self._session_row(conn, session_id))
+        return [PendingApproval(call=c, session=sessions[c.session_id]) for c in calls]
+
+    # -- cancelling a paused run ----------------------------------------------------------------
+
+    async def cancel_batch(
+        self,
+        session_id: str,
+        *,
+        user_id: str,
+        batch_id: str | None = None,
+        team_id: str | None = None,
+        via: str = "message",
+        rule: str | None = None,
+    ) -> CancelOutcome:
+        """End a run that waits for approval, without running anything of its batch.
+
+        One transaction, guarded by a conditional update of the session from
+        `awaiting_approval` to `idle`: of a cancel racing with the last decision's resume claim
+        (or another cancel), exactly one wins. Every undecided or approved call of the batch
+        becomes `cancelled` and every call of the batch gets its one tool message (gated:
+        `CANCELLED_MESSAGE`; held or approved: `CANCELLED_NOT_RUN_MESSAGE`; already rejected or
+        expired: what the model would have been told), so the history stays valid. With
+        `batch_id`, the cancel applies only if that is still the session's paused batch (a card
+        of an earlier request cannot cancel a later one). Audited ("cancel" per call, or a
+        "refusal").
+        """
+        who = _mention(user_id)
+        reason = f"cancelled by {who}"
+        async with self._transaction("cancel_batch") as conn:
+            session = await self._session_row(conn, session_id)
+            current = session["batch_id"]
+            why: str | None = None
+            if batch_id is not None and batch_id != current:
+                why = "this card belongs to an earlier request in the thread"
+            else:
+                cursor = await conn.execute(
+                    "UPDATE sessions SET state = 'idle', error = NULL, updated_at = ? "
+                    "WHERE id = ? AND state = 'awaiting_approval' AND batch_id IS ?",
+                    (self._now(), session_id, current),
+                )
+                if cursor.rowcount == 0:
+                    why = f"the run is no longer waiting for approval (it is {session['state']})"
+            before = [
+                _call(row)
+                for row in await _all(
+                    conn,
+                    "SELECT * FROM tool_calls WHERE batch_id = ? ORDER BY position",
+                    (batch_id if batch_id is not None else current,),
+                )
+            ]
+            if why is not None:
+                await self._write_audit(
+                    conn,
+                    "refusal",
+                    actor=user_id,
+                    session_id=session_id,
+                    details={"action": "cancel", "via": via, "why": why, "rule": rule},
+                )
+                return CancelOutcome(cancelled=False, rows=before, why=why)
+
+            now = self._now()
+            by_call = {row.call_id: row for row in before}
+            for row in before:
+                if row.status not in ("pending", "approved"):
+                    continue
+                await conn.execute(
+                    "UPDATE tool_calls SET status = 'cancelled', decided_by = ?, decided_team = ?, "
+                    "decided_at = ?, reason = ? WHERE id = ? AND status = ?",
+                    (user_id, team_id, now, reason, row.id, row.status),
+                )
+                await self._write_audit(
+                    conn,
+                    "cancel",
+                    actor=user_id,
+                    session_id=session_id,
+                    call_id=row.call_id,
+                    details={
+                        "ledger_id": row.id,
+                        "batch_id": row.batch_id,
+                        "tool": row.name,
+                        "digest": row.digest,
+                        "previous_status": row.status,
+                        "via": via,
+                        "rule": rule,
+                    },
+                )
+            answers: list[ChatMessage] = []
+            seq = session["last_calls_seq"]
+            if seq is not None:
+                tail = await _all(
+                    conn,
+                    "SELECT body FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq",
+                    (session_id, seq),
+                )
+                for call in pending_tool_calls([ChatMessage.from_json(r[0]) for r in tail]):
+                    answers.append(
+                        ChatMessage.tool(_cancel_answer(by_call.get(call.id), who), call.id)
+                    )
+            if answers:
+                await self._append(conn, session_id, answers)
+            after = [await self._call_row(conn, row.id) for row in before]
+            return CancelOutcome(cancelled=True, rows=after)
+
+    # -- the run queue --------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        session_id: str,
+        *,
+        requester: str,
+        text: str,
+        message_ts: str | None = None,
+    ) -> EnqueueOutcome:
+        """Queue a message that should start a run in its session, unless the session is busy.
+
+        Busy: its run is active or waits for approval, or another message of the thread is
+        already queued (one run per thread, DESIGN.md). Checked and written in one transaction.
+        """
+        async with self._transaction("enqueue") as conn:
+            session = _session(await self._session_row(conn, session_id))
+            waiting = await _one(
+                conn,
+                "SELECT * FROM run_queue WHERE session_id = ? AND state = 'queued' "
+                "ORDER BY id LIMIT 1",
+                (session_id,),
+            )
+            if session.state not in ("idle", "failed") or waiting is not None:
+                return EnqueueOutcome(
+                    item=None, session=session, waiting=None if waiting is None else _item(waiting)
+                )
+            cursor = await conn.execute(
+                "INSERT INTO run_queue (session_id, channel_id, requester, text, message_ts, "
+                "state, enqueued_at) VALUES (?, ?, ?, ?, ?, 'queued', ?)",
+                (session_id, session.channel_id, requester, text, message_ts, self._now()),
+            )
+            row = await _one(conn, "SELECT * FROM run_queue WHERE id = ?", (cursor.lastrowid,))
+            assert row is not None
+            return EnqueueOutcome(item=_item(row), session=session)
+
+    async def claim_queued(self, channel_id: str, *, limit: int) -> QueueItem | None:
+        """Start the channel's oldest queued message if fewer than `limit` of the channel's
+        sessions are running or resuming (paused runs waiting for approval do not count).
+
+        One transaction: the item becomes `started` and its session `running` with the item's
+        requester, so concurrent dispatchers (tasks or processes) never exceed the limit and
+        never start an item twice. None when the channel is full or nothing waits.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit!r}")
+        async with self._transaction("claim_queued") as conn:
+            busy = await _one(
+                conn,
+                "SELECT COUNT(*) FROM sessions WHERE channel_id = ? "
+                "AND state IN ('running', 'resuming')",
+                (channel_id,),
+            )
+            if busy is not None and int(busy[0]) >= limit:
+                return None
+            row = await _one(
+                conn,
+                "SELECT q.* FROM run_queue AS q JOIN sessions AS s ON s.id = q.session_id "
+                "WHERE q.channel_id = ? AND q.state = 'queued' AND s.state IN ('idle', 'failed') "
+                "ORDER BY q.id LIMIT 1",
+                (channel_id,),
+            )
+            if row is None:
+                return None
+            item = _item(row)
+            now = self._now()
+            seq = await _one(
+                conn,
+                "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE session_id = ?",
+                (item.session_id,),
+            )
+            await conn.execute(
+                "UPDATE run_queue SET state = 'started', started_at = ?, history_seq = ? "
+                "WHERE id = ? AND state = 'queued'",
+                (now, 0 if seq is None else int(seq[0]), item.id),
+            )
+            cursor = await conn.execute(
+                "UPDATE sessions SET state = 'running', requester = ?, error = NULL, "
+                "updated_at = ? WHERE id = ? AND state IN ('idle', 'failed')",
+                (item.requester, now, item.session_id),
+            )
+            if cursor.rowcount != 1:  # the SELECT above joined on this very condition
+                raise StoreError(f"session {item.session_id!r} changed under claim_queued")
+            started = await _one(conn, "SELECT * FROM run_queue WHERE id = ?", (item.id,))
+            assert started is not None
+            return _item(started)
+
+    async def release_queued(self, item_id: int) -> None:
+        """Undo `claim_queued` for a run that could not be started (the bot is shutting down)."""
+        async with self._transaction("release_queued") as conn:
+            row = await _one(conn, "SELECT * FROM run_queue WHERE id = ?", (item_id,))
+            if row is None or row["state"] != "started":
+                return
+            await conn.execute(
+                "UPDATE run_queue SET state = 'queued', started_at = NULL, history_seq = NULL "
+                "WHERE id = ?",
+                (item_id,),
+            )
+            await conn.execute(
+                "UPDATE sessions SET state = 'idle', updated_at = ? "
+                "WHERE id = ? AND state = 'running'",
+                (self._now(), row["session_id"]),
+            )
+
+    async def finish_queued(self, item_id: int) -> None:
+        """The item's run ended (answered, failed or paused for approval)."""
+        async with self._transaction("finish_queued") as conn:
+            await conn.execute(
+                "UPDATE run_queue SET state = 'done', finished_at = ? "
+                "WHERE id = ? AND state = 'started'",
+                (self._now(), item_id),
+            )
+
+    async def cancel_queued(self, session_id: str, *, user_id: str) -> QueueItem | None:
+        """Withdraw the thread's queued message before its run starts; None if none waits."""
+        async with self._transaction("cancel_queued") as conn:
+            row = await _one(
+                conn,
+                "SELECT * FROM run_queue WHERE session_id = ? AND state = 'queued' "
+                "ORDER BY id LIMIT 1",
+                (session_id,),
+            )
+            if row is None:
+                return None
+            await conn.execute(
+                "UPDATE run_queue SET state = 'cancelled', finished_at = ? "
+                "WHERE id = ? AND state = 'queued'",
+                (self._now(), row["id"]),
+            )
+            await self._write_audit(
+                conn,
+                "cancel",
+                actor=user_id,
+                session_id=session_id,
+                details={"queue_item": row["id"], "requester": row["requester"], "via": "queue"},
+            )
+            updated = await _one(conn, "SELECT * FROM run_queue WHERE id = ?", (row["id"],))
+            assert updated is not None
+            return _item(updated)
+
+    async def queued_item(self, session_id: str) -> QueueItem | None:
+        """The thread's message waiting in the queue, if any."""
+        async with self._reading("queued_item") as conn:
+            row = await _one(
+                conn,
+                "SELECT * FROM run_queue WHERE session_id = ? AND state = 'queued' "
+                "ORDER BY id LIMIT 1",
+                (session_id,),
+            )
+        return None if row is None else _item(row)
+
+    async def queue_position(self, item_id: int) -> int | None:
+        """How many messages of the same channel are queued ahead; None if no longer queued."""
+        async with self._reading("queue_position") as conn:
+            row = await _one(conn, "SELECT * FROM run_queue WHERE id = ?", (item_id,))
+            if row is None or row["state"] != "queued":
+                return None
+            ahead = await _one(
+                conn,
+                "SELECT COUNT(*) FROM run_queue WHERE channel_id = ? AND state = 'queued' "
+                "AND id < ?",
+                (row["channel_id"], item_id),
+            )
+        return 0 if ahead is None else int(ahead[0])
+
+    async def queue_items(
+        self, *, channel_id: str | None = None, states: Collection[str] | None = None
+    ) -> list[QueueItem]:
+        """Queue items in arrival order, optionally of one channel and in some states."""
+        sql, params = "SELECT * FROM run_queue WHERE 1 = 1", []
+        if channel_id is not None:
+            sql += " AND channel_id = ?"
+            params.append(channel_id)
+        if states is not None:
+            sql += f" AND state IN ({', '.join('?' for _ in states)})"
+            params.extend(states)
+        async with self._reading("queue_items") as conn:
+            rows = await _all(conn, sql + " ORDER BY id", params)
+        return [_item(row) for row in rows]
+
+    async def queued_channels(self) -> list[str]:
+        """Channels with messages waiting, the longest-waiting first."""
+        async with self._reading("queued_channels") as conn:
+            rows = await _all(
+                conn,
+                "SELECT channel_id FROM run_queue WHERE state = 'queued' "
+                "GROUP BY channel_id ORDER BY MIN(id)",
+            )
+        return [str(row[0]) for row in rows]
+
+    async def requeue_interrupted(self) -> list[QueueItem]:
+        """At start-up, before `recover()`: items whose run was started but had not yet stored
+        its first message when OpsGate stopped go back to the queue (nothing of them happened,
+        so nothing is lost or done twice); the other started items are marked done, and
+        `recover()` handles their sessions. Returns the requeued items."""
+        requeued: list[QueueItem] = []
+        async with self._transaction("requeue_interrupted") as conn:
+            started = [
+                _item(row)
+                for row in await _all(
+                    conn, "SELECT * FROM run_queue WHERE state = 'started' ORDER BY id"
+                )
+            ]
+            now = self._now()
+            for item in started:
+                stored = await _one(
+                    conn,
+                    "SELECT 1 FROM messages WHERE session_id = ? AND seq >= ? LIMIT 1",
+                    (item.session_id, item.history_seq or 0),
+                )
+                if stored is not None:
+                    await conn.execute(
+                        "UPDATE run_queue SET state = 'done', finished_at = ? WHERE id = ?",
+                        (now, item.id),
+                    )
+                    continue
+                await conn.execute(
+                    "UPDATE run_queue SET state = 'queued', started_at = NULL, history_seq = NULL "
+                    "WHERE id = ?",
+                    (item.id,),
+                )
+                await conn.execute(
+                    "UPDATE sessions SET state = 'idle', updated_at = ? "
+                    "WHERE id = ? AND state IN ('running', 'resuming')",
+                    (now, item.session_id),
+                )
+                row = await _one(conn, "SELECT * FROM run_queue WHERE id = ?", (item.id,))
+                assert row is not None
+                requeued.append(_item(row))
+        return requeued
+
     # -- audit ----------------------------------------------------------------------------------
 
     async def audit(
@@ -951,6 +1320,22 @@ class SQLiteStore:
                     )
                 )
         return recovered
+
+
+def _cancel_answer(row: ToolCallRow | None, who: str) -> str:
+    """The tool message of one call of a cancelled batch (its status as before the cancel)."""
+    if row is None or not row.needs_approval or row.status == "approved":
+        return CANCELLED_NOT_RUN_MESSAGE.format(user=who)
+    decided_by = _mention(row.decided_by) if row.decided_by else None
+    if row.status == "rejected":
+        return ToolApprovalResponse.reject(
+            row.call_id, row.reason, decided_by=decided_by
+        ).tool_message_text()
+    if row.status == "expired":
+        return ToolApprovalResponse.expire(
+            row.call_id, row.ttl or "the time limit"
+        ).tool_message_text()
+    return CANCELLED_MESSAGE.format(user=who)
 
 
 def _check_states(states: Collection[str]) -> None:

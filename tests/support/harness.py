@@ -21,14 +21,16 @@ from bot.deps import Deps, open_deps, utc_now
 from bot.policy import Policy
 from bot.server import http_app, started
 from bot.settings import Settings
-from tests.support.llm_server import LLMStandIn
+from tests.support.llm_server import LLMStandIn, sse_bytes
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_requests import (
     app_mention,
     block_actions,
     event_body,
     interaction_body,
+    message,
     sign,
+    slash_command,
     view_submission,
 )
 
@@ -63,13 +65,14 @@ class Bot:
         user: str = "U0ALICE",
         ts: str | None = None,
         thread_ts: str | None = None,
+        channel: str = CHANNEL,
     ) -> str:
         """Mention the bot; returns the thread root ts."""
         self._events += 1
         ts = ts or f"1700000{self._events:03d}.000100"
         payload = app_mention(
             f"<@UBOT> {text}",
-            channel=CHANNEL,
+            channel=channel,
             user=user,
             ts=ts,
             thread_ts=thread_ts,
@@ -79,11 +82,64 @@ class Bot:
         assert response.status_code == 200, response.text
         return thread_ts or ts
 
-    async def click(self, action_id: str, value: str, *, user: str) -> httpx.Response:
+    async def message(
+        self,
+        text: str,
+        *,
+        user: str = "U0ALICE",
+        bot_id: str | None = None,
+        channel: str = CHANNEL,
+        ts: str | None = None,
+        thread_ts: str | None = None,
+        without: Sequence[str] = (),
+        **event_fields: Any,
+    ) -> str:
+        """Post a `message` event (a bot's when `bot_id` is given; `without` drops event fields,
+        e.g. "user" for an incoming-webhook post); returns the thread root ts."""
+        self._events += 1
+        ts = ts or f"1700000{self._events:03d}.000200"
+        payload = message(
+            text,
+            channel=channel,
+            user=user,
+            ts=ts,
+            thread_ts=thread_ts,
+            bot_id=bot_id,
+            event_id=f"Ev{uuid.uuid4().hex[:12].upper()}",
+            **event_fields,
+        )
+        for name in without:
+            payload["event"].pop(name, None)
+        response = await self.event(payload)
+        assert response.status_code == 200, response.text
+        return thread_ts or ts
+
+    async def slash(
+        self, text: str, *, user: str, channel: str = CHANNEL
+    ) -> tuple[httpx.Response, str]:
+        """Run `/opsgate <text>`; returns the HTTP answer (the ack) and the name of the
+        command's response_url hook on the Slack stand-in (see `hook_answers`)."""
+        self._events += 1
+        hook = f"cmd{self._events}"
+        body = slash_command(
+            text, user=user, channel=channel, team=TEAM, response_url=self.slack.response_url(hook)
+        )
+        return await self.post(body, "application/x-www-form-urlencoded"), hook
+
+    async def hook_answers(self, hook: str, count: int = 1) -> list[dict[str, Any]]:
+        """What the app posted to a command's response_url (waits for `count` posts)."""
+        calls = await self.slack.wait_for(
+            "response_url", count=count, where=lambda c: c.params.get("_hook") == hook
+        )
+        return [c.params for c in calls]
+
+    async def click(
+        self, action_id: str, value: str, *, user: str, channel: str = CHANNEL
+    ) -> httpx.Response:
         row = await self.deps.store.get_call(value)
         message_ts = (row.card_ts if row else None) or "1700000000.000001"
         payload = block_actions(
-            action_id, value, user=user, channel=CHANNEL, message_ts=message_ts, team=TEAM
+            action_id, value, user=user, channel=channel, message_ts=message_ts, team=TEAM
         )
         return await self.post(interaction_body(payload), "application/x-www-form-urlencoded")
 
@@ -117,9 +173,10 @@ class Bot:
         await self.settle()
         return self.cards()
 
-    async def settle(self, timeout: float = 15) -> None:
+    async def settle(self, timeout: float = 15, *, runs: bool = True) -> None:
         """Wait until every Bolt listener that was started has finished, and every run it
-        spawned too. Event-driven: waits on the tasks themselves, never on a clock."""
+        spawned too (with `runs=False`, the listeners only: runs may still be going).
+        Event-driven: waits on the tasks themselves, never on a clock."""
 
         async def _settle() -> None:
             while True:
@@ -131,12 +188,23 @@ class Bot:
                 if listeners:
                     await asyncio.wait(listeners)
                     continue
-                if self.deps.tasks.running:
+                if runs and self.deps.tasks.running:
                     await self.deps.tasks.wait_idle()
                     continue
                 return
 
         await asyncio.wait_for(_settle(), timeout)
+
+
+def cancel_values(blocks: Sequence[dict[str, Any]]) -> list[str]:
+    """The values (ledger ids) of the "Cancel run" buttons in a card's blocks."""
+    return [
+        element["value"]
+        for block in blocks
+        if block.get("type") == "actions"
+        for element in block.get("elements", [])
+        if element.get("action_id") == "opsgate_cancel"
+    ]
 
 
 def _button_values(blocks: Sequence[dict[str, Any]]) -> list[str]:
@@ -163,6 +231,95 @@ def texts(slack: SlackAPIStandIn) -> list[str]:
             out.append("".join(c.get("text", "") for c in chunks if isinstance(c, dict)))
             out.append(str(params.get("markdown_text") or ""))
     return out
+
+
+class HeldReplies:
+    """LLM replies that each wait until the test releases them, counting how many model
+    requests are in flight at once: the way to measure a concurrency limit without sleeping.
+
+    Queue them with `queue(llm, n)`; each answers `reply(user_text)` as a streamed text.
+    """
+
+    def __init__(self, reply: Callable[[str], str] = lambda text: f"Looked into: {text}") -> None:
+        self.reply = reply
+        self.active = 0
+        self.peak = 0
+        self.arrived: list[str] = []
+        """The last user message of each request, in arrival order."""
+        self._gates: list[asyncio.Event] = []
+        self._changed = asyncio.Condition()
+
+    def queue(self, llm: LLMStandIn, n: int) -> None:
+        for _ in range(n):
+            llm.reply_with(self._handle)
+
+    async def _handle(self, body: dict[str, Any]) -> web.StreamResponse:
+        users = [m for m in body["messages"] if m["role"] == "user"]
+        text = str(users[-1]["content"]) if users else ""
+        gate = asyncio.Event()
+        async with self._changed:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            self.arrived.append(text)
+            self._gates.append(gate)
+            self._changed.notify_all()
+        try:
+            await gate.wait()
+        finally:
+            async with self._changed:
+                self.active -= 1
+                self._changed.notify_all()
+        return web.Response(
+            body=text_sse(self.reply(text), model=str(body.get("model"))),
+            headers={"Content-Type": "text/event-stream"},
+        )
+
+    async def wait_arrived(self, n: int, timeout: float = 15) -> None:
+        """Until `n` requests have arrived in all."""
+
+        async def arrived() -> None:
+            async with self._changed:
+                await self._changed.wait_for(lambda: len(self.arrived) >= n)
+
+        try:
+            await asyncio.wait_for(arrived(), timeout)
+        except TimeoutError:
+            raise AssertionError(
+                f"{len(self.arrived)} model request(s) arrived within {timeout}s, expected {n}"
+            ) from None
+
+    def release(self, n: int | None = None) -> int:
+        """Let the first `n` held requests not yet released answer (all when None)."""
+        waiting = [g for g in self._gates if not g.is_set()]
+        for gate in waiting[:n]:
+            gate.set()
+        return len(waiting[:n])
+
+    async def release_in_steps(self, total: int, limit: int, timeout: float = 15) -> None:
+        """Release requests until `total` have been released in all, each time once as many
+        as the limit allows have arrived: `min(limit, left)` at a time. Fails if they come one
+        by one when more could run, or if fewer than `total` ever arrive."""
+        while (released := sum(g.is_set() for g in self._gates)) < total:
+            step = min(limit, total - released)
+            await self.wait_arrived(released + step, timeout)
+            self.release()
+
+
+def text_sse(text: str, *, model: str = "stand-in-model") -> bytes:
+    """A streamed OpenAI-style text answer: role, one content chunk, `stop`, `[DONE]`."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-held",
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    return sse_bytes(
+        [chunk({"role": "assistant", "content": ""}), chunk({"content": text}), chunk({}, "stop")]
+    )
 
 
 @contextlib.asynccontextmanager

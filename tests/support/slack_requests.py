@@ -28,6 +28,7 @@ __all__ = [
     "load_fixture",
     "message",
     "sign",
+    "slash_command",
     "view_submission",
 ]
 
@@ -239,6 +240,38 @@ def view_submission(
         for block_id, actions in values.items()
     }
     return body
+
+
+def slash_command(
+    text: str,
+    *,
+    user: str,
+    channel: str,
+    team: str = "T0TEST",
+    command: str = "/opsgate",
+    response_url: str | None = None,
+    trigger_id: str | None = None,
+    channel_name: str = "ops",
+    user_name: str = "someone",
+) -> bytes:
+    """A slash-command body: plain form fields, urlencoded, as Slack posts it (the field names
+    and order of the form body in signature_test_vector.json, with this command's values)."""
+    vector = load_fixture("signature_test_vector.json")
+    fields = dict(urllib.parse.parse_qsl(vector["raw_body"], keep_blank_values=True))
+    number = next(_action_numbers)
+    fields.update(
+        team_id=team,
+        channel_id=channel,
+        channel_name=channel_name,
+        user_id=user,
+        user_name=user_name,
+        command=command,
+        text=text,
+        trigger_id=trigger_id or f"{number}.{team}.opsgate",
+    )
+    if response_url is not None:
+        fields["response_url"] = response_url
+    return urllib.parse.urlencode(fields).encode()
 
 
 # -- machinery ---------------------------------------------------------------------------------
