@@ -43,6 +43,7 @@ from aiohttp import web
 
 from agent_core import Tool, tool
 from bot.blocks import ACTION_APPROVE
+from bot.policy import Policy
 from tests.support.harness import CHANNEL, SECRET, TEAM, Bot, running_bot
 from tests.support.llm_server import sse_bytes
 from tests.support.slack_api import SlackAPIStandIn, SlackCall
@@ -289,15 +290,21 @@ async def _bare_mentions(slack_url: str) -> list[float]:
     return [acked - sent for sent, acked in times]
 
 
+# The per-channel run limit (default 2) would measure the queue, not the app: lift it so all
+# 200 threads run at once, as the issue asks.
+POLICY = Policy.from_toml(f"[defaults]\nconcurrency = {THREADS}\n")
+
+
 async def main() -> None:
     print(machine())
+    print(f"policy: defaults.concurrency = {THREADS} (all threads run at once)")
     checks = Checks()
     with tempfile.TemporaryDirectory() as tmp:
         ledger = Path(tmp) / "deployed.txt"
         slack = _WatchedSlack()
         async with (
             slack,
-            running_bot(Path(tmp), tools=[_deploy_tool(ledger)], slack=slack) as bot,
+            running_bot(Path(tmp), tools=[_deploy_tool(ledger)], slack=slack, policy=POLICY) as bot,
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=THREADS)) as http,
         ):
             client = _Client(http, bot.url)

@@ -29,6 +29,7 @@ def create_app(settings: Settings, deps: Deps) -> AsyncApp:
             AsyncRateLimitErrorRetryHandler(max_retry_count=3),
         ],
         logger=logging.getLogger("opsgate.slack"),
+        session=deps.slack_http,
     )
     secret = settings.slack_signing_secret
     app = AsyncApp(

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import aiohttp
 import httpx
 
 from agent_core import ChatClientAgent, Tool
@@ -50,6 +51,9 @@ class Deps:
     clock: Callable[[], datetime] = utc_now
     runner: Runner | None = None
     """Set by `create_app`: the behaviour bound to the app's Web API client."""
+    slack_http: aiohttp.ClientSession | None = None
+    """One connection pool for every Slack Web API call (slack_sdk opens one per call
+    otherwise)."""
 
 
 def default_tools(http: httpx.AsyncClient) -> list[Tool]:
@@ -67,7 +71,8 @@ async def open_deps(
     policy: Policy | None = None,
     clock: Callable[[], datetime] = utc_now,
 ) -> AsyncIterator[Deps]:
-    """Open the store and the LLM connection pool; close both (and stop background runs) on exit."""
+    """Open the store and the LLM and Slack connection pools; close them (and stop background
+    runs) on exit."""
     if policy is None:
         policy = (
             Policy.load(settings.opsgate_policy) if settings.opsgate_policy else Policy.default()
@@ -76,6 +81,7 @@ async def open_deps(
     async with (
         httpx.AsyncClient(timeout=timeout) as llm_http,
         httpx.AsyncClient(timeout=httpx.Timeout(15.0), follow_redirects=False) as tool_http,
+        aiohttp.ClientSession() as slack_http,
         SQLiteStore(settings.opsgate_db, clock=clock) as store,
     ):
         all_tools = list(tools) if tools is not None else default_tools(tool_http)
@@ -101,6 +107,7 @@ async def open_deps(
             policy=policy,
             tools={t.name: t for t in all_tools},
             clock=clock,
+            slack_http=slack_http,
         )
         try:
             yield deps
