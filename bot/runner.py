@@ -509,13 +509,31 @@ class Runner:
         return True
 
     async def expire_due(self) -> int:
-        """Expire undecided calls past their time limit, redraw their cards, resume the runs."""
+        """Remind about calls that expire soon; expire those past their time limit, redraw their
+        cards and resume their runs."""
+        if (before := self.deps.policy.remind_before) is not None:
+            for row in await self.deps.store.due_reminders(before, self.deps.clock()):
+                await self._remind(row)
         expired = await self.deps.store.expire_due(self.deps.clock())
         for row in expired:
             await self.refresh_card(row)
         for session_id in {row.session_id for row in expired}:
             await self.maybe_resume(session_id)
         return len(expired)
+
+    async def _remind(self, row: ToolCallRow) -> None:
+        session = await self.deps.store.get_session(row.session_id)
+        if session is None or row.expires_at is None:
+            return
+        thread = Thread(session.team_id, session.channel_id, session.thread_ts)
+        link = await self._permalink(row)
+        name = f"`{escape_mrkdwn(row.name)}`"
+        when = f"<!date^{int(row.expires_at.timestamp())}^{{time}}|{row.expires_at:%H:%M} UTC>"
+        await self._say(
+            thread,
+            f":alarm_clock: {f'<{link}|{name}>' if link else name} still waits for a decision; "
+            f"it expires at {when} and will then not run.",
+        )
 
     async def announce_recovery(self) -> None:
         """After a restart: requeue runs that had not begun, tell each thread whose run was cut

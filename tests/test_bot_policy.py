@@ -193,3 +193,28 @@ async def test_restart_mid_tool_tells_the_thread_and_never_reruns(tmp_path: Path
             [result] = tool_messages(llm.requests[1])
             assert result["content"].startswith("Interrupted:")
         assert runs == [1]
+
+
+async def test_a_reminder_goes_out_once_before_expiry(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml('[defaults]\nttl = "15m"\nremind_before = "5m"\n')
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo later"})])
+        await bot.mention("remind me")
+        await bot.wait_cards(1)
+        assert bot.deps.runner is not None
+
+        def reminders() -> list[str]:
+            return [t for t in all_text(bot).splitlines() if "still waits for a decision" in t]
+
+        clock.now += timedelta(minutes=9)
+        await bot.deps.runner.expire_due()
+        assert reminders() == []
+        clock.now += timedelta(minutes=2)  # 4 minutes left
+        await bot.deps.runner.expire_due()
+        assert len(reminders()) == 1 and "`run_command`" in reminders()[0]
+        clock.now += timedelta(minutes=1)
+        await bot.deps.runner.expire_due()
+        assert len(reminders()) == 1  # once only
+        assert [a.event for a in await bot.deps.store.audit_rows()].count("reminder") == 1
+        assert len(bot.llm.requests) == 1  # a reminder resumes nothing

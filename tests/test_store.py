@@ -905,3 +905,39 @@ def test_parse_since() -> None:
     for bad in ("yesterday", "", "2x", "h2", "2025-13-01"):
         with pytest.raises(ValueError, match="cannot read"):
             parse_since(bad)
+
+
+async def test_a_version_1_file_is_migrated_keeping_its_rows(db: Path) -> None:
+    """A file written by the first release opens, is upgraded in place, and loses nothing."""
+    from bot.store._schema import MIGRATIONS
+
+    raw = sqlite3.connect(db)
+    for statement in MIGRATIONS[0]:
+        raw.execute(statement)
+    now = "2026-11-01T09:00:00+00:00"
+    raw.execute(
+        "INSERT INTO sessions (id, team_id, channel_id, thread_ts, state, created_at, updated_at)"
+        " VALUES ('s1', 'T1', 'C1', '1.0', 'awaiting_approval', ?, ?)",
+        (now, now),
+    )
+    raw.execute(
+        "INSERT INTO tool_calls (id, session_id, batch_id, message_seq, position, call_id, name,"
+        " arguments, digest, needs_approval, status, created_at)"
+        " VALUES ('L1', 's1', 'b1', 0, 0, 'call_1', 'run_command', '{}', 'abc', 1, 'pending', ?)",
+        (now,),
+    )
+    raw.execute("PRAGMA user_version = 1")
+    raw.commit()
+    raw.close()
+
+    async with SQLiteStore(db) as store:
+        row = await store.get_call("L1")
+        session = await store.get_session("s1")
+    assert row is not None and row.status == "pending" and row.reminded_at is None
+    assert session is not None and session.state == "awaiting_approval"
+    raw = sqlite3.connect(db)
+    try:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        raw.close()

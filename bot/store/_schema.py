@@ -162,7 +162,12 @@ _V2 = (
     "CREATE INDEX run_queue_by_session ON run_queue (session_id, state)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+_V3: tuple[str, ...] = (
+    # When the "decide soon" reminder went out (policy `remind_before`), so it goes out once.
+    "ALTER TABLE tool_calls ADD COLUMN reminded_at TEXT",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 """`MIGRATIONS[n]` takes a file from `user_version` n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -46,6 +46,7 @@ AuditEvent = Literal[
     "execution_end",
     "interrupted",
     "cancel",
+    "reminder",
 ]
 """The events the store itself writes; `SQLiteStore.audit` accepts any other name too."""
 
@@ -108,6 +109,7 @@ class ToolCallRow(BaseModel):
     approvals: tuple[str, ...] = ()
     """Distinct Slack user ids that approved so far (policies may need more than one)."""
     created_at: datetime
+    reminded_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
 

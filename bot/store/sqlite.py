@@ -818,6 +818,37 @@ class SQLiteStore:
             )
             return [await self._expire(conn, _call(row), moment) for row in rows]
 
+    async def due_reminders(
+        self, before: timedelta, now: datetime | None = None
+    ) -> list[ToolCallRow]:
+        """Undecided gated calls that expire within `before` and were not reminded of yet;
+        marks them reminded (audited), so each reminder goes out once."""
+        moment = now if now is not None else self._clock()
+        async with self._transaction("due_reminders") as conn:
+            rows = await _all(
+                conn,
+                "SELECT * FROM tool_calls WHERE status = 'pending' AND needs_approval = 1 "
+                "AND reminded_at IS NULL AND expires_at IS NOT NULL "
+                "AND expires_at > ? AND expires_at <= ? ORDER BY expires_at",
+                (to_db(moment), to_db(moment + before)),
+            )
+            reminded = []
+            for row in rows:
+                call = _call(row)
+                await conn.execute(
+                    "UPDATE tool_calls SET reminded_at = ? WHERE id = ?", (to_db(moment), call.id)
+                )
+                await self._write_audit(
+                    conn,
+                    "reminder",
+                    actor=None,
+                    session_id=call.session_id,
+                    call_id=call.call_id,
+                    details={"ledger_id": call.id, "tool": call.name},
+                )
+                reminded.append(await self._call_row(conn, call.id))
+            return reminded
+
     async def next_expiry(self) -> datetime | None:
         """When the next undecided gated call expires, so a sweeper knows how long to sleep."""
         async with self._reading("next_expiry") as conn:
