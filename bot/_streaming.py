@@ -33,6 +33,17 @@ _STREAM_UNAVAILABLE = {
 MAX_MESSAGE = 3500
 
 
+def _split_point(text: str, limit: int) -> int:
+    """Where to end one message of a long answer: a line break or space if there is one in
+    the second half, and never inside an escaped `&amp;`/`&lt;`/`&gt;`."""
+    for sep in ("\n", " "):
+        cut = text.rfind(sep, limit // 2, limit)
+        if cut != -1:
+            return cut
+    amp = text.rfind("&", limit - 5, limit)
+    return amp if amp != -1 and ";" not in text[amp:limit] else limit
+
+
 class ThreadReply:
     """One answer message in a thread; `append` text as it arrives, `close` when done."""
 
@@ -101,18 +112,25 @@ class ThreadReply:
         self._stream = None
 
     async def _edit(self, *, force: bool) -> None:
-        shown = self.text if len(self.text) <= MAX_MESSAGE else self.text[:MAX_MESSAGE] + " …"
+        # A long answer continues in a new message rather than being cut.
+        while len(self.text) > MAX_MESSAGE:
+            cut = _split_point(self.text, MAX_MESSAGE)
+            head, self.text = self.text[:cut], self.text[cut:].lstrip("\n")
+            await self._write(head)
+            self._posted_ts = None
+        too_soon = self.clock() - self._last_edit < self.edit_interval
+        if self._posted_ts is not None and not force and too_soon:
+            return
+        await self._write(self.text)
+
+    async def _write(self, text: str) -> None:
         if self._posted_ts is None:
             response = await self.client.chat_postMessage(
-                channel=self.channel, thread_ts=self.thread_ts, text=shown
+                channel=self.channel, thread_ts=self.thread_ts, text=text
             )
             self._posted_ts = str(response["ts"])
-            self._last_edit = self.clock()
-            self._dirty = False
-            return
-        if not force and self.clock() - self._last_edit < self.edit_interval:
-            return
-        await self.client.chat_update(channel=self.channel, ts=self._posted_ts, text=shown)
+        else:
+            await self.client.chat_update(channel=self.channel, ts=self._posted_ts, text=text)
         self._last_edit = self.clock()
         self._dirty = False
 

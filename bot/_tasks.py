@@ -47,6 +47,11 @@ class TaskSupervisor:
             logger.error("background task %r failed", task.get_name(), exc_info=exc)
 
     @property
+    def closed(self) -> bool:
+        """True once shutdown began: no new work may start."""
+        return self._closed
+
+    @property
     def running(self) -> int:
         return len(self._tasks)
 

@@ -13,11 +13,12 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from slack_sdk.errors import SlackApiError
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core import (
@@ -40,6 +41,7 @@ from .blocks import (
     approval_card,
     card_text,
     decided_card,
+    decided_text,
     help_text,
     overflow,
     pending_text,
@@ -211,7 +213,7 @@ class Runner:
         self,
         thread: Thread,
         session_id: str,
-        stream: AsyncIterator[AgentResponseUpdate],
+        stream: AsyncGenerator[AgentResponseUpdate, None],
         *,
         requester: str | None,
         message_ts: str | None,
@@ -227,7 +229,7 @@ class Runner:
         if message_ts:
             await self._react(thread, message_ts, "reactions_add")
         reply: ThreadReply | None = None
-        final_state: Literal["idle", "failed"] | None = "idle"
+        final_state: Literal["idle", "failed"] = "idle"
         stopping = False
         try:
             async for update in stream:
@@ -245,7 +247,8 @@ class Runner:
                         if reply is not None:
                             await reply.close()
                             reply = None
-                        final_state = None  # the store already says awaiting_approval
+                        # The store already says awaiting_approval; the end of this run
+                        # below leaves that state alone.
                         await self._post_cards(thread, session_id)
                     case Finish(finish_reason=FinishReason.ERROR, error=error):
                         if reply is not None:
@@ -255,7 +258,8 @@ class Runner:
                             thread,
                             ":warning: I couldn't finish: "
                             + escape_mrkdwn(error or "the model request failed")
-                            + "\nNothing was lost; send your message again to retry.",
+                            + "\nYour message is saved: reply in this thread (say, “try again”) "
+                            "to continue.",
                         )
                     case Finish(finish_reason=reason):
                         if reply is not None:
@@ -266,7 +270,7 @@ class Runner:
                     case _:
                         pass
         except asyncio.CancelledError:
-            final_state, stopping = None, True
+            stopping = True
             raise
         except AgentCoreError as exc:
             logger.warning("run %s refused: %s", session_id, exc)
@@ -280,10 +284,16 @@ class Runner:
                 "The conversation is saved; send a message to try again.",
             )
         finally:
+            # Each step on its own: a Slack error here must not keep the session `running`
+            # (holding the channel's slot) or skip starting the next queued run.
+            await stream.aclose()
             if reply is not None:
-                await reply.close()
-            if final_state is not None:
-                await store.set_state(session_id, final_state)
+                await _quietly(reply.close(), "finishing the answer")
+            if not stopping:
+                # Only a run still `running` ends here; a paused one stays awaiting_approval.
+                await _quietly(
+                    store.claim(session_id, ("running",), final_state), "ending the run"
+                )
             if message_ts:
                 await self._react(thread, message_ts, "reactions_remove")
             if not stopping:
@@ -311,16 +321,16 @@ class Runner:
     async def _react(self, thread: Thread, ts: str, method: str) -> None:
         try:
             await getattr(self.client, method)(channel=thread.channel_id, timestamp=ts, name="eyes")
-        except SlackApiError as exc:
-            logger.debug("%s failed: %s", method, exc.response.get("error"))
+        except SLACK_ERRORS as exc:
+            logger.debug("%s failed: %s", method, _slack_error(exc))
 
     async def _say(self, thread: Thread, text: str) -> None:
         try:
             await self.client.chat_postMessage(
                 channel=thread.channel_id, thread_ts=thread.thread_ts, text=text
             )
-        except SlackApiError as exc:
-            logger.error("could not post to %s: %s", thread.channel_id, exc.response.get("error"))
+        except SLACK_ERRORS as exc:
+            logger.error("could not post to %s: %s", thread.channel_id, _slack_error(exc))
 
     async def _tell(self, thread: Thread, user: str, text: str) -> None:
         """An ephemeral reply in the thread that only `user` sees (people only: not bots)."""
@@ -330,8 +340,8 @@ class Runner:
             await self.client.chat_postEphemeral(
                 channel=thread.channel_id, user=user, thread_ts=thread.thread_ts, text=text
             )
-        except SlackApiError as exc:
-            logger.warning("could not tell %s: %s", user, exc.response.get("error"))
+        except SLACK_ERRORS as exc:
+            logger.warning("could not tell %s: %s", user, _slack_error(exc))
 
     async def _post_tool_result(self, thread: Thread, result: ToolResult) -> None:
         name = escape_mrkdwn(result.name)
@@ -360,8 +370,8 @@ class Runner:
                 content=content,
                 title=filename,
             )
-        except SlackApiError as exc:
-            logger.warning("file upload failed: %s", exc.response.get("error"))
+        except SLACK_ERRORS as exc:
+            logger.warning("file upload failed: %s", _slack_error(exc))
 
     # -- cards ------------------------------------------------------------------------------
 
@@ -384,19 +394,35 @@ class Runner:
         batch = await store.batch_calls(session_id)
         expires_at = self.deps.clock() + self.deps.policy.ttl
         for row in batch:
-            if not row.needs_approval:
+            if not row.needs_approval or row.card_ts is not None:
                 continue
-            card = self._card_call(row, batch, thread.channel_id)
-            await store.set_expiry(row.id, expires_at)
+            if row.expires_at is None:
+                await store.set_expiry(row.id, expires_at)
+            await self._post_card(thread, row, batch)
+
+    async def _post_card(self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]) -> None:
+        """Post one card. If Slack refuses, say so in the thread: the call still expires on
+        time, `cancel` still works, and the next start-up tries to post it again."""
+        card = self._card_call(row, batch, thread.channel_id)
+        try:
             response = await self.client.chat_postMessage(
                 channel=thread.channel_id,
                 thread_ts=thread.thread_ts,
                 text=card_text(card),
                 blocks=approval_card(card),
             )
-            await store.set_card(row.id, str(response["channel"]), str(response["ts"]))
-            if (full := overflow(card)) is not None:
-                await self._upload(thread, f"{row.tool}-{row.call_id}-arguments.txt", full)
+        except SLACK_ERRORS as exc:
+            logger.error("could not post the card for %s: %s", row.id, _slack_error(exc))
+            await self._say(
+                thread,
+                f":warning: I couldn't post the approval card for `{escape_mrkdwn(row.tool)}` "
+                f"({escape_mrkdwn(_slack_error(exc))}). Nothing runs without a decision: the "
+                "request expires on its own, or write `cancel` to drop it now.",
+            )
+            return
+        await self.deps.store.set_card(row.id, str(response["channel"]), str(response["ts"]))
+        if (full := overflow(card)) is not None:
+            await self._upload(thread, f"{row.tool}-{row.call_id}-arguments.txt", full)
 
     async def refresh_card(self, row: ToolCallRow) -> None:
         """Redraw a card after a decision: no buttons once decided, progress while N-of-M."""
@@ -407,6 +433,7 @@ class Runner:
         card = self._card_call(row, batch, row.card_channel)
         if row.status == "pending":
             blocks = approval_card(card)
+            text = card_text(card)
         else:
             status = _card_status(row.status)
             outcome = CardOutcome(
@@ -417,12 +444,13 @@ class Runner:
                 reason=None if status == "cancelled" else row.reason,
             )
             blocks = decided_card(card, outcome)
+            text = decided_text(card, outcome)
         try:
             await self.client.chat_update(
-                channel=row.card_channel, ts=row.card_ts, text=card_text(card), blocks=blocks
+                channel=row.card_channel, ts=row.card_ts, text=text, blocks=blocks
             )
-        except SlackApiError as exc:
-            logger.warning("could not update card %s: %s", row.id, exc.response.get("error"))
+        except SLACK_ERRORS as exc:
+            logger.warning("could not update card %s: %s", row.id, _slack_error(exc))
 
     # -- decisions --------------------------------------------------------------------------
 
@@ -481,6 +509,11 @@ class Runner:
             rule=rule,
         )
         if not outcome.recorded:
+            if outcome.row.status != row.status:
+                # The click found the call past its deadline and expired it: show that, and
+                # resume if that was the batch's last open call.
+                await self.refresh_card(outcome.row)
+                await self.maybe_resume(row.session_id)
             return outcome.why or "This request was already decided."
         await self.refresh_card(outcome.row)
         await self.maybe_resume(row.session_id)
@@ -489,6 +522,8 @@ class Runner:
     async def maybe_resume(self, session_id: str) -> bool:
         """Resume the paused run once every gated call is decided; exactly one caller does."""
         store = self.deps.store
+        if self.deps.tasks.closed:
+            return False  # shutting down: the next start-up resumes it
         batch = await store.batch_calls(session_id)
         if not batch or not batch_complete(batch):
             return False
@@ -502,8 +537,12 @@ class Runner:
         # The same tools as the run that paused: a stored call must not become "unknown".
         options = run_options(self.deps.policy, self.deps.tools, session.channel_id, responses)
         stream = self.deps.agent.run(None, session_for(session_id, session.channel_id), options)
+        # Progress shows on the first card while the approved calls run.
+        card_ts = next((r.card_ts for r in batch if r.needs_approval and r.card_ts), None)
         self.deps.tasks.spawn(
-            self._drive(thread, session_id, stream, requester=session.requester, message_ts=None),
+            self._drive(
+                thread, session_id, stream, requester=session.requester, message_ts=card_ts
+            ),
             name=f"resume {session_id}",
         )
         return True
@@ -553,7 +592,23 @@ class Runner:
             else:
                 text = ":warning: OpsGate restarted during this run. Send a message to continue."
             await self._say(thread, text)
+        await self._repost_missing_cards()
         await self.dispatcher.kick_all()
+
+    async def _repost_missing_cards(self) -> None:
+        """A card whose post failed (or that a crash kept from being posted) gets another try,
+        so every waiting call has its buttons."""
+        for pending in await self.deps.store.pending_approvals():
+            if pending.call.card_ts is not None:
+                continue
+            session = pending.session
+            thread = Thread(session.team_id, session.channel_id, session.thread_ts)
+            batch = await self.deps.store.batch_calls(session.id)
+            if pending.call.expires_at is None:
+                await self.deps.store.set_expiry(
+                    pending.call.id, self.deps.clock() + self.deps.policy.ttl
+                )
+            await self._post_card(thread, pending.call, batch)
 
     # -- cancel -----------------------------------------------------------------------------
 
@@ -753,6 +808,24 @@ class Runner:
                 policy_source=policy.source,
             )
         )
+
+
+SLACK_ERRORS = (SlackClientError, aiohttp.ClientError, TimeoutError)
+"""What a Web API call can raise once slack_sdk's retries are spent."""
+
+
+def _slack_error(exc: BaseException) -> str:
+    if isinstance(exc, SlackApiError):
+        return str(exc.response.get("error"))
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _quietly(step: Awaitable[Any], what: str) -> None:
+    """Run a clean-up step; log (don't raise) if it fails, so the next step still runs."""
+    try:
+        await step
+    except Exception:
+        logger.exception("%s failed", what)
 
 
 def _loads(text: str) -> Any:

@@ -3,6 +3,7 @@ before any slow work."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -14,6 +15,9 @@ from ..blocks import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT, reject_modal
 from ..runner import Runner
 
 __all__ = ["register"]
+
+
+PRE_CHECK_SECONDS = 1.0
 
 
 def _clicker(body: dict[str, Any]) -> tuple[str, str | None]:
@@ -65,11 +69,26 @@ def register(app: AsyncApp, runner: Runner) -> None:
             who = f"<@{row.decided_by}>" if row.decided_by else "someone"
             await tell_clicker(client, body, f"This request was already {row.status} by {who}.")
             return
-        allowed, why, _ = await runner.check_clicker(row, user=user, channel=_channel(body) or "")
-        if not allowed and user != row.requested_by:
-            await tell_clicker(client, body, why or "You may not decide on this request.")
-            return
-        await client.views_open(trigger_id=body["trigger_id"], view=reject_modal(ledger_id))
+        if user != row.requested_by:
+            # The trigger_id lives 3 s: a slow user-group lookup must not eat it. If the check
+            # is not done in time the modal opens anyway; submitting it checks again.
+            check = runner.check_clicker(row, user=user, channel=_channel(body) or "")
+            try:
+                allowed, why, _ = await asyncio.wait_for(check, PRE_CHECK_SECONDS)
+            except TimeoutError:
+                allowed, why = True, None
+            if not allowed:
+                await tell_clicker(client, body, why or "You may not decide on this request.")
+                return
+        try:
+            await client.views_open(trigger_id=body["trigger_id"], view=reject_modal(ledger_id))
+        except SlackApiError as exc:
+            await tell_clicker(
+                client,
+                body,
+                f"I couldn't open the rejection form ({exc.response.get('error')}); "
+                "click Reject again.",
+            )
 
     @app.action(ACTION_CANCEL)
     async def on_cancel(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
