@@ -291,9 +291,7 @@ class Runner:
                 await _quietly(reply.close(), "finishing the answer")
             if not stopping:
                 # Only a run still `running` ends here; a paused one stays awaiting_approval.
-                await _quietly(
-                    store.claim(session_id, ("running",), final_state), "ending the run"
-                )
+                await _quietly(store.claim(session_id, ("running",), final_state), "ending the run")
             if message_ts:
                 await self._react(thread, message_ts, "reactions_remove")
             if not stopping:
