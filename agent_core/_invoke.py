@@ -77,13 +77,6 @@ def pending_tool_calls(messages: Sequence[ChatMessage]) -> list[ToolCall]:
     return []
 
 
-def _arguments_for_display(call: ToolCall) -> Any:
-    try:
-        return call.parsed_arguments()
-    except ValueError:
-        return call.arguments
-
-
 def _new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
@@ -254,14 +247,14 @@ class FunctionInvokingChatClient:
                     ToolApprovalRequest(
                         call_id=c.id,
                         name=c.name,
-                        arguments=_arguments_for_display(c),
+                        arguments=c.display_arguments(),
                         description=by_name[c.name].description,
-                        digest=call_digest(c.name, _arguments_for_display(c)),
+                        digest=call_digest(c.name, c.display_arguments()),
                     )
                     for c in gated
                 ]
                 held = [
-                    ToolCallHeld(c.id, c.name, _arguments_for_display(c))
+                    ToolCallHeld(c.id, c.name, c.display_arguments())
                     for c in calls
                     if c.id not in gated_ids
                 ]

@@ -47,6 +47,14 @@ class ToolCall(BaseModel):
             raise ValueError(f"arguments of {self.name!r} must be a JSON object")
         return value
 
+    def display_arguments(self) -> Any:
+        """What people are shown and what `call_digest` binds: the parsed object, or the raw text
+        if it is not a JSON object (so a malformed call is still shown exactly as sent)."""
+        try:
+            return self.parsed_arguments()
+        except ValueError:
+            return self.arguments
+
     def to_wire(self) -> dict[str, Any]:
         return {
             "id": self.id,

@@ -132,8 +132,8 @@ class OpenAIChatClient:
     ) -> AsyncIterator[ChatUpdate]:
         """Stream one model turn; see `ChatClient` for what is yielded and raised."""
         body = self.request_body(messages, tools=tools, options=options)
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        extra: dict[str, Any] = {} if self.timeout is None else {"timeout": self.timeout}
+        headers = self._headers()
+        extra = self._timeout()
         attempt = 0
         while True:
             try:
@@ -169,6 +169,55 @@ class OpenAIChatClient:
                 ) from exc
             except httpx.HTTPError as exc:
                 raise ChatClientError(f"request to {self.url} failed: {_describe(exc)}") from exc
+
+    async def check(self) -> str:
+        """Is the endpoint there, and does it take the key? One `GET {base_url}/models`.
+
+        Returns a short description for people (e.g. "https://api.openai.com/v1 is reachable and
+        lists model 'gpt-4o-mini'"). Raises `ProviderError` if the endpoint refuses the key
+        (401/403) or fails (429/5xx), `ChatClientError` if it cannot be reached. Nothing is
+        retried: this is a probe, and its caller wants the answer now. Any other answer (a 404
+        from a server without a model list, say) counts as reachable.
+        """
+        base = self.base_url.rstrip("/")
+        url = base + "/models"
+        try:
+            response = await self.http.get(url, headers=self._headers(), **self._timeout())
+        except httpx.TimeoutException as exc:
+            raise ChatClientError(f"timed out waiting for {url}: {_describe(exc)}") from exc
+        except httpx.HTTPError as exc:
+            raise ChatClientError(f"cannot reach {url}: {_describe(exc)}") from exc
+        status = response.status_code
+        try:
+            payload: Any = response.json()
+        except ValueError:
+            payload = None
+        if status in (401, 403) or status in _RETRYABLE_STATUS or status >= 500:
+            provider_message, _ = error_details(payload)
+            shown = provider_message or _shorten(response.text) or "(empty body)"
+            what = "refused the API key" if status in (401, 403) else "failed"
+            raise ProviderError(
+                f"{url} {what} (HTTP {status}): {shown}",
+                status_code=status,
+                provider_message=provider_message,
+            )
+        if status >= 300:
+            return f"{base} is reachable (HTTP {status} to GET /models, so no model list)"
+        models = _model_ids(payload)
+        if models is None:
+            return f"{base} is reachable (its /models answer is not a model list)"
+        if self.model in models:
+            return f"{base} is reachable and lists model {self.model!r}"
+        return (
+            f"{base} is reachable, but model {self.model!r} is not among the {len(models)} "
+            "it lists (some providers do not list every model they serve)"
+        )
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    def _timeout(self) -> dict[str, Any]:
+        return {} if self.timeout is None else {"timeout": self.timeout}
 
     async def _check_response(self, response: httpx.Response) -> None:
         """Turn an unusable answer into the right error before any stream byte is read."""
@@ -270,6 +319,14 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     if delay is None or not 0 <= delay <= _MAX_SERVER_DELAY:
         return None
     return delay
+
+
+def _model_ids(payload: Any) -> set[str] | None:
+    """The ids of an OpenAI-style model list (`{"data": [{"id": ...}, ...]}`), or None."""
+    data = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(data, list):
+        return None
+    return {str(m["id"]) for m in data if isinstance(m, dict) and "id" in m}
 
 
 def _shorten(text: str) -> str:

@@ -28,14 +28,19 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def format_duration(value: timedelta) -> str:
-    """The shortest spelling `parse_duration` reads back: 5400s -> "1h30m", 0 -> "0s"."""
-    remaining = int(value.total_seconds())
-    if remaining <= 0:
-        return "0s"
+def format_duration(value: timedelta, *, approximate: bool = False) -> str:
+    """The shortest spelling `parse_duration` reads back: 5400s -> "1h30m", 0 -> "0s".
+
+    `approximate=True` is for a span measured on a clock rather than written by hand (the time
+    left when a card was posted): within 5 seconds of a whole minute it is rounded to it, so a
+    card posted a moment after the pause still says "15m", not "14m58s".
+    """
+    remaining = max(0, round(value.total_seconds()))
+    if approximate and remaining >= 60 and (remaining % 60 <= 5 or remaining % 60 >= 55):
+        remaining = round(remaining / 60) * 60
     parts: list[str] = []
     for unit, size in _UNIT_SECONDS.items():
         count, remaining = divmod(remaining, size)
         if count:
             parts.append(f"{count}{unit}")
-    return "".join(parts)
+    return "".join(parts) or "0s"

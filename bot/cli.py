@@ -17,8 +17,13 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="start the bot (Socket Mode unless --http)")
     run.add_argument("--http", action="store_true", help="serve POST /slack/events instead")
-    run.add_argument("--port", type=int, default=None, help="HTTP port (default OPSGATE_PORT)")
-    sub.add_parser("check", help="check config, Slack auth.test and the LLM endpoint")
+    run.add_argument(
+        "--port", type=int, default=None, help="HTTP port, with --http (default OPSGATE_PORT)"
+    )
+    check = sub.add_parser("check", help="check config, policy, Slack auth.test and the LLM")
+    check.add_argument(
+        "--http", action="store_true", help="check the settings of `run --http` (not Socket Mode)"
+    )
     audit = sub.add_parser("audit", help="print the audit log")
     audit.add_argument("--since", default=None, help="ISO date/time, or a duration like 2h, 7d")
     audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
@@ -27,7 +32,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "run" and args.port is not None and not args.http:
+        parser.error("run: --port is for HTTP mode; add --http (Socket Mode listens on no port)")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -41,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             case "check":
                 from .check import run_check
 
-                return asyncio.run(run_check(out=sys.stdout))
+                return asyncio.run(run_check(out=sys.stdout, http=args.http))
             case "audit":
                 return _audit(since=args.since, as_json=args.json)
             case "chat":

@@ -17,10 +17,17 @@ from agent_core.openai import OpenAIChatClient
 
 from ._tasks import TaskSupervisor
 from .channels import ChannelInstructions
-from .policy import Policy
+from .policy import Policy, ToolPolicy
 from .settings import Settings
 from .store import SQLiteStore
-from .tools import dotenv_names, load_tool, make_http_request, make_run_command
+from .tools import (
+    DEFAULT_OUTPUT_LIMIT,
+    DEFAULT_TIMEOUT,
+    dotenv_names,
+    load_tools,
+    make_http_request,
+    make_run_command,
+)
 
 if TYPE_CHECKING:
     from .runner import Runner
@@ -56,9 +63,17 @@ class Deps:
     otherwise)."""
 
 
-def default_tools(http: httpx.AsyncClient) -> list[Tool]:
+def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list[Tool]:
+    """The built-in tools, set up as the policy's `[tools.run_command]` says (workdir, timeout,
+    output_limit; without them: the current directory, 60 seconds, 20,000 characters)."""
+    command = (policy or Policy.default()).tools.get("run_command") or ToolPolicy()
     return [
-        make_run_command(workdir=Path.cwd(), secret_names=dotenv_names(Path(".env"))),
+        make_run_command(
+            workdir=command.workdir or Path.cwd(),
+            timeout=command.timeout.total_seconds() if command.timeout else DEFAULT_TIMEOUT,
+            output_limit=command.output_limit or DEFAULT_OUTPUT_LIMIT,
+            secret_names=dotenv_names(Path(".env")),
+        ),
         make_http_request(client=http),
     ]
 
@@ -82,10 +97,11 @@ async def open_deps(
         httpx.AsyncClient(timeout=timeout) as llm_http,
         httpx.AsyncClient(timeout=httpx.Timeout(15.0), follow_redirects=False) as tool_http,
         aiohttp.ClientSession() as slack_http,
-        SQLiteStore(settings.opsgate_db, clock=clock) as store,
+        # exclusive: a second bot on the same file would "recover" this one's running calls.
+        SQLiteStore(settings.opsgate_db, exclusive=True, clock=clock) as store,
     ):
-        all_tools = list(tools) if tools is not None else default_tools(tool_http)
-        all_tools += [load_tool(path) for path in policy.tools_modules]
+        all_tools = list(tools) if tools is not None else default_tools(tool_http, policy)
+        all_tools += load_tools(policy.tools_modules, taken=[t.name for t in all_tools])
         policy.check_tools([t.name for t in all_tools])
         client = OpenAIChatClient(
             llm_http,

@@ -8,6 +8,9 @@ but the requester may approve, one approval, one hour to decide.
 `Policy.gate` is an agent_core `ApprovalGate`; `check_approver` answers "may this person decide
 this call?" and says why not; `GroupResolver` looks up Slack user-group members, with a cache.
 
+`[tools.run_command]` also says where commands run (`workdir`), for how long at most
+(`timeout`) and how much of their output is kept (`output_limit`).
+
 Channels can be set up for ops automation in `[channels_policy.<channel id>]`: what starts a
 run there (`trigger`), which integrations' messages may (`allowed_bots`), extra `instructions`
 for the model, the `tools` offered, who approves, and how many runs go at once (`concurrency`).
@@ -111,6 +114,18 @@ def _bot_id(value: str) -> str:
     return value
 
 
+def _directory(value: Any) -> Any:
+    if not isinstance(value, (str, Path)) or not str(value).strip():
+        raise ValueError(f'a directory is a path written as text, like "/srv/ops", not {value!r}')
+    path = Path(value).expanduser()
+    value = str(value)
+    if not path.exists():
+        raise ValueError(f"{value!r} does not exist; create it or name an existing directory")
+    if not path.is_dir():
+        raise ValueError(f"{value!r} is not a directory")
+    return path.absolute()
+
+
 def _text(value: str) -> str:
     if not value.strip():
         raise ValueError("is empty; remove the key or write the text")
@@ -136,6 +151,9 @@ def _regex(value: Any) -> Any:
 
 
 Duration = Annotated[timedelta, BeforeValidator(_duration)]
+Directory = Annotated[Path, BeforeValidator(_directory)]
+"""An existing directory; relative paths are from the directory the bot starts in."""
+OutputLimit = Annotated[StrictInt, Field(gt=0)]
 ApproverId = Annotated[StrictStr, AfterValidator(_approver_id)]
 ChannelId = Annotated[StrictStr, AfterValidator(_channel_id)]
 Regex = Annotated[re.Pattern[str], BeforeValidator(_regex)]
@@ -179,10 +197,21 @@ class ArgumentRule(_Model):
 
 
 class ToolPolicy(_Model):
-    """`[tools.<name>]`: when calls of one tool wait for a human."""
+    """`[tools.<name>]`: when calls of one tool wait for a human.
+
+    `[tools.run_command]` alone also takes `workdir`, `timeout` and `output_limit` (the policy
+    refuses them for other tools); `approval` stays "always" unless the section says otherwise.
+    """
 
     approval: Literal["always", "never", "rules"] = "always"
     rules: tuple[ArgumentRule, ...] = ()
+    workdir: Directory | None = None
+    """run_command: where commands run (an existing directory); default: where the bot started."""
+    timeout: Duration | None = None
+    """run_command: the longest a command may run, e.g. "2m" (the model may ask for less);
+    default 60 seconds."""
+    output_limit: OutputLimit | None = None
+    """run_command: characters kept of each of stdout and stderr; default 20,000."""
 
     @model_validator(mode="after")
     def _rules_fit_approval(self) -> ToolPolicy:
@@ -240,6 +269,9 @@ class ChannelPolicy(_Model):
 
 
 _NO_OVERRIDE = ChannelPolicy()
+
+_RUN_COMMAND_ONLY = ("workdir", "timeout", "output_limit")
+"""Keys of `[tools.run_command]` that no other tool's section takes."""
 
 
 def _check_reachable(approvers: Sequence[str], required: int, key: str) -> None:
@@ -325,6 +357,25 @@ class Policy(_Model):
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=_built_in_tools)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _run_command_keys_stay_there(cls, data: Any) -> Any:
+        """Checked on the raw file, so that a misplaced `workdir` is reported as misplaced
+        rather than as, say, a directory that does not exist."""
+        tools = data.get("tools") if isinstance(data, dict) else None
+        if not isinstance(tools, dict):
+            return data
+        for name, section in tools.items():
+            if name == "run_command" or not isinstance(section, dict):
+                continue
+            misplaced = [key for key in _RUN_COMMAND_ONLY if key in section]
+            if misplaced:
+                raise ValueError(
+                    f"unknown key {f'tools.{name}.{misplaced[0]}'!r}: "
+                    f"{', '.join(_RUN_COMMAND_ONLY)} are settings of [tools.run_command] only"
+                )
+        return data
 
     @model_validator(mode="after")
     def _channels_consistent(self) -> Policy:
@@ -578,7 +629,10 @@ def _explain(source: str, exc: ValidationError) -> str:
         key = _key_path(loc)
         if error["type"] == "extra_forbidden":
             section = _section(loc)
-            hint = _did_you_mean(str(loc[-1]), section.model_fields) if section else ""
+            choices = set(section.model_fields) if section else set()
+            if section is ToolPolicy and loc[1] != "run_command":
+                choices -= set(_RUN_COMMAND_ONLY)
+            hint = _did_you_mean(str(loc[-1]), sorted(choices))
             problems.append(f"unknown key {key!r}{hint}")
             continue
         if error["type"] == "missing":

@@ -530,7 +530,7 @@ class Runner:
         session = await store.get_session(session_id)
         assert session is not None
         thread = Thread(session.team_id, session.channel_id, session.thread_ts)
-        responses = await store.responses_for_batch(session_id)
+        responses = await store.responses_for_batch(session_id, mention=user_mention)
         await store.set_state(session_id, "running")
         # The same tools as the run that paused: a stored call must not become "unknown".
         options = run_options(self.deps.policy, self.deps.tools, session.channel_id, responses)

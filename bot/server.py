@@ -17,6 +17,7 @@ from .app import create_app
 from .deps import Deps, open_deps
 from .runner import Runner
 from .settings import Settings
+from .tools import protect_process_environment
 
 __all__ = ["http_app", "serve", "started"]
 
@@ -78,6 +79,13 @@ async def _wait_for_signal() -> None:
 
 
 async def serve(settings: Settings, *, http: bool, port: int) -> None:
+    """Run the bot until SIGINT or SIGTERM.
+
+    First of all the process is made non-dumpable, so that `run_command`'s children (same user)
+    cannot read the tokens from `/proc/<pid>/environ`; run the bot as a dedicated non-root user
+    for that to hold (root reads any process).
+    """
+    protect_process_environment()
     async with open_deps(settings) as deps, started(settings, deps) as app:
         if http:
             runner = web.AppRunner(http_app(app))

@@ -26,6 +26,7 @@ from agent_core import (
 
 from .deps import Deps, open_deps
 from .settings import Settings, load_settings
+from .tools import protect_process_environment
 
 __all__ = ["run_chat"]
 
@@ -48,6 +49,7 @@ async def run_chat(
 
     out = out or sys.stdout
     if deps is None:
+        protect_process_environment()
         settings = settings or load_settings(mode="chat")
         async with open_deps(settings) as opened:
             return await _chat(opened, input_fn, out)

@@ -127,8 +127,7 @@ async def test_reject_with_reason_reaches_the_model(tmp_path: Path) -> None:
         await bot.llm.wait_for_requests(2)
         await bot.settle()
         [result] = tool_messages(bot.llm.requests[1])
-        assert result["content"].startswith("Rejected: not during the freeze")
-        assert BOB in result["content"]
+        assert result["content"] == f"Rejected: not during the freeze (rejected by <@{BOB}>)"
         assert not marker.exists()
         row = await bot.deps.store.get_call(card["ledger_id"])
         assert (

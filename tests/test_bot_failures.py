@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from bot.policy import Policy
+from bot.store import DatabaseLocked
 from tests.support.harness import CHANNEL, TEAM, running_bot
 from tests.support.llm_server import LLMStandIn
 from tests.support.slack_api import SlackAPIStandIn
@@ -106,3 +109,15 @@ async def test_a_long_answer_without_streaming_continues_in_new_messages(tmp_pat
         assert len(texts) >= 3
         assert all(len(t) <= 4000 for t in texts)
         assert " ".join(t.strip() for t in texts).split() == answer.split()
+
+
+async def test_a_second_bot_on_the_same_database_is_refused(tmp_path: Path) -> None:
+    """Two processes would each 'recover' the other's running calls: the second must not start."""
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        with pytest.raises(DatabaseLocked, match="another OpsGate process"):
+            async with running_bot(
+                tmp_path, tools=make_tools(tmp_path), llm=bot.llm, slack=bot.slack
+            ):
+                pytest.fail("a second bot started on the same database")
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)):
+        pass  # free again once the first has stopped

@@ -10,13 +10,17 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from bot.check import run_check
+from bot.cli import main
 from bot.deps import open_deps
 from bot.settings import Settings
 from bot.terminal import run_chat
 from tests.support.llm_server import LLMStandIn
 from tests.support.slack_api import SlackAPIStandIn
 from tests.test_bot import make_tools, tool_messages
+from tests.test_openai_client import ModelsEndpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,6 +96,8 @@ async def test_check_says_what_is_wrong(tmp_path: Path) -> None:
         out = io.StringIO()
         assert await run_check(out=out, settings=good) == 0, out.getvalue()
         assert "FAIL" not in out.getvalue()
+        assert f"ok   llm: {llm.base_url} is reachable" in out.getvalue()
+        assert "ok   policy: no policy file; using the built-in defaults; tools: " in out.getvalue()
 
         bad = good.model_copy(
             update={
@@ -103,8 +109,114 @@ async def test_check_says_what_is_wrong(tmp_path: Path) -> None:
         assert await run_check(out=out, settings=bad) == 1
         report = out.getvalue()
         assert "invalid_auth" in report and "SLACK_BOT_TOKEN" in report
-        assert "cannot reach http://127.0.0.1:9/v1" in report
+        assert "cannot reach http://127.0.0.1:9/v1" in report and "OPENAI_BASE_URL" in report
         assert "xoxb-wrong" not in report
+
+        async with ModelsEndpoint(401, {"error": {"message": "bad key"}}) as endpoint:
+            refused = good.model_copy(
+                update={
+                    "openai_base_url": endpoint.base_url,
+                    "openai_api_key": Settings(openai_api_key="sk-wrong-key").openai_api_key,
+                }
+            )
+            out = io.StringIO()
+            assert await run_check(out=out, settings=refused) == 1
+        [line] = [line for line in out.getvalue().splitlines() if "llm:" in line]
+        assert line.startswith("FAIL llm: ") and "refused the API key (HTTP 401): bad key" in line
+        assert line.endswith("check OPENAI_API_KEY") and "sk-wrong-key" not in out.getvalue()
+        assert endpoint.headers[0]["Authorization"] == "Bearer sk-wrong-key"
+
+
+POLICIES = {
+    "tools_modules": (
+        '[defaults]\ntools_modules = ["no_such_module_for_opsgate:tool"]\n',
+        "cannot load tool 'no_such_module_for_opsgate:tool'",
+    ),
+    "unknown_tool": (
+        '[tools.no_such_tool]\napproval = "always"\n',
+        "[tools.no_such_tool]: unknown tool 'no_such_tool'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(POLICIES))
+async def test_check_fails_on_a_policy_that_would_stop_start_up(tmp_path: Path, case: str) -> None:
+    text, expected = POLICIES[case]
+    policy = tmp_path / "opsgate.toml"
+    policy.write_text(text, encoding="utf-8")
+    async with LLMStandIn() as llm, SlackAPIStandIn(token="xoxb-test-token") as slack:
+        settings = settings_for(tmp_path, llm.base_url, slack.url).model_copy(
+            update={"opsgate_policy": policy}
+        )
+        out = io.StringIO()
+        assert await run_check(out=out, settings=settings) == 1
+    [line] = [line for line in out.getvalue().splitlines() if "policy:" in line]
+    assert line.startswith("FAIL policy: ") and expected in line, line
+
+
+async def test_check_loads_the_policy_tools_like_start_up(tmp_path: Path) -> None:
+    policy = tmp_path / "opsgate.toml"
+    policy.write_text(
+        '[defaults]\ntools_modules = ["tests.support.custom_tools:restart_service"]\n\n'
+        '[tools.restart_service]\napproval = "always"\n',
+        encoding="utf-8",
+    )
+    async with LLMStandIn() as llm, SlackAPIStandIn(token="xoxb-test-token") as slack:
+        settings = settings_for(tmp_path, llm.base_url, slack.url).model_copy(
+            update={"opsgate_policy": policy}
+        )
+        out = io.StringIO()
+        assert await run_check(out=out, settings=settings) == 0, out.getvalue()
+    assert (
+        f"ok   policy: {policy} is valid; tools: http_request, restart_service, run_command"
+        in out.getvalue()
+    )
+
+
+async def test_check_asks_for_the_settings_of_the_chosen_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in list(os.environ):
+        if name.startswith(("SLACK_", "OPENAI_", "OPSGATE_")):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)  # no .env, no opsgate.toml
+    async with LLMStandIn() as llm, SlackAPIStandIn(token="xoxb-test-token") as slack:
+        monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-test-token")
+        monkeypatch.setenv("SLACK_SIGNING_SECRET", "signing-secret-for-tests")
+        monkeypatch.setenv("SLACK_API_URL", slack.url)
+        monkeypatch.setenv("OPENAI_BASE_URL", llm.base_url)
+        monkeypatch.setenv("OPSGATE_MODEL", "test-model")
+        out = io.StringIO()
+        assert await run_check(out=out, http=True) == 0, out.getvalue()
+        assert "ok   configuration: every setting HTTP mode needs is present" in out.getvalue()
+
+        out = io.StringIO()
+        assert await run_check(out=out) == 1
+        assert out.getvalue().startswith("FAIL configuration (Socket Mode): SLACK_APP_TOKEN")
+
+        monkeypatch.delenv("SLACK_SIGNING_SECRET")
+        monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-1-test")
+        out = io.StringIO()
+        assert await run_check(out=out) == 0, out.getvalue()
+        out = io.StringIO()
+        assert await run_check(out=out, http=True) == 1
+        assert "SLACK_SIGNING_SECRET" in out.getvalue().splitlines()[0]
+
+
+def test_check_http_on_the_command_line(tmp_path: Path) -> None:
+    env = {"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_APP_TOKEN": "xapp-1-test"}
+    result = _opsgate(["check", "--http"], cwd=tmp_path, env=env)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("FAIL configuration (HTTP mode): ")
+    assert "SLACK_SIGNING_SECRET" in result.stdout.splitlines()[0]
+
+
+def test_run_port_without_http_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["run", "--port", "8080"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: opsgate") and "--port is for HTTP mode; add --http" in err
 
 
 def _opsgate(

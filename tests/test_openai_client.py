@@ -628,6 +628,112 @@ async def test_no_auth_header_and_no_tools_without_them(
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
 
 
+# -- check(): the reachability probe behind `opsgate check` -------------------------------------
+
+
+class ModelsEndpoint:
+    """A provider's `GET /v1/models` on 127.0.0.1 answering `status` with `body` (JSON), recording
+    each request's headers. Use it as an async context manager."""
+
+    def __init__(self, status: int = 200, body: Any = None) -> None:
+        self.status = status
+        self.body = body if body is not None else {"object": "list", "data": []}
+        self.headers: list[dict[str, str]] = []
+        self.base_url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> ModelsEndpoint:
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        runner = web.AppRunner(app, shutdown_timeout=1.0)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        self._runner = runner
+        host, port = runner.addresses[0][:2]
+        self.base_url = f"http://{host}:{port}/v1"
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        self.headers.append(dict(request.headers))
+        return web.json_response(self.body, status=self.status)
+
+
+MODEL_LIST = {
+    "object": "list",
+    "data": [{"id": "gpt-test", "object": "model"}, {"id": "other", "object": "model"}],
+}
+
+
+async def test_check_lists_the_model_and_sends_the_key(http: httpx.AsyncClient) -> None:
+    async with ModelsEndpoint(200, MODEL_LIST) as endpoint:
+        client = OpenAIChatClient(
+            http, model="gpt-test", base_url=endpoint.base_url + "/", api_key="sk-check-1"
+        )
+        said = await client.check()
+        assert said == f"{endpoint.base_url} is reachable and lists model 'gpt-test'"
+        [headers] = endpoint.headers
+        assert headers["Authorization"] == "Bearer sk-check-1"
+
+        unlisted = OpenAIChatClient(http, model="gpt-nope", base_url=endpoint.base_url)
+        said = await unlisted.check()
+        assert said.startswith(f"{endpoint.base_url} is reachable, but model 'gpt-nope'")
+        assert "2 it lists" in said
+        assert "Authorization" not in endpoint.headers[1]
+
+
+async def test_check_counts_a_server_without_a_model_list_as_reachable(
+    http: httpx.AsyncClient,
+) -> None:
+    async with ModelsEndpoint(404, {"error": "not found"}) as endpoint:
+        client = OpenAIChatClient(http, model="local", base_url=endpoint.base_url)
+        assert "is reachable (HTTP 404" in await client.check()
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_check_reports_a_refused_key_without_showing_it(
+    http: httpx.AsyncClient, status: int
+) -> None:
+    key = "sk-secret-never-shown-0456"
+    body = {"error": {"message": "Incorrect API key provided"}}
+    async with ModelsEndpoint(status, body) as endpoint:
+        client = OpenAIChatClient(http, model="m", base_url=endpoint.base_url, api_key=key)
+        with pytest.raises(ProviderError) as caught:
+            await client.check()
+    assert caught.value.status_code == status
+    assert caught.value.provider_message == "Incorrect API key provided"
+    message = str(caught.value)
+    assert f"{endpoint.base_url}/models refused the API key (HTTP {status})" in message
+    assert "Incorrect API key provided" in message and key not in message
+
+
+async def test_check_reports_a_server_error_once_without_retrying(
+    http: httpx.AsyncClient, sleeps: SleepRecorder
+) -> None:
+    async with ModelsEndpoint(503, {"error": {"message": "overloaded"}}) as endpoint:
+        client = OpenAIChatClient(
+            http, model="m", base_url=endpoint.base_url, sleep=sleeps, max_retries=3
+        )
+        with pytest.raises(ProviderError, match=r"failed \(HTTP 503\): overloaded") as caught:
+            await client.check()
+    assert caught.value.status_code == 503
+    assert len(endpoint.headers) == 1 and sleeps.delays == []
+
+
+async def test_check_reports_an_unreachable_endpoint(http: httpx.AsyncClient) -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = OpenAIChatClient(http, model="m", base_url=f"http://127.0.0.1:{port}/v1")
+    with pytest.raises(ChatClientError) as caught:
+        await client.check()
+    assert not isinstance(caught.value, ProviderError)
+    assert f"cannot reach http://127.0.0.1:{port}/v1/models" in str(caught.value)
+
+
 # -- the stand-in's own helpers (other test modules rely on them) ------------------------------
 
 

@@ -169,6 +169,10 @@ def test_policy_is_frozen() -> None:
         ("bad_duration.toml", ["defaults.ttl", "'30 minutes' is not a duration"]),
         ("bad_regex.toml", ["tools.run_command.rules[0].pattern", "not a valid regular"]),
         ("bad_approver.toml", ["defaults.approvers[1]", "'alice' is not a Slack user id"]),
+        (
+            "bad_workdir.toml",
+            ["tools.run_command.workdir: '/nonexistent/opsgate-workdir' does not exist"],
+        ),
     ],
 )
 def test_bad_file_names_file_and_problem(name: str, expected: list[str]) -> None:
@@ -241,6 +245,82 @@ def test_several_problems_are_one_error_listing_each() -> None:
     assert "defaults.ttl" in message
     assert "defaults.required_approvals" in message
     assert "unknown key 'defaults.extra'" in message
+
+
+# --- [tools.run_command] settings ---------------------------------------------------------------
+
+
+def test_run_command_settings_are_read(tmp_path: Path) -> None:
+    text = f'[tools.run_command]\nworkdir = "{tmp_path}"\ntimeout = "2m"\noutput_limit = 500\n'
+    policy = Policy.from_toml(text, known_tools=KNOWN)
+    command = policy.tools["run_command"]
+    assert command.workdir == tmp_path
+    assert command.timeout == timedelta(minutes=2)
+    assert command.output_limit == 500
+    # Setting where commands run does not relax when they need approval.
+    assert policy.decide("run_command", call("run_command", {"command": "ls"})).requires_approval
+
+
+def test_relative_workdir_is_from_the_starting_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "ops").mkdir()
+    monkeypatch.chdir(tmp_path)
+    policy = Policy.from_toml('[tools.run_command]\nworkdir = "ops"\n')
+    monkeypatch.chdir("/")  # kept as an absolute path: a later chdir changes nothing
+    assert policy.tools["run_command"].workdir == tmp_path / "ops"
+
+
+def test_run_command_settings_are_optional() -> None:
+    command = Policy.from_toml('[tools.run_command]\napproval = "never"\n').tools["run_command"]
+    assert (command.workdir, command.timeout, command.output_limit) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '[tools.run_command]\nworkdir = "{tmp}/missing"',
+            "tools.run_command.workdir: '{tmp}/missing' does not exist",
+        ),
+        (
+            '[tools.run_command]\nworkdir = "{tmp}/a-file"',
+            "tools.run_command.workdir: '{tmp}/a-file' is not a directory",
+        ),
+        ("[tools.run_command]\nworkdir = 3", "tools.run_command.workdir: a directory is a path"),
+        ('[tools.run_command]\nworkdir = " "', "tools.run_command.workdir: a directory is a path"),
+        ('[tools.run_command]\ntimeout = "soon"', "tools.run_command.timeout: 'soon' is not a"),
+        ('[tools.run_command]\ntimeout = "0s"', "tools.run_command.timeout: '0s' is zero"),
+        ("[tools.run_command]\ntimeout = 60", "tools.run_command.timeout: durations are written"),
+        ("[tools.run_command]\noutput_limit = 0", "tools.run_command.output_limit: "),
+        ('[tools.run_command]\noutput_limit = "100"', "tools.run_command.output_limit: "),
+        (
+            '[tools.run_command]\nworkdri = "/"',
+            "unknown key 'tools.run_command.workdri' (did you mean 'workdir'?)",
+        ),
+        (
+            '[tools.http_request]\nworkdir = "{tmp}/missing"',
+            "unknown key 'tools.http_request.workdir': workdir, timeout, output_limit are "
+            "settings of [tools.run_command] only",
+        ),
+        (
+            "[tools.deploy]\noutput_limit = 10",
+            "unknown key 'tools.deploy.output_limit': workdir, timeout, output_limit are",
+        ),
+    ],
+)
+def test_bad_run_command_settings(tmp_path: Path, text: str, expected: str) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    with pytest.raises(PolicyError, match=r"^policy file inline\.toml: ") as caught:
+        Policy.from_toml(text.replace("{tmp}", str(tmp_path)), source="inline.toml")
+    assert expected.replace("{tmp}", str(tmp_path)) in str(caught.value)
+
+
+def test_other_tools_are_not_offered_run_command_keys_as_corrections() -> None:
+    with pytest.raises(PolicyError) as caught:
+        Policy.from_toml('[tools.http_request]\nworkdri = "/"', source="inline.toml")
+    assert "unknown key 'tools.http_request.workdri'" in str(caught.value)
+    assert "did you mean" not in str(caught.value)
 
 
 # --- gate decisions ----------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import io
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +26,7 @@ from agent_core import (
     FinishReason,
     ResumeError,
     ToolApprovalRequest,
+    ToolCall,
     ToolCallAlreadyStarted,
     ToolCallHeld,
     ToolResult,
@@ -32,11 +35,13 @@ from agent_core import (
     pending_tool_calls,
     tool,
 )
+from bot._duration import format_duration
 from bot.audit import parse_since, run_audit
 from bot.store import (
     INTERRUPTED_MESSAGE,
     NOT_RUN_MESSAGE,
     SCHEMA_VERSION,
+    DatabaseLocked,
     SchemaTooNew,
     SQLiteStore,
     StoreError,
@@ -44,11 +49,11 @@ from bot.store import (
     UnknownCall,
     UnknownSession,
     batch_complete,
-    format_duration,
 )
 from tests.support.scripted import ScriptedChatClient, Turn, call, collect, history_problems
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Clock:
@@ -186,6 +191,78 @@ async def test_two_stores_opening_a_fresh_file_together_both_work(db: Path) -> N
     async with SQLiteStore(db) as a, SQLiteStore(db) as b:
         one = await a.get_or_create_session("T1", "C1", "1.0")
         assert await b.get_session(one.id) == one
+
+
+# -- the exclusive lock (one serving process per database) ---------------------------------------
+
+
+async def test_an_exclusive_store_refuses_a_second_one_until_it_closes(db: Path) -> None:
+    async with SQLiteStore(db, exclusive=True) as first:
+        session = await first.get_or_create_session("T1", "C1", "1.0")
+        with pytest.raises(DatabaseLocked) as caught:
+            async with SQLiteStore(db, exclusive=True):
+                pytest.fail("a second exclusive store must not open")
+        message = str(caught.value)
+        assert str(db) in message and f"{db}.lock" in message
+        assert "another OpsGate process" in message and "stop it first" in message
+        assert f"pid {os.getpid()}" in message
+        assert isinstance(caught.value, StoreError)
+        async with SQLiteStore(db) as reader:  # readers (opsgate audit) are never refused
+            assert await reader.get_session(session.id) == session
+        assert await first.get_session(session.id) == session  # the refusal did not disturb it
+    async with SQLiteStore(db, exclusive=True) as second:
+        assert await second.get_session(session.id) == session
+        assert repr(second) == f"SQLiteStore({str(db)!r}, exclusive=True)"
+
+
+async def test_a_store_that_fails_to_open_releases_its_lock(db: Path) -> None:
+    raw = sqlite3.connect(db)
+    raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    raw.close()
+    with pytest.raises(SchemaTooNew):
+        async with SQLiteStore(db, exclusive=True):
+            pytest.fail("a newer schema must not open")
+    fd = os.open(f"{db}.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if still held
+    finally:
+        os.close(fd)
+
+
+_HOLDER = """
+import asyncio, sys
+from bot.store import SQLiteStore
+
+async def main():
+    async with SQLiteStore(sys.argv[1], exclusive=True):
+        print("open", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+
+asyncio.run(main())
+"""
+
+
+async def test_the_lock_holds_across_processes_and_dies_with_its_holder(db: Path) -> None:
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _HOLDER,
+        str(db),
+        cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None
+        assert await asyncio.wait_for(child.stdout.readline(), 30) == b"open\n"
+        with pytest.raises(DatabaseLocked, match=f"pid {child.pid}"):
+            async with SQLiteStore(db, exclusive=True):
+                pytest.fail("the child holds the lock")
+    finally:
+        child.kill()  # a crash, not a clean close: the kernel must drop the lock anyway
+        await asyncio.wait_for(child.wait(), 30)
+    async with SQLiteStore(db, exclusive=True) as store:
+        assert await store.recover() == []
 
 
 # -- sessions and run states ----------------------------------------------------------------------
@@ -456,7 +533,12 @@ async def test_batch_complete_and_responses(store: SQLiteStore) -> None:
     await store.decide(rows[2].id, "rejected", user_id="U2")
     assert batch_complete(await store.batch_calls(session_id))
 
-    responses = await store.responses_for_batch(session_id)
+    plain = await store.responses_for_batch(session_id)  # the store knows no Slack markup
+    assert [(r.call_id, r.decision, r.decided_by) for r in plain] == [
+        (RESTART.id, "approved", "U1"),
+        (DROP.id, "rejected", "U2"),
+    ]
+    responses = await store.responses_for_batch(session_id, mention=lambda user: f"<@{user}>")
     assert [(r.call_id, r.decision, r.decided_by) for r in responses] == [
         (RESTART.id, "approved", "<@U1>"),
         (DROP.id, "rejected", "<@U2>"),
@@ -505,12 +587,50 @@ async def test_a_click_after_the_deadline_expires_the_call_instead(
     assert outcome.why is not None and outcome.why.startswith("expired at 2025-03-01 09:05:00 UTC")
 
 
-def test_format_duration() -> None:
-    assert format_duration(timedelta(minutes=15, seconds=2)) == "15m"
-    assert format_duration(timedelta(seconds=90)) == "1m30s"
-    assert format_duration(timedelta(hours=1, minutes=30)) == "1h30m"
-    assert format_duration(timedelta(days=1)) == "1d"
-    assert format_duration(timedelta(seconds=-3)) == "0s"
+def test_format_duration_approximates_only_measured_spans() -> None:
+    """One `format_duration` (bot._duration) for the policy and the store: exact for what people
+    wrote, rounded to the minute within 5 seconds for a span measured on a clock."""
+    assert not hasattr(bot.store, "format_duration")
+    assert format_duration(timedelta(minutes=15, seconds=2), approximate=True) == "15m"
+    assert format_duration(timedelta(minutes=14, seconds=57.6), approximate=True) == "15m"
+    assert format_duration(timedelta(minutes=15, seconds=2)) == "15m2s"
+    for approximate in (False, True):
+        assert format_duration(timedelta(seconds=90), approximate=approximate) == "1m30s"
+        assert format_duration(timedelta(hours=1, minutes=30), approximate=approximate) == "1h30m"
+        assert format_duration(timedelta(days=1), approximate=approximate) == "1d"
+        assert format_duration(timedelta(seconds=-3), approximate=approximate) == "0s"
+
+
+async def test_set_expiry_says_the_time_left_in_round_words(
+    store: SQLiteStore, clock: Clock
+) -> None:
+    _, rows = await paused_session(store)
+    clock.advance(seconds=3)  # the card went out a moment after the pause
+    await store.set_expiry(rows[0].id, T0 + timedelta(minutes=15))
+    await store.set_expiry(rows[2].id, T0 + timedelta(minutes=1, seconds=33))
+    assert [(r.ttl) for r in await store.batch_calls(rows[0].session_id)] == ["15m", None, "1m30s"]
+
+
+async def test_the_ledger_shows_and_digests_arguments_as_the_loop_does(
+    store: SQLiteStore,
+) -> None:
+    """`ToolCall.display_arguments()` is the one spelling: the parsed object, else the raw text."""
+    good = call("call_good", "service_status", service="api")
+    broken = ToolCall(id="call_broken", name="service_status", arguments='{"service": ')
+    listed = ToolCall(id="call_list", name="service_status", arguments="[1, 2]")
+    assert good.display_arguments() == {"service": "api"}
+    assert broken.display_arguments() == '{"service": '
+    assert listed.display_arguments() == "[1, 2]"
+    session = await store.get_or_create_session("T1", "C1", "5.0")
+    message = ChatMessage.assistant(None, (good, broken, listed))
+    await store.record_pause(session.id, message, [], [])
+    rows = await store.batch_calls(session.id)
+    for row, sent in zip(rows, (good, broken, listed), strict=True):
+        shown = sent.display_arguments()
+        assert (row.arguments, row.digest) == (
+            canonical_arguments(shown),
+            call_digest(sent.name, shown),
+        )
 
 
 # -- execution ------------------------------------------------------------------------------------
@@ -810,7 +930,7 @@ async def test_pause_and_resume_through_the_agent_across_a_restart(db: Path) -> 
         assert results == {
             RESTART.id: "api restarted",
             STATUS.id: "api is up",
-            DROP.id: "Rejected: not today (rejected by <@UOPS>)",
+            DROP.id: "Rejected: not today (rejected by UOPS)",
         }
         assert ran == [("restart_service", "api"), ("service_status", "api")]
         assert seen_status == ["executing"]  # committed before the tool ran

@@ -1,5 +1,6 @@
 """`run_command`: a scrubbed environment, the working directory, exit codes, output caps, and
-time limits and cancellation that take the whole process group down."""
+time limits and cancellation that take the whole process group down; its settings from the policy
+file; and the bot's own environment kept out of reach through /proc."""
 
 from __future__ import annotations
 
@@ -9,16 +10,28 @@ import os
 import re
 import shlex
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from agent_core import ToolError
-from bot.tools import dotenv_names, make_run_command, scrubbed_environment
+from bot.deps import open_deps
+from bot.settings import Settings
+from bot.tools import (
+    dotenv_names,
+    make_run_command,
+    protect_process_environment,
+    scrubbed_environment,
+)
 
 DEADLINE = 10.0
+KELVIN = "\u212a"
+"""KELVIN SIGN: lower-cases to an ASCII "k", but does not upper-case to "K"."""
 
 
 async def wait_until_gone(pid: int) -> None:
@@ -121,6 +134,46 @@ async def test_given_environment_is_scrubbed_too(tmp_path: Path) -> None:
     assert "A=1" in result
     assert "SLACK_BOT_TOKEN" not in result
     assert "MY_TOKEN" not in result
+
+
+def test_scrubbing_ignores_letter_case_as_the_settings_reader_does() -> None:
+    base = {
+        "slack_bot_token": "a",
+        "Slack_App_Token": "b",
+        "openai_api_key": "c",
+        "opsgate_model": "d",
+        f"SLAC{KELVIN}_BOT_TOKEN": "e",
+        f"Opsgate_{KELVIN}ey": "f",
+        f"MY_{KELVIN}EY": "g",
+        "my_password": "h",
+        "\u017flack_bot_token": "i",  # a long s: upper-cases to "SLACK_…"
+        "HOME": "/h",
+    }
+    assert scrubbed_environment(base, ["my_key", "MY_PASSWORD"]) == {"HOME": "/h"}
+
+
+async def test_secrets_in_any_letter_case_absent_from_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pydantic-settings reads the environment without regard to case, so each of these names
+    gives the bot a setting; none may reach the command."""
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv(f"SLAC{KELVIN}_BOT_TOKEN", "xoxb-kelvin-cased-token")
+    monkeypatch.setenv("openai_api_key", "sk-lower-cased-key")
+    no_env_file: dict[str, Any] = {"_env_file": None}
+    settings = Settings(**no_env_file)
+    assert settings.slack_bot_token.get_secret_value() == "xoxb-kelvin-cased-token"
+    assert settings.openai_api_key.get_secret_value() == "sk-lower-cased-key"
+
+    # The shell drops names that are not shell identifiers from what it exports, but they are
+    # still in its own environment: read that.
+    command = "env; tr '\\0' '\\n' < /proc/$$/environ"
+    result = await make_run_command(workdir=tmp_path).invoke({"command": command})
+
+    assert result.startswith("exit code: 0\n")
+    assert "PATH=" in result
+    assert "-cased-" not in result
 
 
 def test_scrubbed_environment_and_dotenv_names(tmp_path: Path) -> None:
@@ -236,5 +289,136 @@ async def test_bad_arguments_are_refused(tmp_path: Path) -> None:
 def test_bad_configuration(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="timeout must be positive"):
         make_run_command(workdir=tmp_path, timeout=0)
-    with pytest.raises(ValueError, match="output_limit"):
-        make_run_command(workdir=tmp_path, output_limit=1)
+    with pytest.raises(ValueError, match="output_limit must be at least 1"):
+        make_run_command(workdir=tmp_path, output_limit=0)
+
+
+async def test_output_limit_of_one_keeps_the_first_character(tmp_path: Path) -> None:
+    result = await make_run_command(workdir=tmp_path, output_limit=1).invoke({"command": "echo ab"})
+    assert "--- stdout ---\na\n[... 2 characters cut ...]\n\n--- stderr ---" in result
+
+
+# --- settings from the policy file ---------------------------------------------------------------
+
+
+def _settings(tmp_path: Path, policy: Path | None) -> Settings:
+    # pydantic's dataclass_transform hides BaseSettings' own `_env_file` keyword from mypy.
+    no_env_file: dict[str, Any] = {"_env_file": None}
+    return Settings(
+        slack_bot_token=SecretStr("xoxb-test-token"),
+        openai_base_url="http://127.0.0.1:9/v1",
+        opsgate_model="test-model",
+        opsgate_db=tmp_path / "opsgate.db",
+        opsgate_policy=policy,
+        **no_env_file,
+    )
+
+
+async def test_open_deps_sets_run_command_up_from_the_policy(tmp_path: Path) -> None:
+    workdir = tmp_path / "ops work"
+    workdir.mkdir()
+    policy = tmp_path / "opsgate.toml"
+    policy.write_text(
+        f'[tools.run_command]\nworkdir = "{workdir}"\ntimeout = "2m"\noutput_limit = 1000\n'
+    )
+    async with open_deps(_settings(tmp_path, policy)) as deps:
+        tool = deps.tools["run_command"]
+        where = await tool.invoke({"command": "pwd"})
+        long = await tool.invoke({"command": "head -c 3000 /dev/zero | tr '\\0' a"})
+    assert where == f"exit code: 0\n--- stdout ---\n{workdir}\n\n--- stderr ---\n"
+    assert "stopped after 120 seconds at most" in tool.description
+    assert "[... 2000 characters cut ...]" in long
+
+
+async def test_open_deps_without_settings_runs_commands_where_the_bot_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    async with open_deps(_settings(tmp_path, None)) as deps:
+        tool = deps.tools["run_command"]
+        where = await tool.invoke({"command": "pwd"})
+        long = await tool.invoke({"command": "head -c 30000 /dev/zero | tr '\\0' a"})
+    assert f"--- stdout ---\n{tmp_path}\n" in where
+    assert "stopped after 60 seconds at most" in tool.description
+    assert "[... 10000 characters cut ...]" in long
+
+
+# --- the bot's own environment ------------------------------------------------------------------
+
+PROC_SECRET = "xoxb-read-through-proc"
+
+_READ_OWN_ENVIRON = """
+import asyncio, ctypes, os, sys
+from pathlib import Path
+from bot.tools import make_run_command, protect_process_environment
+tool = make_run_command(workdir=Path("/"))
+asyncio.run(tool.invoke({"command": "true"}))  # lazy imports done while files are readable
+if os.geteuid() == 0:
+    # Root reads every process (CAP_SYS_PTRACE): become an ordinary user, as the bot should
+    # run. Changing uid clears the dumpable flag; set it back to what a process started by
+    # that user has (an unprivileged process may set 1).
+    os.setgroups([])
+    os.setresgid(65534, 65534, 65534)
+    os.setresuid(65534, 65534, 65534)
+    assert ctypes.CDLL(None).prctl(4, 1, 0, 0, 0) == 0
+if sys.argv[1] == "protect":
+    assert protect_process_environment() is True
+# The tool's child (/bin/sh, then cat) reads this Python process's environment.
+print(asyncio.run(tool.invoke({"command": f"cat /proc/{os.getpid()}/environ"})))
+"""
+
+
+def _run_stand_in(mode: str) -> subprocess.CompletedProcess[str]:
+    """A stand-in for the bot with a token in its environment, running `run_command`."""
+    env = {"PATH": os.environ["PATH"], "SLACK_BOT_TOKEN": PROC_SECRET}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return subprocess.run(
+        [sys.executable, "-c", _READ_OWN_ENVIRON, mode],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE * 3,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="prctl and /proc are Linux's")
+def test_a_command_cannot_read_the_bots_environment_through_proc() -> None:
+    exposed = _run_stand_in("exposed")
+    if exposed.returncode != 0 and os.geteuid() == 0 and "setres" in exposed.stderr:
+        pytest.skip(
+            "running as root without the right to become user nobody, and root reads any "
+            f"process's environ: {exposed.stderr.strip().splitlines()[-1:]}"
+        )
+    assert exposed.returncode == 0, exposed.stderr
+    assert PROC_SECRET in exposed.stdout  # the leak this guards against is real here
+
+    protected = _run_stand_in("protect")
+
+    assert protected.returncode == 0, protected.stderr
+    assert PROC_SECRET not in protected.stdout
+    assert "Permission denied" in protected.stdout
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="prctl is Linux's")
+def test_protect_process_environment_clears_the_dumpable_flag() -> None:
+    script = (
+        "import ctypes\n"
+        "from bot.tools import protect_process_environment\n"
+        "prctl = ctypes.CDLL(None).prctl\n"
+        "before = prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE\n"
+        "done = protect_process_environment()\n"
+        "print(before, done, prctl(3, 0, 0, 0, 0))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=DEADLINE * 3
+    )
+    assert result.stdout.split() == ["1", "True", "0"], result.stderr
+
+
+def test_protect_process_environment_is_a_no_op_off_linux(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("bot.tools.command.sys.platform", "darwin")
+    assert protect_process_environment() is False

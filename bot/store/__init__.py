@@ -4,8 +4,8 @@ Plain storage: it knows Slack ids only as strings and never imports a Slack libr
 """
 
 from ._schema import SCHEMA_VERSION
-from ._time import format_duration, utc_now
-from .errors import SchemaTooNew, StoreError, UnknownCall, UnknownSession
+from ._time import utc_now
+from .errors import DatabaseLocked, SchemaTooNew, StoreError, UnknownCall, UnknownSession
 from .models import (
     AuditEvent,
     AuditRow,
@@ -38,6 +38,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "CANCELLED_NOT_RUN_MESSAGE",
     "CallStatus",
     "CancelOutcome",
+    "DatabaseLocked",
     "DecisionOutcome",
     "EnqueueOutcome",
     "INTERRUPTED_MESSAGE",
@@ -57,6 +58,5 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "UnknownCall",
     "UnknownSession",
     "batch_complete",
-    "format_duration",
     "utc_now",
 ]

@@ -6,9 +6,9 @@ names, so `expires_at <= ?` and `at >= ?` can be plain SQL comparisons on indexe
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-__all__ = ["aware", "format_duration", "from_db", "to_db", "utc_now"]
+__all__ = ["aware", "from_db", "to_db", "utc_now"]
 
 
 def utc_now() -> datetime:
@@ -27,20 +27,3 @@ def to_db(moment: datetime) -> str:
 
 def from_db(text: str) -> datetime:
     return datetime.fromisoformat(text)
-
-
-def format_duration(span: timedelta) -> str:
-    """A short human spelling of a time limit ("15m", "2h", "1d", "90s", "1h30m").
-
-    Used to tell the model how long a gated call waited before it expired.
-    """
-    seconds = max(0, round(span.total_seconds()))
-    if seconds >= 60 and (seconds % 60 <= 5 or seconds % 60 >= 55):
-        # A card posted a few seconds after the pause still says "15m", not "15m2s".
-        seconds = round(seconds / 60) * 60
-    parts: list[str] = []
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
-        count, seconds = divmod(seconds, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts) or "0s"

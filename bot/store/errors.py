@@ -4,11 +4,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["SchemaTooNew", "StoreError", "UnknownCall", "UnknownSession"]
+__all__ = ["DatabaseLocked", "SchemaTooNew", "StoreError", "UnknownCall", "UnknownSession"]
 
 
 class StoreError(Exception):
     """Base of every error raised by `bot.store`."""
+
+
+class DatabaseLocked(StoreError):
+    """Another process holds the database's exclusive lock (`SQLiteStore(..., exclusive=True)`).
+
+    Two bots on one file would each repair the other's in-flight calls at start-up, so the
+    second one is refused rather than let a message run twice.
+    """
+
+    def __init__(self, path: Path, lock_path: Path, holder: int | None = None) -> None:
+        who = f" (pid {holder})" if holder is not None else ""
+        super().__init__(
+            f"another OpsGate process{who} is using database {str(path)!r} "
+            f"(it holds the lock {str(lock_path)!r}); stop it first"
+        )
+        self.path = path
+        self.lock_path = lock_path
+        self.holder = holder
 
 
 class SchemaTooNew(StoreError):

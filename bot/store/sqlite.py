@@ -9,8 +9,11 @@ share one connection and a transaction must not interleave with another task's s
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import logging
+import os
 import secrets
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
@@ -28,10 +31,11 @@ from agent_core.approvals import ToolApprovalResponse
 from agent_core.events import ToolApprovalRequest, ToolCallHeld
 from agent_core.exceptions import ToolCallAlreadyStarted
 from agent_core.messages import ChatMessage, ToolCall, call_digest, canonical_arguments
+from bot._duration import format_duration
 
 from ._schema import MIGRATIONS, SCHEMA_VERSION
-from ._time import aware, format_duration, to_db, utc_now
-from .errors import SchemaTooNew, StoreError, UnknownCall, UnknownSession
+from ._time import aware, to_db, utc_now
+from .errors import DatabaseLocked, SchemaTooNew, StoreError, UnknownCall, UnknownSession
 from .models import (
     AuditRow,
     CancelOutcome,
@@ -84,12 +88,50 @@ def _mention(user_id: str) -> str:
     return f"<@{user_id}>"
 
 
-def _display_arguments(call: ToolCall) -> Any:
-    """What the loop shows and digests: the parsed object, or the raw text if it is not JSON."""
+def _plain(user_id: str) -> str:
+    return user_id
+
+
+def _take_lock(path: Path, lock_path: Path) -> int:
+    """Hold `lock_path` exclusively (flock) and return its descriptor; `DatabaseLocked` if taken.
+
+    flock rather than a pid file: the kernel drops the lock when the process dies, however it
+    dies, so a crash never leaves a stale lock behind. The holder's pid is written into the file
+    only to name it in the error.
+    """
     try:
-        return call.parsed_arguments()
-    except ValueError:
-        return call.arguments
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreError(f"cannot open lock file {str(lock_path)!r}: {exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _lock_holder(fd)
+        os.close(fd)
+        raise DatabaseLocked(path, lock_path, holder) from None
+    except OSError as exc:
+        os.close(fd)
+        raise StoreError(f"cannot lock {str(lock_path)!r}: {exc}") from exc
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:  # the lock is what matters; the pid is only a courtesy
+        logger.debug("could not write the pid into %s", lock_path)
+    return fd
+
+
+def _lock_holder(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _release_lock(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
 
 
 def _session(row: sqlite3.Row) -> SessionRow:
@@ -151,23 +193,33 @@ class SQLiteStore:
 
     Use it as an async context manager: entering opens the file (creating it if needed) and
     applies pending migrations; leaving closes it.
+
+    `exclusive=True` is for the one process that serves the bot: entering also takes an
+    exclusive lock on the sidecar file `<db>.lock`, held until the store closes, and raises
+    `DatabaseLocked` if another process holds it (two bots would each `recover()` the other's
+    in-flight calls). Readers such as `opsgate audit` leave it False and open alongside.
     """
 
     def __init__(
         self,
         path: str | Path,
         *,
+        exclusive: bool = False,
         clock: Callable[[], datetime] = utc_now,
         busy_timeout: float = 30.0,
     ) -> None:
         self.path = Path(path)
+        self.exclusive = exclusive
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
         self._clock = clock
         self._busy_timeout_ms = int(busy_timeout * 1000)
         self._conn: aiosqlite.Connection | None = None
+        self._lock_fd: int | None = None
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
-        return f"SQLiteStore({str(self.path)!r})"
+        mode = ", exclusive=True" if self.exclusive else ""
+        return f"SQLiteStore({str(self.path)!r}{mode})"
 
     # -- connection ----------------------------------------------------------------------------
 
@@ -187,21 +239,34 @@ class SQLiteStore:
         """Open the file and bring its schema up to date. Prefer `async with`."""
         if self._conn is not None:
             raise StoreError(f"store {str(self.path)!r} is already open")
+        lock_fd = _take_lock(self.path, self.lock_path) if self.exclusive else None
         try:
-            conn = await aiosqlite.connect(self.path, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open database {str(self.path)!r}: {exc}") from exc
-        try:
-            await self._prepare(conn)
+            try:
+                conn = await aiosqlite.connect(self.path, isolation_level=None)
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open database {str(self.path)!r}: {exc}") from exc
+            try:
+                await self._prepare(conn)
+            except BaseException:
+                await conn.close()
+                raise
         except BaseException:
-            await conn.close()
+            if lock_fd is not None:
+                _release_lock(lock_fd)
             raise
-        self._conn = conn
+        self._conn, self._lock_fd = conn, lock_fd
 
     async def close(self) -> None:
+        """Close the file, then release the exclusive lock (if taken): in that order, so a
+        successor never opens the file while this store can still write to it."""
         conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
+        lock_fd, self._lock_fd = self._lock_fd, None
+        try:
+            if conn is not None:
+                await conn.close()
+        finally:
+            if lock_fd is not None:
+                _release_lock(lock_fd)
 
     async def _prepare(self, conn: aiosqlite.Connection) -> None:
         conn.row_factory = sqlite3.Row
@@ -480,7 +545,7 @@ class SQLiteStore:
             rows: list[tuple[Any, ...]] = []
             for position, call in enumerate(message.tool_calls):
                 request = gated.get(call.id)
-                shown = _display_arguments(call)
+                shown = call.display_arguments()
                 digest = request.digest if request else call_digest(call.name, shown)
                 rows.append(
                     (
@@ -551,7 +616,7 @@ class SQLiteStore:
                     "SELECT COUNT(*) FROM tool_calls WHERE session_id = ? AND message_seq = ?",
                     (session_id, seq),
                 )
-                shown = _display_arguments(call)
+                shown = call.display_arguments()
                 ledger_id, digest = _new_id(), call_digest(call.name, shown)
                 await conn.execute(
                     "INSERT INTO tool_calls (id, session_id, batch_id, message_seq, position, "
@@ -683,7 +748,7 @@ class SQLiteStore:
         self, ledger_id: str, expires_at: datetime, *, ttl: str | None = None
     ) -> None:
         """When an undecided gated call expires; `ttl` in words defaults to the time left now."""
-        words = ttl or format_duration(aware(expires_at) - aware(self._clock()))
+        words = ttl or format_duration(aware(expires_at) - aware(self._clock()), approximate=True)
         async with self._transaction("set_expiry") as conn:
             cursor = await conn.execute(
                 "UPDATE tool_calls SET expires_at = ?, ttl = ? WHERE id = ?",
@@ -790,7 +855,7 @@ class SQLiteStore:
     async def _expire(self, conn: aiosqlite.Connection, row: ToolCallRow, now: str) -> ToolCallRow:
         ttl = row.ttl
         if ttl is None and row.expires_at is not None:
-            ttl = format_duration(row.expires_at - row.created_at)
+            ttl = format_duration(row.expires_at - row.created_at, approximate=True)
         await conn.execute(
             "UPDATE tool_calls SET status = 'expired', decided_at = ?, ttl = ? "
             "WHERE id = ? AND status = 'pending'",
@@ -859,13 +924,19 @@ class SQLiteStore:
             )
         return None if row is None or row[0] is None else datetime.fromisoformat(row[0])
 
-    async def responses_for_batch(self, session_id: str) -> list[ToolApprovalResponse]:
-        """The decisions of the latest batch's gated calls, as the resume needs them."""
+    async def responses_for_batch(
+        self, session_id: str, *, mention: Callable[[str], str] = _plain
+    ) -> list[ToolApprovalResponse]:
+        """The decisions of the latest batch's gated calls, as the resume needs them.
+
+        `mention` spells the decider's user id for the model ("rejected by …"); the store keeps
+        ids plain, so a Slack caller passes its own mention markup.
+        """
         responses: list[ToolApprovalResponse] = []
         for row in await self.batch_calls(session_id):
             if not row.needs_approval:
                 continue
-            decided_by = _mention(row.decided_by) if row.decided_by else None
+            decided_by = mention(row.decided_by) if row.decided_by else None
             if row.status in ("approved", "rejected"):
                 responses.append(
                     ToolApprovalResponse(

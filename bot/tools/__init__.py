@@ -1,10 +1,20 @@
 """Built-in chat-ops tools (`run_command`, `http_request`) and loading teams' own tools."""
 
 from ._loader import ToolLoadError, load_tool, load_tools
-from .command import SECRET_PREFIXES, dotenv_names, make_run_command, scrubbed_environment
+from .command import (
+    DEFAULT_OUTPUT_LIMIT,
+    DEFAULT_TIMEOUT,
+    SECRET_PREFIXES,
+    dotenv_names,
+    make_run_command,
+    protect_process_environment,
+    scrubbed_environment,
+)
 from .http import SAFE_METHODS, http_gate, make_http_request
 
 __all__ = [
+    "DEFAULT_OUTPUT_LIMIT",
+    "DEFAULT_TIMEOUT",
     "SAFE_METHODS",
     "SECRET_PREFIXES",
     "ToolLoadError",
@@ -14,5 +24,6 @@ __all__ = [
     "load_tools",
     "make_http_request",
     "make_run_command",
+    "protect_process_environment",
     "scrubbed_environment",
 ]

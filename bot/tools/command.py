@@ -1,9 +1,11 @@
 """`run_command`: a shell command run for the model, in a fenced-off child process.
 
 The command text comes from the model, so the child gets no secrets (its environment is scrubbed
-of `SLACK_*`, `OPENAI_*`, `OPSGATE_*` and every name in the bot's `.env`), a time limit enforced on
-its whole process group (a shell's background children die with it), and a cap on the output that
-is kept, so a chatty command cannot flood the model's context or the bot's memory.
+of `SLACK_*`, `OPENAI_*`, `OPSGATE_*` and every name in the bot's `.env`, in any letter case), a
+time limit enforced on its whole process group (a shell's background children die with it), and a
+cap on the output that is kept, so a chatty command cannot flood the model's context or the bot's
+memory. `protect_process_environment` keeps the child from reading the secrets out of the bot's
+own `/proc/<pid>/environ` instead.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import ctypes
+import logging
 import os
 import signal
+import sys
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,14 +27,26 @@ from pydantic import Field
 from agent_core import FunctionTool, ToolError, tool
 
 __all__ = [
+    "DEFAULT_OUTPUT_LIMIT",
+    "DEFAULT_TIMEOUT",
     "SECRET_PREFIXES",
     "dotenv_names",
     "make_run_command",
+    "protect_process_environment",
     "scrubbed_environment",
 ]
 
+logger = logging.getLogger("bot.tools.command")
+
 SECRET_PREFIXES: tuple[str, ...] = ("SLACK_", "OPENAI_", "OPSGATE_")
 """Environment names with these prefixes are the bot's own settings and never reach a child."""
+
+DEFAULT_TIMEOUT = 60.0
+"""Seconds a command may run unless the policy's `[tools.run_command] timeout` says otherwise."""
+DEFAULT_OUTPUT_LIMIT = 20_000
+"""Characters kept of each of stdout and stderr unless the policy's `output_limit` says so."""
+
+_PR_SET_DUMPABLE = 4
 
 _READ_CHUNK = 65_536
 _GRACE_SECONDS = 5.0
@@ -57,16 +74,61 @@ def dotenv_names(path: Path) -> frozenset[str]:
     return frozenset(names)
 
 
+def _spellings(name: str) -> set[str]:
+    """The lower-case forms a settings reader may fold `name` to.
+
+    pydantic-settings matches environment names with `str.lower()`, so `slack_bot_token` and
+    even `SLAC\u212a_BOT_TOKEN` (a Kelvin sign, which lower-cases to "k" but does not upper-case
+    to "K") set the bot's token; comparing upper-cased names missed the second. `casefold()` is
+    there for folds `lower()` does not make (`\u017flack_…`, a long s), to err on hiding.
+    """
+    return {name.lower(), name.casefold(), name.upper().lower()}
+
+
+_LOWER_PREFIXES = tuple(prefix.lower() for prefix in SECRET_PREFIXES)
+
+
 def scrubbed_environment(
     base: Mapping[str, str], secret_names: Collection[str] = ()
 ) -> dict[str, str]:
-    """`base` without the bot's secrets: `SECRET_PREFIXES` names and any of `secret_names`."""
-    hidden = {name.upper() for name in secret_names}
-    return {
-        name: value
-        for name, value in base.items()
-        if not name.upper().startswith(SECRET_PREFIXES) and name.upper() not in hidden
-    }
+    """`base` without the bot's secrets: `SECRET_PREFIXES` names and any of `secret_names`,
+    compared without regard to letter case (the bot reads its settings that way)."""
+    hidden = {spelling for name in secret_names for spelling in _spellings(name)}
+
+    def secret(name: str) -> bool:
+        return any(s.startswith(_LOWER_PREFIXES) or s in hidden for s in _spellings(name))
+
+    return {name: value for name, value in base.items() if not secret(name)}
+
+
+def protect_process_environment() -> bool:
+    """Make this process non-dumpable, so that processes of the same user cannot read its memory
+    or `/proc/<pid>/environ` (where the bot's tokens are) or attach a debugger to it.
+
+    `run_command`'s children run as the bot's user; without this, `cat /proc/$PPID/environ` or
+    similar would hand them every secret the scrubbed child environment left out. Call it first
+    thing at start-up of the service. It is effective only when the bot runs as a dedicated
+    non-root user: root (any process with CAP_SYS_PTRACE) reads non-dumpable processes anyway.
+    It also turns off core dumps of the bot. Children are not affected (exec resets the flag).
+
+    Linux only: returns True once the flag is set, False elsewhere or if prctl failed (logged
+    at debug level).
+    """
+    if sys.platform != "linux":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError) as exc:
+        logger.debug("cannot mark the process non-dumpable: no prctl (%s)", exc)
+        return False
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    if prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        error = ctypes.get_errno()
+        logger.debug("prctl(PR_SET_DUMPABLE, 0) failed: %s", os.strerror(error))
+        return False
+    return True
 
 
 class _Capture:
@@ -189,8 +251,8 @@ async def _run(
 def make_run_command(
     *,
     workdir: Path,
-    timeout: float = 60,
-    output_limit: int = 20_000,
+    timeout: float = DEFAULT_TIMEOUT,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
     env: Mapping[str, str] | None = None,
     secret_names: Collection[str] = (),
 ) -> FunctionTool:
@@ -198,13 +260,14 @@ def make_run_command(
 
     `env` is the child's environment (default: this process's environment, read at each call).
     Either way the bot's secrets are removed: `SECRET_PREFIXES` and `secret_names` (pass
-    `dotenv_names(Path(".env"))`). `timeout` is the longest a command may run; the model may ask
-    for less with `timeout_seconds`, never more.
+    `dotenv_names(Path(".env"))`). `timeout` is the longest a command may run, in seconds; the
+    model may ask for less with `timeout_seconds`, never more. `output_limit` is the number of
+    characters kept of each of stdout and stderr (the head and the tail; the middle is cut).
     """
     if timeout <= 0:
         raise ValueError(f"run_command timeout must be positive, not {timeout!r}")
-    if output_limit < 2:
-        raise ValueError(f"run_command output_limit must be at least 2, not {output_limit!r}")
+    if output_limit < 1:
+        raise ValueError(f"run_command output_limit must be at least 1, not {output_limit!r}")
     workdir = Path(workdir)
     fixed_env = None if env is None else scrubbed_environment(env, secret_names)
     hidden = frozenset(secret_names)
