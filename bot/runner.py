@@ -591,6 +591,8 @@ class Runner:
                 text = ":warning: OpsGate restarted during this run. Send a message to continue."
             await self._say(thread, text)
         await self._repost_missing_cards()
+        for session in await self.deps.store.sessions_awaiting_approval():
+            await self.maybe_resume(session.id)  # decided, but the resume was never claimed
         await self.dispatcher.kick_all()
 
     async def _repost_missing_cards(self) -> None:

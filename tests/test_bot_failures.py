@@ -121,3 +121,23 @@ async def test_a_second_bot_on_the_same_database_is_refused(tmp_path: Path) -> N
                 pytest.fail("a second bot started on the same database")
     async with running_bot(tmp_path, tools=make_tools(tmp_path)):
         pass  # free again once the first has stopped
+
+
+async def test_a_batch_decided_just_before_a_crash_resumes_at_start_up(tmp_path: Path) -> None:
+    """The last decision was committed but the process died before claiming the resume."""
+    async with LLMStandIn() as llm, SlackAPIStandIn() as slack:
+        tools = make_tools(tmp_path)
+        llm.reply_tool_calls([("call_1", "run_command", {"command": "echo decided-before-crash"})])
+        async with running_bot(tmp_path, tools=tools, llm=llm, slack=slack) as bot:
+            await bot.mention("run it")
+            [card] = await bot.wait_cards(1)
+            # The decision lands in the store, and nothing else happens (the "crash").
+            outcome = await bot.deps.store.decide(card["ledger_id"], "approved", user_id=BOB)
+            assert outcome.recorded
+        assert len(llm.requests) == 1
+        llm.reply_text("Resumed after the restart.")
+        async with running_bot(tmp_path, tools=tools, llm=llm, slack=slack) as bot:
+            await llm.wait_for_requests(2)
+            await bot.settle()
+            [result] = tool_messages(llm.requests[1])
+            assert "decided-before-crash" in result["content"]

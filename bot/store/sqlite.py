@@ -965,6 +965,16 @@ class SQLiteStore:
                 sessions[session_id] = _session(await self._session_row(conn, session_id))
         return [PendingApproval(call=c, session=sessions[c.session_id]) for c in calls]
 
+    async def sessions_awaiting_approval(self) -> list[SessionRow]:
+        """Sessions paused for decisions; at start-up the bot resumes those already decided
+        (a crash between the last decision and the resume claim leaves such a session)."""
+        async with self._reading("sessions_awaiting_approval") as conn:
+            rows = await _all(
+                conn,
+                "SELECT * FROM sessions WHERE state = 'awaiting_approval' ORDER BY updated_at",
+            )
+        return [_session(row) for row in rows]
+
     # -- cancelling a paused run ----------------------------------------------------------------
 
     async def cancel_batch(
