@@ -453,8 +453,19 @@ class Runner:
     # -- decisions --------------------------------------------------------------------------
 
     async def check_clicker(
-        self, row: ToolCallRow, *, user: str, channel: str
+        self, row: ToolCallRow, *, user: str, channel: str, team: str | None = None
     ) -> tuple[bool, str | None, str]:
+        if team and self.deps.policy.approvers_for(channel).anyone:
+            # "Anyone in the channel" means this workspace: in a Slack Connect channel people
+            # from another organisation must be named in the policy to decide.
+            session = await self.deps.store.get_session(row.session_id)
+            if session is not None and session.team_id and team != session.team_id:
+                return (
+                    False,
+                    "Only members of this workspace may decide here. To let people from "
+                    "another organisation approve, list them in the policy's approvers.",
+                    "approvers is empty: members of the session's workspace only",
+                )
         check = await check_approver(
             self.deps.policy,
             channel=channel,
@@ -487,7 +498,9 @@ class Runner:
             # Withdrawing your own request is always allowed; approving it is not.
             allowed, why, rule = True, None, "the requester may reject their own request"
         else:
-            allowed, why, rule = await self.check_clicker(row, user=user, channel=channel)
+            allowed, why, rule = await self.check_clicker(
+                row, user=user, channel=channel, team=team
+            )
         if not allowed:
             await store.audit(
                 "refusal",

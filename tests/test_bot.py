@@ -419,3 +419,19 @@ async def test_requester_may_withdraw_own_request(tmp_path: Path) -> None:
         await bot.settle()
         [result] = tool_messages(bot.llm.requests[1])
         assert result["content"].startswith("Rejected: changed my mind")
+
+
+async def test_someone_from_another_organisation_cannot_approve_by_default(
+    tmp_path: Path,
+) -> None:
+    """In a Slack Connect channel, 'anyone in the channel' must not include another org."""
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo shared"})])
+        await bot.mention("run it")
+        [card] = await bot.wait_cards(1)
+        await bot.click("opsgate_approve", card["ledger_id"], user="U0GUEST", team="T0PARTNER")
+        await bot.settle()
+        [ephemeral] = bot.slack.calls_to("chat.postEphemeral")
+        assert "Only members of this workspace" in str(ephemeral.params["text"])
+        row = await bot.deps.store.get_call(card["ledger_id"])
+        assert row is not None and row.status == "pending"

@@ -59,7 +59,7 @@ def register(app: AsyncApp, runner: Runner) -> None:
     @app.action(ACTION_REJECT)
     async def on_reject(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
-        user, _ = _clicker(body)
+        user, team = _clicker(body)
         ledger_id = str(body["actions"][0].get("value") or "")
         row = await runner.deps.store.get_call(ledger_id)
         if row is None:
@@ -72,7 +72,7 @@ def register(app: AsyncApp, runner: Runner) -> None:
         if user != row.requested_by:
             # The trigger_id lives 3 s: a slow user-group lookup must not eat it. If the check
             # is not done in time the modal opens anyway; submitting it checks again.
-            check = runner.check_clicker(row, user=user, channel=_channel(body) or "")
+            check = runner.check_clicker(row, user=user, channel=_channel(body) or "", team=team)
             try:
                 allowed, why, _ = await asyncio.wait_for(check, PRE_CHECK_SECONDS)
             except TimeoutError:

@@ -134,12 +134,12 @@ class Bot:
         return [c.params for c in calls]
 
     async def click(
-        self, action_id: str, value: str, *, user: str, channel: str = CHANNEL
+        self, action_id: str, value: str, *, user: str, channel: str = CHANNEL, team: str = TEAM
     ) -> httpx.Response:
         row = await self.deps.store.get_call(value)
         message_ts = (row.card_ts if row else None) or "1700000000.000001"
         payload = block_actions(
-            action_id, value, user=user, channel=channel, message_ts=message_ts, team=TEAM
+            action_id, value, user=user, channel=channel, message_ts=message_ts, team=team
         )
         return await self.post(interaction_body(payload), "application/x-www-form-urlencoded")
 
