@@ -435,3 +435,21 @@ async def test_someone_from_another_organisation_cannot_approve_by_default(
         assert "Only members of this workspace" in str(ephemeral.params["text"])
         row = await bot.deps.store.get_call(card["ledger_id"])
         assert row is not None and row.status == "pending"
+
+
+async def test_llm_that_cannot_be_reached_is_reported_and_nothing_is_lost(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    async with running_bot(
+        tmp_path, tools=make_tools(tmp_path), llm_url=f"http://127.0.0.1:{closed_port}/v1"
+    ) as bot:
+        root = await bot.mention("are you there?")
+        await bot.settle(timeout=30)
+        assert "could not connect" in all_text(bot)
+        session = await bot.deps.store.find_session("T0TEST", CHANNEL, root)
+        assert session is not None and session.state == "idle"
+        history = await bot.deps.store.load_messages(session.id)
+        assert [m.content for m in history] == ["are you there?"]

@@ -331,6 +331,7 @@ async def running_bot(
     llm: LLMStandIn | None = None,
     slack: SlackAPIStandIn | None = None,
     clock: Callable[[], datetime] | None = None,
+    llm_url: str | None = None,
 ) -> AsyncIterator[Bot]:
     """Start the real app in HTTP mode on a loopback port. Pass `llm`/`slack` to keep the
     stand-ins across a simulated restart (same SQLite file, new app)."""
@@ -343,7 +344,7 @@ async def running_bot(
             slack_bot_token="xoxb-test-token",
             slack_signing_secret=SECRET,
             slack_api_url=slack.url,
-            openai_base_url=llm.base_url,
+            openai_base_url=llm_url or llm.base_url,
             openai_api_key="sk-test",
             opsgate_model="test-model",
             opsgate_db=str(tmp_path / "opsgate.db"),
