@@ -152,17 +152,12 @@ def bare_bolt_app(slack_url: str, signing_secret: str) -> AsyncApp:
 @asynccontextmanager
 async def serve_bolt(app: AsyncApp) -> AsyncIterator[str]:
     """Serve a Bolt app on loopback the way OpsGate's HTTP mode does; yields its events URL."""
-    from aiohttp import web
-
     from bot.server import http_app
+    from tests.support.loopback import serve_on_loopback
 
-    runner = web.AppRunner(http_app(app))
-    await runner.setup()
+    runner, base = await serve_on_loopback(http_app(app))
     try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        yield f"http://{host}:{port}/slack/events"
+        yield f"{base}/slack/events"
     finally:
         await runner.cleanup()
 

@@ -22,6 +22,7 @@ from bot.policy import Policy
 from bot.server import http_app, started
 from bot.settings import Settings
 from tests.support.llm_server import LLMStandIn, sse_bytes
+from tests.support.loopback import serve_on_loopback
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_requests import (
     app_mention,
@@ -356,11 +357,7 @@ async def running_bot(
         app = await stack.enter_async_context(
             started(settings, deps, expiry_interval=3600, shutdown_grace=0)
         )
-        web_runner = web.AppRunner(http_app(app))
-        await web_runner.setup()
+        web_runner, base_url = await serve_on_loopback(http_app(app))
         stack.push_async_callback(web_runner.cleanup)
-        site = web.TCPSite(web_runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         http = await stack.enter_async_context(httpx.AsyncClient(timeout=10))
-        yield Bot(f"http://127.0.0.1:{port}", llm, slack, deps, http)
+        yield Bot(base_url, llm, slack, deps, http)

@@ -24,6 +24,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.loopback import serve_on_loopback
+
 __all__ = ["FIXTURES", "LLMStandIn", "fixture_bytes", "sse_bytes"]
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "openai-sse"
@@ -81,13 +83,8 @@ class LLMStandIn:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_get("/v1/models", self._models)
-        runner = web.AppRunner(app, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self._runner = runner
-        host, port = runner.addresses[0][:2]
-        self.base_url = f"http://{host}:{port}/v1"
+        self._runner, base = await serve_on_loopback(app, shutdown_timeout=1.0)
+        self.base_url = f"{base}/v1"
         return self
 
     async def __aexit__(

@@ -22,6 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.loopback import serve_on_loopback
+
 __all__ = ["SlackAPIStandIn", "SlackCall", "UploadedFile"]
 
 _JSON_FIELDS = ("blocks", "attachments", "view", "files", "metadata", "chunks")
@@ -154,12 +156,7 @@ class SlackAPIStandIn:
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_post("/hooks/{name}", self._hook)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self._base = f"http://{host}:{port}"
+        self._runner, self._base = await serve_on_loopback(app, access_log=None)
         return self
 
     async def __aexit__(
