@@ -702,8 +702,15 @@ async def check_approver(
     user_id: str,
     requester: str | None,
     groups: GroupResolver,
+    user_team: str | None = None,
+    home_team: str | None = None,
 ) -> ApproverCheck:
-    """May `user_id` approve a call that `requester` asked for in `channel`?"""
+    """May `user_id` approve a call that `requester` asked for in `channel`?
+
+    `user_team` is the clicker's workspace, `home_team` the session's: with no approver list,
+    "anyone in the channel" means anyone of that workspace, so in a Slack Connect channel
+    people from another organisation must be named in the policy to decide.
+    """
     if requester is not None and user_id == requester and not policy.allow_self_approval:
         return ApproverCheck(
             allowed=False,
@@ -714,6 +721,13 @@ async def check_approver(
             rule="defaults.allow_self_approval = false",
         )
     spec = policy.approvers_for(channel)
+    if spec.anyone and user_team and home_team and user_team != home_team:
+        return ApproverCheck(
+            False,
+            "Only members of this workspace may decide here. To let people from another "
+            "organisation approve, list them in the policy's approvers.",
+            f"{spec.source} is empty: members of the session's workspace only",
+        )
     if spec.anyone:
         return ApproverCheck(True, None, f"{spec.source} is empty: anyone in the channel")
     if user_id in spec.users:

@@ -10,7 +10,6 @@ start only through the run queue (`bot.dispatcher`), which keeps each channel un
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from collections.abc import AsyncGenerator, Awaitable
@@ -379,10 +378,10 @@ class Runner:
             ledger_id=row.id,
             tool=row.tool,
             description=tool.description if tool else "",
-            arguments=_loads(row.arguments),
+            arguments=row.arguments_value(),
             digest=row.digest,
             requested_by=row.requested_by,
-            held=tuple((r.tool, _loads(r.arguments)) for r in batch if not r.needs_approval),
+            held=tuple((r.tool, r.arguments_value()) for r in batch if not r.needs_approval),
             required_approvals=self.deps.policy.required_approvals_for(channel),
             approvals=tuple(row.approvals),
         )
@@ -455,23 +454,15 @@ class Runner:
     async def check_clicker(
         self, row: ToolCallRow, *, user: str, channel: str, team: str | None = None
     ) -> tuple[bool, str | None, str]:
-        if team and self.deps.policy.approvers_for(channel).anyone:
-            # "Anyone in the channel" means this workspace: in a Slack Connect channel people
-            # from another organisation must be named in the policy to decide.
-            session = await self.deps.store.get_session(row.session_id)
-            if session is not None and session.team_id and team != session.team_id:
-                return (
-                    False,
-                    "Only members of this workspace may decide here. To let people from "
-                    "another organisation approve, list them in the policy's approvers.",
-                    "approvers is empty: members of the session's workspace only",
-                )
+        session = await self.deps.store.get_session(row.session_id) if team else None
         check = await check_approver(
             self.deps.policy,
             channel=channel,
             user_id=user,
             requester=row.requested_by,
             groups=self.groups,
+            user_team=team,
+            home_team=session.team_id if session else None,
         )
         return check.allowed, check.why, check.rule
 
@@ -625,7 +616,9 @@ class Runner:
 
     # -- cancel -----------------------------------------------------------------------------
 
-    async def _may_cancel(self, session: SessionRow, user: str) -> tuple[bool, str | None, str]:
+    async def _may_cancel(
+        self, session: SessionRow, user: str, team: str | None = None
+    ) -> tuple[bool, str | None, str]:
         """The requester may always cancel their run; otherwise whoever may approve there."""
         if session.requester is not None and user == session.requester:
             return True, None, "the requester may cancel their own run"
@@ -635,6 +628,8 @@ class Runner:
             user_id=user,
             requester=session.requester,
             groups=self.groups,
+            user_team=team,
+            home_team=session.team_id,
         )
         if check.allowed:
             return True, None, check.rule
@@ -657,7 +652,7 @@ class Runner:
         """Cancel the session's run waiting for approval. Returns a message for `user` alone
         when nothing was cancelled (not allowed, or the run resumed first)."""
         store = self.deps.store
-        allowed, why, rule = await self._may_cancel(session, user)
+        allowed, why, rule = await self._may_cancel(session, user, team)
         if not allowed:
             await store.audit(
                 "refusal",
@@ -762,7 +757,7 @@ class Runner:
         await self._dispatch_new(thread, outcome.item)
         return None
 
-    async def pending_for(self, user: str, *, channel: str) -> str:
+    async def pending_for(self, user: str, *, channel: str, team: str | None = None) -> str:
         """`/opsgate pending`: the approvals `user` may decide now, each linked to its card.
 
         Where the policy lets anyone in a channel approve, only the channel the command was
@@ -779,7 +774,13 @@ class Runner:
             if user in row.approvals or (row.expires_at is not None and row.expires_at <= now):
                 continue
             check = await check_approver(
-                policy, channel=where, user_id=user, requester=row.requested_by, groups=self.groups
+                policy,
+                channel=where,
+                user_id=user,
+                requester=row.requested_by,
+                groups=self.groups,
+                user_team=team,
+                home_team=pending.session.team_id,
             )
             if not check.allowed:
                 continue
@@ -839,13 +840,6 @@ async def _quietly(step: Awaitable[Any], what: str) -> None:
         await step
     except Exception:
         logger.exception("%s failed", what)
-
-
-def _loads(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text
 
 
 def _card_status(status: str) -> Literal["approved", "rejected", "expired", "cancelled"]:

@@ -85,7 +85,7 @@ async def _chat(deps: Deps, input_fn: Callable[[str], str], out: TextIO) -> int:
             for row in await store.batch_calls(session.id):
                 if not row.needs_approval or row.status != "pending":
                     continue
-                arguments = json.dumps(json.loads(row.arguments), indent=2, ensure_ascii=False)
+                arguments = json.dumps(row.arguments_value(), indent=2, ensure_ascii=False)
                 print(f"\n{row.tool} wants to run (digest {row.digest}):\n{arguments}", file=out)
                 answer = await asyncio.to_thread(
                     _ask, "approve? [y/N, or a reason to reject] ", input_fn

@@ -438,6 +438,43 @@ async def test_self_approval_refused_with_the_way_to_change_it() -> None:
     assert "anyone in the channel" in other.rule
 
 
+async def test_anyone_in_the_channel_means_anyone_of_the_sessions_workspace() -> None:
+    policy = Policy.default()
+    resolver = GroupResolver(FakeGroups({}))
+    guest = await check_approver(
+        policy,
+        channel="C1",
+        user_id="U0GUEST9",
+        requester="U1",
+        groups=resolver,
+        user_team="T0PARTNER",
+        home_team="T0HOME",
+    )
+    assert not guest.allowed
+    assert guest.why is not None and "Only members of this workspace" in guest.why
+    colleague = await check_approver(
+        policy,
+        channel="C1",
+        user_id="U2",
+        requester="U1",
+        groups=resolver,
+        user_team="T0HOME",
+        home_team="T0HOME",
+    )
+    assert colleague.allowed
+    named = Policy.from_toml('[defaults]\napprovers = ["U0GUEST9"]\n')
+    listed_guest = await check_approver(
+        named,
+        channel="C1",
+        user_id="U0GUEST9",
+        requester="U1",
+        groups=resolver,
+        user_team="T0PARTNER",
+        home_team="T0HOME",
+    )
+    assert listed_guest.allowed  # naming people in the policy lets them in from anywhere
+
+
 async def test_self_approval_allowed_when_the_file_says_so() -> None:
     policy = Policy.load(POLICIES / "self_approval.toml")
     check = await check_approver(

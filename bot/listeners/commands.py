@@ -55,14 +55,16 @@ def register(app: AsyncApp, runner: Runner) -> None:
         word = text.lower()
         channel = str(command.get("channel_id") or "")
         user = str(command.get("user_id") or "")
+        team = str(command.get("team_id") or "")
         if word in _HELP_WORDS:
             await _answer(respond, client, command, runner.help_for(channel))
         elif word == "pending":
-            await _answer(respond, client, command, await runner.pending_for(user, channel=channel))
+            await _answer(
+                respond, client, command, await runner.pending_for(user, channel=channel, team=team)
+            )
         elif word == "cancel":
             await _answer(respond, client, command, _CANCEL_HINT)
         else:
-            team = str(command.get("team_id") or "")
             refusal = await runner.slash_request(team=team, channel=channel, user=user, text=text)
             if refusal:
                 await _answer(respond, client, command, refusal)

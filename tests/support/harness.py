@@ -17,10 +17,11 @@ import httpx
 from aiohttp import web
 
 from agent_core import Tool
-from bot.deps import Deps, open_deps, utc_now
+from bot.deps import Deps, open_deps
 from bot.policy import Policy
 from bot.server import http_app, started
 from bot.settings import Settings
+from bot.store import utc_now
 from tests.support.llm_server import LLMStandIn, sse_bytes
 from tests.support.loopback import serve_on_loopback
 from tests.support.slack_api import SlackAPIStandIn
