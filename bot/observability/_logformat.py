@@ -1,0 +1,150 @@
+"""The machinery behind `logs`: the run-id context, secret masking and the two line formats."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any, Final
+
+__all__ = [
+    "CONTEXT_KEYS",
+    "ContextFilter",
+    "JsonFormatter",
+    "SecretFilter",
+    "TextFormatter",
+    "context_vars",
+    "mask_secrets",
+]
+
+CONTEXT_KEYS: Final = ("session", "thread", "call")
+
+context_vars: Final[Mapping[str, ContextVar[str | None]]] = {
+    key: ContextVar(f"opsgate_log_{key}", default=None) for key in CONTEXT_KEYS
+}
+"""The ids of the run being worked on; each asyncio task sees its own copy."""
+
+# Slack tokens by their prefix (any length); OpenAI-style keys only when long enough that
+# "sk-learn" and the like survive.
+_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9_])(?:(?P<slack>xox[a-z]-|xapp-)[A-Za-z0-9_\-]+|(?P<key>sk-)[A-Za-z0-9_\-]{8,})"
+)
+# The password in a URL such as postgresql://user:pass@host/db.
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.\-]*://[^:/@\s]+:)[^@\s/]+@")
+_MASK = "***"
+_MIN_SECRET = 8
+
+# Attributes this package puts on a `LogRecord`.
+EVENT_ATTR: Final = "opsgate_event"
+FIELDS_ATTR: Final = "opsgate_fields"
+_CONTEXT_ATTR: Final = "opsgate_context"
+
+_CORE_KEYS: Final = frozenset({"ts", "level", "logger", "message", "event", "exc", "stack"})
+
+
+def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` with token-looking strings, URL passwords and the given secret values replaced
+    by `***`."""
+    text = _TOKEN.sub(lambda m: (m["slack"] or m["key"]) + _MASK, text)
+    text = _URL_PASSWORD.sub(lambda m: m["head"] + _MASK + "@", text)
+    for secret in secrets:
+        if len(secret) >= _MIN_SECRET:
+            text = text.replace(secret, _MASK)
+    return text
+
+
+class SecretFilter(logging.Filter):
+    """Masks tokens in a record's message and traceback before any handler sees them.
+
+    Secrets are matched by shape (`xoxb-`, `xapp-`, `sk-`) and, for those without one (the
+    signing secret), by value.
+    """
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        self.secrets = tuple(s for s in secrets if len(s) >= _MIN_SECRET)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: the handler reports it, not the caller
+            return True
+        record.msg, record.args = mask_secrets(message, self.secrets), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = mask_secrets(record.exc_text, self.secrets)
+        if record.stack_info:
+            record.stack_info = mask_secrets(record.stack_info, self.secrets)
+        return True
+
+
+class ContextFilter(logging.Filter):
+    """Copies the current run ids onto the record, at the moment it is logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, _CONTEXT_ATTR):
+            ids = {key: var.get() for key, var in context_vars.items()}
+            setattr(record, _CONTEXT_ATTR, {k: v for k, v in ids.items() if v is not None})
+        return True
+
+
+def _ids(record: logging.LogRecord) -> dict[str, Any]:
+    """The run ids of a record: the context's, overridden by ids given to `log_event`."""
+    ids: dict[str, Any] = dict(getattr(record, _CONTEXT_ATTR, {}))
+    fields: Mapping[str, Any] = getattr(record, FIELDS_ATTR, {})
+    ids.update({key: fields[key] for key in CONTEXT_KEYS if fields.get(key) is not None})
+    return ids
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line: `ts`, `level`, `logger`, `message`, the run ids
+    where known, an event's name and fields, and `exc` for an exception."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        self.secrets = tuple(secrets)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line.update(_ids(record))
+        event = getattr(record, EVENT_ATTR, None)
+        if event is not None:
+            line["event"] = event
+        fields: Mapping[str, Any] = getattr(record, FIELDS_ATTR, {})
+        for key, value in fields.items():
+            if key not in CONTEXT_KEYS:
+                line[f"field_{key}" if key in _CORE_KEYS else key] = value
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line["exc"] = record.exc_text
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        text = json.dumps(line, ensure_ascii=False, default=str)
+        return mask_secrets(text, self.secrets)
+
+
+class TextFormatter(logging.Formatter):
+    """`time LEVEL logger: message [session=… thread=… call=…]`, for people at a terminal."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.secrets = tuple(secrets)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        ids = _ids(record)
+        if ids:
+            suffix = " ".join(f"{key}={ids[key]}" for key in CONTEXT_KEYS if key in ids)
+            head, sep, rest = text.partition("\n")  # the ids go on the message line
+            text = f"{head} [{suffix}]{sep}{rest}"
+        return mask_secrets(text, self.secrets)
