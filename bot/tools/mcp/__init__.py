@@ -1,0 +1,42 @@
+"""MCP tool servers from the policy file's `[mcp_servers.NAME]`, offered as `NAME__TOOL` tools
+and gated per call by the server's approval mode, the tool's override and its annotations."""
+
+from ._environment import INHERITED, server_environment
+from .config import (
+    DEFAULT_CALL_TIMEOUT,
+    DEFAULT_OUTPUT_LIMIT,
+    DEFAULT_START_TIMEOUT,
+    McpApprovalMode,
+    McpArgumentRule,
+    McpServerConfig,
+    McpServerName,
+    McpToolOverride,
+    expand_variables,
+)
+from .errors import McpConfigError, McpServerError, McpStartError
+from .servers import McpServers, check_servers
+from .tool import McpAnnotations, McpApproval, McpTool, qualified_name, selects
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_OUTPUT_LIMIT",
+    "DEFAULT_START_TIMEOUT",
+    "INHERITED",
+    "McpAnnotations",
+    "McpApproval",
+    "McpApprovalMode",
+    "McpArgumentRule",
+    "McpConfigError",
+    "McpServerConfig",
+    "McpServerError",
+    "McpServerName",
+    "McpServers",
+    "McpStartError",
+    "McpTool",
+    "McpToolOverride",
+    "check_servers",
+    "expand_variables",
+    "qualified_name",
+    "selects",
+    "server_environment",
+]

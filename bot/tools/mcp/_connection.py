@@ -1,0 +1,303 @@
+"""One MCP server's connection: a supervisor task that connects, stays connected while calls
+use it, and reconnects with backoff after the server dies.
+
+The SDK's client is an anyio context manager that must be entered and left in one task, so each
+server gets its own supervisor task (owned here, cancelled on `aclose`); callers in other tasks
+only send requests over the open session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, TextIO
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from agent_core import ToolError
+from bot._duration import format_duration
+
+from ._environment import server_environment
+from ._results import result_text
+from .config import McpServerConfig, expand_variables
+from .errors import McpConfigError, McpStartError
+
+__all__ = ["ServerConnection", "describe_failure"]
+
+logger = logging.getLogger("bot.tools.mcp")
+
+_PAGE_CAP = 100
+_STOP_GRACE = 10.0
+_CLIENT_INFO = types.Implementation(name="opsgate", version="0.1.0")
+
+
+class ServerConnection:
+    """The live connection to one server. `start()` connects and lists its tools; `call()`
+    sends one `tools/call` and never re-sends it; `aclose()` stops everything it started."""
+
+    def __init__(
+        self,
+        name: str,
+        config: McpServerConfig,
+        environ: Mapping[str, str],
+        *,
+        backoff: tuple[float, float] = (0.5, 30.0),
+    ) -> None:
+        self.name = name
+        self.config = config
+        self._environ = environ
+        self._backoff = backoff
+        self._client: Client | None = None
+        self._ready = asyncio.Event()
+        self._broken = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._first: asyncio.Future[list[types.Tool]] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._last_error = ""
+        self.starts = 0
+        """How many times the server was started (1 + restarts); tests and metrics read it."""
+
+    async def start(self) -> list[types.Tool]:
+        """Start the server and list its tools; raise `McpStartError` naming what failed."""
+        if self._task is not None:
+            raise RuntimeError(f"MCP server {self.name!r} is already started")
+        self._first = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._supervise(), name=f"mcp server {self.name}")
+        try:
+            return await self._first
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Stop the server (stdin closed, then killed if it lingers) and the supervisor."""
+        self._stopping.set()
+        self._broken.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        try:
+            async with asyncio.timeout(_STOP_GRACE):
+                await asyncio.shield(task)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> str:
+        """One `tools/call`; every failure becomes a `ToolError` the model reads.
+
+        The request is sent at most once: a dead connection answers the call with an error and
+        the server is restarted for the *next* call, because the first may have had effects.
+        """
+        client, broken = await self._connected(tool)
+        seconds = self.config.call_timeout.total_seconds()
+        where = f"{tool!r} on MCP server {self.name!r}"
+        try:
+            # The outer guard also covers a write that never completes (the SDK's clock
+            # starts after the write).
+            async with asyncio.timeout(seconds + 5):
+                result = await client.session.call_tool(
+                    tool, arguments, read_timeout_seconds=seconds
+                )
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                self._restart_after_crash(
+                    broken, f"the connection closed during a call of {tool!r}"
+                )
+                raise ToolError(
+                    f"MCP server {self.name!r} stopped during the call of {tool!r}, so its "
+                    "outcome is unknown; the server is restarted for the next call"
+                ) from None
+            if exc.code == types.REQUEST_TIMEOUT:
+                raise ToolError(
+                    f"{where} did not answer within {format_duration(self.config.call_timeout)}"
+                ) from None
+            raise ToolError(f"{where} failed: {exc.message}") from None
+        except TimeoutError:
+            self._restart_after_crash(broken, f"a call of {tool!r} could not be delivered")
+            raise ToolError(f"{where} could not be delivered; the server is restarted") from None
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._restart_after_crash(broken, f"the connection broke during a call of {tool!r}")
+            raise ToolError(f"MCP server {self.name!r} is not connected; it is restarted") from None
+        except ValidationError as exc:
+            raise ToolError(
+                f"{where} returned a malformed result: {exc.error_count()} "
+                "problem(s) with its shape"
+            ) from None
+        text = result_text(result, self.config.output_limit)
+        if result.is_error:
+            raise ToolError(text or f"{where} failed without saying why")
+        return text
+
+    # --- machinery ---------------------------------------------------------------------------
+
+    async def _connected(self, tool: str) -> tuple[Client, asyncio.Event]:
+        """The open client and the event that ends *its* connection (so a late failure of an
+        old connection cannot restart the new one)."""
+        if self._stopping.is_set():
+            raise ToolError(f"MCP server {self.name!r} is shut down")
+        if self._client is None:
+            try:
+                async with asyncio.timeout(self.config.timeout.total_seconds()):
+                    await self._ready.wait()
+            except TimeoutError:
+                pass
+        client = self._client
+        if client is None:
+            raise ToolError(
+                f"MCP server {self.name!r} is not running, so {tool!r} was not called "
+                f"({self._last_error or 'it is starting'}); it is being restarted"
+            )
+        return client, self._broken
+
+    def _restart_after_crash(self, broken: asyncio.Event, why: str) -> None:
+        if not broken.is_set():
+            self._last_error = why
+            logger.warning("MCP server %r: %s; restarting it", self.name, why)
+            self._ready.clear()
+            self._client = None
+            broken.set()
+
+    async def _supervise(self) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            self._broken = asyncio.Event()
+            if self._stopping.is_set():
+                break
+            try:
+                await self._serve_once()
+                failures = 0
+            except Exception as exc:
+                line = describe_failure(self.name, self.config, exc)
+                first = self._first
+                if first is not None and not first.done():
+                    first.set_exception(McpStartError(line))
+                    return
+                failures += 1
+                self._last_error = line
+                logger.warning("restarting MCP server failed: %s", line)
+            if self._stopping.is_set():
+                break
+            base, ceiling = self._backoff
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(ceiling, base * 2**failures)):
+                    await self._stopping.wait()  # backoff, cut short by aclose()
+
+    async def _serve_once(self) -> None:
+        with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
+            try:
+                async with self._session(errlog) as client:
+                    async with asyncio.timeout(self.config.timeout.total_seconds()):
+                        await client.__aenter__()
+                        tools = await _list_tools(client)
+                    self.starts += 1
+                    self._client = client
+                    self._ready.set()
+                    if self._first is not None and not self._first.done():
+                        self._first.set_result(tools)
+                    await self._broken.wait()
+            except Exception as exc:
+                errlog.seek(0)
+                raise _Failed(exc, errlog.read()[-400:].strip()) from exc
+            finally:
+                self._ready.clear()
+                self._client = None
+
+    @asynccontextmanager
+    async def _session(self, errlog: TextIO) -> AsyncIterator[Client]:
+        """A `Client` not yet entered (its handshake runs under the start timeout); left here."""
+        async with AsyncExitStack() as stack:
+            where = f"mcp_servers.{self.name}"
+            if self.config.command is not None:
+                env = expand_variables(self.config.env, self._environ, where=f"{where}.env")
+                params = StdioServerParameters(
+                    command=self.config.command,
+                    args=list(self.config.args),
+                    env=server_environment(env, self._environ),
+                )
+                client = Client(
+                    stdio_client(params, errlog=errlog), cache=None, client_info=_CLIENT_INFO
+                )
+            else:
+                assert self.config.url is not None
+                headers = expand_variables(
+                    self.config.headers, self._environ, where=f"{where}.headers"
+                )
+                http = await stack.enter_async_context(
+                    httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
+                )
+                client = Client(
+                    streamable_http_client(self.config.url, http_client=http),
+                    cache=None,
+                    client_info=_CLIENT_INFO,
+                )
+            stack.push_async_exit(client.__aexit__)
+            yield client
+
+
+class _Failed(Exception):
+    """A connection attempt failed; carries the server's last stderr lines for the message."""
+
+    def __init__(self, cause: Exception, stderr: str) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.stderr = stderr
+
+
+async def _list_tools(client: Client) -> list[types.Tool]:
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(_PAGE_CAP):
+        page = await client.session.list_tools(
+            params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, _Failed):
+        return _leaves(exc.cause)
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def describe_failure(name: str, config: McpServerConfig, exc: BaseException) -> str:
+    """One line saying why server `name` did not start: for logs and `opsgate check`."""
+    stderr = exc.stderr if isinstance(exc, _Failed) else ""
+    tail = f" (stderr: {stderr.splitlines()[-1]})" if stderr else ""
+    leaves = _leaves(exc)
+    for leaf in leaves:
+        if isinstance(leaf, McpConfigError):
+            return str(leaf)
+    for leaf in leaves:
+        if isinstance(leaf, FileNotFoundError) and config.command is not None:
+            return f"MCP server {name!r}: command {config.command!r} not found"
+        if isinstance(leaf, PermissionError) and config.command is not None:
+            return f"MCP server {name!r}: command {config.command!r} cannot be run ({leaf})"
+        if isinstance(leaf, httpx2.TransportError | OSError) and config.url is not None:
+            return f"MCP server {name!r}: cannot reach {config.url}: {leaf or type(leaf).__name__}"
+        if isinstance(leaf, TimeoutError):
+            return (
+                f"MCP server {name!r}: no handshake within {format_duration(config.timeout)}" + tail
+            )
+        if isinstance(leaf, MCPError):
+            return f"MCP server {name!r}: handshake failed: {leaf.message}{tail}"
+    first = leaves[0] if leaves else exc
+    return f"MCP server {name!r}: handshake failed: {type(first).__name__}: {first}{tail}"
