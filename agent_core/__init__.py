@@ -1,11 +1,24 @@
 """agent_core: an approval-aware LLM agent loop over OpenAI-compatible streaming APIs.
 
 It knows nothing about Slack; `bot` is one front end of it, `opsgate chat` another.
+`agent_core.testing` ships a scripted chat client for tests of code built on it.
+
+Exceptions (catch `AgentCoreError` to catch them all):
+
+    AgentCoreError
+    ├── ChatClientError           the model endpoint gave no usable answer
+    │   ├── ProviderError         it answered with an error (HTTP status, or in the stream)
+    │   └── StreamError           the stream was malformed or cut off
+    ├── ResumeError               a resume was refused (undecided or unknown calls)
+    │   └── PendingApprovalError  new messages for a session still waiting for decisions
+    ├── ToolCallAlreadyStarted    the store says the call started already; never run twice
+    └── ToolError                 raised by a tool: a clean error message for the model
 """
 
-from ._invoke import ApprovalGate, FunctionInvokingChatClient, RunJournal, pending_tool_calls
+from ._invoke import ApprovalGate, FunctionInvokingChatClient, RunJournal
 from .agent import ChatClientAgent, ContextProvider
 from .approvals import AgentRunOptions, Decision, ToolApprovalResponse
+from .batches import close_batch, pending_tool_calls, undecided_calls
 from .chat_client import ChatClient, ChatOptions
 from .events import (
     AgentResponseUpdate,
@@ -34,6 +47,16 @@ from .exceptions import (
 )
 from .messages import ChatMessage, Role, ToolCall, call_digest, canonical_arguments
 from .openai import OpenAIChatClient
+from .outcomes import (
+    CallOutcome,
+    Cancelled,
+    Edited,
+    Expired,
+    Interrupted,
+    NotRun,
+    Rejected,
+    render_outcome,
+)
 from .sessions import AgentSession, InMemorySessionStore, SessionStore
 from .tools import ApprovalRequiredTool, FunctionTool, Tool, tool
 
@@ -44,6 +67,8 @@ __all__ = [
     "AgentSession",
     "ApprovalGate",
     "ApprovalRequiredTool",
+    "CallOutcome",
+    "Cancelled",
     "ChatClient",
     "ChatClientAgent",
     "ChatClientError",
@@ -52,15 +77,20 @@ __all__ = [
     "ChatUpdate",
     "ContextProvider",
     "Decision",
+    "Edited",
+    "Expired",
     "Finish",
     "FinishReason",
     "FunctionInvokingChatClient",
     "FunctionTool",
     "InMemorySessionStore",
+    "Interrupted",
+    "NotRun",
     "OpenAIChatClient",
     "PendingApprovalError",
     "ProviderError",
     "ReasoningDelta",
+    "Rejected",
     "ResumeError",
     "Role",
     "RunJournal",
@@ -81,6 +111,9 @@ __all__ = [
     "Usage",
     "call_digest",
     "canonical_arguments",
+    "close_batch",
     "pending_tool_calls",
+    "render_outcome",
     "tool",
+    "undecided_calls",
 ]

@@ -1,6 +1,6 @@
 """The tool loop: `FunctionInvokingChatClient`, the approval gate and the resume path.
 
-This is the seed design (pause, collect, resume) with DESIGN.md's gaps closed: only gated calls
+Pause, collect, resume, with the approval semantics of `docs/architecture.md`: only gated calls
 are asked about, siblings are held and run on resume so every `tool_call_id` is answered, a
 resume must decide every gated call and name only pending ones, and the internal `TOOL_CALLS`
 finish never reaches the consumer.
@@ -10,35 +10,31 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+from ._turn import TurnCollector, closing
 from .approvals import AgentRunOptions, ToolApprovalResponse
+from .batches import pending_tool_calls, undecided_calls
 from .chat_client import ChatClient
 from .events import (
     AgentResponseUpdate,
-    ChatUpdate,
     Finish,
     FinishReason,
-    TextDelta,
     ToolApprovalRequest,
-    ToolCallArgumentsDelta,
-    ToolCallEnded,
     ToolCallHeld,
-    ToolCallStarted,
     ToolResult,
     Usage,
 )
 from .exceptions import ChatClientError, ResumeError, ToolCallAlreadyStarted, ToolError
 from .messages import ChatMessage, ToolCall, call_digest
+from .outcomes import CallOutcome, render_outcome
 from .tools import Tool, _to_text
 
-__all__ = ["ApprovalGate", "FunctionInvokingChatClient", "RunJournal", "pending_tool_calls"]
+__all__ = ["ApprovalGate", "FunctionInvokingChatClient", "RunJournal"]
 
 logger = logging.getLogger("agent_core")
-
-_T = TypeVar("_T")
 
 ApprovalGate = Callable[[Tool, ToolCall], bool]
 """Decides whether one call of a known tool must wait for a human."""
@@ -67,79 +63,21 @@ class RunJournal(Protocol):
     ) -> None: ...
 
 
-def pending_tool_calls(messages: Sequence[ChatMessage]) -> list[ToolCall]:
-    """Calls of the last assistant tool-call message that have no `tool` answer yet."""
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if message.role == "assistant" and message.tool_calls:
-            answered = {m.tool_call_id for m in messages[index + 1 :] if m.role == "tool"}
-            return [call for call in message.tool_calls if call.id not in answered]
-    return []
+_Plan = Sequence[tuple[ToolCall, ToolApprovalResponse | None]]
+"""Each call of a batch, in the model's order, with the decision on it (`None`: none needed)."""
 
 
-def _new_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
+@dataclass(frozen=True, slots=True)
+class _Unrun:
+    """A call answered without running: its content, and why (an outcome, or else an error)."""
 
+    call: ToolCall
+    content: str
+    outcome: CallOutcome | None
 
-@contextlib.asynccontextmanager
-async def _closing(stream: AsyncIterator[_T]) -> AsyncGenerator[AsyncIterator[_T], None]:
-    """Close a model stream however the loop leaves it, so its connection is released now."""
-    try:
-        yield stream
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-
-class _Turn:
-    """Collects one model turn: its text, its finished calls and its `Finish`.
-
-    Call ids must be unique within the session: the tool-call ledger is keyed by them, and a
-    provider matches each `tool` message to its call by id. Some providers send an empty id, or
-    reuse ids across turns (`call_0` every time); such an id is replaced by a fresh one in every
-    event of the call, before anything is stored.
-    """
-
-    def __init__(self, history: Sequence[ChatMessage]) -> None:
-        self.used = {call.id for message in history for call in message.tool_calls}
-        self.renamed: dict[str, str] = {}
-        self.text: list[str] = []
-        self.calls: list[ToolCall] = []
-        self.finish: Finish | None = None
-
-    def _id(self, raw: str) -> str:
-        new = self.renamed.get(raw)
-        if new is None:
-            new = raw if raw and raw not in self.used else _new_call_id()
-            self.renamed[raw] = new
-            self.used.add(new)
-        return new
-
-    def take(self, update: ChatUpdate) -> AgentResponseUpdate | None:
-        """Record one update; return what the consumer should see (`None` for the `Finish`)."""
-        match update:
-            case Finish():
-                self.finish = update
-                return None
-            case TextDelta(text=delta):
-                self.text.append(delta)
-            case ToolCallStarted(call_id=raw, name=name):
-                if (new := self._id(raw)) != raw:
-                    return ToolCallStarted(new, name)
-            case ToolCallArgumentsDelta(call_id=raw, delta=delta):
-                if (new := self._id(raw)) != raw:
-                    return ToolCallArgumentsDelta(new, delta)
-            case ToolCallEnded(call=call):
-                new = self._id(call.id)
-                if any(c.id == new for c in self.calls):  # two calls of one turn share an id
-                    new = _new_call_id()
-                    self.used.add(new)
-                if new != call.id:
-                    call = call.model_copy(update={"id": new})
-                    update = ToolCallEnded(call)
-                self.calls.append(call)
-        return update
+    @property
+    def is_error(self) -> bool:
+        return self.outcome is None
 
 
 class FunctionInvokingChatClient:
@@ -204,60 +142,26 @@ class FunctionInvokingChatClient:
             )
 
         usage: Usage | None = None
-        max_rounds = options.max_rounds or self.max_rounds
-        for _ in range(max_rounds):
-            turn = _Turn(history)
-            try:
-                stream = self.client.stream(
-                    history, tools=list(by_name.values()), options=options.chat
-                )
-                async with _closing(stream) as updates:
-                    async for update in updates:
-                        if (shown := turn.take(update)) is not None:
-                            yield shown
-            except ChatClientError as exc:
-                logger.warning("model request failed: %s", exc)
-                yield Finish(FinishReason.ERROR, usage, error=str(exc))
-                return
+        for _ in range(options.max_rounds or self.max_rounds):
+            turn = TurnCollector(history)
+            async with contextlib.aclosing(self._stream_turn(turn, history, by_name, options)) as s:
+                async for update in s:
+                    yield update
             finish = turn.finish
-            if finish is None:
-                yield Finish(FinishReason.ERROR, usage, error="the model stream ended early")
+            if turn.error is not None or finish is None:
+                error = turn.error or "the model stream ended early"
+                yield Finish(FinishReason.ERROR, usage, error=error)
                 return
             if finish.usage is not None:
                 usage = finish.usage if usage is None else usage + finish.usage
-            content = "".join(turn.text) or None
-            calls = turn.calls
 
-            if not calls:
-                reply = ChatMessage.assistant(content)
-                await journal.append([reply])
-                reason = finish.finish_reason
-                if reason not in _CONSUMER_REASONS:  # e.g. said tool_calls but sent none
-                    reason = FinishReason.STOP
-                yield Finish(reason, usage)
+            if not turn.calls:
+                await journal.append([ChatMessage.assistant(turn.content)])
+                yield Finish(_consumer_reason(finish.finish_reason), usage)
                 return
 
-            gated = [c for c in calls if self._gated(c, by_name)]
-            gated_ids = {c.id for c in gated}
-            if gated_ids:
-                calls = [c.model_copy(update={"gated": c.id in gated_ids}) for c in calls]
-            assistant = ChatMessage.assistant(content, tuple(calls))
-            if gated:
-                requests = [
-                    ToolApprovalRequest(
-                        call_id=c.id,
-                        name=c.name,
-                        arguments=c.display_arguments(),
-                        description=by_name[c.name].description,
-                        digest=call_digest(c.name, c.display_arguments()),
-                    )
-                    for c in gated
-                ]
-                held = [
-                    ToolCallHeld(c.id, c.name, c.display_arguments())
-                    for c in calls
-                    if c.id not in gated_ids
-                ]
+            assistant, requests, held = self._batch(turn, by_name)
+            if requests:
                 await journal.pause(assistant, requests, held)
                 for request in requests:
                     yield request
@@ -268,18 +172,60 @@ class FunctionInvokingChatClient:
 
             await journal.append([assistant])
             history.append(assistant)
-            plan = [(call, None) for call in calls]
+            plan = [(call, None) for call in assistant.tool_calls]
             async for update in self._answer_batch(plan, by_name, journal, history, resuming=False):
                 yield update
 
         yield Finish(FinishReason.MAX_ROUNDS, usage)
+
+    async def _stream_turn(
+        self,
+        turn: TurnCollector,
+        history: Sequence[ChatMessage],
+        tools: dict[str, Tool],
+        options: AgentRunOptions,
+    ) -> AsyncGenerator[AgentResponseUpdate, None]:
+        """Stream one model turn into `turn`; a failed request is kept as `turn.error`."""
+        try:
+            stream = self.client.stream(history, tools=list(tools.values()), options=options.chat)
+            async with closing(stream) as updates:
+                async for update in updates:
+                    if (shown := turn.take(update)) is not None:
+                        yield shown
+        except ChatClientError as exc:
+            logger.warning("model request failed: %s", exc)
+            turn.error = str(exc)
+
+    def _batch(
+        self, turn: TurnCollector, tools: dict[str, Tool]
+    ) -> tuple[ChatMessage, list[ToolApprovalRequest], list[ToolCallHeld]]:
+        """The assistant message of a turn's calls, with the approval requests and held calls
+        of the batch if any call is gated (both empty otherwise)."""
+        calls = turn.calls
+        gated_ids = {c.id for c in calls if self._gated(c, tools)}
+        if not gated_ids:
+            return ChatMessage.assistant(turn.content, tuple(calls)), [], []
+        calls = [c.model_copy(update={"gated": c.id in gated_ids}) for c in calls]
+        requests = [
+            ToolApprovalRequest(
+                call_id=c.id,
+                name=c.name,
+                arguments=c.display_arguments(),
+                description=tools[c.name].description,
+                digest=call_digest(c.name, c.display_arguments()),
+            )
+            for c in calls
+            if c.gated
+        ]
+        held = [ToolCallHeld(c.id, c.name, c.display_arguments()) for c in calls if not c.gated]
+        return ChatMessage.assistant(turn.content, tuple(calls)), requests, held
 
     def _plan_resume(
         self,
         history: list[ChatMessage],
         tools: dict[str, Tool],
         responses: Sequence[ToolApprovalResponse],
-    ) -> list[tuple[ToolCall, ToolApprovalResponse | None]]:
+    ) -> _Plan:
         """Check a resume is complete and names only pending calls, before anything runs."""
         pending = pending_tool_calls(history)
         if not pending:
@@ -294,17 +240,17 @@ class FunctionInvokingChatClient:
             by_id[response.call_id] = response
         if any(c.gated for c in pending):
             # The batch says which calls the cards asked about; the gate today may differ.
-            needs_decision = [c for c in pending if c.gated]
+            gated = [c.id for c in pending if c.gated]
         else:
-            needs_decision = [c for c in pending if self._gated(c, tools)]
-        undecided = [c.id for c in needs_decision if c.id not in by_id]
+            gated = [c.id for c in pending if self._gated(c, tools)]
+        undecided = undecided_calls(gated, by_id)
         if undecided:
             raise ResumeError(f"calls still waiting for a decision: {', '.join(undecided)}")
         return [(call, by_id.get(call.id)) for call in pending]
 
     async def _answer_batch(
         self,
-        plan: Sequence[tuple[ToolCall, ToolApprovalResponse | None]],
+        plan: _Plan,
         tools: dict[str, Tool],
         journal: RunJournal,
         history: list[ChatMessage],
@@ -317,26 +263,19 @@ class FunctionInvokingChatClient:
         written only after the next runnable call is claimed with `start_tool_call`, so a resume
         that loses the race for a batch to another one writes nothing at all.
         """
-        deferred: list[tuple[ToolCall, str, bool]] = []
+        deferred: list[_Unrun] = []
         for call, response in plan:
-            if response is not None and not response.approved:
-                deferred.append((call, response.tool_message_text(), False))
+            outcome = response.outcome if response is not None else None
+            if outcome is not None:
+                deferred.append(_Unrun(call, render_outcome(outcome), outcome))
                 continue
             ready = _prepare(call, tools)
             if isinstance(ready, str):
-                deferred.append((call, ready, True))
+                deferred.append(_Unrun(call, ready, None))
                 continue
-            try:
-                await journal.start_tool_call(call)
-            except ToolCallAlreadyStarted as exc:
-                if not resuming:
-                    raise
-                raise ResumeError(
-                    f"call {call.id!r} is already {exc.status}, so this resume stops: "
-                    "another resume has claimed the batch, or it was interrupted"
-                ) from exc
+            await _claim(journal, call, resuming=resuming)
             for item in deferred:
-                yield await _answer_unrun(journal, history, *item)
+                yield await _answer_unrun(journal, history, item)
             deferred.clear()
             tool, arguments = ready
             content, is_error = await _invoke(call, tool, arguments)
@@ -345,11 +284,29 @@ class FunctionInvokingChatClient:
             history.append(message)
             yield ToolResult(call.id, call.name, content, is_error=is_error)
         for item in deferred:
-            yield await _answer_unrun(journal, history, *item)
+            yield await _answer_unrun(journal, history, item)
 
 
 _CONSUMER_REASONS = frozenset({FinishReason.STOP, FinishReason.LENGTH, FinishReason.CONTENT_FILTER})
 """Finish reasons of a model turn that reach the consumer as they are."""
+
+
+def _consumer_reason(reason: FinishReason) -> FinishReason:
+    """The reason a consumer sees for a turn without calls (e.g. said tool_calls, sent none)."""
+    return reason if reason in _CONSUMER_REASONS else FinishReason.STOP
+
+
+async def _claim(journal: RunJournal, call: ToolCall, *, resuming: bool) -> None:
+    """Mark the call started; a resume that finds it started already stops with `ResumeError`."""
+    try:
+        await journal.start_tool_call(call)
+    except ToolCallAlreadyStarted as exc:
+        if not resuming:
+            raise
+        raise ResumeError(
+            f"call {call.id!r} is already {exc.status}, so this resume stops: "
+            "another resume has claimed the batch, or it was interrupted"
+        ) from exc
 
 
 def _prepare(call: ToolCall, tools: dict[str, Tool]) -> tuple[Tool, dict[str, Any]] | str:
@@ -377,14 +334,11 @@ async def _invoke(call: ToolCall, tool: Tool, arguments: dict[str, Any]) -> tupl
 
 
 async def _answer_unrun(
-    journal: RunJournal,
-    history: list[ChatMessage],
-    call: ToolCall,
-    content: str,
-    is_error: bool,
+    journal: RunJournal, history: list[ChatMessage], unrun: _Unrun
 ) -> ToolResult:
     """Answer a call that does not run (rejected, expired, unknown, bad arguments)."""
-    message = ChatMessage.tool(content, call.id)
+    call = unrun.call
+    message = ChatMessage.tool(unrun.content, call.id)
     await journal.append([message])
     history.append(message)
-    return ToolResult(call.id, call.name, content, is_error=is_error)
+    return ToolResult(call.id, call.name, unrun.content, unrun.is_error, unrun.outcome)

@@ -6,8 +6,9 @@ import contextlib
 from collections.abc import AsyncGenerator, Sequence
 from typing import Protocol
 
-from ._invoke import ApprovalGate, FunctionInvokingChatClient, pending_tool_calls
+from ._invoke import ApprovalGate, FunctionInvokingChatClient
 from .approvals import AgentRunOptions
+from .batches import pending_tool_calls
 from .chat_client import ChatClient
 from .events import AgentResponseUpdate, ToolApprovalRequest, ToolCallHeld
 from .exceptions import PendingApprovalError, ResumeError
@@ -115,9 +116,14 @@ class ChatClientAgent:
         options = options or AgentRunOptions()
         new = _as_messages(messages)
         if options.tool_approval_responses and new:
-            raise ResumeError("a resume carries decisions only, not new messages")
+            raise ResumeError(
+                f"resume of session {session.id!r} carries decisions only, not new messages"
+            )
         if not options.tool_approval_responses and not new:
-            raise ValueError("run() needs messages, or tool_approval_responses to resume")
+            raise ValueError(
+                f"run() of session {session.id!r} needs messages, "
+                "or tool_approval_responses to resume"
+            )
 
         history = await self.store.load_messages(session.id)
         if new and pending_tool_calls(history):

@@ -8,16 +8,23 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .chat_client import ChatOptions
+from .outcomes import CallOutcome, Expired, Rejected, render_outcome
 from .tools import Tool
 
 __all__ = ["AgentRunOptions", "Decision", "ToolApprovalResponse"]
 
-Decision = Literal["approved", "rejected", "expired"]
+Decision = Literal["approved", "rejected", "expired", "closed"]
+"""`closed`: the call does not run for a reason other than a decision on it (the run was
+cancelled, the process restarted); `closed_with` says which."""
 
 
 @dataclass(frozen=True, slots=True)
 class ToolApprovalResponse:
-    """A decision on one paused call. It names the call only: what runs is the stored call."""
+    """A decision on one paused call. It names the call only: what runs is the stored call.
+
+    Anything but an approval answers the call with its `outcome`, whose text `render_outcome`
+    makes; this class holds no wording of its own.
+    """
 
     call_id: str
     decision: Decision
@@ -25,10 +32,33 @@ class ToolApprovalResponse:
     decided_by: str | None = None
     ttl: str | None = None
     """For `expired`: the time limit that ran out, in words (e.g. "15m")."""
+    closed_with: CallOutcome | None = None
+    """For `closed`: why the call does not run. Build it with `closed`."""
+
+    def __post_init__(self) -> None:
+        if (self.decision == "closed") != (self.closed_with is not None):
+            raise ValueError(
+                f"response for call {self.call_id!r}: closed_with is set exactly when "
+                f"the decision is 'closed', not {self.decision!r}"
+            )
 
     @property
     def approved(self) -> bool:
         return self.decision == "approved"
+
+    @property
+    def outcome(self) -> CallOutcome | None:
+        """Why the call does not run, as a typed value; `None` when it was approved."""
+        match self.decision:
+            case "approved":
+                return None
+            case "rejected":
+                return Rejected(self.reason, self.decided_by)
+            case "expired":
+                return Expired(self.ttl) if self.ttl else Expired()
+            case "closed":
+                return self.closed_with
+        raise AssertionError(f"unknown decision {self.decision!r} for call {self.call_id!r}")
 
     @classmethod
     def approve(cls, call_id: str, *, decided_by: str | None = None) -> ToolApprovalResponse:
@@ -44,15 +74,25 @@ class ToolApprovalResponse:
     def expire(cls, call_id: str, ttl: str) -> ToolApprovalResponse:
         return cls(call_id, "expired", ttl=ttl)
 
+    @classmethod
+    def closed(cls, call_id: str, outcome: CallOutcome) -> ToolApprovalResponse:
+        """A response from any outcome: a `Rejected` or `Expired` becomes that decision (so
+        `reject`/`expire` and this agree), anything else (cancelled, not run, interrupted) a
+        `closed` one."""
+        match outcome:
+            case Rejected(reason=reason, by=by):
+                return cls.reject(call_id, reason, decided_by=by)
+            case Expired(ttl=ttl):
+                return cls.expire(call_id, ttl)
+            case _:
+                return cls(call_id, "closed", closed_with=outcome)
+
     def tool_message_text(self) -> str:
-        """What the model is told about a call that did not run."""
-        if self.decision == "expired":
-            ttl = self.ttl or "the time limit"
-            return f"Expired: no decision within {ttl}; the call was not run"
-        text = f"Rejected: {self.reason or 'User denied'}"
-        if self.decided_by:
-            text += f" (rejected by {self.decided_by})"
-        return text
+        """What the model is told about a call that did not run (see `render_outcome`)."""
+        outcome = self.outcome
+        if outcome is None:
+            raise ValueError(f"call {self.call_id!r} was approved: its tool message is its result")
+        return render_outcome(outcome)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .messages import ToolCall
+from .outcomes import CallOutcome
 
 __all__ = [
     "AgentResponseUpdate",
@@ -92,10 +93,18 @@ class ToolCallEnded:
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
+    """The answer to one call, as the model reads it in the call's `tool` message.
+
+    `outcome` is set when the call did not run because of a decision or its absence (rejected,
+    expired, cancelled): consumers `match` on it rather than reading `content`. It is `None`
+    for a call that ran, and for one answered with an error (unknown tool, bad arguments).
+    """
+
     call_id: str
     name: str
     content: str
     is_error: bool = False
+    outcome: CallOutcome | None = None
     kind: Literal["tool_result"] = "tool_result"
 
 

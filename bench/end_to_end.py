@@ -42,8 +42,8 @@ from _common import Checks, Table, bare_bolt_app, machine, ms, p50, p99, ratio, 
 from aiohttp import web
 
 from agent_core import Tool, tool
-from bot.blocks import ACTION_APPROVE
 from bot.policy import Policy
+from bot.slack.blocks import ACTION_APPROVE
 from tests.support.harness import CHANNEL, SECRET, TEAM, Bot, running_bot
 from tests.support.llm_server import sse_bytes
 from tests.support.slack_api import SlackAPIStandIn, SlackCall

@@ -1,4 +1,9 @@
-"""Serving the app: HTTP mode (`POST /slack/events`, `GET /healthz`) or Socket Mode."""
+"""Serving the app: HTTP mode (`POST /slack/events`, `GET /healthz`) or Socket Mode.
+
+This is where the parts meet: `bot.wiring` opens the store, the agent and the connection pools,
+`bot.slack` builds the Web API client and the Slack `ThreadOutput`, the run service is built on
+both, and the Bolt app's listeners call it.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +12,21 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 
-from .app import create_app
-from .deps import Deps, open_deps
-from .runner import Runner
+from .runs.service import RunService
 from .settings import Settings
+from .slack import SlackThreadOutput, create_app, group_members, slack_client
+from .slack._text import user_mention
 from .tools import protect_process_environment
+from .wiring import Deps, open_deps, run_service
 
-__all__ = ["http_app", "serve", "started"]
+__all__ = ["Started", "http_app", "serve", "started"]
 
 logger = logging.getLogger("opsgate")
 
@@ -42,13 +49,21 @@ def http_app(app: AsyncApp) -> web.Application:
     return web_app
 
 
-async def _expiry_loop(runner: Runner, interval: float) -> None:
+async def _expiry_loop(service: RunService, interval: float) -> None:
     while True:
         try:
-            await runner.expire_due()
+            await service.expire_due()
         except Exception:
             logger.exception("expiring approvals failed")
         await asyncio.sleep(interval)
+
+
+@dataclass(frozen=True)
+class Started:
+    """The app, and the run service its listeners call."""
+
+    app: AsyncApp
+    service: RunService
 
 
 @contextlib.asynccontextmanager
@@ -58,14 +73,17 @@ async def started(
     *,
     expiry_interval: float = EXPIRY_INTERVAL,
     shutdown_grace: float = SHUTDOWN_GRACE,
-) -> AsyncIterator[AsyncApp]:
-    """The app with its start-up work done: interrupted runs announced, expiry running."""
-    app = create_app(settings, deps)
-    assert deps.runner is not None
-    await deps.runner.announce_recovery()
-    deps.tasks.spawn(_expiry_loop(deps.runner, expiry_interval), name="expiry", service=True)
+) -> AsyncIterator[Started]:
+    """The app with its start-up work done: interrupted runs recovered, expiry running."""
+    output = SlackThreadOutput(slack_client(settings, deps.slack_http))
+    service = run_service(deps, output, members=group_members(output.client))
+    app = create_app(
+        settings, service, output, policy=deps.policy, seen_first=deps.store.first_sighting
+    )
+    await service.recover()
+    deps.tasks.spawn(_expiry_loop(service, expiry_interval), name="expiry", service=True)
     try:
-        yield app
+        yield Started(app, service)
     finally:
         await deps.tasks.aclose(grace=shutdown_grace)
 
@@ -86,7 +104,8 @@ async def serve(settings: Settings, *, http: bool, port: int) -> None:
     for that to hold (root reads any process).
     """
     protect_process_environment()
-    async with open_deps(settings) as deps, started(settings, deps) as app:
+    async with open_deps(settings, person=user_mention) as deps, started(settings, deps) as bot:
+        app = bot.app
         if http:
             runner = web.AppRunner(http_app(app))
             await runner.setup()

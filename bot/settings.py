@@ -1,4 +1,4 @@
-"""The bot's configuration, from the environment names in DESIGN.md (and a `.env` file).
+"""The bot's configuration, from the environment variables in the README's table (and `.env`).
 
 `load_settings` is the one entry point: it turns any missing or malformed value into a
 `SettingsError` whose message is one line naming the variable and where to get it, and it never
@@ -121,7 +121,7 @@ def load_settings(*, mode: Mode, env_file: str | None = ".env") -> Settings:
     "socket" and "http" run the Slack bot; "chat" (`opsgate chat`) needs the LLM settings but
     no Slack ones; "audit" needs only the database. `env_file=None` reads the process
     environment only. Raises `SettingsError` naming the first problem (and the other variables
-    to check), in the order of DESIGN.md's table.
+    to check), in the order of the README's table.
     """
     settings, problems = _build(env_file)
     problems += _mode_problems(settings, mode)
@@ -167,6 +167,7 @@ def _mode_problems(settings: Settings, mode: Mode) -> list[Problem]:
     if mode == "http" and settings.slack_signing_secret is None:
         why = "HTTP mode needs it"
         problems.append(("SLACK_SIGNING_SECRET", _missing("SLACK_SIGNING_SECRET", why)))
+    problems += _database_problems(settings.opsgate_db)
     if mode == "audit":
         return problems
     if not settings.opsgate_model:
@@ -190,6 +191,35 @@ def _mode_problems(settings: Settings, mode: Mode) -> list[Problem]:
             )
         )
     return problems
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _database_problems(path: Path) -> list[Problem]:
+    """A directory or a file that is not SQLite as OPSGATE_DB: said here, in one line, rather
+    than as the database driver's error from deep inside start-up.
+
+    An empty file is a valid new database; an unreadable one is left to the store to report.
+    """
+    if path.is_dir():
+        return [("OPSGATE_DB", f"OPSGATE_DB is a directory ({path}): " + _WHERE["OPSGATE_DB"])]
+    if not path.is_file():  # missing (created at start-up), or a device: not ours to judge
+        return []
+    try:
+        with path.open("rb") as file:
+            header = file.read(len(_SQLITE_HEADER))
+    except OSError:
+        return []
+    if header and header != _SQLITE_HEADER:
+        return [
+            (
+                "OPSGATE_DB",
+                f"OPSGATE_DB is not an SQLite database ({path}): name OpsGate's database file, "
+                "or a new file in an existing directory",
+            )
+        ]
+    return []
 
 
 def _describe(detail: Any) -> tuple[str, str]:

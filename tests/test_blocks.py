@@ -11,7 +11,7 @@ import pytest
 from slack_sdk.models.blocks import Block
 from slack_sdk.models.views import View
 
-from bot._text import (
+from bot.slack._text import (
     code_span,
     escape_cut,
     escape_mrkdwn,
@@ -20,7 +20,7 @@ from bot._text import (
     truncate,
     user_mention,
 )
-from bot.blocks import (
+from bot.slack.blocks import (
     ACTION_APPROVE,
     ACTION_CANCEL,
     ACTION_REASON,

@@ -282,6 +282,24 @@ async def test_mention_also_delivered_as_message_starts_one_run(tmp_path: Path) 
         assert len(bot.llm.requests) == 1
 
 
+async def test_mention_in_a_thread_not_ours_starts_a_run_when_its_message_event_comes_first(
+    tmp_path: Path,
+) -> None:
+    """The `message` delivery of a mention in someone else's thread is ignored; it must not use
+    up the message, or the `app_mention` delivery that follows would be dropped as a repeat."""
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.llm.reply_text("Joined the thread.")
+        root, reply_ts = "1699999999.000100", "1700000050.000100"
+        await bot.message("<@UBOT> can you look?", thread_ts=root, ts=reply_ts)
+        await bot.settle()
+        assert bot.llm.requests == []
+        await bot.mention("can you look?", thread_ts=root, ts=reply_ts)
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        [request] = bot.llm.requests
+        assert request["messages"][-1] == {"role": "user", "content": "can you look?"}
+
+
 @pytest.mark.parametrize("problem", ["unsigned", "stale", "wrong-secret"])
 async def test_forged_requests_get_401_and_do_nothing(tmp_path: Path, problem: str) -> None:
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:

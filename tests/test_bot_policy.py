@@ -97,12 +97,11 @@ async def test_undecided_call_expires_and_the_model_is_told(tmp_path: Path) -> N
         bot.llm.reply_text("It expired, so I did nothing.")
         await bot.mention("expire me")
         [card] = await bot.wait_cards(1)
-        assert bot.deps.runner is not None
 
         clock.now += timedelta(minutes=14)
-        assert await bot.deps.runner.expire_due() == 0
+        assert await bot.service.expire_due() == 0
         clock.now += timedelta(minutes=2)
-        assert await bot.deps.runner.expire_due() == 1
+        assert await bot.service.expire_due() == 1
         await bot.llm.wait_for_requests(2)
         await bot.settle()
         [result] = tool_messages(bot.llm.requests[1])
@@ -202,19 +201,18 @@ async def test_a_reminder_goes_out_once_before_expiry(tmp_path: Path) -> None:
         bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo later"})])
         await bot.mention("remind me")
         await bot.wait_cards(1)
-        assert bot.deps.runner is not None
 
         def reminders() -> list[str]:
             return [t for t in all_text(bot).splitlines() if "still waits for a decision" in t]
 
         clock.now += timedelta(minutes=9)
-        await bot.deps.runner.expire_due()
+        await bot.service.expire_due()
         assert reminders() == []
         clock.now += timedelta(minutes=2)  # 4 minutes left
-        await bot.deps.runner.expire_due()
+        await bot.service.expire_due()
         assert len(reminders()) == 1 and "`run_command`" in reminders()[0]
         clock.now += timedelta(minutes=1)
-        await bot.deps.runner.expire_due()
+        await bot.service.expire_due()
         assert len(reminders()) == 1  # once only
         assert [a.event for a in await bot.deps.store.audit_rows()].count("reminder") == 1
         assert len(bot.llm.requests) == 1  # a reminder resumes nothing

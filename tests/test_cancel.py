@@ -3,13 +3,11 @@ through the real app over loopback HTTP; and the store's one-winner guarantee ag
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 from bot.policy import Policy
-from bot.store import SQLiteStore
 from tests.support.harness import CHANNEL, Bot, HeldReplies, cancel_values, running_bot
 from tests.test_bot import ALICE, BOB, all_text, assert_history_valid, make_tools
 
@@ -198,29 +196,3 @@ async def test_cancel_withdraws_a_queued_message(tmp_path: Path) -> None:
         assert item.text == "second"
         assert "Cancelled by <@U0BOB> before it started" in all_text(bot)
         assert [c.params["user"] for c in bot.slack.calls_to("chat.postEphemeral")] == [DAVE]
-
-
-async def test_cancel_and_resume_race_has_exactly_one_winner(tmp_path: Path) -> None:
-    """Two stores on one file: a cancel and the last decision's resume claim, at once."""
-    from tests.test_store import paused_session
-
-    db = tmp_path / "race.db"
-    for round_ in range(6):
-        async with SQLiteStore(db) as one, SQLiteStore(db) as two:
-            session_id, rows = await paused_session(one, thread=f"1700000000.{round_:06d}")
-            for row in rows:
-                if row.needs_approval:
-                    await one.decide(row.id, "approved", user_id="U0BOB")
-            cancel, claim = await asyncio.gather(
-                one.cancel_batch(session_id, user_id="U0ALICE"),
-                two.claim(session_id, ["awaiting_approval"], "resuming"),
-            )
-            assert cancel.cancelled != claim, (cancel, claim)
-            history = await one.load_messages(session_id)
-            answered = [m.tool_call_id for m in history if m.role == "tool"]
-            if cancel.cancelled:
-                assert answered == [r.call_id for r in rows]
-                assert all(r.status == "cancelled" for r in cancel.rows)
-            else:
-                assert answered == []  # the resume owns the batch; the cancel touched nothing
-                assert all(r.status == "approved" for r in cancel.rows if r.needs_approval)

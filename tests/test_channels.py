@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.deps import INSTRUCTIONS
 from bot.policy import Policy
 from bot.store import SQLiteStore
+from bot.wiring import INSTRUCTIONS
 from tests.support.harness import CHANNEL, HeldReplies, running_bot, texts
 from tests.support.llm_server import LLMStandIn
 from tests.support.slack_api import SlackAPIStandIn
@@ -263,7 +263,7 @@ async def test_queue_claims_respect_the_limit_and_paused_runs_do_not_count(
         assert first.session_id == sessions[0].id  # first come, first served
         assert await one.claim_queued("C1", limit=1) is None
         # The running session pauses for approval: it no longer takes the slot.
-        assert await one.claim(first.session_id, ["running"], "awaiting_approval")
+        await pause(one, first.session_id)
         second = await two.claim_queued("C1", limit=1)
         assert second is not None and second.session_id == sessions[1].id
         # A busy thread takes no second message.
@@ -355,7 +355,7 @@ async def test_a_tool_left_out_of_a_channel_is_never_offered_there(tmp_path: Pat
 def test_event_author_never_ourselves_and_only_allow_listed_bots() -> None:
     from slack_bolt.context.async_context import AsyncBoltContext
 
-    from bot.listeners.events import classify_message, event_author, message_text
+    from bot.slack.listeners.events import classify_message, event_author, message_text
 
     policy = alert_policy()
     context = AsyncBoltContext(bot_id="BBOT", bot_user_id="UBOT")
@@ -438,3 +438,19 @@ def test_channel_policy_keys_parse_and_bad_ones_name_the_file_and_key(tmp_path: 
         with pytest.raises(PolicyError) as caught:
             Policy.load(path, known_tools=["run_command", "echo"])
         assert str(path) in str(caught.value) and expected in str(caught.value), line
+
+
+async def pause(store: SQLiteStore, session_id: str) -> None:
+    """The run pauses for approval of one call, through the store's own pause step."""
+    from agent_core import ChatMessage, ToolApprovalRequest, call_digest
+    from tests.support.scripted import call
+
+    gated = call("call_pause", "run_command", command="uptime")
+    request = ToolApprovalRequest(
+        gated.id,
+        gated.name,
+        gated.parsed_arguments(),
+        "desc",
+        call_digest(gated.name, gated.parsed_arguments()),
+    )
+    await store.record_pause(session_id, ChatMessage.assistant(None, (gated,)), [request], [])

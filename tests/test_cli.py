@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.metadata
 import io
 import json
 import os
@@ -12,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.check import run_check
 from bot.cli import main
-from bot.deps import open_deps
+from bot.cli.chat import run_chat
+from bot.cli.check import run_check
 from bot.settings import Settings
-from bot.terminal import run_chat
+from bot.store import SQLiteStore
+from bot.wiring import open_deps
 from tests.support.llm_server import LLMStandIn
 from tests.support.slack_api import SlackAPIStandIn
 from tests.test_bot import make_tools, tool_messages
@@ -219,17 +222,26 @@ def test_run_port_without_http_is_a_usage_error(capsys: pytest.CaptureFixture[st
     assert err.startswith("usage: opsgate") and "--port is for HTTP mode; add --http" in err
 
 
-def _opsgate(
-    args: list[str], *, cwd: Path, env: dict[str, str]
-) -> subprocess.CompletedProcess[str]:
+OPSGATE = Path(sys.executable).with_name("opsgate")
+"""The console script that `pip install` made from `[project.scripts]`: the real entry point."""
+
+
+def _environment(env: dict[str, str]) -> dict[str, str]:
     base = {
         k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "OPSGATE_"))
     }
     base["PYTHONPATH"] = str(ROOT)
+    return {**base, **env}
+
+
+def _opsgate(
+    args: list[str], *, cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bot.cli", *args],
+        [str(OPSGATE), *args],
         cwd=cwd,
-        env={**base, **env},
+        env=_environment(env),
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=60,
@@ -263,3 +275,126 @@ async def test_audit_prints_table_and_json_lines(tmp_path: Path) -> None:
     assert table.returncode == 0 and "decision" in table.stdout
     bad = _opsgate(["audit", "--since", "yesterday-ish"], cwd=tmp_path, env=env)
     assert bad.returncode == 2 and "yesterday-ish" in bad.stderr
+
+
+def test_version_is_the_installed_package_version(tmp_path: Path) -> None:
+    expected = f"opsgate {importlib.metadata.version('opsgate')}\n"
+    result = _opsgate(["--version"], cwd=tmp_path, env={})
+    assert (result.returncode, result.stdout, result.stderr) == (0, expected, "")
+    module = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "--version"],
+        cwd=tmp_path,
+        env=_environment({}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert module.stdout == expected
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "table"])
+async def test_audit_into_a_closed_pipe_stops_quietly(tmp_path: Path, as_json: bool) -> None:
+    """`opsgate audit --json | head -1`: far more than a pipe holds, and the reader leaves."""
+    db = tmp_path / "opsgate.db"
+    async with SQLiteStore(db) as store:
+        for n in range(400):
+            await store.audit("request", actor="U0ALICE", details={"text": f"{n:04d}" * 500})
+    args = [str(OPSGATE), "audit", *(["--json"] if as_json else [])]
+    env = _environment({"OPSGATE_DB": str(db)})
+
+    def head_1() -> tuple[str, int, str]:
+        with subprocess.Popen(
+            args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            first = proc.stdout.readline()
+            proc.stdout.close()
+            err = proc.stderr.read()
+            return first, proc.wait(timeout=60), err
+
+    first, code, err = await asyncio.to_thread(head_1)
+    assert ('"event": "request"' in first) if as_json else first.startswith("time (UTC)")
+    assert (code, err) == (0, "")
+
+
+def _bad_database(kind: str, tmp_path: Path) -> Path:
+    if kind == "directory":
+        path = tmp_path / "a-directory"
+        path.mkdir()
+    else:
+        path = tmp_path / "notes.txt"
+        path.write_text("these are my notes, not a database\n" * 20, encoding="utf-8")
+    return path
+
+
+SLACK_AND_LLM = {
+    "SLACK_BOT_TOKEN": "xoxb-test-token",
+    "SLACK_APP_TOKEN": "xapp-1-test",
+    "SLACK_API_URL": "http://127.0.0.1:9/api/",
+    "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+    "OPSGATE_MODEL": "test-model",
+}
+"""Everything `run` and `chat` need, pointing at a port nobody listens on."""
+
+
+@pytest.fixture
+def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], None]:
+    """Set `run`'s and `chat`'s settings, with `OPSGATE_DB` as given, for an in-process `main`."""
+
+    def set_up(db: Path) -> None:
+        for name in list(os.environ):
+            if name.startswith(("SLACK_", "OPENAI_", "OPSGATE_")):
+                monkeypatch.delenv(name)
+        monkeypatch.chdir(tmp_path)  # no .env, no opsgate.toml
+        for name, value in {**SLACK_AND_LLM, "OPSGATE_DB": str(db)}.items():
+            monkeypatch.setenv(name, value)
+
+    return set_up
+
+
+@pytest.mark.parametrize("kind", ["directory", "garbage"])
+@pytest.mark.parametrize("command", ["run", "chat", "audit"])
+def test_an_unusable_database_is_one_line_and_status_2(
+    tmp_path: Path,
+    environment: Callable[[Path], None],
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    kind: str,
+) -> None:
+    db = _bad_database(kind, tmp_path)
+    environment(db)
+    assert main([command]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("opsgate: OPSGATE_DB is ") and str(db) in line
+    assert ("a directory" if kind == "directory" else "not an SQLite database") in line
+
+
+@pytest.mark.parametrize("kind", ["directory", "garbage"])
+def test_check_reports_an_unusable_database_as_configuration(
+    tmp_path: Path,
+    environment: Callable[[Path], None],
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+) -> None:
+    """`check` reports it like every other configuration problem: a FAIL line, status 1."""
+    db = _bad_database(kind, tmp_path)
+    environment(db)
+    assert main(["check"]) == 1
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("FAIL configuration (Socket Mode): OPSGATE_DB is ") and str(db) in first
+
+
+async def test_a_database_in_use_stops_run_and_chat_but_not_audit(tmp_path: Path) -> None:
+    db = tmp_path / "opsgate.db"
+    env = {**SLACK_AND_LLM, "OPSGATE_DB": str(db)}
+    async with SQLiteStore(db, exclusive=True) as running_bot:
+        await running_bot.audit("request", actor="U0ALICE")
+        for command in ("run", "chat"):
+            result = await asyncio.to_thread(_opsgate, [command], cwd=tmp_path, env=env)
+            assert result.returncode == 2, result.stderr
+            [line] = result.stderr.strip().splitlines()
+            assert line.startswith("opsgate: another OpsGate process") and str(db) in line
+        audit = await asyncio.to_thread(_opsgate, ["audit", "--json"], cwd=tmp_path, env=env)
+    assert audit.returncode == 0, audit.stderr
+    assert json.loads(audit.stdout)["actor"] == "U0ALICE"

@@ -1,7 +1,8 @@
-"""The tool loop and the agent around it, driven by a scripted in-process chat client.
+"""The tool loop and the agent around it, driven by `agent_core.testing`'s in-process chat
+clients.
 
-Each test names the behaviour of DESIGN.md "Approval semantics" (1-7) or of the issue that it
-pins; each would fail without it.
+Each test names the behaviour of "Approval semantics" in `docs/architecture.md` or of the issue
+that it pins; each would fail without it.
 """
 
 from __future__ import annotations
@@ -19,13 +20,17 @@ from agent_core import (
     AgentRunOptions,
     AgentSession,
     ApprovalRequiredTool,
+    CallOutcome,
+    Cancelled,
     ChatClientAgent,
     ChatMessage,
+    Expired,
     Finish,
     FinishReason,
     InMemorySessionStore,
     PendingApprovalError,
     ProviderError,
+    Rejected,
     ResumeError,
     StreamError,
     TextDelta,
@@ -45,7 +50,15 @@ from agent_core import (
     pending_tool_calls,
     tool,
 )
-from tests.support.scripted import ScriptedChatClient, Turn, call, collect, history_problems
+from agent_core.testing import (
+    FunctionChatClient,
+    Request,
+    ScriptedChatClient,
+    Turn,
+    call,
+    collect,
+    history_problems,
+)
 
 SESSION = "s1"
 WAIT = 5.0
@@ -55,7 +68,7 @@ WAIT = 5.0
 class Harness:
     """An agent over a scripted client and an in-memory store, with tools that log their runs."""
 
-    client: ScriptedChatClient
+    client: FunctionChatClient
     store: InMemorySessionStore = field(default_factory=InMemorySessionStore)
     ran: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     release: asyncio.Event | None = None
@@ -280,26 +293,40 @@ async def test_approved_resume_runs_gated_and_sibling_in_model_order(
 
 
 @pytest.mark.parametrize(
-    ("response", "text"),
+    ("response", "text", "outcome"),
     [
         (
             ToolApprovalResponse.reject("c_dep", "change freeze", decided_by="U42"),
             "Rejected: change freeze (rejected by U42)",
+            Rejected("change freeze", "U42"),
         ),
-        (ToolApprovalResponse.reject("c_dep"), "Rejected: User denied"),
+        (ToolApprovalResponse.reject("c_dep"), "Rejected: User denied", Rejected()),
         (
             ToolApprovalResponse.reject("c_dep", decided_by="U42"),
             "Rejected: User denied (rejected by U42)",
+            Rejected(by="U42"),
         ),
         (
             ToolApprovalResponse.expire("c_dep", "15m"),
             "Expired: no decision within 15m; the call was not run",
+            Expired("15m"),
+        ),
+        (
+            ToolApprovalResponse.closed("c_dep", Cancelled("U42")),
+            "Rejected: cancelled by U42",
+            Cancelled("U42"),
         ),
     ],
-    ids=["rejected-with-reason", "rejected-no-reason", "rejected-no-reason-who", "expired"],
+    ids=[
+        "rejected-with-reason",
+        "rejected-no-reason",
+        "rejected-no-reason-who",
+        "expired",
+        "cancelled",
+    ],
 )
 async def test_a_call_that_is_not_approved_is_answered_and_its_sibling_still_runs(
-    response: ToolApprovalResponse, text: str
+    response: ToolApprovalResponse, text: str, outcome: CallOutcome
 ) -> None:
     h, _ = await paused((DEPLOY, STATUS), Turn(text="Understood."))
 
@@ -307,7 +334,7 @@ async def test_a_call_that_is_not_approved_is_answered_and_its_sibling_still_run
 
     assert h.ran == [("status", {"service": "api"})]
     assert of_type(updates, ToolResult) == [
-        ToolResult("c_dep", "deploy", text),
+        ToolResult("c_dep", "deploy", text, outcome=outcome),
         ToolResult("c_st", "status", "api is up"),
     ]
     history = await h.history()
@@ -519,6 +546,7 @@ async def test_an_unknown_tool_is_answered_with_an_error_and_the_run_goes_on() -
 
     (result,) = of_type(updates, ToolResult)
     assert result.is_error
+    assert result.outcome is None  # an error, not a decision: nothing to match on
     assert "unknown tool 'reboot_everything'" in result.content
     assert "status" in result.content  # the model is told what exists
     assert h.client.requests[1].messages[-1] == ChatMessage.tool(result.content, "c1")
@@ -872,3 +900,67 @@ async def test_a_relaxed_gate_does_not_let_an_undecided_call_run() -> None:
     with pytest.raises(ResumeError, match="c_dep"):
         await h.resume(ToolApprovalResponse.approve("c_st"))  # nothing said about deploy
     assert h.ran == []
+
+
+# -- outcomes and the function chat client --------------------------------------------------------
+
+
+async def test_consumers_tell_unrun_calls_apart_by_outcome_not_by_text() -> None:
+    batch = (DEPLOY, call("c_dep2", "deploy", service="web"), STATUS)
+    h, _ = await paused(batch, Turn(text="Noted."))
+
+    updates = await h.resume(
+        ToolApprovalResponse.reject("c_dep", "freeze", decided_by="U42"),
+        ToolApprovalResponse.expire("c_dep2", "15m"),
+    )
+
+    seen: list[str] = []
+    for result in of_type(updates, ToolResult):
+        match result.outcome:
+            case Rejected(reason=reason, by=by):
+                seen.append(f"{result.call_id} rejected by {by}: {reason}")
+            case Expired(ttl=ttl):
+                seen.append(f"{result.call_id} expired after {ttl}")
+            case None:
+                seen.append(f"{result.call_id} ran")
+            case other:
+                seen.append(f"{result.call_id} {other.kind}")
+    assert seen == ["c_dep rejected by U42: freeze", "c_dep2 expired after 15m", "c_st ran"]
+    assert h.names_run() == ["status"]
+    assert history_problems(await h.history()) == []
+
+
+async def test_a_function_chat_client_answers_from_what_the_model_is_sent() -> None:
+    def model(messages: Sequence[ChatMessage], request: Request) -> Turn | str:
+        last = messages[-1]
+        if last.role == "tool":
+            return f"status says: {last.content}"
+        assert "status" in request.tool_names
+        return Turn(tool_calls=[call("c1", "status", service=last.content or "")])
+
+    client = FunctionChatClient(model)
+    h = Harness(client).build()
+
+    updates = await h.run("api")
+
+    assert of_type(updates, ToolResult) == [ToolResult("c1", "status", "api is up")]
+    assert of_type(updates, TextDelta) == [TextDelta("status says: api is up")]
+    assert updates[-1] == Finish(FinishReason.STOP)
+    assert len(client.requests) == 2
+    assert client.streams_closed == 2
+
+
+async def test_an_async_function_chat_client_and_its_failure() -> None:
+    async def model(messages: Sequence[ChatMessage], request: Request) -> str:
+        if len(messages) > 2:
+            raise ProviderError("the model is overloaded", status_code=529)
+        return "hi"
+
+    agent = ChatClientAgent(FunctionChatClient(model))
+    session = AgentSession("fn")
+
+    first = await asyncio.wait_for(collect(agent.run("hello", session)), WAIT)
+    second = await asyncio.wait_for(collect(agent.run("again", session)), WAIT)
+
+    assert first == [TextDelta("hi"), Finish(FinishReason.STOP)]
+    assert second == [Finish(FinishReason.ERROR, error="the model is overloaded")]

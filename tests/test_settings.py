@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bot.errors import BotError, SettingsError
 from bot.settings import Settings, load_settings
@@ -239,6 +241,29 @@ def test_missing_policy_file_and_db_directory(env: pytest.MonkeyPatch) -> None:
     assert str(error_of()).startswith("OPSGATE_DB is in a directory that does not exist")
 
 
+@pytest.mark.parametrize("mode", ["socket", "http", "chat", "audit"])
+def test_db_that_is_a_directory_or_not_sqlite(
+    env: pytest.MonkeyPatch, tmp_path: Path, mode: str
+) -> None:
+    complete(env, OPSGATE_DB=str(tmp_path))
+    assert str(error_of(mode)).startswith(f"OPSGATE_DB is a directory ({tmp_path}): ")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database", encoding="utf-8")
+    complete(env, OPSGATE_DB=str(notes))
+    assert str(error_of(mode)).startswith(f"OPSGATE_DB is not an SQLite database ({notes}): ")
+
+
+def test_db_may_be_new_empty_or_sqlite(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    db = tmp_path / "opsgate.db"
+    complete(env, OPSGATE_DB=str(db))
+    assert load_settings(mode="socket", env_file=None).opsgate_db == db  # created at start-up
+    db.touch()  # SQLite takes an empty file as a new database
+    assert load_settings(mode="socket", env_file=None).opsgate_db == db
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    assert load_settings(mode="socket", env_file=None).opsgate_db == db
+
+
 def test_several_problems_still_one_line(env: pytest.MonkeyPatch) -> None:
     complete(env, SLACK_BOT_TOKEN=None, OPSGATE_MODEL=None, OPSGATE_PORT="x")
     message = str(error_of())
@@ -259,85 +284,8 @@ def test_secrets_do_not_show_in_repr_or_str(env: pytest.MonkeyPatch) -> None:
 # -- manifest.yml ------------------------------------------------------------------------------
 
 
-def parse_yaml_subset(text: str) -> Any:
-    """The YAML subset manifest.yml uses: block mappings, block lists, scalars, full-line comments.
-
-    PyYAML is not a dependency; this parser rejects anything outside that subset.
-    """
-    lines: list[tuple[int, str]] = []
-    for raw in text.splitlines():
-        stripped = raw.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        if "\t" in raw[: len(raw) - len(raw.lstrip())]:
-            raise ValueError(f"tab indentation: {raw!r}")
-        lines.append((len(raw) - len(raw.lstrip(" ")), stripped))
-
-    def scalar(token: str) -> Any:
-        if token.startswith('"'):
-            return json.loads(token)
-        if token.startswith("'"):
-            if not token.endswith("'"):
-                raise ValueError(f"unterminated quote: {token!r}")
-            return token[1:-1].replace("''", "'")
-        if " #" in token or token[:1] in "{[&*!|>%@`":
-            raise ValueError(f"outside the supported subset: {token!r}")
-        if token in ("true", "false"):
-            return token == "true"
-        if token.lstrip("-").isdigit():
-            return int(token)
-        return token
-
-    def block(index: int, indent: int) -> tuple[Any, int]:
-        if lines[index][1].startswith("- "):
-            items: list[Any] = []
-            while index < len(lines) and lines[index][0] == indent:
-                content = lines[index][1]
-                if not content.startswith("- "):
-                    raise ValueError(f"mixed list and mapping: {content!r}")
-                item = content[2:]
-                _, separator, rest = item.partition(":")
-                if separator and not rest[:1].strip() and not item.startswith(('"', "'")):
-                    lines[index] = (indent + 2, item)
-                    value, index = block(index, indent + 2)
-                else:
-                    value, index = scalar(item), index + 1
-                items.append(value)
-            return items, index
-        mapping: dict[str, Any] = {}
-        while index < len(lines) and lines[index][0] == indent:
-            content = lines[index][1]
-            key, separator, rest = content.partition(":")
-            if not separator or key in mapping or (rest and not rest.startswith(" ")):
-                raise ValueError(f"not a mapping entry: {content!r}")
-            rest = rest.strip()
-            if rest:
-                mapping[key] = scalar(rest)
-                index += 1
-            elif index + 1 < len(lines) and lines[index + 1][0] > indent:
-                mapping[key], index = block(index + 1, lines[index + 1][0])
-            else:
-                mapping[key] = None
-                index += 1
-        if index < len(lines) and lines[index][0] > indent:
-            raise ValueError(f"bad indentation: {lines[index][1]!r}")
-        return mapping, index
-
-    value, end = block(0, lines[0][0])
-    if end != len(lines):
-        raise ValueError(f"unparsed line: {lines[end][1]!r}")
-    return value
-
-
 def load_manifest() -> dict[str, Any]:
-    text = (ROOT / "manifest.yml").read_text(encoding="utf-8")
-    manifest = parse_yaml_subset(text)
-    try:
-        import yaml  # type: ignore[import-untyped]
-    except ImportError:
-        pass
-    else:
-        assert yaml.safe_load(text) == manifest
+    manifest = yaml.safe_load((ROOT / "manifest.yml").read_text(encoding="utf-8"))
     assert isinstance(manifest, dict)
     return manifest
 
@@ -383,13 +331,3 @@ def test_manifest_has_what_the_bot_needs() -> None:
     assert settings["socket_mode_enabled"] is True
     assert settings["org_deploy_enabled"] is False
     assert settings["token_rotation_enabled"] is False
-
-
-def test_yaml_subset_parser_rejects_what_it_does_not_understand() -> None:
-    assert parse_yaml_subset("a:\n  - x\n  - k: 1\n    j: 'y'\nb: \"#c\"\n") == {
-        "a": ["x", {"k": 1, "j": "y"}],
-        "b": "#c",
-    }
-    for bad in ("a: 1\n  b: 2\n", "a: {b: 1}\n", "a: 1\na: 2\n", "a:b\n", "a: x # c\n"):
-        with pytest.raises(ValueError):
-            parse_yaml_subset(bad)

@@ -20,7 +20,6 @@ import pytest
 from pydantic import SecretStr
 
 from agent_core import ToolError
-from bot.deps import open_deps
 from bot.settings import Settings
 from bot.tools import (
     dotenv_names,
@@ -28,6 +27,7 @@ from bot.tools import (
     protect_process_environment,
     scrubbed_environment,
 )
+from bot.wiring import open_deps
 
 DEADLINE = 10.0
 KELVIN = "\u212a"

@@ -1,11 +1,22 @@
-"""The bot's durable state in one SQLite file: sessions, messages, the tool-call ledger, audit log.
+"""The bot's durable state: sessions, messages, the tool-call ledger, the run queue, the audit log.
 
-Plain storage: it knows Slack ids only as strings and never imports a Slack library.
+`Store` (in `base.py`) is the one interface; `SQLiteStore` (one file) and the PostgreSQL
+backend (`bot.store.postgres`, for replicas) implement it, and `open_store` picks one from a
+path or URL. Plain storage: it knows Slack ids only as strings and never imports a Slack library.
 """
 
+from ._rules import SEEN_EVENT_TTL
 from ._schema import SCHEMA_VERSION
 from ._time import utc_now
-from .errors import DatabaseLocked, SchemaTooNew, StoreError, UnknownCall, UnknownSession
+from .base import Store, open_store
+from .errors import (
+    DatabaseLocked,
+    InvalidTransition,
+    SchemaTooNew,
+    StoreError,
+    UnknownCall,
+    UnknownSession,
+)
 from .models import (
     AuditEvent,
     AuditRow,
@@ -22,27 +33,17 @@ from .models import (
     ToolCallRow,
     batch_complete,
 )
-from .sqlite import (
-    CANCELLED_MESSAGE,
-    CANCELLED_NOT_RUN_MESSAGE,
-    INTERRUPTED_MESSAGE,
-    NOT_RUN_MESSAGE,
-    SEEN_EVENT_TTL,
-    SQLiteStore,
-)
+from .sqlite import SQLiteStore
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AuditEvent",
     "AuditRow",
-    "CANCELLED_MESSAGE",
-    "CANCELLED_NOT_RUN_MESSAGE",
     "CallStatus",
     "CancelOutcome",
     "DatabaseLocked",
     "DecisionOutcome",
     "EnqueueOutcome",
-    "INTERRUPTED_MESSAGE",
-    "NOT_RUN_MESSAGE",
+    "InvalidTransition",
     "PendingApproval",
     "QueueItem",
     "QueueState",
@@ -53,10 +54,12 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "SQLiteStore",
     "SchemaTooNew",
     "SessionRow",
+    "Store",
     "StoreError",
     "ToolCallRow",
     "UnknownCall",
     "UnknownSession",
     "batch_complete",
+    "open_store",
     "utc_now",
 ]

@@ -1,14 +1,27 @@
-"""One exception tree for the store: catch `StoreError` to catch them all."""
+"""The store's errors: one branch of the bot's exception tree, under `bot.errors.BotError`.
+
+Catch `StoreError` for anything a store backend raises on purpose. Every backend raises these
+same classes, so callers never import a backend to handle its errors.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DatabaseLocked", "SchemaTooNew", "StoreError", "UnknownCall", "UnknownSession"]
+from bot.errors import BotError
+
+__all__ = [
+    "DatabaseLocked",
+    "InvalidTransition",
+    "SchemaTooNew",
+    "StoreError",
+    "UnknownCall",
+    "UnknownSession",
+]
 
 
-class StoreError(Exception):
-    """Base of every error raised by `bot.store`."""
+class StoreError(BotError):
+    """Base of every error raised by `bot.store` (and its backends)."""
 
 
 class DatabaseLocked(StoreError):
@@ -58,3 +71,20 @@ class UnknownCall(StoreError):
         super().__init__(f"no tool call {call_id!r}{where} in the ledger")
         self.call_id = call_id
         self.session_id = session_id
+
+
+class InvalidTransition(StoreError):
+    """A named state transition found the session in a state it does not start from.
+
+    Only the unconditional steps raise it (`resume_started`); the conditional ones (`begin_run`,
+    `end_run`, `claim_resume`) answer False instead, because losing that race is normal.
+    """
+
+    def __init__(self, session_id: str, found: str, expected: str, to_state: str) -> None:
+        super().__init__(
+            f"session {session_id!r} is {found}, not {expected}; it cannot become {to_state}"
+        )
+        self.session_id = session_id
+        self.found = found
+        self.expected = expected
+        self.to_state = to_state

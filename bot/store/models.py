@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from agent_core.batches import undecided_calls
+
 __all__ = [
     "AuditEvent",
     "AuditRow",
@@ -26,7 +28,9 @@ __all__ = [
 ]
 
 RunState = Literal["idle", "running", "awaiting_approval", "resuming", "failed"]
-"""A session's run state (DESIGN.md "Run states")."""
+"""A session's run state (`docs/architecture.md`, "Run states"). Only the store's named
+transitions change it: `begin_run`, `end_run`, `claim_resume`, `resume_started`, and the pause
+(`record_pause`), cancel (`cancel_batch`), queue and recovery steps."""
 
 CallStatus = Literal[
     "pending", "approved", "rejected", "expired", "executing", "done", "interrupted", "cancelled"
@@ -48,7 +52,7 @@ AuditEvent = Literal[
     "cancel",
     "reminder",
 ]
-"""The events the store itself writes; `SQLiteStore.audit` accepts any other name too."""
+"""The events the store itself writes; `Store.audit` accepts any other name too."""
 
 _FROZEN = ConfigDict(frozen=True)
 
@@ -68,7 +72,7 @@ class SessionRow(BaseModel):
     error: str | None = None
     """Why the last run failed, when `state` is `failed`."""
     batch_id: str | None = None
-    """The latest paused batch; `SQLiteStore.batch_calls` returns its rows."""
+    """The latest paused batch; `Store.batch_calls` returns its rows."""
     created_at: datetime
     updated_at: datetime
 
@@ -140,7 +144,7 @@ class AuditRow(BaseModel):
 
 
 class DecisionOutcome(BaseModel):
-    """What `SQLiteStore.decide` did. `why` says why nothing was recorded (or what is missing)."""
+    """What `Store.decide` did. `why` says why nothing was recorded (or what is missing)."""
 
     model_config = _FROZEN
 
@@ -151,7 +155,7 @@ class DecisionOutcome(BaseModel):
 
 
 class RecoveredSession(BaseModel):
-    """A session that `SQLiteStore.recover` repaired after a crash; the bot tells its thread."""
+    """A session that `Store.recover` repaired after a crash; the bot tells its thread."""
 
     model_config = _FROZEN
 
@@ -167,8 +171,9 @@ def batch_complete(rows: list[ToolCallRow]) -> bool:
 
     A list without gated calls is not a paused batch, so it is never complete.
     """
-    gated = [row for row in rows if row.needs_approval]
-    return bool(gated) and all(row.status != "pending" for row in gated)
+    gated = [row.id for row in rows if row.needs_approval]
+    decided = [row.id for row in rows if row.needs_approval and row.status != "pending"]
+    return bool(gated) and not undecided_calls(gated, decided)
 
 
 class QueueItem(BaseModel):
@@ -194,7 +199,7 @@ class QueueItem(BaseModel):
 
 
 class EnqueueOutcome(BaseModel):
-    """What `SQLiteStore.enqueue` did: the new item, or None with the session that is busy."""
+    """What `Store.enqueue` did: the new item, or None with the session that is busy."""
 
     model_config = _FROZEN
 
@@ -205,7 +210,7 @@ class EnqueueOutcome(BaseModel):
 
 
 class CancelOutcome(BaseModel):
-    """What `SQLiteStore.cancel_batch` did. `rows` are the batch's rows after the attempt."""
+    """What `Store.cancel_batch` did. `rows` are the batch's rows after the attempt."""
 
     model_config = _FROZEN
 

@@ -17,11 +17,13 @@ import httpx
 from aiohttp import web
 
 from agent_core import Tool
-from bot.deps import Deps, open_deps
 from bot.policy import Policy
+from bot.runs.service import RunService
 from bot.server import http_app, started
 from bot.settings import Settings
+from bot.slack._text import user_mention
 from bot.store import utc_now
+from bot.wiring import Deps, open_deps
 from tests.support.llm_server import LLMStandIn, sse_bytes
 from tests.support.loopback import serve_on_loopback
 from tests.support.slack_api import SlackAPIStandIn
@@ -48,6 +50,9 @@ class Bot:
     slack: SlackAPIStandIn
     deps: Deps
     http: httpx.AsyncClient
+    service: RunService
+    """The run service the app's listeners call (expiry, recovery: what a timer or a restart
+    would trigger)."""
     _events: int = field(default=0)
 
     async def post(self, body: bytes, content_type: str, **headers: str) -> httpx.Response:
@@ -148,7 +153,7 @@ class Bot:
     async def submit_reject(
         self, ledger_id: str, reason: str | None, *, user: str
     ) -> httpx.Response:
-        from bot.blocks import ACTION_REASON, BLOCK_REASON, CALLBACK_REJECT
+        from bot.slack.blocks import ACTION_REASON, BLOCK_REASON, CALLBACK_REJECT
 
         values = {BLOCK_REASON: {ACTION_REASON: {"type": "plain_text_input", "value": reason}}}
         payload = view_submission(CALLBACK_REJECT, ledger_id, values, user=user)
@@ -353,12 +358,14 @@ async def running_bot(
             _env_file=None,
         )
         deps = await stack.enter_async_context(
-            open_deps(settings, tools=tools, policy=policy, clock=clock or utc_now)
+            open_deps(
+                settings, tools=tools, policy=policy, clock=clock or utc_now, person=user_mention
+            )
         )
-        app = await stack.enter_async_context(
+        running = await stack.enter_async_context(
             started(settings, deps, expiry_interval=3600, shutdown_grace=0)
         )
-        web_runner, base_url = await serve_on_loopback(http_app(app))
+        web_runner, base_url = await serve_on_loopback(http_app(running.app))
         stack.push_async_callback(web_runner.cleanup)
         http = await stack.enter_async_context(httpx.AsyncClient(timeout=10))
-        yield Bot(base_url, llm, slack, deps, http)
+        yield Bot(base_url, llm, slack, deps, http, running.service)

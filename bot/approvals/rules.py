@@ -1,0 +1,110 @@
+"""Who may approve, reject, cancel or withdraw: every authorisation rule of OpsGate, in one place.
+
+The rules (see `docs/architecture.md`, "Approval semantics"):
+
+- The requester may always reject (withdraw) their own call, cancel their own paused run and
+  withdraw their own queued message; they may approve their own call only when the policy's
+  `allow_self_approval` says so.
+- Otherwise the channel's approvers decide: listed users, members of listed user groups, or,
+  with no list, anyone in the channel who belongs to the session's workspace (in a Slack
+  Connect channel, people of another organisation must be listed by name).
+- A user group that cannot be looked up refuses (and says so): never allow on a failed lookup.
+
+Group membership comes from an injected async callable (Slack: `usergroups.users.list`),
+cached by `GroupResolver`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+from ..policy import GroupResolver, Policy
+from .verdicts import Action, Allowed, Refused, Verdict, Who
+
+__all__ = ["Approvals", "FetchMembers"]
+
+logger = logging.getLogger("opsgate.approvals")
+
+FetchMembers = Callable[[str], Awaitable[Iterable[str]]]
+"""The members of one user group (by id)."""
+
+_REQUESTER_RULES: dict[Action, str] = {
+    "reject": "the requester may reject their own request",
+    "cancel": "the requester may cancel their own run",
+    "withdraw": "the requester may cancel their own run",
+}
+
+
+class Approvals:
+    """Answers "may `user` do `action` here?" with a typed `Verdict`."""
+
+    def __init__(self, policy: Policy, members: FetchMembers | GroupResolver | None = None) -> None:
+        self.policy = policy
+        if isinstance(members, GroupResolver):
+            self.groups = members
+        else:
+            self.groups = GroupResolver(_as_list(members or _no_groups))
+
+    async def check(
+        self,
+        action: Action,
+        *,
+        channel: str,
+        user: str,
+        requester: str | None,
+        user_team: str | None = None,
+        home_team: str | None = None,
+    ) -> Verdict:
+        """May `user` take `action` on a request of `requester` in `channel`?
+
+        `user_team` is the actor's workspace, `home_team` the session's (None: not checked).
+        """
+        if requester is not None and user == requester:
+            if action in _REQUESTER_RULES:
+                return Allowed(_REQUESTER_RULES[action])
+            if not self.policy.allow_self_approval:
+                return Refused("self_approval", action, "defaults.allow_self_approval = false")
+        return await self._approver(action, channel, user, requester, user_team, home_team)
+
+    async def _approver(
+        self,
+        action: Action,
+        channel: str,
+        user: str,
+        requester: str | None,
+        user_team: str | None,
+        home_team: str | None,
+    ) -> Verdict:
+        spec = self.policy.approvers_for(channel)
+        who = Who(spec.users, spec.groups, requester if action in _REQUESTER_RULES else None)
+        if spec.anyone:
+            if user_team and home_team and user_team != home_team:
+                rule = f"{spec.source} is empty: members of the session's workspace only"
+                return Refused("other_workspace", action, rule, who)
+            return Allowed(f"{spec.source} is empty: anyone in the channel")
+        if user in spec.users:
+            return Allowed(f"{spec.source}: {user} is listed")
+        unresolved: list[str] = []
+        for group in spec.groups:
+            try:
+                if await self.groups.is_member(group, user):
+                    return Allowed(f"{spec.source}: member of {group}")
+            except Exception:  # Slack down or a missing scope: refuse, and say so
+                logger.warning("could not list the members of user group %s", group, exc_info=True)
+                unresolved.append(group)
+        rule = f"{spec.source}: {user} is not an approver"
+        if unresolved:
+            return Refused("groups_unavailable", action, rule, who, tuple(unresolved))
+        return Refused("not_an_approver", action, rule, who)
+
+
+def _as_list(fetch: FetchMembers) -> Callable[[str], Awaitable[list[str]]]:
+    async def members(group_id: str) -> list[str]:
+        return list(await fetch(group_id))
+
+    return members
+
+
+async def _no_groups(group_id: str) -> list[str]:
+    raise LookupError(f"no way to look up the members of user group {group_id!r}")

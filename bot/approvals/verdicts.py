@@ -1,0 +1,62 @@
+"""The typed answer of every authorisation rule: `Allowed` or `Refused`, never a message.
+
+Front ends (Slack, the terminal) render a `Refused` to words; the run service audits `rule`
+and acts on the kind. See `docs/architecture.md`, "Approval semantics".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["Action", "Allowed", "RefusalReason", "Refused", "Verdict", "Who"]
+
+Action = Literal["approve", "reject", "cancel", "withdraw"]
+"""What someone tried: decide a card (approve/reject), cancel a run, withdraw a queued message."""
+
+RefusalReason = Literal[
+    "self_approval",
+    "other_workspace",
+    "not_an_approver",
+    "groups_unavailable",
+]
+"""Why not. `groups_unavailable`: the person is not listed and a user group that might hold
+them could not be looked up (try again later)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Who:
+    """Who may act where the refusal happened, for the front end to name them."""
+
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    requester: str | None = None
+    """The requester, when the action is one the requester may always take (reject, cancel)."""
+
+    @property
+    def anyone(self) -> bool:
+        return not self.users and not self.groups
+
+
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    """The action may go ahead; `rule` (for the audit log) says which rule allowed it."""
+
+    rule: str
+    kind: Literal["allowed"] = "allowed"
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The action may not go ahead, and why, with what a front end needs to explain it."""
+
+    reason: RefusalReason
+    action: Action
+    rule: str
+    who: Who = Who()
+    unresolved_groups: tuple[str, ...] = ()
+    """User groups whose members could not be looked up (with `groups_unavailable`)."""
+    kind: Literal["refused"] = "refused"
+
+
+Verdict = Allowed | Refused

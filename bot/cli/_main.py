@@ -1,0 +1,106 @@
+"""Parsing the command line, and the one place that turns a fixable error into exit status 2.
+
+Exit statuses: 0 done; 1 the command ran and found a problem (`check` failed a check, `audit`
+found no database); 2 it could not run (usage, settings, policy, database unusable or locked);
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+__all__ = ["main"]
+
+
+def _version() -> str:
+    try:
+        return version("opsgate")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opsgate", description="Slack chat-ops with approvals.")
+    parser.add_argument("--version", action="version", version=f"opsgate {_version()}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="start the bot (Socket Mode unless --http)")
+    run.add_argument("--http", action="store_true", help="serve POST /slack/events instead")
+    run.add_argument(
+        "--port", type=int, default=None, help="HTTP port, with --http (default OPSGATE_PORT)"
+    )
+    check = sub.add_parser("check", help="check config, policy, Slack auth.test and the LLM")
+    check.add_argument(
+        "--http", action="store_true", help="check the settings of `run --http` (not Socket Mode)"
+    )
+    audit = sub.add_parser("audit", help="print the audit log")
+    audit.add_argument("--since", default=None, help="ISO date/time, or a duration like 2h, 7d")
+    audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    sub.add_parser("chat", help="the same agent, tools and policy in this terminal")
+    return parser
+
+
+def _command(args: argparse.Namespace) -> Callable[[], int]:
+    """The chosen command, imported only now: `opsgate audit` need not load Slack's SDK."""
+    match args.command:
+        case "run":
+            from .run import run_bot
+
+            return lambda: run_bot(http=args.http, port=args.port)
+        case "check":
+            from .check import run_check
+
+            return lambda: asyncio.run(run_check(out=sys.stdout, http=args.http))
+        case "audit":
+            from .audit import audit_command
+
+            return lambda: audit_command(since=args.since, as_json=args.json)
+        case "chat":
+            from .chat import run_chat
+
+            return lambda: asyncio.run(run_chat())
+    raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "run" and args.port is not None and not args.http:
+        parser.error("run: --port is for HTTP mode; add --http (Socket Mode listens on no port)")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from ..errors import BotError
+    from ..store import StoreError
+
+    try:
+        code = _command(args)()
+        sys.stdout.flush()  # here, so that a closed pipe is seen below and not at exit
+    except (BotError, StoreError) as exc:
+        print(f"opsgate: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return _reader_gone()
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def _reader_gone() -> int:
+    """`opsgate audit --json | head -1`: the reader has what it wanted, so stop quietly.
+
+    stdout is pointed at /dev/null so that Python's own flush at exit does not fail again and
+    print a traceback. Status 0, as `head` asked for no more: a pipeline under `pipefail` should
+    not fail because of it.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0

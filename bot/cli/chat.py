@@ -1,0 +1,192 @@
+"""`opsgate chat`: the same run service as in Slack, shown in a terminal, approvals at the prompt.
+
+Lets a team try its tools and policy before going to Slack. Runs go through the same queue,
+channel options and N-of-M approvals (`required_approvals`) as in Slack; the terminal is the
+channel `terminal`. The person at the terminal is both requester and approver, so the Slack
+approver rules do not apply here: every decision is still recorded in the ledger and the audit
+log, as `terminal:<login>` (a further approval of an N-of-M call names its approver).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TextIO
+
+from ..approvals import Allowed, Approvals, Verdict
+from ..approvals.verdicts import Action
+from ..runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
+from ..runs._context import RunContext
+from ..runs.plain import card_text, notice_text
+from ..settings import Settings, load_settings
+from ..tools import protect_process_environment
+from ..wiring import Deps, open_deps
+
+__all__ = ["TerminalOutput", "run_chat"]
+
+CHANNEL = "terminal"
+
+
+class TerminalOutput:
+    """A `ThreadOutput` printing plain text; posted cards wait in `cards` for the prompt."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.cards: dict[str, CardCall] = {}
+        self._posted = 0
+
+    def _print(self, text: str, end: str = "\n") -> None:
+        print(text, end=end, file=self.out, flush=True)
+
+    async def say(self, thread: Thread, notice: Notice) -> None:
+        self._print(notice_text(notice))
+
+    async def tell(self, thread: Thread, user: str, notice: Notice) -> None:
+        self._print(notice_text(notice))
+
+    async def react(self, thread: Thread, ts: str, on: bool) -> None:
+        return None
+
+    def stream(self, thread: Thread, requester: str | None) -> _Sink:
+        return _Sink(self)
+
+    async def post_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
+        self._posted += 1
+        self.cards[card.ledger_id] = card
+        self._print("\n" + card_text(card))
+        return CardRef(thread.channel_id, f"card-{self._posted}")
+
+    async def update_card(self, ref: CardRef, card: CardCall, outcome: CardOutcome | None) -> None:
+        if outcome is None:
+            self.cards[card.ledger_id] = card
+        else:
+            self.cards.pop(card.ledger_id, None)
+
+    async def upload(self, thread: Thread, filename: str, content: str) -> None:
+        self._print(f"[{filename}]\n{content}")
+
+    async def permalink(self, ref: CardRef) -> str | None:
+        return None
+
+    async def post_root(self, channel: str, requester: str, text: str) -> Thread | PostFailed:
+        return PostFailed("the terminal has no channels")
+
+
+class _Sink:
+    def __init__(self, output: TerminalOutput) -> None:
+        self.output = output
+
+    async def append(self, text: str) -> None:
+        self.output._print(text, end="")
+
+    async def close(self) -> None:
+        self.output._print("")
+
+
+class _TerminalApprovals(Approvals):
+    """The person at the terminal may do everything: they asked, and they decide."""
+
+    async def check(
+        self,
+        action: Action,
+        *,
+        channel: str,
+        user: str,
+        requester: str | None,
+        user_team: str | None = None,
+        home_team: str | None = None,
+    ) -> Verdict:
+        return Allowed("terminal")
+
+
+def _ask(prompt: str, input_fn: Callable[[str], str]) -> str | None:
+    try:
+        return input_fn(prompt)
+    except EOFError:
+        return None
+
+
+async def run_chat(
+    *,
+    settings: Settings | None = None,
+    input_fn: Callable[[str], str] = input,
+    out: TextIO | None = None,
+    deps: Deps | None = None,
+) -> int:
+    out = out or sys.stdout
+    if deps is None:
+        protect_process_environment()
+        settings = settings or load_settings(mode="chat")
+        async with open_deps(settings) as opened:
+            return await _chat(opened, input_fn, out)
+    return await _chat(deps, input_fn, out)
+
+
+def _service(deps: Deps, output: TerminalOutput) -> RunService:
+    ctx = RunContext(
+        store=deps.store,
+        agent=deps.agent,
+        policy=deps.policy,
+        tools=deps.tools,
+        output=output,
+        approvals=_TerminalApprovals(deps.policy),
+        tasks=deps.tasks,
+        clock=deps.clock,
+        person=str,
+    )
+    return RunService(ctx)
+
+
+async def _chat(deps: Deps, input_fn: Callable[[str], str], out: TextIO) -> int:
+    output = TerminalOutput(out)
+    service = _service(deps, output)
+    who = f"terminal:{getpass.getuser()}"
+    started = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    thread = Thread(CHANNEL, CHANNEL, started)
+    print("OpsGate chat. Risky tool calls ask for approval here. Ctrl-D to quit.", file=out)
+    sent = 0
+    while True:
+        line = await asyncio.to_thread(_ask, "you> ", input_fn)
+        if line is None:
+            print(file=out)
+            return 0
+        if not line.strip():
+            continue
+        sent += 1
+        await service.on_message(thread, user=who, text=line, message_ts=f"{started}.{sent}")
+        await deps.tasks.wait_idle()
+        while output.cards:
+            if not await _decide_all(service, output, who, input_fn):
+                print(file=out)
+                return 0
+            await deps.tasks.wait_idle()
+
+
+async def _decide_all(
+    service: RunService, output: TerminalOutput, who: str, input_fn: Callable[[str], str]
+) -> bool:
+    """Ask for a decision on every waiting card; False at end of input."""
+    for ledger_id, card in list(output.cards.items()):
+        decider = who
+        if card.approvals:  # N-of-M: a further approval is someone else's
+            name = await asyncio.to_thread(_ask, "next approver's name: ", input_fn)
+            if name is None:
+                return False
+            decider = f"terminal:{name.strip() or 'anonymous'}"
+        answer = await asyncio.to_thread(_ask, "approve? [y/N, or a reason to reject] ", input_fn)
+        if answer is None:
+            return False
+        answer = answer.strip()
+        if answer.lower() in ("y", "yes"):
+            notice = await service.decide(ledger_id, "approved", user=decider, team=None)
+        else:
+            reason = answer if answer.lower() not in ("", "n", "no") else None
+            notice = await service.decide(
+                ledger_id, "rejected", user=decider, team=None, reason=reason
+            )
+        if notice is not None:
+            print(notice_text(notice), file=output.out)
+    return True

@@ -1,0 +1,107 @@
+"""`opsgate check`: is the configuration complete, would the policy and tools start, does Slack
+accept the token, is the LLM there?
+
+It runs the same steps as start-up (settings for the chosen mode, policy, tools, `check_tools`)
+so that what would stop `opsgate run` is reported here first, in plain words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TextIO
+
+import httpx
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent_core.exceptions import ChatClientError, ProviderError
+from agent_core.openai import OpenAIChatClient
+
+from ..errors import BotError
+from ..policy import Policy
+from ..settings import Settings, load_settings
+from ..tools import load_tools
+from ..wiring import default_tools
+
+__all__ = ["run_check"]
+
+Report = Callable[[bool, str], None]
+
+
+async def run_check(*, out: TextIO, settings: Settings | None = None, http: bool = False) -> int:
+    """Print one line per check, in plain words; exit status 1 if any failed.
+
+    `http` checks the settings `opsgate run --http` needs instead of Socket Mode's (it applies
+    when `settings` is None, i.e. when they are read from the environment and `.env`).
+    """
+    failures = 0
+
+    def report(ok: bool, text: str) -> None:
+        nonlocal failures
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {text}", file=out)
+
+    mode = "HTTP mode" if http else "Socket Mode"
+    if settings is None:
+        try:
+            settings = load_settings(mode="http" if http else "socket")
+        except BotError as exc:
+            report(False, f"configuration ({mode}): {exc}")
+            return 1
+    report(True, f"configuration: every setting {mode} needs is present")
+
+    await _check_policy(settings, report)
+    await _check_slack(settings, report)
+    await _check_llm(settings, report)
+    return 1 if failures else 0
+
+
+async def _check_policy(settings: Settings, report: Report) -> None:
+    """Load the policy, build the built-in tools, import `tools_modules`, run `check_tools`."""
+    path = settings.opsgate_policy
+    try:
+        policy = Policy.load(path) if path else Policy.default()
+        async with httpx.AsyncClient() as tool_http:  # never used: the tools are only built
+            built_in = default_tools(tool_http, policy)
+        loaded = load_tools(policy.tools_modules, taken=[t.name for t in built_in])
+        names = [t.name for t in (*built_in, *loaded)]
+        policy.check_tools(names)
+    except (BotError, ValueError) as exc:  # ValueError: a built-in tool refused its settings
+        report(False, f"policy: {exc}")
+        return
+    where = f"{path} is valid" if path else "no policy file; using the built-in defaults"
+    report(True, f"policy: {where}; tools: {', '.join(sorted(names))}")
+
+
+async def _check_slack(settings: Settings, report: Report) -> None:
+    client = AsyncWebClient(
+        token=settings.slack_bot_token.get_secret_value(), base_url=settings.slack_api_url
+    )
+    try:
+        auth = await client.auth_test()
+        report(True, f"slack: signed in as {auth.get('user')} in team {auth.get('team')}")
+    except SlackApiError as exc:
+        report(False, f"slack: auth.test said {exc.response.get('error')!r}; check SLACK_BOT_TOKEN")
+    except Exception as exc:
+        report(False, f"slack: cannot reach {settings.slack_api_url} ({type(exc).__name__})")
+
+
+async def _check_llm(settings: Settings, report: Report) -> None:
+    """Ask the chat client itself: `bot` never builds a request to the LLM; agent_core does."""
+    if not settings.opsgate_model:
+        report(False, "llm: OPSGATE_MODEL is not set")
+        return
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as llm_http:
+        client = OpenAIChatClient(
+            llm_http,
+            model=settings.opsgate_model,
+            base_url=settings.openai_base_url,
+            api_key=settings.openai_api_key.get_secret_value() or None,
+        )
+        try:
+            report(True, f"llm: {await client.check()}")
+        except ProviderError as exc:
+            refused = exc.status_code in (401, 403)
+            report(False, f"llm: {exc}" + ("; check OPENAI_API_KEY" if refused else ""))
+        except ChatClientError as exc:
+            report(False, f"llm: {exc}; check OPENAI_BASE_URL")

@@ -1,0 +1,165 @@
+"""The sections of the policy file as frozen pydantic models (`extra="forbid"`: a typo stops the
+bot). `Policy` itself, the whole file, is in `_policy`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    model_validator,
+)
+
+from agent_core import canonical_arguments
+from bot._duration import format_duration
+
+from ._fields import (
+    GROUP_ID,
+    Approvals,
+    ApproverId,
+    BotId,
+    ChannelId,
+    Concurrency,
+    Directory,
+    Duration,
+    Instructions,
+    OutputLimit,
+    Regex,
+    ToolName,
+    Trigger,
+    unique,
+)
+
+__all__ = [
+    "NO_OVERRIDE",
+    "RUN_COMMAND_ONLY",
+    "ArgumentRule",
+    "ChannelPolicy",
+    "Defaults",
+    "Model",
+    "ToolPolicy",
+    "check_reachable",
+]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ArgumentRule(Model):
+    """`[[tools.<name>.rules]]`: approval is needed when `argument` matches `pattern` (re.search).
+
+    Non-text values are matched in their canonical JSON spelling. A missing argument takes the
+    default from the tool's schema when the tool is known, and otherwise matches nothing.
+    """
+
+    argument: Annotated[StrictStr, Field(min_length=1)]
+    pattern: Regex
+    name: StrictStr | None = None
+    """A label for the audit log; without one the rule is named by its place and pattern."""
+
+    def matches(self, arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
+        if self.argument in arguments:
+            value = arguments[self.argument]
+        elif self.argument in defaults:
+            value = defaults[self.argument]
+        else:
+            return False
+        text = value if isinstance(value, str) else canonical_arguments(value)
+        return self.pattern.search(text) is not None
+
+
+class ToolPolicy(Model):
+    """`[tools.<name>]`: when calls of one tool wait for a human.
+
+    `[tools.run_command]` alone also takes `workdir`, `timeout` and `output_limit` (the policy
+    refuses them for other tools); `approval` stays "always" unless the section says otherwise.
+    """
+
+    approval: Literal["always", "never", "rules"] = "always"
+    rules: tuple[ArgumentRule, ...] = ()
+    workdir: Directory | None = None
+    """run_command: where commands run (an existing directory); default: where the bot started."""
+    timeout: Duration | None = None
+    """run_command: the longest a command may run, e.g. "2m" (the model may ask for less);
+    default 60 seconds."""
+    output_limit: OutputLimit | None = None
+    """run_command: characters kept of each of stdout and stderr; default 20,000."""
+
+    @model_validator(mode="after")
+    def _rules_fit_approval(self) -> ToolPolicy:
+        if self.approval == "rules" and not self.rules:
+            raise ValueError('approval = "rules" needs at least one [[tools.<name>.rules]] entry')
+        if self.approval != "rules" and self.rules:
+            raise ValueError(
+                f'rules are only used with approval = "rules", but approval is {self.approval!r}'
+            )
+        return self
+
+
+class Defaults(Model):
+    """`[defaults]`: who approves, how many, how long; where the bot acts; extra tools."""
+
+    approvers: tuple[ApproverId, ...] = ()
+    required_approvals: Approvals = 1
+    allow_self_approval: StrictBool = False
+    ttl: Duration = timedelta(hours=1)
+    remind_before: Duration | None = None
+    channels: tuple[ChannelId, ...] | None = None
+    tools_modules: tuple[StrictStr, ...] = ()
+    concurrency: Concurrency = 2
+    """Runs actively running at once per channel (paused runs waiting for approval don't count);
+    more messages wait in the queue."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Defaults:
+        if self.remind_before is not None and self.remind_before >= self.ttl:
+            raise ValueError(
+                f"remind_before ({format_duration(self.remind_before)}) must be shorter than "
+                f"ttl ({format_duration(self.ttl)})"
+            )
+        check_reachable(self.approvers, self.required_approvals, "approvers")
+        return self
+
+
+class ChannelPolicy(Model):
+    """`[channels_policy.<channel id>]`: how the bot works in one channel.
+
+    `trigger`: "mention" (default) or "every_message" (each top-level message starts a run in
+    its thread). `allowed_bots`: bot (B…) or app (A…) ids whose messages may start runs there
+    (other bots are always ignored). `instructions`: added to the system prompt there. `tools`:
+    the tools offered there (all when absent). `approvers`, `required_approvals`: override the
+    defaults. `concurrency`: runs at once there (defaults.concurrency when absent).
+    """
+
+    trigger: Trigger = "mention"
+    allowed_bots: Annotated[tuple[BotId, ...], AfterValidator(unique)] = ()
+    instructions: Instructions | None = None
+    tools: Annotated[tuple[ToolName, ...], AfterValidator(unique)] | None = None
+    approvers: tuple[ApproverId, ...] | None = None
+    required_approvals: Approvals | None = None
+    concurrency: Concurrency | None = None
+
+
+NO_OVERRIDE = ChannelPolicy()
+"""The section of a channel the file does not mention: every key at its default."""
+
+RUN_COMMAND_ONLY = ("workdir", "timeout", "output_limit")
+"""Keys of `[tools.run_command]` that no other tool's section takes."""
+
+
+def check_reachable(approvers: Sequence[str], required: int, key: str) -> None:
+    """N approvals from fewer than N listed people (and no group) can never happen."""
+    has_group = any(GROUP_ID.fullmatch(a) for a in approvers)
+    if approvers and not has_group and required > len(approvers):
+        raise ValueError(
+            f"required_approvals = {required} but {key} lists only {len(approvers)} "
+            "person(s) and no user group"
+        )

@@ -1,0 +1,213 @@
+"""`Policy`: the whole policy file, and the questions the bot asks it about a channel or a call."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, PrivateAttr, StrictStr, ValidationError, model_validator
+
+from agent_core import Tool, ToolCall
+
+from ._approvers import ApproverSpec
+from ._errors import PolicyError
+from ._fields import GROUP_ID, ChannelId, Trigger
+from ._gate import GateDecision, approval_summary, built_in_tools, decide
+from ._load import did_you_mean, explain, parse_toml, read_policy_file
+from ._model import (
+    NO_OVERRIDE,
+    RUN_COMMAND_ONLY,
+    ChannelPolicy,
+    Defaults,
+    Model,
+    ToolPolicy,
+    check_reachable,
+)
+
+__all__ = ["Policy"]
+
+_BUILT_IN_SOURCE = "(built-in default policy)"
+
+
+class Policy(Model):
+    """The whole policy file. Build it with `Policy.load(path)` or `Policy.default()`."""
+
+    defaults: Defaults = Defaults()
+    tools: dict[Annotated[StrictStr, Field(min_length=1)], ToolPolicy] = Field(default_factory=dict)
+    channels_policy: dict[ChannelId, ChannelPolicy] = Field(default_factory=dict)
+
+    _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
+    _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _run_command_keys_stay_there(cls, data: Any) -> Any:
+        """Checked on the raw file, so that a misplaced `workdir` is reported as misplaced
+        rather than as, say, a directory that does not exist."""
+        tools = data.get("tools") if isinstance(data, dict) else None
+        if not isinstance(tools, dict):
+            return data
+        for name, section in tools.items():
+            if name == "run_command" or not isinstance(section, dict):
+                continue
+            misplaced = [key for key in RUN_COMMAND_ONLY if key in section]
+            if misplaced:
+                raise ValueError(
+                    f"unknown key {f'tools.{name}.{misplaced[0]}'!r}: "
+                    f"{', '.join(RUN_COMMAND_ONLY)} are settings of [tools.run_command] only"
+                )
+        return data
+
+    @model_validator(mode="after")
+    def _channels_consistent(self) -> Policy:
+        allowed = self.defaults.channels
+        for channel, override in self.channels_policy.items():
+            if allowed is not None and channel not in allowed:
+                raise ValueError(
+                    f"channels_policy.{channel} is for a channel that defaults.channels does not "
+                    "list, so the bot never acts there"
+                )
+            approvers = (
+                override.approvers if override.approvers is not None else self.defaults.approvers
+            )
+            required = override.required_approvals or self.defaults.required_approvals
+            check_reachable(approvers, required, f"channels_policy.{channel}.approvers")
+        return self
+
+    # construction
+
+    @classmethod
+    def default(cls) -> Policy:
+        """The policy without a file: risky tools ask, anyone but the requester approves."""
+        return cls()
+
+    @classmethod
+    def load(cls, path: Path, *, known_tools: Collection[str] | None = None) -> Policy:
+        """Read and validate a policy file; raise `PolicyError` naming the file and the problem.
+
+        With `known_tools`, a `[tools.<name>]` for a tool that does not exist is an error too
+        (or call `check_tools` once the custom tools are loaded).
+        """
+        text = read_policy_file(path)
+        return cls.from_toml(text, source=str(path), known_tools=known_tools)
+
+    @classmethod
+    def from_toml(
+        cls,
+        text: str,
+        *,
+        source: str = "<policy>",
+        known_tools: Collection[str] | None = None,
+    ) -> Policy:
+        """Like `load`, from text; `source` names it in error messages."""
+        data = parse_toml(text, source)
+        try:
+            policy = cls.model_validate(data)
+        except ValidationError as exc:
+            raise PolicyError(explain(source, exc, cls)) from None
+        policy._source = source
+        if known_tools is not None:
+            policy.check_tools(known_tools)
+        return policy
+
+    def check_tools(self, known_tools: Collection[str]) -> None:
+        """Raise `PolicyError` if the file configures or offers a tool that the bot lacks."""
+        known = sorted(set(known_tools))
+        places = [(f"[tools.{name}]", name) for name in self.tools]
+        for channel, override in self.channels_policy.items():
+            places += [(f"channels_policy.{channel}.tools", name) for name in override.tools or ()]
+        for where, name in places:
+            if name not in known:
+                raise PolicyError(
+                    f"policy file {self._source}: {where}: unknown tool {name!r}"
+                    f"{did_you_mean(name, known)}; known tools: {', '.join(known) or 'none'}"
+                )
+
+    # settings
+
+    @property
+    def source(self) -> str:
+        """The file this policy came from, for messages."""
+        return self._source
+
+    @property
+    def ttl(self) -> timedelta:
+        return self.defaults.ttl
+
+    @property
+    def remind_before(self) -> timedelta | None:
+        return self.defaults.remind_before
+
+    @property
+    def allow_self_approval(self) -> bool:
+        return self.defaults.allow_self_approval
+
+    @property
+    def tools_modules(self) -> tuple[str, ...]:
+        return self.defaults.tools_modules
+
+    # channels
+
+    def allows_channel(self, channel: str) -> bool:
+        """Whether the bot acts in `channel` (every channel when the file lists none)."""
+        return self.defaults.channels is None or channel in self.defaults.channels
+
+    def channel(self, channel: str | None) -> ChannelPolicy:
+        """The channel's own section, or an empty one (every key at its default)."""
+        found = self.channels_policy.get(channel) if channel is not None else None
+        return found if found is not None else NO_OVERRIDE
+
+    def approvers_for(self, channel: str | None) -> ApproverSpec:
+        own = self.channel(channel).approvers
+        if own is not None:
+            approvers, source = own, f"channels_policy.{channel}.approvers"
+        else:
+            approvers, source = self.defaults.approvers, "defaults.approvers"
+        return ApproverSpec(
+            users=tuple(a for a in approvers if not GROUP_ID.fullmatch(a)),
+            groups=tuple(a for a in approvers if GROUP_ID.fullmatch(a)),
+            source=source,
+        )
+
+    def required_approvals_for(self, channel: str | None) -> int:
+        own = self.channel(channel).required_approvals
+        return own if own is not None else self.defaults.required_approvals
+
+    def trigger_for(self, channel: str | None) -> Trigger:
+        return self.channel(channel).trigger
+
+    def allows_bot(self, channel: str | None, *ids: str | None) -> bool:
+        """Whether a message from a bot with any of these bot/app ids may start runs here."""
+        allowed = self.channel(channel).allowed_bots
+        return any(i in allowed for i in ids if i)
+
+    def instructions_for(self, channel: str | None) -> str | None:
+        return self.channel(channel).instructions
+
+    def tools_for(self, channel: str | None) -> tuple[str, ...] | None:
+        """The names of the tools offered in the channel; None means every tool."""
+        return self.channel(channel).tools
+
+    def concurrency_for(self, channel: str | None) -> int:
+        own = self.channel(channel).concurrency
+        return own if own is not None else self.defaults.concurrency
+
+    # tools and the gate
+
+    def approval_summary(self, tool: Tool | str) -> str:
+        """When calls of a tool wait for a human, in a few words (for `/opsgate help`)."""
+        return approval_summary(tool, self.tools, self._built_in)
+
+    def decide(self, tool: Tool | str, call: ToolCall) -> GateDecision:
+        """Whether `call` waits for a human, and which rule decided (see `_gate.decide`)."""
+        return decide(tool, call, self.tools, self._built_in)
+
+    def gate(self, tool: Tool, call: ToolCall) -> bool:
+        """agent_core's `ApprovalGate`: pass `policy.gate` as `approval_gate=`."""
+        return self.decide(tool, call).requires_approval
+
+    def rule_for(self, tool_name: Tool | str, call: ToolCall) -> str:
+        """A human-readable name of the rule that applies to `call`, for the audit log."""
+        return self.decide(tool_name, call).rule

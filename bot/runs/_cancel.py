@@ -1,0 +1,105 @@
+"""Cancelling: a paused run (`cancel` in its thread, or a card's Cancel run button), or a
+queued message before its run starts. The requester may always; otherwise an approver."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ..store import SessionRow
+from ._cards import Cards
+from ._context import RunContext
+from .output import (
+    CancelledBeforeStart,
+    NotAllowed,
+    NothingCancelled,
+    NothingToCancel,
+    Notice,
+    RunCancelled,
+    Thread,
+    UnknownRequest,
+)
+
+__all__ = ["Cancels"]
+
+
+class Cancels:
+    def __init__(self, ctx: RunContext, cards: Cards) -> None:
+        self.ctx = ctx
+        self.cards = cards
+
+    async def cancel(
+        self,
+        session: SessionRow,
+        *,
+        user: str,
+        team: str | None = None,
+        via: Literal["message", "button"],
+        batch_id: str | None = None,
+    ) -> Notice | None:
+        store = self.ctx.store
+        verdict = await self.ctx.approvals.check(
+            "cancel",
+            channel=session.channel_id,
+            user=user,
+            requester=session.requester,
+            user_team=team,
+            home_team=session.team_id,
+        )
+        if verdict.kind == "refused":
+            await store.audit(
+                "refusal",
+                actor=user,
+                session_id=session.id,
+                details={
+                    "action": "cancel",
+                    "via": via,
+                    "why": verdict.reason,
+                    "rule": verdict.rule,
+                },
+            )
+            return NotAllowed(verdict)
+        outcome = await store.cancel_batch(
+            session.id, user_id=user, batch_id=batch_id, team_id=team, via=via, rule=verdict.rule
+        )
+        if not outcome.cancelled:
+            return NothingCancelled(outcome.why or "the run is no longer waiting for approval")
+        for row in outcome.rows:
+            if row.needs_approval and row.status == "cancelled":
+                await self.cards.refresh(row)
+        thread = Thread(session.team_id, session.channel_id, session.thread_ts)
+        await self.ctx.output.say(thread, RunCancelled(user))
+        return None
+
+    async def from_card(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
+        store = self.ctx.store
+        row = await store.get_call(ledger_id)
+        session = None if row is None else await store.get_session(row.session_id)
+        if row is None or session is None:
+            await store.audit(
+                "refusal", actor=user, details={"reason": "unknown approval id", "id": ledger_id}
+            )
+            return UnknownRequest()
+        return await self.cancel(session, user=user, team=team, via="button", batch_id=row.batch_id)
+
+    async def from_message(self, thread: Thread, *, user: str) -> None:
+        """`cancel` written in a thread: the paused run, or the queued message, is withdrawn."""
+        store = self.ctx.store
+        output = self.ctx.output
+        session = await store.find_session(thread.team_id, thread.channel_id, thread.thread_ts)
+        if session is not None and session.state == "awaiting_approval":
+            refusal = await self.cancel(session, user=user, via="message")
+            if refusal is not None:
+                await output.tell(thread, user, refusal)
+            return
+        queued = None if session is None else await store.queued_item(session.id)
+        if session is None or queued is None:
+            await output.tell(thread, user, NothingToCancel())
+            return
+        verdict = await self.ctx.approvals.check(
+            "withdraw", channel=session.channel_id, user=user, requester=queued.requester
+        )
+        if verdict.kind == "refused":
+            await output.tell(thread, user, NotAllowed(verdict))
+            return
+        if await store.cancel_queued(session.id, user_id=user) is not None:
+            await output.say(thread, CancelledBeforeStart(user))

@@ -1,0 +1,126 @@
+"""Approval cards: built from ledger rows, posted when a run pauses, redrawn on every change.
+
+A card must never keep buttons for a decided call: every decision redraws its card, a click
+on a decided card redraws it, and start-up redraws the cards of runs that were paused (the
+process may have died between recording a decision and redrawing).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+from ..store import ToolCallRow
+from ._context import RunContext, thread_of
+from .cards import CardCall, CardOutcome, CardRef
+from .output import CallLink, CardNotPosted, PostFailed, Thread
+
+__all__ = ["Cards"]
+
+logger = logging.getLogger("opsgate.runs")
+
+
+class Cards:
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    def card_call(self, row: ToolCallRow, batch: list[ToolCallRow], channel: str) -> CardCall:
+        tool = self.ctx.tools.get(row.tool)
+        return CardCall(
+            ledger_id=row.id,
+            tool=row.tool,
+            description=tool.description if tool else "",
+            arguments=row.arguments_value(),
+            digest=row.digest,
+            requested_by=row.requested_by,
+            call_id=row.call_id,
+            held=tuple((r.tool, r.arguments_value()) for r in batch if not r.needs_approval),
+            required_approvals=self.ctx.policy.required_approvals_for(channel),
+            approvals=tuple(row.approvals),
+        )
+
+    async def link(self, row: ToolCallRow) -> CallLink:
+        ref = _ref(row)
+        return CallLink(row.tool, None if ref is None else await self.ctx.output.permalink(ref))
+
+    async def post_all(self, thread: Thread, session_id: str) -> None:
+        """The paused batch's cards, each with its deadline set first."""
+        store = self.ctx.store
+        batch = await store.batch_calls(session_id)
+        expires_at = self.ctx.clock() + self.ctx.policy.ttl
+        for row in batch:
+            if not row.needs_approval or row.card_ts is not None:
+                continue
+            if row.expires_at is None:
+                await store.set_expiry(row.id, expires_at)
+            await self.post(thread, row, batch)
+
+    async def post(self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]) -> None:
+        """Post one card. If that fails, say so in the thread: the call still expires on time,
+        `cancel` still works, and the next start-up tries to post it again."""
+        card = self.card_call(row, batch, thread.channel_id)
+        posted = await self.ctx.output.post_card(thread, card)
+        match posted:
+            case PostFailed(error=error):
+                logger.error("could not post the card for %s: %s", row.id, error)
+                await self.ctx.output.say(thread, CardNotPosted(row.tool, error))
+            case CardRef(channel_id=channel, ts=ts):
+                await self.ctx.store.set_card(row.id, channel, ts)
+
+    async def refresh(self, row: ToolCallRow) -> None:
+        """Redraw a card: no buttons once decided, progress while N-of-M."""
+        ref = _ref(row)
+        if ref is None:
+            return
+        batch = await self.ctx.store.batch_calls(row.session_id)
+        card = self.card_call(row, batch, ref.channel_id)
+        outcome = None
+        if row.status != "pending":
+            status = _card_status(row.status)
+            outcome = CardOutcome(
+                status=status,
+                decided_by=row.decided_by,
+                decided_at=row.decided_at or self.ctx.clock(),
+                # "cancelled by <@U>" is what the card says already; the reason would repeat it.
+                reason=None if status == "cancelled" else row.reason,
+            )
+        await self.ctx.output.update_card(ref, card, outcome)
+
+    async def repost_missing(self) -> None:
+        """A card whose post failed (or that a crash kept from being posted) gets another try,
+        so every waiting call has its buttons."""
+        for pending in await self.ctx.store.pending_approvals():
+            if pending.call.card_ts is not None:
+                continue
+            session = pending.session
+            thread = Thread(session.team_id, session.channel_id, session.thread_ts)
+            batch = await self.ctx.store.batch_calls(session.id)
+            if pending.call.expires_at is None:
+                await self.ctx.store.set_expiry(
+                    pending.call.id, self.ctx.clock() + self.ctx.policy.ttl
+                )
+            await self.post(thread, pending.call, batch)
+
+    async def redraw_batch(self, session_id: str) -> None:
+        """Redraw every posted card of the session's latest batch (after a restart: a decision
+        may have been recorded without its card being redrawn)."""
+        for row in await self.ctx.store.batch_calls(session_id):
+            if row.needs_approval:
+                await self.refresh(row)
+
+    async def thread(self, row: ToolCallRow) -> Thread | None:
+        return await thread_of(self.ctx, row)
+
+
+def _ref(row: ToolCallRow) -> CardRef | None:
+    if not (row.card_channel and row.card_ts):
+        return None
+    return CardRef(row.card_channel, row.card_ts)
+
+
+def _card_status(status: str) -> Literal["approved", "rejected", "expired", "cancelled"]:
+    match status:
+        case "rejected" | "expired" | "cancelled":
+            return status
+        case _:
+            return "approved"

@@ -1,0 +1,38 @@
+"""What every part of the run service shares: the store, the agent, the policy, the output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from agent_core import ChatClientAgent, Tool
+
+from .._tasks import TaskSupervisor
+from ..approvals import Approvals
+from ..policy import Policy
+from ..store import Store, ToolCallRow
+from .output import Thread, ThreadOutput
+
+__all__ = ["RunContext", "thread_of"]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    store: Store
+    agent: ChatClientAgent
+    policy: Policy
+    tools: Mapping[str, Tool]
+    output: ThreadOutput
+    approvals: Approvals
+    tasks: TaskSupervisor
+    clock: Callable[[], datetime]
+    person: Callable[[str], str]
+    """How a user id is named to the model ("rejected by …")."""
+
+
+async def thread_of(ctx: RunContext, row: ToolCallRow) -> Thread | None:
+    session = await ctx.store.get_session(row.session_id)
+    if session is None:
+        return None
+    return Thread(session.team_id, session.channel_id, session.thread_ts)

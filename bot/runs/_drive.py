@@ -1,0 +1,155 @@
+"""Consume one run's stream and show it in its thread; leave the session consistent.
+
+When a run ends (answered, failed or paused) its queue item is done and the channel's next
+queued run may start. Cancelled (the bot is stopping): the session stays `running`, so the next
+start-up's recovery tells the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
+
+from agent_core import (
+    AgentCoreError,
+    AgentResponseUpdate,
+    Finish,
+    FinishReason,
+    TextDelta,
+    ToolResult,
+)
+
+from ._cards import Cards
+from ._context import RunContext
+from .output import (
+    FinishNote,
+    Notice,
+    RunCrashed,
+    RunFailed,
+    RunRefused,
+    TextSink,
+    Thread,
+    ToolNotRun,
+    ToolRan,
+)
+
+__all__ = ["Driver"]
+
+logger = logging.getLogger("opsgate.runs")
+
+_NOTED = {
+    FinishReason.LENGTH: FinishNote("length"),
+    FinishReason.CONTENT_FILTER: FinishNote("content_filter"),
+    FinishReason.MAX_ROUNDS: FinishNote("max_rounds"),
+}
+
+
+class Driver:
+    """Drives runs; `ended(thread, item_id)` is called when a run no longer holds its slot."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        cards: Cards,
+        ended: Callable[[Thread, int | None], Awaitable[None]],
+    ) -> None:
+        self.ctx = ctx
+        self.cards = cards
+        self._ended = ended
+
+    async def drive(
+        self,
+        thread: Thread,
+        session_id: str,
+        stream: AsyncGenerator[AgentResponseUpdate, None],
+        *,
+        requester: str | None,
+        message_ts: str | None,
+        item_id: int | None = None,
+    ) -> None:
+        output = self.ctx.output
+        if message_ts:
+            await output.react(thread, message_ts, True)
+        shown = _Shown(self, thread, session_id, requester)
+        failed = False
+        stopping = False
+        try:
+            async for update in stream:
+                await shown.show(update)
+        except asyncio.CancelledError:
+            stopping = True
+            raise
+        except AgentCoreError as exc:
+            logger.warning("run %s refused: %s", session_id, exc)
+            await output.say(thread, RunRefused(str(exc)))
+        except Exception as exc:
+            logger.exception("run %s crashed", session_id)
+            failed = True
+            await output.say(thread, RunCrashed(type(exc).__name__))
+        finally:
+            # Each step on its own: an output error here must not keep the session `running`
+            # (holding the channel's slot) or skip starting the next queued run.
+            await stream.aclose()
+            await _quietly(shown.close(), "finishing the answer")
+            if not stopping:
+                # Only a run still `running` ends here; a paused one stays awaiting_approval.
+                await _quietly(self.ctx.store.end_run(session_id, failed=failed), "ending the run")
+            if message_ts:
+                await _quietly(output.react(thread, message_ts, False), "unmarking the message")
+            if not stopping:
+                await self._ended(thread, item_id)
+
+
+class _Shown:
+    """One run's updates, as the thread sees them."""
+
+    def __init__(self, driver: Driver, thread: Thread, session_id: str, requester: str | None):
+        self.driver = driver
+        self.output = driver.ctx.output
+        self.thread = thread
+        self.session_id = session_id
+        self.requester = requester
+        self.sink: TextSink | None = None
+
+    async def close(self) -> None:
+        if self.sink is not None:
+            sink, self.sink = self.sink, None
+            await sink.close()
+
+    async def say(self, notice: Notice) -> None:
+        await self.output.say(self.thread, notice)
+
+    async def show(self, update: AgentResponseUpdate) -> None:
+        match update:
+            case TextDelta(text=text):
+                if self.sink is None:
+                    self.sink = self.output.stream(self.thread, self.requester)
+                await self.sink.append(text)
+                return
+            case _:
+                await self.close()
+        match update:
+            case ToolResult(outcome=None):
+                result = ToolRan(update.name, update.call_id, update.content, update.is_error)
+                await self.say(result)
+            case ToolResult(outcome=outcome) if outcome is not None:
+                await self.say(ToolNotRun(update.name, outcome))
+            case Finish(finish_reason=FinishReason.AWAITING_APPROVAL):
+                # The store already says awaiting_approval; the end of the run leaves it so.
+                await self.driver.cards.post_all(self.thread, self.session_id)
+            case Finish(finish_reason=FinishReason.ERROR, error=error):
+                await self.say(RunFailed(error))
+            case Finish(finish_reason=reason) if reason in _NOTED:
+                await self.say(_NOTED[reason])
+            case _:
+                pass
+
+
+async def _quietly(step: Awaitable[Any], what: str) -> None:
+    """Run a clean-up step; log (don't raise) if it fails, so the next step still runs."""
+    try:
+        await step
+    except Exception:
+        logger.exception("%s failed", what)

@@ -1,0 +1,97 @@
+"""What an approval card, `/opsgate pending` and `/opsgate help` show, as plain data.
+
+The run service builds these from the store and the policy; each `ThreadOutput` renders them
+(Slack: Block Kit and mrkdwn in `bot.slack`; the terminal: plain text). Arguments and
+descriptions are untrusted: renderers escape them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+__all__ = [
+    "CardCall",
+    "CardOutcome",
+    "CardRef",
+    "ChannelHelp",
+    "OutcomeStatus",
+    "PendingEntry",
+]
+
+OutcomeStatus = Literal["approved", "rejected", "expired", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class CardRef:
+    """Where a posted card lives, so it can be redrawn or linked to."""
+
+    channel_id: str
+    ts: str
+
+
+@dataclass(frozen=True)
+class CardCall:
+    """Everything a card shows; the service builds it from a ledger row."""
+
+    ledger_id: str
+    """Opaque id, the only thing a button value carries."""
+    tool: str
+    description: str
+    arguments: Any
+    """The stored arguments: a dict, or the raw string when the model's JSON did not parse."""
+    digest: str
+    requested_by: str | None
+    """User id of the requester, or None."""
+    call_id: str = ""
+    """The provider's tool call id (names an attachment holding arguments too long to show)."""
+    held: tuple[tuple[str, Any], ...] = ()
+    """Sibling calls (tool name, arguments) that run once the batch is decided."""
+    required_approvals: int = 1
+    approvals: tuple[str, ...] = ()
+    """User ids that approved so far."""
+
+
+@dataclass(frozen=True)
+class CardOutcome:
+    """How a decided card ends; with it, a card has no buttons any more."""
+
+    status: OutcomeStatus
+    decided_by: str | None
+    decided_at: datetime
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class PendingEntry:
+    """One approval waiting for the person who asked for their pending list."""
+
+    tool: str
+    channel: str
+    requested_by: str | None
+    permalink: str | None
+    expires_at: datetime | None = None
+    approvals: int = 0
+    required_approvals: int = 1
+
+
+@dataclass(frozen=True)
+class ChannelHelp:
+    """What help says about one channel."""
+
+    channel: str
+    acts_here: bool
+    trigger: str
+    allowed_bots: tuple[str, ...]
+    approver_users: tuple[str, ...]
+    approver_groups: tuple[str, ...]
+    """Neither users nor groups: anyone in the channel may approve."""
+    required_approvals: int
+    allow_self_approval: bool
+    ttl: str
+    tools: tuple[tuple[str, str], ...]
+    """(tool name, when it asks for approval) for each tool offered in the channel."""
+    concurrency: int
+    has_instructions: bool
+    policy_source: str

@@ -1,0 +1,382 @@
+"""`ThreadOutput`: everything the run service says, as typed values, and where it says it.
+
+The run service (`bot.runs.service`) never talks to Slack or a terminal. It writes to a
+`ThreadOutput`, giving it a typed `Notice` (what happened, with its data) or a card view model
+(`bot.runs.cards`). Each implementation turns those into its medium:
+
+- `bot.slack` posts mrkdwn (through `bot._text`, the one escaping path) and Block Kit;
+- `bot.cli.chat` prints plain text and asks for decisions at the prompt.
+
+Contract, for implementers:
+
+- Methods never raise for a failed delivery (a Slack error, a closed terminal): they log and
+  carry on, so a run's clean-up always finishes. `post_card` and `post_root` say a failure with
+  `PostFailed` (the service then tells the thread, or the user); `permalink` returns None.
+- `say` is seen by everyone in the thread; `tell` only by `user`, and only when `user` is a
+  person (an integration's bot id gets nothing).
+- `stream` returns a `TextSink` for one streamed answer: `append` pieces, then `close` (the
+  service always closes it, also on errors; closing twice is harmless).
+- Notices carry raw text (model output, tool output, error messages): the renderer escapes it.
+- `ToolRan` output that is too long to show inline is attached as a file by the renderer.
+- `post_card` attaches the arguments as a file when the card must cut them.
+
+Match on `notice.kind` (or the class) to render; every notice is a frozen dataclass.
+See `docs/architecture.md` ("Layers", "Data path of one request").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol
+
+from agent_core.outcomes import CallOutcome
+
+from ..approvals.verdicts import Refused
+from .cards import CardCall, CardOutcome, CardRef, ChannelHelp, PendingEntry
+
+__all__ = [
+    "AwaitingDecision",
+    "CallLink",
+    "CancelledBeforeStart",
+    "CardNotPosted",
+    "ChannelNotAllowed",
+    "DecisionNotRecorded",
+    "EarlierQueued",
+    "FinishNote",
+    "Help",
+    "NotAllowed",
+    "NothingCancelled",
+    "NothingToCancel",
+    "Notice",
+    "PendingList",
+    "PostFailed",
+    "Queued",
+    "Recovered",
+    "Reminder",
+    "RootPostFailed",
+    "RunCancelled",
+    "RunCrashed",
+    "RunFailed",
+    "RunRefused",
+    "StillWorking",
+    "TextSink",
+    "Thread",
+    "ThreadOutput",
+    "ToolNotRun",
+    "ToolRan",
+    "UnknownRequest",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """Where a conversation lives: one thread is one agent session."""
+
+    team_id: str
+    channel_id: str
+    thread_ts: str
+
+
+@dataclass(frozen=True, slots=True)
+class PostFailed:
+    """A post did not happen; `error` names why in the medium's words (e.g. "not_in_channel")."""
+
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallLink:
+    """A gated call, linked to its card when the card could be found."""
+
+    tool: str
+    permalink: str | None
+
+
+# --- notices: intake and queue -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelNotAllowed:
+    """The policy does not let the bot act in `channel`."""
+
+    channel: str
+    kind: Literal["channel_not_allowed"] = "channel_not_allowed"
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """The channel is at its `limit` of runs; `ahead` more wait before this one."""
+
+    limit: int
+    ahead: int
+    kind: Literal["queued"] = "queued"
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitingDecision:
+    """A new message came while the thread waits for decisions on `calls`: nothing started."""
+
+    calls: tuple[CallLink, ...]
+    kind: Literal["awaiting_decision"] = "awaiting_decision"
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierQueued:
+    """A new message came while an earlier one of the thread is still queued."""
+
+    kind: Literal["earlier_queued"] = "earlier_queued"
+
+
+@dataclass(frozen=True, slots=True)
+class StillWorking:
+    """A new message came while the thread's run is going."""
+
+    kind: Literal["still_working"] = "still_working"
+
+
+@dataclass(frozen=True, slots=True)
+class RootPostFailed:
+    """`/opsgate <request>` could not post the request's thread root in the channel."""
+
+    error: str
+    kind: Literal["root_post_failed"] = "root_post_failed"
+
+
+# --- notices: a run ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailed:
+    """The model request failed; the message is saved and a reply continues."""
+
+    error: str | None
+    kind: Literal["run_failed"] = "run_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class RunRefused:
+    """The agent refused to run (an `AgentCoreError`, e.g. a bad session); `message` says why."""
+
+    message: str
+    kind: Literal["run_refused"] = "run_refused"
+
+
+@dataclass(frozen=True, slots=True)
+class RunCrashed:
+    """A bug inside OpsGate ended the run; `error_type` is the exception's class name."""
+
+    error_type: str
+    kind: Literal["run_crashed"] = "run_crashed"
+
+
+@dataclass(frozen=True, slots=True)
+class FinishNote:
+    """The answer ended early for `reason`."""
+
+    reason: Literal["length", "content_filter", "max_rounds"]
+    kind: Literal["finish_note"] = "finish_note"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRan:
+    """A tool ran (or failed with an error, `is_error`); `content` is its raw output."""
+
+    tool: str
+    call_id: str
+    content: str
+    is_error: bool = False
+    kind: Literal["tool_ran"] = "tool_ran"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolNotRun:
+    """A gated call did not run: rejected, expired or cancelled (the typed outcome)."""
+
+    tool: str
+    outcome: CallOutcome
+    kind: Literal["tool_not_run"] = "tool_not_run"
+
+
+@dataclass(frozen=True, slots=True)
+class CardNotPosted:
+    """The approval card for `tool` could not be posted (`error`); the call still expires."""
+
+    tool: str
+    error: str
+    kind: Literal["card_not_posted"] = "card_not_posted"
+
+
+@dataclass(frozen=True, slots=True)
+class Reminder:
+    """`call` still waits for a decision and expires at `expires_at` (aware UTC)."""
+
+    call: CallLink
+    expires_at: datetime
+    kind: Literal["reminder"] = "reminder"
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """OpsGate restarted during the thread's run; `interrupted` tools were running then."""
+
+    interrupted: tuple[str, ...] = ()
+    kind: Literal["recovered"] = "recovered"
+
+
+# --- notices: cancel and decisions ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunCancelled:
+    """`by` cancelled the run waiting for approval; nothing of it ran."""
+
+    by: str
+    kind: Literal["run_cancelled"] = "run_cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class CancelledBeforeStart:
+    """`by` withdrew the thread's queued message before its run started."""
+
+    by: str
+    kind: Literal["cancelled_before_start"] = "cancelled_before_start"
+
+
+@dataclass(frozen=True, slots=True)
+class NothingToCancel:
+    """`cancel` was written in a thread with no paused run and no queued message."""
+
+    kind: Literal["nothing_to_cancel"] = "nothing_to_cancel"
+
+
+@dataclass(frozen=True, slots=True)
+class NothingCancelled:
+    """A cancel found nothing to end (the run resumed first, or the card is old): `why`."""
+
+    why: str
+    kind: Literal["nothing_cancelled"] = "nothing_cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class NotAllowed:
+    """An approvals rule refused the person (private notice)."""
+
+    refusal: Refused
+    kind: Literal["not_allowed"] = "not_allowed"
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownRequest:
+    """A click named an approval id this install does not know."""
+
+    kind: Literal["unknown_request"] = "unknown_request"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionNotRecorded:
+    """A click changed nothing (already decided, expired, already approved by them): `why`."""
+
+    why: str
+    kind: Literal["decision_not_recorded"] = "decision_not_recorded"
+
+
+# --- notices: answers to commands ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PendingList:
+    """The approvals a person may decide now."""
+
+    entries: tuple[PendingEntry, ...]
+    kind: Literal["pending_list"] = "pending_list"
+
+
+@dataclass(frozen=True, slots=True)
+class Help:
+    """Usage, and the policy of one channel."""
+
+    info: ChannelHelp
+    kind: Literal["help"] = "help"
+
+
+Notice = (
+    ChannelNotAllowed
+    | Queued
+    | AwaitingDecision
+    | EarlierQueued
+    | StillWorking
+    | RootPostFailed
+    | RunFailed
+    | RunRefused
+    | RunCrashed
+    | FinishNote
+    | ToolRan
+    | ToolNotRun
+    | CardNotPosted
+    | Reminder
+    | Recovered
+    | RunCancelled
+    | CancelledBeforeStart
+    | NothingToCancel
+    | NothingCancelled
+    | NotAllowed
+    | UnknownRequest
+    | DecisionNotRecorded
+    | PendingList
+    | Help
+)
+"""Everything the run service says. Private ones (`tell`, or a command's answer) are
+`NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,
+`RootPostFailed`, `ChannelNotAllowed` (from `/opsgate`), `PendingList` and `Help`."""
+
+
+class TextSink(Protocol):
+    """One streamed answer being written."""
+
+    async def append(self, text: str) -> None: ...
+
+    async def close(self) -> None:
+        """Finish the answer; idempotent."""
+        ...
+
+
+class ThreadOutput(Protocol):
+    """Where the run service's words go. See the module docstring for the contract."""
+
+    async def say(self, thread: Thread, notice: Notice) -> None:
+        """Post `notice` in the thread, for everyone there."""
+        ...
+
+    async def tell(self, thread: Thread, user: str, notice: Notice) -> None:
+        """Show `notice` to `user` alone, in the thread; nothing when `user` is not a person."""
+        ...
+
+    async def react(self, thread: Thread, ts: str, on: bool) -> None:
+        """Mark (`on`) or unmark message `ts` as being worked on."""
+        ...
+
+    def stream(self, thread: Thread, requester: str | None) -> TextSink:
+        """Start a streamed answer addressed to `requester` (None or a bot: a plain post)."""
+        ...
+
+    async def post_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
+        """Post a pending approval card with its buttons (or prompt)."""
+        ...
+
+    async def update_card(self, ref: CardRef, card: CardCall, outcome: CardOutcome | None) -> None:
+        """Redraw a card: pending (`outcome` None: buttons, N-of-M progress) or decided."""
+        ...
+
+    async def upload(self, thread: Thread, filename: str, content: str) -> None:
+        """Attach `content` to the thread as a file."""
+        ...
+
+    async def permalink(self, ref: CardRef) -> str | None:
+        """A link to the card, or None when there is none."""
+        ...
+
+    async def post_root(self, channel: str, requester: str, text: str) -> Thread | PostFailed:
+        """Post `requester`'s request as a new thread root in `channel` (`/opsgate <request>`).
+        The returned thread has the channel's team."""
+        ...

@@ -1,0 +1,138 @@
+"""Notices and cards as plain text: the terminal's rendering (and a readable reference for
+other front ends). No markup, so nothing needs escaping."""
+
+from __future__ import annotations
+
+import json
+
+from agent_core.outcomes import render_outcome
+
+from ..approvals import Refused
+from .cards import CardCall, CardOutcome, ChannelHelp, PendingEntry
+from .output import Notice
+
+__all__ = ["card_text", "notice_text", "refusal_text"]
+
+_FINISH = {
+    "length": "(The answer was cut off: the model hit its length limit.)",
+    "content_filter": "(The provider's content filter stopped the answer.)",
+    "max_rounds": "(I stopped after the maximum number of tool rounds.)",
+}
+
+
+def notice_text(notice: Notice) -> str:
+    """One line (or a few) of plain text for `notice`."""
+    text = _intake_text(notice) or _run_text(notice) or _decision_text(notice)
+    assert text is not None, f"no plain text for notice {notice.kind!r}"
+    return text
+
+
+def _intake_text(notice: Notice) -> str | None:
+    match notice.kind:
+        case "channel_not_allowed":
+            return "Sorry, I'm not set up to act here (see `channels` in the policy file)."
+        case "queued":
+            ahead = f", and {notice.ahead} more wait ahead of this one" if notice.ahead else ""
+            return f"Queued: {notice.limit} run(s) are already going{ahead}."
+        case "awaiting_decision":
+            names = ", ".join(c.tool for c in notice.calls) or "the request above"
+            return f"Waiting for a decision on {names}; nothing new was started."
+        case "earlier_queued":
+            return "An earlier message is still queued; send this one again once it is answered."
+        case "still_working":
+            return "Still working on the previous request. One at a time!"
+        case "root_post_failed":
+            return f"Could not post the request ({notice.error})."
+    return None
+
+
+def _run_text(notice: Notice) -> str | None:
+    match notice.kind:
+        case "run_failed":
+            return f"[error] {notice.error or 'the model request failed'}"
+        case "run_refused":
+            return f"[refused] {notice.message}"
+        case "run_crashed":
+            return f"[crashed] Something went wrong inside OpsGate ({notice.error_type})."
+        case "finish_note":
+            return _FINISH[notice.reason]
+        case "tool_ran":
+            return f"[{'✗' if notice.is_error else '✓'} {notice.tool}] {notice.content}"
+        case "tool_not_run":
+            return f"[✗ {notice.tool}] did not run: {render_outcome(notice.outcome)}"
+        case "card_not_posted":
+            return f"Could not show the approval request for {notice.tool} ({notice.error})."
+        case "reminder":
+            when = f"{notice.expires_at:%H:%M} UTC"
+            return f"{notice.call.tool} still waits for a decision; it expires at {when}."
+        case "recovered":
+            if notice.interrupted:
+                return f"OpsGate restarted while {', '.join(notice.interrupted)} was running."
+            return "OpsGate restarted during this run. Send a message to continue."
+    return None
+
+
+def _decision_text(notice: Notice) -> str | None:
+    match notice.kind:
+        case "run_cancelled":
+            return f"Run cancelled by {notice.by}. Nothing of the request was run."
+        case "cancelled_before_start":
+            return f"Cancelled by {notice.by} before it started."
+        case "nothing_to_cancel":
+            return "There is nothing to cancel here."
+        case "nothing_cancelled":
+            return f"Nothing was cancelled: {notice.why}."
+        case "not_allowed":
+            return refusal_text(notice.refusal)
+        case "unknown_request":
+            return "I don't know this approval request."
+        case "decision_not_recorded":
+            return f"Nothing changed: {notice.why}."
+        case "pending_list":
+            return _pending(notice.entries)
+        case "help":
+            return _help(notice.info)
+    return None
+
+
+def refusal_text(refusal: Refused) -> str:
+    match refusal.reason:
+        case "self_approval":
+            return "You asked for this, so you cannot approve it yourself."
+        case "other_workspace":
+            return "Only members of this workspace may decide here."
+        case "groups_unavailable":
+            groups = ", ".join(refusal.unresolved_groups)
+            return f"You are not a listed approver, and {groups} could not be looked up."
+        case "not_an_approver":
+            return f"Only the approvers may {refusal.action} this."
+
+
+def card_text(card: CardCall, outcome: CardOutcome | None = None) -> str:
+    arguments = card.arguments
+    shown = (
+        json.dumps(arguments, indent=2, ensure_ascii=False)
+        if isinstance(arguments, dict)
+        else str(arguments)
+    )
+    if outcome is not None:
+        who = f" by {outcome.decided_by}" if outcome.decided_by else ""
+        return f"{card.tool}: {outcome.status}{who}"
+    progress = ""
+    if card.required_approvals > 1:
+        progress = f" ({len(card.approvals)} of {card.required_approvals} approvals)"
+    return f"{card.tool} wants to run (digest {card.digest}){progress}:\n{shown}"
+
+
+def _pending(entries: tuple[PendingEntry, ...]) -> str:
+    if not entries:
+        return "Nothing is waiting for your approval right now."
+    return "\n".join(f"- {e.tool} in {e.channel}" for e in entries)
+
+
+def _help(info: ChannelHelp) -> str:
+    tools = ", ".join(f"{name} ({how})" for name, how in info.tools) or "none"
+    return (
+        f"{info.required_approvals} approval(s) needed; decisions expire after {info.ttl}.\n"
+        f"Tools: {tools}\nPolicy: {info.policy_source}"
+    )

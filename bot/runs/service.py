@@ -1,0 +1,368 @@
+"""`RunService`: one agent run's whole life, whatever front end it is shown on.
+
+Intake (a message, `/opsgate <request>`), the run queue, start, streaming, the pause with
+approval cards, decisions, resume, expiry and reminders, recovery after a restart, cancel, and
+the answers to "what is pending for me?" and "help". It writes only to a `ThreadOutput`
+(`bot.runs.output`), asks `bot.approvals` who may do what, and changes session state only
+through the store's named transitions (see `docs/architecture.md`, "Run states").
+
+Every step that must survive a restart is written to the store before the thread is told about
+it, and every step that must happen once is claimed with a conditional update in the store.
+Runs start only through the run queue (`bot.runs.queue`), which keeps each channel under its
+`concurrency`; resumes after a decision start at once (a human is waiting for them).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Literal
+
+from agent_core import ToolApprovalResponse
+
+from ..channels import run_options, session_for
+from ..store import EnqueueOutcome, QueueItem, SessionRow, batch_complete
+from ._answers import Answers
+from ._cancel import Cancels
+from ._cards import Cards
+from ._context import RunContext
+from ._drive import Driver
+from .cards import PendingEntry
+from .output import (
+    AwaitingDecision,
+    ChannelNotAllowed,
+    DecisionNotRecorded,
+    EarlierQueued,
+    Help,
+    NotAllowed,
+    Notice,
+    PendingList,
+    PostFailed,
+    Queued,
+    Recovered,
+    Reminder,
+    RootPostFailed,
+    StillWorking,
+    Thread,
+    UnknownRequest,
+)
+from .queue import Dispatcher
+
+__all__ = ["RunService"]
+
+logger = logging.getLogger("opsgate.runs")
+
+_CANCEL = re.compile(r"\s*cancel\s*[.!]?\s*", re.IGNORECASE)
+
+
+class RunService:
+    """The bot's behaviour, independent of Slack: see the module docstring."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.cards = Cards(ctx)
+        self.dispatcher = Dispatcher(ctx.store, ctx.policy, self._start_queued)
+        self._driver = Driver(ctx, self.cards, self._run_ended)
+        self._cancels = Cancels(ctx, self.cards)
+        self._answers = Answers(ctx, self.cards)
+
+    # -- intake ---------------------------------------------------------------------------------
+
+    async def owns_thread(self, thread: Thread) -> bool:
+        """Whether the thread is a session of ours (replies elsewhere are not for us)."""
+        found = await self.ctx.store.find_session(
+            thread.team_id, thread.channel_id, thread.thread_ts
+        )
+        return found is not None
+
+    async def on_message(self, thread: Thread, *, user: str, text: str, message_ts: str) -> None:
+        """A teammate (or an allow-listed bot, `user` = its id) wrote to the bot: queue a run,
+        cancel the thread's paused run, or say why not."""
+        store = self.ctx.store
+        if not self.ctx.policy.allows_channel(thread.channel_id):
+            await self.ctx.output.say(thread, ChannelNotAllowed(thread.channel_id))
+            await store.audit(
+                "refusal",
+                actor=user,
+                details={"channel": thread.channel_id, "rule": "defaults.channels"},
+            )
+            return
+        if _CANCEL.fullmatch(text):
+            await self._cancels.from_message(thread, user=user)
+            return
+        await self._enqueue(thread, user=user, text=text, message_ts=message_ts)
+
+    async def slash_request(
+        self, *, team: str, channel: str, user: str, text: str
+    ) -> Notice | None:
+        """`/opsgate <request>`: post the request as a thread root and queue a run in that
+        thread for `user`. Returns a notice for `user` alone when that was not possible."""
+        if not self.ctx.policy.allows_channel(channel):
+            await self.ctx.store.audit(
+                "refusal",
+                actor=user,
+                details={"channel": channel, "rule": "defaults.channels", "via": "slash"},
+            )
+            return ChannelNotAllowed(channel)
+        posted = await self.ctx.output.post_root(channel, user, text)
+        if isinstance(posted, PostFailed):
+            return RootPostFailed(posted.error)
+        thread = Thread(team, posted.channel_id, posted.thread_ts)
+        await self._enqueue(thread, user=user, text=text, message_ts=thread.thread_ts)
+        return None
+
+    async def _enqueue(self, thread: Thread, *, user: str, text: str, message_ts: str) -> None:
+        store = self.ctx.store
+        session = await store.get_or_create_session(
+            thread.team_id, thread.channel_id, thread.thread_ts
+        )
+        outcome = await store.enqueue(session.id, requester=user, text=text, message_ts=message_ts)
+        if outcome.item is None:
+            await self._busy_reply(thread, outcome)
+            return
+        await self._dispatch_new(thread, outcome.item)
+
+    async def _dispatch_new(self, thread: Thread, item: QueueItem) -> None:
+        """Start the new item if its channel has a free slot; otherwise say it is queued."""
+        started = await self.dispatcher.kick(thread.channel_id)
+        if any(s.id == item.id for s in started):
+            return
+        ahead = await self.ctx.store.queue_position(item.id)
+        if ahead is None:  # another task's kick started it meanwhile
+            return
+        limit = self.ctx.policy.concurrency_for(thread.channel_id)
+        await self.ctx.output.say(thread, Queued(limit, ahead))
+
+    async def _busy_reply(self, thread: Thread, outcome: EnqueueOutcome) -> None:
+        session = outcome.session
+        notice: Notice
+        if session.state == "awaiting_approval":
+            rows = await self.ctx.store.batch_calls(session.id)
+            pending = [r for r in rows if r.needs_approval and r.status == "pending"]
+            notice = AwaitingDecision(tuple([await self.cards.link(r) for r in pending]))
+        elif outcome.waiting is not None:
+            notice = EarlierQueued()
+        else:
+            notice = StillWorking()
+        await self.ctx.output.say(thread, notice)
+
+    # -- running --------------------------------------------------------------------------------
+
+    def _start_queued(self, item: QueueItem) -> None:
+        """The dispatcher's `start`: the item's run, in the background."""
+        self.ctx.tasks.spawn(self._run_queued(item), name=f"run {item.session_id}")
+
+    async def _run_queued(self, item: QueueItem) -> None:
+        session = await self.ctx.store.get_session(item.session_id)
+        if session is None:  # cannot happen (the claim joined on it); never hold a slot
+            logger.error("queued item %d names no session %r", item.id, item.session_id)
+            await self.ctx.store.finish_queued(item.id)
+            return
+        thread = _thread(session)
+        options = run_options(self.ctx.policy, self.ctx.tools, session.channel_id)
+        stream = self.ctx.agent.run(item.text, session_for(session.id, session.channel_id), options)
+        await self._driver.drive(
+            thread,
+            session.id,
+            stream,
+            requester=item.requester,
+            message_ts=item.message_ts,
+            item_id=item.id,
+        )
+
+    async def _run_ended(self, thread: Thread, item_id: int | None) -> None:
+        try:
+            if item_id is not None:
+                await self.ctx.store.finish_queued(item_id)
+            await self.dispatcher.kick(thread.channel_id)
+        except Exception:
+            logger.exception("could not start the next queued run in %s", thread.channel_id)
+
+    # -- decisions ------------------------------------------------------------------------------
+
+    async def decide(
+        self,
+        ledger_id: str,
+        decision: Literal["approved", "rejected"],
+        *,
+        user: str,
+        team: str | None,
+        reason: str | None = None,
+    ) -> Notice | None:
+        """Record a decision. Returns a notice for the decider alone when nothing changed."""
+        store = self.ctx.store
+        row = await store.get_call(ledger_id)
+        session = None if row is None else await store.get_session(row.session_id)
+        if row is None or session is None:
+            await store.audit(
+                "refusal", actor=user, details={"reason": "unknown approval id", "id": ledger_id}
+            )
+            return UnknownRequest()
+        verdict = await self.ctx.approvals.check(
+            "approve" if decision == "approved" else "reject",
+            channel=session.channel_id,
+            user=user,
+            requester=row.requested_by,
+            user_team=team,
+            home_team=session.team_id if team else None,
+        )
+        if verdict.kind == "refused":
+            await store.audit(
+                "refusal",
+                actor=user,
+                session_id=row.session_id,
+                call_id=row.call_id,
+                details={"reason": verdict.reason, "rule": verdict.rule, "decision": decision},
+            )
+            return NotAllowed(verdict)
+        outcome = await store.decide(
+            ledger_id,
+            decision,
+            user_id=user,
+            team_id=team,
+            reason=reason,
+            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id),
+            rule=verdict.rule,
+        )
+        # Redrawn whether or not this click changed anything: a card still showing buttons
+        # for a decided (or just expired) call must lose them.
+        await self.cards.refresh(outcome.row)
+        await self.maybe_resume(row.session_id)
+        if not outcome.recorded:
+            return DecisionNotRecorded(outcome.why or "this request was already decided")
+        return None
+
+    async def check_reject(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
+        """Before asking a reason to reject: None if `user` may reject the call now; else why
+        not (and a decided call's card is redrawn, in case it still shows its buttons)."""
+        store = self.ctx.store
+        row = await store.get_call(ledger_id)
+        session = None if row is None else await store.get_session(row.session_id)
+        if row is None or session is None:
+            return UnknownRequest()
+        if row.status != "pending":
+            await self.cards.refresh(row)
+            return DecisionNotRecorded(f"this request was already {row.status}")
+        verdict = await self.ctx.approvals.check(
+            "reject",
+            channel=session.channel_id,
+            user=user,
+            requester=row.requested_by,
+            user_team=team,
+            home_team=session.team_id if team else None,
+        )
+        return NotAllowed(verdict) if verdict.kind == "refused" else None
+
+    async def thread_of_call(self, ledger_id: str) -> Thread | None:
+        """The thread a card's call belongs to (to tell a decider something privately)."""
+        row = await self.ctx.store.get_call(ledger_id)
+        return None if row is None else await self.cards.thread(row)
+
+    async def maybe_resume(self, session_id: str) -> bool:
+        """Resume the paused run once every gated call is decided; exactly one caller does."""
+        store = self.ctx.store
+        if self.ctx.tasks.closed:
+            return False  # shutting down: the next start-up resumes it
+        batch = await store.batch_calls(session_id)
+        if not batch or not batch_complete(batch):
+            return False
+        if not await store.claim_resume(session_id):
+            return False
+        session = await store.get_session(session_id)
+        assert session is not None
+        responses = await self._responses(session_id)
+        await store.resume_started(session_id)
+        # The same tools as the run that paused: a stored call must not become "unknown".
+        options = run_options(self.ctx.policy, self.ctx.tools, session.channel_id, responses)
+        stream = self.ctx.agent.run(None, session_for(session_id, session.channel_id), options)
+        # Progress shows on the first card while the approved calls run.
+        card_ts = next((r.card_ts for r in batch if r.needs_approval and r.card_ts), None)
+        self.ctx.tasks.spawn(
+            self._driver.drive(
+                _thread(session),
+                session_id,
+                stream,
+                requester=session.requester,
+                message_ts=card_ts,
+            ),
+            name=f"resume {session_id}",
+        )
+        return True
+
+    async def _responses(self, session_id: str) -> list[ToolApprovalResponse]:
+        # TODO(lead): the store names people itself once it takes `person=`.
+        return await self.ctx.store.responses_for_batch(session_id, mention=self.ctx.person)
+
+    # -- time and restarts ----------------------------------------------------------------------
+
+    async def expire_due(self) -> int:
+        """Remind about calls that expire soon; expire those past their time limit, redraw their
+        cards and resume their runs."""
+        store = self.ctx.store
+        if (before := self.ctx.policy.remind_before) is not None:
+            for row in await store.due_reminders(before, self.ctx.clock()):
+                thread = await self.cards.thread(row)
+                if thread is not None and row.expires_at is not None:
+                    link = await self.cards.link(row)
+                    await self.ctx.output.say(thread, Reminder(link, row.expires_at))
+        expired = await store.expire_due(self.ctx.clock())
+        for row in expired:
+            await self.cards.refresh(row)
+        for session_id in {row.session_id for row in expired}:
+            await self.maybe_resume(session_id)
+        return len(expired)
+
+    async def recover(self) -> None:
+        """After a restart: requeue runs that had not begun, tell each thread whose run was cut
+        short, redraw the cards of paused runs, and start what was queued before."""
+        store = self.ctx.store
+        requeued = await store.requeue_interrupted()
+        if requeued:
+            logger.info("requeued %d run(s) that had not begun before the restart", len(requeued))
+        for recovered in await store.recover():
+            tools = tuple(r.tool for r in recovered.interrupted)
+            await self.ctx.output.say(_thread(recovered.session), Recovered(tools))
+            await self.cards.redraw_batch(recovered.session.id)
+        await self.cards.repost_missing()
+        for session in await store.sessions_awaiting_approval():
+            # A decision may be recorded with its card not yet redrawn, or its resume not
+            # yet claimed: redraw, then resume what is decided.
+            await self.cards.redraw_batch(session.id)
+            await self.maybe_resume(session.id)
+        await self.dispatcher.kick_all()
+
+    # -- cancel ---------------------------------------------------------------------------------
+
+    async def cancel(
+        self,
+        session: SessionRow,
+        *,
+        user: str,
+        team: str | None = None,
+        via: Literal["message", "button"],
+        batch_id: str | None = None,
+    ) -> Notice | None:
+        """Cancel the session's run waiting for approval. Returns a notice for `user` alone
+        when nothing was cancelled (not allowed, or the run resumed first)."""
+        return await self._cancels.cancel(session, user=user, team=team, via=via, batch_id=batch_id)
+
+    async def cancel_from_card(
+        self, ledger_id: str, *, user: str, team: str | None
+    ) -> Notice | None:
+        """A "Cancel run" click. Returns a notice for the clicker alone when nothing changed."""
+        return await self._cancels.from_card(ledger_id, user=user, team=team)
+
+    # -- answers --------------------------------------------------------------------------------
+
+    async def pending_for(self, user: str, *, channel: str, team: str | None = None) -> PendingList:
+        """The approvals `user` may decide now, each linked to its card."""
+        entries: list[PendingEntry] = await self._answers.pending(user, channel=channel, team=team)
+        return PendingList(tuple(entries))
+
+    def help_for(self, channel: str) -> Help:
+        """Usage, and the policy of `channel`."""
+        return Help(self._answers.channel_help(channel))
+
+
+def _thread(session: SessionRow) -> Thread:
+    return Thread(session.team_id, session.channel_id, session.thread_ts)

@@ -1,0 +1,12 @@
+"""The Slack layer: the Bolt app and its listeners, the Slack `ThreadOutput`, Block Kit
+rendering and the one path from untrusted text to mrkdwn (`_text`).
+
+Nothing outside this package calls the Slack Web API for a thread.
+"""
+
+from __future__ import annotations
+
+from .app import create_app, group_members, slack_client
+from .output import SlackThreadOutput
+
+__all__ = ["SlackThreadOutput", "create_app", "group_members", "slack_client"]

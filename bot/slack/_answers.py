@@ -1,0 +1,127 @@
+"""The mrkdwn of the longer private answers: `/opsgate pending`, `/opsgate help`, and who may
+decide (the words for an approvals refusal)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..approvals import Refused, Who
+from ..runs.cards import ChannelHelp, PendingEntry
+from ._card_body import slack_date
+from ._text import code_span, escape_mrkdwn, requester_text
+
+__all__ = ["approvers_text", "help_text", "pending_text", "refusal_text"]
+
+_PENDING_SHOWN_MAX = 20
+
+
+def approvers_text(users: Sequence[str], groups: Sequence[str]) -> str:
+    """Who may approve, e.g. "<@U1>, <@U2> or members of <!subteam^S1>"; nobody listed means
+    anyone in the channel. Ids come from the policy file, not from a message."""
+    if not users and not groups:
+        return "anyone in the channel"
+    names = [f"<@{u}>" for u in users]
+    if groups:
+        names.append("members of " + ", ".join(f"<!subteam^{g}>" for g in groups))
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def refusal_text(refusal: Refused) -> str:
+    """Why the person may not do what they tried, and who may."""
+    who = refusal.who
+    if refusal.action in ("cancel", "withdraw"):
+        return _cancel_refusal(refusal, who)
+    match refusal.reason:
+        case "self_approval":
+            return (
+                "You asked for this, so you cannot approve it yourself: someone else has to. "
+                "To allow it, set allow_self_approval = true in the policy file."
+            )
+        case "other_workspace":
+            return (
+                "Only members of this workspace may decide here. To let people from another "
+                "organisation approve, list them in the policy's approvers."
+            )
+        case _:
+            text = f"Only {approvers_text(who.users, who.groups)} may approve this."
+            if refusal.unresolved_groups:
+                failed = ", ".join(f"<!subteam^{g}>" for g in refusal.unresolved_groups)
+                text += f" (The members of {failed} could not be looked up just now; try again.)"
+            return text
+
+
+def _cancel_refusal(refusal: Refused, who: Who) -> str:
+    asked = requester_text(who.requester) if who.requester else "the requester"
+    text = f"Only {asked} or {approvers_text(who.users, who.groups)} may cancel this run."
+    if refusal.reason == "groups_unavailable":
+        text += " (The approvers' user groups could not be looked up just now; try again.)"
+    return text
+
+
+def pending_text(entries: Sequence[PendingEntry]) -> str:
+    """The answer to `/opsgate pending`: each approval with a link to its card."""
+    if not entries:
+        return "Nothing is waiting for your approval right now."
+    lines = [f"*Waiting for your decision ({len(entries)}):*"]
+    for entry in entries[:_PENDING_SHOWN_MAX]:
+        card = f"<{entry.permalink}|open the card>" if entry.permalink else "card not found"
+        line = f"• {code_span(entry.tool, 60)} in <#{entry.channel}> · {card}"
+        if entry.requested_by:
+            line += f" · asked by {requester_text(entry.requested_by)}"
+        if entry.required_approvals > 1:
+            line += f" · {entry.approvals} of {entry.required_approvals} approvals"
+        if entry.expires_at is not None:
+            line += f" · expires {slack_date(entry.expires_at)}"
+        lines.append(line)
+    if len(entries) > _PENDING_SHOWN_MAX:
+        lines.append(f"• … and {len(entries) - _PENDING_SHOWN_MAX} more")
+    return "\n".join(lines)
+
+
+_USAGE = (
+    "*OpsGate* works on ops requests with tools; anything risky waits for a human's approval.",
+    "• `/opsgate <request>`: start a run here (your request becomes a new thread)",
+    "• `/opsgate pending`: approvals waiting for your decision, with links to their cards",
+    "• `/opsgate help`: this help",
+    "• Mention me in a channel, or write to me in a DM; reply in the thread to go on",
+    "• Write `cancel` in a thread waiting for approval (or click *Cancel run* on a card) "
+    "to end the run without running anything: the requester or an approver may",
+)
+
+
+def help_text(info: ChannelHelp) -> str:
+    """`/opsgate help`: usage and the channel's policy, in one screen of mrkdwn."""
+    here = f"<#{info.channel}>"
+    if not info.acts_here:
+        return "\n".join(
+            [*_USAGE, "", f"*In {here}*: I don't act here; `defaults.channels` does not list it."]
+        )
+    if info.trigger == "every_message":
+        trigger = "every new message starts a run in its thread"
+    else:
+        trigger = "a mention of me starts a run"
+    if info.allowed_bots:
+        trigger += "; messages from " + ", ".join(code_span(b, 30) for b in info.allowed_bots)
+        trigger += " may too"
+    self_approval = "may" if info.allow_self_approval else "may not"
+    if info.tools:
+        tools = ", ".join(
+            f"{code_span(name, 40)} ({escape_mrkdwn(how)})" for name, how in info.tools
+        )
+    else:
+        tools = "none"
+    approvers = approvers_text(info.approver_users, info.approver_groups)
+    policy = [
+        "",
+        f"*In {here}:*",
+        f"• Trigger: {trigger}",
+        f"• Approvers: {approvers}; {info.required_approvals} approval(s) needed; "
+        f"the requester {self_approval} approve their own request",
+        f"• Decisions expire after {escape_mrkdwn(info.ttl)}",
+        f"• Tools: {tools}",
+        f"• Up to {info.concurrency} run(s) at once; more are queued",
+    ]
+    if info.has_instructions:
+        policy.append("• This channel has its own instructions for me")
+    policy.append(f"_Policy: {escape_mrkdwn(info.policy_source)}_")
+    return "\n".join([*_USAGE, *policy])

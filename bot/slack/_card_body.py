@@ -1,0 +1,182 @@
+"""Block Kit machinery shared by the approval cards: the card body (title, arguments, context,
+held calls), argument layout within Slack's size limits, and dates in each reader's time zone.
+
+Untrusted text (arguments, descriptions) reaches mrkdwn only through `bot.slack._text`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from slack_sdk.models.blocks import Block, ContextBlock, MarkdownTextObject, SectionBlock
+
+from ..runs.cards import CardCall
+from ._text import (
+    code_span,
+    escape_cut,
+    escape_mrkdwn,
+    one_line,
+    preformatted,
+    requester_text,
+    user_mention,
+)
+
+__all__ = [
+    "SECTION_TEXT_MAX",
+    "Arguments",
+    "arguments_blocks",
+    "as_json",
+    "card_body",
+    "section",
+    "slack_date",
+]
+
+SECTION_TEXT_MAX = 3000
+_DESCRIPTION_MAX = 1000
+_INLINE_VALUE_MAX = 200
+_INLINE_ARGS_MAX = 10
+_INLINE_KEY = re.compile(r"[A-Za-z0-9_.-]{1,60}")
+_HELD_SHOWN_MAX = 10
+_HELD_ARGS_MAX = 150
+_ARG_LIMIT_RANGE = (200, SECTION_TEXT_MAX - 100)
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """A call's arguments laid out as blocks."""
+
+    blocks: tuple[Block, ...]
+    full_text: str | None
+    """The whole arguments as text when something was cut; the caller attaches it as a file."""
+
+
+def card_body(call: CardCall, arg_limit: int) -> list[Block]:
+    """What a card shows whether pending or decided: the same facts before and after."""
+    title = f"{code_span(call.tool)} wants to run"
+    if call.description.strip():
+        title += "\n" + escape_cut(call.description.strip(), _DESCRIPTION_MAX)
+    blocks: list[Block] = [section(title)]
+    blocks += arguments_blocks(call.arguments, arg_limit).blocks
+    context = MarkdownTextObject(text=_context_text(call), verbatim=True)
+    blocks.append(ContextBlock(elements=[context]))
+    if call.held:
+        blocks.append(section(_held_text(call.held)))
+    return blocks
+
+
+def _context_text(call: CardCall) -> str:
+    parts = []
+    if call.requested_by:
+        parts.append(f"Requested by {requester_text(call.requested_by)}")
+    parts.append(f"digest {code_span(call.digest, 64)}")
+    if call.required_approvals > 1:
+        progress = f"{len(call.approvals)} of {call.required_approvals} approvals"
+        if call.approvals:
+            shown = ", ".join(user_mention(user) for user in call.approvals[:10])
+            progress += f" ({shown})"
+        parts.append(progress)
+    return " · ".join(parts)
+
+
+def _held_text(held: Sequence[tuple[str, Any]]) -> str:
+    lines = ["*Runs once this batch is decided:*"]
+    shown = 0
+    for name, arguments in held[:_HELD_SHOWN_MAX]:
+        line = f"• {code_span(name, 60)} {one_line(_as_text(arguments), _HELD_ARGS_MAX)}"
+        if sum(len(text) + 1 for text in lines) + len(line) > SECTION_TEXT_MAX - 40:
+            break
+        lines.append(line)
+        shown += 1
+    if len(held) > shown:
+        lines.append(f"• … and {len(held) - shown} more")
+    return "\n".join(lines)
+
+
+def slack_date(moment: datetime) -> str:
+    """Shown in each reader's time zone; the fallback (UTC) where Slack cannot format it."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    fallback = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} at {{time}}|{fallback}>"
+
+
+def arguments_blocks(arguments: Any, arg_limit: int) -> Arguments:
+    low, high = _ARG_LIMIT_RANGE
+    if not low <= arg_limit <= high:
+        raise ValueError(f"arg_limit must be between {low} and {high}, got {arg_limit!r}")
+    if arguments is None or (isinstance(arguments, Mapping) and not arguments):
+        return Arguments((section("_No arguments_"),), None)
+    if isinstance(arguments, str):
+        block, cut = preformatted(arguments, arg_limit)
+        return Arguments((section(f"*Arguments* (not JSON)\n{block}"),), _cut(cut, arguments))
+    if not isinstance(arguments, Mapping):
+        text = as_json(arguments)
+        block, cut = preformatted(text, arg_limit)
+        return Arguments((section(f"*Arguments*\n{block}"),), _cut(cut, text))
+
+    blocks: list[Block] = []
+    command = arguments.get("command")
+    rest = dict(arguments)
+    command_cut = False
+    if isinstance(command, str):
+        del rest["command"]
+        block, command_cut = preformatted(command, arg_limit)
+        blocks.append(section(f"*command*\n{block}"))
+    rest_cut = False
+    inline = _inline_text(rest)
+    if rest and inline is not None and len(inline) <= arg_limit:
+        blocks.append(section(inline))
+    elif rest:
+        label = "*Other arguments*" if isinstance(command, str) else "*Arguments*"
+        block, rest_cut = preformatted(as_json(rest), arg_limit)
+        blocks.append(section(f"{label}\n{block}"))
+    if rest_cut:
+        full: str | None = as_json(arguments)
+    elif command_cut:
+        full = str(command)
+    else:
+        full = None
+    return Arguments(tuple(blocks), full)
+
+
+def _inline_text(arguments: Mapping[str, Any]) -> str | None:
+    """`key`: value lines when every value is a short scalar, else None (shown as JSON)."""
+    if len(arguments) > _INLINE_ARGS_MAX:
+        return None
+    lines = []
+    for key, value in arguments.items():
+        if not _INLINE_KEY.fullmatch(str(key)):
+            return None
+        if isinstance(value, str):
+            shown = escape_mrkdwn(value) if value else "_(empty)_"
+        elif value is None or isinstance(value, bool | int | float):
+            shown = json.dumps(value)
+        else:
+            return None
+        if "\n" in shown or len(shown) > _INLINE_VALUE_MAX:
+            return None
+        lines.append(f"`{key}`: {shown}")
+    return "\n".join(lines)
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _cut(cut: bool, full: str) -> str | None:
+    return full if cut else None
+
+
+def section(text: str) -> SectionBlock:
+    if len(text) > SECTION_TEXT_MAX:  # every caller budgets its text; this is a bug guard
+        raise ValueError(f"section text is {len(text)} characters, over {SECTION_TEXT_MAX}")
+    return SectionBlock(text=MarkdownTextObject(text=text, verbatim=True))

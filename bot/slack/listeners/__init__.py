@@ -1,0 +1,29 @@
+"""Bolt listeners, registered per kind of request. Each is thin: acknowledge, parse the Slack
+payload, call the run service, render its answer through the Slack output."""
+
+from __future__ import annotations
+
+from slack_bolt.async_app import AsyncApp
+
+from ...policy import Policy
+from ...runs.service import RunService
+from .._dedupe import SeenFirst
+from ..output import SlackThreadOutput
+from . import actions, commands, events, views
+
+__all__ = ["register"]
+
+
+def register(
+    app: AsyncApp,
+    service: RunService,
+    output: SlackThreadOutput,
+    *,
+    policy: Policy,
+    seen_first: SeenFirst,
+) -> None:
+    """Every listener of the app, in the order Bolt tries them (the catch-all event last)."""
+    events.register(app, service, policy=policy, seen_first=seen_first)
+    actions.register(app, service, output)
+    commands.register(app, service, output)
+    views.register(app, service, output)

@@ -1,0 +1,189 @@
+"""Events API listeners: mentions, DMs, thread replies and, in `every_message` channels, every
+new message start or continue runs.
+
+Bot messages are ignored unless the channel's policy allow-lists the bot (`allowed_bots`); the
+bot's own messages always are, whatever the policy says, so it can never talk to itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
+
+from ...policy import Policy, Trigger
+from ...runs.output import Thread
+from ...runs.service import RunService
+from .._dedupe import SeenFirst, first_delivery
+
+__all__ = ["classify_message", "event_author", "message_text", "register"]
+
+logger = logging.getLogger("opsgate.events")
+
+_MENTION = re.compile(r"<@[UW][A-Z0-9]+(?:\|[^>]*)?>")
+_ALLOWED_SUBTYPES = {None, "thread_broadcast", "file_share", "bot_message"}
+_ATTACHMENT_FIELDS = ("pretext", "author_name", "title", "text", "footer")
+_TEXT_MAX = 20_000
+"""Longest message text handed to the model (alerts can carry whole logs)."""
+
+
+def strip_mentions(text: str) -> str:
+    return _MENTION.sub("", text).strip()
+
+
+def message_text(event: Mapping[str, Any]) -> str:
+    """The message's text, with its attachments' text: alert integrations often put everything
+    in attachments and leave `text` empty or a one-line summary."""
+    parts = [str(event.get("text") or "").strip()]
+    for attachment in event.get("attachments") or []:
+        if not isinstance(attachment, Mapping):
+            continue
+        found = [str(attachment[k]).strip() for k in _ATTACHMENT_FIELDS if attachment.get(k)]
+        for field in attachment.get("fields") or []:
+            if isinstance(field, Mapping) and (field.get("title") or field.get("value")):
+                found.append(f"{field.get('title') or ''}: {field.get('value') or ''}".strip())
+        if not found and attachment.get("fallback"):
+            found.append(str(attachment["fallback"]).strip())
+        parts += [p for p in found if p and p not in parts]
+    if not any(parts):  # a blocks-only message: its section and header texts
+        for block in event.get("blocks") or []:
+            if isinstance(block, Mapping) and block.get("type") in ("section", "header"):
+                text = block.get("text")
+                if isinstance(text, Mapping) and text.get("text"):
+                    parts.append(str(text["text"]).strip())
+    return "\n".join(p for p in parts if p)[:_TEXT_MAX]
+
+
+def _is_own(event: Mapping[str, Any], body: Mapping[str, Any], context: AsyncBoltContext) -> bool:
+    profile = event.get("bot_profile") or {}
+    app_id = event.get("app_id") or profile.get("app_id")
+    user = event.get("user")
+    bot_id = event.get("bot_id")
+    return bool(
+        (user and user == context.bot_user_id)
+        or (bot_id and bot_id == context.bot_id)
+        or (app_id and app_id == body.get("api_app_id"))
+    )
+
+
+def event_author(
+    event: Mapping[str, Any],
+    body: Mapping[str, Any],
+    context: AsyncBoltContext,
+    policy: Policy,
+) -> str | None:
+    """Who wrote the message, if it may drive runs: a user id, or the bot id (app id when it
+    has none) of an integration the channel allow-lists. None for anything to ignore."""
+    if _is_own(event, body, context):
+        return None
+    profile = event.get("bot_profile") or {}
+    bot_id = event.get("bot_id") or profile.get("id")
+    app_id = event.get("app_id") or profile.get("app_id")
+    if bot_id or app_id or event.get("subtype") == "bot_message":
+        if policy.allows_bot(event.get("channel"), bot_id, app_id):
+            return str(bot_id or app_id)
+        return None
+    user = event.get("user")
+    return str(user) if user else None
+
+
+def classify_message(
+    event: Mapping[str, Any], *, bot_user_id: str | None, trigger: Trigger
+) -> Literal["start", "continue", "ignore"]:
+    """What a `message` event from someone allowed to drive runs means for us.
+
+    Edits, deletions, joins and the like are ignored. A channel mention also arrives as
+    `app_mention`; both start the same run, once (see `bot.slack._dedupe`).
+    """
+    if event.get("subtype") not in _ALLOWED_SUBTYPES:
+        return "ignore"
+    is_reply = bool(event.get("thread_ts")) and event.get("thread_ts") != event.get("ts")
+    if is_reply:
+        return "continue"
+    if event.get("channel_type") == "im":
+        return "start"
+    if bot_user_id and f"<@{bot_user_id}" in (event.get("text") or ""):
+        return "start"
+    return "start" if trigger == "every_message" else "ignore"
+
+
+def _team(body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> str:
+    return str(body.get("team_id") or event.get("team") or context.team_id or "")
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A message the bot acts on: where, from whom, what."""
+
+    thread: Thread
+    author: str
+    text: str
+    ts: str
+
+
+_INCOMING = "opsgate_incoming"
+"""The context key under which the intake middleware hands the listener its `Incoming`."""
+Next = Callable[[], Awaitable[None]]
+
+
+def _incoming(
+    body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext, author: str
+) -> Incoming:
+    thread = Thread(
+        _team(body, event, context),
+        str(event.get("channel") or ""),
+        str(event.get("thread_ts") or event["ts"]),
+    )
+    text = strip_mentions(message_text(event))
+    return Incoming(thread, author, text, str(event["ts"]))
+
+
+def register(app: AsyncApp, service: RunService, *, policy: Policy, seen_first: SeenFirst) -> None:
+    # Bolt passes arguments by name: `next` it must be.
+    async def mention_intake(
+        body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext, next: Next
+    ) -> None:
+        author = event_author(event, body, context, policy)
+        if author is not None:
+            context[_INCOMING] = _incoming(body, event, context, author)
+            await next()
+
+    async def message_intake(
+        body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext, next: Next
+    ) -> None:
+        author = event_author(event, body, context, policy)
+        if author is None:
+            return
+        channel = str(event.get("channel") or "")
+        kind = classify_message(
+            event, bot_user_id=context.bot_user_id, trigger=policy.trigger_for(channel)
+        )
+        if kind == "ignore":
+            return
+        incoming = _incoming(body, event, context, author)
+        in_channel_thread = kind == "continue" and event.get("channel_type") != "im"
+        if in_channel_thread and not await service.owns_thread(incoming.thread):
+            return
+        context[_INCOMING] = incoming
+        await next()
+
+    once = first_delivery(seen_first)
+
+    async def on_incoming(context: AsyncBoltContext) -> None:
+        incoming: Incoming = context[_INCOMING]
+        await service.on_message(
+            incoming.thread, user=incoming.author, text=incoming.text, message_ts=incoming.ts
+        )
+
+    app.event("app_mention", middleware=[mention_intake, once])(on_incoming)
+    app.event("message", middleware=[message_intake, once])(on_incoming)
+
+    @app.event(re.compile(".*"))
+    async def on_other_event() -> None:
+        """Answer every other event with 200 (ignored ones too), so Slack never disables the
+        app."""

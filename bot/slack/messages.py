@@ -1,0 +1,259 @@
+"""The run service's notices in Slack's words: one mrkdwn text per `Notice`, and the file to
+attach when a tool's output is too long to show.
+
+Raw text inside a notice (model output, tool output, error messages, tool names) reaches mrkdwn
+only through `bot.slack._text`. The wording is the bot's voice in Slack; the terminal has its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC
+
+from agent_core.outcomes import render_outcome
+
+from ..runs.output import (
+    AwaitingDecision,
+    CallLink,
+    CancelledBeforeStart,
+    CardNotPosted,
+    ChannelNotAllowed,
+    DecisionNotRecorded,
+    EarlierQueued,
+    FinishNote,
+    Help,
+    NotAllowed,
+    NothingCancelled,
+    NothingToCancel,
+    Notice,
+    PendingList,
+    Queued,
+    Recovered,
+    Reminder,
+    RootPostFailed,
+    RunCancelled,
+    RunCrashed,
+    RunFailed,
+    RunRefused,
+    StillWorking,
+    ToolNotRun,
+    ToolRan,
+    UnknownRequest,
+)
+from ._answers import help_text, pending_text, refusal_text
+from ._text import escape_mrkdwn, preformatted, user_mention
+
+__all__ = ["OUTPUT_INLINE", "Attachment", "Rendered", "card_file", "render"]
+
+OUTPUT_INLINE = 1500
+"""Longest tool output (escaped, fences included) shown in the thread; the rest is attached."""
+_SHORT_OUTPUT = 200
+
+_FINISH_NOTES = {
+    "length": "_(The answer was cut off: the model hit its length limit.)_",
+    "content_filter": "_(The provider's content filter stopped the answer.)_",
+    "max_rounds": "_(I stopped after the maximum number of tool rounds.)_",
+}
+_NOT_HERE = (
+    "Sorry, I'm not set up to act in this channel. "
+    "Ask an admin to add it to `channels` in the OpsGate policy file."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file to upload after the message (raw content, never mrkdwn)."""
+
+    filename: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """One Slack message, and the file that goes with it (if any)."""
+
+    text: str
+    attachment: Attachment | None = None
+
+
+def render(notice: Notice) -> Rendered:
+    """The Slack message for `notice`."""
+    match notice:
+        case ToolRan():
+            return _tool_ran(notice)
+        case (
+            ChannelNotAllowed()
+            | Queued()
+            | AwaitingDecision()
+            | EarlierQueued()
+            | StillWorking()
+            | RootPostFailed()
+        ):
+            return Rendered(_intake_text(notice))
+        case (
+            RunFailed()
+            | RunRefused()
+            | RunCrashed()
+            | FinishNote()
+            | ToolNotRun()
+            | CardNotPosted()
+            | Reminder()
+            | Recovered()
+        ):
+            return Rendered(_run_text(notice))
+        case _:
+            return Rendered(_answer_text(notice))
+
+
+def _intake_text(
+    notice: ChannelNotAllowed
+    | Queued
+    | AwaitingDecision
+    | EarlierQueued
+    | StillWorking
+    | RootPostFailed,
+) -> str:
+    match notice:
+        case ChannelNotAllowed():
+            return _NOT_HERE
+        case Queued(limit=limit, ahead=ahead):
+            text = f":hourglass_flowing_sand: Queued: {limit} run(s) are already going "
+            text += "in this channel, "
+            if ahead:
+                text += f"and {ahead} more are waiting ahead of this one. "
+            else:
+                text += "which is the limit. "
+            return text + "I'll start as soon as a slot frees up."
+        case AwaitingDecision(calls=calls):
+            links = ", ".join(_call_link(c) for c in calls)
+            return (
+                "This thread is waiting for a decision on "
+                + (links or "the request above")
+                + ". Approve or reject it on the card first (or write `cancel` to end the run); "
+                "I have not started anything new."
+            )
+        case EarlierQueued():
+            return (
+                "An earlier message in this thread is still queued; I'll answer it first. "
+                "Send this one again once I have."
+            )
+        case StillWorking():
+            return "I'm still working on the previous request in this thread. One at a time!"
+        case RootPostFailed(error=error):
+            return (
+                f"I couldn't post in this channel ({escape_mrkdwn(error)}). "
+                "Invite me first (`/invite @OpsGate`), or use a channel I'm in."
+            )
+
+
+def _run_text(
+    notice: RunFailed
+    | RunRefused
+    | RunCrashed
+    | FinishNote
+    | ToolNotRun
+    | CardNotPosted
+    | Reminder
+    | Recovered,
+) -> str:
+    match notice:
+        case RunFailed(error=error):
+            return (
+                ":warning: I couldn't finish: "
+                + escape_mrkdwn(error or "the model request failed")
+                + "\nYour message is saved: reply in this thread (say, “try again”) to continue."
+            )
+        case RunRefused(message=message):
+            return f":warning: {escape_mrkdwn(message)}"
+        case RunCrashed(error_type=error_type):
+            return (
+                f":x: Something went wrong inside OpsGate ({escape_mrkdwn(error_type)}). "
+                "The conversation is saved; send a message to try again."
+            )
+        case FinishNote(reason=reason):
+            return _FINISH_NOTES[reason]
+        case ToolNotRun(tool=tool, outcome=outcome):
+            said = escape_mrkdwn(render_outcome(outcome))
+            return f":no_entry_sign: `{escape_mrkdwn(tool)}` did not run: {said}"
+        case CardNotPosted(tool=tool, error=error):
+            return (
+                f":warning: I couldn't post the approval card for `{escape_mrkdwn(tool)}` "
+                f"({escape_mrkdwn(error)}). Nothing runs without a decision: the "
+                "request expires on its own, or write `cancel` to drop it now."
+            )
+        case Reminder(call=call, expires_at=expires_at):
+            at = expires_at.astimezone(UTC)
+            when = f"<!date^{int(at.timestamp())}^{{time}}|{at:%H:%M} UTC>"
+            return (
+                f":alarm_clock: {_call_link(call)} still waits for a decision; "
+                f"it expires at {when} and will then not run."
+            )
+        case Recovered(interrupted=interrupted):
+            if interrupted:
+                names = ", ".join(f"`{escape_mrkdwn(t)}`" for t in interrupted)
+                return (
+                    f":warning: OpsGate restarted while {names} was running. Its outcome is "
+                    "unknown and it was not run again; check the system before retrying."
+                )
+            return ":warning: OpsGate restarted during this run. Send a message to continue."
+
+
+def _answer_text(
+    notice: RunCancelled
+    | CancelledBeforeStart
+    | NothingToCancel
+    | NothingCancelled
+    | NotAllowed
+    | UnknownRequest
+    | DecisionNotRecorded
+    | PendingList
+    | Help,
+) -> str:
+    match notice:
+        case RunCancelled(by=by):
+            return (
+                f":no_entry_sign: Run cancelled by {user_mention(by)}. Nothing of the "
+                "request above was run. Send a new message to start again."
+            )
+        case CancelledBeforeStart(by=by):
+            return f":no_entry_sign: Cancelled by {user_mention(by)} before it started."
+        case NothingToCancel():
+            return (
+                "There is nothing to cancel here: `cancel` ends a run while it waits for approval."
+            )
+        case NothingCancelled(why=why):
+            # `why` is the store's own sentence (people named through `person`), not user text.
+            return f"Nothing was cancelled: {why}."
+        case NotAllowed(refusal=refusal):
+            return refusal_text(refusal)
+        case UnknownRequest():
+            return "I don't know this approval request (it may belong to another OpsGate install)."
+        case DecisionNotRecorded(why=why):
+            return why  # the store's own sentence, as for `NothingCancelled`
+        case PendingList(entries=entries):
+            return pending_text(entries)
+        case Help(info=info):
+            return help_text(info)
+
+
+def _call_link(call: CallLink) -> str:
+    name = f"`{escape_mrkdwn(call.tool)}`"
+    return f"<{call.permalink}|{name}>" if call.permalink else name
+
+
+def _tool_ran(notice: ToolRan) -> Rendered:
+    name = escape_mrkdwn(notice.tool)
+    content = notice.content
+    icon = ":x:" if notice.is_error else ":white_check_mark:"
+    stripped = content.strip()
+    if len(content) <= _SHORT_OUTPUT and "\n" not in stripped:
+        first_line = stripped.splitlines()[0] if stripped else "(no output)"
+        return Rendered(f"{icon} `{name}`: {escape_mrkdwn(first_line)}")
+    shown, cut = preformatted(content, OUTPUT_INLINE)
+    attachment = Attachment(f"{notice.tool}-{notice.call_id}.txt", content) if cut else None
+    return Rendered(f"{icon} `{name}` output:\n{shown}", attachment)
+
+
+def card_file(tool: str, call_id: str) -> str:
+    """The name of the file holding a card's full arguments."""
+    return f"{tool}-{call_id}-arguments.txt"

@@ -1,0 +1,224 @@
+"""`SlackThreadOutput`: the run service's `ThreadOutput` over the Slack Web API.
+
+This is the only code that calls the Web API for a thread (posts, ephemeral replies, reactions,
+streamed answers, cards, uploads, permalinks). Every call is best effort: a Slack error is
+logged and the run's own bookkeeping goes on (see the contract in `bot.runs.output`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import aiohttp
+from slack_bolt.async_app import AsyncRespond
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from ..runs.cards import CardCall, CardOutcome, CardRef
+from ..runs.output import Notice, PostFailed, TextSink, Thread
+from ._streaming import ThreadReply
+from ._text import escape_cut, user_mention
+from .blocks import (
+    approval_card,
+    card_text,
+    decided_card,
+    decided_text,
+    overflow,
+    reject_modal,
+)
+from .messages import card_file, render
+
+__all__ = ["REQUEST_SHOWN_MAX", "SLACK_ERRORS", "SlackThreadOutput", "slack_error"]
+
+logger = logging.getLogger("opsgate.slack.output")
+
+REQUEST_SHOWN_MAX = 3000
+"""Longest request text (escaped) that `/opsgate <request>` shows in its thread root."""
+SLACK_ERRORS = (SlackClientError, aiohttp.ClientError, TimeoutError)
+"""What a Web API call can raise once slack_sdk's retries are spent."""
+_PERSON = re.compile(r"[UW][A-Z0-9]+")
+_WORKING = "eyes"
+
+
+def slack_error(exc: BaseException) -> str:
+    """The Slack error code (e.g. "not_in_channel"), or the exception for transport errors."""
+    if isinstance(exc, SlackApiError):
+        return str(exc.response.get("error"))
+    return f"{type(exc).__name__}: {exc}"
+
+
+class SlackThreadOutput:
+    """Threads are Slack threads; notices become mrkdwn (`bot.slack.messages`), cards Block Kit
+    (`bot.slack.blocks`)."""
+
+    def __init__(self, client: AsyncWebClient) -> None:
+        self.client = client
+        self._team_id: str | None = None
+
+    async def say(self, thread: Thread, notice: Notice) -> None:
+        rendered = render(notice)
+        try:
+            await self.client.chat_postMessage(
+                channel=thread.channel_id, thread_ts=thread.thread_ts, text=rendered.text
+            )
+        except SLACK_ERRORS as exc:
+            logger.error("could not post to %s: %s", thread.channel_id, slack_error(exc))
+        if rendered.attachment is not None:
+            file = rendered.attachment
+            await self.upload(thread, file.filename, file.content)
+
+    async def tell(self, thread: Thread, user: str, notice: Notice) -> None:
+        """An ephemeral reply in the thread that only `user` sees (people only: not bots)."""
+        await self.tell_mrkdwn(thread, user, render(notice).text)
+
+    async def tell_mrkdwn(self, thread: Thread, user: str, text: str) -> None:
+        """`tell` for the Slack layer's own words (`text` is mrkdwn, already escaped)."""
+        if not _PERSON.fullmatch(user):
+            return
+        try:
+            await self.client.chat_postEphemeral(
+                channel=thread.channel_id, user=user, thread_ts=thread.thread_ts, text=text
+            )
+        except SLACK_ERRORS as exc:
+            logger.warning("could not tell %s: %s", user, slack_error(exc))
+
+    async def answer_command(
+        self, respond: AsyncRespond | None, *, channel: str, user: str, notice: Notice
+    ) -> None:
+        """A private answer to a slash command: through its response_url (`respond`, when the
+        command has one), else `chat.postEphemeral` in the channel."""
+        await self.answer_command_mrkdwn(
+            respond, channel=channel, user=user, text=render(notice).text
+        )
+
+    async def answer_command_mrkdwn(
+        self, respond: AsyncRespond | None, *, channel: str, user: str, text: str
+    ) -> None:
+        """`answer_command` for the Slack layer's own words (`text` is mrkdwn)."""
+        if respond is not None:
+            try:
+                await respond(text=text, response_type="ephemeral")
+                return
+            except Exception:  # the hook is gone or refused; fall back to the Web API
+                logger.warning("answering a command through response_url failed", exc_info=True)
+        try:
+            await self.client.chat_postEphemeral(channel=channel, user=user, text=text)
+        except SLACK_ERRORS as exc:
+            logger.warning("could not answer %s: %s", user, slack_error(exc))
+
+    async def open_reject_form(self, trigger_id: str, ledger_id: str) -> PostFailed | None:
+        """Open the modal asking why a call is rejected (within 3 s of the click)."""
+        try:
+            await self.client.views_open(trigger_id=trigger_id, view=reject_modal(ledger_id))
+        except SLACK_ERRORS as exc:
+            return PostFailed(slack_error(exc))
+        return None
+
+    async def react(self, thread: Thread, ts: str, on: bool) -> None:
+        method = self.client.reactions_add if on else self.client.reactions_remove
+        try:
+            await method(channel=thread.channel_id, timestamp=ts, name=_WORKING)
+        except SLACK_ERRORS as exc:
+            logger.debug("reaction on %s failed: %s", ts, slack_error(exc))
+
+    def stream(self, thread: Thread, requester: str | None) -> TextSink:
+        # Streaming is addressed to a person; an integration's run gets a posted message.
+        person = requester if requester and _PERSON.fullmatch(requester) else None
+        return _QuietSink(
+            ThreadReply(
+                self.client,
+                channel=thread.channel_id,
+                thread_ts=thread.thread_ts,
+                recipient_user_id=person,
+                recipient_team_id=thread.team_id,
+            )
+        )
+
+    async def post_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
+        try:
+            response = await self.client.chat_postMessage(
+                channel=thread.channel_id,
+                thread_ts=thread.thread_ts,
+                text=card_text(card),
+                blocks=approval_card(card),
+            )
+        except SLACK_ERRORS as exc:
+            logger.error("could not post the card for %s: %s", card.ledger_id, slack_error(exc))
+            return PostFailed(slack_error(exc))
+        if (full := overflow(card)) is not None:
+            await self.upload(thread, card_file(card.tool, card.call_id), full)
+        return CardRef(str(response["channel"]), str(response["ts"]))
+
+    async def update_card(self, ref: CardRef, card: CardCall, outcome: CardOutcome | None) -> None:
+        if outcome is None:
+            blocks, text = approval_card(card), card_text(card)
+        else:
+            blocks, text = decided_card(card, outcome), decided_text(card, outcome)
+        try:
+            await self.client.chat_update(
+                channel=ref.channel_id, ts=ref.ts, text=text, blocks=blocks
+            )
+        except SLACK_ERRORS as exc:
+            logger.warning("could not update card %s: %s", card.ledger_id, slack_error(exc))
+
+    async def upload(self, thread: Thread, filename: str, content: str) -> None:
+        try:
+            await self.client.files_upload_v2(
+                channel=thread.channel_id,
+                thread_ts=thread.thread_ts,
+                filename=filename,
+                content=content,
+                title=filename,
+            )
+        except SLACK_ERRORS as exc:
+            logger.warning("file upload failed: %s", slack_error(exc))
+
+    async def permalink(self, ref: CardRef) -> str | None:
+        try:
+            response = await self.client.chat_getPermalink(
+                channel=ref.channel_id, message_ts=ref.ts
+            )
+        except SLACK_ERRORS:
+            return None
+        link = response.get("permalink")
+        return str(link) if link else None
+
+    async def post_root(self, channel: str, requester: str, text: str) -> Thread | PostFailed:
+        try:
+            posted = await self.client.chat_postMessage(
+                channel=channel,
+                text=f"{user_mention(requester)} asked: {escape_cut(text, REQUEST_SHOWN_MAX)}",
+            )
+        except SLACK_ERRORS as exc:
+            return PostFailed(slack_error(exc))
+        message: dict[str, Any] = posted.get("message") or {}
+        team = str(message.get("team") or await self._home_team())
+        return Thread(team, str(posted["channel"]), str(posted["ts"]))
+
+    async def _home_team(self) -> str:
+        """The bot's workspace (`auth.test`), for a posted message that does not name it."""
+        if self._team_id is None:
+            response = await self.client.auth_test()
+            self._team_id = str(response.get("team_id") or "")
+        return self._team_id
+
+
+class _QuietSink:
+    """A `ThreadReply` whose Slack errors are logged, not raised: the contract of `stream`."""
+
+    def __init__(self, reply: ThreadReply) -> None:
+        self._reply = reply
+
+    async def append(self, text: str) -> None:
+        try:
+            await self._reply.append(text)
+        except SLACK_ERRORS as exc:
+            logger.warning("streaming the answer failed: %s", slack_error(exc))
+
+    async def close(self) -> None:
+        try:
+            await self._reply.close()
+        except SLACK_ERRORS as exc:
+            logger.warning("finishing the answer failed: %s", slack_error(exc))

@@ -1,0 +1,157 @@
+"""The PostgreSQL schema, as migrations applied in order; `schema_version` says how far it got.
+
+Never edit a shipped migration: add the next one. `migrate()` applies every missing one in a
+single transaction under an advisory lock, so replicas starting together migrate once.
+Timestamps are `timestamptz`; the columns mirror the SQLite schema (`bot/store/_schema.py`),
+plus the replica bookkeeping: `instances` (one lease per running replica) and the
+`instance_id` of whoever runs an `executing` call, a `running` session or a `started` item.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VERSION_TABLE"]
+
+VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    singleton  boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    version    integer NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+_V1 = (
+    """
+    CREATE TABLE instances (
+        id            text PRIMARY KEY,
+        name          text,
+        started_at    timestamptz NOT NULL,
+        heartbeat_at  timestamptz NOT NULL,
+        lease_seconds double precision NOT NULL CHECK (lease_seconds > 0)
+    )
+    """,
+    """
+    CREATE TABLE sessions (
+        id             text PRIMARY KEY,
+        team_id        text NOT NULL,
+        channel_id     text NOT NULL,
+        thread_ts      text NOT NULL,
+        state          text NOT NULL DEFAULT 'idle'
+                       CHECK (state IN ('idle','running','awaiting_approval','resuming','failed')),
+        requester      text,
+        error          text,
+        batch_id       text,
+        last_calls_seq integer,
+        instance_id    text,
+        created_at     timestamptz NOT NULL,
+        updated_at     timestamptz NOT NULL,
+        UNIQUE (team_id, channel_id, thread_ts)
+    )
+    """,
+    "CREATE INDEX sessions_by_state ON sessions (state)",
+    "CREATE INDEX sessions_by_channel ON sessions (channel_id, state)",
+    """
+    CREATE TABLE messages (
+        session_id text NOT NULL REFERENCES sessions (id),
+        seq        integer NOT NULL,
+        body       text NOT NULL,
+        created_at timestamptz NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    )
+    """,
+    """
+    CREATE TABLE tool_calls (
+        id             text PRIMARY KEY,
+        session_id     text NOT NULL REFERENCES sessions (id),
+        batch_id       text,
+        message_seq    integer NOT NULL,
+        position       integer NOT NULL,
+        call_id        text NOT NULL,
+        name           text NOT NULL,
+        arguments      text NOT NULL,
+        digest         text NOT NULL,
+        needs_approval boolean NOT NULL,
+        status         text NOT NULL
+                       CHECK (status IN ('pending','approved','rejected','expired',
+                                         'executing','done','interrupted','cancelled')),
+        requested_by   text,
+        decided_by     text,
+        decided_team   text,
+        decided_at     timestamptz,
+        reason         text,
+        result         text,
+        is_error       boolean,
+        card_channel   text,
+        card_ts        text,
+        expires_at     timestamptz,
+        ttl            text,
+        approvals      text[] NOT NULL DEFAULT '{}',
+        instance_id    text,
+        created_at     timestamptz NOT NULL,
+        reminded_at    timestamptz,
+        started_at     timestamptz,
+        finished_at    timestamptz,
+        UNIQUE (session_id, message_seq, call_id)
+    )
+    """,
+    "CREATE INDEX tool_calls_by_batch ON tool_calls (batch_id, position)",
+    "CREATE INDEX tool_calls_by_status ON tool_calls (status, expires_at)",
+    """
+    CREATE TABLE audit (
+        id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        at         timestamptz NOT NULL,
+        event      text NOT NULL,
+        actor      text,
+        session_id text,
+        call_id    text,
+        details    jsonb NOT NULL DEFAULT '{}'
+    )
+    """,
+    "CREATE INDEX audit_by_time ON audit (at)",
+    """
+    CREATE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION 'the audit log is append-only: rows cannot be %',
+            lower(TG_OP) || 'd';
+    END
+    $$
+    """,
+    """
+    CREATE TRIGGER audit_no_change BEFORE UPDATE OR DELETE ON audit
+    FOR EACH ROW EXECUTE FUNCTION audit_append_only()
+    """,
+    """
+    CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
+    FOR EACH STATEMENT EXECUTE FUNCTION audit_append_only()
+    """,
+    """
+    CREATE TABLE seen_events (
+        event_id text PRIMARY KEY,
+        seen_at  timestamptz NOT NULL
+    )
+    """,
+    "CREATE INDEX seen_events_by_time ON seen_events (seen_at)",
+    """
+    CREATE TABLE run_queue (
+        id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        session_id  text NOT NULL REFERENCES sessions (id),
+        channel_id  text NOT NULL,
+        requester   text NOT NULL,
+        text        text NOT NULL,
+        message_ts  text,
+        state       text NOT NULL DEFAULT 'queued'
+                    CHECK (state IN ('queued','started','done','cancelled')),
+        history_seq integer,
+        instance_id text,
+        enqueued_at timestamptz NOT NULL,
+        started_at  timestamptz,
+        finished_at timestamptz
+    )
+    """,
+    "CREATE INDEX run_queue_by_channel ON run_queue (state, channel_id, id)",
+    "CREATE INDEX run_queue_by_session ON run_queue (session_id, state)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+"""`MIGRATIONS[n]` takes a database from schema version n to n + 1."""
+
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,30 @@
+"""`SQLiteStore`: the `Store` interface over one SQLite file (WAL, `synchronous=FULL`).
+
+One class composed of per-concern parts that share one connection and its transaction
+machinery (`_connection.py`): sessions and run states, the agent's execution marks, the
+ledger's decisions, cancelling, the run queue, the audit log and crash recovery. The contract of
+every public method is documented once, on `bot.store.Store`.
+"""
+
+from __future__ import annotations
+
+from ._audit import AuditPart
+from ._cancel import CancelPart
+from ._execution import ExecutionPart
+from ._ledger import LedgerPart
+from ._queue import QueuePart
+from ._recovery import RecoveryPart
+from ._sessions import SessionsPart
+
+__all__ = ["SQLiteStore"]
+
+
+class SQLiteStore(
+    SessionsPart, ExecutionPart, LedgerPart, CancelPart, QueuePart, AuditPart, RecoveryPart
+):
+    """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
+    `agent_core.SessionStore`).
+
+    `SQLiteStore(path, *, exclusive=False, clock=utc_now, busy_timeout=30.0, person=str)`:
+    see `SQLiteConnection` for what each keyword is for. Use it as an async context manager.
+    """

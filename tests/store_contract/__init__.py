@@ -1,0 +1,1 @@
+"""The `bot.store.Store` contract, run once per backend (see `conftest.py`)."""
