@@ -58,8 +58,5 @@ def run_options(
     responses: Iterable[ToolApprovalResponse] = (),
 ) -> AgentRunOptions:
     """Run options for a run in `channel`: its tool set (when the policy restricts it)."""
-    names = policy.tools_for(channel)
-    offered: tuple[Tool, ...] | None = None
-    if names is not None:
-        offered = tuple(tools[name] for name in names if name in tools)
+    offered = policy.offered_tools(channel, tools)
     return AgentRunOptions(tools=offered, tool_approval_responses=tuple(responses))

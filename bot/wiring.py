@@ -35,6 +35,7 @@ from .tools import (
     make_http_request,
     make_run_command,
 )
+from .tools.mcp import start_mcp_servers
 
 __all__ = ["INSTRUCTIONS", "Deps", "default_tools", "open_deps", "run_service"]
 
@@ -88,8 +89,8 @@ async def open_deps(
     clock: Callable[[], datetime] = utc_now,
     person: Callable[[str], str] = str,
 ) -> AsyncIterator[Deps]:
-    """Open the store and the LLM and Slack connection pools; close them (and stop background
-    runs) on exit."""
+    """Open the store, the LLM and Slack connection pools and the policy's MCP servers; close
+    them (and stop background runs) on exit."""
     if policy is None:
         policy = (
             Policy.load(settings.opsgate_policy) if settings.opsgate_policy else Policy.default()
@@ -101,9 +102,13 @@ async def open_deps(
         aiohttp.ClientSession() as slack_http,
         # exclusive: a second bot on the same file would "recover" this one's running calls.
         SQLiteStore(settings.opsgate_db, exclusive=True, clock=clock, person=person) as store,
+        contextlib.AsyncExitStack() as servers,  # left first: runs stop before their servers
     ):
         all_tools = list(tools) if tools is not None else default_tools(tool_http, policy)
         all_tools += load_tools(policy.tools_modules, taken=[t.name for t in all_tools])
+        all_tools += await start_mcp_servers(
+            servers, policy.mcp_servers, taken=[t.name for t in all_tools]
+        )
         policy.check_tools([t.name for t in all_tools])
         client = OpenAIChatClient(
             llm_http,

@@ -194,7 +194,10 @@ async def test_check_reports_one_line_per_server(http_demo: str) -> None:
         ),
         "token": McpServerConfig(url=http_demo, headers={"Authorization": "${NO_SUCH_TOKEN}"}),
     }
-    lines = await check_servers(configs, environ={"PATH": os.environ.get("PATH", "")})
+    checks = await check_servers(configs, environ={"PATH": os.environ.get("PATH", "")})
+    assert [c.kind for c in checks] == ["ok", "ok"] + ["failed"] * 5
+    assert checks[0].tools[:2] == ("demo__status", "demo__delete_release")
+    lines = [c.line for c in checks]
     assert len(lines) == len(configs)
     assert lines[0].startswith("MCP server 'demo': ok: 9 tools (status, delete_release, ")
     assert lines[1].startswith("MCP server 'web': ok: 9 tools (status, ")

@@ -1,8 +1,8 @@
 """`opsgate check`: is the configuration complete, would the policy and tools start, does Slack
 accept the token, is the LLM there?
 
-It runs the same steps as start-up (settings for the chosen mode, policy, tools, `check_tools`)
-so that what would stop `opsgate run` is reported here first, in plain words.
+It runs the same steps as start-up (settings for the chosen mode, policy, tools, MCP servers,
+`check_tools`) so that what would stop `opsgate run` is reported here first, in plain words.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..errors import BotError
 from ..policy import Policy
 from ..settings import Settings, load_settings
 from ..tools import load_tools
+from ..tools.mcp import check_servers
 from ..wiring import default_tools
 
 __all__ = ["run_check"]
@@ -57,7 +58,8 @@ async def run_check(*, out: TextIO, settings: Settings | None = None, http: bool
 
 
 async def _check_policy(settings: Settings, report: Report) -> None:
-    """Load the policy, build the built-in tools, import `tools_modules`, run `check_tools`."""
+    """Load the policy, build the built-in tools, import `tools_modules`, start each MCP server
+    and list its tools (one line each), run `check_tools`."""
     path = settings.opsgate_policy
     try:
         policy = Policy.load(path) if path else Policy.default()
@@ -65,7 +67,12 @@ async def _check_policy(settings: Settings, report: Report) -> None:
             built_in = default_tools(tool_http, policy)
         loaded = load_tools(policy.tools_modules, taken=[t.name for t in built_in])
         names = [t.name for t in (*built_in, *loaded)]
-        policy.check_tools(names)
+        servers = await check_servers(policy.mcp_servers, taken=names)
+        for server in servers:
+            report(server.kind == "ok", server.line)
+            names += server.tools
+        failed = [server.server for server in servers if server.kind == "failed"]
+        policy.check_tools(names, unchecked_servers=failed)
     except (BotError, ValueError) as exc:  # ValueError: a built-in tool refused its settings
         report(False, f"policy: {exc}")
         return

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, StrictStr
 
+from bot._argument_rule import Regex
 from bot._duration import parse_duration
 
 __all__ = [
@@ -99,24 +100,12 @@ def unique(values: tuple[str, ...]) -> tuple[str, ...]:
     return values
 
 
-def _regex(value: Any) -> Any:
-    if isinstance(value, re.Pattern):
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"a pattern is a regular expression written as text, not {value!r}")
-    try:
-        return re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
-
-
 Duration = Annotated[timedelta, BeforeValidator(_duration)]
 Directory = Annotated[Path, BeforeValidator(_directory)]
 """An existing directory; relative paths are from the directory the bot starts in."""
 OutputLimit = Annotated[StrictInt, Field(gt=0)]
 ApproverId = Annotated[StrictStr, AfterValidator(_approver_id)]
 ChannelId = Annotated[StrictStr, AfterValidator(_channel_id)]
-Regex = Annotated[re.Pattern[str], BeforeValidator(_regex)]
 BotId = Annotated[StrictStr, AfterValidator(_bot_id)]
 Approvals = Annotated[StrictInt, Field(ge=1)]
 Concurrency = Annotated[StrictInt, Field(ge=1, le=1000)]

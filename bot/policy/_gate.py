@@ -10,9 +10,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
 from agent_core import Tool, ToolCall
+from bot._argument_rule import schema_defaults
 
 from ._model import ArgumentRule, ToolPolicy
 
@@ -97,20 +97,9 @@ def decide(
         arguments = call.parsed_arguments()
     except ValueError:
         return GateDecision(True, f"{where}: arguments unreadable, approval required")
-    defaults = {} if isinstance(tool, str) else _schema_defaults(tool)
+    defaults = {} if isinstance(tool, str) else schema_defaults(tool.parameters)
     for index, rule in enumerate(config.rules):
         if rule.matches(arguments, defaults):
             label = rule.name or f"{rule.argument} ~ /{rule.pattern.pattern}/"
             return GateDecision(True, f"{where}.rules[{index}] ({label})")
     return GateDecision(False, f"{where}: no rule matched")
-
-
-def _schema_defaults(tool: Tool) -> dict[str, Any]:
-    properties = tool.parameters.get("properties", {})
-    if not isinstance(properties, dict):
-        return {}
-    return {
-        key: spec["default"]
-        for key, spec in properties.items()
-        if isinstance(spec, dict) and "default" in spec
-    }

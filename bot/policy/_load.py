@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from bot.tools.mcp.config import McpServerConfig, McpToolOverride
+
 from ._errors import PolicyError
 from ._model import RUN_COMMAND_ONLY, ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
 
@@ -79,11 +81,19 @@ def _section(loc: tuple[int | str, ...], root: type[BaseModel]) -> type[BaseMode
             return ArgumentRule
         case ["channels_policy", _]:
             return ChannelPolicy
+        case ["mcp_servers", _]:
+            return McpServerConfig
+        case ["mcp_servers", _, "tools", _]:
+            return McpToolOverride
+        case ["mcp_servers", _, "tools", _, "rules", int()]:
+            return ArgumentRule
     return None
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:
     text = ""
     for part in loc:
+        if part == "[key]":  # pydantic's marker for a problem with a dict key, named before it
+            continue
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text

@@ -3,21 +3,20 @@ bot). `Policy` itself, the whole file, is in `_policy`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
-    Field,
     StrictBool,
     StrictStr,
     model_validator,
 )
 
-from agent_core import canonical_arguments
+from bot._argument_rule import ArgumentRule
 from bot._duration import format_duration
 
 from ._fields import (
@@ -31,7 +30,6 @@ from ._fields import (
     Duration,
     Instructions,
     OutputLimit,
-    Regex,
     ToolName,
     Trigger,
     unique,
@@ -51,29 +49,6 @@ __all__ = [
 
 class Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ArgumentRule(Model):
-    """`[[tools.<name>.rules]]`: approval is needed when `argument` matches `pattern` (re.search).
-
-    Non-text values are matched in their canonical JSON spelling. A missing argument takes the
-    default from the tool's schema when the tool is known, and otherwise matches nothing.
-    """
-
-    argument: Annotated[StrictStr, Field(min_length=1)]
-    pattern: Regex
-    name: StrictStr | None = None
-    """A label for the audit log; without one the rule is named by its place and pattern."""
-
-    def matches(self, arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
-        if self.argument in arguments:
-            value = arguments[self.argument]
-        elif self.argument in defaults:
-            value = defaults[self.argument]
-        else:
-            return False
-        text = value if isinstance(value, str) else canonical_arguments(value)
-        return self.pattern.search(text) is not None
 
 
 class ToolPolicy(Model):

@@ -10,12 +10,21 @@ from typing import Annotated, Any
 from pydantic import Field, PrivateAttr, StrictStr, ValidationError, model_validator
 
 from agent_core import Tool, ToolCall
+from bot.tools.mcp.config import McpServerConfig, McpServerName
+from bot.tools.mcp.tool import McpTool
 
 from ._approvers import ApproverSpec
 from ._errors import PolicyError
 from ._fields import GROUP_ID, ChannelId, Trigger
 from ._gate import GateDecision, approval_summary, built_in_tools, decide
 from ._load import did_you_mean, explain, parse_toml, read_policy_file
+from ._mcp import (
+    mcp_decision,
+    misplaced_mcp_sections,
+    offered_tools,
+    server_of,
+    unknown_wildcards,
+)
 from ._model import (
     NO_OVERRIDE,
     RUN_COMMAND_ONLY,
@@ -37,6 +46,8 @@ class Policy(Model):
     defaults: Defaults = Defaults()
     tools: dict[Annotated[StrictStr, Field(min_length=1)], ToolPolicy] = Field(default_factory=dict)
     channels_policy: dict[ChannelId, ChannelPolicy] = Field(default_factory=dict)
+    mcp_servers: dict[McpServerName, McpServerConfig] = Field(default_factory=dict)
+    """`[mcp_servers.NAME]`: MCP tool servers whose tools are offered as `NAME__TOOL`."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)
@@ -74,6 +85,12 @@ class Policy(Model):
             )
             required = override.required_approvals or self.defaults.required_approvals
             check_reachable(approvers, required, f"channels_policy.{channel}.approvers")
+        lists = {channel: c.tools for channel, c in self.channels_policy.items()}
+        problem = unknown_wildcards(lists, self.mcp_servers) or misplaced_mcp_sections(
+            self.tools, self.mcp_servers
+        )
+        if problem:
+            raise ValueError(problem)
         return self
 
     # construction
@@ -112,13 +129,22 @@ class Policy(Model):
             policy.check_tools(known_tools)
         return policy
 
-    def check_tools(self, known_tools: Collection[str]) -> None:
-        """Raise `PolicyError` if the file configures or offers a tool that the bot lacks."""
+    def check_tools(
+        self, known_tools: Collection[str], *, unchecked_servers: Collection[str] = ()
+    ) -> None:
+        """Raise `PolicyError` if the file configures or offers a tool that the bot lacks.
+
+        Known tools include the MCP servers' `NAME__TOOL`s (`NAME__*` entries were checked
+        when the file was read); `unchecked_servers` did not start (`opsgate check` reports
+        them), so their tools' names cannot be checked.
+        """
         known = sorted(set(known_tools))
         places = [(f"[tools.{name}]", name) for name in self.tools]
         for channel, override in self.channels_policy.items():
             places += [(f"channels_policy.{channel}.tools", name) for name in override.tools or ()]
         for where, name in places:
+            if name.endswith("__*") or server_of(name) in unchecked_servers:
+                continue
             if name not in known:
                 raise PolicyError(
                     f"policy file {self._source}: {where}: unknown tool {name!r}"
@@ -187,8 +213,15 @@ class Policy(Model):
         return self.channel(channel).instructions
 
     def tools_for(self, channel: str | None) -> tuple[str, ...] | None:
-        """The names of the tools offered in the channel; None means every tool."""
+        """The entries of the channel's `tools` list (`NAME__*` included); None: every tool."""
         return self.channel(channel).tools
+
+    def offered_tools(
+        self, channel: str | None, tools: Mapping[str, Tool]
+    ) -> tuple[Tool, ...] | None:
+        """The tools offered in the channel, `NAME__*` expanded; None means every tool."""
+        entries = self.tools_for(channel)
+        return None if entries is None else offered_tools(entries, tools)
 
     def concurrency_for(self, channel: str | None) -> int:
         own = self.channel(channel).concurrency
@@ -198,10 +231,15 @@ class Policy(Model):
 
     def approval_summary(self, tool: Tool | str) -> str:
         """When calls of a tool wait for a human, in a few words (for `/opsgate help`)."""
+        if isinstance(tool, McpTool):
+            return tool.approval_summary()
         return approval_summary(tool, self.tools, self._built_in)
 
     def decide(self, tool: Tool | str, call: ToolCall) -> GateDecision:
-        """Whether `call` waits for a human, and which rule decided (see `_gate.decide`)."""
+        """Whether `call` waits for a human, and which rule decided (see `_gate.decide`; an
+        MCP tool decides by its server's settings, see `_mcp.mcp_decision`)."""
+        if isinstance(tool, McpTool):
+            return mcp_decision(tool, call)
         return decide(tool, call, self.tools, self._built_in)
 
     def gate(self, tool: Tool, call: ToolCall) -> bool:

@@ -55,8 +55,8 @@ class Answers:
     def channel_help(self, channel: str) -> ChannelHelp:
         policy = self.ctx.policy
         tools = self.ctx.tools
-        names = policy.tools_for(channel)
-        offered = [tools[n] for n in names if n in tools] if names is not None else tools.values()
+        chosen = policy.offered_tools(channel, tools)
+        offered = chosen if chosen is not None else tuple(tools.values())
         approvers = policy.approvers_for(channel)
         return ChannelHelp(
             channel=channel,

@@ -12,6 +12,8 @@ from typing import Literal
 
 from ..store import ToolCallRow
 from ._context import RunContext, thread_of
+from ._gate_audit import audit_gate_rule
+from ._server_tool import server_tool
 from .cards import CardCall, CardOutcome, CardRef
 from .output import CallLink, CardNotPosted, PostFailed, Thread
 
@@ -37,6 +39,7 @@ class Cards:
             held=tuple((r.tool, r.arguments_value()) for r in batch if not r.needs_approval),
             required_approvals=self.ctx.policy.required_approvals_for(channel),
             approvals=tuple(row.approvals),
+            server_tool=server_tool(tool),
         )
 
     async def link(self, row: ToolCallRow) -> CallLink:
@@ -53,6 +56,7 @@ class Cards:
                 continue
             if row.expires_at is None:
                 await store.set_expiry(row.id, expires_at)
+                await audit_gate_rule(self.ctx, row)
             await self.post(thread, row, batch)
 
     async def post(self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]) -> None:

@@ -18,6 +18,7 @@ __all__ = [
     "ChannelHelp",
     "OutcomeStatus",
     "PendingEntry",
+    "ServerTool",
 ]
 
 OutcomeStatus = Literal["approved", "rejected", "expired", "cancelled"]
@@ -29,6 +30,22 @@ class CardRef:
 
     channel_id: str
     ts: str
+
+
+@dataclass(frozen=True)
+class ServerTool:
+    """The MCP server tool a card asks about: which server, which tool, and what the server
+    says about it (its annotations are hints from the server, shown as such)."""
+
+    server: str
+    tool: str
+    """The tool's name on its server (the model calls it `server__tool`)."""
+    title: str | None
+    """The server's title for the tool (untrusted text)."""
+    labels: tuple[str, ...]
+    """Its annotations in words, e.g. ("destructive", "open world")."""
+    destructive: bool
+    """The server annotated it `destructiveHint: true`: the card says so prominently."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +68,8 @@ class CardCall:
     required_approvals: int = 1
     approvals: tuple[str, ...] = ()
     """User ids that approved so far."""
+    server_tool: ServerTool | None = None
+    """Set when the tool is an MCP server's."""
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,12 @@ def card_text(card: CardCall, outcome: CardOutcome | None = None) -> str:
     progress = ""
     if card.required_approvals > 1:
         progress = f" ({len(card.approvals)} of {card.required_approvals} approvals)"
-    return f"{card.tool} wants to run (digest {card.digest}){progress}:\n{shown}"
+    origin = ""
+    if card.server_tool is not None:
+        st = card.server_tool
+        title = f" ({st.title})" if st.title else ""
+        origin = f"MCP server {st.server}, tool {st.tool}{title}: {', '.join(st.labels)}\n"
+    return f"{card.tool} wants to run (digest {card.digest}){progress}:\n{origin}{shown}"
 
 
 def _pending(entries: tuple[PendingEntry, ...]) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from slack_sdk.models.blocks import Block, ContextBlock, MarkdownTextObject, SectionBlock
 
 from ..runs.cards import CardCall
+from ._server_tool import server_tool_text
 from ._text import (
     code_span,
     escape_cut,
@@ -58,6 +59,8 @@ class Arguments:
 def card_body(call: CardCall, arg_limit: int) -> list[Block]:
     """What a card shows whether pending or decided: the same facts before and after."""
     title = f"{code_span(call.tool)} wants to run"
+    if call.server_tool is not None:
+        title += "\n" + server_tool_text(call.server_tool)
     if call.description.strip():
         title += "\n" + escape_cut(call.description.strip(), _DESCRIPTION_MAX)
     blocks: list[Block] = [section(title)]

@@ -7,14 +7,13 @@ from .config import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_START_TIMEOUT,
     McpApprovalMode,
-    McpArgumentRule,
     McpServerConfig,
     McpServerName,
     McpToolOverride,
     expand_variables,
 )
 from .errors import McpConfigError, McpServerError, McpStartError
-from .servers import McpServers, check_servers
+from .servers import McpServers, ServerCheck, check_servers, start_mcp_servers
 from .tool import McpAnnotations, McpApproval, McpTool, qualified_name, selects
 
 __all__ = [
@@ -25,7 +24,6 @@ __all__ = [
     "McpAnnotations",
     "McpApproval",
     "McpApprovalMode",
-    "McpArgumentRule",
     "McpConfigError",
     "McpServerConfig",
     "McpServerError",
@@ -34,9 +32,11 @@ __all__ = [
     "McpStartError",
     "McpTool",
     "McpToolOverride",
+    "ServerCheck",
     "check_servers",
     "expand_variables",
     "qualified_name",
     "selects",
     "server_environment",
+    "start_mcp_servers",
 ]

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from agent_core import canonical_arguments
+from bot._argument_rule import ArgumentRule
 from bot._duration import parse_duration
 
 from .errors import McpConfigError
@@ -32,7 +32,6 @@ __all__ = [
     "DEFAULT_OUTPUT_LIMIT",
     "DEFAULT_START_TIMEOUT",
     "McpApprovalMode",
-    "McpArgumentRule",
     "McpServerConfig",
     "McpServerName",
     "McpToolOverride",
@@ -77,51 +76,11 @@ def _duration(value: Any) -> Any:
     return parsed
 
 
-def _regex(value: Any) -> Any:
-    if isinstance(value, re.Pattern):
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"a pattern is a regular expression written as text, not {value!r}")
-    try:
-        return re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
-
-
 Duration = Annotated[timedelta, BeforeValidator(_duration)]
-Regex = Annotated[re.Pattern[str], BeforeValidator(_regex)]
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class McpArgumentRule(_Model):
-    """`[[mcp_servers.NAME.tools.TOOL.rules]]`: approval is needed when `argument` matches
-    `pattern` (re.search), exactly like the built-in tools' `[[tools.X.rules]]`.
-
-    Non-text values are matched in their canonical JSON spelling. A missing argument takes the
-    default from the tool's input schema, and otherwise matches nothing.
-    """
-
-    argument: Annotated[StrictStr, Field(min_length=1)]
-    pattern: Regex
-    name: StrictStr | None = None
-    """A label for the audit log; without one the rule is named by its place and pattern."""
-
-    def matches(self, arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
-        if self.argument in arguments:
-            value = arguments[self.argument]
-        elif self.argument in defaults:
-            value = defaults[self.argument]
-        else:
-            return False
-        text = value if isinstance(value, str) else canonical_arguments(value)
-        return self.pattern.search(text) is not None
-
-    @property
-    def label(self) -> str:
-        return self.name or f"{self.argument} ~ /{self.pattern.pattern}/"
 
 
 class McpToolOverride(_Model):
@@ -131,7 +90,7 @@ class McpToolOverride(_Model):
     """
 
     approval: McpApprovalMode | Literal["rules"] | None = None
-    rules: tuple[McpArgumentRule, ...] = ()
+    rules: tuple[ArgumentRule, ...] = ()
 
     @model_validator(mode="after")
     def _rules_fit_approval(self) -> McpToolOverride:

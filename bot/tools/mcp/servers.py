@@ -9,16 +9,19 @@ import asyncio
 import os
 import re
 from collections.abc import Collection, Iterator, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from types import TracebackType
+from typing import Literal
 
 import mcp_types as types
 
 from ._connection import ServerConnection, describe_failure
 from .config import McpServerConfig
-from .errors import McpConfigError, McpStartError
+from .errors import McpConfigError, McpServerError, McpStartError
 from .tool import McpAnnotations, McpTool, qualified_name
 
-__all__ = ["McpServers", "check_servers"]
+__all__ = ["McpServers", "ServerCheck", "check_servers", "start_mcp_servers"]
 
 _OPENAI_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
@@ -122,6 +125,17 @@ class McpServers:
             )
 
 
+async def start_mcp_servers(
+    stack: AsyncExitStack, configs: Mapping[str, McpServerConfig], *, taken: Collection[str]
+) -> tuple[McpTool, ...]:
+    """Start every server (none configured: nothing starts) and leave them to `stack` to
+    stop; their tools, for the bot's tool set."""
+    if not configs:
+        return ()
+    servers = await stack.enter_async_context(McpServers(configs, taken=taken))
+    return servers.tools
+
+
 def _annotations(tool: types.Tool) -> McpAnnotations:
     hints = tool.annotations
     title = tool.title or (hints.title if hints else None)
@@ -136,23 +150,37 @@ def _annotations(tool: types.Tool) -> McpAnnotations:
     )
 
 
-async def check_servers(
-    configs: Mapping[str, McpServerConfig], *, environ: Mapping[str, str] | None = None
-) -> list[str]:
-    """Start each server, list its tools, stop it: one line per server for `opsgate check`,
-    "MCP server 'NAME': ok: N tools (a, b)" or why it did not start."""
-    env = os.environ if environ is None else environ
+@dataclass(frozen=True)
+class ServerCheck:
+    """What `opsgate check` found about one server: `line` says it in words."""
 
-    async def one(name: str, config: McpServerConfig) -> str:
-        connection = ServerConnection(name, config, env)
+    kind: Literal["ok", "failed"]
+    server: str
+    line: str
+    tools: tuple[str, ...] = ()
+    """The names offered to the model (`NAME__TOOL`), when it started."""
+
+
+async def check_servers(
+    configs: Mapping[str, McpServerConfig],
+    *,
+    environ: Mapping[str, str] | None = None,
+    taken: Collection[str] = (),
+) -> list[ServerCheck]:
+    """Start each server, list its tools, stop it: one result per server for `opsgate check`,
+    "MCP server 'NAME': ok: N tools (a, b)" or why it would stop start-up (the same checks as
+    start-up: tool names, overrides naming listed tools, clashes with `taken`)."""
+
+    async def one(name: str, config: McpServerConfig) -> ServerCheck:
         try:
-            listing = await connection.start()
-        except McpStartError as exc:
-            return str(exc)
+            async with McpServers({name: config}, environ=environ, taken=taken) as started:
+                listed = started.tools
+        except McpServerError as exc:
+            return ServerCheck("failed", name, str(exc))
         except Exception as exc:
-            return describe_failure(name, config, exc)
-        await connection.aclose()
-        names = ", ".join(tool.name for tool in listing)
-        return f"MCP server {name!r}: ok: {len(listing)} tools ({names})"
+            return ServerCheck("failed", name, describe_failure(name, config, exc))
+        names = ", ".join(tool.tool for tool in listed)
+        line = f"MCP server {name!r}: ok: {len(listed)} tools ({names})"
+        return ServerCheck("ok", name, line, tuple(tool.name for tool in listed))
 
     return list(await asyncio.gather(*(one(n, c) for n, c in configs.items())))

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bot._argument_rule import schema_defaults
+
 from .config import McpServerConfig
 
 __all__ = ["McpAnnotations", "McpApproval", "McpTool", "qualified_name", "selects"]
@@ -131,7 +133,7 @@ class McpTool:
             where = f"{where}.tools.{self.tool}"
         mode = self._mode()
         if mode == "rules" and override is not None:
-            defaults = _schema_defaults(self._parameters)
+            defaults = schema_defaults(self._parameters)
             for index, rule in enumerate(override.rules):
                 if rule.matches(arguments, defaults):
                     return McpApproval(
@@ -169,17 +171,6 @@ class McpTool:
 
     def __repr__(self) -> str:
         return f"McpTool({self._name!r})"
-
-
-def _schema_defaults(parameters: Mapping[str, Any]) -> dict[str, Any]:
-    properties = parameters.get("properties", {})
-    if not isinstance(properties, dict):
-        return {}
-    return {
-        key: spec["default"]
-        for key, spec in properties.items()
-        if isinstance(spec, dict) and "default" in spec
-    }
 
 
 def selects(entry: str, tool_name: str) -> bool:
