@@ -199,8 +199,8 @@ async def test_check_reports_one_line_per_server(http_demo: str) -> None:
     assert checks[0].tools[:2] == ("demo__status", "demo__delete_release")
     lines = [c.line for c in checks]
     assert len(lines) == len(configs)
-    assert lines[0].startswith("MCP server 'demo': ok: 9 tools (status, delete_release, ")
-    assert lines[1].startswith("MCP server 'web': ok: 9 tools (status, ")
+    assert lines[0].startswith("MCP server 'demo': ok: 10 tools (status, delete_release, ")
+    assert lines[1].startswith("MCP server 'web': ok: 10 tools (status, ")
     assert lines[2] == "MCP server 'gone': command '/nonexistent/mcp-server' not found"
     assert lines[3].startswith(f"MCP server 'down': cannot reach http://127.0.0.1:{closed_port}")
     assert lines[4].startswith("MCP server 'broken': handshake failed")

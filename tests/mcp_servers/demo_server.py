@@ -6,7 +6,8 @@ Usage: python demo_server.py                       (stdio)
 
 Tools: a read-only one, a destructive one, one that prints its environment, one that crashes
 the process, one that records each call in $DEMO_CALL_LOG (to count deliveries), one that
-fails, one with structured output, one that never answers, and one with long output.
+fails, one with structured output, one that never answers, one that records its call and then
+never answers (telling the test through a fifo), and one with long output.
 Standalone on purpose (imports only the SDK), so it runs with the scrubbed environment.
 """
 
@@ -59,6 +60,21 @@ def record(note: str) -> str:
     with open(os.environ["DEMO_CALL_LOG"], "a", encoding="utf-8") as log:
         log.write(note + "\n")
     return f"recorded {note}"
+
+
+def _record_and_announce(note: str) -> None:
+    with open(os.environ["DEMO_CALL_LOG"], "a", encoding="utf-8") as log:
+        log.write(note + "\n")
+    with open(os.environ["DEMO_STARTED"], "w", encoding="utf-8") as fifo:
+        fifo.write("started\n")
+
+
+@server.tool()
+async def record_and_wait(note: str) -> str:
+    """Append the note to $DEMO_CALL_LOG, say so on the $DEMO_STARTED fifo, never answer."""
+    await asyncio.to_thread(_record_and_announce, note)
+    await asyncio.Event().wait()
+    return "unreachable"
 
 
 @server.tool()
