@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.llm_context import context_error, prompt_tokens
 from tests.support.loopback import serve_on_loopback
 
 __all__ = ["FIXTURES", "LLMStandIn", "fixture_bytes", "sse_bytes"]
@@ -63,8 +64,13 @@ def fixture_bytes(name: str) -> bytes:
 class LLMStandIn:
     """An OpenAI-compatible provider on 127.0.0.1, for tests. Use it as an async context manager."""
 
-    def __init__(self, *, model: str = "stand-in-model") -> None:
+    def __init__(self, *, model: str = "stand-in-model", context_limit: int | None = None) -> None:
         self.model = model
+        self.context_limit = context_limit
+        """Tokens a request may hold (counted with `prompt_tokens`); a longer one is answered
+        HTTP 400 `context_length_exceeded`, the way OpenAI answers it, and consumes no reply."""
+        self.refused: list[dict[str, Any]] = []
+        """Bodies refused for exceeding `context_limit`."""
         self.base_url = ""
         self.requests: list[dict[str, Any]] = []
         """JSON bodies received at /v1/chat/completions, in order."""
@@ -310,6 +316,11 @@ class LLMStandIn:
                 {"error": {"message": "LLMStandIn: request body is not JSON", "type": "invalid"}},
                 status=400,
             )
+        if self.context_limit is not None:
+            used = prompt_tokens(body)
+            if used > self.context_limit:
+                self.refused.append(body)
+                return web.json_response(context_error(self.context_limit, used), status=400)
         async with self._arrived:
             self.requests.append(body)
             self.headers.append(dict(request.headers))
