@@ -67,10 +67,9 @@ class LLMStandIn:
     def __init__(self, *, model: str = "stand-in-model", context_limit: int | None = None) -> None:
         self.model = model
         self.context_limit = context_limit
-        """Tokens a request may hold (counted with `prompt_tokens`); a longer one is answered
-        HTTP 400 `context_length_exceeded`, the way OpenAI answers it, and consumes no reply."""
+        """Tokens a request may hold; a longer one gets OpenAI's HTTP 400 `context_length_exceeded`
+        (consuming no reply) and is recorded in `refused`."""
         self.refused: list[dict[str, Any]] = []
-        """Bodies refused for exceeding `context_limit`."""
         self.base_url = ""
         self.requests: list[dict[str, Any]] = []
         """JSON bodies received at /v1/chat/completions, in order."""
@@ -129,12 +128,17 @@ class LLMStandIn:
         self._replies.append(reply)
 
     def reply_tool_calls(
-        self, calls: list[tuple[str, str, dict[str, Any] | str]], text: str = ""
+        self,
+        calls: list[tuple[str, str, dict[str, Any] | str]],
+        text: str = "",
+        *,
+        fragment: int | None = None,
     ) -> None:
         """A tool-call turn: optional text, then each call streamed OpenAI-style.
 
         Each call is (call_id, name, arguments) with arguments a dict (sent as JSON) or the raw
-        argument text; the arguments are split over two fragments, as real providers do.
+        argument text; the arguments are split in two, or in `fragment`-character pieces (real
+        OpenAI streams send about 4).
         """
         prepared = [
             (i, cid, name, a if isinstance(a, str) else json.dumps(a))
@@ -152,10 +156,11 @@ class LLMStandIn:
                 }
                 chunks.append(self._delta_chunk(body, {"tool_calls": [head]}))
                 half = len(arguments) // 2
-                for part in (arguments[:half], arguments[half:]):
+                parts = [arguments[:half], arguments[half:]]
+                for part in _split(arguments, fragment) if fragment else parts:
                     if part:
-                        fragment = {"index": index, "function": {"arguments": part}}
-                        chunks.append(self._delta_chunk(body, {"tool_calls": [fragment]}))
+                        piece = {"index": index, "function": {"arguments": part}}
+                        chunks.append(self._delta_chunk(body, {"tool_calls": [piece]}))
             chunks.append(self._finish_chunk(body, "tool_calls"))
             chunks.append(self._usage_chunk(body, (20, 5 * len(prepared))))
             return await self._stream(request, chunks, done=True)
@@ -316,11 +321,9 @@ class LLMStandIn:
                 {"error": {"message": "LLMStandIn: request body is not JSON", "type": "invalid"}},
                 status=400,
             )
-        if self.context_limit is not None:
-            used = prompt_tokens(body)
-            if used > self.context_limit:
-                self.refused.append(body)
-                return web.json_response(context_error(self.context_limit, used), status=400)
+        if self.context_limit is not None and (used := prompt_tokens(body)) > self.context_limit:
+            self.refused.append(body)
+            return web.json_response(context_error(self.context_limit, used), status=400)
         async with self._arrived:
             self.requests.append(body)
             self.headers.append(dict(request.headers))
