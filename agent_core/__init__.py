@@ -15,11 +15,12 @@ Exceptions (catch `AgentCoreError` to catch them all):
     └── ToolError                 raised by a tool: a clean error message for the model
 """
 
-from ._invoke import ApprovalGate, FunctionInvokingChatClient, RunJournal
+from ._invoke import ApprovalGate, FunctionInvokingChatClient, RequestView, RunJournal
 from .agent import ChatClientAgent, ContextProvider
 from .approvals import AgentRunOptions, Decision, ToolApprovalResponse
 from .batches import close_batch, pending_tool_calls, undecided_calls
 from .chat_client import ChatClient, ChatOptions
+from .context import ContextBudget, context_tokens_for, counter_for, excerpt
 from .events import (
     AgentResponseUpdate,
     ChatUpdate,
@@ -57,7 +58,7 @@ from .outcomes import (
     Rejected,
     render_outcome,
 )
-from .sessions import AgentSession, InMemorySessionStore, SessionStore
+from .sessions import AgentSession, InMemorySessionStore, SessionStore, StoredContext, Summary
 from .tools import ApprovalRequiredTool, FunctionTool, Tool, tool
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "ChatMessage",
     "ChatOptions",
     "ChatUpdate",
+    "ContextBudget",
     "ContextProvider",
     "Decision",
     "Edited",
@@ -91,11 +93,14 @@ __all__ = [
     "ProviderError",
     "ReasoningDelta",
     "Rejected",
+    "RequestView",
     "ResumeError",
     "Role",
     "RunJournal",
     "SessionStore",
+    "StoredContext",
     "StreamError",
+    "Summary",
     "TextDelta",
     "Tool",
     "ToolApprovalRequest",
@@ -112,6 +117,9 @@ __all__ = [
     "call_digest",
     "canonical_arguments",
     "close_batch",
+    "context_tokens_for",
+    "counter_for",
+    "excerpt",
     "pending_tool_calls",
     "render_outcome",
     "tool",

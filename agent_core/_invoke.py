@@ -27,12 +27,18 @@ from .events import (
     ToolResult,
     Usage,
 )
-from .exceptions import ChatClientError, ResumeError, ToolCallAlreadyStarted, ToolError
+from .exceptions import (
+    ChatClientError,
+    ProviderError,
+    ResumeError,
+    ToolCallAlreadyStarted,
+    ToolError,
+)
 from .messages import ChatMessage, ToolCall, call_digest
 from .outcomes import CallOutcome, render_outcome
 from .tools import Tool, _to_text
 
-__all__ = ["ApprovalGate", "FunctionInvokingChatClient", "RunJournal"]
+__all__ = ["ApprovalGate", "FunctionInvokingChatClient", "RequestView", "RunJournal"]
 
 logger = logging.getLogger("agent_core")
 
@@ -61,6 +67,18 @@ class RunJournal(Protocol):
     async def finish_tool_call(
         self, call: ToolCall, message: ChatMessage, *, is_error: bool
     ) -> None: ...
+
+
+class RequestView(Protocol):
+    """Turns the run's history into what one request sends (compaction, `agent_core._compact`)."""
+
+    async def prepare(
+        self, history: Sequence[ChatMessage], tools: Sequence[Tool], *, harder: bool = False
+    ) -> list[ChatMessage]: ...
+
+    def bound_answer(self, text: str | None) -> str | None:
+        """A final answer as stored for later requests."""
+        ...
 
 
 _Plan = Sequence[tuple[ToolCall, ToolApprovalResponse | None]]
@@ -123,8 +141,12 @@ class FunctionInvokingChatClient:
         tools: Sequence[Tool],
         journal: RunJournal,
         options: AgentRunOptions | None = None,
+        view: RequestView | None = None,
     ) -> AsyncGenerator[AgentResponseUpdate, None]:
-        """Stream one run. Raises `ResumeError` (before yielding anything) for a bad resume."""
+        """Stream one run. Raises `ResumeError` (before yielding anything) for a bad resume.
+
+        With a `view`, each request sends `view.prepare(history)` instead of the whole history,
+        and a provider's "context length exceeded" is retried once with a harder compaction."""
         options = options or AgentRunOptions()
         if options.max_rounds is not None and options.max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, not {options.max_rounds!r}")
@@ -144,7 +166,8 @@ class FunctionInvokingChatClient:
         usage: Usage | None = None
         for _ in range(options.max_rounds or self.max_rounds):
             turn = TurnCollector(history)
-            async with contextlib.aclosing(self._stream_turn(turn, history, by_name, options)) as s:
+            streamed = self._stream_turn(turn, history, by_name, options, view)
+            async with contextlib.aclosing(streamed) as s:
                 async for update in s:
                     yield update
             finish = turn.finish
@@ -156,7 +179,8 @@ class FunctionInvokingChatClient:
                 usage = finish.usage if usage is None else usage + finish.usage
 
             if not turn.calls:
-                await journal.append([ChatMessage.assistant(turn.content)])
+                content = turn.content if view is None else view.bound_answer(turn.content)
+                await journal.append([ChatMessage.assistant(content)])
                 yield Finish(_consumer_reason(finish.finish_reason), usage)
                 return
 
@@ -184,17 +208,35 @@ class FunctionInvokingChatClient:
         history: Sequence[ChatMessage],
         tools: dict[str, Tool],
         options: AgentRunOptions,
+        view: RequestView | None = None,
     ) -> AsyncGenerator[AgentResponseUpdate, None]:
-        """Stream one model turn into `turn`; a failed request is kept as `turn.error`."""
-        try:
-            stream = self.client.stream(history, tools=list(tools.values()), options=options.chat)
-            async with closing(stream) as updates:
-                async for update in updates:
-                    if (shown := turn.take(update)) is not None:
-                        yield shown
-        except ChatClientError as exc:
-            logger.warning("model request failed: %s", exc)
-            turn.error = str(exc)
+        """Stream one model turn into `turn`; a failed request is kept as `turn.error`.
+
+        A request refused as too long for the context, before anything streamed, is compacted
+        harder and sent once more: the user gets an answer, not the provider's error."""
+        listed = list(tools.values())
+        request = list(history) if view is None else await view.prepare(history, listed)
+        retried = False
+        while True:
+            try:
+                stream = self.client.stream(request, tools=listed, options=options.chat)
+                async with closing(stream) as updates:
+                    async for update in updates:
+                        if (shown := turn.take(update)) is not None:
+                            yield shown
+                return
+            except ProviderError as exc:
+                if view is None or retried or not exc.context_exceeded or turn.started:
+                    logger.warning("model request failed: %s", exc)
+                    turn.error = str(exc)
+                    return
+                logger.info("context length exceeded; compacting harder and retrying once")
+                retried = True
+                request = await view.prepare(history, listed, harder=True)
+            except ChatClientError as exc:
+                logger.warning("model request failed: %s", exc)
+                turn.error = str(exc)
+                return
 
     def _batch(
         self, turn: TurnCollector, tools: dict[str, Tool]

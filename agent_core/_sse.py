@@ -51,6 +51,15 @@ def _snippet(text: str) -> str:
     return repr(text if len(text) <= _SNIPPET else text[:_SNIPPET] + "…")
 
 
+def error_code(payload: Any) -> str | None:
+    """The provider's error code word (OpenAI: `{"error": {"code": "context_length_exceeded"}}`)."""
+    if not isinstance(payload, dict):
+        return None
+    error = payload.get("error", payload)
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) and code else None
+
+
 def error_details(payload: Any) -> tuple[str | None, int | None]:
     """The provider's own message and numeric code from an error body, if it has them.
 

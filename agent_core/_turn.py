@@ -57,6 +57,11 @@ class TurnCollector:
         """Why the model request failed, if it did (set by the loop)."""
 
     @property
+    def started(self) -> bool:
+        """Whether the model sent anything yet (a retry would repeat it)."""
+        return bool(self.text or self.calls or self.renamed)
+
+    @property
     def content(self) -> str | None:
         return "".join(self.text) or None
 

@@ -6,10 +6,12 @@ import contextlib
 from collections.abc import AsyncGenerator, Sequence
 from typing import Protocol
 
+from ._compact import Compactor
 from ._invoke import ApprovalGate, FunctionInvokingChatClient
 from .approvals import AgentRunOptions
 from .batches import pending_tool_calls
 from .chat_client import ChatClient
+from .context import ContextBudget
 from .events import AgentResponseUpdate, ToolApprovalRequest, ToolCallHeld
 from .exceptions import PendingApprovalError, ResumeError
 from .messages import ChatMessage, ToolCall
@@ -94,7 +96,10 @@ class ChatClientAgent:
         context_providers: Sequence[ContextProvider] = (),
         max_rounds: int = 10,
         approval_gate: ApprovalGate | None = None,
+        context: ContextBudget | None = None,
     ) -> None:
+        """`context` is the budget each request is fitted into (see `agent_core.context`); by
+        default the one of the client's `model`, if it names one."""
         names = [t.name for t in tools]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -103,6 +108,10 @@ class ChatClientAgent:
         self.tools = tuple(tools)
         self.store: SessionStore = store if store is not None else InMemorySessionStore()
         self.context_providers = tuple(context_providers)
+        model = getattr(client, "model", None)
+        if context is None and isinstance(model, str):
+            context = ContextBudget.for_model(model)
+        self.context = context
         self.loop = FunctionInvokingChatClient(
             client, max_rounds=max_rounds, approval_gate=approval_gate
         )
@@ -125,7 +134,8 @@ class ChatClientAgent:
                 "or tool_approval_responses to resume"
             )
 
-        history = await self.store.load_messages(session.id)
+        loaded = await self.store.load_context(session.id)
+        history = loaded.messages
         if new and pending_tool_calls(history):
             raise PendingApprovalError(
                 f"session {session.id!r} has tool calls waiting for decisions; "
@@ -138,11 +148,18 @@ class ChatClientAgent:
         for provider in self.context_providers:
             context.extend(await provider.on_invoking(session, [*history, *new]))
         system = [ChatMessage.system(self.instructions)] if self.instructions else []
+        view = None
+        if self.context is not None:
+            fixed = len(system) + len(context)
+            view = Compactor(
+                self.context, self.loop.client, self.store, session.id, fixed=fixed, loaded=loaded
+            )
         stream = self.loop.run(
             [*system, *context, *history, *new],
             tools=self.tools if options.tools is None else options.tools,
             journal=journal,
             options=options,
+            view=view,
         )
         async with contextlib.aclosing(stream):  # an abandoned run releases the model stream
             async for update in stream:

@@ -36,11 +36,25 @@ class ProviderError(ChatClientError):
         status_code: int | None = None,
         provider_message: str | None = None,
         partial_text: str = "",
+        code: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.provider_message = provider_message
         self.partial_text = partial_text
+        self.code = code
+        """The provider's error code word, e.g. OpenAI's "context_length_exceeded"."""
+
+    @property
+    def context_exceeded(self) -> bool:
+        """The request did not fit the model's context window (OpenAI's HTTP 400 shape, or the
+        wording other OpenAI-compatible servers use)."""
+        if self.code == "context_length_exceeded":
+            return True
+        text = (self.provider_message or "").lower()
+        return self.status_code == 400 and (
+            "maximum context length" in text or "context_length_exceeded" in text
+        )
 
 
 class StreamError(ChatClientError):

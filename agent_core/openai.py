@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, aconnect_sse
 
-from ._sse import ChunkAssembler, error_details
+from ._sse import ChunkAssembler, error_code, error_details
 from .chat_client import ChatOptions
 from .events import ChatUpdate
 from .exceptions import ChatClientError, ProviderError, StreamError
@@ -248,6 +248,7 @@ class OpenAIChatClient:
             f"{self.url} answered HTTP {status}: {shown}",
             status_code=status,
             provider_message=provider_message,
+            code=error_code(payload),
         )
         if status in _RETRYABLE_STATUS or status >= 500:
             raise _Retry(error, _retry_after(response.headers))

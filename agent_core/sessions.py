@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from .events import ToolApprovalRequest, ToolCallHeld
 from .exceptions import ToolCallAlreadyStarted
 from .messages import ChatMessage, ToolCall
 
-__all__ = ["AgentSession", "InMemorySessionStore", "SessionStore"]
+__all__ = ["AgentSession", "InMemorySessionStore", "SessionStore", "StoredContext", "Summary"]
 
 
 @dataclass(slots=True)
@@ -27,9 +27,44 @@ class AgentSession:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What stands for the first `upto` messages of a history in requests to the model.
+
+    Made by the model (`kind="summary"`) or, if that failed, a plain note of what was left out
+    (`kind="note"`). Stored once; the messages it replaces stay stored, whole.
+    """
+
+    upto: int
+    text: str
+    kind: Literal["summary", "note"] = "summary"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredContext:
+    """What a run loads: the latest summary and the messages after it (from index `start`)."""
+
+    summary: Summary | None
+    messages: list[ChatMessage]
+
+    @property
+    def start(self) -> int:
+        return 0 if self.summary is None else self.summary.upto
+
+
 class SessionStore(Protocol):
     async def load_messages(self, session_id: str) -> list[ChatMessage]:
         """The whole history, oldest first."""
+        ...
+
+    async def load_context(self, session_id: str) -> StoredContext:
+        """The latest summary and the messages after it: what a run needs, whatever the length
+        of the thread before it."""
+        ...
+
+    async def save_summary(self, session_id: str, summary: Summary) -> bool:
+        """Store a summary of the first `summary.upto` messages, if it reaches further than the
+        latest one (False otherwise: another run compacted meanwhile)."""
         ...
 
     async def append_messages(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
@@ -67,9 +102,23 @@ class InMemorySessionStore:
         self.messages: dict[str, list[ChatMessage]] = {}
         self.call_status: dict[tuple[str, str], str] = {}
         self.pending: dict[str, list[ToolApprovalRequest]] = {}
+        self.summaries: dict[str, list[Summary]] = {}
 
     async def load_messages(self, session_id: str) -> list[ChatMessage]:
         return list(self.messages.get(session_id, ()))
+
+    async def load_context(self, session_id: str) -> StoredContext:
+        summaries = self.summaries.get(session_id)
+        summary = summaries[-1] if summaries else None
+        start = 0 if summary is None else summary.upto
+        return StoredContext(summary, list(self.messages.get(session_id, ())[start:]))
+
+    async def save_summary(self, session_id: str, summary: Summary) -> bool:
+        summaries = self.summaries.setdefault(session_id, [])
+        if summaries and summaries[-1].upto >= summary.upto:
+            return False
+        summaries.append(summary)
+        return True
 
     async def append_messages(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
         self.messages.setdefault(session_id, []).extend(messages)

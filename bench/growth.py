@@ -10,8 +10,14 @@ in one with 1,000, with the real parts: `ChatClientAgent`, `SQLiteStore` (durabl
   on the 1,000-message thread) and a write right after a CPU burst takes longer to get going on
   SQLite's worker thread, so one more append per thread is also timed on its own, after all
   the turns, with nothing before it: that is the SQL itself;
-- the history load: the whole thread is read back, because the model is sent all of it;
+- the history load: what a run loads, from the last compaction point on (`load_context`);
 - what is sent to the model: the request body, in bytes (its `Content-Length`).
+
+The agent runs with a context budget of `BUDGET` tokens, so the 1,000-message thread does not
+fit: its first turn (untimed, like every thread's first turn here) compacts it, the model's
+summary is stored, and from then on a turn loads and sends the summary and the latest turns
+only. That is the steady state of a long thread, and what is timed. (With the default 128,000
+budget these 1,000 short messages fit whole, and a turn costs what it did before compaction.)
 
 The 10-message thread is the floor of the 1,000-message one; samples alternate between fresh
 threads of each size, and medians are compared.
@@ -38,9 +44,12 @@ from agent_core import (
     AgentSession,
     ChatClientAgent,
     ChatMessage,
+    ContextBudget,
     Finish,
     FinishReason,
     OpenAIChatClient,
+    StoredContext,
+    Summary,
     ToolApprovalRequest,
     ToolCall,
     ToolCallHeld,
@@ -52,6 +61,7 @@ SMALL = 10
 LARGE = 1_000
 SAMPLES = 200
 WARMUP = 5
+BUDGET = 8_000
 
 
 class _TimedStore:
@@ -71,6 +81,20 @@ class _TimedStore:
             return await self.inner.load_messages(session_id)
         finally:
             self.load += time.perf_counter() - started
+
+    async def load_context(self, session_id: str) -> StoredContext:
+        started = time.perf_counter()
+        try:
+            return await self.inner.load_context(session_id)
+        finally:
+            self.load += time.perf_counter() - started
+
+    async def save_summary(self, session_id: str, summary: Summary) -> bool:
+        started = time.perf_counter()
+        try:
+            return await self.inner.save_summary(session_id, summary)
+        finally:
+            self.write += time.perf_counter() - started
 
     async def append_messages(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
         started = time.perf_counter()
@@ -135,7 +159,11 @@ async def _seed(store: SQLiteStore, label: str, count: int) -> str:
     return session.id
 
 
-async def _turn(agent: ChatClientAgent, timed: _TimedStore, llm: LLMStandIn, sid: str) -> _Turn:
+async def _turn(
+    agent: ChatClientAgent, timed: _TimedStore, llm: LLMStandIn, sid: str, *, compacts: bool = False
+) -> _Turn:
+    if compacts:
+        llm.reply_text("Earlier: questions about the web tier; all healthy each time.")
     llm.reply_text("Everything is healthy; nothing to do.")
     timed.reset()
     finish: Finish | None = None
@@ -186,11 +214,18 @@ async def main() -> None:
         ):
             timing = _TimedStore(store)
             client = OpenAIChatClient(http, model="bench-model", base_url=llm.base_url)
-            agent = ChatClientAgent(client, instructions="You are OpsGate.", store=timing)
+            agent = ChatClientAgent(
+                client,
+                instructions="You are OpsGate.",
+                store=timing,
+                context=ContextBudget(context_tokens=BUDGET),
+            )
             threads: list[tuple[str, str]] = []
             for i in range(WARMUP + SAMPLES):
                 small_id = await _seed(store, f"small-{i}", SMALL)
                 large_id = await _seed(store, f"large-{i}", LARGE)
+                await _turn(agent, timing, llm, small_id)  # each thread's first turn: untimed
+                await _turn(agent, timing, llm, large_id, compacts=True)
                 order = [(small, small_id), (large, large_id)]
                 for into, sid in order if i % 2 else reversed(order):
                     turn = await _turn(agent, timing, llm, sid)
@@ -201,7 +236,10 @@ async def main() -> None:
             if llm.unexpected:
                 raise RuntimeError(f"{len(llm.unexpected)} request(s) found no reply queued")
 
-    print(f"one turn = question + streamed answer; medians of {SAMPLES} turns on fresh threads")
+    print(
+        f"one turn = question + streamed answer, context budget {BUDGET:,} tokens; medians of "
+        f"{SAMPLES} second turns on fresh threads (the first turn compacted the long one)"
+    )
     table = Table("", f"{SMALL} prior messages", f"{LARGE:,} prior messages", "ratio")
     for label, field in (
         ("turn (wall)", "wall"),
@@ -221,6 +259,9 @@ async def main() -> None:
     a, b = _median(small, "messages_sent"), _median(large, "messages_sent")
     table.add("messages sent to the model", f"{a:.0f}", f"{b:.0f}", ratio(b, a))
     table.print()
+    a, b = _median(small, "wall"), _median(large, "wall")
+    verdict = "met" if b <= 1.3 * a else "NOT met"
+    print(f"goal: a turn at {LARGE:,} prior messages within 1.3x of one at {SMALL}: {verdict}")
 
 
 if __name__ == "__main__":

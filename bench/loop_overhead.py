@@ -1,6 +1,8 @@
 """Agent loop overhead: `python bench/loop_overhead.py` (about 30-45 s).
 
-One run is 5 tool rounds (a trivial async `@tool`) and a final text answer: 6 streamed requests
+One run is 5 tool rounds (trivial tools, async and sync in turn: a sync tool pays the hop to a
+worker thread; arguments streamed in 4-character fragments like the real OpenAI capture) and a
+final text answer: 6 streamed requests
 to `LLMStandIn`, a loopback OpenAI-compatible server that answers at once. Its wall time is set
 beside the floor: the very same 6 request bodies sent with plain httpx, each SSE body read line
 by line and every `data:` line parsed with `json.loads`. The two alternate, many times, over one
@@ -69,15 +71,30 @@ class _Connections:
 
 
 @tool
-async def bump(n: int) -> str:
+async def bump(n: int, note: str) -> str:
     """Add one to n."""
     return str(n + 1)
 
 
+@tool
+def bump_sync(n: int, note: str) -> str:
+    """Add one to n, in a plain function (the loop runs it on a worker thread)."""
+    return str(n + 1)
+
+
+FRAGMENT = 4
+"""Characters per streamed argument fragment: what the real OpenAI capture in
+tests/fixtures/openai-sse/ sends."""
+NOTE = "checking the web tier after the deploy of build 4812"
+
+
 def _queue_run(llm: LLMStandIn, run: int) -> None:
-    """The replies of one run: ROUNDS tool-call turns, then the answer."""
+    """The replies of one run: ROUNDS tool-call turns (async and sync tools in turn, arguments
+    streamed in 4-character fragments), then the answer."""
     for r in range(ROUNDS):
-        llm.reply_tool_calls([(f"call_{run}_{r}", "bump", {"n": r})])
+        name = "bump" if r % 2 == 0 else "bump_sync"
+        arguments = {"n": r, "note": NOTE}
+        llm.reply_tool_calls([(f"call_{run}_{r}", name, arguments)], fragment=FRAGMENT)
     llm.reply_text("All five bumps are done; the last one gave 5.")
 
 
@@ -124,7 +141,7 @@ async def _floor_run(
 
 def _agent(http: httpx.AsyncClient, llm: LLMStandIn, store: SessionStore) -> ChatClientAgent:
     client = OpenAIChatClient(http, model="bench-model", base_url=llm.base_url, max_retries=0)
-    return ChatClientAgent(client, tools=[bump], store=store, max_rounds=ROUNDS + 1)
+    return ChatClientAgent(client, tools=[bump, bump_sync], store=store, max_rounds=ROUNDS + 1)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ _WHERE = {
     "./opsgate.db",
     "OPSGATE_POLICY": "set it to the path of your policy TOML file, or leave it unset",
     "OPSGATE_PORT": "set it to a port number between 1 and 65535, or leave it unset for 3000",
+    "OPSGATE_CONTEXT_TOKENS": "set it to the model's context window in tokens (at least 1000), "
+    "or leave it unset to go by the model's name",
 }
 
 _TOKEN_KINDS = {
@@ -80,6 +82,8 @@ class Settings(BaseSettings):
     opsgate_db: Path = Path("./opsgate.db")
     opsgate_policy: Path | None = Field(default_factory=_default_policy)
     opsgate_port: int = Field(default=3000, ge=1, le=65535)
+    opsgate_context_tokens: int | None = Field(default=None, ge=1000)
+    """The model's context budget; None: by model name (`agent_core.context_tokens_for`)."""
 
     @field_validator("slack_bot_token")
     @classmethod

@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 import httpx
 
-from agent_core import ChatClientAgent, Tool
+from agent_core import ChatClientAgent, ContextBudget, Tool
 from agent_core.openai import OpenAIChatClient
 
 from ._tasks import TaskSupervisor
@@ -123,6 +123,9 @@ async def open_deps(
             store=store,
             context_providers=[ChannelInstructions(policy)],
             approval_gate=policy.gate,
+            context=ContextBudget.for_model(
+                settings.opsgate_model, settings.opsgate_context_tokens
+            ),
         )
         deps = Deps(
             store=store,

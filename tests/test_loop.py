@@ -32,6 +32,7 @@ from agent_core import (
     ProviderError,
     Rejected,
     ResumeError,
+    StoredContext,
     StreamError,
     TextDelta,
     Tool,
@@ -470,11 +471,11 @@ class SameHistoryStore(InMemorySessionStore):
         super().__init__()
         self.barrier: asyncio.Barrier | None = None
 
-    async def load_messages(self, session_id: str) -> list[ChatMessage]:
-        messages = await super().load_messages(session_id)
+    async def load_context(self, session_id: str) -> StoredContext:
+        loaded = await super().load_context(session_id)
         if self.barrier is not None:
             await self.barrier.wait()
-        return messages
+        return loaded
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,10 @@
 """Streaming an answer into a Slack thread.
 
 Slack's `chat.startStream`/`appendStream`/`stopStream` (slack_sdk's `chat_stream`) is used where the
-workspace offers it. Where it doesn't, the answer is posted once and then edited, at most about
-once a second, so a fast model cannot run us into Slack's rate limits.
+workspace offers it. Where it doesn't, the answer is posted once and then edited. Either way text
+is sent in batches (every `FLUSH_CHARS` characters, or after `FLUSH_SECONDS` with text waiting),
+so an 18,000-character answer costs about a dozen Web API calls, not hundreds; and an answer is
+posted as at most `MAX_MESSAGES` messages, the whole of it attached as a file when it is longer.
 """
 
 from __future__ import annotations
@@ -31,6 +33,14 @@ _STREAM_UNAVAILABLE = {
     "invalid_arguments",
 }
 MAX_MESSAGE = 3500
+"""Longest posted (post-and-edit) message; a longer answer continues in a new one."""
+MAX_STREAMED = 12_000
+"""Longest streamed message (Slack takes at most 12,000 characters of markdown per call)."""
+MAX_MESSAGES = 5
+"""Messages one answer may take; the rest is in the attached file."""
+FLUSH_CHARS = 2_000
+FLUSH_SECONDS = 1.0
+MORE_IN_FILE = "\n\n_… the answer goes on in the attached file._"
 
 
 def _split_point(text: str, limit: int) -> int:
@@ -45,7 +55,7 @@ def _split_point(text: str, limit: int) -> int:
 
 
 class ThreadReply:
-    """One answer message in a thread; `append` text as it arrives, `close` when done."""
+    """One answer in a thread; `append` text as it arrives, `close` when done."""
 
     def __init__(
         self,
@@ -56,8 +66,9 @@ class ThreadReply:
         recipient_user_id: str | None,
         recipient_team_id: str | None,
         use_streaming: bool = True,
-        edit_interval: float = 1.0,
-        buffer_size: int = 256,
+        flush_seconds: float = FLUSH_SECONDS,
+        flush_chars: int = FLUSH_CHARS,
+        max_messages: int = MAX_MESSAGES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
@@ -66,43 +77,106 @@ class ThreadReply:
         self.recipient_user_id = recipient_user_id
         self.recipient_team_id = recipient_team_id
         self.use_streaming = use_streaming and recipient_user_id is not None
-        self.edit_interval = edit_interval
-        self.buffer_size = buffer_size
+        self.flush_seconds = flush_seconds
+        self.flush_chars = flush_chars
+        self.max_messages = max_messages
         self.clock = clock
+        self.raw: list[str] = []
+        """The whole answer as the model wrote it: the attached file when it is too long."""
         self.text = ""
+        """The current message's text (escaped); Slack has its first `_sent` characters."""
+        self._sent = 0
+        self._finished = 0
+        self._full = False
         self._stream: Any = None
         self._posted_ts: str | None = None
-        self._last_edit = 0.0
-        self._dirty = False
+        self._last_send = 0.0
+
+    @property
+    def _limit(self) -> int:
+        return MAX_STREAMED if self.use_streaming else MAX_MESSAGE
 
     async def append(self, raw: str) -> None:
         if not raw:
             return
-        safe = escape_mrkdwn(raw)
-        self.text += safe
+        self.raw.append(raw)
+        if self._full:
+            return
+        self.text += escape_mrkdwn(raw)
+        while len(self.text) > self._limit:
+            last = self._finished + 1 >= self.max_messages
+            cut = _split_point(self.text, self._limit - (len(MORE_IN_FILE) if last else 0))
+            head, rest = self.text[:cut], self.text[cut:].lstrip("\n")
+            self.text = head
+            if last:
+                self._full = True
+                await self._finish_message(MORE_IN_FILE)
+                return
+            await self._finish_message("")
+            self.text = rest
+        waiting = len(self.text) - self._sent
+        due = self.clock() - self._last_send >= self.flush_seconds
+        if waiting >= self.flush_chars or (waiting > 0 and (due or not self.started)):
+            await self._send()
+
+    async def _send(self) -> None:
+        """Give Slack the current message's waiting text."""
         if self.use_streaming:
             try:
-                if self._stream is None:
-                    self._stream = await self.client.chat_stream(
-                        channel=self.channel,
-                        thread_ts=self.thread_ts,
-                        recipient_user_id=self.recipient_user_id,
-                        recipient_team_id=self.recipient_team_id,
-                        buffer_size=self.buffer_size,
-                    )
-                    # `chunks` forces the first flush: if the workspace cannot stream we
-                    # learn it now, not at the end when the text would be lost.
-                    await self._stream.append(markdown_text=safe, chunks=[])
-                else:
-                    await self._stream.append(markdown_text=safe)
+                await self._stream_send()
                 return
             except SlackApiError as exc:
                 self._fall_back(exc)
-        self._dirty = True
-        await self._edit(force=False)
+                while len(self.text) > MAX_MESSAGE:  # what was one streamed message
+                    cut = _split_point(self.text, MAX_MESSAGE)
+                    rest = self.text[cut:].lstrip("\n")
+                    self.text = self.text[:cut]
+                    await self._finish_message("")
+                    self.text = rest
+        await self._write(self.text)
+        self._sent = len(self.text)
+        self._last_send = self.clock()
+
+    async def _stream_send(self) -> None:
+        waiting = self.text[self._sent :]
+        if self._stream is None:
+            self._stream = await self.client.chat_stream(
+                channel=self.channel,
+                thread_ts=self.thread_ts,
+                recipient_user_id=self.recipient_user_id,
+                recipient_team_id=self.recipient_team_id,
+                buffer_size=1,  # batching happens here, by size and time
+            )
+            # `chunks` forces the first flush: if the workspace cannot stream we learn it now,
+            # not at the end when the text would be lost.
+            await self._stream.append(markdown_text=waiting, chunks=[])
+        else:
+            await self._stream.append(markdown_text=waiting)
+        self._sent = len(self.text)
+        self._last_send = self.clock()
+
+    async def _finish_message(self, note: str) -> None:
+        """End the current message with its waiting text (and `note`); the next text starts a
+        new one."""
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            try:
+                await stream.stop(markdown_text=self.text[self._sent :] + note)
+                self._reset()
+                return
+            except SlackApiError as exc:
+                self._fall_back(exc)
+        if self.text or note:
+            await self._write(self.text + note)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._finished += 1
+        self.text, self._sent, self._posted_ts = "", 0, None
+        self._last_send = self.clock()
 
     def _fall_back(self, exc: SlackApiError) -> None:
-        """Streaming failed: from now on post-and-edit one message holding the whole text."""
+        """Streaming failed: from now on post-and-edit, starting with the current message."""
         error = exc.response.get("error")
         if error in _STREAM_UNAVAILABLE:
             logger.info("streaming unavailable (%s); editing a message instead", error)
@@ -110,20 +184,17 @@ class ThreadReply:
             logger.warning("streaming failed (%s); editing a message instead", error)
         self.use_streaming = False
         self._stream = None
-
-    async def _edit(self, *, force: bool) -> None:
-        # A long answer continues in a new message rather than being cut.
-        while len(self.text) > MAX_MESSAGE:
-            cut = _split_point(self.text, MAX_MESSAGE)
-            head, self.text = self.text[:cut], self.text[cut:].lstrip("\n")
-            await self._write(head)
-            self._posted_ts = None
-        too_soon = self.clock() - self._last_edit < self.edit_interval
-        if self._posted_ts is not None and not force and too_soon:
-            return
-        await self._write(self.text)
+        self._sent = 0
 
     async def _write(self, text: str) -> None:
+        while len(text) > MAX_MESSAGE:  # a streamed message is longer than a posted one
+            cut = _split_point(text, MAX_MESSAGE)
+            await self._write_one(text[:cut])
+            self._posted_ts = None
+            text = text[cut:].lstrip("\n")
+        await self._write_one(text)
+
+    async def _write_one(self, text: str) -> None:
         if self._posted_ts is None:
             response = await self.client.chat_postMessage(
                 channel=self.channel, thread_ts=self.thread_ts, text=text
@@ -131,22 +202,21 @@ class ThreadReply:
             self._posted_ts = str(response["ts"])
         else:
             await self.client.chat_update(channel=self.channel, ts=self._posted_ts, text=text)
-        self._last_edit = self.clock()
-        self._dirty = False
 
     @property
     def started(self) -> bool:
-        return self._stream is not None or self._posted_ts is not None
+        return self._stream is not None or self._posted_ts is not None or self._finished > 0
 
     async def close(self) -> None:
-        """Finish the message. Safe to call more than once and when nothing was written."""
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            try:
-                await stream.stop()
-                return
-            except SlackApiError as exc:
-                self._fall_back(exc)
-                self._dirty = True
-        if self._dirty:
-            await self._edit(force=True)
+        """Finish the answer; attach the whole of it if it did not fit. Safe to call twice."""
+        if self._stream is not None or self._sent < len(self.text):
+            await self._finish_message("")
+        if self._full:
+            self._full = False
+            await self.client.files_upload_v2(
+                channel=self.channel,
+                thread_ts=self.thread_ts,
+                filename="answer.md",
+                title="The whole answer",
+                content="".join(self.raw),
+            )

@@ -167,7 +167,22 @@ _V3: tuple[str, ...] = (
     "ALTER TABLE tool_calls ADD COLUMN reminded_at TEXT",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+_V4: tuple[str, ...] = (
+    # Compaction summaries of long threads: what stands for the first `upto` messages in
+    # requests to the model. Append-only; the messages themselves stay.
+    """
+    CREATE TABLE summaries (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        upto       INTEGER NOT NULL CHECK (upto > 0),
+        kind       TEXT NOT NULL CHECK (kind IN ('summary', 'note')),
+        text       TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (session_id, upto)
+    ) WITHOUT ROWID
+    """,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 """`MIGRATIONS[n]` takes a file from `user_version` n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

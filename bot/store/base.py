@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, Self, runtime_checkable
 from agent_core.approvals import ToolApprovalResponse
 from agent_core.events import ToolApprovalRequest, ToolCallHeld
 from agent_core.messages import ChatMessage, ToolCall
+from agent_core.sessions import StoredContext, Summary
 
 from .errors import StoreError
 from .models import (
@@ -106,6 +107,19 @@ class Store(Protocol):
     async def append_messages(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
         """Append in one transaction (nothing for an empty list); `UnknownSession` writes
         nothing."""
+        ...
+
+    async def load_context(self, session_id: str) -> StoredContext:
+        """The latest compaction summary and the messages after it, read in one snapshot: what
+        a run loads, so a turn's cost does not grow with the thread (empty for an unknown
+        session)."""
+        ...
+
+    async def save_summary(self, session_id: str, summary: Summary) -> bool:
+        """Store a summary of the first `summary.upto` messages, append-only. Conditional:
+        False if a stored summary already reaches as far (of racing runs, one wins). A summary
+        reaching past the stored messages is a `StoreError`; `UnknownSession` for an unknown
+        id. The messages it stands for stay stored."""
         ...
 
     async def record_pause(

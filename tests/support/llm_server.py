@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.llm_context import context_error, prompt_tokens
 from tests.support.loopback import serve_on_loopback
 
 __all__ = ["FIXTURES", "LLMStandIn", "fixture_bytes", "sse_bytes"]
@@ -63,8 +64,12 @@ def fixture_bytes(name: str) -> bytes:
 class LLMStandIn:
     """An OpenAI-compatible provider on 127.0.0.1, for tests. Use it as an async context manager."""
 
-    def __init__(self, *, model: str = "stand-in-model") -> None:
+    def __init__(self, *, model: str = "stand-in-model", context_limit: int | None = None) -> None:
         self.model = model
+        self.context_limit = context_limit
+        """Tokens a request may hold; a longer one gets OpenAI's HTTP 400 `context_length_exceeded`
+        (consuming no reply) and is recorded in `refused`."""
+        self.refused: list[dict[str, Any]] = []
         self.base_url = ""
         self.requests: list[dict[str, Any]] = []
         """JSON bodies received at /v1/chat/completions, in order."""
@@ -123,12 +128,17 @@ class LLMStandIn:
         self._replies.append(reply)
 
     def reply_tool_calls(
-        self, calls: list[tuple[str, str, dict[str, Any] | str]], text: str = ""
+        self,
+        calls: list[tuple[str, str, dict[str, Any] | str]],
+        text: str = "",
+        *,
+        fragment: int | None = None,
     ) -> None:
         """A tool-call turn: optional text, then each call streamed OpenAI-style.
 
         Each call is (call_id, name, arguments) with arguments a dict (sent as JSON) or the raw
-        argument text; the arguments are split over two fragments, as real providers do.
+        argument text; the arguments are split in two, or in `fragment`-character pieces (real
+        OpenAI streams send about 4).
         """
         prepared = [
             (i, cid, name, a if isinstance(a, str) else json.dumps(a))
@@ -146,10 +156,11 @@ class LLMStandIn:
                 }
                 chunks.append(self._delta_chunk(body, {"tool_calls": [head]}))
                 half = len(arguments) // 2
-                for part in (arguments[:half], arguments[half:]):
+                parts = [arguments[:half], arguments[half:]]
+                for part in _split(arguments, fragment) if fragment else parts:
                     if part:
-                        fragment = {"index": index, "function": {"arguments": part}}
-                        chunks.append(self._delta_chunk(body, {"tool_calls": [fragment]}))
+                        piece = {"index": index, "function": {"arguments": part}}
+                        chunks.append(self._delta_chunk(body, {"tool_calls": [piece]}))
             chunks.append(self._finish_chunk(body, "tool_calls"))
             chunks.append(self._usage_chunk(body, (20, 5 * len(prepared))))
             return await self._stream(request, chunks, done=True)
@@ -310,6 +321,9 @@ class LLMStandIn:
                 {"error": {"message": "LLMStandIn: request body is not JSON", "type": "invalid"}},
                 status=400,
             )
+        if self.context_limit is not None and (used := prompt_tokens(body)) > self.context_limit:
+            self.refused.append(body)
+            return web.json_response(context_error(self.context_limit, used), status=400)
         async with self._arrived:
             self.requests.append(body)
             self.headers.append(dict(request.headers))

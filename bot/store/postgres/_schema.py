@@ -151,7 +151,21 @@ _V1 = (
     "CREATE INDEX run_queue_by_session ON run_queue (session_id, state)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+_V2: tuple[str, ...] = (
+    # Compaction summaries of long threads (see the SQLite schema's version 4).
+    """
+    CREATE TABLE summaries (
+        session_id text NOT NULL REFERENCES sessions (id),
+        upto       integer NOT NULL CHECK (upto > 0),
+        kind       text NOT NULL CHECK (kind IN ('summary', 'note')),
+        text       text NOT NULL,
+        created_at timestamptz NOT NULL,
+        PRIMARY KEY (session_id, upto)
+    )
+    """,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 """`MIGRATIONS[n]` takes a database from schema version n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

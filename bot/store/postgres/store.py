@@ -5,11 +5,12 @@ from __future__ import annotations
 from types import TracebackType
 
 from ._recovery import Recovery
+from ._summaries import Summaries
 
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(Recovery):
+class PostgresStore(Summaries, Recovery):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 
     Use it as an async context manager: entering opens an asyncpg pool and applies pending

@@ -15,12 +15,20 @@ from ._ledger import LedgerPart
 from ._queue import QueuePart
 from ._recovery import RecoveryPart
 from ._sessions import SessionsPart
+from ._summaries import SummariesPart
 
 __all__ = ["SQLiteStore"]
 
 
 class SQLiteStore(
-    SessionsPart, ExecutionPart, LedgerPart, CancelPart, QueuePart, AuditPart, RecoveryPart
+    SessionsPart,
+    SummariesPart,
+    ExecutionPart,
+    LedgerPart,
+    CancelPart,
+    QueuePart,
+    AuditPart,
+    RecoveryPart,
 ):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`).
