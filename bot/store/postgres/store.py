@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from ._recovery import Recovery
+from ._edits import Edits
 
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(Recovery):
+class PostgresStore(Edits):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 
     Use it as an async context manager: entering opens an asyncpg pool and applies pending

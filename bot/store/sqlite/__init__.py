@@ -2,7 +2,7 @@
 
 One class composed of per-concern parts that share one connection and its transaction
 machinery (`_connection.py`): sessions and run states, the agent's execution marks, the
-ledger's decisions, cancelling, the run queue, the audit log and crash recovery. The contract of
+ledger's decisions, edits and allowances, cancelling, the run queue, the audit log and crash recovery. The contract of
 every public method is documented once, on `bot.store.Store`.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ._audit import AuditPart
 from ._cancel import CancelPart
+from ._edits import EditsPart
 from ._execution import ExecutionPart
 from ._ledger import LedgerPart
 from ._queue import QueuePart
@@ -20,7 +21,14 @@ __all__ = ["SQLiteStore"]
 
 
 class SQLiteStore(
-    SessionsPart, ExecutionPart, LedgerPart, CancelPart, QueuePart, AuditPart, RecoveryPart
+    SessionsPart,
+    ExecutionPart,
+    EditsPart,
+    LedgerPart,
+    CancelPart,
+    QueuePart,
+    AuditPart,
+    RecoveryPart,
 ):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`).
