@@ -38,8 +38,6 @@ __all__ = ["ApprovalGate", "FunctionInvokingChatClient", "RunJournal"]
 logger = logging.getLogger("agent_core")
 
 
-
-
 def default_gate(tool: Tool, call: ToolCall) -> bool:
     return tool.requires_approval()
 

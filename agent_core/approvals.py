@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .chat_client import ChatOptions
-from .outcomes import CallOutcome, Expired, Rejected, render_outcome
 from .messages import ToolCall
+from .outcomes import CallOutcome, Expired, Rejected, render_outcome
 from .tools import Tool
 
 ApprovalGate = Callable[[Tool, ToolCall], bool | Awaitable[bool]]

@@ -51,6 +51,16 @@ class CardCall:
     required_approvals: int = 1
     approvals: tuple[str, ...] = ()
     """User ids that approved so far."""
+    edited_by: str | None = None
+    """Who changed the arguments (then `arguments` and `digest` are the edited call's)."""
+    original_arguments: Any = None
+    """The model's arguments, when a human edited them."""
+    can_edit: bool = False
+    """The card offers "Edit" (policy `allow_edit`)."""
+    allow_for: str | None = None
+    """The card offers "Allow for <allow_for>" (policy `allow_for`, one approval needed)."""
+    allow_scope: str = ""
+    """What that allowance would cover, for the button's confirmation."""
 
 
 @dataclass(frozen=True)

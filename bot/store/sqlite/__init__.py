@@ -2,8 +2,8 @@
 
 One class composed of per-concern parts that share one connection and its transaction
 machinery (`_connection.py`): sessions and run states, the agent's execution marks, the
-ledger's decisions, edits and allowances, cancelling, the run queue, the audit log and crash recovery. The contract of
-every public method is documented once, on `bot.store.Store`.
+ledger's decisions, edits and allowances, cancelling, the run queue, the audit log and crash
+recovery. The contract of every public method is documented once, on `bot.store.Store`.
 """
 
 from __future__ import annotations

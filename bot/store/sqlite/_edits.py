@@ -48,7 +48,12 @@ class EditsPart(LedgerPart):
                     actor=user_id,
                     session_id=row.session_id,
                     call_id=row.call_id,
-                    details={"ledger_id": ledger_id, "decision": "edited", "rule": rule, "why": why},
+                    details={
+                        "ledger_id": ledger_id,
+                        "decision": "edited",
+                        "rule": rule,
+                        "why": why,
+                    },
                 )
                 return DecisionOutcome(recorded=False, row=row, why=why)
             final = required_approvals <= 1
