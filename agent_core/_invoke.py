@@ -9,13 +9,14 @@ finish never reaches the consumer.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ._turn import TurnCollector, closing
-from .approvals import AgentRunOptions, ToolApprovalResponse
+from .approvals import AgentRunOptions, ApprovalGate, ToolApprovalResponse
 from .batches import pending_tool_calls, undecided_calls
 from .chat_client import ChatClient
 from .events import (
@@ -35,15 +36,12 @@ from .exceptions import (
     ToolError,
 )
 from .messages import ChatMessage, ToolCall, call_digest
-from .outcomes import CallOutcome, render_outcome
+from .outcomes import CallOutcome, Edited, edited_result, render_outcome
 from .tools import Tool, _to_text
 
 __all__ = ["ApprovalGate", "FunctionInvokingChatClient", "RequestView", "RunJournal"]
 
 logger = logging.getLogger("agent_core")
-
-ApprovalGate = Callable[[Tool, ToolCall], bool]
-"""Decides whether one call of a known tool must wait for a human."""
 
 
 def default_gate(tool: Tool, call: ToolCall) -> bool:
@@ -114,7 +112,9 @@ class FunctionInvokingChatClient:
         self.max_rounds = max_rounds
         self.approval_gate = approval_gate or default_gate
 
-    def _gated(self, call: ToolCall, tools: dict[str, Tool]) -> bool:
+    async def _gated(
+        self, call: ToolCall, tools: dict[str, Tool], gate: ApprovalGate | None = None
+    ) -> bool:
         """Whether the call waits for a human.
 
         A call that cannot run (unknown tool, arguments that are not a JSON object) is never
@@ -129,7 +129,10 @@ class FunctionInvokingChatClient:
         except ValueError:
             return False
         try:
-            return bool(self.approval_gate(tool, call))
+            answer = (gate or self.approval_gate)(tool, call)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            return bool(answer)
         except Exception:
             logger.exception("approval gate failed for tool %r; asking a human", call.name)
             return True
@@ -154,7 +157,7 @@ class FunctionInvokingChatClient:
         by_name = {t.name: t for t in tools}
 
         if options.tool_approval_responses:
-            plan = self._plan_resume(history, by_name, options.tool_approval_responses)
+            plan = await self._plan_resume(history, by_name, options)
             async for update in self._answer_batch(plan, by_name, journal, history, resuming=True):
                 yield update
         elif pending_tool_calls(history):
@@ -184,7 +187,7 @@ class FunctionInvokingChatClient:
                 yield Finish(_consumer_reason(finish.finish_reason), usage)
                 return
 
-            assistant, requests, held = self._batch(turn, by_name)
+            assistant, requests, held = await self._batch(turn, by_name, options.approval_gate)
             if requests:
                 await journal.pause(assistant, requests, held)
                 for request in requests:
@@ -238,13 +241,13 @@ class FunctionInvokingChatClient:
                 turn.error = str(exc)
                 return
 
-    def _batch(
-        self, turn: TurnCollector, tools: dict[str, Tool]
+    async def _batch(
+        self, turn: TurnCollector, tools: dict[str, Tool], gate: ApprovalGate | None
     ) -> tuple[ChatMessage, list[ToolApprovalRequest], list[ToolCallHeld]]:
         """The assistant message of a turn's calls, with the approval requests and held calls
         of the batch if any call is gated (both empty otherwise)."""
         calls = turn.calls
-        gated_ids = {c.id for c in calls if self._gated(c, tools)}
+        gated_ids = {c.id for c in calls if await self._gated(c, tools, gate)}
         if not gated_ids:
             return ChatMessage.assistant(turn.content, tuple(calls)), [], []
         calls = [c.model_copy(update={"gated": c.id in gated_ids}) for c in calls]
@@ -262,13 +265,11 @@ class FunctionInvokingChatClient:
         held = [ToolCallHeld(c.id, c.name, c.display_arguments()) for c in calls if not c.gated]
         return ChatMessage.assistant(turn.content, tuple(calls)), requests, held
 
-    def _plan_resume(
-        self,
-        history: list[ChatMessage],
-        tools: dict[str, Tool],
-        responses: Sequence[ToolApprovalResponse],
+    async def _plan_resume(
+        self, history: list[ChatMessage], tools: dict[str, Tool], options: AgentRunOptions
     ) -> _Plan:
         """Check a resume is complete and names only pending calls, before anything runs."""
+        responses = options.tool_approval_responses
         pending = pending_tool_calls(history)
         if not pending:
             raise ResumeError("there are no pending tool calls to resume (already resumed?)")
@@ -284,7 +285,8 @@ class FunctionInvokingChatClient:
             # The batch says which calls the cards asked about; the gate today may differ.
             gated = [c.id for c in pending if c.gated]
         else:
-            gated = [c.id for c in pending if self._gated(c, tools)]
+            gate = options.approval_gate
+            gated = [c.id for c in pending if await self._gated(c, tools, gate)]
         undecided = undecided_calls(gated, by_id)
         if undecided:
             raise ResumeError(f"calls still waiting for a decision: {', '.join(undecided)}")
@@ -320,7 +322,12 @@ class FunctionInvokingChatClient:
                 yield await _answer_unrun(journal, history, item)
             deferred.clear()
             tool, arguments = ready
+            edit = _edit_of(response, arguments)
+            if edit is not None:
+                arguments = edit.arguments
             content, is_error = await _invoke(call, tool, arguments)
+            if edit is not None:
+                content = edited_result(edit, content)
             message = ChatMessage.tool(content, call.id)
             await journal.finish_tool_call(call, message, is_error=is_error)
             history.append(message)
@@ -361,6 +368,13 @@ def _prepare(call: ToolCall, tools: dict[str, Tool]) -> tuple[Tool, dict[str, An
         return tool, call.parsed_arguments()
     except ValueError as exc:
         return f"Error: {exc}"
+
+
+def _edit_of(response: ToolApprovalResponse | None, original: dict[str, Any]) -> Edited | None:
+    """The human's edit of an approved call, if its arguments were changed before approval."""
+    if response is None or not response.approved or response.edited_arguments is None:
+        return None
+    return Edited(response.decided_by, original, dict(response.edited_arguments))
 
 
 async def _invoke(call: ToolCall, tool: Tool, arguments: dict[str, Any]) -> tuple[str, bool]:

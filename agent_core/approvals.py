@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from .chat_client import ChatOptions
+from .messages import ToolCall
 from .outcomes import CallOutcome, Expired, Rejected, render_outcome
 from .tools import Tool
 
-__all__ = ["AgentRunOptions", "Decision", "ToolApprovalResponse"]
+ApprovalGate = Callable[[Tool, ToolCall], bool | Awaitable[bool]]
+"""Decides whether one call of a known tool must wait for a human (it may be a coroutine
+function, e.g. to look something up in a store)."""
+
+__all__ = ["AgentRunOptions", "ApprovalGate", "Decision", "ToolApprovalResponse"]
 
 Decision = Literal["approved", "rejected", "expired", "closed"]
 """`closed`: the call does not run for a reason other than a decision on it (the run was
@@ -34,8 +39,15 @@ class ToolApprovalResponse:
     """For `expired`: the time limit that ran out, in words (e.g. "15m")."""
     closed_with: CallOutcome | None = None
     """For `closed`: why the call does not run. Build it with `closed`."""
+    edited_arguments: dict[str, Any] | None = None
+    """For `approved`: the arguments a human changed the call to (`decided_by` edited it). The
+    call runs with these; the model's own stay in the history, and the tool message says so."""
 
     def __post_init__(self) -> None:
+        if self.edited_arguments is not None and self.decision != "approved":
+            raise ValueError(
+                f"response for call {self.call_id!r}: only an approval carries edited arguments"
+            )
         if (self.decision == "closed") != (self.closed_with is not None):
             raise ValueError(
                 f"response for call {self.call_id!r}: closed_with is set exactly when "
@@ -61,8 +73,14 @@ class ToolApprovalResponse:
         raise AssertionError(f"unknown decision {self.decision!r} for call {self.call_id!r}")
 
     @classmethod
-    def approve(cls, call_id: str, *, decided_by: str | None = None) -> ToolApprovalResponse:
-        return cls(call_id, "approved", decided_by=decided_by)
+    def approve(
+        cls,
+        call_id: str,
+        *,
+        decided_by: str | None = None,
+        edited_arguments: dict[str, Any] | None = None,
+    ) -> ToolApprovalResponse:
+        return cls(call_id, "approved", decided_by=decided_by, edited_arguments=edited_arguments)
 
     @classmethod
     def reject(
@@ -104,6 +122,8 @@ class AgentRunOptions:
     chat: ChatOptions = field(default_factory=ChatOptions)
     tools: tuple[Tool, ...] | None = None
     """Overrides the agent's tools for this run (e.g. a per-channel tool set)."""
+    approval_gate: ApprovalGate | None = None
+    """Overrides the agent's approval gate for this run (e.g. one that knows the channel)."""
 
     def with_tool_approval_responses(
         self, responses: Iterable[ToolApprovalResponse]

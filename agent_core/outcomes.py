@@ -19,6 +19,7 @@ __all__ = [
     "Interrupted",
     "NotRun",
     "Rejected",
+    "edited_result",
     "render_outcome",
 ]
 
@@ -68,7 +69,7 @@ class Interrupted:
 @dataclass(frozen=True, slots=True)
 class Edited:
     """A human changed the arguments before approving: the call ran with `arguments`, not with
-    the model's `original`. Rendered as a preface to the call's real result."""
+    the model's `original`. Rendered as a preface to the call's real result (`edited_result`)."""
 
     by: str | None
     original: dict[str, Any]
@@ -102,4 +103,10 @@ def render_outcome(outcome: CallOutcome | Edited) -> str:
         case Edited(by=by, arguments=arguments):
             shown = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
             who = f" by {by}" if by else ""
-            return f"Edited by a human{who} before approval; the call ran with {shown}."
+            return f"The call was edited by a human{who} before approval; it ran with {shown}."
+
+
+def edited_result(edit: Edited, result: str) -> str:
+    """The tool message of an edited call: who changed it and the arguments that ran, then the
+    result, so the model knows its own arguments did not run."""
+    return f"{render_outcome(edit)}\nResult:\n{result}"

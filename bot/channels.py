@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from agent_core import AgentRunOptions, AgentSession, ChatMessage, Tool, ToolApprovalResponse
+from agent_core import (
+    AgentRunOptions,
+    AgentSession,
+    ApprovalGate,
+    ChatMessage,
+    Tool,
+    ToolApprovalResponse,
+)
 
 from .policy import Policy
 
@@ -56,7 +63,11 @@ def run_options(
     tools: Mapping[str, Tool],
     channel: str,
     responses: Iterable[ToolApprovalResponse] = (),
+    gate: ApprovalGate | None = None,
 ) -> AgentRunOptions:
-    """Run options for a run in `channel`: its tool set (when the policy restricts it)."""
+    """Run options for a run in `channel`: its tool set (when the policy restricts it), and
+    the run's approval gate (the channel's allowances) when given."""
     offered = policy.offered_tools(channel, tools)
-    return AgentRunOptions(tools=offered, tool_approval_responses=tuple(responses))
+    return AgentRunOptions(
+        tools=offered, tool_approval_responses=tuple(responses), approval_gate=gate
+    )

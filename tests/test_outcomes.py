@@ -39,12 +39,12 @@ from agent_core import (
         ),
         (
             Edited("<@U42>", {"replicas": 50}, {"replicas": 5, "service": "api"}),
-            "Edited by a human by <@U42> before approval; "
-            'the call ran with {"replicas": 5, "service": "api"}.',
+            "The call was edited by a human by <@U42> before approval; "
+            'it ran with {"replicas": 5, "service": "api"}.',
         ),
         (
             Edited(None, {}, {"name": "café"}),
-            'Edited by a human before approval; the call ran with {"name": "café"}.',
+            'The call was edited by a human before approval; it ran with {"name": "café"}.',
         ),
     ],
 )

@@ -327,6 +327,18 @@ def test_manifest_has_what_the_bot_needs() -> None:
         "message.groups",
         "message.im",
         "message.mpim",
+        "app_home_opened",
+    ]
+    # The Home tab and the message shortcut (issue 16).
+    assert features["app_home"]["home_tab_enabled"] is True
+    assert features["shortcuts"] == [
+        {
+            "name": "Ask OpsGate about this message",
+            "type": "message",
+            "callback_id": "opsgate_ask",
+            "description": "Start an OpsGate run in this message's thread, with the message "
+            "as context",
+        }
     ]
     assert settings["interactivity"] == {"is_enabled": True}
     assert settings["socket_mode_enabled"] is True

@@ -17,7 +17,9 @@ from bot._argument_rule import Regex
 from bot._duration import parse_duration
 
 __all__ = [
+    "DEFAULT_REJECT_REASONS",
     "GROUP_ID",
+    "AllowWindow",
     "Approvals",
     "ApproverId",
     "BotId",
@@ -28,6 +30,7 @@ __all__ = [
     "Instructions",
     "OutputLimit",
     "Regex",
+    "RejectReason",
     "ToolName",
     "Trigger",
     "unique",
@@ -48,6 +51,12 @@ def _duration(value: Any) -> Any:
     if parsed <= timedelta(0):
         raise ValueError(f"{value!r} is zero; a duration must be longer than that")
     return parsed
+
+
+def _allow_window(value: timedelta) -> timedelta:
+    if value < timedelta(seconds=1):
+        raise ValueError("an allowance lasts at least 1s")
+    return value
 
 
 def _approver_id(value: str) -> str:
@@ -111,5 +120,17 @@ Approvals = Annotated[StrictInt, Field(ge=1)]
 Concurrency = Annotated[StrictInt, Field(ge=1, le=1000)]
 ToolName = Annotated[StrictStr, Field(min_length=1)]
 Instructions = Annotated[StrictStr, AfterValidator(_text), Field(max_length=8000)]
+AllowWindow = Annotated[timedelta, BeforeValidator(_duration), AfterValidator(_allow_window)]
+"""`allow_for`: how long an allowance lasts, at least one second."""
+RejectReason = Annotated[StrictStr, AfterValidator(_text), Field(max_length=75)]
+"""One choice of the reject form (Slack shows at most 75 characters of an option)."""
+DEFAULT_REJECT_REASONS: tuple[str, ...] = (
+    "Wrong target",
+    "Too risky right now",
+    "Not needed",
+    "Needs a change window",
+    "Do it another way",
+)
+"""What the reject form offers when `[defaults]` has no `reject_reasons`."""
 Trigger = Literal["mention", "every_message"]
 """What starts a run in a channel: a mention of the bot, or every top-level message."""

@@ -20,7 +20,9 @@ from bot._argument_rule import ArgumentRule
 from bot._duration import format_duration
 
 from ._fields import (
+    DEFAULT_REJECT_REASONS,
     GROUP_ID,
+    AllowWindow,
     Approvals,
     ApproverId,
     BotId,
@@ -30,6 +32,7 @@ from ._fields import (
     Duration,
     Instructions,
     OutputLimit,
+    RejectReason,
     ToolName,
     Trigger,
     unique,
@@ -67,6 +70,11 @@ class ToolPolicy(Model):
     default 60 seconds."""
     output_limit: OutputLimit | None = None
     """run_command: characters kept of each of stdout and stderr; default 20,000."""
+    allow_edit: StrictBool = True
+    """Cards of this tool offer "Edit": approve the call with arguments a human changed."""
+    allow_for: AllowWindow | None = None
+    """Cards of this tool offer "Allow for <allow_for>": approve, and let the same call shape
+    run without a card in that channel for that long (absent: no such button)."""
 
     @model_validator(mode="after")
     def _rules_fit_approval(self) -> ToolPolicy:
@@ -92,6 +100,10 @@ class Defaults(Model):
     concurrency: Concurrency = 2
     """Runs actively running at once per channel (paused runs waiting for approval don't count);
     more messages wait in the queue."""
+    reject_reasons: Annotated[tuple[RejectReason, ...], AfterValidator(unique)] = (
+        DEFAULT_REJECT_REASONS
+    )
+    """The reasons the reject form offers to pick from (free text works too)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Defaults:

@@ -174,6 +174,14 @@ class Policy(Model):
     def tools_modules(self) -> tuple[str, ...]:
         return self.defaults.tools_modules
 
+    @property
+    def reject_reasons(self) -> tuple[str, ...]:
+        return self.defaults.reject_reasons
+
+    def tool_policy(self, tool: str) -> ToolPolicy:
+        """The tool's `[tools.NAME]` section, its built-in default, or every key at its default."""
+        return self.tools.get(tool) or self._built_in.get(tool) or ToolPolicy()
+
     # channels
 
     def allows_channel(self, channel: str) -> bool:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Literal
 
+from .._duration import format_duration
 from ..store import ToolCallRow
+from ._allow import allow_window, scope
 from ._context import RunContext, thread_of
 from ._gate_audit import audit_gate_rule
 from ._server_tool import server_tool
@@ -28,18 +30,24 @@ class Cards:
 
     def card_call(self, row: ToolCallRow, batch: list[ToolCallRow], channel: str) -> CardCall:
         tool = self.ctx.tools.get(row.tool)
+        window = allow_window(self.ctx, row.tool, channel)
         return CardCall(
             ledger_id=row.id,
             tool=row.tool,
             description=tool.description if tool else "",
-            arguments=row.arguments_value(),
-            digest=row.digest,
+            arguments=row.running_arguments(),
+            digest=row.running_digest,
             requested_by=row.requested_by,
             call_id=row.call_id,
             held=tuple((r.tool, r.arguments_value()) for r in batch if not r.needs_approval),
             required_approvals=self.ctx.policy.required_approvals_for(channel),
             approvals=tuple(row.approvals),
             server_tool=server_tool(tool),
+            edited_by=row.edited_by,
+            original_arguments=row.arguments_value() if row.edited_arguments else None,
+            can_edit=self.ctx.policy.tool_policy(row.tool).allow_edit,
+            allow_for=None if window is None else format_duration(window),
+            allow_scope=scope(row) if window is not None else "",
         )
 
     async def link(self, row: ToolCallRow) -> CallLink:

@@ -70,6 +70,16 @@ class CardCall:
     """User ids that approved so far."""
     server_tool: ServerTool | None = None
     """Set when the tool is an MCP server's."""
+    edited_by: str | None = None
+    """Who changed the arguments (then `arguments` and `digest` are the edited call's)."""
+    original_arguments: Any = None
+    """The model's arguments, when a human edited them."""
+    can_edit: bool = False
+    """The card offers "Edit" (policy `allow_edit`)."""
+    allow_for: str | None = None
+    """The card offers "Allow for <allow_for>" (policy `allow_for`, one approval needed)."""
+    allow_scope: str = ""
+    """What that allowance would cover, for the button's confirmation."""
 
 
 @dataclass(frozen=True)

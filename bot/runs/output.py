@@ -34,6 +34,7 @@ from agent_core.outcomes import CallOutcome
 
 from ..approvals.verdicts import Refused
 from .cards import CardCall, CardOutcome, CardRef, ChannelHelp, PendingEntry
+from .ux import AllowanceGranted, AllowanceList, AllowanceRevoked, AllowanceUsed, NothingRevoked
 
 __all__ = [
     "AwaitingDecision",
@@ -325,6 +326,11 @@ Notice = (
     | DecisionNotRecorded
     | PendingList
     | Help
+    | AllowanceUsed
+    | AllowanceGranted
+    | AllowanceList
+    | AllowanceRevoked
+    | NothingRevoked
 )
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,

@@ -22,7 +22,7 @@ _FINISH = {
 
 def notice_text(notice: Notice) -> str:
     """One line (or a few) of plain text for `notice`."""
-    text = _intake_text(notice) or _run_text(notice) or _decision_text(notice)
+    text = _intake_text(notice) or _run_text(notice) or _decision_text(notice) or _ux_text(notice)
     assert text is not None, f"no plain text for notice {notice.kind!r}"
     return text
 
@@ -92,6 +92,27 @@ def _decision_text(notice: Notice) -> str | None:
             return _pending(notice.entries)
         case "help":
             return _help(notice.info)
+    return None
+
+
+def _ux_text(notice: Notice) -> str | None:
+    match notice.kind:
+        case "allowance_used":
+            a = notice.allowance
+            return (
+                f"{notice.tool} ran without approval under allowance {a.id} ({a.label}), "
+                f"granted by {a.granted_by}"
+            )
+        case "allowance_granted":
+            a = notice.allowance
+            return f"New allowance {a.id}: {a.tool} {a.label} until {a.expires_at:%H:%M} UTC"
+        case "allowance_list":
+            lines = [f"- {a.id}: {a.tool} {a.label} (by {a.granted_by})" for a in notice.entries]
+            return "\n".join(lines) or "No allowances are active."
+        case "allowance_revoked":
+            return f"{notice.by} revoked allowance {notice.allowance.id}"
+        case "nothing_revoked":
+            return f"Nothing revoked: {notice.why}."
     return None
 
 

@@ -22,11 +22,14 @@ from agent_core import ToolApprovalResponse
 
 from ..channels import run_options, session_for
 from ..store import EnqueueOutcome, QueueItem, SessionRow, batch_complete
+from ._allow import Allowances
 from ._answers import Answers
 from ._cancel import Cancels
 from ._cards import Cards
 from ._context import RunContext
 from ._drive import Driver
+from ._edit import Edits
+from ._home import Home
 from .cards import PendingEntry
 from .output import (
     AwaitingDecision,
@@ -65,6 +68,12 @@ class RunService:
         self._driver = Driver(ctx, self.cards, self._run_ended)
         self._cancels = Cancels(ctx, self.cards)
         self._answers = Answers(ctx, self.cards)
+        self.allowances = Allowances(ctx)
+        """Allowances: grant, the per-run gate, list and revoke."""
+        self.edits = Edits(ctx, self.cards, self.allowances, self.decide, self.maybe_resume)
+        """"Edit" and "Allow for <duration>" on a card."""
+        self.home = Home(ctx, self.cards, self.allowances)
+        """What a person's Home tab shows."""
 
     # -- intake ---------------------------------------------------------------------------------
 
@@ -159,7 +168,8 @@ class RunService:
             await self.ctx.store.finish_queued(item.id)
             return
         thread = _thread(session)
-        options = run_options(self.ctx.policy, self.ctx.tools, session.channel_id)
+        gate = self.allowances.gate(thread, session.id)
+        options = run_options(self.ctx.policy, self.ctx.tools, session.channel_id, gate=gate)
         stream = self.ctx.agent.run(item.text, session_for(session.id, session.channel_id), options)
         await self._driver.drive(
             thread,
@@ -273,7 +283,10 @@ class RunService:
         responses = await self._responses(session_id)
         await store.resume_started(session_id)
         # The same tools as the run that paused: a stored call must not become "unknown".
-        options = run_options(self.ctx.policy, self.ctx.tools, session.channel_id, responses)
+        gate = self.allowances.gate(_thread(session), session_id)
+        options = run_options(
+            self.ctx.policy, self.ctx.tools, session.channel_id, responses, gate=gate
+        )
         stream = self.ctx.agent.run(None, session_for(session_id, session.channel_id), options)
         # Progress shows on the first card while the approved calls run.
         card_ts = next((r.card_ts for r in batch if r.needs_approval and r.card_ts), None)

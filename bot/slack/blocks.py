@@ -25,6 +25,7 @@ from slack_sdk.models.views import View
 
 from ..runs.cards import CardCall, CardOutcome, OutcomeStatus
 from ._card_body import arguments_blocks, card_body, section, slack_date
+from ._forms import edited_note, extra_buttons, reason_select, selected_reason
 from ._text import code_span, escape_cut, user_mention
 
 __all__ = [
@@ -70,6 +71,7 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
     _check_ledger_id(call.ledger_id)
     blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text="Approval needed"))]
     blocks += card_body(call, arg_limit)
+    blocks += edited_note(call)
     blocks.append(
         ActionsBlock(
             block_id=BLOCK_ACTIONS,
@@ -86,6 +88,7 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
                     value=call.ledger_id,
                     style="danger",
                 ),
+                *extra_buttons(call),
                 ButtonElement(
                     text=PlainTextObject(text="Cancel run"),
                     action_id=ACTION_CANCEL,
@@ -112,6 +115,7 @@ def decided_card(
     """The card after the decision: the same information, no buttons, who decided, when, why."""
     blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text=_HEADERS[outcome.status]))]
     blocks += card_body(call, arg_limit)
+    blocks += edited_note(call)
     blocks.append(section(_outcome_text(outcome)))
     return _to_dicts(blocks)
 
@@ -132,8 +136,9 @@ def decided_text(call: CardCall, outcome: CardOutcome) -> str:
     return f"{outcome.status.capitalize()}{who}: {code_span(call.tool)}"
 
 
-def reject_modal(ledger_id: str) -> dict[str, Any]:
-    """The modal a Reject click opens; `private_metadata` carries the ledger id back."""
+def reject_modal(ledger_id: str, reasons: Sequence[str] = ()) -> dict[str, Any]:
+    """The modal a Reject click opens; `private_metadata` carries the ledger id back. `reasons`
+    (policy `reject_reasons`) are offered in an optional select, next to the free text."""
     _check_ledger_id(ledger_id)
     view = View(
         type="modal",
@@ -144,6 +149,7 @@ def reject_modal(ledger_id: str) -> dict[str, Any]:
         close=PlainTextObject(text="Cancel"),
         blocks=[
             section("The call will not run. The agent is told it was rejected, and why."),
+            *reason_select(reasons),
             InputBlock(
                 block_id=BLOCK_REASON,
                 label=PlainTextObject(text="Reason"),
@@ -162,15 +168,16 @@ def reject_modal(ledger_id: str) -> dict[str, Any]:
 
 
 def reason_from_view(view: Mapping[str, Any]) -> str | None:
-    """The reason typed into `reject_modal`, from a submitted view; None when left empty."""
+    """The reason given in `reject_modal`, from a submitted view: `<label>: <free text>`, or
+    whichever of the two was given; None when neither was."""
     state = view.get("state")
     values = state.get("values") if isinstance(state, Mapping) else None
     block = values.get(BLOCK_REASON) if isinstance(values, Mapping) else None
     field = block.get(ACTION_REASON) if isinstance(block, Mapping) else None
     value = field.get("value") if isinstance(field, Mapping) else None
-    if not isinstance(value, str) or not value.strip():
-        return None
-    return value.strip()[:REASON_MAX]
+    text = value.strip()[:REASON_MAX] if isinstance(value, str) else ""
+    label = selected_reason(values)
+    return ": ".join(part for part in (label, text) if part) or None
 
 
 # -- machinery ---------------------------------------------------------------------------------

@@ -40,8 +40,16 @@ from ..runs.output import (
     ToolRan,
     UnknownRequest,
 )
+from ..runs.ux import (
+    AllowanceGranted,
+    AllowanceList,
+    AllowanceRevoked,
+    AllowanceUsed,
+    NothingRevoked,
+)
 from ._answers import help_text, pending_text, refusal_text
 from ._text import escape_mrkdwn, preformatted, user_mention
+from ._ux_text import ux_text
 
 __all__ = ["OUTPUT_INLINE", "Attachment", "Rendered", "card_file", "render"]
 
@@ -101,6 +109,14 @@ def render(notice: Notice) -> Rendered:
             | Recovered()
         ):
             return Rendered(_run_text(notice))
+        case (
+            AllowanceUsed()
+            | AllowanceGranted()
+            | AllowanceList()
+            | AllowanceRevoked()
+            | NothingRevoked()
+        ):
+            return Rendered(ux_text(notice))
         case _:
             return Rendered(_answer_text(notice))
 

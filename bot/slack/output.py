@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -18,6 +19,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from ..runs.cards import CardCall, CardOutcome, CardRef
 from ..runs.output import Notice, PostFailed, TextSink, Thread
+from ..runs.ux import AllowanceList, EditForm, HomeView
+from ._forms import edit_modal
 from ._streaming import ThreadReply
 from ._text import escape_cut, user_mention
 from .blocks import (
@@ -28,6 +31,7 @@ from .blocks import (
     overflow,
     reject_modal,
 )
+from .home import allowance_blocks, home_view
 from .messages import card_file, render
 
 __all__ = ["REQUEST_SHOWN_MAX", "SLACK_ERRORS", "SlackThreadOutput", "slack_error"]
@@ -108,13 +112,45 @@ class SlackThreadOutput:
         except SLACK_ERRORS as exc:
             logger.warning("could not answer %s: %s", user, slack_error(exc))
 
-    async def open_reject_form(self, trigger_id: str, ledger_id: str) -> PostFailed | None:
+    async def open_reject_form(
+        self, trigger_id: str, ledger_id: str, reasons: Sequence[str] = ()
+    ) -> PostFailed | None:
         """Open the modal asking why a call is rejected (within 3 s of the click)."""
+        return await self._open(trigger_id, reject_modal(ledger_id, reasons))
+
+    async def open_edit_form(self, trigger_id: str, form: EditForm) -> PostFailed | None:
+        """Open the modal to edit a call's arguments (within 3 s of the click)."""
+        return await self._open(trigger_id, edit_modal(form))
+
+    async def _open(self, trigger_id: str, view: dict[str, Any]) -> PostFailed | None:
         try:
-            await self.client.views_open(trigger_id=trigger_id, view=reject_modal(ledger_id))
+            await self.client.views_open(trigger_id=trigger_id, view=view)
         except SLACK_ERRORS as exc:
             return PostFailed(slack_error(exc))
         return None
+
+    async def publish_home(self, home: HomeView) -> None:
+        """Show `home` as its person's Home tab (`views.publish`)."""
+        try:
+            await self.client.views_publish(user_id=home.user, view=home_view(home))
+        except SLACK_ERRORS as exc:
+            logger.warning("could not publish the Home tab of %s: %s", home.user, slack_error(exc))
+
+    async def answer_allowances(
+        self, respond: AsyncRespond | None, *, channel: str, user: str, notice: AllowanceList
+    ) -> None:
+        """`/opsgate allowances`: the list, each with its Revoke button (privately)."""
+        text = render(notice).text
+        blocks = [b.to_dict() for b in allowance_blocks(notice.entries)] or None
+        try:
+            if respond is not None:
+                await respond(text=text, blocks=blocks, response_type="ephemeral")
+            else:
+                await self.client.chat_postEphemeral(
+                    channel=channel, user=user, text=text, blocks=blocks
+                )
+        except Exception:  # best effort, like every answer
+            logger.warning("could not list allowances for %s", user, exc_info=True)
 
     async def react(self, thread: Thread, ts: str, on: bool) -> None:
         method = self.client.reactions_add if on else self.client.reactions_remove

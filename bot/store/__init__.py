@@ -18,6 +18,7 @@ from .errors import (
     UnknownSession,
 )
 from .models import (
+    AllowanceRow,
     AuditEvent,
     AuditRow,
     CallStatus,
@@ -36,6 +37,7 @@ from .models import (
 from .sqlite import SQLiteStore
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
+    "AllowanceRow",
     "AuditEvent",
     "AuditRow",
     "CallStatus",

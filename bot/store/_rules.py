@@ -7,10 +7,11 @@ the rows. Nothing here touches a connection.
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timedelta
-from typing import get_args
+from typing import Any, get_args
 
 from agent_core.approvals import ToolApprovalResponse
 from agent_core.messages import ToolCall
@@ -26,6 +27,8 @@ __all__ = [
     "already",
     "cancel_outcome",
     "check_states",
+    "edit_refusal",
+    "edit_summary",
     "expiry_ttl",
     "new_id",
     "responses",
@@ -72,6 +75,35 @@ def already(row: ToolCallRow, person: Person) -> str:
     return f"already {verb} by {who} at {_when(row.decided_at)}"
 
 
+def edit_refusal(row: ToolCallRow, person: Person) -> str | None:
+    """Why an edit of `row` is not recorded (it is no longer pending), or None if it may be.
+    Unlike an approval, someone who approved the old arguments may edit: the edit is a new call."""
+    if not row.needs_approval:
+        return "this call needs no approval; it runs once the batch is decided"
+    if row.status != "pending":
+        return already(row, person)
+    return None
+
+
+def edit_summary(
+    row: ToolCallRow, arguments: str, digest: str, required_approvals: int, final: bool
+) -> dict[str, Any]:
+    """The audit details of an edit: both argument versions (the model's, and what runs now)."""
+    return {
+        "ledger_id": row.id,
+        "tool": row.name,
+        "original": json.loads(row.arguments),
+        "previous": json.loads(row.edited_arguments) if row.edited_arguments else None,
+        "edited": json.loads(arguments),
+        "digest_before": row.running_digest,
+        "digest": digest,
+        "discarded_approvals": list(row.approvals),
+        "approvals": 1,
+        "required_approvals": required_approvals,
+        "final": final,
+    }
+
+
 def expiry_ttl(row: ToolCallRow) -> str | None:
     """The time limit in words for an expiring row; measured if `set_expiry` gave none."""
     if row.ttl is None and row.expires_at is not None:
@@ -107,7 +139,16 @@ def responses(rows: Iterable[ToolCallRow], person: Person) -> list[ToolApprovalR
         if not row.needs_approval:
             continue
         decided_by = person(row.decided_by) if row.decided_by else None
-        if row.status in ("approved", "rejected"):
+        if row.status == "approved" and row.edited_arguments is not None:
+            edited_by = person(row.edited_by) if row.edited_by else decided_by
+            answers.append(
+                ToolApprovalResponse.approve(
+                    row.call_id,
+                    decided_by=edited_by,
+                    edited_arguments=json.loads(row.edited_arguments),
+                )
+            )
+        elif row.status in ("approved", "rejected"):
             answers.append(
                 ToolApprovalResponse(
                     row.call_id, row.status, reason=row.reason, decided_by=decided_by

@@ -182,7 +182,33 @@ _V4: tuple[str, ...] = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+_V5: tuple[str, ...] = (
+    # Edit before approving: the arguments a human changed a call to; `arguments` keeps the
+    # model's own.
+    "ALTER TABLE tool_calls ADD COLUMN edited_arguments TEXT",
+    "ALTER TABLE tool_calls ADD COLUMN edited_digest TEXT",
+    "ALTER TABLE tool_calls ADD COLUMN edited_by TEXT",
+    # Time-boxed allowances ("Allow for 1h"): a call shape that runs without a card in one
+    # channel until `expires_at`.
+    """
+    CREATE TABLE allowances (
+        id         TEXT PRIMARY KEY,
+        channel_id TEXT NOT NULL,
+        tool       TEXT NOT NULL,
+        shape      TEXT NOT NULL,
+        label      TEXT NOT NULL,
+        granted_by TEXT NOT NULL,
+        ledger_id  TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        revoked_at TEXT,
+        revoked_by TEXT
+    )
+    """,
+    "CREATE INDEX allowances_by_channel ON allowances (channel_id, tool, expires_at)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 """`MIGRATIONS[n]` takes a file from `user_version` n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

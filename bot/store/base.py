@@ -23,6 +23,7 @@ from agent_core.sessions import StoredContext, Summary
 
 from .errors import StoreError
 from .models import (
+    AllowanceRow,
     AuditRow,
     CancelOutcome,
     DecisionOutcome,
@@ -238,6 +239,49 @@ class Store(Protocol):
         cancel, one wins. Pending and approved calls become `cancelled`; the batch is closed
         (`agent_core.batches.close_batch`) with each call's outcome. With `batch_id`, applies
         only to that batch. Audited "cancel" per call, or one "refusal"."""
+        ...
+
+    async def edit_call(
+        self,
+        ledger_id: str,
+        arguments: str,
+        digest: str,
+        *,
+        user_id: str,
+        team_id: str | None = None,
+        required_approvals: int = 1,
+        rule: str | None = None,
+    ) -> DecisionOutcome:
+        """Approve a pending call with the arguments `user_id` changed it to (canonical JSON,
+        and their `digest`): conditional like `decide` (an edit racing an approval has one
+        winner). The edited call is a new one: earlier approvals are dropped and the editor's is
+        its first. `arguments` keeps the model's own. Audited "edited" (both versions)."""
+        ...
+
+    async def create_allowance(
+        self,
+        *,
+        channel_id: str,
+        tool: str,
+        shape: str,
+        label: str,
+        granted_by: str,
+        ledger_id: str,
+        expires_at: datetime,
+    ) -> AllowanceRow:
+        """A new allowance (`shape` is JSON); audited "allowance"."""
+        ...
+
+    async def get_allowance(self, allowance_id: str) -> AllowanceRow | None: ...
+
+    async def active_allowances(
+        self, *, channel_id: str | None = None, now: datetime | None = None
+    ) -> list[AllowanceRow]:
+        """Allowances not revoked and not yet expired at `now`, oldest first."""
+        ...
+
+    async def revoke_allowance(self, allowance_id: str, *, user_id: str) -> bool:
+        """End an allowance now; conditional (False if already revoked or unknown)."""
         ...
 
     # -- the run queue -------------------------------------------------------------------------

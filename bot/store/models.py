@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from agent_core.batches import undecided_calls
 
 __all__ = [
+    "AllowanceRow",
     "AuditEvent",
     "AuditRow",
     "CallStatus",
@@ -51,6 +52,9 @@ AuditEvent = Literal[
     "interrupted",
     "cancel",
     "reminder",
+    "edited",
+    "allowance",
+    "allowance_revoked",
 ]
 """The events the store itself writes; `Store.audit` accepts any other name too."""
 
@@ -116,6 +120,11 @@ class ToolCallRow(BaseModel):
     reminded_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    edited_arguments: str | None = None
+    """Canonical JSON of the arguments a human changed the call to (`Store.edit_call`); what
+    runs. `arguments` keeps the model's own."""
+    edited_digest: str | None = None
+    edited_by: str | None = None
 
     @property
     def tool(self) -> str:
@@ -125,6 +134,16 @@ class ToolCallRow(BaseModel):
     def arguments_value(self) -> Any:
         """The canonical arguments parsed back (a dict, or the raw text the model sent)."""
         return json.loads(self.arguments)
+
+    def running_arguments(self) -> Any:
+        """What runs once approved: the edited arguments if a human changed them, else the
+        model's."""
+        return json.loads(self.edited_arguments or self.arguments)
+
+    @property
+    def running_digest(self) -> str:
+        """The digest a card shows: of the edited call once edited."""
+        return self.edited_digest or self.digest
 
 
 class AuditRow(BaseModel):
@@ -227,3 +246,29 @@ class PendingApproval(BaseModel):
 
     call: ToolCallRow
     session: SessionRow
+
+
+class AllowanceRow(BaseModel):
+    """A time-boxed allowance: calls of `tool` in `channel_id` whose shape matches run without a
+    card until `expires_at` (`bot.allowances` decides what matches; the store keeps `shape`
+    as the JSON it was given)."""
+
+    model_config = _FROZEN
+
+    id: str
+    channel_id: str
+    tool: str
+    shape: str
+    """JSON: what a call must look like to run under this allowance."""
+    label: str
+    """The shape in words, as the granter confirmed it (e.g. "`kubectl get …`")."""
+    granted_by: str
+    ledger_id: str
+    """The call whose card granted it."""
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None = None
+    revoked_by: str | None = None
+
+    def active(self, now: datetime) -> bool:
+        return self.revoked_at is None and now < self.expires_at

@@ -142,6 +142,7 @@ class SlackAPIStandIn:
             "reactions.remove": self._reaction_remove,
             "views.open": self._views_open,
             "views.update": self._views_update,
+            "views.publish": self._views_publish,
             "users.info": self._users_info,
             "usergroups.users.list": self._usergroup_users,
             "conversations.info": self._conversations_info,
@@ -490,6 +491,15 @@ class SlackAPIStandIn:
         if not view_id:
             raise _SlackError("not_found")
         return {"view": self._view(params.get("view"), str(view_id))}
+
+    def _views_publish(self, params: dict[str, Any]) -> dict[str, Any]:
+        user = _required(params, "user_id", "invalid_arguments")
+        view = params.get("view")
+        if isinstance(view, str):
+            view = json.loads(view)
+        if not isinstance(view, dict) or view.get("type") != "home":
+            raise _SlackError("invalid_arguments")
+        return {"view": self._view(view, f"VHOME{user}")}
 
     def _users_info(self, params: dict[str, Any]) -> dict[str, Any]:
         user_id = _required(params, "user", "user_not_found")

@@ -9,7 +9,7 @@ from ...policy import Policy
 from ...runs.service import RunService
 from .._dedupe import SeenFirst
 from ..output import SlackThreadOutput
-from . import actions, commands, events, views
+from . import actions, commands, events, ux, views
 
 __all__ = ["register"]
 
@@ -23,6 +23,7 @@ def register(
     seen_first: SeenFirst,
 ) -> None:
     """Every listener of the app, in the order Bolt tries them (the catch-all event last)."""
+    ux.register(app, service, output)
     events.register(app, service, policy=policy, seen_first=seen_first)
     actions.register(app, service, output)
     commands.register(app, service, output)

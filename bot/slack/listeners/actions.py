@@ -24,8 +24,12 @@ form needs the click's `trigger_id`, which Slack honours for 3 seconds only."""
 
 def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
     async def tell(click: Click, notice: Notice | None) -> None:
-        if notice is not None and click.thread is not None:
-            await output.tell(click.thread, click.user, notice)
+        if notice is None:
+            return
+        # A click on the Home tab has no thread: answer in the card's.
+        thread = click.thread or await service.thread_of_call(click.ledger_id)
+        if thread is not None:
+            await output.tell(thread, click.user, notice)
 
     @app.action(ACTION_APPROVE)
     async def on_approve(ack: AsyncAck, body: dict[str, Any]) -> None:
@@ -35,6 +39,8 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
             click,
             await service.decide(click.ledger_id, "approved", user=click.user, team=click.team),
         )
+        if click.thread is None:  # clicked on the Home tab: show it as it is now
+            await output.publish_home(await service.home.view(click.user, team=click.team))
 
     @app.action(ACTION_REJECT)
     async def on_reject(ack: AsyncAck, body: dict[str, Any]) -> None:
@@ -50,7 +56,8 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         if refusal is not None:
             await tell(click, refusal)
             return
-        failed = await output.open_reject_form(click.trigger_id, click.ledger_id)
+        reasons = service.ctx.policy.reject_reasons
+        failed = await output.open_reject_form(click.trigger_id, click.ledger_id, reasons)
         if isinstance(failed, PostFailed) and click.thread is not None:
             await output.tell_mrkdwn(
                 click.thread,
@@ -85,9 +92,10 @@ class Click:
 def click_of(body: dict[str, Any]) -> Click:
     user = body.get("user") or {}
     team = user.get("team_id") or (body.get("team") or {}).get("id")
-    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
-        "channel_id"
-    )
+    container = body.get("container") or {}
+    channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
+    if container.get("type") == "view":  # the Home tab: no channel, no thread
+        channel = None
     message = body.get("message") or {}
     thread_ts = message.get("thread_ts") or message.get("ts")
     thread = Thread(str(team or ""), str(channel), str(thread_ts)) if channel else None

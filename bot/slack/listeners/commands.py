@@ -1,7 +1,8 @@
 """The `/opsgate` slash command: acknowledged at once, answered privately (or with a thread).
 
 `/opsgate <request>` starts a run in the channel, `/opsgate pending` lists the approvals the
-caller may decide, `/opsgate help` (or nothing) explains usage and the channel's policy.
+caller may decide, `/opsgate allowances` lists the channel's active allowances (with Revoke),
+`/opsgate help` (or nothing) explains usage and the channel's policy.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
 from ...runs.output import Notice
 from ...runs.service import RunService
+from ...runs.ux import AllowanceList
 from ..output import SlackThreadOutput
 
 __all__ = ["COMMAND", "register"]
@@ -41,6 +43,11 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
 
         if word in _HELP_WORDS:
             await answer(service.help_for(channel))
+        elif word == "allowances":
+            entries = tuple(await service.allowances.active(channel))
+            await output.answer_allowances(
+                hook, channel=channel, user=user, notice=AllowanceList(channel, entries)
+            )
         elif word == "pending":
             await answer(await service.pending_for(user, channel=channel, team=team))
         elif word == "cancel":

@@ -165,7 +165,30 @@ _V2: tuple[str, ...] = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+_V3: tuple[str, ...] = (
+    # Edit before approving, and time-boxed allowances (see the SQLite schema's version 5).
+    "ALTER TABLE tool_calls ADD COLUMN edited_arguments text",
+    "ALTER TABLE tool_calls ADD COLUMN edited_digest text",
+    "ALTER TABLE tool_calls ADD COLUMN edited_by text",
+    """
+    CREATE TABLE allowances (
+        id         text PRIMARY KEY,
+        channel_id text NOT NULL,
+        tool       text NOT NULL,
+        shape      text NOT NULL,
+        label      text NOT NULL,
+        granted_by text NOT NULL,
+        ledger_id  text NOT NULL,
+        created_at timestamptz NOT NULL,
+        expires_at timestamptz NOT NULL,
+        revoked_at timestamptz,
+        revoked_by text
+    )
+    """,
+    "CREATE INDEX allowances_by_channel ON allowances (channel_id, tool, expires_at)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 """`MIGRATIONS[n]` takes a database from schema version n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -2,14 +2,15 @@
 
 One class composed of per-concern parts that share one connection and its transaction
 machinery (`_connection.py`): sessions and run states, the agent's execution marks, the
-ledger's decisions, cancelling, the run queue, the audit log and crash recovery. The contract of
-every public method is documented once, on `bot.store.Store`.
+ledger's decisions, edits and allowances, cancelling, the run queue, the audit log and crash
+recovery. The contract of every public method is documented once, on `bot.store.Store`.
 """
 
 from __future__ import annotations
 
 from ._audit import AuditPart
 from ._cancel import CancelPart
+from ._edits import EditsPart
 from ._execution import ExecutionPart
 from ._ledger import LedgerPart
 from ._queue import QueuePart
@@ -24,6 +25,7 @@ class SQLiteStore(
     SessionsPart,
     SummariesPart,
     ExecutionPart,
+    EditsPart,
     LedgerPart,
     CancelPart,
     QueuePart,

@@ -1,0 +1,137 @@
+"""Allowances in the run service: granting one from a card, the per-run gate that applies them,
+listing and revoking.
+
+An allowance applies only where the policy still offers "Allow for" for the tool (`allow_for`
+set) in a channel needing a single approval, and only to calls the policy would otherwise
+gate: a policy that says `approval = "always"` without `allow_for` is never bypassed. Using one
+claims nothing (two runs may use it at once); each use is audited and said in the thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from agent_core import ApprovalGate, Tool, ToolCall
+
+from ..allowances import dump_shape, load_shape, shape_of
+from ..store import AllowanceRow, SessionRow, ToolCallRow
+from ._context import RunContext
+from .output import Notice, Thread
+from .ux import AllowanceInfo, AllowanceRevoked, AllowanceUsed, NothingRevoked
+
+__all__ = ["Allowances", "allow_window", "info", "scope"]
+
+logger = logging.getLogger("opsgate.runs")
+
+
+def info(row: AllowanceRow) -> AllowanceInfo:
+    return AllowanceInfo(
+        row.id, row.channel_id, row.tool, row.label, row.granted_by, row.expires_at
+    )
+
+
+def allow_window(ctx: RunContext, tool: str, channel: str) -> timedelta | None:
+    """How long an allowance from a card of `tool` in `channel` lasts; None when the card
+    offers no "Allow for" (no `allow_for`, or more than one approval needed there)."""
+    if ctx.policy.required_approvals_for(channel) != 1:
+        return None
+    return ctx.policy.tool_policy(tool).allow_for
+
+
+def scope(row: ToolCallRow) -> str:
+    """The call shape an allowance granted on `row` covers, in words."""
+    arguments = row.running_arguments()
+    if not isinstance(arguments, dict):
+        return ""
+    return shape_of(row.tool, arguments).label(row.tool)
+
+
+class Allowances:
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    def offered(self, tool: str, channel: str) -> bool:
+        """Whether a card of `tool` in `channel` offers "Allow for <duration>"."""
+        return allow_window(self.ctx, tool, channel) is not None
+
+    async def grant(self, row: ToolCallRow, session: SessionRow, user: str) -> AllowanceInfo:
+        """The allowance an "Allow for" click creates once its approval is recorded."""
+        window = self.ctx.policy.tool_policy(row.tool).allow_for
+        assert window is not None
+        arguments = row.running_arguments()
+        shape = shape_of(row.tool, arguments if isinstance(arguments, dict) else {})
+        made = await self.ctx.store.create_allowance(
+            channel_id=session.channel_id,
+            tool=row.tool,
+            shape=dump_shape(shape),
+            label=shape.label(row.tool),
+            granted_by=user,
+            ledger_id=row.id,
+            expires_at=self.ctx.clock() + window,
+        )
+        return info(made)
+
+    def gate(self, thread: Thread, session_id: str) -> ApprovalGate:
+        """The approval gate of one run in `thread`: the policy's, then the channel's
+        allowances for calls it would gate."""
+        return _Gate(self, thread, session_id)
+
+    async def active(self, channel: str | None = None) -> list[AllowanceInfo]:
+        rows = await self.ctx.store.active_allowances(channel_id=channel, now=self.ctx.clock())
+        return [info(r) for r in rows]
+
+    async def revoke(self, allowance_id: str, *, user: str, team: str | None) -> Notice:
+        """End an allowance: its granter, or anyone who may approve in its channel, may."""
+        store = self.ctx.store
+        row = await store.get_allowance(allowance_id)
+        if row is None or not row.active(self.ctx.clock()):
+            return NothingRevoked("that allowance has already ended")
+        if user != row.granted_by:
+            verdict = await self.ctx.approvals.check(
+                "approve", channel=row.channel_id, user=user, requester=None, user_team=team
+            )
+            if verdict.kind == "refused":
+                return NothingRevoked("only its granter or an approver of its channel may")
+        if not await store.revoke_allowance(allowance_id, user_id=user):
+            return NothingRevoked("someone revoked it first")
+        return AllowanceRevoked(info(row), user)
+
+
+class _Gate:
+    def __init__(self, owner: Allowances, thread: Thread, session_id: str) -> None:
+        self.owner = owner
+        self.thread = thread
+        self.session_id = session_id
+
+    async def __call__(self, tool: Tool, call: ToolCall) -> bool:
+        ctx = self.owner.ctx
+        if not ctx.policy.gate(tool, call):
+            return False
+        if not self.owner.offered(tool.name, self.thread.channel_id):
+            return True
+        arguments = call.parsed_arguments()
+        for row in await ctx.store.active_allowances(
+            channel_id=self.thread.channel_id, now=ctx.clock()
+        ):
+            shape = load_shape(row.shape)
+            if row.tool == tool.name and shape is not None and shape.matches(arguments):
+                await self._used(row, call)
+                return False
+        return True
+
+    async def _used(self, row: AllowanceRow, call: ToolCall) -> None:
+        ctx = self.owner.ctx
+        await ctx.store.audit(
+            "allowance_used",
+            actor=row.granted_by,
+            session_id=self.session_id,
+            call_id=call.id,
+            details={
+                "allowance_id": row.id,
+                "granted_by": row.granted_by,
+                "tool": call.name,
+                "arguments": call.parsed_arguments(),
+            },
+        )
+        await ctx.output.say(self.thread, AllowanceUsed(call.name, info(row)))

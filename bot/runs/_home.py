@@ -1,0 +1,96 @@
+"""What a person's Home tab shows: what they may decide now, what they wait for, the
+allowances of their channels and the policy in a paragraph.
+
+Channel membership is not known here, so a channel where "anyone in the channel" approves is
+not listed (its requests could leak to people outside it): there, `/opsgate pending` in the
+channel answers. Channels with approver lists show to the people on them.
+"""
+
+from __future__ import annotations
+
+from .._duration import format_duration
+from ._allow import Allowances
+from ._cards import Cards
+from ._context import RunContext
+from .cards import CardCall
+from .ux import AllowanceInfo, HomeView
+
+__all__ = ["Home"]
+
+
+class Home:
+    def __init__(self, ctx: RunContext, cards: Cards, allowances: Allowances) -> None:
+        self.ctx = ctx
+        self.cards = cards
+        self.allowances = allowances
+
+    async def view(self, user: str, *, team: str | None) -> HomeView:
+        store, policy = self.ctx.store, self.ctx.policy
+        now = self.ctx.clock()
+        to_decide: list[CardCall] = []
+        waiting: list[CardCall] = []
+        channels: set[str] = set()
+        for pending in await store.pending_approvals():
+            row, session = pending.call, pending.session
+            where = session.channel_id
+            if row.expires_at is not None and row.expires_at <= now:
+                continue
+            batch = await store.batch_calls(session.id)
+            if row.requested_by == user:
+                waiting.append(self.cards.card_call(row, batch, where))
+                continue
+            if policy.approvers_for(where).anyone or user in row.approvals:
+                continue
+            verdict = await self.ctx.approvals.check(
+                "approve",
+                channel=where,
+                user=user,
+                requester=row.requested_by,
+                user_team=team,
+                home_team=session.team_id if team else None,
+            )
+            if verdict.kind == "allowed":
+                channels.add(where)
+                to_decide.append(self.cards.card_call(row, batch, where))
+        allowances = [a for a in await self.allowances.active() if await self._sees(a, user, team)]
+        return HomeView(
+            user=user,
+            to_decide=tuple(to_decide),
+            waiting=tuple(waiting),
+            allowances=tuple(allowances),
+            policy=self.summary(),
+            channels=tuple(sorted(channels)),
+        )
+
+    async def _sees(self, allowance: AllowanceInfo, user: str, team: str | None) -> bool:
+        if allowance.granted_by == user:
+            return True
+        if self.ctx.policy.approvers_for(allowance.channel).anyone:
+            return False
+        verdict = await self.ctx.approvals.check(
+            "approve", channel=allowance.channel, user=user, requester=None, user_team=team
+        )
+        return verdict.kind == "allowed"
+
+    def summary(self) -> str:
+        """The policy in one paragraph (plain words; the renderer escapes it)."""
+        policy = self.ctx.policy
+        tools = sorted(self.ctx.tools.values(), key=lambda t: t.name)
+        asks = [f"{t.name} {policy.approval_summary(t)}" for t in tools]
+        allows = [
+            f"{t.name} ({format_duration(w)})"
+            for t in tools
+            if (w := policy.tool_policy(t.name).allow_for) is not None
+        ]
+        anyone = policy.approvers_for(None).anyone
+        who = "anyone in the channel but the requester" if anyone else "the listed approvers"
+        text = (
+            f"Tool calls: {'; '.join(asks) or 'none'}. "
+            f"{policy.defaults.required_approvals} approval(s) needed by default, from "
+            f"{who}; requests expire after "
+            f"{format_duration(policy.ttl)}. "
+        )
+        text += (
+            f"Allowances may be granted for: {', '.join(allows)}." if allows else "No allowances."
+        )
+        return text

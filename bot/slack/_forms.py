@@ -1,0 +1,178 @@
+"""Block Kit for the approval card's extra buttons (Edit, Allow for <duration>), the edit
+modal, the reject modal's reason select, and reading them back from a submitted view.
+
+Buttons carry only the ledger id ("Binding" in `docs/architecture.md`); the modal's
+`private_metadata` carries it back. Prefilled values are plain text inputs, which Slack shows
+literally; everything in mrkdwn goes through `bot.slack._text`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from slack_sdk.models.blocks import (
+    Block,
+    ButtonElement,
+    ConfirmObject,
+    InputBlock,
+    Option,
+    PlainTextInputElement,
+    PlainTextObject,
+    StaticSelectElement,
+)
+from slack_sdk.models.views import View
+
+from ..runs.cards import CardCall
+from ..runs.ux import EditForm
+from ._card_body import as_json, section
+from ._text import code_span, escape_cut, truncate, user_mention
+
+__all__ = [
+    "ACTION_ALLOW",
+    "ACTION_EDIT",
+    "ACTION_FIELD",
+    "ACTION_REASON_CHOICE",
+    "BLOCK_REASON_CHOICE",
+    "CALLBACK_EDIT",
+    "edit_modal",
+    "edit_values",
+    "edited_note",
+    "extra_buttons",
+    "reason_select",
+    "selected_reason",
+]
+
+ACTION_EDIT = "opsgate_edit"
+ACTION_ALLOW = "opsgate_allow"
+CALLBACK_EDIT = "opsgate_edit_modal"
+ACTION_FIELD = "value"
+"""The action id of every input of the edit modal; its block id is the argument's name."""
+BLOCK_REASON_CHOICE = "reason_choice"
+ACTION_REASON_CHOICE = "reason_choice_select"
+_INPUT_MAX = 3000
+"""Slack's longest plain_text_input value."""
+
+
+def extra_buttons(call: CardCall) -> list[ButtonElement]:
+    """ "Edit" and "Allow for <duration>", where the policy enables them (in that order)."""
+    buttons = []
+    if call.can_edit:
+        buttons.append(
+            ButtonElement(
+                text=PlainTextObject(text="Edit"), action_id=ACTION_EDIT, value=call.ledger_id
+            )
+        )
+    if call.allow_for is not None:
+        scope = truncate(call.allow_scope, 250)
+        buttons.append(
+            ButtonElement(
+                text=PlainTextObject(text=f"Allow for {call.allow_for}"),
+                action_id=ACTION_ALLOW,
+                value=call.ledger_id,
+                confirm=ConfirmObject(
+                    title=f"Allow for {call.allow_for}?",
+                    text=PlainTextObject(
+                        text=f"This call runs now, and in this channel calls of {scope} run "
+                        f"without a card for {call.allow_for}. Each run is posted and audited."
+                    ),
+                    confirm="Allow",
+                    deny="Back",
+                ),
+            )
+        )
+    return buttons
+
+
+def edited_note(call: CardCall) -> list[Block]:
+    """Who changed the arguments, and what the model had asked for."""
+    if call.edited_by is None:
+        return []
+    original = escape_cut(as_json(call.original_arguments), 1500)
+    return [
+        section(
+            f":pencil2: Arguments edited by {user_mention(call.edited_by)}; the model asked "
+            f"for:\n```{original}```"
+        )
+    ]
+
+
+def edit_modal(form: EditForm) -> dict[str, Any]:
+    """The edit modal: for `run_command` one input holding exactly the command; otherwise one
+    input per argument (text as is, other values as JSON)."""
+    blocks: list[Block] = [
+        section(
+            f"Change the arguments of {code_span(form.tool)}. Submitting approves the edited "
+            "call; approvals of the old arguments no longer count."
+        )
+    ]
+    for field in form.fields:
+        element = PlainTextInputElement(
+            action_id=ACTION_FIELD,
+            multiline=not form.command,
+            max_length=_INPUT_MAX,
+            initial_value=field.value[:_INPUT_MAX] or None,
+        )
+        label = "Command" if form.command else field.name
+        blocks.append(
+            InputBlock(
+                block_id=field.name,
+                label=PlainTextObject(text=truncate(label, 2000)),
+                element=element,
+                optional=not field.required,
+                hint=PlainTextObject(text=truncate(field.description, 2000))
+                if field.description
+                else None,
+            )
+        )
+    view = View(
+        type="modal",
+        callback_id=CALLBACK_EDIT,
+        private_metadata=form.ledger_id,
+        title=PlainTextObject(text="Edit tool call"),
+        submit=PlainTextObject(text="Run edited"),
+        close=PlainTextObject(text="Back"),
+        blocks=blocks,
+    )
+    result: dict[str, Any] = view.to_dict()
+    return result
+
+
+def edit_values(view: Mapping[str, Any]) -> dict[str, str | None]:
+    """The edit modal's inputs by argument name (None for an empty one)."""
+    state = view.get("state")
+    values = state.get("values") if isinstance(state, Mapping) else None
+    out: dict[str, str | None] = {}
+    for block_id, actions in (values or {}).items():
+        field = actions.get(ACTION_FIELD) if isinstance(actions, Mapping) else None
+        value = field.get("value") if isinstance(field, Mapping) else None
+        out[str(block_id)] = value if isinstance(value, str) else None
+    return out
+
+
+def reason_select(reasons: Sequence[str]) -> list[Block]:
+    """The optional select of predefined reasons (none when the list is empty)."""
+    if not reasons:
+        return []
+    return [
+        InputBlock(
+            block_id=BLOCK_REASON_CHOICE,
+            label=PlainTextObject(text="Reason"),
+            optional=True,
+            element=StaticSelectElement(
+                action_id=ACTION_REASON_CHOICE,
+                placeholder=PlainTextObject(text="Pick one (optional)"),
+                options=[Option(value=str(i), label=r) for i, r in enumerate(reasons[:100])],
+            ),
+        )
+    ]
+
+
+def selected_reason(values: Any) -> str | None:
+    """The label of the picked reason in a submitted reject modal's state values."""
+    block = values.get(BLOCK_REASON_CHOICE) if isinstance(values, Mapping) else None
+    field = block.get(ACTION_REASON_CHOICE) if isinstance(block, Mapping) else None
+    option = field.get("selected_option") if isinstance(field, Mapping) else None
+    text = option.get("text") if isinstance(option, Mapping) else None
+    label = text.get("text") if isinstance(text, Mapping) else None
+    return label.strip() if isinstance(label, str) and label.strip() else None

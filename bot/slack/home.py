@@ -1,0 +1,108 @@
+"""Block Kit for the Home tab and the allowance list: pure functions from the run service's
+view models (`bot.runs.ux`) to Slack dicts.
+
+The Home tab's Approve, Reject and Edit buttons are the card's own action ids carrying the same
+ledger id, so a click there is handled exactly like one on the card (container type `view`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    ContextBlock,
+    DividerBlock,
+    HeaderBlock,
+    MarkdownTextObject,
+    PlainTextObject,
+)
+from slack_sdk.models.views import View
+
+from ..runs.cards import CardCall
+from ..runs.ux import AllowanceInfo, HomeView
+from ._card_body import card_body, section
+from ._forms import ACTION_EDIT
+from ._text import escape_cut
+from ._ux_text import allowance_line
+from .blocks import ACTION_APPROVE, ACTION_REJECT
+
+__all__ = ["ACTION_REVOKE", "allowance_blocks", "home_view"]
+
+ACTION_REVOKE = "opsgate_revoke"
+_SHOWN_MAX = 8
+"""Calls shown per list (a Home tab holds at most 100 blocks)."""
+_ARG_LIMIT = 600
+
+
+def home_view(home: HomeView) -> dict[str, Any]:
+    blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text="OpsGate"))]
+    blocks.append(section("*Waiting for your decision*"))
+    if not home.to_decide:
+        blocks.append(_note("Nothing waits for your decision right now."))
+    for call in home.to_decide[:_SHOWN_MAX]:
+        blocks += card_body(call, _ARG_LIMIT)
+        blocks.append(_decision_buttons(call))
+        blocks.append(DividerBlock())
+    blocks.append(section("*Your requests waiting for approval*"))
+    if not home.waiting:
+        blocks.append(_note("None of your requests is waiting."))
+    for call in home.waiting[:_SHOWN_MAX]:
+        blocks += card_body(call, _ARG_LIMIT)
+    blocks.append(section("*Active allowances*"))
+    blocks += allowance_blocks(home.allowances) or [_note("No allowances are active.")]
+    blocks.append(section("*Policy*\n" + escape_cut(home.policy, 2500)))
+    view = View(type="home", blocks=blocks[:100])
+    result: dict[str, Any] = view.to_dict()
+    return result
+
+
+def allowance_blocks(allowances: Sequence[AllowanceInfo]) -> list[Block]:
+    """One line per allowance with its Revoke button (the button carries the allowance id)."""
+    blocks: list[Block] = []
+    for allowance in allowances[:20]:
+        blocks.append(section(allowance_line(allowance)))
+        blocks.append(
+            ActionsBlock(
+                elements=[
+                    ButtonElement(
+                        text=PlainTextObject(text="Revoke"),
+                        action_id=ACTION_REVOKE,
+                        value=allowance.id,
+                        style="danger",
+                    )
+                ]
+            )
+        )
+    return blocks
+
+
+def _decision_buttons(call: CardCall) -> ActionsBlock:
+    buttons = [
+        ButtonElement(
+            text=PlainTextObject(text="Approve"),
+            action_id=ACTION_APPROVE,
+            value=call.ledger_id,
+            style="primary",
+        ),
+        ButtonElement(
+            text=PlainTextObject(text="Reject"),
+            action_id=ACTION_REJECT,
+            value=call.ledger_id,
+            style="danger",
+        ),
+    ]
+    if call.can_edit:
+        buttons.append(
+            ButtonElement(
+                text=PlainTextObject(text="Edit"), action_id=ACTION_EDIT, value=call.ledger_id
+            )
+        )
+    return ActionsBlock(elements=buttons)
+
+
+def _note(text: str) -> ContextBlock:
+    return ContextBlock(elements=[MarkdownTextObject(text=text)])

@@ -1,0 +1,125 @@
+"""Listeners for Edit, "Allow for <duration>", Revoke, the edit modal, the Home tab and the
+message shortcut. Each acknowledges first (the modal's ack carries validation errors), then
+calls the run service; what only the clicker should know goes back privately, in the card's
+thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_bolt.async_app import AsyncAck, AsyncApp
+
+from ...runs.output import Notice, Thread
+from ...runs.service import RunService
+from ...runs.ux import EditErrors, EditForm
+from .._forms import ACTION_ALLOW, ACTION_EDIT, CALLBACK_EDIT, edit_values
+from ..home import ACTION_REVOKE
+from ..output import SlackThreadOutput
+from .actions import Click, click_of
+from .events import message_text
+
+__all__ = ["SHORTCUT", "register"]
+
+SHORTCUT = "opsgate_ask"
+"""The message shortcut's callback id, as declared in manifest.yml."""
+
+logger = logging.getLogger("opsgate.slack.ux")
+
+
+def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
+    async def tell(click: Click, notice: Notice | None) -> None:
+        if notice is None:
+            return
+        thread = click.thread or await service.thread_of_call(click.ledger_id)
+        if thread is not None:
+            await output.tell(thread, click.user, notice)
+
+    async def refresh_home(*users: str | None) -> None:
+        for user in dict.fromkeys(u for u in users if u):
+            await output.publish_home(await service.home.view(user, team=None))
+
+    @app.action(ACTION_EDIT)
+    async def on_edit(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        click = click_of(body)
+        form = await service.edits.form(click.ledger_id, user=click.user, team=click.team)
+        if not isinstance(form, EditForm):
+            await tell(click, form)
+            return
+        failed = await output.open_edit_form(click.trigger_id, form)
+        if failed is not None:
+            logger.warning("could not open the edit form: %s", failed.error)
+
+    @app.action(ACTION_ALLOW)
+    async def on_allow(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        click = click_of(body)
+        await tell(
+            click, await service.edits.allow(click.ledger_id, user=click.user, team=click.team)
+        )
+        await refresh_home(click.user)
+
+    @app.action(ACTION_REVOKE)
+    async def on_revoke(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        click = click_of(body)
+        notice = await service.allowances.revoke(click.ledger_id, user=click.user, team=click.team)
+        if click.thread is not None:
+            await output.tell(click.thread, click.user, notice)
+        await refresh_home(click.user)
+
+    _register_edit_form(app, service, output, refresh_home)
+    _register_home_and_shortcut(app, service, output)
+
+
+def _register_edit_form(
+    app: AsyncApp,
+    service: RunService,
+    output: SlackThreadOutput,
+    refresh_home: Callable[..., Awaitable[None]],
+) -> None:
+    @app.view(CALLBACK_EDIT)
+    async def on_edit_submitted(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
+        user = body.get("user") or {}
+        user_id, team = str(user.get("id")), user.get("team_id")
+        ledger_id = str(view.get("private_metadata") or "")
+        result = await service.edits.submit(ledger_id, edit_values(view), user=user_id, team=team)
+        if isinstance(result, EditErrors):
+            await ack(response_action="errors", errors=result.errors)
+            return
+        await ack()
+        if result is not None:
+            thread = await service.thread_of_call(ledger_id)
+            if thread is not None:
+                await output.tell(thread, user_id, result)
+        await refresh_home(user_id)
+
+
+def _register_home_and_shortcut(
+    app: AsyncApp, service: RunService, output: SlackThreadOutput
+) -> None:
+    @app.event("app_home_opened")
+    async def on_home_opened(event: dict[str, Any], body: dict[str, Any]) -> None:
+        if event.get("tab", "home") != "home":
+            return
+        user = str(event.get("user") or "")
+        if user:
+            team = body.get("team_id")
+            await output.publish_home(await service.home.view(user, team=team))
+
+    @app.shortcut(SHORTCUT)
+    async def on_shortcut(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        message = body.get("message") or {}
+        channel = str((body.get("channel") or {}).get("id") or "")
+        team = str((body.get("team") or {}).get("id") or "")
+        user = str((body.get("user") or {}).get("id") or "")
+        ts = str(message.get("ts") or "")
+        if not (channel and user and ts):
+            logger.warning("message shortcut without a channel, user or message; ignored")
+            return
+        thread = Thread(team, channel, str(message.get("thread_ts") or ts))
+        await service.on_message(thread, user=user, text=message_text(message), message_ts=ts)

@@ -1,0 +1,120 @@
+"""The contract of edits and allowances: an edit is a decision (one winner), resets the count,
+keeps the model's arguments; allowances are listed while active and revoked once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+
+from agent_core import call_digest, canonical_arguments
+from bot.store import Store
+
+from .conftest import StoreFactory
+from .helpers import RESTART, T0, Clock, mention, paused_session
+
+EDITED = {"service": "web", "force": False}
+
+
+def _edit() -> tuple[str, str]:
+    return canonical_arguments(EDITED), call_digest("restart_service", EDITED)
+
+
+async def test_an_edit_approves_the_edited_call_and_keeps_the_models_arguments(
+    store: Store,
+) -> None:
+    session_id, rows = await paused_session(store)
+    arguments, digest = _edit()
+    outcome = await store.edit_call(rows[0].id, arguments, digest, user_id="UEDIT", rule="ops")
+    assert outcome.recorded and outcome.why is None
+    row = outcome.row
+    assert (row.status, row.decided_by, row.approvals) == ("approved", "UEDIT", ("UEDIT",))
+    assert row.arguments == rows[0].arguments  # the model's own
+    assert row.running_arguments() == EDITED and row.running_digest == digest
+    assert (row.edited_by, row.edited_digest) == ("UEDIT", digest)
+    # The resume runs the edited arguments, named as the editor's.
+    await store.decide(rows[2].id, "rejected", user_id="UBOB")
+    responses = {r.call_id: r for r in await store.responses_for_batch(session_id)}
+    restart = responses[RESTART.id]
+    assert restart.approved and restart.edited_arguments == EDITED
+    assert restart.decided_by == "<@UEDIT>"
+    assert responses["call_drop"].edited_arguments is None
+    audit = [a for a in await store.audit_rows() if a.event == "edited"]
+    assert len(audit) == 1 and audit[0].actor == "UEDIT"
+    details = audit[0].details
+    assert details["original"] == {"service": "api", "force": True}
+    assert details["edited"] == EDITED
+    assert (details["digest_before"], details["digest"]) == (rows[0].digest, digest)
+
+
+async def test_an_edit_discards_approvals_of_the_old_arguments(store: Store) -> None:
+    _, rows = await paused_session(store)
+    ledger_id = rows[0].id
+    first = await store.decide(ledger_id, "approved", user_id="UALICE", required_approvals=2)
+    assert first.row.approvals == ("UALICE",)
+    arguments, digest = _edit()
+    edit = await store.edit_call(ledger_id, arguments, digest, user_id="UBOB", required_approvals=2)
+    assert edit.recorded and edit.row.status == "pending"
+    assert edit.row.approvals == ("UBOB",)
+    assert edit.why == "1 of 2 approvals of the edited call"
+    assert (await store.audit_rows())[-1].details["discarded_approvals"] == ["UALICE"]
+    # Alice approves again, now the edited call: that completes it.
+    again = await store.decide(ledger_id, "approved", user_id="UALICE", required_approvals=2)
+    assert again.recorded and again.row.status == "approved"
+    assert again.row.approvals == ("UBOB", "UALICE")
+
+
+async def test_an_edit_of_a_decided_or_expired_call_is_refused(store: Store, clock: Clock) -> None:
+    _, rows = await paused_session(store)
+    await store.decide(rows[0].id, "rejected", user_id="UALICE")
+    arguments, digest = _edit()
+    late = await store.edit_call(rows[0].id, arguments, digest, user_id="UBOB")
+    assert not late.recorded and late.why is not None and "already rejected" in late.why
+    assert late.row.edited_arguments is None
+    await store.set_expiry(rows[2].id, T0 + timedelta(minutes=5))
+    clock.advance(minutes=6)
+    expired = await store.edit_call(rows[2].id, arguments, digest, user_id="UBOB")
+    assert not expired.recorded and expired.row.status == "expired"
+
+
+async def test_an_edit_racing_an_approval_has_one_winner(new_store: StoreFactory) -> None:
+    arguments, digest = _edit()
+    async with new_store(person=mention) as a, new_store(person=mention) as b:
+        _, rows = await paused_session(a)
+        edit, approve = await asyncio.gather(
+            a.edit_call(rows[0].id, arguments, digest, user_id="UEDIT"),
+            b.decide(rows[0].id, "approved", user_id="UALICE"),
+        )
+        assert edit.recorded != approve.recorded
+        stored = await a.get_call(rows[0].id)
+    assert stored is not None and stored.status == "approved"
+    assert (stored.edited_arguments is not None) == edit.recorded
+
+
+async def test_allowances_are_listed_while_active_and_revoked_once(
+    store: Store, clock: Clock
+) -> None:
+    shape = json.dumps({"kind": "command", "program": "kubectl", "subcommand": "get"})
+    made = await store.create_allowance(
+        channel_id="C1",
+        tool="run_command",
+        shape=shape,
+        label="`kubectl get …`",
+        granted_by="UALICE",
+        ledger_id="L1",
+        expires_at=T0 + timedelta(hours=1),
+    )
+    assert made.active(T0) and made.expires_at == T0 + timedelta(hours=1)
+    assert await store.get_allowance(made.id) == made
+    assert [a.id for a in await store.active_allowances(channel_id="C1")] == [made.id]
+    assert await store.active_allowances(channel_id="C2") == []
+    assert await store.active_allowances(now=T0 + timedelta(hours=1)) == []
+    clock.advance(minutes=59, seconds=59)
+    assert [a.id for a in await store.active_allowances()] == [made.id]
+    assert await store.revoke_allowance(made.id, user_id="UBOB")
+    assert not await store.revoke_allowance(made.id, user_id="UCAROL")
+    assert await store.active_allowances() == []
+    revoked = await store.get_allowance(made.id)
+    assert revoked is not None and revoked.revoked_by == "UBOB"
+    events = [(a.event, a.actor) for a in await store.audit_rows()]
+    assert events == [("allowance", "UALICE"), ("allowance_revoked", "UBOB")]
