@@ -56,8 +56,12 @@ class Approvals:
     ) -> Verdict:
         """May `user` take `action` on a request of `requester` in `channel`?
 
-        `user_team` is the actor's workspace, `home_team` the session's (None: not checked).
+        `user_team` is the actor's workspace, `home_team` the session's. With `home_team`
+        given, an unknown `user_team` is refused: a request that hides its workspace must not
+        skip the Slack Connect rule. With no `home_team` (the terminal) nothing is checked.
         """
+        if home_team is not None and not user_team:
+            return Refused("unknown_workspace", action, "the actor's workspace is unknown")
         if requester is not None and user == requester:
             if action in _REQUESTER_RULES:
                 return Allowed(_REQUESTER_RULES[action])

@@ -97,6 +97,8 @@ def _decision_text(notice: Notice) -> str | None:
 
 def refusal_text(refusal: Refused) -> str:
     match refusal.reason:
+        case "unknown_workspace":
+            return "Your workspace is unknown, so this cannot be checked; nothing changed."
         case "self_approval":
             return "You asked for this, so you cannot approve it yourself."
         case "other_workspace":

@@ -75,9 +75,12 @@ class RunService:
         )
         return found is not None
 
-    async def on_message(self, thread: Thread, *, user: str, text: str, message_ts: str) -> None:
+    async def on_message(
+        self, thread: Thread, *, user: str, text: str, message_ts: str, team: str | None = None
+    ) -> None:
         """A teammate (or an allow-listed bot, `user` = its id) wrote to the bot: queue a run,
-        cancel the thread's paused run, or say why not."""
+        cancel the thread's paused run, or say why not. `team` is the author's workspace (not
+        the thread's, in a Slack Connect channel): `cancel` is checked exactly as the button."""
         store = self.ctx.store
         if not self.ctx.policy.allows_channel(thread.channel_id):
             await self.ctx.output.say(thread, ChannelNotAllowed(thread.channel_id))
@@ -88,7 +91,7 @@ class RunService:
             )
             return
         if _CANCEL.fullmatch(text):
-            await self._cancels.from_message(thread, user=user)
+            await self._cancels.from_message(thread, user=user, team=team)
             return
         await self._enqueue(thread, user=user, text=text, message_ts=message_ts)
 
@@ -195,7 +198,9 @@ class RunService:
         session = None if row is None else await store.get_session(row.session_id)
         if row is None or session is None:
             await store.audit(
-                "refusal", actor=user, details={"reason": "unknown approval id", "id": ledger_id}
+                "refusal",
+                actor=user,
+                details={"reason": "unknown approval id", "id": ledger_id, "ledger_id": ledger_id},
             )
             return UnknownRequest()
         verdict = await self.ctx.approvals.check(
@@ -204,7 +209,7 @@ class RunService:
             user=user,
             requester=row.requested_by,
             user_team=team,
-            home_team=session.team_id if team else None,
+            home_team=session.team_id,
         )
         if verdict.kind == "refused":
             await store.audit(
@@ -212,7 +217,13 @@ class RunService:
                 actor=user,
                 session_id=row.session_id,
                 call_id=row.call_id,
-                details={"reason": verdict.reason, "rule": verdict.rule, "decision": decision},
+                details={
+                    "ledger_id": ledger_id,
+                    "reason": verdict.reason,
+                    "rule": verdict.rule,
+                    "decision": decision,
+                    "team_id": team,
+                },
             )
             return NotAllowed(verdict)
         outcome = await store.decide(
@@ -249,7 +260,7 @@ class RunService:
             user=user,
             requester=row.requested_by,
             user_team=team,
-            home_team=session.team_id if team else None,
+            home_team=session.team_id,
         )
         return NotAllowed(verdict) if verdict.kind == "refused" else None
 

@@ -13,6 +13,10 @@ from ._text import code_span, escape_mrkdwn, requester_text
 __all__ = ["approvers_text", "help_text", "pending_text", "refusal_text"]
 
 _PENDING_SHOWN_MAX = 20
+_UNKNOWN_WORKSPACE = (
+    "Slack did not say which workspace you belong to, so I cannot check that you may do this "
+    "here. Nothing was changed."
+)
 
 
 def approvers_text(users: Sequence[str], groups: Sequence[str]) -> str:
@@ -32,6 +36,8 @@ def refusal_text(refusal: Refused) -> str:
     if refusal.action in ("cancel", "withdraw"):
         return _cancel_refusal(refusal, who)
     match refusal.reason:
+        case "unknown_workspace":
+            return _UNKNOWN_WORKSPACE
         case "self_approval":
             return (
                 "You asked for this, so you cannot approve it yourself: someone else has to. "
@@ -51,6 +57,13 @@ def refusal_text(refusal: Refused) -> str:
 
 
 def _cancel_refusal(refusal: Refused, who: Who) -> str:
+    if refusal.reason == "unknown_workspace":
+        return _UNKNOWN_WORKSPACE
+    if refusal.reason == "other_workspace":
+        return (
+            "Only members of this workspace may cancel here (or the requester). To let people "
+            "from another organisation cancel, list them in the policy's approvers."
+        )
     asked = requester_text(who.requester) if who.requester else "the requester"
     text = f"Only {asked} or {approvers_text(who.users, who.groups)} may cancel this run."
     if refusal.reason == "groups_unavailable":

@@ -25,5 +25,5 @@ def register(
     """Every listener of the app, in the order Bolt tries them (the catch-all event last)."""
     events.register(app, service, policy=policy, seen_first=seen_first)
     actions.register(app, service, output)
-    commands.register(app, service, output)
+    commands.register(app, service, output, seen_first=seen_first)
     views.register(app, service, output)
