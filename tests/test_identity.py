@@ -61,7 +61,7 @@ async def test_a_guest_cannot_cancel_by_writing_cancel_as_with_the_button(tmp_pa
 
 async def test_a_click_that_hides_its_workspace_is_refused(tmp_path: Path) -> None:
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
-        root, ledger_id = await paused(bot)
+        _, ledger_id = await paused(bot)
         row = await bot.deps.store.get_call(ledger_id)
         assert row is not None and row.card_ts
         payload = block_actions(

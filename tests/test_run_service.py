@@ -133,7 +133,10 @@ async def test_a_paused_run_resumes_after_an_approval(tmp_path: Path) -> None:
         [card] = w.output.cards
         assert card.tool == "restart" and card.requested_by == ALICE
 
-        assert await w.service.decide(card.ledger_id, "approved", user=BOB, team=THREAD.team_id) is None
+        assert (
+            await w.service.decide(card.ledger_id, "approved", user=BOB, team=THREAD.team_id)
+            is None
+        )
         await w.settle()
 
         assert any(isinstance(n, ToolRan) and "restarted web" in n.content for n in w.output.said)
@@ -146,10 +149,14 @@ async def test_the_requester_may_not_approve_but_may_reject(tmp_path: Path) -> N
     async with world(tmp_path, *paused_turns()) as w:
         await ask(w)
         [card] = w.output.cards
-        refusal = await w.service.decide(card.ledger_id, "approved", user=ALICE, team=THREAD.team_id)
+        refusal = await w.service.decide(
+            card.ledger_id, "approved", user=ALICE, team=THREAD.team_id
+        )
         assert isinstance(refusal, NotAllowed) and refusal.refusal.reason == "self_approval"
 
-        await w.service.decide(card.ledger_id, "rejected", user=ALICE, team=THREAD.team_id, reason="no")
+        await w.service.decide(
+            card.ledger_id, "rejected", user=ALICE, team=THREAD.team_id, reason="no"
+        )
         await w.settle()
         [shown] = [n for n in w.output.said if isinstance(n, ToolNotRun)]
         assert shown.outcome == Rejected("no", ALICE)

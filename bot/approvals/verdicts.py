@@ -22,7 +22,8 @@ RefusalReason = Literal[
     "groups_unavailable",
 ]
 """Why not. `unknown_workspace`: the request did not say which workspace the person belongs to,
-so the Slack Connect rule cannot be applied (refused, whatever else holds). `groups_unavailable`: the person is not listed and a user group that might hold
+so the Slack Connect rule cannot be applied (refused, whatever else holds).
+`groups_unavailable`: the person is not listed and a user group that might hold
 them could not be looked up (try again later)."""
 
 
