@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..store import SessionRow
+from ..store import NotWaiting, SessionRow
 from ._cards import Cards
 from ._context import RunContext
 from .output import (
@@ -65,7 +65,7 @@ class Cancels:
             session.id, user_id=user, batch_id=batch_id, team_id=team, via=via, rule=verdict.rule
         )
         if not outcome.cancelled:
-            return NothingCancelled(outcome.why or "the run is no longer waiting for approval")
+            return NothingCancelled(outcome.why or NotWaiting(session.state))
         for row in outcome.rows:
             if row.needs_approval and row.status == "cancelled":
                 await self.cards.refresh(row)

@@ -33,6 +33,7 @@ from typing import Literal, Protocol
 from agent_core.outcomes import CallOutcome
 
 from ..approvals.verdicts import Refused
+from ..store.models import CancelReason, CardLock, DecisionReason
 from .cards import CardCall, CardOutcome, CardRef, ChannelHelp, PendingEntry
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "FinishNote",
     "Help",
     "NotAllowed",
+    "NotApprovable",
     "NothingCancelled",
     "NothingToCancel",
     "Notice",
@@ -254,7 +256,7 @@ class NothingToCancel:
 class NothingCancelled:
     """A cancel found nothing to end (the run resumed first, or the card is old): `why`."""
 
-    why: str
+    why: CancelReason
     kind: Literal["nothing_cancelled"] = "nothing_cancelled"
 
 
@@ -277,8 +279,16 @@ class UnknownRequest:
 class DecisionNotRecorded:
     """A click changed nothing (already decided, expired, already approved by them): `why`."""
 
-    why: str
+    why: DecisionReason
     kind: Literal["decision_not_recorded"] = "decision_not_recorded"
+
+
+@dataclass(frozen=True, slots=True)
+class NotApprovable:
+    """An Approve click on a card that may not be approved (`why`); rejecting still works."""
+
+    why: CardLock
+    kind: Literal["not_approvable"] = "not_approvable"
 
 
 # --- notices: answers to commands ----------------------------------------------------------
@@ -323,11 +333,13 @@ Notice = (
     | NotAllowed
     | UnknownRequest
     | DecisionNotRecorded
+    | NotApprovable
     | PendingList
     | Help
 )
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,
+`NotApprovable`,
 `RootPostFailed`, `ChannelNotAllowed` (from `/opsgate`), `PendingList` and `Help`."""
 
 

@@ -21,7 +21,7 @@ from typing import Literal
 from agent_core import ToolApprovalResponse
 
 from ..channels import run_options, session_for
-from ..store import EnqueueOutcome, QueueItem, SessionRow, batch_complete
+from ..store import EnqueueOutcome, QueueItem, SessionRow, already_reason, batch_complete
 from ._answers import Answers
 from ._cancel import Cancels
 from ._cards import Cards
@@ -240,7 +240,7 @@ class RunService:
         await self.cards.refresh(outcome.row)
         await self.maybe_resume(row.session_id)
         if not outcome.recorded:
-            return DecisionNotRecorded(outcome.why or "this request was already decided")
+            return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
         return None
 
     async def check_reject(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
@@ -253,7 +253,7 @@ class RunService:
             return UnknownRequest()
         if row.status != "pending":
             await self.cards.refresh(row)
-            return DecisionNotRecorded(f"this request was already {row.status}")
+            return DecisionNotRecorded(already_reason(row))
         verdict = await self.ctx.approvals.check(
             "reject",
             channel=session.channel_id,

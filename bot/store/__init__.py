@@ -6,6 +6,7 @@ path or URL. Plain storage: it knows Slack ids only as strings and never imports
 """
 
 from ._rules import SEEN_EVENT_TTL
+from ._rules import already as already_reason
 from ._schema import SCHEMA_VERSION
 from ._time import utc_now
 from .base import Store, open_store
@@ -18,12 +19,22 @@ from .errors import (
     UnknownSession,
 )
 from .models import (
+    AlreadyApprovedByYou,
+    AlreadyDecided,
     AuditEvent,
     AuditRow,
+    BatchMovedOn,
+    CallExpired,
     CallStatus,
     CancelOutcome,
+    CancelReason,
+    CardLock,
     DecisionOutcome,
+    DecisionReason,
     EnqueueOutcome,
+    MoreApprovalsNeeded,
+    NeedsNoApproval,
+    NotWaiting,
     PendingApproval,
     QueueItem,
     QueueState,
@@ -36,14 +47,24 @@ from .models import (
 from .sqlite import SQLiteStore
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
+    "AlreadyApprovedByYou",
+    "AlreadyDecided",
     "AuditEvent",
     "AuditRow",
+    "BatchMovedOn",
+    "CallExpired",
     "CallStatus",
     "CancelOutcome",
+    "CancelReason",
+    "CardLock",
     "DatabaseLocked",
     "DecisionOutcome",
+    "DecisionReason",
     "EnqueueOutcome",
     "InvalidTransition",
+    "MoreApprovalsNeeded",
+    "NeedsNoApproval",
+    "NotWaiting",
     "PendingApproval",
     "QueueItem",
     "QueueState",
@@ -59,6 +80,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "ToolCallRow",
     "UnknownCall",
     "UnknownSession",
+    "already_reason",
     "batch_complete",
     "open_store",
     "utc_now",

@@ -19,7 +19,16 @@ from bot._duration import format_duration
 from .._rules import already, expiry_ttl, responses
 from .._time import aware, to_db
 from ..errors import UnknownCall
-from ..models import DecisionOutcome, PendingApproval, SessionRow, ToolCallRow
+from ..models import (
+    AlreadyApprovedByYou,
+    DecisionOutcome,
+    DecisionReason,
+    MoreApprovalsNeeded,
+    NeedsNoApproval,
+    PendingApproval,
+    SessionRow,
+    ToolCallRow,
+)
 from ._connection import SQLiteConnection, call_row, fetch_all, fetch_one, session_row
 
 __all__ = ["LedgerPart"]
@@ -117,7 +126,7 @@ class LedgerPart(SQLiteConnection):
                     actor=user_id,
                     session_id=row.session_id,
                     call_id=row.call_id,
-                    details={**common, "why": why},
+                    details={**common, "why": why.kind},
                 )
                 return DecisionOutcome(recorded=False, row=row, why=why)
 
@@ -137,11 +146,7 @@ class LedgerPart(SQLiteConnection):
                     "UPDATE tool_calls SET approvals = ? WHERE id = ? AND status = 'pending'",
                     (json.dumps(approvals), ledger_id),
                 )
-                missing = required_approvals - len(approvals)
-                why = (
-                    f"{len(approvals)} of {required_approvals} approvals; "
-                    f"waiting for {missing} more"
-                )
+                why = MoreApprovalsNeeded(len(approvals), required_approvals)
             await self._write_audit(
                 conn,
                 "decision",
@@ -159,14 +164,14 @@ class LedgerPart(SQLiteConnection):
                 recorded=True, row=await self._call_row(conn, ledger_id), why=why
             )
 
-    def _refusal(self, row: ToolCallRow, decision: str, user_id: str) -> str | None:
+    def _refusal(self, row: ToolCallRow, decision: str, user_id: str) -> DecisionReason | None:
         """Why a decision on `row` is not recorded, or None if it may be."""
         if not row.needs_approval:
-            return "this call needs no approval; it runs once the batch is decided"
+            return NeedsNoApproval()
         if row.status != "pending":
-            return already(row, self._person)
+            return already(row)
         if decision == "approved" and user_id in row.approvals:
-            return "you already approved"
+            return AlreadyApprovedByYou()
         return None
 
     async def _expire(self, conn: aiosqlite.Connection, row: ToolCallRow, now: str) -> ToolCallRow:
