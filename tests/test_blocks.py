@@ -84,7 +84,7 @@ def markup(blocks: list[dict[str, Any]]) -> list[str]:
 
 
 def omitted_count(text: str) -> int:
-    found = re.search(r"… (\d+) more characters \(attached as a file\)", text)
+    found = re.search(r"… (\d+) more characters not shown \(attached as a file\)", text)
     assert found is not None, text[-200:]
     return int(found[1])
 
