@@ -376,8 +376,11 @@ class ThreadOutput(Protocol):
         """Post a pending approval card with its buttons (or prompt)."""
         ...
 
-    async def update_card(self, ref: CardRef, card: CardCall, outcome: CardOutcome | None) -> None:
-        """Redraw a card: pending (`outcome` None: buttons, N-of-M progress) or decided."""
+    async def update_card(
+        self, ref: CardRef, card: CardCall, outcome: CardOutcome | None
+    ) -> PostFailed | None:
+        """Redraw a card: pending (`outcome` None: buttons, N-of-M progress) or decided.
+        `PostFailed` when the redraw did not happen (start-up tries again)."""
         ...
 
     async def upload(self, thread: Thread, filename: str, content: str) -> None:

@@ -335,6 +335,7 @@ class RunService:
             await self.ctx.output.say(_thread(recovered.session), Recovered(tools))
             await self.cards.redraw_batch(recovered.session.id)
         await self.cards.repost_missing()
+        await self.cards.redraw_stale()
         for session in await store.sessions_awaiting_approval():
             # A decision may be recorded with its card not yet redrawn, or its resume not
             # yet claimed: redraw, then resume what is decided.

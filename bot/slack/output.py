@@ -151,7 +151,9 @@ class SlackThreadOutput:
             await self.upload(thread, card_file(card.tool, card.call_id), full)
         return CardRef(str(response["channel"]), str(response["ts"]))
 
-    async def update_card(self, ref: CardRef, card: CardCall, outcome: CardOutcome | None) -> None:
+    async def update_card(
+        self, ref: CardRef, card: CardCall, outcome: CardOutcome | None
+    ) -> PostFailed | None:
         if outcome is None:
             blocks, text = approval_card(card), card_text(card)
         else:
@@ -162,6 +164,8 @@ class SlackThreadOutput:
             )
         except SLACK_ERRORS as exc:
             logger.warning("could not update card %s: %s", card.ledger_id, slack_error(exc))
+            return PostFailed(slack_error(exc))
+        return None
 
     async def upload(self, thread: Thread, filename: str, content: str) -> None:
         try:

@@ -5,7 +5,7 @@ backend (`bot.store.postgres`, for replicas) implement it, and `open_store` pick
 path or URL. Plain storage: it knows Slack ids only as strings and never imports a Slack library.
 """
 
-from ._rules import SEEN_EVENT_TTL
+from ._rules import SEEN_EVENT_TTL, card_state
 from ._rules import already as already_reason
 from ._schema import SCHEMA_VERSION
 from ._time import utc_now
@@ -82,6 +82,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "UnknownSession",
     "already_reason",
     "batch_complete",
+    "card_state",
     "open_store",
     "utc_now",
 ]

@@ -374,3 +374,17 @@ async def test_starting_a_call_no_message_asked_for_is_refused(store: Store) -> 
     session = await store.get_or_create_session("T1", "C1", "1.0")
     with pytest.raises(UnknownCall, match="call_restart"):
         await store.start_tool_call(session.id, RESTART)
+
+
+async def test_a_card_drawn_pending_for_a_decided_call_is_stale(store: Store) -> None:
+    _, rows = await paused_session(store)
+    gated = rows[0]
+    await store.set_card(gated.id, "C1", "1.1", locked="arguments_not_attached")
+    assert [r.id for r in await store.stale_cards()] == [gated.id]  # never marked: redraw
+    await store.card_drawn(gated.id, "pending:0")
+    assert await store.stale_cards() == []
+    decided = await store.decide(gated.id, "rejected", user_id="U1")
+    assert [r.id for r in await store.stale_cards()] == [gated.id]
+    await store.card_drawn(gated.id, "rejected")
+    assert await store.stale_cards() == []
+    assert decided.row.card_locked == "arguments_not_attached"
