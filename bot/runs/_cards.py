@@ -41,6 +41,7 @@ class Cards:
             required_approvals=self.ctx.policy.required_approvals_for(channel),
             approvals=tuple(row.approvals),
             server_tool=server_tool(tool),
+            locked=row.card_locked,
         )
 
     async def link(self, row: ToolCallRow) -> CallLink:
@@ -69,8 +70,8 @@ class Cards:
             case PostFailed(error=error):
                 logger.error("could not post the card for %s: %s", row.id, error)
                 await self.ctx.output.say(thread, CardNotPosted(row.tool, error))
-            case CardRef(channel_id=channel, ts=ts):
-                await self.ctx.store.set_card(row.id, channel, ts)
+            case CardRef(channel_id=channel, ts=ts, locked=locked):
+                await self.ctx.store.set_card(row.id, channel, ts, locked=locked)
                 await self.ctx.store.card_drawn(row.id, card_state(row))
 
     async def refresh(self, row: ToolCallRow) -> None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from ..store.models import CardLock
+
 __all__ = [
     "CardCall",
     "CardOutcome",
@@ -30,6 +32,8 @@ class CardRef:
 
     channel_id: str
     ts: str
+    locked: CardLock | None = None
+    """Set by `post_card` when the card was posted without its Approve button, and why."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,8 @@ class CardCall:
     """User ids that approved so far."""
     server_tool: ServerTool | None = None
     """Set when the tool is an MCP server's."""
+    locked: CardLock | None = None
+    """Why the card may not be approved (no Approve button; rejecting still works)."""
 
 
 @dataclass(frozen=True)

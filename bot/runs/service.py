@@ -35,6 +35,7 @@ from .output import (
     EarlierQueued,
     Help,
     NotAllowed,
+    NotApprovable,
     Notice,
     PendingList,
     PostFailed,
@@ -226,6 +227,16 @@ class RunService:
                 },
             )
             return NotAllowed(verdict)
+        if decision == "approved" and row.card_locked is not None:
+            await store.audit(
+                "refusal",
+                actor=user,
+                session_id=row.session_id,
+                call_id=row.call_id,
+                details={"ledger_id": ledger_id, "reason": row.card_locked, "decision": decision},
+            )
+            await self.cards.refresh(row)
+            return NotApprovable(row.card_locked)
         outcome = await store.decide(
             ledger_id,
             decision,
