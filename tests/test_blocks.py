@@ -84,7 +84,7 @@ def markup(blocks: list[dict[str, Any]]) -> list[str]:
 
 
 def omitted_count(text: str) -> int:
-    found = re.search(r"… (\d+) more characters \(attached as a file\)", text)
+    found = re.search(r"… (\d+) more characters not shown \(attached as a file\)", text)
     assert found is not None, text[-200:]
     return int(found[1])
 
@@ -227,7 +227,7 @@ def test_nested_arguments_are_shown_as_json_and_cut_with_the_whole_json_as_overf
     blocks = approval_card(call)
     other = blocks[3]["text"]["text"]
     assert other.startswith('*Other arguments*\n```\n{\n  "targets": [')
-    assert "more characters (attached as a file)" in other
+    assert "more characters not shown (attached as a file)" in other
     assert len(other) <= 3000
     assert json.loads(overflow(call) or "") == arguments
 
@@ -397,7 +397,7 @@ def test_preformatted_fits_and_reports_cuts() -> None:
         block, cut = preformatted(text, 300)
         assert cut and len(block) <= 300, text[:10]
         assert block.count("```") == 2
-        assert block.endswith(" more characters (attached as a file)_")
+        assert block.endswith(" more characters not shown (attached as a file)_")
         omitted = omitted_count(block)
         assert 0 < omitted < len(text)
     with pytest.raises(ValueError, match="no room"):

@@ -196,3 +196,35 @@ async def test_cancel_withdraws_a_queued_message(tmp_path: Path) -> None:
         assert item.text == "second"
         assert "Cancelled by <@U0BOB> before it started" in all_text(bot)
         assert [c.params["user"] for c in bot.slack.calls_to("chat.postEphemeral")] == [DAVE]
+
+
+async def test_recovery_redraws_cards_left_live_by_a_crash_after_a_cancel(tmp_path: Path) -> None:
+    """The bot dies between `cancel_batch` and the redraw (simulated: the cancel is recorded
+    straight in the store, nothing redrawn): start-up finds the cards drawn pending for calls
+    that are cancelled, and takes their buttons away; a second start-up redraws nothing."""
+    async with running_bot(
+        tmp_path, tools=make_tools(tmp_path), policy=Policy.from_toml(POLICY)
+    ) as bot:
+        root, cards = await paused(bot)
+        store = bot.deps.store
+        session = await store.find_session("T0TEST", CHANNEL, root)
+        assert session is not None
+        outcome = await store.cancel_batch(session.id, user_id=BOB, via="button")
+        assert outcome.cancelled
+        assert bot.slack.calls_to("chat.update") == []
+        assert {r.id for r in await store.stale_cards()} == {c["ledger_id"] for c in cards}
+
+        await bot.service.recover()
+        await bot.settle()
+        redrawn = {c.params["ts"]: c.params for c in bot.slack.calls_to("chat.update")}
+        for card in cards:
+            row = await store.get_call(card["ledger_id"])
+            assert row is not None and row.card_ts in redrawn
+            blocks = redrawn[row.card_ts]["blocks"]
+            assert not any(b["type"] == "actions" for b in blocks)
+            assert "Cancelled" in json.dumps(blocks)
+        assert await store.stale_cards() == []
+        updates = len(bot.slack.calls_to("chat.update"))
+        await bot.service.recover()
+        await bot.settle()
+        assert len(bot.slack.calls_to("chat.update")) == updates

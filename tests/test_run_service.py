@@ -121,7 +121,9 @@ def paused_turns() -> tuple[Turn, Turn]:
 
 
 async def ask(w: World, text: str = "restart web", user: str = ALICE) -> None:
-    await w.service.on_message(THREAD, user=user, text=text, message_ts=THREAD.thread_ts)
+    await w.service.on_message(
+        THREAD, user=user, text=text, message_ts=THREAD.thread_ts, team=THREAD.team_id
+    )
     await w.settle()
 
 
@@ -131,7 +133,10 @@ async def test_a_paused_run_resumes_after_an_approval(tmp_path: Path) -> None:
         [card] = w.output.cards
         assert card.tool == "restart" and card.requested_by == ALICE
 
-        assert await w.service.decide(card.ledger_id, "approved", user=BOB, team=None) is None
+        assert (
+            await w.service.decide(card.ledger_id, "approved", user=BOB, team=THREAD.team_id)
+            is None
+        )
         await w.settle()
 
         assert any(isinstance(n, ToolRan) and "restarted web" in n.content for n in w.output.said)
@@ -144,10 +149,14 @@ async def test_the_requester_may_not_approve_but_may_reject(tmp_path: Path) -> N
     async with world(tmp_path, *paused_turns()) as w:
         await ask(w)
         [card] = w.output.cards
-        refusal = await w.service.decide(card.ledger_id, "approved", user=ALICE, team=None)
+        refusal = await w.service.decide(
+            card.ledger_id, "approved", user=ALICE, team=THREAD.team_id
+        )
         assert isinstance(refusal, NotAllowed) and refusal.refusal.reason == "self_approval"
 
-        await w.service.decide(card.ledger_id, "rejected", user=ALICE, team=None, reason="no")
+        await w.service.decide(
+            card.ledger_id, "rejected", user=ALICE, team=THREAD.team_id, reason="no"
+        )
         await w.settle()
         [shown] = [n for n in w.output.said if isinstance(n, ToolNotRun)]
         assert shown.outcome == Rejected("no", ALICE)
@@ -161,7 +170,7 @@ async def test_a_click_on_a_decided_card_redraws_it(tmp_path: Path) -> None:
         await w.store.decide(card.ledger_id, "rejected", user_id=BOB, rule="test")
         assert w.output.updates == []
 
-        notice = await w.service.decide(card.ledger_id, "approved", user=BOB, team=None)
+        notice = await w.service.decide(card.ledger_id, "approved", user=BOB, team=THREAD.team_id)
         assert notice is not None and notice.kind == "decision_not_recorded"
         [(ref, _, outcome)] = w.output.updates[:1]
         assert ref.ts == "card.1" and outcome is not None and outcome.status == "rejected"
@@ -197,12 +206,12 @@ async def test_two_approvals_needed_resume_only_after_the_second(tmp_path: Path)
     async with world(tmp_path, *paused_turns(), policy=policy) as w:
         await ask(w)
         [card] = w.output.cards
-        await w.service.decide(card.ledger_id, "approved", user=BOB, team=None)
+        await w.service.decide(card.ledger_id, "approved", user=BOB, team=THREAD.team_id)
         await w.settle()
         assert w.output.streamed == []
         [(_, progress, outcome)] = w.output.updates
         assert outcome is None and progress.approvals == (BOB,)
 
-        await w.service.decide(card.ledger_id, "approved", user="U0CAROL", team=None)
+        await w.service.decide(card.ledger_id, "approved", user="U0CAROL", team=THREAD.team_id)
         await w.settle()
         assert "".join(w.output.streamed) == "Restarted web."

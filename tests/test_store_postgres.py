@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from agent_core import ChatMessage, ToolCallAlreadyStarted
-from bot.store import StoreError, open_store
+from bot.store import AlreadyDecided, StoreError, open_store
 from bot.store.postgres import SCHEMA_VERSION, PostgresStore
 from tests.store_contract.helpers import RESTART, STATUS, Clock, mention, paused_session
 from tests.support.postgres import postgres_cluster, postgres_url
@@ -85,7 +85,7 @@ async def test_first_decision_wins_across_replicas(
     )
     assert [approve.recorded, reject.recorded].count(True) == 1
     loser = reject if approve.recorded else approve
-    assert loser.why is not None and loser.why.startswith("already ")
+    assert isinstance(loser.why, AlreadyDecided) and loser.why.by in (("UA",), ("UB",))
     final = await a.get_call(gated.id)
     assert final is not None and final.status in ("approved", "rejected")
     events = [row.event for row in await b.audit_rows()]

@@ -1,6 +1,7 @@
 """Approvals: every authorisation rule in one place, answering with a typed `Verdict`."""
 
-from .rules import Approvals, FetchMembers
+from .groups import FetchMembers, GroupResolver
+from .rules import Approvals
 from .verdicts import Action, Allowed, RefusalReason, Refused, Verdict, Who
 
 __all__ = [
@@ -8,6 +9,7 @@ __all__ = [
     "Allowed",
     "Approvals",
     "FetchMembers",
+    "GroupResolver",
     "RefusalReason",
     "Refused",
     "Verdict",

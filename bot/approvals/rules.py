@@ -11,23 +11,21 @@ The rules (see `docs/architecture.md`, "Approval semantics"):
 - A user group that cannot be looked up refuses (and says so): never allow on a failed lookup.
 
 Group membership comes from an injected async callable (Slack: `usergroups.users.list`),
-cached by `GroupResolver`.
+cached by `GroupResolver` (`bot.approvals.groups`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 
-from ..policy import GroupResolver, Policy
+from ..policy import Policy
+from .groups import FetchMembers, GroupResolver
 from .verdicts import Action, Allowed, Refused, Verdict, Who
 
-__all__ = ["Approvals", "FetchMembers"]
+__all__ = ["Approvals"]
 
 logger = logging.getLogger("opsgate.approvals")
-
-FetchMembers = Callable[[str], Awaitable[Iterable[str]]]
-"""The members of one user group (by id)."""
 
 _REQUESTER_RULES: dict[Action, str] = {
     "reject": "the requester may reject their own request",
@@ -44,7 +42,7 @@ class Approvals:
         if isinstance(members, GroupResolver):
             self.groups = members
         else:
-            self.groups = GroupResolver(_as_list(members or _no_groups))
+            self.groups = GroupResolver(members or _no_groups)
 
     async def check(
         self,
@@ -58,8 +56,12 @@ class Approvals:
     ) -> Verdict:
         """May `user` take `action` on a request of `requester` in `channel`?
 
-        `user_team` is the actor's workspace, `home_team` the session's (None: not checked).
+        `user_team` is the actor's workspace, `home_team` the session's. With `home_team`
+        given, an unknown `user_team` is refused: a request that hides its workspace must not
+        skip the Slack Connect rule. With no `home_team` (the terminal) nothing is checked.
         """
+        if home_team is not None and not user_team:
+            return Refused("unknown_workspace", action, "the actor's workspace is unknown")
         if requester is not None and user == requester:
             if action in _REQUESTER_RULES:
                 return Allowed(_REQUESTER_RULES[action])
@@ -99,12 +101,5 @@ class Approvals:
         return Refused("not_an_approver", action, rule, who)
 
 
-def _as_list(fetch: FetchMembers) -> Callable[[str], Awaitable[list[str]]]:
-    async def members(group_id: str) -> list[str]:
-        return list(await fetch(group_id))
-
-    return members
-
-
-async def _no_groups(group_id: str) -> list[str]:
+async def _no_groups(group_id: str) -> Iterable[str]:
     raise LookupError(f"no way to look up the members of user group {group_id!r}")

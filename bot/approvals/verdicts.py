@@ -15,12 +15,15 @@ Action = Literal["approve", "reject", "cancel", "withdraw"]
 """What someone tried: decide a card (approve/reject), cancel a run, withdraw a queued message."""
 
 RefusalReason = Literal[
+    "unknown_workspace",
     "self_approval",
     "other_workspace",
     "not_an_approver",
     "groups_unavailable",
 ]
-"""Why not. `groups_unavailable`: the person is not listed and a user group that might hold
+"""Why not. `unknown_workspace`: the request did not say which workspace the person belongs to,
+so the Slack Connect rule cannot be applied (refused, whatever else holds).
+`groups_unavailable`: the person is not listed and a user group that might hold
 them could not be looked up (try again later)."""
 
 

@@ -5,8 +5,8 @@ a safety setting must stop the bot with a message naming the file and the key, n
 back to a default. Without a file, `Policy.default()` applies: `run_command` always asks, anyone
 but the requester may approve, one approval, one hour to decide.
 
-`Policy.gate` is an agent_core `ApprovalGate`; `check_approver` answers "may this person decide
-this call?" and says why not; `GroupResolver` looks up Slack user-group members, with a cache.
+`Policy.gate` is an agent_core `ApprovalGate`; `Policy.approvers_for` names who may decide in a
+channel (the rules that apply it, and user-group lookups, are in `bot.approvals`).
 
 `[tools.run_command]` also says where commands run (`workdir`), for how long at most
 (`timeout`) and how much of their output is kept (`output_limit`).
@@ -17,12 +17,12 @@ for the model, the `tools` offered, who approves, and how many runs go at once (
 
 Modules: `_fields` (the value types), `_model` (the file's sections), `_load` (reading the file
 and explaining its errors), `_policy` (`Policy` and its queries), `_gate` (the approval gate),
-`_approvers` (who may decide), `_errors` (`PolicyError`).
+`_approvers` (who may decide, as listed), `_errors` (`PolicyError`).
 """
 
 from __future__ import annotations
 
-from ._approvers import ApproverCheck, ApproverSpec, GroupResolver, check_approver
+from ._approvers import ApproverSpec
 from ._errors import PolicyError
 from ._fields import Trigger
 from ._gate import GateDecision
@@ -30,16 +30,13 @@ from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
 from ._policy import Policy
 
 __all__ = [
-    "ApproverCheck",
     "ApproverSpec",
     "ArgumentRule",
     "ChannelPolicy",
     "Defaults",
     "GateDecision",
-    "GroupResolver",
     "Policy",
     "PolicyError",
     "ToolPolicy",
     "Trigger",
-    "check_approver",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..store import SessionRow
+from ..store import NotWaiting, SessionRow
 from ._cards import Cards
 from ._context import RunContext
 from .output import (
@@ -55,6 +55,9 @@ class Cancels:
                     "via": via,
                     "why": verdict.reason,
                     "rule": verdict.rule,
+                    "batch_id": batch_id or session.batch_id,
+                    "ledger_ids": await self._ledger_ids(session.id),
+                    "team_id": team,
                 },
             )
             return NotAllowed(verdict)
@@ -62,7 +65,7 @@ class Cancels:
             session.id, user_id=user, batch_id=batch_id, team_id=team, via=via, rule=verdict.rule
         )
         if not outcome.cancelled:
-            return NothingCancelled(outcome.why or "the run is no longer waiting for approval")
+            return NothingCancelled(outcome.why or NotWaiting(session.state))
         for row in outcome.rows:
             if row.needs_approval and row.status == "cancelled":
                 await self.cards.refresh(row)
@@ -76,18 +79,26 @@ class Cancels:
         session = None if row is None else await store.get_session(row.session_id)
         if row is None or session is None:
             await store.audit(
-                "refusal", actor=user, details={"reason": "unknown approval id", "id": ledger_id}
+                "refusal",
+                actor=user,
+                details={"reason": "unknown approval id", "id": ledger_id, "ledger_id": ledger_id},
             )
             return UnknownRequest()
         return await self.cancel(session, user=user, team=team, via="button", batch_id=row.batch_id)
 
-    async def from_message(self, thread: Thread, *, user: str) -> None:
-        """`cancel` written in a thread: the paused run, or the queued message, is withdrawn."""
+    async def _ledger_ids(self, session_id: str) -> list[str]:
+        """The gated calls of the session's batch, for an audit row about the whole run."""
+        rows = await self.ctx.store.batch_calls(session_id)
+        return [row.id for row in rows if row.needs_approval]
+
+    async def from_message(self, thread: Thread, *, user: str, team: str | None) -> None:
+        """`cancel` written in a thread: the paused run, or the queued message, is withdrawn.
+        The same rules as the Cancel run button: `team` is the author's workspace."""
         store = self.ctx.store
         output = self.ctx.output
         session = await store.find_session(thread.team_id, thread.channel_id, thread.thread_ts)
         if session is not None and session.state == "awaiting_approval":
-            refusal = await self.cancel(session, user=user, via="message")
+            refusal = await self.cancel(session, user=user, team=team, via="message")
             if refusal is not None:
                 await output.tell(thread, user, refusal)
             return
@@ -96,7 +107,12 @@ class Cancels:
             await output.tell(thread, user, NothingToCancel())
             return
         verdict = await self.ctx.approvals.check(
-            "withdraw", channel=session.channel_id, user=user, requester=queued.requester
+            "withdraw",
+            channel=session.channel_id,
+            user=user,
+            requester=queued.requester,
+            user_team=team,
+            home_team=session.team_id,
         )
         if verdict.kind == "refused":
             await output.tell(thread, user, NotAllowed(verdict))

@@ -1,8 +1,9 @@
 """Approval cards: built from ledger rows, posted when a run pauses, redrawn on every change.
 
 A card must never keep buttons for a decided call: every decision redraws its card, a click
-on a decided card redraws it, and start-up redraws the cards of runs that were paused (the
-process may have died between recording a decision and redrawing).
+on a decided card redraws it, and start-up redraws every card whose drawn state (the ledger's
+`card_drawn`) differs from its call's (the process may have died between recording a decision
+or a cancel and redrawing).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import logging
 from typing import Literal
 
 from .._duration import format_duration
-from ..store import ToolCallRow
+from ..store import ToolCallRow, card_state
 from ._allow import allow_window, scope
 from ._context import RunContext, thread_of
 from ._gate_audit import audit_gate_rule
@@ -48,6 +49,7 @@ class Cards:
             can_edit=self.ctx.policy.tool_policy(row.tool).allow_edit,
             allow_for=None if window is None else format_duration(window),
             allow_scope=scope(row) if window is not None else "",
+            locked=row.card_locked,
         )
 
     async def link(self, row: ToolCallRow) -> CallLink:
@@ -76,8 +78,9 @@ class Cards:
             case PostFailed(error=error):
                 logger.error("could not post the card for %s: %s", row.id, error)
                 await self.ctx.output.say(thread, CardNotPosted(row.tool, error))
-            case CardRef(channel_id=channel, ts=ts):
-                await self.ctx.store.set_card(row.id, channel, ts)
+            case CardRef(channel_id=channel, ts=ts, locked=locked):
+                await self.ctx.store.set_card(row.id, channel, ts, locked=locked)
+                await self.ctx.store.card_drawn(row.id, card_state(row))
 
     async def refresh(self, row: ToolCallRow) -> None:
         """Redraw a card: no buttons once decided, progress while N-of-M."""
@@ -96,7 +99,8 @@ class Cards:
                 # "cancelled by <@U>" is what the card says already; the reason would repeat it.
                 reason=None if status == "cancelled" else row.reason,
             )
-        await self.ctx.output.update_card(ref, card, outcome)
+        if await self.ctx.output.update_card(ref, card, outcome) is None:
+            await self.ctx.store.card_drawn(row.id, card_state(row))
 
     async def repost_missing(self) -> None:
         """A card whose post failed (or that a crash kept from being posted) gets another try,
@@ -119,6 +123,14 @@ class Cards:
         for row in await self.ctx.store.batch_calls(session_id):
             if row.needs_approval:
                 await self.refresh(row)
+
+    async def redraw_stale(self) -> int:
+        """Redraw every card that shows another state than its call's (see `card_state`): a
+        crash between recording a decision or a cancel and the redraw leaves live buttons."""
+        stale = await self.ctx.store.stale_cards()
+        for row in stale:
+            await self.refresh(row)
+        return len(stale)
 
     async def thread(self, row: ToolCallRow) -> Thread | None:
         return await thread_of(self.ctx, row)

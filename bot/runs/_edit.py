@@ -17,7 +17,14 @@ import jsonschema
 
 from agent_core import Tool, call_digest, canonical_arguments
 
-from ..store import SessionRow, ToolCallRow
+from ..store import (
+    EditNotAllowed,
+    NoAllowanceOffered,
+    SelfAllow,
+    SessionRow,
+    ToolCallRow,
+    already_reason,
+)
 from ._allow import Allowances, scope
 from ._cards import Cards
 from ._context import RunContext
@@ -58,7 +65,7 @@ class Edits:
             return UnknownRequest()
         if row.status != "pending" or not row.needs_approval:
             await self.cards.refresh(row)
-            return DecisionNotRecorded(f"this request was already {row.status}")
+            return DecisionNotRecorded(already_reason(row))
         verdict = await self.ctx.approvals.check(
             "approve",
             channel=session.channel_id,
@@ -87,7 +94,7 @@ class Edits:
             return found
         row, _ = found
         if not self.ctx.policy.tool_policy(row.tool).allow_edit:
-            return DecisionNotRecorded(f"the policy does not allow editing {row.tool} calls")
+            return DecisionNotRecorded(EditNotAllowed(row.tool))
         arguments = row.running_arguments()
         arguments = arguments if isinstance(arguments, dict) else {}
         if row.tool == _COMMAND_TOOL:
@@ -107,7 +114,7 @@ class Edits:
             return found
         row, session = found
         if not self.ctx.policy.tool_policy(row.tool).allow_edit:
-            return DecisionNotRecorded(f"the policy does not allow editing {row.tool} calls")
+            return DecisionNotRecorded(EditNotAllowed(row.tool))
         current = row.running_arguments()
         current = current if isinstance(current, dict) else {}
         tool = self._tool(row)
@@ -128,7 +135,7 @@ class Edits:
         await self.cards.refresh(outcome.row)
         await self._resume(row.session_id)
         if not outcome.recorded:
-            return DecisionNotRecorded(outcome.why or "this request was already decided")
+            return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
         return None
 
     def _tool(self, row: ToolCallRow) -> Tool | None:
@@ -143,9 +150,9 @@ class Edits:
             return found
         row, session = found
         if row.requested_by == user:
-            return DecisionNotRecorded("you asked for this call, so you cannot allow it")
+            return DecisionNotRecorded(SelfAllow())
         if not self.allowances.offered(row.tool, session.channel_id):
-            return DecisionNotRecorded(f"the policy offers no allowance for {row.tool} here")
+            return DecisionNotRecorded(NoAllowanceOffered(row.tool))
         outcome = await self.ctx.store.decide(
             ledger_id,
             "approved",
@@ -163,7 +170,7 @@ class Edits:
         await self.cards.refresh(outcome.row)
         await self._resume(row.session_id)
         if not outcome.recorded:
-            return DecisionNotRecorded(outcome.why or "this request was already decided")
+            return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
         return None
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from ..store.models import CardLock
+
 __all__ = [
     "CardCall",
     "CardOutcome",
@@ -30,6 +32,8 @@ class CardRef:
 
     channel_id: str
     ts: str
+    locked: CardLock | None = None
+    """Set by `post_card` when the card was posted without its Approve button, and why."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ class CardCall:
     """The card offers "Allow for <allow_for>" (policy `allow_for`, one approval needed)."""
     allow_scope: str = ""
     """What that allowance would cover, for the button's confirmation."""
+    locked: CardLock | None = None
+    """Why the card may not be approved (no Approve button; rejecting still works)."""
 
 
 @dataclass(frozen=True)

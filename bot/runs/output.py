@@ -33,6 +33,7 @@ from typing import Literal, Protocol
 from agent_core.outcomes import CallOutcome
 
 from ..approvals.verdicts import Refused
+from ..store.models import CancelReason, CardLock, DecisionReason
 from .cards import CardCall, CardOutcome, CardRef, ChannelHelp, PendingEntry
 from .ux import AllowanceGranted, AllowanceList, AllowanceRevoked, AllowanceUsed, NothingRevoked
 
@@ -47,6 +48,7 @@ __all__ = [
     "FinishNote",
     "Help",
     "NotAllowed",
+    "NotApprovable",
     "NothingCancelled",
     "NothingToCancel",
     "Notice",
@@ -255,7 +257,7 @@ class NothingToCancel:
 class NothingCancelled:
     """A cancel found nothing to end (the run resumed first, or the card is old): `why`."""
 
-    why: str
+    why: CancelReason
     kind: Literal["nothing_cancelled"] = "nothing_cancelled"
 
 
@@ -278,8 +280,16 @@ class UnknownRequest:
 class DecisionNotRecorded:
     """A click changed nothing (already decided, expired, already approved by them): `why`."""
 
-    why: str
+    why: DecisionReason
     kind: Literal["decision_not_recorded"] = "decision_not_recorded"
+
+
+@dataclass(frozen=True, slots=True)
+class NotApprovable:
+    """An Approve click on a card that may not be approved (`why`); rejecting still works."""
+
+    why: CardLock
+    kind: Literal["not_approvable"] = "not_approvable"
 
 
 # --- notices: answers to commands ----------------------------------------------------------
@@ -324,6 +334,7 @@ Notice = (
     | NotAllowed
     | UnknownRequest
     | DecisionNotRecorded
+    | NotApprovable
     | PendingList
     | Help
     | AllowanceUsed
@@ -334,6 +345,7 @@ Notice = (
 )
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,
+`NotApprovable`,
 `RootPostFailed`, `ChannelNotAllowed` (from `/opsgate`), `PendingList` and `Help`."""
 
 
@@ -370,8 +382,11 @@ class ThreadOutput(Protocol):
         """Post a pending approval card with its buttons (or prompt)."""
         ...
 
-    async def update_card(self, ref: CardRef, card: CardCall, outcome: CardOutcome | None) -> None:
-        """Redraw a card: pending (`outcome` None: buttons, N-of-M progress) or decided."""
+    async def update_card(
+        self, ref: CardRef, card: CardCall, outcome: CardOutcome | None
+    ) -> PostFailed | None:
+        """Redraw a card: pending (`outcome` None: buttons, N-of-M progress) or decided.
+        `PostFailed` when the redraw did not happen (start-up tries again)."""
         ...
 
     async def upload(self, thread: Thread, filename: str, content: str) -> None:

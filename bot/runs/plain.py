@@ -8,6 +8,7 @@ import json
 from agent_core.outcomes import render_outcome
 
 from ..approvals import Refused
+from ..store import CancelReason, DecisionReason
 from .cards import CardCall, CardOutcome, ChannelHelp, PendingEntry
 from .output import Notice
 
@@ -81,13 +82,15 @@ def _decision_text(notice: Notice) -> str | None:
         case "nothing_to_cancel":
             return "There is nothing to cancel here."
         case "nothing_cancelled":
-            return f"Nothing was cancelled: {notice.why}."
+            return f"Nothing was cancelled: {_cancel_reason(notice.why)}."
         case "not_allowed":
             return refusal_text(notice.refusal)
         case "unknown_request":
             return "I don't know this approval request."
         case "decision_not_recorded":
-            return f"Nothing changed: {notice.why}."
+            return f"Nothing changed: {_decision_reason(notice.why)}."
+        case "not_approvable":
+            return "This call cannot be approved: its full arguments could not be shown."
         case "pending_list":
             return _pending(notice.entries)
         case "help":
@@ -116,8 +119,39 @@ def _ux_text(notice: Notice) -> str | None:
     return None
 
 
+def _decision_reason(why: DecisionReason) -> str:
+    match why.kind:
+        case "already_decided":
+            who = " and ".join(why.by)
+            return f"already {why.status}" + (f" by {who}" if who else "")
+        case "expired":
+            return "it expired; it was not run"
+        case "needs_no_approval":
+            return "this call needs no approval"
+        case "already_approved_by_you":
+            return "you already approved"
+        case "more_approvals_needed":
+            return f"{why.approvals} of {why.required} approvals so far"
+        case "edit_not_allowed":
+            return f"the policy does not allow editing {why.tool} calls"
+        case "self_allow":
+            return "you asked for this call, so you cannot allow it"
+        case "no_allowance_offered":
+            return f"the policy offers no allowance for {why.tool} here"
+
+
+def _cancel_reason(why: CancelReason) -> str:
+    match why.kind:
+        case "batch_moved_on":
+            return "this card belongs to an earlier request in the thread"
+        case "not_waiting":
+            return f"the run is no longer waiting for approval (it is {why.state})"
+
+
 def refusal_text(refusal: Refused) -> str:
     match refusal.reason:
+        case "unknown_workspace":
+            return "Your workspace is unknown, so this cannot be checked; nothing changed."
         case "self_approval":
             return "You asked for this, so you cannot approve it yourself."
         case "other_workspace":

@@ -21,7 +21,7 @@ from typing import Literal
 from agent_core import ToolApprovalResponse
 
 from ..channels import run_options, session_for
-from ..store import EnqueueOutcome, QueueItem, SessionRow, batch_complete
+from ..store import EnqueueOutcome, QueueItem, SessionRow, already_reason, batch_complete
 from ._allow import Allowances
 from ._answers import Answers
 from ._cancel import Cancels
@@ -38,6 +38,7 @@ from .output import (
     EarlierQueued,
     Help,
     NotAllowed,
+    NotApprovable,
     Notice,
     PendingList,
     PostFailed,
@@ -84,9 +85,12 @@ class RunService:
         )
         return found is not None
 
-    async def on_message(self, thread: Thread, *, user: str, text: str, message_ts: str) -> None:
+    async def on_message(
+        self, thread: Thread, *, user: str, text: str, message_ts: str, team: str | None = None
+    ) -> None:
         """A teammate (or an allow-listed bot, `user` = its id) wrote to the bot: queue a run,
-        cancel the thread's paused run, or say why not."""
+        cancel the thread's paused run, or say why not. `team` is the author's workspace (not
+        the thread's, in a Slack Connect channel): `cancel` is checked exactly as the button."""
         store = self.ctx.store
         if not self.ctx.policy.allows_channel(thread.channel_id):
             await self.ctx.output.say(thread, ChannelNotAllowed(thread.channel_id))
@@ -97,7 +101,7 @@ class RunService:
             )
             return
         if _CANCEL.fullmatch(text):
-            await self._cancels.from_message(thread, user=user)
+            await self._cancels.from_message(thread, user=user, team=team)
             return
         await self._enqueue(thread, user=user, text=text, message_ts=message_ts)
 
@@ -205,7 +209,9 @@ class RunService:
         session = None if row is None else await store.get_session(row.session_id)
         if row is None or session is None:
             await store.audit(
-                "refusal", actor=user, details={"reason": "unknown approval id", "id": ledger_id}
+                "refusal",
+                actor=user,
+                details={"reason": "unknown approval id", "id": ledger_id, "ledger_id": ledger_id},
             )
             return UnknownRequest()
         verdict = await self.ctx.approvals.check(
@@ -214,7 +220,7 @@ class RunService:
             user=user,
             requester=row.requested_by,
             user_team=team,
-            home_team=session.team_id if team else None,
+            home_team=session.team_id,
         )
         if verdict.kind == "refused":
             await store.audit(
@@ -222,9 +228,25 @@ class RunService:
                 actor=user,
                 session_id=row.session_id,
                 call_id=row.call_id,
-                details={"reason": verdict.reason, "rule": verdict.rule, "decision": decision},
+                details={
+                    "ledger_id": ledger_id,
+                    "reason": verdict.reason,
+                    "rule": verdict.rule,
+                    "decision": decision,
+                    "team_id": team,
+                },
             )
             return NotAllowed(verdict)
+        if decision == "approved" and row.card_locked is not None:
+            await store.audit(
+                "refusal",
+                actor=user,
+                session_id=row.session_id,
+                call_id=row.call_id,
+                details={"ledger_id": ledger_id, "reason": row.card_locked, "decision": decision},
+            )
+            await self.cards.refresh(row)
+            return NotApprovable(row.card_locked)
         outcome = await store.decide(
             ledger_id,
             decision,
@@ -239,7 +261,7 @@ class RunService:
         await self.cards.refresh(outcome.row)
         await self.maybe_resume(row.session_id)
         if not outcome.recorded:
-            return DecisionNotRecorded(outcome.why or "this request was already decided")
+            return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
         return None
 
     async def check_reject(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
@@ -252,14 +274,14 @@ class RunService:
             return UnknownRequest()
         if row.status != "pending":
             await self.cards.refresh(row)
-            return DecisionNotRecorded(f"this request was already {row.status}")
+            return DecisionNotRecorded(already_reason(row))
         verdict = await self.ctx.approvals.check(
             "reject",
             channel=session.channel_id,
             user=user,
             requester=row.requested_by,
             user_team=team,
-            home_team=session.team_id if team else None,
+            home_team=session.team_id,
         )
         return NotAllowed(verdict) if verdict.kind == "refused" else None
 
@@ -337,6 +359,7 @@ class RunService:
             await self.ctx.output.say(_thread(recovered.session), Recovered(tools))
             await self.cards.redraw_batch(recovered.session.id)
         await self.cards.repost_missing()
+        await self.cards.redraw_stale()
         for session in await store.sessions_awaiting_approval():
             # A decision may be recorded with its card not yet redrawn, or its resume not
             # yet claimed: redraw, then resume what is decided.

@@ -7,12 +7,25 @@ from collections.abc import Sequence
 
 from ..approvals import Refused, Who
 from ..runs.cards import ChannelHelp, PendingEntry
+from ..store import CancelReason, CardLock, DecisionReason
 from ._card_body import slack_date
-from ._text import code_span, escape_mrkdwn, requester_text
+from ._text import code_span, escape_mrkdwn, requester_text, user_mention
 
-__all__ = ["approvers_text", "help_text", "pending_text", "refusal_text"]
+__all__ = [
+    "approvers_text",
+    "cancel_reason_text",
+    "decision_reason_text",
+    "help_text",
+    "lock_text",
+    "pending_text",
+    "refusal_text",
+]
 
 _PENDING_SHOWN_MAX = 20
+_UNKNOWN_WORKSPACE = (
+    "Slack did not say which workspace you belong to, so I cannot check that you may do this "
+    "here. Nothing was changed."
+)
 
 
 def approvers_text(users: Sequence[str], groups: Sequence[str]) -> str:
@@ -32,6 +45,8 @@ def refusal_text(refusal: Refused) -> str:
     if refusal.action in ("cancel", "withdraw"):
         return _cancel_refusal(refusal, who)
     match refusal.reason:
+        case "unknown_workspace":
+            return _UNKNOWN_WORKSPACE
         case "self_approval":
             return (
                 "You asked for this, so you cannot approve it yourself: someone else has to. "
@@ -51,11 +66,69 @@ def refusal_text(refusal: Refused) -> str:
 
 
 def _cancel_refusal(refusal: Refused, who: Who) -> str:
+    if refusal.reason == "unknown_workspace":
+        return _UNKNOWN_WORKSPACE
+    if refusal.reason == "other_workspace":
+        return (
+            "Only members of this workspace may cancel here (or the requester). To let people "
+            "from another organisation cancel, list them in the policy's approvers."
+        )
     asked = requester_text(who.requester) if who.requester else "the requester"
     text = f"Only {asked} or {approvers_text(who.users, who.groups)} may cancel this run."
     if refusal.reason == "groups_unavailable":
         text += " (The approvers' user groups could not be looked up just now; try again.)"
     return text
+
+
+def decision_reason_text(why: DecisionReason) -> str:
+    """Why a click changed nothing: who decided first and when, or what else."""
+    match why.kind:
+        case "already_decided":
+            verb = why.status if why.status in ("rejected", "cancelled") else "approved"
+            who = " and ".join(user_mention(u) for u in why.by)
+            by = f" by {who}" if who else ""
+            at = f" {slack_date(why.at)}" if why.at is not None else ""
+            return f"This request was already {verb}{by}{at}."
+        case "expired":
+            within = f" (no decision within {escape_mrkdwn(why.ttl)})" if why.ttl else ""
+            at = f" {slack_date(why.at)}" if why.at is not None else ""
+            return f"This request expired{at}{within}; it was not run."
+        case "needs_no_approval":
+            return "This call needs no approval; it runs once the batch is decided."
+        case "already_approved_by_you":
+            return "You already approved this request; it needs someone else's approval too."
+        case "more_approvals_needed":
+            missing = why.required - why.approvals
+            return f"{why.approvals} of {why.required} approvals; waiting for {missing} more."
+        case "edit_not_allowed":
+            return f"The policy does not allow editing `{escape_mrkdwn(why.tool)}` calls."
+        case "self_allow":
+            return "You asked for this call, so you cannot allow it."
+        case "no_allowance_offered":
+            return f"The policy offers no allowance for `{escape_mrkdwn(why.tool)}` here."
+
+
+def cancel_reason_text(why: CancelReason) -> str:
+    """Why a cancel ended nothing."""
+    match why.kind:
+        case "batch_moved_on":
+            return "Nothing was cancelled: this card belongs to an earlier request in the thread."
+        case "not_waiting":
+            return (
+                "Nothing was cancelled: the run is no longer waiting for approval "
+                f"(it is {why.state.replace('_', ' ')})."
+            )
+
+
+def lock_text(why: CardLock) -> str:
+    """Why a card has no Approve button."""
+    match why:
+        case "arguments_not_attached":
+            return (
+                ":no_entry: This call cannot be approved here: its arguments are too long to "
+                "show on the card and the file holding all of them could not be attached, so "
+                "nobody could see everything that would run. Reject it, or cancel the run."
+            )
 
 
 def pending_text(entries: Sequence[PendingEntry]) -> str:

@@ -21,6 +21,8 @@ from ._text import (
     code_span,
     escape_cut,
     escape_mrkdwn,
+    hidden_characters,
+    mark_whitespace,
     one_line,
     preformatted,
     requester_text,
@@ -65,11 +67,31 @@ def card_body(call: CardCall, arg_limit: int) -> list[Block]:
         title += "\n" + escape_cut(call.description.strip(), _DESCRIPTION_MAX)
     blocks: list[Block] = [section(title)]
     blocks += arguments_blocks(call.arguments, arg_limit).blocks
+    if (warning := _warning(call.arguments)) is not None:
+        blocks.append(section(warning))
     context = MarkdownTextObject(text=_context_text(call), verbatim=True)
     blocks.append(ContextBlock(elements=[context]))
     if call.held:
         blocks.append(section(_held_text(call.held)))
     return blocks
+
+
+def _warning(arguments: Any) -> str | None:
+    """What a careful reader must be told about the arguments before approving."""
+    raw = _as_text(arguments)
+    notes = []
+    if hidden := hidden_characters(raw):
+        listed = ", ".join(hidden[:8]) + (", …" if len(hidden) > 8 else "")
+        notes.append(f"invisible or direction-changing characters ({listed}), shown as `⟦U+…⟧`")
+    if mark_whitespace(raw)[1]:
+        notes.append("long runs of whitespace, shown as `⟦N spaces⟧` or `⟦N line breaks⟧`")
+    if not notes:
+        return None
+    return ":warning: *Check before approving:* the arguments contain " + " and ".join(notes) + "."
+
+
+def _shown(text: str) -> str:
+    return mark_whitespace(text)[0]
 
 
 def _context_text(call: CardCall) -> str:
@@ -115,11 +137,11 @@ def arguments_blocks(arguments: Any, arg_limit: int) -> Arguments:
     if arguments is None or (isinstance(arguments, Mapping) and not arguments):
         return Arguments((section("_No arguments_"),), None)
     if isinstance(arguments, str):
-        block, cut = preformatted(arguments, arg_limit)
+        block, cut = preformatted(_shown(arguments), arg_limit)
         return Arguments((section(f"*Arguments* (not JSON)\n{block}"),), _cut(cut, arguments))
     if not isinstance(arguments, Mapping):
         text = as_json(arguments)
-        block, cut = preformatted(text, arg_limit)
+        block, cut = preformatted(_shown(text), arg_limit)
         return Arguments((section(f"*Arguments*\n{block}"),), _cut(cut, text))
 
     blocks: list[Block] = []
@@ -128,7 +150,7 @@ def arguments_blocks(arguments: Any, arg_limit: int) -> Arguments:
     command_cut = False
     if isinstance(command, str):
         del rest["command"]
-        block, command_cut = preformatted(command, arg_limit)
+        block, command_cut = preformatted(_shown(command), arg_limit)
         blocks.append(section(f"*command*\n{block}"))
     rest_cut = False
     inline = _inline_text(rest)
@@ -136,7 +158,7 @@ def arguments_blocks(arguments: Any, arg_limit: int) -> Arguments:
         blocks.append(section(inline))
     elif rest:
         label = "*Other arguments*" if isinstance(command, str) else "*Arguments*"
-        block, rest_cut = preformatted(as_json(rest), arg_limit)
+        block, rest_cut = preformatted(_shown(as_json(rest)), arg_limit)
         blocks.append(section(f"{label}\n{block}"))
     if rest_cut:
         full: str | None = as_json(arguments)
@@ -156,7 +178,7 @@ def _inline_text(arguments: Mapping[str, Any]) -> str | None:
         if not _INLINE_KEY.fullmatch(str(key)):
             return None
         if isinstance(value, str):
-            shown = escape_mrkdwn(value) if value else "_(empty)_"
+            shown = escape_mrkdwn(_shown(value)) if value else "_(empty)_"
         elif value is None or isinstance(value, bool | int | float):
             shown = json.dumps(value)
         else:

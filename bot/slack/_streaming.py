@@ -17,7 +17,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ._text import escape_mrkdwn
+from ._text import LinkGuard, escape_mrkdwn
 
 __all__ = ["ThreadReply"]
 
@@ -91,18 +91,24 @@ class ThreadReply:
         self._stream: Any = None
         self._posted_ts: str | None = None
         self._last_send = 0.0
+        self._links = LinkGuard()
 
     @property
     def _limit(self) -> int:
         return MAX_STREAMED if self.use_streaming else MAX_MESSAGE
 
     async def append(self, raw: str) -> None:
+        """Add model text. Markdown links and images are shown as words with their URL (a link
+        split across chunks waits for its end), and the rest is escaped (`bot.slack._text`)."""
         if not raw:
             return
         self.raw.append(raw)
-        if self._full:
+        await self._add(self._links.feed(raw))
+
+    async def _add(self, shown: str) -> None:
+        if self._full or not shown:
             return
-        self.text += escape_mrkdwn(raw)
+        self.text += escape_mrkdwn(shown)
         while len(self.text) > self._limit:
             last = self._finished + 1 >= self.max_messages
             cut = _split_point(self.text, self._limit - (len(MORE_IN_FILE) if last else 0))
@@ -209,6 +215,7 @@ class ThreadReply:
 
     async def close(self) -> None:
         """Finish the answer; attach the whole of it if it did not fit. Safe to call twice."""
+        await self._add(self._links.flush())
         if self._stream is not None or self._sent < len(self.text):
             await self._finish_message("")
         if self._full:

@@ -3,6 +3,13 @@
 Slack turns `<...>` into links and mentions (`<!channel>`, `<@U..>`, `<https://x|label>`), so
 `&`, `<` and `>` are escaped and nothing else: other characters are not control characters
 in mrkdwn and escaping them would show as literal entities.
+
+What a person reads must be what the text says: bidirectional controls and zero-width
+characters (which can reorder or hide what follows) are shown as visible `⟦U+202E⟧` marks
+(`reveal`), and cards flag them (`hidden_characters`); long runs of whitespace that could push
+a command's tail out of sight are shown as `⟦N spaces⟧` (`mark_whitespace`). Markdown links
+and images in streamed answers are neutralised (`neutralise_links`, `LinkGuard`): the URL is
+shown, never hidden behind a label. See `docs/architecture.md`, "What a card shows".
 """
 
 from __future__ import annotations
@@ -10,12 +17,17 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "LinkGuard",
     "code_span",
     "escape_cut",
     "escape_mrkdwn",
+    "hidden_characters",
+    "mark_whitespace",
+    "neutralise_links",
     "one_line",
     "preformatted",
     "requester_text",
+    "reveal",
     "truncate",
     "user_mention",
 ]
@@ -28,11 +40,55 @@ _BACKTICK_AFTER_BACKTICK = re.compile(r"(?<=`)`")
 _USER_ID = re.compile(r"[UW][A-Z0-9]{1,20}")
 _BOT_ID = re.compile(r"[BA][A-Z0-9]{1,20}")
 _WHITESPACE = re.compile(r"\s+")
+_INVISIBLE = re.compile(
+    "[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
+"""Bidi controls (U+202A–U+202E, U+2066–U+2069, U+200E/U+200F, U+061C), zero-width and
+invisible characters (U+200B–U+200D, U+2060–U+2064, U+FEFF, U+180E) and the soft hyphen."""
+_LONG_BLANK = re.compile(r"[^\S\n]{16,}")
+_LONG_BREAKS = re.compile(r"(?:[^\S\n]*\n){5,}")
+
+
+def reveal(text: str) -> str:
+    """Invisible and direction-changing characters as visible marks, e.g. `⟦U+202E⟧`."""
+    return _INVISIBLE.sub(lambda m: _mark(m.group()), text)
+
+
+def _mark(char: str) -> str:
+    return f"⟦U+{ord(char):04X}⟧"
+
+
+def hidden_characters(text: str) -> tuple[str, ...]:
+    """The invisible or direction-changing characters in `text` ("U+202E", ...), sorted."""
+    return tuple(sorted({f"U+{ord(c):04X}" for c in _INVISIBLE.findall(text)}))
+
+
+def mark_whitespace(text: str) -> tuple[str, bool]:
+    """`text` with runs of 16 or more blanks shown as `⟦N spaces⟧` and of 5 or more line breaks
+    as `⟦N line breaks⟧`; and whether any were. Padding cannot push text out of sight."""
+    found = False
+
+    def blanks(match: re.Match[str]) -> str:
+        nonlocal found
+        found = True
+        return f"⟦{len(match.group())} spaces⟧"
+
+    def breaks(match: re.Match[str]) -> str:
+        nonlocal found
+        found = True
+        return f"⟦{match.group().count(chr(10))} line breaks⟧\n"
+
+    return _LONG_BLANK.sub(blanks, _LONG_BREAKS.sub(breaks, text)), found
+
+
+def _escape_only(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def escape_mrkdwn(text: str) -> str:
-    """Escape the three characters Slack requires (`&` first, so entities are not doubled)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Escape the three characters Slack requires (`&` first, so entities are not doubled),
+    and show invisible characters (`reveal`)."""
+    return _escape_only(reveal(text))
 
 
 def truncate(text: str, limit: int) -> str:
@@ -104,7 +160,9 @@ def _neutralise_fences(text: str) -> str:
 
 
 def _cost(char: str, previous: str) -> int:
-    """How many characters `char` takes after neutralising and escaping."""
+    """How many characters `char` takes after revealing, neutralising and escaping."""
+    if _INVISIBLE.fullmatch(char):
+        return len(_mark(char))
     size = 5 if char == "&" else 4 if char in "<>" else 1
     if char == "`" and previous == "`":
         size += len(_ZWSP)
@@ -117,7 +175,7 @@ def preformatted(text: str, limit: int) -> tuple[str, bool]:
     Returns the block and whether the text was cut. When cut, the block is followed by
     "… N more characters (attached as a file)": the caller attaches the full text.
     """
-    body = escape_mrkdwn(_neutralise_fences(text))
+    body = _escape_only(_neutralise_fences(reveal(text)))
     overhead = len(_FENCE_OPEN) + len(_FENCE_CLOSE)
     if len(body) + overhead <= limit:
         return f"{_FENCE_OPEN}{body}{_FENCE_CLOSE}", False
@@ -134,10 +192,64 @@ def preformatted(text: str, limit: int) -> tuple[str, bool]:
         used += size
         kept += 1
         previous = char
-    kept_body = escape_mrkdwn(_neutralise_fences(text[:kept]))
+    kept_body = _escape_only(_neutralise_fences(reveal(text[:kept])))
     note = _cut_note(len(text) - kept)
     return f"{_FENCE_OPEN}{kept_body}{_FENCE_CLOSE}{note}", True
 
 
 def _cut_note(omitted: int) -> str:
-    return f"\n_{_ELLIPSIS} {omitted} more characters (attached as a file)_"
+    return f"\n:warning: _{_ELLIPSIS} {omitted} more characters not shown (attached as a file)_"
+
+
+_LINK = re.compile(r"(!?)\[([^\]\n]*)\]\(\s*<?([^)\s>]*)>?(?:\s+[\"'(][^)\n]*)?\s*\)")
+_LEFTOVER = re.compile(r"\](?=[(\[:])")
+_GUARD_HOLD_MAX = 2000
+
+
+def neutralise_links(text: str) -> str:
+    """Markdown links and images in untrusted text as plain words with the URL shown:
+    `[label](url)` becomes `label (url)`, `![alt](url)` becomes `image: alt (url)`; any other
+    `](`, `][` or `]:` gets a space, so no link, reference or image survives."""
+
+    def plain(match: re.Match[str]) -> str:
+        image, label, url = match.groups()
+        label = label.strip()
+        if image:
+            return f"image: {label} ({url})" if label else f"image ({url})"
+        return f"{label} ({url})" if label and label != url else f"({url})"
+
+    return _LEFTOVER.sub("] ", _LINK.sub(plain, text))
+
+
+class LinkGuard:
+    """`neutralise_links` over a stream of chunks: a link split across chunks is held back
+    until it is complete (at most about 2,000 characters), so it cannot slip through."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, chunk: str) -> str:
+        """The text that may be shown now (neutralised); the rest waits for more chunks."""
+        text = self._held + chunk
+        cut = _hold_from(text)
+        self._held = text[cut:]
+        return neutralise_links(text[:cut])
+
+    def flush(self) -> str:
+        """Everything still held, neutralised: the stream ended."""
+        text, self._held = self._held, ""
+        return neutralise_links(text)
+
+
+def _hold_from(text: str) -> int:
+    """Where the possibly incomplete link at the end of `text` starts (len(text): none)."""
+    start = text.rfind("[")
+    if start != -1 and len(text) - start <= _GUARD_HOLD_MAX:
+        tail = text[start:]
+        close = tail.find("]")
+        # Unresolved: no `]` yet, `]` at the very end, or `](` with no `)` yet.
+        if close == -1 or close == len(tail) - 1 or (tail[close + 1] == "(" and ")" not in tail):
+            return start - 1 if start > 0 and text[start - 1] == "!" else start
+    if text.endswith(("!", "]")):
+        return len(text) - 1
+    return len(text)

@@ -24,6 +24,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from ..runs.cards import CardCall, CardOutcome, OutcomeStatus
+from ._answers import lock_text
 from ._card_body import arguments_blocks, card_body, section, slack_date
 from ._forms import edited_note, extra_buttons, reason_select, selected_reason
 from ._text import code_span, escape_cut, user_mention
@@ -67,28 +68,33 @@ _HEADERS: Mapping[OutcomeStatus, str] = {
 
 
 def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, Any]]:
-    """The pending card: what wants to run, who asked, and Approve / Reject buttons."""
+    """The pending card: what wants to run, who asked, and Approve / Reject buttons (no Approve
+    when the card is `locked`: it says why)."""
     _check_ledger_id(call.ledger_id)
     blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text="Approval needed"))]
     blocks += card_body(call, arg_limit)
     blocks += edited_note(call)
+    approve = ButtonElement(
+        text=PlainTextObject(text="Approve"),
+        action_id=ACTION_APPROVE,
+        value=call.ledger_id,
+        style="primary",
+    )
+    if call.locked is not None:
+        blocks.append(section(lock_text(call.locked)))
     blocks.append(
         ActionsBlock(
             block_id=BLOCK_ACTIONS,
             elements=[
-                ButtonElement(
-                    text=PlainTextObject(text="Approve"),
-                    action_id=ACTION_APPROVE,
-                    value=call.ledger_id,
-                    style="primary",
-                ),
+                *([approve] if call.locked is None else []),
                 ButtonElement(
                     text=PlainTextObject(text="Reject"),
                     action_id=ACTION_REJECT,
                     value=call.ledger_id,
                     style="danger",
                 ),
-                *extra_buttons(call),
+                # Edit and Allow approve too: a card that may not be approved offers neither.
+                *(extra_buttons(call) if call.locked is None else []),
                 ButtonElement(
                     text=PlainTextObject(text="Cancel run"),
                     action_id=ACTION_CANCEL,

@@ -23,6 +23,7 @@ from ..runs.output import (
     FinishNote,
     Help,
     NotAllowed,
+    NotApprovable,
     NothingCancelled,
     NothingToCancel,
     Notice,
@@ -47,7 +48,14 @@ from ..runs.ux import (
     AllowanceUsed,
     NothingRevoked,
 )
-from ._answers import help_text, pending_text, refusal_text
+from ._answers import (
+    cancel_reason_text,
+    decision_reason_text,
+    help_text,
+    lock_text,
+    pending_text,
+    refusal_text,
+)
 from ._text import escape_mrkdwn, preformatted, user_mention
 from ._ux_text import ux_text
 
@@ -222,6 +230,7 @@ def _answer_text(
     | NotAllowed
     | UnknownRequest
     | DecisionNotRecorded
+    | NotApprovable
     | PendingList
     | Help,
 ) -> str:
@@ -238,14 +247,15 @@ def _answer_text(
                 "There is nothing to cancel here: `cancel` ends a run while it waits for approval."
             )
         case NothingCancelled(why=why):
-            # `why` is the store's own sentence (people named through `person`), not user text.
-            return f"Nothing was cancelled: {why}."
+            return cancel_reason_text(why)
         case NotAllowed(refusal=refusal):
             return refusal_text(refusal)
         case UnknownRequest():
             return "I don't know this approval request (it may belong to another OpsGate install)."
         case DecisionNotRecorded(why=why):
-            return why  # the store's own sentence, as for `NothingCancelled`
+            return decision_reason_text(why)
+        case NotApprovable(why=why):
+            return lock_text(why)
         case PendingList(entries=entries):
             return pending_text(entries)
         case Help(info=info):

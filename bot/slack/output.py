@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -173,6 +174,12 @@ class SlackThreadOutput:
         )
 
     async def post_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
+        """Post the card. Arguments too long for it are attached first: when that fails the
+        card goes out without its Approve button (nobody could read what would run)."""
+        if (full := overflow(card)) is not None:
+            name = card_file(card.tool, card.call_id)
+            if not await self._upload(thread, name, full):
+                card = replace(card, locked="arguments_not_attached")
         try:
             response = await self.client.chat_postMessage(
                 channel=thread.channel_id,
@@ -183,11 +190,11 @@ class SlackThreadOutput:
         except SLACK_ERRORS as exc:
             logger.error("could not post the card for %s: %s", card.ledger_id, slack_error(exc))
             return PostFailed(slack_error(exc))
-        if (full := overflow(card)) is not None:
-            await self.upload(thread, card_file(card.tool, card.call_id), full)
-        return CardRef(str(response["channel"]), str(response["ts"]))
+        return CardRef(str(response["channel"]), str(response["ts"]), card.locked)
 
-    async def update_card(self, ref: CardRef, card: CardCall, outcome: CardOutcome | None) -> None:
+    async def update_card(
+        self, ref: CardRef, card: CardCall, outcome: CardOutcome | None
+    ) -> PostFailed | None:
         if outcome is None:
             blocks, text = approval_card(card), card_text(card)
         else:
@@ -198,8 +205,13 @@ class SlackThreadOutput:
             )
         except SLACK_ERRORS as exc:
             logger.warning("could not update card %s: %s", card.ledger_id, slack_error(exc))
+            return PostFailed(slack_error(exc))
+        return None
 
     async def upload(self, thread: Thread, filename: str, content: str) -> None:
+        await self._upload(thread, filename, content)
+
+    async def _upload(self, thread: Thread, filename: str, content: str) -> bool:
         try:
             await self.client.files_upload_v2(
                 channel=thread.channel_id,
@@ -210,6 +222,8 @@ class SlackThreadOutput:
             )
         except SLACK_ERRORS as exc:
             logger.warning("file upload failed: %s", slack_error(exc))
+            return False
+        return True
 
     async def permalink(self, ref: CardRef) -> str | None:
         try:

@@ -5,7 +5,8 @@ backend (`bot.store.postgres`, for replicas) implement it, and `open_store` pick
 path or URL. Plain storage: it knows Slack ids only as strings and never imports a Slack library.
 """
 
-from ._rules import SEEN_EVENT_TTL
+from ._rules import SEEN_EVENT_TTL, card_state
+from ._rules import already as already_reason
 from ._schema import SCHEMA_VERSION
 from ._time import utc_now
 from .base import Store, open_store
@@ -19,17 +20,30 @@ from .errors import (
 )
 from .models import (
     AllowanceRow,
+    AlreadyApprovedByYou,
+    AlreadyDecided,
     AuditEvent,
     AuditRow,
+    BatchMovedOn,
+    CallExpired,
     CallStatus,
     CancelOutcome,
+    CancelReason,
+    CardLock,
     DecisionOutcome,
+    DecisionReason,
+    EditNotAllowed,
     EnqueueOutcome,
+    MoreApprovalsNeeded,
+    NeedsNoApproval,
+    NoAllowanceOffered,
+    NotWaiting,
     PendingApproval,
     QueueItem,
     QueueState,
     RecoveredSession,
     RunState,
+    SelfAllow,
     SessionRow,
     ToolCallRow,
     batch_complete,
@@ -38,14 +52,26 @@ from .sqlite import SQLiteStore
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AllowanceRow",
+    "AlreadyApprovedByYou",
+    "AlreadyDecided",
     "AuditEvent",
     "AuditRow",
+    "BatchMovedOn",
+    "CallExpired",
     "CallStatus",
     "CancelOutcome",
+    "CancelReason",
+    "CardLock",
     "DatabaseLocked",
     "DecisionOutcome",
+    "DecisionReason",
+    "EditNotAllowed",
     "EnqueueOutcome",
     "InvalidTransition",
+    "MoreApprovalsNeeded",
+    "NeedsNoApproval",
+    "NoAllowanceOffered",
+    "NotWaiting",
     "PendingApproval",
     "QueueItem",
     "QueueState",
@@ -55,13 +81,16 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "SEEN_EVENT_TTL",
     "SQLiteStore",
     "SchemaTooNew",
+    "SelfAllow",
     "SessionRow",
     "Store",
     "StoreError",
     "ToolCallRow",
     "UnknownCall",
     "UnknownSession",
+    "already_reason",
     "batch_complete",
+    "card_state",
     "open_store",
     "utc_now",
 ]

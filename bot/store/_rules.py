@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable, Collection, Iterable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, get_args
 
 from agent_core.approvals import ToolApprovalResponse
@@ -18,7 +18,17 @@ from agent_core.messages import ToolCall
 from agent_core.outcomes import CallOutcome, Cancelled, Expired, NotRun, Rejected
 from bot._duration import format_duration
 
-from .models import RunState, ToolCallRow
+from .models import (
+    AlreadyDecided,
+    BatchMovedOn,
+    CallExpired,
+    CancelReason,
+    DecisionReason,
+    NeedsNoApproval,
+    NotWaiting,
+    RunState,
+    ToolCallRow,
+)
 
 __all__ = [
     "RUN_STATES",
@@ -26,6 +36,8 @@ __all__ = [
     "Person",
     "already",
     "cancel_outcome",
+    "cancel_refusal",
+    "card_state",
     "check_states",
     "edit_refusal",
     "edit_summary",
@@ -56,32 +68,49 @@ def check_states(states: Collection[str]) -> None:
         )
 
 
-def _when(moment: datetime | None) -> str:
-    return "an unknown time" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S} UTC"
-
-
-def already(row: ToolCallRow, person: Person) -> str:
+def already(row: ToolCallRow) -> DecisionReason:
     """Why a decision on a call that is no longer pending was not recorded: who won, and when."""
     if row.status == "expired":
-        within = f" (no decision within {row.ttl})" if row.ttl else ""
-        return f"expired at {_when(row.expires_at or row.decided_at)}{within}; it was not run"
+        return CallExpired(row.expires_at or row.decided_at, row.ttl)
     if row.decided_by is None:
-        return f"already {row.status}"
-    if row.status == "cancelled":
-        return f"already cancelled by {person(row.decided_by)} at {_when(row.decided_at)}"
-    verb = "rejected" if row.status == "rejected" else "approved"
-    deciders = list(row.approvals) if verb == "approved" and row.approvals else [row.decided_by]
-    who = " and ".join(person(u) for u in deciders)
-    return f"already {verb} by {who} at {_when(row.decided_at)}"
+        return AlreadyDecided(row.status, (), row.decided_at)
+    approved = row.status not in ("rejected", "cancelled")
+    deciders = tuple(row.approvals) if approved and row.approvals else (row.decided_by,)
+    return AlreadyDecided(row.status, deciders, row.decided_at)
 
 
-def edit_refusal(row: ToolCallRow, person: Person) -> str | None:
+def cancel_refusal(
+    batch_id: str | None, current: str | None, state: str, moved: bool
+) -> CancelReason | None:
+    """Why a cancel ended nothing: the card is from an older batch, or the conditional update
+    found the run no longer waiting (`moved`). None: it was cancelled."""
+    if batch_id is not None and batch_id != current:
+        return BatchMovedOn()
+    if moved:
+        check_states([state])
+        return NotWaiting(state)  # type: ignore[arg-type]  # checked just above
+    return None
+
+
+def card_state(row: ToolCallRow) -> str:
+    """What a card shows for `row`, as a short key: "pending:<approvals>" (buttons, progress)
+    or the decided status the card shows. A card drawn with another key is stale."""
+    match row.status:
+        case "pending":
+            return f"pending:{len(row.approvals)}"
+        case "rejected" | "expired" | "cancelled":
+            return row.status
+        case _:
+            return "approved"
+
+
+def edit_refusal(row: ToolCallRow) -> DecisionReason | None:
     """Why an edit of `row` is not recorded (it is no longer pending), or None if it may be.
     Unlike an approval, someone who approved the old arguments may edit: the edit is a new call."""
     if not row.needs_approval:
-        return "this call needs no approval; it runs once the batch is decided"
+        return NeedsNoApproval()
     if row.status != "pending":
-        return already(row, person)
+        return already(row)
     return None
 
 

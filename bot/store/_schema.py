@@ -208,7 +208,17 @@ _V5: tuple[str, ...] = (
     "CREATE INDEX allowances_by_channel ON allowances (channel_id, tool, expires_at)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+_V6: tuple[str, ...] = (
+    # What the card shows now (`_rules.card_state`): recovery redraws every card whose drawn
+    # state differs from its call's, e.g. after a crash between a cancel and the redraw.
+    "ALTER TABLE tool_calls ADD COLUMN card_drawn TEXT",
+    "UPDATE tool_calls SET card_drawn = 'before-v5' WHERE card_ts IS NOT NULL "
+    "AND status <> 'pending'",
+    # Why the card may not be approved (its full arguments could not be attached), or NULL.
+    "ALTER TABLE tool_calls ADD COLUMN card_locked TEXT",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 """`MIGRATIONS[n]` takes a file from `user_version` n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -26,6 +26,7 @@ from .models import (
     AllowanceRow,
     AuditRow,
     CancelOutcome,
+    CardLock,
     DecisionOutcome,
     EnqueueOutcome,
     PendingApproval,
@@ -163,8 +164,20 @@ class Store(Protocol):
         """The rows of the session's latest paused batch, in the model's order."""
         ...
 
-    async def set_card(self, ledger_id: str, channel: str, ts: str) -> None:
-        """Where the call's card was posted. `UnknownCall` for an unknown id."""
+    async def set_card(
+        self, ledger_id: str, channel: str, ts: str, *, locked: CardLock | None = None
+    ) -> None:
+        """Where the call's card was posted, and why it may not be approved (`locked`, None:
+        it may). `UnknownCall` for an unknown id."""
+        ...
+
+    async def card_drawn(self, ledger_id: str, drawn: str) -> None:
+        """The card now shows `drawn` (`card_state` of the row it was drawn from)."""
+        ...
+
+    async def stale_cards(self) -> list[ToolCallRow]:
+        """Posted cards that still show buttons (or old progress) for a call that has moved on,
+        e.g. after a crash between a cancel and the redraw: start-up redraws them."""
         ...
 
     async def set_expiry(

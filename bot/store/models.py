@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -12,17 +13,30 @@ from agent_core.batches import undecided_calls
 
 __all__ = [
     "AllowanceRow",
+    "AlreadyApprovedByYou",
+    "AlreadyDecided",
     "AuditEvent",
     "AuditRow",
+    "BatchMovedOn",
+    "CallExpired",
     "CallStatus",
     "CancelOutcome",
+    "CancelReason",
+    "CardLock",
     "DecisionOutcome",
+    "DecisionReason",
+    "EditNotAllowed",
     "EnqueueOutcome",
+    "MoreApprovalsNeeded",
+    "NeedsNoApproval",
+    "NoAllowanceOffered",
+    "NotWaiting",
     "PendingApproval",
     "QueueItem",
     "QueueState",
     "RecoveredSession",
     "RunState",
+    "SelfAllow",
     "SessionRow",
     "ToolCallRow",
     "batch_complete",
@@ -38,6 +52,10 @@ CallStatus = Literal[
 ]
 """A ledger row's status. `pending` rows with `needs_approval=False` are held siblings;
 `cancelled` rows never ran because someone cancelled the run while it waited for approval."""
+
+CardLock = Literal["arguments_not_attached"]
+"""Why a card may not be approved: `arguments_not_attached`, the arguments were too long to
+show on the card and the file holding them could not be attached."""
 
 QueueState = Literal["queued", "started", "done", "cancelled"]
 """A run-queue item's state: waiting for a slot, its run started, its run ended, or withdrawn."""
@@ -111,6 +129,11 @@ class ToolCallRow(BaseModel):
     is_error: bool | None = None
     card_channel: str | None = None
     card_ts: str | None = None
+    card_drawn: str | None = None
+    """What the posted card shows (`bot.store._rules.card_state` when it was drawn); a card
+    whose call has moved on is stale and is redrawn at start-up."""
+    card_locked: CardLock | None = None
+    """Why the card may not be approved (its full arguments could not be shown or attached)."""
     expires_at: datetime | None = None
     ttl: str | None = None
     """The time limit in words ("15m"), for the model's "Expired: ..." message."""
@@ -146,6 +169,102 @@ class ToolCallRow(BaseModel):
         return self.edited_digest or self.digest
 
 
+# --- why the store changed nothing: typed, worded by the front ends ---------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyDecided:
+    """Somebody decided first (or cancelled the run): who (user ids), when, as what."""
+
+    status: CallStatus
+    by: tuple[str, ...]
+    at: datetime | None
+    kind: Literal["already_decided"] = "already_decided"
+
+
+@dataclass(frozen=True, slots=True)
+class CallExpired:
+    """Nobody decided within the time limit (`ttl` in words); the call did not run."""
+
+    at: datetime | None
+    ttl: str | None
+    kind: Literal["expired"] = "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsNoApproval:
+    """The call is a held sibling: it runs once the batch is decided."""
+
+    kind: Literal["needs_no_approval"] = "needs_no_approval"
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyApprovedByYou:
+    """N-of-M: this person's approval is counted already."""
+
+    kind: Literal["already_approved_by_you"] = "already_approved_by_you"
+
+
+@dataclass(frozen=True, slots=True)
+class MoreApprovalsNeeded:
+    """Recorded, not final: `approvals` of `required` so far."""
+
+    approvals: int
+    required: int
+    kind: Literal["more_approvals_needed"] = "more_approvals_needed"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMovedOn:
+    """The card belongs to an earlier request of the thread."""
+
+    kind: Literal["batch_moved_on"] = "batch_moved_on"
+
+
+@dataclass(frozen=True, slots=True)
+class NotWaiting:
+    """The run no longer waits for approval (it resumed first, or ended): its `state`."""
+
+    state: RunState
+    kind: Literal["not_waiting"] = "not_waiting"
+
+
+@dataclass(frozen=True, slots=True)
+class EditNotAllowed:
+    """The policy does not let people edit this tool's calls (`allow_edit = false`)."""
+
+    tool: str
+    kind: Literal["edit_not_allowed"] = "edit_not_allowed"
+
+
+@dataclass(frozen=True, slots=True)
+class SelfAllow:
+    """The requester asked for an allowance on their own call."""
+
+    kind: Literal["self_allow"] = "self_allow"
+
+
+@dataclass(frozen=True, slots=True)
+class NoAllowanceOffered:
+    """The policy offers no "Allow for" for this tool in this channel."""
+
+    tool: str
+    kind: Literal["no_allowance_offered"] = "no_allowance_offered"
+
+
+DecisionReason = (
+    AlreadyDecided
+    | CallExpired
+    | NeedsNoApproval
+    | AlreadyApprovedByYou
+    | MoreApprovalsNeeded
+    | EditNotAllowed
+    | SelfAllow
+    | NoAllowanceOffered
+)
+CancelReason = BatchMovedOn | NotWaiting
+
+
 class AuditRow(BaseModel):
     """One line of the append-only audit log."""
 
@@ -163,14 +282,15 @@ class AuditRow(BaseModel):
 
 
 class DecisionOutcome(BaseModel):
-    """What `Store.decide` did. `why` says why nothing was recorded (or what is missing)."""
+    """What `Store.decide` did. `why` says why nothing was recorded (or, recorded, what is
+    missing: `MoreApprovalsNeeded`)."""
 
     model_config = _FROZEN
 
     recorded: bool
     row: ToolCallRow
     """The row as it stands after the attempt."""
-    why: str | None = None
+    why: DecisionReason | None = None
 
 
 class RecoveredSession(BaseModel):
@@ -235,7 +355,7 @@ class CancelOutcome(BaseModel):
 
     cancelled: bool
     rows: list[ToolCallRow]
-    why: str | None = None
+    why: CancelReason | None = None
     """Why nothing was cancelled (the run resumed first, or the card is from an older batch)."""
 
 

@@ -8,7 +8,7 @@ import json
 from datetime import timedelta
 
 from agent_core import call_digest, canonical_arguments
-from bot.store import Store
+from bot.store import AlreadyDecided, MoreApprovalsNeeded, Store
 
 from .conftest import StoreFactory
 from .helpers import RESTART, T0, Clock, mention, paused_session
@@ -56,7 +56,7 @@ async def test_an_edit_discards_approvals_of_the_old_arguments(store: Store) -> 
     edit = await store.edit_call(ledger_id, arguments, digest, user_id="UBOB", required_approvals=2)
     assert edit.recorded and edit.row.status == "pending"
     assert edit.row.approvals == ("UBOB",)
-    assert edit.why == "1 of 2 approvals of the edited call"
+    assert edit.why == MoreApprovalsNeeded(1, 2)
     assert (await store.audit_rows())[-1].details["discarded_approvals"] == ["UALICE"]
     # Alice approves again, now the edited call: that completes it.
     again = await store.decide(ledger_id, "approved", user_id="UALICE", required_approvals=2)
@@ -69,7 +69,8 @@ async def test_an_edit_of_a_decided_or_expired_call_is_refused(store: Store, clo
     await store.decide(rows[0].id, "rejected", user_id="UALICE")
     arguments, digest = _edit()
     late = await store.edit_call(rows[0].id, arguments, digest, user_id="UBOB")
-    assert not late.recorded and late.why is not None and "already rejected" in late.why
+    assert not late.recorded
+    assert late.why == AlreadyDecided("rejected", ("UALICE",), late.row.decided_at)
     assert late.row.edited_arguments is None
     await store.set_expiry(rows[2].id, T0 + timedelta(minutes=5))
     clock.advance(minutes=6)

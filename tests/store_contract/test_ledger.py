@@ -15,7 +15,17 @@ from agent_core import (
     call_digest,
     canonical_arguments,
 )
-from bot.store import Store, StoreError, UnknownCall, batch_complete
+from bot.store import (
+    AlreadyApprovedByYou,
+    AlreadyDecided,
+    CallExpired,
+    MoreApprovalsNeeded,
+    NeedsNoApproval,
+    Store,
+    StoreError,
+    UnknownCall,
+    batch_complete,
+)
 from tests.support.scripted import call
 
 from .conftest import StoreFactory
@@ -102,9 +112,7 @@ async def test_racing_decisions_on_two_connections_record_exactly_one(
             assert stored.status == winner.row.status
             assert (stored.decided_by, stored.decided_team) == (who, "T1")
             assert loser.row.status == winner.row.status
-            assert loser.why is not None
-            assert f"already {winner.row.status} by <@{who}>" in loser.why
-            assert "2025-03-01 09:00:00 UTC" in loser.why
+            assert loser.why == AlreadyDecided(winner.row.status, (who,), T0)
         audit = [r for r in await a.audit_rows() if r.event in ("decision", "refusal")]
     assert sorted(r.event for r in audit) == ["decision", "decision", "refusal", "refusal"]
     refusal = next(r for r in audit if r.event == "refusal")
@@ -131,10 +139,10 @@ async def test_n_of_m_approvals_need_distinct_users(store: Store) -> None:
     first = await store.decide(ledger_id, "approved", user_id="U1", required_approvals=2)
     assert first.recorded and first.row.status == "pending"
     assert first.row.approvals == ("U1",)
-    assert first.why == "1 of 2 approvals; waiting for 1 more"
+    assert first.why == MoreApprovalsNeeded(1, 2)
 
     repeat = await store.decide(ledger_id, "approved", user_id="U1", required_approvals=2)
-    assert not repeat.recorded and repeat.why == "you already approved"
+    assert not repeat.recorded and repeat.why == AlreadyApprovedByYou()
     assert repeat.row.approvals == ("U1",)
 
     second = await store.decide(
@@ -147,7 +155,7 @@ async def test_n_of_m_approvals_need_distinct_users(store: Store) -> None:
 
     late = await store.decide(ledger_id, "approved", user_id="U3", required_approvals=2)
     assert not late.recorded
-    assert late.why == "already approved by <@U1> and <@U2> at 2025-03-01 09:00:00 UTC"
+    assert late.why == AlreadyDecided("approved", ("U1", "U2"), T0)
 
     decisions = [r for r in await store.audit_rows() if r.event == "decision"]
     assert [(r.actor, r.details["final"]) for r in decisions] == [("U1", False), ("U2", True)]
@@ -169,7 +177,7 @@ async def test_one_rejection_rejects_a_partly_approved_call(store: Store) -> Non
 async def test_decisions_on_held_or_unknown_calls_are_refused(store: Store) -> None:
     _, rows = await paused_session(store)
     held = await store.decide(rows[1].id, "approved", user_id="U1")
-    assert not held.recorded and held.why is not None and "needs no approval" in held.why
+    assert not held.recorded and held.why == NeedsNoApproval()
     assert held.row.status == "pending"
     with pytest.raises(UnknownCall, match="'forged'"):
         await store.decide("forged", "approved", user_id="U1")
@@ -210,7 +218,7 @@ async def test_a_store_names_people_by_plain_id_unless_given_a_person(
         await store.decide(rows[0].id, "approved", user_id="U1")
         late = await store.decide(rows[0].id, "approved", user_id="U2")
         responses = await store.responses_for_batch(session_id)
-    assert late.why is not None and late.why.startswith("already approved by U1 at ")
+    assert late.why == AlreadyDecided("approved", ("U1",), T0)
     assert [r.decided_by for r in responses] == ["U1"]
 
 
@@ -232,7 +240,7 @@ async def test_expire_due_expires_undecided_gated_calls(store: Store, clock: Clo
 
     late = await store.decide(rows[0].id, "approved", user_id="U2")
     assert not late.recorded
-    assert late.why == "expired at 2025-03-01 09:15:00 UTC (no decision within 15m); it was not run"
+    assert late.why == CallExpired(T0 + timedelta(minutes=15), "15m")
     responses = await store.responses_for_batch(session_id)
     assert responses[0].decision == "expired"
     assert responses[0].tool_message_text() == (
@@ -251,7 +259,8 @@ async def test_a_click_after_the_deadline_expires_the_call_instead(
     outcome = await store.decide(rows[0].id, "approved", user_id="U1")
     assert not outcome.recorded
     assert outcome.row.status == "expired"
-    assert outcome.why is not None and outcome.why.startswith("expired at 2025-03-01 09:05:00 UTC")
+    assert isinstance(outcome.why, CallExpired)
+    assert outcome.why.at == T0 + timedelta(minutes=5)
 
 
 async def test_set_expiry_says_the_time_left_in_round_words(store: Store, clock: Clock) -> None:
@@ -365,3 +374,17 @@ async def test_starting_a_call_no_message_asked_for_is_refused(store: Store) -> 
     session = await store.get_or_create_session("T1", "C1", "1.0")
     with pytest.raises(UnknownCall, match="call_restart"):
         await store.start_tool_call(session.id, RESTART)
+
+
+async def test_a_card_drawn_pending_for_a_decided_call_is_stale(store: Store) -> None:
+    _, rows = await paused_session(store)
+    gated = rows[0]
+    await store.set_card(gated.id, "C1", "1.1", locked="arguments_not_attached")
+    assert [r.id for r in await store.stale_cards()] == [gated.id]  # never marked: redraw
+    await store.card_drawn(gated.id, "pending:0")
+    assert await store.stale_cards() == []
+    decided = await store.decide(gated.id, "rejected", user_id="U1")
+    assert [r.id for r in await store.stale_cards()] == [gated.id]
+    await store.card_drawn(gated.id, "rejected")
+    assert await store.stale_cards() == []
+    assert decided.row.card_locked == "arguments_not_attached"

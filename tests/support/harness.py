@@ -215,11 +215,14 @@ def cancel_values(blocks: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _button_values(blocks: Sequence[dict[str, Any]]) -> list[str]:
-    values = []
+    """The ledger ids of a pending card's decision buttons (Approve, or Reject on a card that
+    may not be approved)."""
+    values: list[str] = []
     for block in blocks:
         if block.get("type") == "actions":
             for element in block.get("elements", []):
-                if element.get("action_id") == "opsgate_approve":
+                decides = element.get("action_id") in ("opsgate_approve", "opsgate_reject")
+                if decides and element["value"] not in values:
                     values.append(element["value"])
     return values
 

@@ -26,5 +26,5 @@ def register(
     ux.register(app, service, output)
     events.register(app, service, policy=policy, seen_first=seen_first)
     actions.register(app, service, output)
-    commands.register(app, service, output)
+    commands.register(app, service, output, seen_first=seen_first)
     views.register(app, service, output)

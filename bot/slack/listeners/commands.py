@@ -3,6 +3,11 @@
 `/opsgate <request>` starts a run in the channel, `/opsgate pending` lists the approvals the
 caller may decide, `/opsgate allowances` lists the channel's active allowances (with Revoke),
 `/opsgate help` (or nothing) explains usage and the channel's policy.
+
+A signed request replayed within Slack's five-minute signature window verifies again, so each
+invocation is claimed once in the store by its `trigger_id` (unique per invocation; the
+`response_url` where there is none), through the same `first_sighting` as event dedupe: a
+replay starts nothing, in this process or another sharing the database.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from ...runs.output import Notice
 from ...runs.service import RunService
 from ...runs.ux import AllowanceList
+from .._dedupe import SeenFirst
 from ..output import SlackThreadOutput
 
-__all__ = ["COMMAND", "register"]
+__all__ = ["COMMAND", "invocation_key", "register"]
 
 COMMAND = "/opsgate"
 """As declared in manifest.yml."""
@@ -27,10 +33,25 @@ _CANCEL_HINT = (
 )
 
 
-def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
+def invocation_key(command: dict[str, Any]) -> str | None:
+    """What names one `/opsgate` invocation, for dedupe; None when the request has neither."""
+    team = command.get("team_id") or ""
+    if trigger := command.get("trigger_id"):
+        return f"slash:{team}:trigger:{trigger}"
+    if hook := command.get("response_url"):
+        return f"slash:{team}:hook:{hook}"
+    return None
+
+
+def register(
+    app: AsyncApp, service: RunService, output: SlackThreadOutput, *, seen_first: SeenFirst
+) -> None:
     @app.command(COMMAND)
     async def on_command(ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond) -> None:
         await ack()
+        key = invocation_key(command)
+        if key is not None and not await seen_first(key):
+            return  # a replay (or Slack's retry) of an invocation already handled
         text = str(command.get("text") or "").strip()
         word = text.lower()
         channel = str(command.get("channel_id") or "")

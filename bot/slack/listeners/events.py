@@ -124,6 +124,8 @@ class Incoming:
     author: str
     text: str
     ts: str
+    author_team: str | None
+    """The author's workspace (in a Slack Connect channel, not the thread's); None: unknown."""
 
 
 _INCOMING = "opsgate_incoming"
@@ -140,7 +142,16 @@ def _incoming(
         str(event.get("thread_ts") or event["ts"]),
     )
     text = strip_mentions(message_text(event))
-    return Incoming(thread, author, text, str(event["ts"]))
+    return Incoming(thread, author, text, str(event["ts"]), _author_team(event))
+
+
+def _author_team(event: Mapping[str, Any]) -> str | None:
+    """The author's workspace: `user_team` (set in shared channels), else the event's `team`,
+    else an integration's `bot_profile.team_id`. Never the app's own installation team: a
+    guest writing in a Slack Connect channel must not pass for a member."""
+    profile = event.get("bot_profile") or {}
+    team = event.get("user_team") or event.get("team") or profile.get("team_id")
+    return str(team) if team else None
 
 
 def register(app: AsyncApp, service: RunService, *, policy: Policy, seen_first: SeenFirst) -> None:
@@ -177,7 +188,11 @@ def register(app: AsyncApp, service: RunService, *, policy: Policy, seen_first: 
     async def on_incoming(context: AsyncBoltContext) -> None:
         incoming: Incoming = context[_INCOMING]
         await service.on_message(
-            incoming.thread, user=incoming.author, text=incoming.text, message_ts=incoming.ts
+            incoming.thread,
+            user=incoming.author,
+            text=incoming.text,
+            message_ts=incoming.ts,
+            team=incoming.author_team,
         )
 
     app.event("app_mention", middleware=[mention_intake, once])(on_incoming)

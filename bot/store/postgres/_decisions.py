@@ -9,9 +9,19 @@ from typing import Any, Literal
 from agent_core.approvals import ToolApprovalResponse
 from agent_core.batches import close_batch
 
-from .._rules import already, cancel_outcome, expiry_ttl, responses
+from .._rules import already, cancel_outcome, cancel_refusal, expiry_ttl, responses
 from .._time import aware
-from ..models import CancelOutcome, DecisionOutcome, PendingApproval, SessionRow, ToolCallRow
+from ..models import (
+    AlreadyApprovedByYou,
+    CancelOutcome,
+    DecisionOutcome,
+    DecisionReason,
+    MoreApprovalsNeeded,
+    NeedsNoApproval,
+    PendingApproval,
+    SessionRow,
+    ToolCallRow,
+)
 from ._base import Connection
 from ._ledger import Ledger
 from ._rows import call_row, count, session_row
@@ -29,16 +39,16 @@ def _check_decision(decision: str, required_approvals: int) -> None:
 class Decisions(Ledger):
     async def _refusal(
         self, conn: Connection, row: ToolCallRow, decision: str, user_id: str, now: datetime
-    ) -> str | None:
+    ) -> DecisionReason | None:
         """Why this decision cannot be recorded (expiring the call if its time is up), or None."""
         if not row.needs_approval:
-            return "this call needs no approval; it runs once the batch is decided"
+            return NeedsNoApproval()
         if row.status == "pending" and row.expires_at is not None and row.expires_at <= now:
-            return already(await self._expire(conn, row, now), self._person)
+            return already(await self._expire(conn, row, now))
         if row.status != "pending":
-            return already(row, self._person)
+            return already(row)
         if decision == "approved" and user_id in row.approvals:
-            return "you already approved"
+            return AlreadyApprovedByYou()
         return None
 
     async def decide(
@@ -77,7 +87,7 @@ class Decisions(Ledger):
                     actor=user_id,
                     session_id=row.session_id,
                     call_id=row.call_id,
-                    details={**common, "why": why},
+                    details={**common, "why": why.kind},
                 )
                 return DecisionOutcome(
                     recorded=False, row=await self._call(conn, ledger_id), why=why
@@ -106,11 +116,7 @@ class Decisions(Ledger):
                     approvals,
                     ledger_id,
                 )
-                missing = required_approvals - len(approvals)
-                why = (
-                    f"{len(approvals)} of {required_approvals} approvals; "
-                    f"waiting for {missing} more"
-                )
+                why = MoreApprovalsNeeded(len(approvals), required_approvals)
             await self._write_audit(
                 conn,
                 "decision",
@@ -249,10 +255,8 @@ class Decisions(Ledger):
         async with self._transaction("cancel_batch") as conn:
             session = await self._session_record(conn, session_id, lock=True)
             current = session["batch_id"]
-            why: str | None = None
-            if batch_id is not None and batch_id != current:
-                why = "this card belongs to an earlier request in the thread"
-            else:
+            why = cancel_refusal(batch_id, current, session["state"], moved=False)
+            if why is None:
                 status = await conn.execute(
                     "UPDATE sessions SET state = 'idle', error = NULL, instance_id = NULL, "
                     "updated_at = $1 WHERE id = $2 AND state = 'awaiting_approval' "
@@ -261,8 +265,7 @@ class Decisions(Ledger):
                     session_id,
                     current,
                 )
-                if count(status) == 0:
-                    why = f"the run is no longer waiting for approval (it is {session['state']})"
+                why = cancel_refusal(None, None, session["state"], moved=count(status) == 0)
             before = [
                 call_row(row)
                 for row in await conn.fetch(
@@ -276,7 +279,14 @@ class Decisions(Ledger):
                     "refusal",
                     actor=user_id,
                     session_id=session_id,
-                    details={"action": "cancel", "via": via, "why": why, "rule": rule},
+                    details={
+                        "action": "cancel",
+                        "via": via,
+                        "why": why.kind,
+                        "rule": rule,
+                        "batch_id": batch_id if batch_id is not None else current,
+                        "ledger_ids": [r.id for r in before if r.needs_approval],
+                    },
                 )
                 return CancelOutcome(cancelled=False, rows=before, why=why)
             await self._cancel_calls(conn, session, before, user_id, team_id, via, rule)

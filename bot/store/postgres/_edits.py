@@ -13,7 +13,7 @@ from typing import Any
 
 from .._rules import edit_refusal, edit_summary, new_id
 from .._time import aware
-from ..models import AllowanceRow, DecisionOutcome
+from ..models import AllowanceRow, DecisionOutcome, MoreApprovalsNeeded
 from ._recovery import Recovery
 from ._rows import count
 
@@ -41,7 +41,7 @@ class Edits(Recovery):
             now = self._now()
             if row.status == "pending" and row.expires_at is not None and row.expires_at <= now:
                 row = await self._expire(conn, row, now)
-            why = edit_refusal(row, self._person)
+            why = edit_refusal(row)
             if why is not None:
                 await self._write_audit(
                     conn,
@@ -53,7 +53,7 @@ class Edits(Recovery):
                         "ledger_id": ledger_id,
                         "decision": "edited",
                         "rule": rule,
-                        "why": why,
+                        "why": why.kind,
                     },
                 )
                 return DecisionOutcome(recorded=False, row=row, why=why)
@@ -86,7 +86,7 @@ class Edits(Recovery):
                 details={**summary, "rule": rule, "team_id": team_id},
             )
             after = await self._call(conn, ledger_id)
-        why = None if final else f"1 of {required_approvals} approvals of the edited call"
+        why = None if final else MoreApprovalsNeeded(1, required_approvals)
         return DecisionOutcome(recorded=True, row=after, why=why)
 
     # -- allowances ------------------------------------------------------------------------------

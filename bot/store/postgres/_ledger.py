@@ -11,10 +11,10 @@ from agent_core.exceptions import ToolCallAlreadyStarted
 from agent_core.messages import ChatMessage, ToolCall, call_digest, canonical_arguments
 from bot._duration import format_duration
 
-from .._rules import new_id
+from .._rules import card_state, new_id
 from .._time import aware
 from ..errors import StoreError, UnknownCall
-from ..models import ToolCallRow
+from ..models import CardLock, ToolCallRow
 from ._base import Connection
 from ._rows import call_row, count
 from ._sessions import Sessions
@@ -241,17 +241,37 @@ class Ledger(Sessions):
             )
         return [call_row(row) for row in rows]
 
-    async def set_card(self, ledger_id: str, channel: str, ts: str) -> None:
+    async def set_card(
+        self, ledger_id: str, channel: str, ts: str, *, locked: CardLock | None = None
+    ) -> None:
         """Where the call's Approve/Reject card was posted, so it can be updated later."""
         async with self._transaction("set_card") as conn:
             status = await conn.execute(
-                "UPDATE tool_calls SET card_channel = $1, card_ts = $2 WHERE id = $3",
+                "UPDATE tool_calls SET card_channel = $1, card_ts = $2, card_locked = $3 "
+                "WHERE id = $4",
                 channel,
                 ts,
+                locked,
                 ledger_id,
             )
             if count(status) == 0:
                 raise UnknownCall(ledger_id)
+
+    async def card_drawn(self, ledger_id: str, drawn: str) -> None:
+        async with self._transaction("card_drawn") as conn:
+            await conn.execute(
+                "UPDATE tool_calls SET card_drawn = $1 WHERE id = $2", drawn, ledger_id
+            )
+
+    async def stale_cards(self) -> list[ToolCallRow]:
+        async with self._reading("stale_cards") as conn:
+            rows = await conn.fetch(
+                "SELECT * FROM tool_calls WHERE card_ts IS NOT NULL AND needs_approval "
+                "AND (card_drawn IS NULL OR card_drawn LIKE 'pending:%') "
+                "ORDER BY created_at, position"
+            )
+        calls = [call_row(row) for row in rows]
+        return [c for c in calls if c.card_drawn != card_state(c)]
 
     async def set_expiry(
         self, ledger_id: str, expires_at: datetime, *, ttl: str | None = None

@@ -188,7 +188,15 @@ _V3: tuple[str, ...] = (
     "CREATE INDEX allowances_by_channel ON allowances (channel_id, tool, expires_at)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+_V4: tuple[str, ...] = (
+    # As SQLite's version 6: what each card shows now, and why it may not be approved.
+    "ALTER TABLE tool_calls ADD COLUMN card_drawn text",
+    "UPDATE tool_calls SET card_drawn = 'before-v3' WHERE card_ts IS NOT NULL "
+    "AND status <> 'pending'",
+    "ALTER TABLE tool_calls ADD COLUMN card_locked text",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 """`MIGRATIONS[n]` takes a database from schema version n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -10,7 +10,7 @@ import aiosqlite
 
 from agent_core.batches import close_batch
 
-from .._rules import cancel_outcome
+from .._rules import cancel_outcome, cancel_refusal
 from ..models import CancelOutcome, ToolCallRow
 from ._connection import SQLiteConnection, call_row, fetch_all
 
@@ -32,17 +32,14 @@ class CancelPart(SQLiteConnection):
         async with self._transaction("cancel_batch") as conn:
             session = await self._session_row(conn, session_id)
             current = session["batch_id"]
-            why: str | None = None
-            if batch_id is not None and batch_id != current:
-                why = "this card belongs to an earlier request in the thread"
-            else:
+            why = cancel_refusal(batch_id, current, session["state"], moved=False)
+            if why is None:
                 cursor = await conn.execute(
                     "UPDATE sessions SET state = 'idle', error = NULL, updated_at = ? "
                     "WHERE id = ? AND state = 'awaiting_approval' AND batch_id IS ?",
                     (self._now(), session_id, current),
                 )
-                if cursor.rowcount == 0:
-                    why = f"the run is no longer waiting for approval (it is {session['state']})"
+                why = cancel_refusal(None, None, session["state"], moved=cursor.rowcount == 0)
             before = [
                 call_row(row)
                 for row in await fetch_all(
@@ -57,7 +54,14 @@ class CancelPart(SQLiteConnection):
                     "refusal",
                     actor=user_id,
                     session_id=session_id,
-                    details={"action": "cancel", "via": via, "why": why, "rule": rule},
+                    details={
+                        "action": "cancel",
+                        "via": via,
+                        "why": why.kind,
+                        "rule": rule,
+                        "batch_id": batch_id if batch_id is not None else current,
+                        "ledger_ids": [r.id for r in before if r.needs_approval],
+                    },
                 )
                 return CancelOutcome(cancelled=False, rows=before, why=why)
 

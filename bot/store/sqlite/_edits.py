@@ -13,7 +13,7 @@ from datetime import datetime
 
 from .._rules import edit_refusal, edit_summary, new_id
 from .._time import aware, to_db
-from ..models import AllowanceRow, DecisionOutcome
+from ..models import AllowanceRow, DecisionOutcome, MoreApprovalsNeeded
 from ._connection import fetch_all, fetch_one
 from ._ledger import LedgerPart
 
@@ -40,7 +40,7 @@ class EditsPart(LedgerPart):
             now = to_db(clock)
             if row.status == "pending" and row.expires_at is not None and row.expires_at <= clock:
                 row = await self._expire(conn, row, now)
-            why = edit_refusal(row, self._person)
+            why = edit_refusal(row)
             if why is not None:
                 await self._write_audit(
                     conn,
@@ -52,7 +52,7 @@ class EditsPart(LedgerPart):
                         "ledger_id": ledger_id,
                         "decision": "edited",
                         "rule": rule,
-                        "why": why,
+                        "why": why.kind,
                     },
                 )
                 return DecisionOutcome(recorded=False, row=row, why=why)
@@ -79,7 +79,7 @@ class EditsPart(LedgerPart):
                 details={**summary, "rule": rule, "team_id": team_id},
             )
             after = await self._call_row(conn, ledger_id)
-        why = None if final else f"1 of {required_approvals} approvals of the edited call"
+        why = None if final else MoreApprovalsNeeded(1, required_approvals)
         return DecisionOutcome(recorded=True, row=after, why=why)
 
     # -- allowances ------------------------------------------------------------------------------

@@ -16,14 +16,29 @@ import aiosqlite
 from agent_core.approvals import ToolApprovalResponse
 from bot._duration import format_duration
 
-from .._rules import already, expiry_ttl, responses
+from .._rules import already, card_state, expiry_ttl, responses
 from .._time import aware, to_db
 from ..errors import UnknownCall
-from ..models import DecisionOutcome, PendingApproval, SessionRow, ToolCallRow
+from ..models import (
+    AlreadyApprovedByYou,
+    CardLock,
+    DecisionOutcome,
+    DecisionReason,
+    MoreApprovalsNeeded,
+    NeedsNoApproval,
+    PendingApproval,
+    SessionRow,
+    ToolCallRow,
+)
 from ._connection import SQLiteConnection, call_row, fetch_all, fetch_one, session_row
 
 __all__ = ["LedgerPart"]
 
+_DRAWN_WITH_BUTTONS = (
+    "SELECT * FROM tool_calls WHERE card_ts IS NOT NULL AND needs_approval = 1 "
+    "AND (card_drawn IS NULL OR card_drawn LIKE 'pending:%')"
+)
+"""Cards last drawn pending (or never marked): the only ones that can show stale buttons."""
 _DUE = (
     "SELECT * FROM tool_calls WHERE status = 'pending' AND needs_approval = 1 "
     "AND expires_at IS NOT NULL"
@@ -56,14 +71,28 @@ class LedgerPart(SQLiteConnection):
             )
         return [call_row(row) for row in rows]
 
-    async def set_card(self, ledger_id: str, channel: str, ts: str) -> None:
+    async def set_card(
+        self, ledger_id: str, channel: str, ts: str, *, locked: CardLock | None = None
+    ) -> None:
         async with self._transaction("set_card") as conn:
             cursor = await conn.execute(
-                "UPDATE tool_calls SET card_channel = ?, card_ts = ? WHERE id = ?",
-                (channel, ts, ledger_id),
+                "UPDATE tool_calls SET card_channel = ?, card_ts = ?, card_locked = ? WHERE id = ?",
+                (channel, ts, locked, ledger_id),
             )
             if cursor.rowcount == 0:
                 raise UnknownCall(ledger_id)
+
+    async def card_drawn(self, ledger_id: str, drawn: str) -> None:
+        async with self._transaction("card_drawn") as conn:
+            await conn.execute(
+                "UPDATE tool_calls SET card_drawn = ? WHERE id = ?", (drawn, ledger_id)
+            )
+
+    async def stale_cards(self) -> list[ToolCallRow]:
+        async with self._reading("stale_cards") as conn:
+            rows = await fetch_all(conn, f"{_DRAWN_WITH_BUTTONS} ORDER BY created_at, position")
+        calls = [call_row(row) for row in rows]
+        return [c for c in calls if c.card_drawn != card_state(c)]
 
     async def set_expiry(
         self, ledger_id: str, expires_at: datetime, *, ttl: str | None = None
@@ -117,7 +146,7 @@ class LedgerPart(SQLiteConnection):
                     actor=user_id,
                     session_id=row.session_id,
                     call_id=row.call_id,
-                    details={**common, "why": why},
+                    details={**common, "why": why.kind},
                 )
                 return DecisionOutcome(recorded=False, row=row, why=why)
 
@@ -137,11 +166,7 @@ class LedgerPart(SQLiteConnection):
                     "UPDATE tool_calls SET approvals = ? WHERE id = ? AND status = 'pending'",
                     (json.dumps(approvals), ledger_id),
                 )
-                missing = required_approvals - len(approvals)
-                why = (
-                    f"{len(approvals)} of {required_approvals} approvals; "
-                    f"waiting for {missing} more"
-                )
+                why = MoreApprovalsNeeded(len(approvals), required_approvals)
             await self._write_audit(
                 conn,
                 "decision",
@@ -159,14 +184,14 @@ class LedgerPart(SQLiteConnection):
                 recorded=True, row=await self._call_row(conn, ledger_id), why=why
             )
 
-    def _refusal(self, row: ToolCallRow, decision: str, user_id: str) -> str | None:
+    def _refusal(self, row: ToolCallRow, decision: str, user_id: str) -> DecisionReason | None:
         """Why a decision on `row` is not recorded, or None if it may be."""
         if not row.needs_approval:
-            return "this call needs no approval; it runs once the batch is decided"
+            return NeedsNoApproval()
         if row.status != "pending":
-            return already(row, self._person)
+            return already(row)
         if decision == "approved" and user_id in row.approvals:
-            return "you already approved"
+            return AlreadyApprovedByYou()
         return None
 
     async def _expire(self, conn: aiosqlite.Connection, row: ToolCallRow, now: str) -> ToolCallRow:
