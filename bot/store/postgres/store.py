@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from ._recovery import Recovery
+from ._inbox import Inbox
 from ._summaries import Summaries
 
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(Summaries, Recovery):
+class PostgresStore(Summaries, Inbox):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 
     Use it as an async context manager: entering opens an asyncpg pool and applies pending
