@@ -26,7 +26,7 @@ from .policy import Policy, ToolPolicy
 from .runs import RunService, ThreadOutput
 from .runs._context import RunContext
 from .settings import Settings
-from .store import SQLiteStore, Store, utc_now
+from .store import SQLiteStore, Store, WriteHealth, utc_now
 from .tools import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
@@ -63,6 +63,8 @@ class Deps:
     slack_http: aiohttp.ClientSession | None = None
     """One connection pool for every Slack Web API call (slack_sdk opens one per call
     otherwise)."""
+    write_health: WriteHealth = field(default_factory=WriteHealth)
+    """Whether the database takes writes (for `/readyz`)."""
 
 
 def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list[Tool]:
@@ -165,5 +167,6 @@ def run_service(
             tasks=deps.tasks,
             clock=deps.clock,
             person=deps.person,
+            health=deps.write_health,
         )
     )

@@ -46,6 +46,7 @@ __all__ = [
     "FinishNote",
     "Help",
     "NotAllowed",
+    "NotSaved",
     "NothingCancelled",
     "NothingToCancel",
     "Notice",
@@ -141,6 +142,15 @@ class RootPostFailed:
 
     error: str
     kind: Literal["root_post_failed"] = "root_post_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class NotSaved:
+    """The database refused to save a message or a click (read-only, full disk): it was not
+    acted on, and the person should try again once the bot's operator fixed it."""
+
+    what: Literal["message", "click"]
+    kind: Literal["not_saved"] = "not_saved"
 
 
 # --- notices: a run ------------------------------------------------------------------------
@@ -307,6 +317,7 @@ Notice = (
     | EarlierQueued
     | StillWorking
     | RootPostFailed
+    | NotSaved
     | RunFailed
     | RunRefused
     | RunCrashed
@@ -328,7 +339,8 @@ Notice = (
 )
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,
-`RootPostFailed`, `ChannelNotAllowed` (from `/opsgate`), `PendingList` and `Help`."""
+`RootPostFailed`, `NotSaved` (a click), `ChannelNotAllowed` (from `/opsgate`), `PendingList`
+and `Help`."""
 
 
 class TextSink(Protocol):

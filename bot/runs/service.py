@@ -28,6 +28,7 @@ from ._cards import Cards
 from ._context import RunContext
 from ._drive import Driver
 from .cards import PendingEntry
+from .inbox import Inbox
 from .output import (
     AwaitingDecision,
     ChannelNotAllowed,
@@ -65,6 +66,7 @@ class RunService:
         self._driver = Driver(ctx, self.cards, self._run_ended)
         self._cancels = Cancels(ctx, self.cards)
         self._answers = Answers(ctx, self.cards)
+        self.inbox = Inbox(ctx, on_message=self.on_message, on_slash=self.slash_request)
 
     # -- intake ---------------------------------------------------------------------------------
 
@@ -329,6 +331,9 @@ class RunService:
             # yet claimed: redraw, then resume what is decided.
             await self.cards.redraw_batch(session.id)
             await self.maybe_resume(session.id)
+        # Last: what was saved but never processed starts runs, which the steps above must
+        # not mistake for runs cut short.
+        await self.inbox.recover()
         await self.dispatcher.kick_all()
 
     # -- cancel ---------------------------------------------------------------------------------

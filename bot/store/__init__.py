@@ -17,6 +17,7 @@ from .errors import (
     UnknownCall,
     UnknownSession,
 )
+from .health import WriteHealth
 from .models import (
     AuditEvent,
     AuditRow,
@@ -63,6 +64,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "ToolCallRow",
     "UnknownCall",
     "UnknownSession",
+    "WriteHealth",
     "batch_complete",
     "open_store",
     "utc_now",

@@ -9,7 +9,14 @@ from bot.store import Store
 
 from .conftest import StoreFactory
 
-MENTION = {"team": "T1", "channel": "C1", "thread_ts": "1.0", "user": "U1", "text": "hi", "ts": "1.0"}
+MENTION = {
+    "team": "T1",
+    "channel": "C1",
+    "thread_ts": "1.0",
+    "user": "U1",
+    "text": "hi",
+    "ts": "1.0",
+}
 
 
 async def test_a_delivery_is_saved_once_per_key(store: Store) -> None:

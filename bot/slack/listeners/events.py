@@ -17,9 +17,11 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 
 from ...policy import Policy, Trigger
-from ...runs.output import Thread
+from ...runs.inbox import MessageDelivery
+from ...runs.output import NotSaved, Thread
 from ...runs.service import RunService
-from .._dedupe import SeenFirst, first_delivery
+from ...store import InboxItem, StoreError
+from .._dedupe import SeenFirst
 
 __all__ = ["classify_message", "event_author", "message_text", "register"]
 
@@ -128,6 +130,8 @@ class Incoming:
 
 _INCOMING = "opsgate_incoming"
 """The context key under which the intake middleware hands the listener its `Incoming`."""
+_SAVED = "opsgate_saved"
+"""The context key of the inbox row the message was saved as."""
 Next = Callable[[], Awaitable[None]]
 
 
@@ -172,13 +176,35 @@ def register(app: AsyncApp, service: RunService, *, policy: Policy, seen_first: 
         context[_INCOMING] = incoming
         await next()
 
-    once = first_delivery(seen_first)
+    async def once(body: dict[str, Any], context: AsyncBoltContext, next: Next) -> None:
+        """Save the message (deduplicated: each event, and each message, once) before Bolt
+        acknowledges it (DESIGN.md semantics 8). If the database refuses, the author is told
+        and the error answers Slack 500, so Slack delivers the event again later."""
+        incoming: Incoming = context[_INCOMING]
+        thread = incoming.thread
+        delivery = MessageDelivery(
+            team=thread.team_id,
+            channel=thread.channel_id,
+            thread_ts=thread.thread_ts,
+            user=incoming.author,
+            text=incoming.text,
+            ts=incoming.ts,
+        )
+        keys = [f"message:{thread.channel_id}:{incoming.ts}"]
+        if event_id := body.get("event_id"):
+            keys.insert(0, str(event_id))
+        try:
+            saved = await service.inbox.save_message(delivery, keys=keys)
+        except StoreError:
+            await service.ctx.output.say(thread, NotSaved("message"))
+            raise
+        if saved is not None:
+            context[_SAVED] = saved
+            await next()
 
     async def on_incoming(context: AsyncBoltContext) -> None:
-        incoming: Incoming = context[_INCOMING]
-        await service.on_message(
-            incoming.thread, user=incoming.author, text=incoming.text, message_ts=incoming.ts
-        )
+        saved: InboxItem = context[_SAVED]
+        service.inbox.process_soon(saved)
 
     app.event("app_mention", middleware=[mention_intake, once])(on_incoming)
     app.event("message", middleware=[message_intake, once])(on_incoming)
