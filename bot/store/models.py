@@ -53,6 +53,7 @@ AuditEvent = Literal[
     "interrupted",
     "cancel",
     "reminder",
+    "resume_reclaimed",
 ]
 """The events the store itself writes; `Store.audit` accepts any other name too."""
 
