@@ -104,7 +104,10 @@ async def serve(settings: Settings, *, http: bool, port: int) -> None:
     for that to hold (root reads any process).
     """
     protect_process_environment()
-    async with open_deps(settings, person=user_mention) as deps, started(settings, deps) as bot:
+    async with (
+        open_deps(settings, person=user_mention) as deps,
+        started(settings, deps, shutdown_grace=settings.opsgate_shutdown_grace) as bot,
+    ):
         app = bot.app
         if http:
             runner = web.AppRunner(http_app(app))

@@ -101,7 +101,10 @@ async def open_deps(
     async with (
         httpx.AsyncClient(timeout=timeout) as llm_http,
         httpx.AsyncClient(timeout=httpx.Timeout(15.0), follow_redirects=False) as tool_http,
-        aiohttp.ClientSession() as slack_http,
+        # A hanging Slack call must not hold a run, a click or a shutdown: every call is bounded.
+        aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=settings.opsgate_slack_timeout)
+        ) as slack_http,
         # exclusive: a second bot on the same file would "recover" this one's running calls.
         SQLiteStore(settings.opsgate_db, exclusive=True, clock=clock, person=person) as store,
         contextlib.AsyncExitStack() as servers,  # left first: runs stop before their servers

@@ -21,7 +21,7 @@ from typing import Literal
 from agent_core import ToolApprovalResponse
 
 from ..channels import run_options, session_for
-from ..store import EnqueueOutcome, QueueItem, SessionRow, batch_complete
+from ..store import EnqueueOutcome, QueueItem, SessionRow, ToolCallRow, batch_complete
 from ._answers import Answers
 from ._cancel import Cancels
 from ._cards import Cards
@@ -227,12 +227,18 @@ class RunService:
             rule=verdict.rule,
         )
         # Redrawn whether or not this click changed anything: a card still showing buttons
-        # for a decided (or just expired) call must lose them.
-        await self.cards.refresh(outcome.row)
+        # for a decided (or just expired) call must lose them. In the background: the
+        # approved call must not wait for Slack to redraw a card.
+        self._redraw_soon(outcome.row)
         await self.maybe_resume(row.session_id)
         if not outcome.recorded:
             return DecisionNotRecorded(outcome.why or "this request was already decided")
         return None
+
+    def _redraw_soon(self, row: ToolCallRow) -> None:
+        if self.ctx.tasks.closed:
+            return  # stopping: the next start-up redraws cards whose state changed
+        self.ctx.tasks.spawn(self.cards.refresh(row), name=f"redraw {row.id}")
 
     async def check_reject(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
         """Before asking a reason to reject: None if `user` may reject the call now; else why

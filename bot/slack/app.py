@@ -42,6 +42,7 @@ def slack_client(settings: Settings, session: aiohttp.ClientSession | None) -> A
         ],
         logger=logging.getLogger("opsgate.slack"),
         session=session,
+        timeout=int(max(1, settings.opsgate_slack_timeout)),
     )
 
 
