@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from .._faults import checkpoint
 from ..store import InboxItem, StoreError
 from ._context import RunContext
 from .output import Notice, Thread
@@ -111,6 +112,7 @@ class Inbox:
 
     async def process(self, item: InboxItem) -> Notice | None:
         """Act on the row, then mark it done; a slash command's private answer is returned."""
+        await checkpoint("inbox")
         notice: Notice | None = None
         match item.kind:
             case "message":

@@ -20,6 +20,7 @@ from typing import Literal
 
 from agent_core import ToolApprovalResponse
 
+from .._faults import checkpoint
 from ..channels import run_options, session_for
 from ..store import EnqueueOutcome, QueueItem, SessionRow, ToolCallRow, batch_complete
 from ._answers import Answers
@@ -276,10 +277,12 @@ class RunService:
             return False
         if not await store.claim_resume(session_id):
             return False
+        await checkpoint("resume_claimed")
         session = await store.get_session(session_id)
         assert session is not None
         responses = await self._responses(session_id)
         await store.resume_started(session_id)
+        await checkpoint("resume_started")
         # The same tools as the run that paused: a stored call must not become "unknown".
         options = run_options(self.ctx.policy, self.ctx.tools, session.channel_id, responses)
         stream = self.ctx.agent.run(None, session_for(session_id, session.channel_id), options)
