@@ -77,9 +77,7 @@ async def started(
     """The app with its start-up work done: interrupted runs recovered, expiry running."""
     output = SlackThreadOutput(slack_client(settings, deps.slack_http))
     service = run_service(deps, output, members=group_members(output.client))
-    app = create_app(
-        settings, service, output, policy=deps.policy, seen_first=deps.store.first_sighting
-    )
+    app = create_app(settings, service, output, policy=deps.policy)
     await service.recover()
     deps.tasks.spawn(_expiry_loop(service, expiry_interval), name="expiry", service=True)
     try:
@@ -88,12 +86,14 @@ async def started(
         await deps.tasks.aclose(grace=shutdown_grace)
 
 
-async def _wait_for_signal() -> None:
+def _stop_on_signals() -> asyncio.Event:
+    """Set on SIGINT or SIGTERM. Installed first thing, so a stop during start-up is a graceful
+    one too (it takes effect once the bot is up)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 async def serve(settings: Settings, *, http: bool, port: int) -> None:
@@ -104,7 +104,11 @@ async def serve(settings: Settings, *, http: bool, port: int) -> None:
     for that to hold (root reads any process).
     """
     protect_process_environment()
-    async with open_deps(settings, person=user_mention) as deps, started(settings, deps) as bot:
+    stop = _stop_on_signals()
+    async with (
+        open_deps(settings, person=user_mention) as deps,
+        started(settings, deps, shutdown_grace=settings.opsgate_shutdown_grace) as bot,
+    ):
         app = bot.app
         if http:
             runner = web.AppRunner(http_app(app))
@@ -114,7 +118,7 @@ async def serve(settings: Settings, *, http: bool, port: int) -> None:
             await site.start()
             logger.info("OpsGate listening on :%d (POST /slack/events, GET /healthz)", port)
             try:
-                await _wait_for_signal()
+                await stop.wait()
             finally:
                 await runner.cleanup()
         else:
@@ -123,6 +127,6 @@ async def serve(settings: Settings, *, http: bool, port: int) -> None:
             await handler.connect_async()  # type: ignore[no-untyped-call]
             logger.info("OpsGate connected to Slack (Socket Mode)")
             try:
-                await _wait_for_signal()
+                await stop.wait()
             finally:
                 await handler.close_async()  # type: ignore[no-untyped-call]

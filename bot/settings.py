@@ -41,6 +41,13 @@ _WHERE = {
     "OPSGATE_PORT": "set it to a port number between 1 and 65535, or leave it unset for 3000",
     "OPSGATE_CONTEXT_TOKENS": "set it to the model's context window in tokens (at least 1000), "
     "or leave it unset to go by the model's name",
+    **{
+        name: f"set it to a number of seconds, or leave it unset for {default}"
+        for name, default in (
+            ("OPSGATE_SHUTDOWN_GRACE", "30"),
+            ("OPSGATE_SLACK_TIMEOUT", "30"),
+        )
+    },
 }
 
 _TOKEN_KINDS = {
@@ -84,6 +91,11 @@ class Settings(BaseSettings):
     opsgate_port: int = Field(default=3000, ge=1, le=65535)
     opsgate_context_tokens: int | None = Field(default=None, ge=1000)
     """The model's context budget; None: by model name (`agent_core.context_tokens_for`)."""
+    # Bounds, in seconds.
+    opsgate_shutdown_grace: float = Field(default=30.0, ge=0)
+    """On SIGTERM: how long work in flight may finish before it is cut (and recovered)."""
+    opsgate_slack_timeout: float = Field(default=30.0, gt=0)
+    """Every Slack Web API call."""
 
     @field_validator("slack_bot_token")
     @classmethod

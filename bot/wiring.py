@@ -26,7 +26,7 @@ from .policy import Policy, ToolPolicy
 from .runs import RunService, ThreadOutput
 from .runs._context import RunContext
 from .settings import Settings
-from .store import SQLiteStore, Store, utc_now
+from .store import SQLiteStore, Store, WriteHealth, utc_now
 from .tools import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
@@ -63,6 +63,8 @@ class Deps:
     slack_http: aiohttp.ClientSession | None = None
     """One connection pool for every Slack Web API call (slack_sdk opens one per call
     otherwise)."""
+    write_health: WriteHealth = field(default_factory=WriteHealth)
+    """Whether the database takes writes (for `/readyz`)."""
 
 
 def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list[Tool]:
@@ -99,7 +101,10 @@ async def open_deps(
     async with (
         httpx.AsyncClient(timeout=timeout) as llm_http,
         httpx.AsyncClient(timeout=httpx.Timeout(15.0), follow_redirects=False) as tool_http,
-        aiohttp.ClientSession() as slack_http,
+        # A hanging Slack call must not hold a run, a click or a shutdown: every call is bounded.
+        aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=settings.opsgate_slack_timeout)
+        ) as slack_http,
         # exclusive: a second bot on the same file would "recover" this one's running calls.
         SQLiteStore(settings.opsgate_db, exclusive=True, clock=clock, person=person) as store,
         contextlib.AsyncExitStack() as servers,  # left first: runs stop before their servers
@@ -165,5 +170,6 @@ def run_service(
             tasks=deps.tasks,
             clock=deps.clock,
             person=deps.person,
+            health=deps.write_health,
         )
     )

@@ -471,3 +471,15 @@ async def test_llm_that_cannot_be_reached_is_reported_and_nothing_is_lost(tmp_pa
         assert session is not None and session.state == "idle"
         history = await bot.deps.store.load_messages(session.id)
         assert [m.content for m in history] == ["are you there?"]
+
+
+async def test_a_huge_provider_error_is_cut_before_it_is_posted(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        huge = "upstream exploded: " + "x" * 40_000
+        bot.llm.reply_status(400, {"error": {"message": huge}})
+        await bot.mention("hello")
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        text = all_text(bot)
+        assert "upstream exploded" in text and "more characters cut" in text
+        assert len(text) < 3_000

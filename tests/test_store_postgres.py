@@ -198,3 +198,25 @@ async def test_a_released_lease_is_recovered_at_once(
     assert not await a.heartbeat()
     [recovered] = await b.recover()
     assert recovered.session.id == session.id and recovered.session.state == "idle"
+
+
+async def test_the_inbox_of_a_live_replica_is_spared_and_a_lapsed_ones_claimed_once(
+    new_store: Factory, clock: Clock
+) -> None:
+    async with new_store() as a, new_store() as b, new_store() as c:
+        for store, name in ((a, "a"), (b, "b"), (c, "c")):
+            await store.register_instance(lease=timedelta(seconds=10), name=name)
+        saved = [await a.inbox_add("message", {"n": n}) for n in range(6)]
+        assert await b.inbox_recover() == []  # a is alive: its deliveries are its own
+        clock.advance(seconds=6)
+        assert await b.heartbeat() and await c.heartbeat()
+        clock.advance(seconds=6)  # a's lease lapsed
+        claims = await asyncio.gather(b.inbox_recover(), c.inbox_recover())
+        ids = sorted(item.id for claim in claims for item in claim)
+        assert ids == saved
+        # The claimer (say b) dies before processing: a survivor claims its rows, once.
+        [winner] = [s for s, claim in zip((b, c), claims, strict=True) if claim]
+        other = c if winner is b else b
+        assert await other.inbox_recover() == []
+        await winner.release()
+        assert sorted(i.id for i in await other.inbox_recover()) == saved

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from agent_core import ChatClientAgent, Tool
@@ -11,7 +11,7 @@ from agent_core import ChatClientAgent, Tool
 from .._tasks import TaskSupervisor
 from ..approvals import Approvals
 from ..policy import Policy
-from ..store import Store, ToolCallRow
+from ..store import Store, ToolCallRow, WriteHealth
 from .output import Thread, ThreadOutput
 
 __all__ = ["RunContext", "thread_of"]
@@ -29,6 +29,8 @@ class RunContext:
     clock: Callable[[], datetime]
     person: Callable[[str], str]
     """How a user id is named to the model ("rejected by …")."""
+    health: WriteHealth = field(default_factory=WriteHealth)
+    """Whether the database took the last write (the health check reads it)."""
 
 
 async def thread_of(ctx: RunContext, row: ToolCallRow) -> Thread | None:

@@ -21,6 +21,7 @@ from agent_core import (
     ToolResult,
 )
 
+from ._bounds import ERROR_CHARS, cut_error
 from ._cards import Cards
 from ._context import RunContext
 from .output import (
@@ -83,7 +84,7 @@ class Driver:
             raise
         except AgentCoreError as exc:
             logger.warning("run %s refused: %s", session_id, exc)
-            await output.say(thread, RunRefused(str(exc)))
+            await output.say(thread, RunRefused(cut_error(str(exc)) or ""))
         except Exception as exc:
             logger.exception("run %s crashed", session_id)
             failed = True
@@ -140,7 +141,9 @@ class _Shown:
                 # The store already says awaiting_approval; the end of the run leaves it so.
                 await self.driver.cards.post_all(self.thread, self.session_id)
             case Finish(finish_reason=FinishReason.ERROR, error=error):
-                await self.say(RunFailed(error))
+                if error and len(error) > ERROR_CHARS:
+                    logger.warning("run %s failed: %s", self.session_id, error)
+                await self.say(RunFailed(cut_error(error)))
             case Finish(finish_reason=reason) if reason in _NOTED:
                 await self.say(_NOTED[reason])
             case _:

@@ -1,6 +1,6 @@
 """Edit before approving, and "Allow for <duration>": two ways to approve a gated call.
 
-An edit approves a new call (DESIGN semantics 11): the ledger keeps the model's arguments and
+An edit approves a new call (docs/architecture.md): the ledger keeps the model's arguments and
 the edited ones, the card shows the edited arguments and digest, approvals given to the old
 arguments do not count, and the model's tool message says a human changed the arguments. The
 editor must be allowed to approve (the requester is not). An "Allow for" click approves the call

@@ -49,6 +49,7 @@ __all__ = [
     "Help",
     "NotAllowed",
     "NotApprovable",
+    "NotSaved",
     "NothingCancelled",
     "NothingToCancel",
     "Notice",
@@ -144,6 +145,15 @@ class RootPostFailed:
 
     error: str
     kind: Literal["root_post_failed"] = "root_post_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class NotSaved:
+    """The database refused to save a message or a click (read-only, full disk): it was not
+    acted on, and the person should try again once the bot's operator fixed it."""
+
+    what: Literal["message", "click"]
+    kind: Literal["not_saved"] = "not_saved"
 
 
 # --- notices: a run ------------------------------------------------------------------------
@@ -318,6 +328,7 @@ Notice = (
     | EarlierQueued
     | StillWorking
     | RootPostFailed
+    | NotSaved
     | RunFailed
     | RunRefused
     | RunCrashed
@@ -346,7 +357,8 @@ Notice = (
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,
 `NotApprovable`,
-`RootPostFailed`, `ChannelNotAllowed` (from `/opsgate`), `PendingList` and `Help`."""
+`RootPostFailed`, `NotSaved` (a click), `ChannelNotAllowed` (from `/opsgate`), `PendingList`
+and `Help`."""
 
 
 class TextSink(Protocol):

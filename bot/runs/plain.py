@@ -44,6 +44,8 @@ def _intake_text(notice: Notice) -> str | None:
             return "Still working on the previous request. One at a time!"
         case "root_post_failed":
             return f"Could not post the request ({notice.error})."
+        case "not_saved":
+            return f"Could not save your {notice.what}: the database refuses writes. Try again."
     return None
 
 

@@ -20,8 +20,16 @@ from typing import Literal
 
 from agent_core import ToolApprovalResponse
 
+from .._faults import checkpoint
 from ..channels import run_options, session_for
-from ..store import EnqueueOutcome, QueueItem, SessionRow, already_reason, batch_complete
+from ..store import (
+    EnqueueOutcome,
+    QueueItem,
+    SessionRow,
+    ToolCallRow,
+    already_reason,
+    batch_complete,
+)
 from ._allow import Allowances
 from ._answers import Answers
 from ._cancel import Cancels
@@ -31,6 +39,7 @@ from ._drive import Driver
 from ._edit import Edits
 from ._home import Home
 from .cards import PendingEntry
+from .inbox import Inbox
 from .output import (
     AwaitingDecision,
     ChannelNotAllowed,
@@ -75,6 +84,8 @@ class RunService:
         """"Edit" and "Allow for <duration>" on a card."""
         self.home = Home(ctx, self.cards, self.allowances)
         """What a person's Home tab shows."""
+        self.inbox = Inbox(ctx, on_message=self.on_message, on_slash=self.slash_request)
+        """Deliveries saved before their 200, processed from the saved row."""
 
     # -- intake ---------------------------------------------------------------------------------
 
@@ -257,12 +268,18 @@ class RunService:
             rule=verdict.rule,
         )
         # Redrawn whether or not this click changed anything: a card still showing buttons
-        # for a decided (or just expired) call must lose them.
-        await self.cards.refresh(outcome.row)
+        # for a decided (or just expired) call must lose them. In the background: the
+        # approved call must not wait for Slack to redraw a card.
+        self._redraw_soon(outcome.row)
         await self.maybe_resume(row.session_id)
         if not outcome.recorded:
             return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
         return None
+
+    def _redraw_soon(self, row: ToolCallRow) -> None:
+        if self.ctx.tasks.closed:
+            return  # stopping: the next start-up redraws cards whose state changed
+        self.ctx.tasks.spawn(self.cards.refresh(row), name=f"redraw {row.id}")
 
     async def check_reject(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
         """Before asking a reason to reject: None if `user` may reject the call now; else why
@@ -300,10 +317,12 @@ class RunService:
             return False
         if not await store.claim_resume(session_id):
             return False
+        await checkpoint("resume_claimed")
         session = await store.get_session(session_id)
         assert session is not None
         responses = await self._responses(session_id)
         await store.resume_started(session_id)
+        await checkpoint("resume_started")
         # The same tools as the run that paused: a stored call must not become "unknown".
         gate = self.allowances.gate(_thread(session), session_id)
         options = run_options(
@@ -365,6 +384,9 @@ class RunService:
             # yet claimed: redraw, then resume what is decided.
             await self.cards.redraw_batch(session.id)
             await self.maybe_resume(session.id)
+        # Last: what was saved but never processed starts runs, which the steps above must
+        # not mistake for runs cut short.
+        await self.inbox.recover()
         await self.dispatcher.kick_all()
 
     # -- cancel ---------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from ..policy import Policy
 from ..runs.service import RunService
 from ..settings import Settings
 from . import listeners
-from ._dedupe import SeenFirst
 from .output import SlackThreadOutput
 
 __all__ = ["create_app", "group_members", "slack_client"]
@@ -42,6 +41,7 @@ def slack_client(settings: Settings, session: aiohttp.ClientSession | None) -> A
         ],
         logger=logging.getLogger("opsgate.slack"),
         session=session,
+        timeout=int(max(1, settings.opsgate_slack_timeout)),
     )
 
 
@@ -62,11 +62,10 @@ def create_app(
     output: SlackThreadOutput,
     *,
     policy: Policy,
-    seen_first: SeenFirst,
 ) -> AsyncApp:
     """The app on `output`'s client, its listeners calling `service`.
-
-    `seen_first` claims an event key once (the store's `first_sighting`): the dedupe middleware.
+    Each event and each slash request is saved once, deduplicated in the same transaction, by
+    the listeners' intake middleware before the acknowledgement (`bot.runs.inbox`).
     """
     secret = settings.slack_signing_secret
     app = AsyncApp(
@@ -74,5 +73,5 @@ def create_app(
         signing_secret=secret.get_secret_value() if secret else "",
         logger=logging.getLogger("opsgate.bolt"),
     )
-    listeners.register(app, service, output, policy=policy, seen_first=seen_first)
+    listeners.register(app, service, output, policy=policy)
     return app

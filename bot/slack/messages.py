@@ -27,6 +27,7 @@ from ..runs.output import (
     NothingCancelled,
     NothingToCancel,
     Notice,
+    NotSaved,
     PendingList,
     Queued,
     Recovered,
@@ -106,6 +107,12 @@ def render(notice: Notice) -> Rendered:
             | RootPostFailed()
         ):
             return Rendered(_intake_text(notice))
+        case NotSaved(what=what):
+            return Rendered(
+                f":warning: I couldn't save your {what}: my database refuses writes right now, "
+                "so I did not act on it. Please try again later (the bot's operator has been "
+                "alerted by its health check)."
+            )
         case (
             RunFailed()
             | RunRefused()

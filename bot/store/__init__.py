@@ -18,6 +18,7 @@ from .errors import (
     UnknownCall,
     UnknownSession,
 )
+from .health import WriteHealth
 from .models import (
     AllowanceRow,
     AlreadyApprovedByYou,
@@ -34,6 +35,8 @@ from .models import (
     DecisionReason,
     EditNotAllowed,
     EnqueueOutcome,
+    InboxItem,
+    InboxKind,
     MoreApprovalsNeeded,
     NeedsNoApproval,
     NoAllowanceOffered,
@@ -67,6 +70,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "DecisionReason",
     "EditNotAllowed",
     "EnqueueOutcome",
+    "InboxItem",
+    "InboxKind",
     "InvalidTransition",
     "MoreApprovalsNeeded",
     "NeedsNoApproval",
@@ -88,6 +93,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "ToolCallRow",
     "UnknownCall",
     "UnknownSession",
+    "WriteHealth",
     "already_reason",
     "batch_complete",
     "card_state",

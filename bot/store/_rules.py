@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any, get_args
 
 from agent_core.approvals import ToolApprovalResponse
-from agent_core.messages import ToolCall
+from agent_core.messages import ChatMessage, ToolCall
 from agent_core.outcomes import CallOutcome, Cancelled, Expired, NotRun, Rejected
 from bot._duration import format_duration
 
@@ -28,6 +28,7 @@ from .models import (
     NotWaiting,
     RunState,
     ToolCallRow,
+    batch_complete,
 )
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "expiry_ttl",
     "new_id",
     "responses",
+    "resume_never_began",
 ]
 
 SEEN_EVENT_TTL = timedelta(days=1)
@@ -186,3 +188,23 @@ def responses(rows: Iterable[ToolCallRow], person: Person) -> list[ToolApprovalR
         elif row.status == "expired":
             answers.append(ToolApprovalResponse.expire(row.call_id, row.ttl or "the time limit"))
     return answers
+
+
+_STARTED = frozenset({"executing", "done", "interrupted"})
+
+
+def resume_never_began(rows: list[ToolCallRow], tail: list[ChatMessage], seq: int | None) -> bool:
+    """Whether a session left `resuming` or `running` by a crash holds a decided batch of
+    which nothing ran yet (docs/architecture.md): then recovery puts it back to
+    `awaiting_approval`, and the resume is claimed again, once, and runs the approved calls.
+
+    `rows` are the latest batch's ledger rows, `tail` the history from the last tool-call
+    message (at `seq`) on. The batch must be that message's and still unanswered (no tool
+    message after it, nothing appended since), fully decided, and no call of it started.
+    """
+    return (
+        seq is not None
+        and batch_complete(rows)
+        and all(row.message_seq == seq and row.status not in _STARTED for row in rows)
+        and len(tail) == 1
+    )

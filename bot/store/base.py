@@ -29,6 +29,8 @@ from .models import (
     CardLock,
     DecisionOutcome,
     EnqueueOutcome,
+    InboxItem,
+    InboxKind,
     PendingApproval,
     QueueItem,
     RecoveredSession,
@@ -364,6 +366,29 @@ class Store(Protocol):
     async def first_sighting(self, event_id: str) -> bool:
         """True the first time an event id is seen, across all stores; forgets after
         `SEEN_EVENT_TTL`."""
+        ...
+
+    # -- the inbox: what Slack was told we have (docs/architecture.md) ----------------------
+
+    async def inbox_add(
+        self, kind: InboxKind, payload: Mapping[str, Any], *, keys: Sequence[str] = ()
+    ) -> int | None:
+        """Save a delivery before it is acknowledged, owned by this store (its replica).
+
+        `keys` are dedupe keys (event id, channel and ts): in the same transaction each is
+        claimed as `first_sighting` does, and if any was seen before nothing is saved and the
+        answer is None. A crash therefore never leaves a key claimed with nothing saved.
+        Returns the row's id."""
+        ...
+
+    async def inbox_done(self, item_id: int) -> None:
+        """The row was processed (its run queued, or it was answered); it is not recovered."""
+        ...
+
+    async def inbox_recover(self) -> list[InboxItem]:
+        """At start-up: claim the unprocessed rows of processes that are gone (SQLite: every
+        one, the file being exclusive; PostgreSQL: those of instances whose lease lapsed),
+        oldest first. Conditional: each row is claimed by one store, however many recover."""
         ...
 
     # -- crash recovery --------------------------------------------------------------------------

@@ -27,6 +27,8 @@ __all__ = [
     "DecisionReason",
     "EditNotAllowed",
     "EnqueueOutcome",
+    "InboxItem",
+    "InboxKind",
     "MoreApprovalsNeeded",
     "NeedsNoApproval",
     "NoAllowanceOffered",
@@ -73,6 +75,7 @@ AuditEvent = Literal[
     "edited",
     "allowance",
     "allowance_revoked",
+    "resume_reclaimed",
 ]
 """The events the store itself writes; `Store.audit` accepts any other name too."""
 
@@ -335,6 +338,24 @@ class QueueItem(BaseModel):
     enqueued_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
+
+
+InboxKind = Literal["message", "slash"]
+"""What an inbox row holds: a message to the bot (mention, DM, thread reply) or `/opsgate`."""
+
+
+class InboxItem(BaseModel):
+    """Something Slack delivered and got a 200 for, saved before that 200 went out.
+
+    It stays until processed (`Store.inbox_done`); recovery claims the rows left behind by a
+    process that died (`Store.inbox_recover`), so nothing acknowledged is lost."""
+
+    model_config = _FROZEN
+
+    id: int
+    kind: InboxKind
+    payload: dict[str, Any]
+    received_at: datetime
 
 
 class EnqueueOutcome(BaseModel):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from agent_core import (
@@ -212,3 +214,48 @@ async def test_pause_and_resume_through_the_agent_across_a_restart(new_store: St
         "execution_start",
         "execution_end",
     ]
+
+
+# -- approved but never started (docs/architecture.md) -------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ["claimed", "started"])
+async def test_a_decided_batch_whose_resume_never_began_is_resumed_once_after_a_crash(
+    new_store: StoreFactory, stage: str
+) -> None:
+    async with new_store() as dead:
+        session_id, rows = await paused_session(dead)
+        for row in rows:
+            if row.needs_approval:
+                await dead.decide(row.id, "approved", user_id="UAPP")
+        assert await dead.claim_resume(session_id)
+        if stage == "started":
+            await dead.resume_started(session_id)
+    async with new_store() as survivor, new_store() as other:
+        assert await survivor.recover() == []  # not cut short: nothing of it ran
+        session = await survivor.get_session(session_id)
+        assert session is not None and session.state == "awaiting_approval"
+        assert {r.status for r in await survivor.batch_calls(session_id)} == {
+            "approved",
+            "pending",  # the held sibling, run on resume
+        }
+        # The resume is claimable again, by exactly one store.
+        claims = await asyncio.gather(
+            survivor.claim_resume(session_id), other.claim_resume(session_id)
+        )
+        assert sorted(claims) == [False, True]
+        audit = [r.event for r in await survivor.audit_rows()]
+        assert "resume_reclaimed" in audit and "interrupted" not in audit
+
+
+async def test_a_batch_with_a_call_that_began_is_not_resumed_again(store: Store) -> None:
+    session_id, rows = await paused_session(store)
+    for row in rows:
+        if row.needs_approval:
+            await store.decide(row.id, "approved", user_id="UAPP")
+    assert await store.claim_resume(session_id)
+    await store.resume_started(session_id)
+    await store.start_tool_call(session_id, RESTART)
+    [recovered] = await store.recover()
+    assert [c.call_id for c in recovered.interrupted] == [RESTART.id]
+    assert recovered.session.state == "idle"

@@ -187,10 +187,12 @@ class Bot:
 
         async def _settle() -> None:
             while True:
+                # A listener, or the processing of what it saved in the inbox.
                 listeners = [
                     t
                     for t in asyncio.all_tasks()
                     if "run_ack_function_asynchronously" in repr(t.get_coro())
+                    or t.get_name().startswith("inbox ")
                 ]
                 if listeners:
                     await asyncio.wait(listeners)

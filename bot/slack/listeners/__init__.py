@@ -7,7 +7,6 @@ from slack_bolt.async_app import AsyncApp
 
 from ...policy import Policy
 from ...runs.service import RunService
-from .._dedupe import SeenFirst
 from ..output import SlackThreadOutput
 from . import actions, commands, events, ux, views
 
@@ -20,11 +19,10 @@ def register(
     output: SlackThreadOutput,
     *,
     policy: Policy,
-    seen_first: SeenFirst,
 ) -> None:
     """Every listener of the app, in the order Bolt tries them (the catch-all event last)."""
     ux.register(app, service, output)
-    events.register(app, service, policy=policy, seen_first=seen_first)
+    events.register(app, service, policy=policy)
     actions.register(app, service, output)
-    commands.register(app, service, output, seen_first=seen_first)
+    commands.register(app, service, output)
     views.register(app, service, output)

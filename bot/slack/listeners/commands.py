@@ -16,10 +16,12 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
-from ...runs.output import Notice
+from ...runs.inbox import SlashDelivery
+from ...runs.output import Notice, NotSaved
 from ...runs.service import RunService
 from ...runs.ux import AllowanceList
-from .._dedupe import SeenFirst
+from ...store import StoreError
+from ..messages import render
 from ..output import SlackThreadOutput
 
 __all__ = ["COMMAND", "invocation_key", "register"]
@@ -27,6 +29,8 @@ __all__ = ["COMMAND", "invocation_key", "register"]
 COMMAND = "/opsgate"
 """As declared in manifest.yml."""
 _HELP_WORDS = frozenset({"", "help", "?", "-h", "--help"})
+_ANSWERED_AT_ONCE = _HELP_WORDS | {"pending", "cancel", "allowances"}
+"""Words that only read: everything else is a request, saved before it is acknowledged."""
 _CANCEL_HINT = (
     "To cancel a run that waits for approval, write `cancel` in its thread or click "
     "*Cancel run* on one of its cards."
@@ -43,21 +47,33 @@ def invocation_key(command: dict[str, Any]) -> str | None:
     return None
 
 
-def register(
-    app: AsyncApp, service: RunService, output: SlackThreadOutput, *, seen_first: SeenFirst
-) -> None:
+def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
     @app.command(COMMAND)
     async def on_command(ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond) -> None:
-        await ack()
-        key = invocation_key(command)
-        if key is not None and not await seen_first(key):
-            return  # a replay (or Slack's retry) of an invocation already handled
         text = str(command.get("text") or "").strip()
         word = text.lower()
         channel = str(command.get("channel_id") or "")
         user = str(command.get("user_id") or "")
         team = str(command.get("team_id") or "")
         hook = respond if command.get("response_url") else None
+        saved = None
+        if word not in _ANSWERED_AT_ONCE:
+            # A request is saved before the acknowledgement (docs/architecture.md), in the same
+            # transaction as its invocation key: a replay within Slack's signature window
+            # (here or on another replica) finds the key taken and starts nothing.
+            key = invocation_key(command)
+            try:
+                saved = await service.inbox.save_slash(
+                    SlashDelivery(team=team, channel=channel, user=user, text=text),
+                    keys=[key] if key else [],
+                )
+            except StoreError:
+                await ack(text=render(NotSaved("message")).text)
+                return
+            if saved is None:
+                await ack()
+                return
+        await ack()
 
         async def answer(notice: Notice) -> None:
             await output.answer_command(hook, channel=channel, user=user, notice=notice)
@@ -73,7 +89,5 @@ def register(
             await answer(await service.pending_for(user, channel=channel, team=team))
         elif word == "cancel":
             await output.answer_command_mrkdwn(hook, channel=channel, user=user, text=_CANCEL_HINT)
-        elif refusal := await service.slash_request(
-            team=team, channel=channel, user=user, text=text
-        ):
+        elif saved is not None and (refusal := await service.inbox.process_owned(saved)):
             await answer(refusal)

@@ -17,9 +17,10 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 
 from ...policy import Policy, Trigger
-from ...runs.output import Thread
+from ...runs.inbox import MessageDelivery
+from ...runs.output import NotSaved, Thread
 from ...runs.service import RunService
-from .._dedupe import SeenFirst, first_delivery
+from ...store import InboxItem, StoreError
 
 __all__ = ["classify_message", "event_author", "message_text", "register"]
 
@@ -98,7 +99,7 @@ def classify_message(
     """What a `message` event from someone allowed to drive runs means for us.
 
     Edits, deletions, joins and the like are ignored. A channel mention also arrives as
-    `app_mention`; both start the same run, once (see `bot.slack._dedupe`).
+    `app_mention`; both start the same run, once (the `once` middleware below).
     """
     if event.get("subtype") not in _ALLOWED_SUBTYPES:
         return "ignore"
@@ -130,6 +131,8 @@ class Incoming:
 
 _INCOMING = "opsgate_incoming"
 """The context key under which the intake middleware hands the listener its `Incoming`."""
+_SAVED = "opsgate_saved"
+"""The context key of the inbox row the message was saved as."""
 Next = Callable[[], Awaitable[None]]
 
 
@@ -154,7 +157,7 @@ def _author_team(event: Mapping[str, Any]) -> str | None:
     return str(team) if team else None
 
 
-def register(app: AsyncApp, service: RunService, *, policy: Policy, seen_first: SeenFirst) -> None:
+def register(app: AsyncApp, service: RunService, *, policy: Policy) -> None:
     # Bolt passes arguments by name: `next` it must be.
     async def mention_intake(
         body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext, next: Next
@@ -183,17 +186,36 @@ def register(app: AsyncApp, service: RunService, *, policy: Policy, seen_first: 
         context[_INCOMING] = incoming
         await next()
 
-    once = first_delivery(seen_first)
-
-    async def on_incoming(context: AsyncBoltContext) -> None:
+    async def once(body: dict[str, Any], context: AsyncBoltContext, next: Next) -> None:
+        """Save the message (deduplicated: each event, and each message, once) before Bolt
+        acknowledges it (docs/architecture.md). If the database refuses, the author is told
+        and the error answers Slack 500, so Slack delivers the event again later."""
         incoming: Incoming = context[_INCOMING]
-        await service.on_message(
-            incoming.thread,
+        thread = incoming.thread
+        delivery = MessageDelivery(
+            team=thread.team_id,
+            channel=thread.channel_id,
+            thread_ts=thread.thread_ts,
             user=incoming.author,
             text=incoming.text,
-            message_ts=incoming.ts,
-            team=incoming.author_team,
+            ts=incoming.ts,
+            author_team=incoming.author_team,
         )
+        keys = [f"message:{thread.channel_id}:{incoming.ts}"]
+        if event_id := body.get("event_id"):
+            keys.insert(0, str(event_id))
+        try:
+            saved = await service.inbox.save_message(delivery, keys=keys)
+        except StoreError:
+            await service.ctx.output.say(thread, NotSaved("message"))
+            raise
+        if saved is not None:
+            context[_SAVED] = saved
+            await next()
+
+    async def on_incoming(context: AsyncBoltContext) -> None:
+        saved: InboxItem = context[_SAVED]
+        service.inbox.process_soon(saved)
 
     app.event("app_mention", middleware=[mention_intake, once])(on_incoming)
     app.event("message", middleware=[message_intake, once])(on_incoming)

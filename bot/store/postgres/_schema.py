@@ -196,7 +196,26 @@ _V4: tuple[str, ...] = (
     "ALTER TABLE tool_calls ADD COLUMN card_locked text",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+
+_V5: tuple[str, ...] = (
+    # Deliveries Slack got a 200 for, saved before the 200 (docs/architecture.md); a row
+    # left by a replica whose lease lapsed is claimed by one survivor.
+    """
+    CREATE TABLE inbox (
+        id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        kind        text NOT NULL CHECK (kind IN ('message','slash')),
+        payload     jsonb NOT NULL,
+        state       text NOT NULL DEFAULT 'received'
+                    CHECK (state IN ('received','claimed','done')),
+        instance_id text,
+        received_at timestamptz NOT NULL,
+        done_at     timestamptz
+    )
+    """,
+    "CREATE INDEX inbox_by_state ON inbox (state, id)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 """`MIGRATIONS[n]` takes a database from schema version n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

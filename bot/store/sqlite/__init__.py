@@ -12,6 +12,7 @@ from ._audit import AuditPart
 from ._cancel import CancelPart
 from ._edits import EditsPart
 from ._execution import ExecutionPart
+from ._inbox import InboxPart
 from ._ledger import LedgerPart
 from ._queue import QueuePart
 from ._recovery import RecoveryPart
@@ -30,6 +31,7 @@ class SQLiteStore(
     CancelPart,
     QueuePart,
     AuditPart,
+    InboxPart,
     RecoveryPart,
 ):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so

@@ -15,6 +15,7 @@ from agent_core.batches import close_batch
 from agent_core.messages import ToolCall
 from agent_core.outcomes import CallOutcome, Interrupted, NotRun, render_outcome
 
+from .._rules import resume_never_began
 from ..models import RecoveredSession, ToolCallRow
 from ._connection import SQLiteConnection, call_row, fetch_all, session_row
 
@@ -35,13 +36,45 @@ class RecoveryPart(SQLiteConnection):
             stuck = await fetch_all(
                 conn, "SELECT id FROM sessions WHERE state IN ('running', 'resuming') ORDER BY id"
             )
-            session_ids = sorted({row.session_id for row in executing} | {row[0] for row in stuck})
+            started = {row.session_id for row in executing}
+            waiting = [row[0] for row in stuck if row[0] not in started]
+            reclaimed = {sid for sid in waiting if await self._reclaim_resume(conn, sid)}
+            session_ids = sorted(started | {row[0] for row in stuck} - reclaimed)
             return [
                 await self._recover_session(
                     conn, session_id, [row for row in executing if row.session_id == session_id]
                 )
                 for session_id in session_ids
             ]
+
+    async def _reclaim_resume(self, conn: aiosqlite.Connection, session_id: str) -> bool:
+        """A decided batch of which nothing ran goes back to awaiting_approval, so its resume
+        is claimed again and runs it (docs/architecture.md)."""
+        session = await self._session_row(conn, session_id)
+        rows = [
+            call_row(row)
+            for row in await fetch_all(
+                conn,
+                "SELECT * FROM tool_calls WHERE batch_id = ? ORDER BY position",
+                (session["batch_id"],),
+            )
+        ]
+        seq = session["last_calls_seq"]
+        tail = await self._latest_batch_messages(conn, session_id, seq)
+        if session["batch_id"] is None or not resume_never_began(rows, tail, seq):
+            return False
+        await conn.execute(
+            "UPDATE sessions SET state = 'awaiting_approval', updated_at = ? WHERE id = ?",
+            (self._now(), session_id),
+        )
+        await self._write_audit(
+            conn,
+            "resume_reclaimed",
+            actor=None,
+            session_id=session_id,
+            details={"previous_state": session["state"], "batch_id": session["batch_id"]},
+        )
+        return True
 
     async def _recover_session(
         self, conn: aiosqlite.Connection, session_id: str, interrupted: list[ToolCallRow]

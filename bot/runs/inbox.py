@@ -1,0 +1,151 @@
+"""The inbox: what Slack delivered is saved before its 200, then processed from the saved row.
+
+`docs/architecture.md`, "acknowledged means durable": a listener saves the delivery with
+`save_message` / `save_slash` (deduplicated in the same transaction) and only then lets the
+acknowledgement go out. Processing runs as owned background work (`bot._tasks`), so a graceful
+stop waits for it; a row whose processing never finished (kill -9, a stop past its grace
+period) is claimed and processed by the next start-up's `recover`.
+
+Processing a row queues its run (or answers it) and then marks the row done. A crash between
+the two processes the row again at start-up: the run is not queued twice (the session is busy
+with the first one, and the thread is told so).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .._faults import checkpoint
+from ..store import InboxItem, StoreError
+from ._context import RunContext
+from .output import Notice, Thread
+
+__all__ = ["Inbox", "MessageDelivery", "SlashDelivery"]
+
+logger = logging.getLogger("opsgate.inbox")
+
+_FROZEN = ConfigDict(frozen=True, extra="ignore")
+
+
+class MessageDelivery(BaseModel):
+    """A message to the bot: a mention, a DM, a reply in one of its threads."""
+
+    model_config = _FROZEN
+
+    team: str
+    channel: str
+    thread_ts: str
+    user: str
+    text: str
+    ts: str
+    author_team: str | None = None
+    """The author's workspace, for the same authorisation as a button (cancel by message)."""
+
+    @property
+    def thread(self) -> Thread:
+        return Thread(self.team, self.channel, self.thread_ts)
+
+
+class SlashDelivery(BaseModel):
+    """`/opsgate <request>`."""
+
+    model_config = _FROZEN
+
+    team: str
+    channel: str
+    user: str
+    text: str
+
+
+OnMessage = Callable[..., Awaitable[None]]
+OnSlash = Callable[..., Awaitable[Notice | None]]
+
+
+class Inbox:
+    """Saves deliveries and processes them through the run service's intake."""
+
+    def __init__(self, ctx: RunContext, *, on_message: OnMessage, on_slash: OnSlash) -> None:
+        self.ctx = ctx
+        self._on_message = on_message
+        self._on_slash = on_slash
+
+    async def save_message(
+        self, delivery: MessageDelivery, *, keys: Sequence[str]
+    ) -> InboxItem | None:
+        """Save before the 200; None for a delivery seen before (under any of `keys`). A
+        `StoreError` (the database refuses writes) is recorded for the health check and raised:
+        the caller must not acknowledge, and should tell the author."""
+        return await self._save("message", delivery, keys)
+
+    async def save_slash(
+        self, delivery: SlashDelivery, *, keys: Sequence[str] = ()
+    ) -> InboxItem | None:
+        """Save before the 200; None for an invocation seen before (under any of `keys`)."""
+        return await self._save("slash", delivery, keys)
+
+    async def _save(self, kind: Any, delivery: BaseModel, keys: Sequence[str]) -> InboxItem | None:
+        payload = delivery.model_dump()
+        try:
+            item_id = await self.ctx.store.inbox_add(kind, payload, keys=keys)
+        except StoreError as exc:
+            self.ctx.health.failed(f"saving a {kind}", exc)
+            raise
+        self.ctx.health.succeeded()
+        if item_id is None:
+            return None
+        return InboxItem(id=item_id, kind=kind, payload=payload, received_at=self.ctx.clock())
+
+    def process_soon(self, item: InboxItem) -> None:
+        """Process the row as owned background work (a graceful stop waits for it)."""
+        self.ctx.tasks.spawn(self.process(item), name=f"inbox {item.id}")
+
+    async def process_owned(self, item: InboxItem) -> Notice | None:
+        """`process` as owned work, awaited (a slash command's answer is needed). When the bot
+        is stopping, the row stays saved for the next start-up."""
+        try:
+            task = self.ctx.tasks.spawn(self.process(item), name=f"inbox {item.id}")
+        except RuntimeError:
+            return None
+        result: Notice | None = await task
+        return result
+
+    async def process(self, item: InboxItem) -> Notice | None:
+        """Act on the row, then mark it done; a slash command's private answer is returned."""
+        await checkpoint("inbox")
+        notice: Notice | None = None
+        match item.kind:
+            case "message":
+                message = MessageDelivery.model_validate(item.payload)
+                await self._on_message(
+                    message.thread,
+                    user=message.user,
+                    text=message.text,
+                    message_ts=message.ts,
+                    team=message.author_team,
+                )
+            case "slash":
+                slash = SlashDelivery.model_validate(item.payload)
+                notice = await self._on_slash(
+                    team=slash.team, channel=slash.channel, user=slash.user, text=slash.text
+                )
+        await self.ctx.store.inbox_done(item.id)
+        return notice
+
+    async def recover(self) -> int:
+        """At start-up: process what a previous process saved but never finished."""
+        items = await self.ctx.store.inbox_recover()
+        for item in items:
+            try:
+                notice = await self.process(item)
+            except Exception:
+                logger.exception("could not process saved delivery %d", item.id)
+                continue
+            if notice is not None:
+                logger.info("saved /opsgate request %d was answered: %s", item.id, notice.kind)
+        if items:
+            logger.info("processed %d delivery(ies) saved before the restart", len(items))
+        return len(items)

@@ -1,0 +1,59 @@
+"""The contract of the inbox: a delivery is saved (deduplicated) before Slack gets its 200, and
+the rows a dead process left unprocessed are claimed once at start-up (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.store import Store
+
+from .conftest import StoreFactory
+
+MENTION = {
+    "team": "T1",
+    "channel": "C1",
+    "thread_ts": "1.0",
+    "user": "U1",
+    "text": "hi",
+    "ts": "1.0",
+}
+
+
+async def test_a_delivery_is_saved_once_per_key(store: Store) -> None:
+    first = await store.inbox_add("message", MENTION, keys=["Ev1", "message:C1:1.0"])
+    assert first is not None
+    # The same message again (as `app_mention` then `message`): one key repeats, nothing saved.
+    assert await store.inbox_add("message", MENTION, keys=["Ev2", "message:C1:1.0"]) is None
+    # ... and the refused add claimed none of its keys: Ev2 is still unseen.
+    assert await store.first_sighting("Ev2")
+    assert not await store.first_sighting("Ev1")
+    second = await store.inbox_add("slash", {"text": "deploy"})
+    assert second is not None and second > first
+
+
+async def test_rows_left_unprocessed_are_recovered_in_order_with_their_payload(
+    new_store: StoreFactory,
+) -> None:
+    async with new_store() as dead:
+        a = await dead.inbox_add("message", MENTION, keys=["EvA"])
+        b = await dead.inbox_add("slash", {"channel": "C1", "text": "restart api"})
+        c = await dead.inbox_add("message", {**MENTION, "ts": "2.0"})
+        assert a is not None and b is not None and c is not None
+        await dead.inbox_done(b)
+    async with new_store() as survivor:
+        recovered = await survivor.inbox_recover()
+        assert [(i.id, i.kind, i.payload) for i in recovered] == [
+            (a, "message", MENTION),
+            (c, "message", {**MENTION, "ts": "2.0"}),
+        ]
+        assert await survivor.inbox_recover() == []  # claimed: not handed out twice
+
+
+async def test_concurrent_recoveries_claim_each_row_once(new_store: StoreFactory) -> None:
+    async with new_store() as dead:
+        added = [await dead.inbox_add("message", {**MENTION, "ts": f"{n}.0"}) for n in range(20)]
+    async with new_store() as one, new_store() as two, new_store() as three:
+        claims = await asyncio.gather(*(s.inbox_recover() for s in (one, two, three)))
+    ids = [item.id for claim in claims for item in claim]
+    assert sorted(ids) == sorted(i for i in added if i is not None)
+    assert len(ids) == len(set(ids)) == 20

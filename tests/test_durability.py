@@ -1,0 +1,146 @@
+"""Acknowledged means durable (docs/architecture.md), on a real `opsgate run --http`
+child process that is stopped with SIGTERM or killed with SIGKILL and started again."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.store import SQLiteStore
+from tests.support.bot_process import SECRET, bot_process
+from tests.support.llm_server import LLMStandIn
+from tests.support.slack_api import SlackAPIStandIn
+from tests.support.slack_requests import block_actions, interaction_body, sign
+
+
+def _user_texts(llm: LLMStandIn) -> list[str]:
+    out = []
+    for body in llm.requests:
+        users = [m for m in body["messages"] if m["role"] == "user"]
+        out.append(str(users[-1]["content"]) if users else "")
+    return out
+
+
+async def _ended(slack: SlackAPIStandIn, timestamps: set[str], timeout: float = 60) -> None:
+    """Until every run started by the messages at `timestamps` ended (its reaction removed)."""
+    await slack.wait_for(
+        "reactions.remove",
+        count=len(timestamps),
+        where=lambda c: c.params.get("timestamp") in timestamps,
+        timeout=timeout,
+    )
+
+
+async def test_a_mention_killed_right_after_its_200_is_answered_after_restart(
+    tmp_path: Path,
+) -> None:
+    async with (
+        LLMStandIn() as llm,
+        SlackAPIStandIn() as slack,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        llm.reply_text("Looked into it.")
+        async with bot_process(tmp_path, llm, slack, OPSGATE_FAULT_HOLD="inbox") as bot:
+            assert await bot.mention(http, "check the api", ts="1700000001.000100") == 200
+            await bot.wait_for_line("holding at inbox")
+            assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert llm.requests == []  # nothing was processed before the kill
+        async with bot_process(tmp_path, llm, slack) as bot:
+            await llm.wait_for_requests(1, timeout=30)
+            await _ended(slack, {"1700000001.000100"})
+            assert await bot.stop(signal.SIGTERM) == 0
+        assert _user_texts(llm) == ["check the api"]
+
+
+async def test_sigterm_after_a_burst_loses_no_acknowledged_mention(tmp_path: Path) -> None:
+    count = 20
+    timestamps = {f"17000001{n:02d}.000100" for n in range(count)}
+    async with (
+        LLMStandIn() as llm,
+        SlackAPIStandIn() as slack,
+        httpx.AsyncClient(timeout=30) as http,
+    ):
+        for _ in range(count):
+            llm.reply_text("Looked into it.")
+        async with bot_process(tmp_path, llm, slack) as bot:
+            statuses = await asyncio.gather(
+                *(bot.mention(http, f"request {ts}", ts=ts) for ts in sorted(timestamps))
+            )
+            assert statuses == [200] * count
+            assert await bot.stop(signal.SIGTERM) == 0
+        async with bot_process(tmp_path, llm, slack) as bot:
+            await llm.wait_for_requests(count, timeout=60)
+            await _ended(slack, timestamps)
+            assert await bot.stop(signal.SIGTERM) == 0
+    assert sorted(_user_texts(llm)) == sorted(f"request {ts}" for ts in timestamps)
+
+
+@pytest.mark.parametrize("point", ["resume_claimed", "resume_started"])
+async def test_an_approved_call_cut_off_before_it_began_runs_once_after_restart(
+    tmp_path: Path, point: str
+) -> None:
+    marker = tmp_path / "ran.txt"
+    async with (
+        LLMStandIn() as llm,
+        SlackAPIStandIn() as slack,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        llm.reply_tool_calls(
+            [("call_1", "run_command", {"command": f"echo ran >> {marker}"})], "Restarting."
+        )
+        llm.reply_text("Done.")
+        async with bot_process(tmp_path, llm, slack, OPSGATE_FAULT_HOLD=point) as bot:
+            assert await bot.mention(http, "touch the marker", ts="1700000002.000100") == 200
+            [card] = await slack.wait_for(
+                "chat.postMessage", where=lambda c: "opsgate_approve" in str(c.params), timeout=30
+            )
+            ledger_id = _approve_value(card.params)
+            card_ts = str(card.response["ts"])
+            payload = block_actions(
+                "opsgate_approve",
+                ledger_id,
+                user="U0BOB",
+                channel="C0OPS",
+                message_ts=card_ts,
+            )
+            body = interaction_body(payload)
+            response = await http.post(
+                f"{bot.url}/slack/events",
+                content=body,
+                headers={
+                    "Content-Type": "application/x-www-form-urlencoded",
+                    **sign(SECRET, body),
+                },
+            )
+            assert response.status_code == 200
+            await bot.wait_for_line(f"holding at {point}")
+            assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert not marker.exists()
+        for _ in range(2):  # the second start-up must not run it again
+            async with bot_process(tmp_path, llm, slack) as bot:
+                await llm.wait_for_requests(2, timeout=30)
+                await _ended(slack, {card_ts})  # the resumed run shows progress on its card
+                assert await bot.stop(signal.SIGTERM) == 0
+    assert marker.read_text() == "ran\n"
+    assert len(llm.requests) == 2
+    async with SQLiteStore(tmp_path / "opsgate.db") as store:
+        events = [r.event for r in await store.audit_rows()]
+    assert events.count("execution_start") == 1 and "resume_reclaimed" in events
+
+
+def _approve_value(params: dict[str, object]) -> str:
+    import json
+
+    blocks = params["blocks"]
+    if isinstance(blocks, str):
+        blocks = json.loads(blocks)
+    assert isinstance(blocks, list)
+    for block in blocks:
+        for element in block.get("elements", []) if block.get("type") == "actions" else []:
+            if element.get("action_id") == "opsgate_approve":
+                return str(element["value"])
+    raise AssertionError("no Approve button on the card")
