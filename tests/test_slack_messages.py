@@ -9,7 +9,7 @@ import pytest
 
 from agent_core.outcomes import Rejected
 from bot.approvals import Refused, Who
-from bot.runs.output import (
+from bot.runs.notices import (
     AwaitingDecision,
     CallLink,
     CardNotPosted,

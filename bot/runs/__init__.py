@@ -1,7 +1,8 @@
 """Runs: one agent run's whole life, independent of Slack (see `docs/architecture.md`)."""
 
 from .cards import CardCall, CardOutcome, CardRef, ChannelHelp, OutcomeStatus, PendingEntry
-from .output import Notice, PostFailed, TextSink, Thread, ThreadOutput
+from .notices import Notice
+from .output import PostFailed, TextSink, Thread, ThreadOutput
 from .queue import Dispatcher
 from .service import RunService
 

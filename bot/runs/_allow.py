@@ -17,7 +17,8 @@ from agent_core import ApprovalGate, Tool, ToolCall
 from ..allowances import dump_shape, load_shape, shape_of
 from ..store import AllowanceRow, SessionRow, ToolCallRow
 from ._context import RunContext
-from .output import Notice, Thread
+from .notices import Notice
+from .output import Thread
 from .ux import AllowanceInfo, AllowanceRevoked, AllowanceUsed, NothingRevoked
 
 __all__ = ["Allowances", "allow_window", "info", "scope"]

@@ -8,16 +8,16 @@ from typing import Literal
 from ..store import NotWaiting, SessionRow
 from ._cards import Cards
 from ._context import RunContext
-from .output import (
+from .notices import (
     CancelledBeforeStart,
     NotAllowed,
     NothingCancelled,
     NothingToCancel,
     Notice,
     RunCancelled,
-    Thread,
     UnknownRequest,
 )
+from .output import Thread
 
 __all__ = ["Cancels"]
 

@@ -18,7 +18,8 @@ from ._context import RunContext, thread_of
 from ._gate_audit import audit_gate_rule
 from ._server_tool import server_tool
 from .cards import CardCall, CardOutcome, CardRef
-from .output import CallLink, CardNotPosted, PostFailed, Thread
+from .notices import CallLink, CardNotPosted
+from .output import PostFailed, Thread
 
 __all__ = ["Cards"]
 

@@ -24,17 +24,8 @@ from agent_core import (
 from ._bounds import ERROR_CHARS, cut_error
 from ._cards import Cards
 from ._context import RunContext
-from .output import (
-    FinishNote,
-    Notice,
-    RunCrashed,
-    RunFailed,
-    RunRefused,
-    TextSink,
-    Thread,
-    ToolNotRun,
-    ToolRan,
-)
+from .notices import FinishNote, Notice, RunCrashed, RunFailed, RunRefused, ToolNotRun, ToolRan
+from .output import TextSink, Thread
 
 __all__ = ["Driver"]
 

@@ -28,7 +28,7 @@ from ..store import (
 from ._allow import Allowances, scope
 from ._cards import Cards
 from ._context import RunContext
-from .output import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
+from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .ux import AllowanceGranted, EditErrors, EditField, EditForm
 
 __all__ = ["COMMAND_FIELD", "Edits"]

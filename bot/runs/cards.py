@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from ..store.models import CardLock
+from ..store.states import CardLock
 
 __all__ = [
     "CardCall",

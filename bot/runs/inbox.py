@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict
 from .._faults import checkpoint
 from ..store import InboxItem, StoreError
 from ._context import RunContext
-from .output import Notice, Thread
+from .notices import Notice
+from .output import Thread
 
 __all__ = ["Inbox", "MessageDelivery", "SlashDelivery"]
 

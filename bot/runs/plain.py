@@ -10,7 +10,7 @@ from agent_core.outcomes import render_outcome
 from ..approvals import Refused
 from ..store import CancelReason, DecisionReason
 from .cards import CardCall, CardOutcome, ChannelHelp, PendingEntry
-from .output import Notice
+from .notices import Notice
 
 __all__ = ["card_text", "notice_text", "refusal_text"]
 

@@ -26,8 +26,6 @@ from ..store import (
     EnqueueOutcome,
     QueueItem,
     SessionRow,
-    ToolCallRow,
-    already_reason,
     batch_complete,
 )
 from ._allow import Allowances
@@ -35,30 +33,26 @@ from ._answers import Answers
 from ._cancel import Cancels
 from ._cards import Cards
 from ._context import RunContext
+from ._decisions import Decisions
 from ._drive import Driver
 from ._edit import Edits
 from ._home import Home
 from .cards import PendingEntry
 from .inbox import Inbox
-from .output import (
+from .notices import (
     AwaitingDecision,
     ChannelNotAllowed,
-    DecisionNotRecorded,
     EarlierQueued,
     Help,
-    NotAllowed,
-    NotApprovable,
     Notice,
     PendingList,
-    PostFailed,
     Queued,
     Recovered,
     Reminder,
     RootPostFailed,
     StillWorking,
-    Thread,
-    UnknownRequest,
 )
+from .output import PostFailed, Thread
 from .queue import Dispatcher
 
 __all__ = ["RunService"]
@@ -80,6 +74,8 @@ class RunService:
         self._answers = Answers(ctx, self.cards)
         self.allowances = Allowances(ctx)
         """Allowances: grant, the per-run gate, list and revoke."""
+        self.decisions = Decisions(ctx, self.cards, self.maybe_resume)
+        """Approve and Reject: who may, record once, redraw, resume."""
         self.edits = Edits(ctx, self.cards, self.allowances, self.decide, self.maybe_resume)
         """"Edit" and "Allow for <duration>" on a card."""
         self.home = Home(ctx, self.cards, self.allowances)
@@ -214,98 +210,9 @@ class RunService:
         team: str | None,
         reason: str | None = None,
     ) -> Notice | None:
-        """Record a decision. Returns a notice for the decider alone when nothing changed."""
-        store = self.ctx.store
-        row = await store.get_call(ledger_id)
-        session = None if row is None else await store.get_session(row.session_id)
-        if row is None or session is None:
-            await store.audit(
-                "refusal",
-                actor=user,
-                details={"reason": "unknown approval id", "id": ledger_id, "ledger_id": ledger_id},
-            )
-            return UnknownRequest()
-        verdict = await self.ctx.approvals.check(
-            "approve" if decision == "approved" else "reject",
-            channel=session.channel_id,
-            user=user,
-            requester=row.requested_by,
-            user_team=team,
-            home_team=session.team_id,
-        )
-        if verdict.kind == "refused":
-            await store.audit(
-                "refusal",
-                actor=user,
-                session_id=row.session_id,
-                call_id=row.call_id,
-                details={
-                    "ledger_id": ledger_id,
-                    "reason": verdict.reason,
-                    "rule": verdict.rule,
-                    "decision": decision,
-                    "team_id": team,
-                },
-            )
-            return NotAllowed(verdict)
-        if decision == "approved" and row.card_locked is not None:
-            await store.audit(
-                "refusal",
-                actor=user,
-                session_id=row.session_id,
-                call_id=row.call_id,
-                details={"ledger_id": ledger_id, "reason": row.card_locked, "decision": decision},
-            )
-            await self.cards.refresh(row)
-            return NotApprovable(row.card_locked)
-        outcome = await store.decide(
-            ledger_id,
-            decision,
-            user_id=user,
-            team_id=team,
-            reason=reason,
-            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id),
-            rule=verdict.rule,
-        )
-        # Redrawn whether or not this click changed anything: a card still showing buttons
-        # for a decided (or just expired) call must lose them. In the background: the
-        # approved call must not wait for Slack to redraw a card.
-        self._redraw_soon(outcome.row)
-        await self.maybe_resume(row.session_id)
-        if not outcome.recorded:
-            return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
-        return None
-
-    def _redraw_soon(self, row: ToolCallRow) -> None:
-        if self.ctx.tasks.closed:
-            return  # stopping: the next start-up redraws cards whose state changed
-        self.ctx.tasks.spawn(self.cards.refresh(row), name=f"redraw {row.id}")
-
-    async def check_reject(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
-        """Before asking a reason to reject: None if `user` may reject the call now; else why
-        not (and a decided call's card is redrawn, in case it still shows its buttons)."""
-        store = self.ctx.store
-        row = await store.get_call(ledger_id)
-        session = None if row is None else await store.get_session(row.session_id)
-        if row is None or session is None:
-            return UnknownRequest()
-        if row.status != "pending":
-            await self.cards.refresh(row)
-            return DecisionNotRecorded(already_reason(row))
-        verdict = await self.ctx.approvals.check(
-            "reject",
-            channel=session.channel_id,
-            user=user,
-            requester=row.requested_by,
-            user_team=team,
-            home_team=session.team_id,
-        )
-        return NotAllowed(verdict) if verdict.kind == "refused" else None
-
-    async def thread_of_call(self, ledger_id: str) -> Thread | None:
-        """The thread a card's call belongs to (to tell a decider something privately)."""
-        row = await self.ctx.store.get_call(ledger_id)
-        return None if row is None else await self.cards.thread(row)
+        """Record a decision (`bot.runs._decisions`); a notice for the decider alone when
+        nothing changed."""
+        return await self.decisions.decide(ledger_id, decision, user=user, team=team, reason=reason)
 
     async def maybe_resume(self, session_id: str) -> bool:
         """Resume the paused run once every gated call is decided; exactly one caller does."""

@@ -12,7 +12,7 @@ from datetime import UTC
 
 from agent_core.outcomes import render_outcome
 
-from ..runs.output import (
+from ..runs.notices import (
     AwaitingDecision,
     CallLink,
     CancelledBeforeStart,

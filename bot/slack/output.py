@@ -19,7 +19,8 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..runs.cards import CardCall, CardOutcome, CardRef
-from ..runs.output import Notice, PostFailed, TextSink, Thread
+from ..runs.notices import Notice
+from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.ux import AllowanceList, EditForm, HomeView
 from ._forms import edit_modal
 from ._streaming import ThreadReply

@@ -21,37 +21,35 @@ from .errors import (
 from .health import WriteHealth
 from .models import (
     AllowanceRow,
-    AlreadyApprovedByYou,
-    AlreadyDecided,
     AuditEvent,
     AuditRow,
-    BatchMovedOn,
-    CallExpired,
-    CallStatus,
     CancelOutcome,
-    CancelReason,
-    CardLock,
     DecisionOutcome,
-    DecisionReason,
-    EditNotAllowed,
     EnqueueOutcome,
     InboxItem,
-    InboxKind,
-    MoreApprovalsNeeded,
-    NeedsNoApproval,
-    NoAllowanceOffered,
-    NotWaiting,
     PendingApproval,
     QueueItem,
-    QueueState,
     RecoveredSession,
-    RunState,
-    SelfAllow,
     SessionRow,
     ToolCallRow,
     batch_complete,
 )
+from .reasons import (
+    AlreadyApprovedByYou,
+    AlreadyDecided,
+    BatchMovedOn,
+    CallExpired,
+    CancelReason,
+    DecisionReason,
+    EditNotAllowed,
+    MoreApprovalsNeeded,
+    NeedsNoApproval,
+    NoAllowanceOffered,
+    NotWaiting,
+    SelfAllow,
+)
 from .sqlite import SQLiteStore
+from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AllowanceRow",

@@ -18,7 +18,8 @@ from agent_core.messages import ChatMessage, ToolCall
 from agent_core.outcomes import CallOutcome, Cancelled, Expired, NotRun, Rejected
 from bot._duration import format_duration
 
-from .models import (
+from .models import ToolCallRow, batch_complete
+from .reasons import (
     AlreadyDecided,
     BatchMovedOn,
     CallExpired,
@@ -26,10 +27,8 @@ from .models import (
     DecisionReason,
     NeedsNoApproval,
     NotWaiting,
-    RunState,
-    ToolCallRow,
-    batch_complete,
 )
+from .states import RunState
 
 __all__ = [
     "RUN_STATES",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -11,56 +10,24 @@ from pydantic import BaseModel, ConfigDict
 
 from agent_core.batches import undecided_calls
 
+from .reasons import CancelReason, DecisionReason
+from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
+
 __all__ = [
     "AllowanceRow",
-    "AlreadyApprovedByYou",
-    "AlreadyDecided",
     "AuditEvent",
     "AuditRow",
-    "BatchMovedOn",
-    "CallExpired",
-    "CallStatus",
     "CancelOutcome",
-    "CancelReason",
-    "CardLock",
     "DecisionOutcome",
-    "DecisionReason",
-    "EditNotAllowed",
     "EnqueueOutcome",
     "InboxItem",
-    "InboxKind",
-    "MoreApprovalsNeeded",
-    "NeedsNoApproval",
-    "NoAllowanceOffered",
-    "NotWaiting",
     "PendingApproval",
     "QueueItem",
-    "QueueState",
     "RecoveredSession",
-    "RunState",
-    "SelfAllow",
     "SessionRow",
     "ToolCallRow",
     "batch_complete",
 ]
-
-RunState = Literal["idle", "running", "awaiting_approval", "resuming", "failed"]
-"""A session's run state (`docs/architecture.md`, "Run states"). Only the store's named
-transitions change it: `begin_run`, `end_run`, `claim_resume`, `resume_started`, and the pause
-(`record_pause`), cancel (`cancel_batch`), queue and recovery steps."""
-
-CallStatus = Literal[
-    "pending", "approved", "rejected", "expired", "executing", "done", "interrupted", "cancelled"
-]
-"""A ledger row's status. `pending` rows with `needs_approval=False` are held siblings;
-`cancelled` rows never ran because someone cancelled the run while it waited for approval."""
-
-CardLock = Literal["arguments_not_attached"]
-"""Why a card may not be approved: `arguments_not_attached`, the arguments were too long to
-show on the card and the file holding them could not be attached."""
-
-QueueState = Literal["queued", "started", "done", "cancelled"]
-"""A run-queue item's state: waiting for a slot, its run started, its run ended, or withdrawn."""
 
 AuditEvent = Literal[
     "request",
@@ -175,99 +142,6 @@ class ToolCallRow(BaseModel):
 # --- why the store changed nothing: typed, worded by the front ends ---------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class AlreadyDecided:
-    """Somebody decided first (or cancelled the run): who (user ids), when, as what."""
-
-    status: CallStatus
-    by: tuple[str, ...]
-    at: datetime | None
-    kind: Literal["already_decided"] = "already_decided"
-
-
-@dataclass(frozen=True, slots=True)
-class CallExpired:
-    """Nobody decided within the time limit (`ttl` in words); the call did not run."""
-
-    at: datetime | None
-    ttl: str | None
-    kind: Literal["expired"] = "expired"
-
-
-@dataclass(frozen=True, slots=True)
-class NeedsNoApproval:
-    """The call is a held sibling: it runs once the batch is decided."""
-
-    kind: Literal["needs_no_approval"] = "needs_no_approval"
-
-
-@dataclass(frozen=True, slots=True)
-class AlreadyApprovedByYou:
-    """N-of-M: this person's approval is counted already."""
-
-    kind: Literal["already_approved_by_you"] = "already_approved_by_you"
-
-
-@dataclass(frozen=True, slots=True)
-class MoreApprovalsNeeded:
-    """Recorded, not final: `approvals` of `required` so far."""
-
-    approvals: int
-    required: int
-    kind: Literal["more_approvals_needed"] = "more_approvals_needed"
-
-
-@dataclass(frozen=True, slots=True)
-class BatchMovedOn:
-    """The card belongs to an earlier request of the thread."""
-
-    kind: Literal["batch_moved_on"] = "batch_moved_on"
-
-
-@dataclass(frozen=True, slots=True)
-class NotWaiting:
-    """The run no longer waits for approval (it resumed first, or ended): its `state`."""
-
-    state: RunState
-    kind: Literal["not_waiting"] = "not_waiting"
-
-
-@dataclass(frozen=True, slots=True)
-class EditNotAllowed:
-    """The policy does not let people edit this tool's calls (`allow_edit = false`)."""
-
-    tool: str
-    kind: Literal["edit_not_allowed"] = "edit_not_allowed"
-
-
-@dataclass(frozen=True, slots=True)
-class SelfAllow:
-    """The requester asked for an allowance on their own call."""
-
-    kind: Literal["self_allow"] = "self_allow"
-
-
-@dataclass(frozen=True, slots=True)
-class NoAllowanceOffered:
-    """The policy offers no "Allow for" for this tool in this channel."""
-
-    tool: str
-    kind: Literal["no_allowance_offered"] = "no_allowance_offered"
-
-
-DecisionReason = (
-    AlreadyDecided
-    | CallExpired
-    | NeedsNoApproval
-    | AlreadyApprovedByYou
-    | MoreApprovalsNeeded
-    | EditNotAllowed
-    | SelfAllow
-    | NoAllowanceOffered
-)
-CancelReason = BatchMovedOn | NotWaiting
-
-
 class AuditRow(BaseModel):
     """One line of the append-only audit log."""
 
@@ -338,10 +212,6 @@ class QueueItem(BaseModel):
     enqueued_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
-
-
-InboxKind = Literal["message", "slash"]
-"""What an inbox row holds: a message to the bot (mention, DM, thread reply) or `/opsgate`."""
 
 
 class InboxItem(BaseModel):

@@ -9,7 +9,8 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp
 
-from ...runs.output import Notice, PostFailed, Thread
+from ...runs.notices import Notice
+from ...runs.output import PostFailed, Thread
 from ...runs.service import RunService
 from .._text import escape_mrkdwn
 from ..blocks import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
@@ -27,7 +28,7 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         if notice is None:
             return
         # A click on the Home tab has no thread: answer in the card's.
-        thread = click.thread or await service.thread_of_call(click.ledger_id)
+        thread = click.thread or await service.decisions.thread_of_call(click.ledger_id)
         if thread is not None:
             await output.tell(thread, click.user, notice)
 
@@ -48,7 +49,7 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         click = click_of(body)
         # A slow user-group lookup must not eat the trigger_id: if the check is not done in
         # time the form opens anyway, and submitting it checks again.
-        check = service.check_reject(click.ledger_id, user=click.user, team=click.team)
+        check = service.decisions.check_reject(click.ledger_id, user=click.user, team=click.team)
         try:
             refusal = await asyncio.wait_for(check, PRE_CHECK_SECONDS)
         except TimeoutError:

@@ -18,7 +18,8 @@ from slack_bolt.context.async_context import AsyncBoltContext
 
 from ...policy import Policy, Trigger
 from ...runs.inbox import MessageDelivery
-from ...runs.output import NotSaved, Thread
+from ...runs.notices import NotSaved
+from ...runs.output import Thread
 from ...runs.service import RunService
 from ...store import InboxItem, StoreError
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp
 
-from ...runs.output import Notice, Thread
+from ...runs.notices import Notice
+from ...runs.output import Thread
 from ...runs.service import RunService
 from ...runs.ux import EditErrors, EditForm
 from .._forms import ACTION_ALLOW, ACTION_EDIT, CALLBACK_EDIT, edit_values
@@ -33,7 +34,7 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
     async def tell(click: Click, notice: Notice | None) -> None:
         if notice is None:
             return
-        thread = click.thread or await service.thread_of_call(click.ledger_id)
+        thread = click.thread or await service.decisions.thread_of_call(click.ledger_id)
         if thread is not None:
             await output.tell(thread, click.user, notice)
 
@@ -92,7 +93,7 @@ def _register_edit_form(
             return
         await ack()
         if result is not None:
-            thread = await service.thread_of_call(ledger_id)
+            thread = await service.decisions.thread_of_call(ledger_id)
             if thread is not None:
                 await output.tell(thread, user_id, result)
         await refresh_home(user_id)

@@ -29,6 +29,6 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
             team=user.get("team_id"),
             reason=reason_from_view(view),
         )
-        if notice is not None and (thread := await service.thread_of_call(ledger_id)):
+        if notice is not None and (thread := await service.decisions.thread_of_call(ledger_id)):
             await output.tell(thread, user_id, notice)
         await output.publish_home(await service.home.view(user_id, team=user.get("team_id")))

@@ -11,17 +11,8 @@ from agent_core.batches import close_batch
 
 from .._rules import already, cancel_outcome, cancel_refusal, expiry_ttl, responses
 from .._time import aware
-from ..models import (
-    AlreadyApprovedByYou,
-    CancelOutcome,
-    DecisionOutcome,
-    DecisionReason,
-    MoreApprovalsNeeded,
-    NeedsNoApproval,
-    PendingApproval,
-    SessionRow,
-    ToolCallRow,
-)
+from ..models import CancelOutcome, DecisionOutcome, PendingApproval, SessionRow, ToolCallRow
+from ..reasons import AlreadyApprovedByYou, DecisionReason, MoreApprovalsNeeded, NeedsNoApproval
 from ._base import Connection
 from ._ledger import Ledger
 from ._rows import call_row, count, session_row

@@ -13,7 +13,8 @@ from typing import Any
 
 from .._rules import edit_refusal, edit_summary, new_id
 from .._time import aware
-from ..models import AllowanceRow, DecisionOutcome, MoreApprovalsNeeded
+from ..models import AllowanceRow, DecisionOutcome
+from ..reasons import MoreApprovalsNeeded
 from ._recovery import Recovery
 from ._rows import count
 

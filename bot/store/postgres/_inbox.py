@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._rules import SEEN_EVENT_TTL
-from ..models import InboxItem, InboxKind
+from ..models import InboxItem
+from ..states import InboxKind
 from ._recovery import _ORPHAN, RECOVER_LOCK, Recovery
 from ._rows import count
 

@@ -14,7 +14,8 @@ from bot._duration import format_duration
 from .._rules import card_state, new_id
 from .._time import aware
 from ..errors import StoreError, UnknownCall
-from ..models import CardLock, ToolCallRow
+from ..models import ToolCallRow
+from ..states import CardLock
 from ._base import Connection
 from ._rows import call_row, count
 from ._sessions import Sessions

@@ -11,7 +11,8 @@ from agent_core.messages import ChatMessage
 from .._rules import SEEN_EVENT_TTL, check_states, new_id
 from .._time import aware
 from ..errors import InvalidTransition
-from ..models import AuditRow, RunState, SessionRow
+from ..models import AuditRow, SessionRow
+from ..states import RunState
 from ._base import StoreBase
 from ._rows import audit_row, count, session_row
 

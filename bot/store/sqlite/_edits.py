@@ -13,7 +13,8 @@ from datetime import datetime
 
 from .._rules import edit_refusal, edit_summary, new_id
 from .._time import aware, to_db
-from ..models import AllowanceRow, DecisionOutcome, MoreApprovalsNeeded
+from ..models import AllowanceRow, DecisionOutcome
+from ..reasons import MoreApprovalsNeeded
 from ._connection import fetch_all, fetch_one
 from ._ledger import LedgerPart
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from .._rules import SEEN_EVENT_TTL
 from .._time import to_db
-from ..models import InboxItem, InboxKind
+from ..models import InboxItem
+from ..states import InboxKind
 from ._connection import SQLiteConnection, fetch_all
 
 __all__ = ["InboxPart"]

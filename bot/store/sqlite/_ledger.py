@@ -19,17 +19,9 @@ from bot._duration import format_duration
 from .._rules import already, card_state, expiry_ttl, responses
 from .._time import aware, to_db
 from ..errors import UnknownCall
-from ..models import (
-    AlreadyApprovedByYou,
-    CardLock,
-    DecisionOutcome,
-    DecisionReason,
-    MoreApprovalsNeeded,
-    NeedsNoApproval,
-    PendingApproval,
-    SessionRow,
-    ToolCallRow,
-)
+from ..models import DecisionOutcome, PendingApproval, SessionRow, ToolCallRow
+from ..reasons import AlreadyApprovedByYou, DecisionReason, MoreApprovalsNeeded, NeedsNoApproval
+from ..states import CardLock
 from ._connection import SQLiteConnection, call_row, fetch_all, fetch_one, session_row
 
 __all__ = ["LedgerPart"]

@@ -14,7 +14,8 @@ from agent_core.messages import ChatMessage
 
 from .._rules import check_states, new_id
 from ..errors import InvalidTransition, UnknownSession
-from ..models import RunState, SessionRow
+from ..models import SessionRow
+from ..states import RunState
 from ._connection import SQLiteConnection, fetch_all, fetch_one, session_row
 
 __all__ = ["SessionsPart"]

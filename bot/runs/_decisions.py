@@ -1,0 +1,135 @@
+"""Approve and Reject on a card: who may (`bot.approvals`), the conditional record in the store,
+the card's redraw (in the background: an approved call never waits for Slack), and the resume
+once the batch is decided."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
+from ..store import ToolCallRow, already_reason
+from ._cards import Cards
+from ._context import RunContext
+from .notices import (
+    DecisionNotRecorded,
+    NotAllowed,
+    NotApprovable,
+    Notice,
+    UnknownRequest,
+)
+from .output import Thread
+
+__all__ = ["Decisions"]
+
+
+class Decisions:
+    """The decision steps of `RunService` (see the module docstring)."""
+
+    def __init__(
+        self, ctx: RunContext, cards: Cards, resume: Callable[[str], Awaitable[bool]]
+    ) -> None:
+        self.ctx = ctx
+        self.cards = cards
+        self.maybe_resume = resume
+
+    async def decide(
+        self,
+        ledger_id: str,
+        decision: Literal["approved", "rejected"],
+        *,
+        user: str,
+        team: str | None,
+        reason: str | None = None,
+    ) -> Notice | None:
+        """Record a decision. Returns a notice for the decider alone when nothing changed."""
+        store = self.ctx.store
+        row = await store.get_call(ledger_id)
+        session = None if row is None else await store.get_session(row.session_id)
+        if row is None or session is None:
+            await store.audit(
+                "refusal",
+                actor=user,
+                details={"reason": "unknown approval id", "id": ledger_id, "ledger_id": ledger_id},
+            )
+            return UnknownRequest()
+        verdict = await self.ctx.approvals.check(
+            "approve" if decision == "approved" else "reject",
+            channel=session.channel_id,
+            user=user,
+            requester=row.requested_by,
+            user_team=team,
+            home_team=session.team_id,
+        )
+        if verdict.kind == "refused":
+            await store.audit(
+                "refusal",
+                actor=user,
+                session_id=row.session_id,
+                call_id=row.call_id,
+                details={
+                    "ledger_id": ledger_id,
+                    "reason": verdict.reason,
+                    "rule": verdict.rule,
+                    "decision": decision,
+                    "team_id": team,
+                },
+            )
+            return NotAllowed(verdict)
+        if decision == "approved" and row.card_locked is not None:
+            await store.audit(
+                "refusal",
+                actor=user,
+                session_id=row.session_id,
+                call_id=row.call_id,
+                details={"ledger_id": ledger_id, "reason": row.card_locked, "decision": decision},
+            )
+            await self.cards.refresh(row)
+            return NotApprovable(row.card_locked)
+        outcome = await store.decide(
+            ledger_id,
+            decision,
+            user_id=user,
+            team_id=team,
+            reason=reason,
+            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id),
+            rule=verdict.rule,
+        )
+        # Redrawn whether or not this click changed anything: a card still showing buttons
+        # for a decided (or just expired) call must lose them. In the background: the
+        # approved call must not wait for Slack to redraw a card.
+        self._redraw_soon(outcome.row)
+        await self.maybe_resume(row.session_id)
+        if not outcome.recorded:
+            return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
+        return None
+
+    def _redraw_soon(self, row: ToolCallRow) -> None:
+        if self.ctx.tasks.closed:
+            return  # stopping: the next start-up redraws cards whose state changed
+        self.ctx.tasks.spawn(self.cards.refresh(row), name=f"redraw {row.id}")
+
+    async def check_reject(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
+        """Before asking a reason to reject: None if `user` may reject the call now; else why
+        not (and a decided call's card is redrawn, in case it still shows its buttons)."""
+        store = self.ctx.store
+        row = await store.get_call(ledger_id)
+        session = None if row is None else await store.get_session(row.session_id)
+        if row is None or session is None:
+            return UnknownRequest()
+        if row.status != "pending":
+            await self.cards.refresh(row)
+            return DecisionNotRecorded(already_reason(row))
+        verdict = await self.ctx.approvals.check(
+            "reject",
+            channel=session.channel_id,
+            user=user,
+            requester=row.requested_by,
+            user_team=team,
+            home_team=session.team_id,
+        )
+        return NotAllowed(verdict) if verdict.kind == "refused" else None
+
+    async def thread_of_call(self, ledger_id: str) -> Thread | None:
+        """The thread a card's call belongs to (to tell a decider something privately)."""
+        row = await self.ctx.store.get_call(ledger_id)
+        return None if row is None else await self.cards.thread(row)

@@ -1,0 +1,323 @@
+"""The notices the run service gives its `ThreadOutput`: what happened, with its data.
+
+Each is a frozen dataclass with a `Literal` kind; renderers `match` on them. Text in them is raw
+(model output, tool output, error messages): the renderer escapes it. See `bot.runs.output`
+for the interface that takes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from agent_core.outcomes import CallOutcome
+
+from ..approvals.verdicts import Refused
+from ..store.reasons import CancelReason, DecisionReason
+from ..store.states import CardLock
+from .cards import ChannelHelp, PendingEntry
+from .ux import AllowanceGranted, AllowanceList, AllowanceRevoked, AllowanceUsed, NothingRevoked
+
+__all__ = [
+    "AwaitingDecision",
+    "CallLink",
+    "CancelledBeforeStart",
+    "CardNotPosted",
+    "ChannelNotAllowed",
+    "DecisionNotRecorded",
+    "EarlierQueued",
+    "FinishNote",
+    "Help",
+    "NotAllowed",
+    "NotApprovable",
+    "NotSaved",
+    "NothingCancelled",
+    "NothingToCancel",
+    "Notice",
+    "PendingList",
+    "Queued",
+    "Recovered",
+    "Reminder",
+    "RootPostFailed",
+    "RunCancelled",
+    "RunCrashed",
+    "RunFailed",
+    "RunRefused",
+    "StillWorking",
+    "ToolNotRun",
+    "ToolRan",
+    "UnknownRequest",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CallLink:
+    """A gated call, linked to its card when the card could be found."""
+
+    tool: str
+    permalink: str | None
+
+
+# --- notices: intake and queue -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelNotAllowed:
+    """The policy does not let the bot act in `channel`."""
+
+    channel: str
+    kind: Literal["channel_not_allowed"] = "channel_not_allowed"
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """The channel is at its `limit` of runs; `ahead` more wait before this one."""
+
+    limit: int
+    ahead: int
+    kind: Literal["queued"] = "queued"
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitingDecision:
+    """A new message came while the thread waits for decisions on `calls`: nothing started."""
+
+    calls: tuple[CallLink, ...]
+    kind: Literal["awaiting_decision"] = "awaiting_decision"
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierQueued:
+    """A new message came while an earlier one of the thread is still queued."""
+
+    kind: Literal["earlier_queued"] = "earlier_queued"
+
+
+@dataclass(frozen=True, slots=True)
+class StillWorking:
+    """A new message came while the thread's run is going."""
+
+    kind: Literal["still_working"] = "still_working"
+
+
+@dataclass(frozen=True, slots=True)
+class RootPostFailed:
+    """`/opsgate <request>` could not post the request's thread root in the channel."""
+
+    error: str
+    kind: Literal["root_post_failed"] = "root_post_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class NotSaved:
+    """The database refused to save a message or a click (read-only, full disk): it was not
+    acted on, and the person should try again once the bot's operator fixed it."""
+
+    what: Literal["message", "click"]
+    kind: Literal["not_saved"] = "not_saved"
+
+
+# --- notices: a run ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailed:
+    """The model request failed; the message is saved and a reply continues."""
+
+    error: str | None
+    kind: Literal["run_failed"] = "run_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class RunRefused:
+    """The agent refused to run (an `AgentCoreError`, e.g. a bad session); `message` says why."""
+
+    message: str
+    kind: Literal["run_refused"] = "run_refused"
+
+
+@dataclass(frozen=True, slots=True)
+class RunCrashed:
+    """A bug inside OpsGate ended the run; `error_type` is the exception's class name."""
+
+    error_type: str
+    kind: Literal["run_crashed"] = "run_crashed"
+
+
+@dataclass(frozen=True, slots=True)
+class FinishNote:
+    """The answer ended early for `reason`."""
+
+    reason: Literal["length", "content_filter", "max_rounds"]
+    kind: Literal["finish_note"] = "finish_note"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRan:
+    """A tool ran (or failed with an error, `is_error`); `content` is its raw output."""
+
+    tool: str
+    call_id: str
+    content: str
+    is_error: bool = False
+    kind: Literal["tool_ran"] = "tool_ran"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolNotRun:
+    """A gated call did not run: rejected, expired or cancelled (the typed outcome)."""
+
+    tool: str
+    outcome: CallOutcome
+    kind: Literal["tool_not_run"] = "tool_not_run"
+
+
+@dataclass(frozen=True, slots=True)
+class CardNotPosted:
+    """The approval card for `tool` could not be posted (`error`); the call still expires."""
+
+    tool: str
+    error: str
+    kind: Literal["card_not_posted"] = "card_not_posted"
+
+
+@dataclass(frozen=True, slots=True)
+class Reminder:
+    """`call` still waits for a decision and expires at `expires_at` (aware UTC)."""
+
+    call: CallLink
+    expires_at: datetime
+    kind: Literal["reminder"] = "reminder"
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """OpsGate restarted during the thread's run; `interrupted` tools were running then."""
+
+    interrupted: tuple[str, ...] = ()
+    kind: Literal["recovered"] = "recovered"
+
+
+# --- notices: cancel and decisions ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunCancelled:
+    """`by` cancelled the run waiting for approval; nothing of it ran."""
+
+    by: str
+    kind: Literal["run_cancelled"] = "run_cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class CancelledBeforeStart:
+    """`by` withdrew the thread's queued message before its run started."""
+
+    by: str
+    kind: Literal["cancelled_before_start"] = "cancelled_before_start"
+
+
+@dataclass(frozen=True, slots=True)
+class NothingToCancel:
+    """`cancel` was written in a thread with no paused run and no queued message."""
+
+    kind: Literal["nothing_to_cancel"] = "nothing_to_cancel"
+
+
+@dataclass(frozen=True, slots=True)
+class NothingCancelled:
+    """A cancel found nothing to end (the run resumed first, or the card is old): `why`."""
+
+    why: CancelReason
+    kind: Literal["nothing_cancelled"] = "nothing_cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class NotAllowed:
+    """An approvals rule refused the person (private notice)."""
+
+    refusal: Refused
+    kind: Literal["not_allowed"] = "not_allowed"
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownRequest:
+    """A click named an approval id this install does not know."""
+
+    kind: Literal["unknown_request"] = "unknown_request"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionNotRecorded:
+    """A click changed nothing (already decided, expired, already approved by them): `why`."""
+
+    why: DecisionReason
+    kind: Literal["decision_not_recorded"] = "decision_not_recorded"
+
+
+@dataclass(frozen=True, slots=True)
+class NotApprovable:
+    """An Approve click on a card that may not be approved (`why`); rejecting still works."""
+
+    why: CardLock
+    kind: Literal["not_approvable"] = "not_approvable"
+
+
+# --- notices: answers to commands ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PendingList:
+    """The approvals a person may decide now."""
+
+    entries: tuple[PendingEntry, ...]
+    kind: Literal["pending_list"] = "pending_list"
+
+
+@dataclass(frozen=True, slots=True)
+class Help:
+    """Usage, and the policy of one channel."""
+
+    info: ChannelHelp
+    kind: Literal["help"] = "help"
+
+
+Notice = (
+    ChannelNotAllowed
+    | Queued
+    | AwaitingDecision
+    | EarlierQueued
+    | StillWorking
+    | RootPostFailed
+    | NotSaved
+    | RunFailed
+    | RunRefused
+    | RunCrashed
+    | FinishNote
+    | ToolRan
+    | ToolNotRun
+    | CardNotPosted
+    | Reminder
+    | Recovered
+    | RunCancelled
+    | CancelledBeforeStart
+    | NothingToCancel
+    | NothingCancelled
+    | NotAllowed
+    | UnknownRequest
+    | DecisionNotRecorded
+    | NotApprovable
+    | PendingList
+    | Help
+    | AllowanceUsed
+    | AllowanceGranted
+    | AllowanceList
+    | AllowanceRevoked
+    | NothingRevoked
+)
+"""Everything the run service says. Private ones (`tell`, or a command's answer) are
+`NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,
+`NotApprovable`,
+`RootPostFailed`, `NotSaved` (a click), `ChannelNotAllowed` (from `/opsgate`), `PendingList`
+and `Help`."""
