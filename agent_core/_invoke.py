@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -37,7 +38,7 @@ from .exceptions import (
 )
 from .messages import ChatMessage, ToolCall, call_digest
 from .outcomes import CallOutcome, Edited, edited_result, render_outcome
-from .tools import Tool, _to_text
+from .tools import Tool, _to_text, current_call_id
 
 __all__ = ["ApprovalGate", "FunctionInvokingChatClient", "RequestView", "RunJournal"]
 
@@ -325,13 +326,15 @@ class FunctionInvokingChatClient:
             edit = _edit_of(response, arguments)
             if edit is not None:
                 arguments = edit.arguments
+            started = time.monotonic()
             content, is_error = await _invoke(call, tool, arguments)
+            seconds = time.monotonic() - started
             if edit is not None:
                 content = edited_result(edit, content)
             message = ChatMessage.tool(content, call.id)
             await journal.finish_tool_call(call, message, is_error=is_error)
             history.append(message)
-            yield ToolResult(call.id, call.name, content, is_error=is_error)
+            yield ToolResult(call.id, call.name, content, is_error=is_error, seconds=seconds)
         for item in deferred:
             yield await _answer_unrun(journal, history, item)
 
@@ -379,6 +382,7 @@ def _edit_of(response: ToolApprovalResponse | None, original: dict[str, Any]) ->
 
 async def _invoke(call: ToolCall, tool: Tool, arguments: dict[str, Any]) -> tuple[str, bool]:
     """Run the tool; whatever it raises becomes an error result for the model."""
+    token = current_call_id.set(call.id)
     try:
         result: object = await tool.invoke(arguments)
     except ToolError as exc:
@@ -386,6 +390,8 @@ async def _invoke(call: ToolCall, tool: Tool, arguments: dict[str, Any]) -> tupl
     except Exception as exc:
         logger.exception("tool %r raised", call.name)
         return f"Error: tool {call.name!r} failed: {type(exc).__name__}: {exc}", True
+    finally:
+        current_call_id.reset(token)
     return (result if isinstance(result, str) else _to_text(result)), False
 
 

@@ -105,6 +105,8 @@ class ToolResult:
     content: str
     is_error: bool = False
     outcome: CallOutcome | None = None
+    seconds: float | None = None
+    """How long the tool ran (monotonic clock); None for a call that did not run."""
     kind: Literal["tool_result"] = "tool_result"
 
 

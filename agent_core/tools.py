@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, Protocol, overload, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -22,8 +23,13 @@ __all__ = [
     "ApprovalRequiredTool",
     "FunctionTool",
     "Tool",
+    "current_call_id",
     "tool",
 ]
+
+current_call_id: ContextVar[str | None] = ContextVar("agent_core_current_call_id", default=None)
+"""The id of the tool call being executed, while its `Tool.invoke` runs (None elsewhere): a
+tool wrapper can log or measure the call without the `Tool` protocol carrying it."""
 
 
 @runtime_checkable

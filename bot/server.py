@@ -1,4 +1,5 @@
-"""Serving the app: HTTP mode (`POST /slack/events`, `GET /healthz`) or Socket Mode.
+"""Serving the app: HTTP mode (`POST /slack/events`) or Socket Mode; `/healthz`, `/readyz` and
+`/metrics` on `OPSGATE_PORT` in both.
 
 This is where the parts meet: `bot.wiring` opens the store, the agent and the connection pools,
 `bot.slack` builds the Web API client and the Slack `ThreadOutput`, the run service is built on
@@ -19,10 +20,13 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 
+from .observability import HealthServerError, Metrics, serve_health
+from .operations import add_operations_routes, operations_app
 from .runs.service import RunService
 from .settings import Settings
 from .slack import SlackThreadOutput, create_app, group_members, slack_client
 from .slack._text import user_mention
+from .store import Store
 from .tools import protect_process_environment
 from .wiring import Deps, open_deps, run_service
 
@@ -34,18 +38,20 @@ EXPIRY_INTERVAL = 15.0
 SHUTDOWN_GRACE = 30.0
 
 
-def http_app(app: AsyncApp) -> web.Application:
-    """Slack's events and interactivity on one endpoint, plus a health check."""
+def http_app(
+    app: AsyncApp, *, store: Store | None = None, metrics: Metrics | None = None
+) -> web.Application:
+    """Slack's events and interactivity on one endpoint, beside `/healthz`, `/readyz` and
+    `/metrics` (given the store they check and the metrics they serve)."""
 
     async def slack_events(request: web.Request) -> web.StreamResponse:
         response = await app.async_dispatch(await to_bolt_request(request))
         return await to_aiohttp_response(response)
 
-    async def healthz(request: web.Request) -> web.StreamResponse:
-        return web.json_response({"ok": True})
-
     web_app = web.Application()
-    web_app.add_routes([web.post("/slack/events", slack_events), web.get("/healthz", healthz)])
+    web_app.add_routes([web.post("/slack/events", slack_events)])
+    if store is not None:
+        add_operations_routes(web_app, store, metrics or Metrics())
     return web_app
 
 
@@ -64,6 +70,7 @@ class Started:
 
     app: AsyncApp
     service: RunService
+    metrics: Metrics
 
 
 @contextlib.asynccontextmanager
@@ -74,14 +81,19 @@ async def started(
     expiry_interval: float = EXPIRY_INTERVAL,
     shutdown_grace: float = SHUTDOWN_GRACE,
 ) -> AsyncIterator[Started]:
-    """The app with its start-up work done: interrupted runs recovered, expiry running."""
-    output = SlackThreadOutput(slack_client(settings, deps.slack_http))
+    """The app with its start-up work done: interrupted runs recovered, expiry running.
+
+    The metrics are `deps.observer` when that is a `Metrics` (as `serve` opens it), else new."""
+    metrics = deps.observer if isinstance(deps.observer, Metrics) else Metrics()
+    metrics.add_tools(deps.tools)
+    client = slack_client(settings, deps.slack_http, on_error=deps.observer.slack_api_error)
+    output = SlackThreadOutput(client)
     service = run_service(deps, output, members=group_members(output.client))
     app = create_app(settings, service, output, policy=deps.policy)
     await service.recover()
     deps.tasks.spawn(_expiry_loop(service, expiry_interval), name="expiry", service=True)
     try:
-        yield Started(app, service)
+        yield Started(app, service, metrics)
     finally:
         await deps.tasks.aclose(grace=shutdown_grace)
 
@@ -105,28 +117,47 @@ async def serve(settings: Settings, *, http: bool, port: int) -> None:
     """
     protect_process_environment()
     stop = _stop_on_signals()
+    metrics = Metrics()
     async with (
-        open_deps(settings, person=user_mention) as deps,
+        open_deps(settings, person=user_mention, observer=metrics) as deps,
         started(settings, deps, shutdown_grace=settings.opsgate_shutdown_grace) as bot,
     ):
-        app = bot.app
         if http:
-            runner = web.AppRunner(http_app(app))
-            await runner.setup()
-            # A burst of Slack deliveries must not overflow the default backlog of 128.
-            site = web.TCPSite(runner, "0.0.0.0", port, backlog=1024)
-            await site.start()
-            logger.info("OpsGate listening on :%d (POST /slack/events, GET /healthz)", port)
-            try:
-                await stop.wait()
-            finally:
-                await runner.cleanup()
+            await _serve_http(bot, deps, port, stop)
         else:
-            assert settings.slack_app_token is not None
-            handler = AsyncSocketModeHandler(app, settings.slack_app_token.get_secret_value())
-            await handler.connect_async()  # type: ignore[no-untyped-call]
-            logger.info("OpsGate connected to Slack (Socket Mode)")
-            try:
-                await stop.wait()
-            finally:
-                await handler.close_async()  # type: ignore[no-untyped-call]
+            await _serve_socket_mode(settings, bot, deps, port, stop)
+
+
+async def _serve_http(bot: Started, deps: Deps, port: int, stop: asyncio.Event) -> None:
+    runner = web.AppRunner(
+        http_app(bot.app, store=deps.store, metrics=bot.metrics), access_log=None
+    )
+    await runner.setup()
+    # A burst of Slack deliveries must not overflow the default backlog of 128.
+    site = web.TCPSite(runner, "0.0.0.0", port, backlog=1024)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise HealthServerError(f"cannot listen on port {port}: {exc.strerror or exc}") from exc
+    logger.info("OpsGate listening on :%d (POST /slack/events, /healthz, /readyz, /metrics)", port)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+async def _serve_socket_mode(
+    settings: Settings, bot: Started, deps: Deps, port: int, stop: asyncio.Event
+) -> None:
+    """Socket Mode: Slack over a WebSocket; the port serves only health and metrics."""
+    assert settings.slack_app_token is not None
+    handler = AsyncSocketModeHandler(bot.app, settings.slack_app_token.get_secret_value())
+    health = operations_app(deps.store, bot.metrics, handler.client)
+    async with serve_health(port=port, app=health):
+        await handler.connect_async()  # type: ignore[no-untyped-call]
+        logger.info("OpsGate connected to Slack (Socket Mode)")
+        try:
+            await stop.wait()
+        finally:
+            await handler.close_async()  # type: ignore[no-untyped-call]

@@ -41,6 +41,8 @@ _WHERE = {
     "OPSGATE_PORT": "set it to a port number between 1 and 65535, or leave it unset for 3000",
     "OPSGATE_CONTEXT_TOKENS": "set it to the model's context window in tokens (at least 1000), "
     "or leave it unset to go by the model's name",
+    "OPSGATE_LOG_FORMAT": "set it to text or json, or leave it unset for text",
+    "OPSGATE_LOG_LEVEL": "set it to DEBUG, INFO, WARNING or ERROR, or leave it unset for INFO",
     **{
         name: f"set it to a number of seconds, or leave it unset for {default}"
         for name, default in (
@@ -96,6 +98,18 @@ class Settings(BaseSettings):
     """On SIGTERM: how long work in flight may finish before it is cut (and recovered)."""
     opsgate_slack_timeout: float = Field(default=30.0, gt=0)
     """Every Slack Web API call."""
+    opsgate_log_format: Literal["text", "json"] = "text"
+    opsgate_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("opsgate_log_format", mode="before")
+    @classmethod
+    def _log_format(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("opsgate_log_level", mode="before")
+    @classmethod
+    def _log_level(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
 
     @field_validator("slack_bot_token")
     @classmethod
@@ -253,6 +267,8 @@ def _missing(name: str, why: str | None = None) -> str:
 
 
 def _generic(error_type: str) -> str:
+    if error_type == "literal_error":
+        return "is not one of the allowed values"
     if error_type.startswith("int") or error_type.startswith("greater") or "less" in error_type:
         return "is not a valid port number"
     return "is not valid"

@@ -25,6 +25,8 @@ from .channels import ChannelInstructions
 from .policy import Policy, ToolPolicy
 from .runs import RunService, ThreadOutput
 from .runs._context import RunContext
+from .runs._observed import ObservedChatClient
+from .runs.observer import NoObserver, RunObserver
 from .settings import Settings
 from .store import SQLiteStore, Store, WriteHealth, utc_now
 from .tools import (
@@ -65,6 +67,9 @@ class Deps:
     otherwise)."""
     write_health: WriteHealth = field(default_factory=WriteHealth)
     """Whether the database takes writes (for `/readyz`)."""
+    observer: RunObserver = field(default_factory=NoObserver)
+    """Hears of runs ended, decisions, tool executions and errors (`bot.observability.Metrics`
+    in `opsgate run`)."""
 
 
 def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list[Tool]:
@@ -90,9 +95,12 @@ async def open_deps(
     policy: Policy | None = None,
     clock: Callable[[], datetime] = utc_now,
     person: Callable[[str], str] = str,
+    observer: RunObserver | None = None,
 ) -> AsyncIterator[Deps]:
     """Open the store, the LLM and Slack connection pools and the policy's MCP servers; close
-    them (and stop background runs) on exit."""
+    them (and stop background runs) on exit. With an `observer`, the tools and the chat client
+    report to it."""
+    observer = observer if observer is not None else NoObserver()
     if policy is None:
         policy = (
             Policy.load(settings.opsgate_policy) if settings.opsgate_policy else Policy.default()
@@ -115,11 +123,14 @@ async def open_deps(
             servers, policy.mcp_servers, taken=[t.name for t in all_tools]
         )
         policy.check_tools([t.name for t in all_tools])
-        client = OpenAIChatClient(
-            llm_http,
-            model=settings.opsgate_model,
-            base_url=settings.openai_base_url,
-            api_key=settings.openai_api_key.get_secret_value() or None,
+        client = ObservedChatClient(
+            OpenAIChatClient(
+                llm_http,
+                model=settings.opsgate_model,
+                base_url=settings.openai_base_url,
+                api_key=settings.openai_api_key.get_secret_value() or None,
+            ),
+            observer,
         )
         agent = ChatClientAgent(
             client,
@@ -140,6 +151,7 @@ async def open_deps(
             clock=clock,
             person=person,
             slack_http=slack_http,
+            observer=observer,
         )
         try:
             yield deps
@@ -171,5 +183,6 @@ def run_service(
             clock=deps.clock,
             person=deps.person,
             health=deps.write_health,
+            observer=deps.observer,
         )
     )

@@ -214,14 +214,6 @@ def test_check_http_on_the_command_line(tmp_path: Path) -> None:
     assert "SLACK_SIGNING_SECRET" in result.stdout.splitlines()[0]
 
 
-def test_run_port_without_http_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as caught:
-        main(["run", "--port", "8080"])
-    assert caught.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("usage: opsgate") and "--port is for HTTP mode; add --http" in err
-
-
 OPSGATE = Path(sys.executable).with_name("opsgate")
 """The console script that `pip install` made from `[project.scripts]`: the real entry point."""
 

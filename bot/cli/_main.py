@@ -33,7 +33,10 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="start the bot (Socket Mode unless --http)")
     run.add_argument("--http", action="store_true", help="serve POST /slack/events instead")
     run.add_argument(
-        "--port", type=int, default=None, help="HTTP port, with --http (default OPSGATE_PORT)"
+        "--port",
+        type=int,
+        default=None,
+        help="HTTP port: Slack (with --http), /healthz, /readyz, /metrics (default OPSGATE_PORT)",
     )
     check = sub.add_parser("check", help="check config, policy, Slack auth.test and the LLM")
     check.add_argument(
@@ -71,8 +74,6 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "run" and args.port is not None and not args.http:
-        parser.error("run: --port is for HTTP mode; add --http (Socket Mode listens on no port)")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

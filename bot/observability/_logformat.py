@@ -10,6 +10,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from agent_core.tools import current_call_id
+
 __all__ = [
     "CONTEXT_KEYS",
     "ContextFilter",
@@ -88,6 +90,8 @@ class ContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, _CONTEXT_ATTR):
             ids = {key: var.get() for key, var in context_vars.items()}
+            if ids.get("call") is None:  # inside a tool: agent_core knows which call runs
+                ids["call"] = current_call_id.get()
             setattr(record, _CONTEXT_ATTR, {k: v for k, v in ids.items() if v is not None})
         return True
 

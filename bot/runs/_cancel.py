@@ -8,6 +8,7 @@ from typing import Literal
 from ..store import NotWaiting, SessionRow
 from ._cards import Cards
 from ._context import RunContext
+from ._observe import note_decision, note_run_ended
 from .notices import (
     CancelledBeforeStart,
     NotAllowed,
@@ -66,8 +67,10 @@ class Cancels:
         )
         if not outcome.cancelled:
             return NothingCancelled(outcome.why or NotWaiting(session.state))
+        note_run_ended(self.ctx, session.id, "cancelled")
         for row in outcome.rows:
             if row.needs_approval and row.status == "cancelled":
+                note_decision(self.ctx, row, "cancelled")
                 await self.cards.refresh(row)
         thread = Thread(session.team_id, session.channel_id, session.thread_ts)
         await self.ctx.output.say(thread, RunCancelled(user))

@@ -12,6 +12,7 @@ from .._tasks import TaskSupervisor
 from ..approvals import Approvals
 from ..policy import Policy
 from ..store import Store, ToolCallRow, WriteHealth
+from .observer import NoObserver, RunObserver
 from .output import Thread, ThreadOutput
 
 __all__ = ["RunContext", "thread_of"]
@@ -31,6 +32,8 @@ class RunContext:
     """How a user id is named to the model ("rejected by …")."""
     health: WriteHealth = field(default_factory=WriteHealth)
     """Whether the database took the last write (the health check reads it)."""
+    observer: RunObserver = field(default_factory=NoObserver)
+    """Hears of runs ended and decisions (metrics); see `bot.runs.observer`."""
 
 
 async def thread_of(ctx: RunContext, row: ToolCallRow) -> Thread | None:

@@ -10,6 +10,7 @@ from typing import Literal
 from ..store import ToolCallRow, already_reason
 from ._cards import Cards
 from ._context import RunContext
+from ._observe import note_decision
 from .notices import (
     DecisionNotRecorded,
     NotAllowed,
@@ -98,6 +99,8 @@ class Decisions:
         # for a decided (or just expired) call must lose them. In the background: the
         # approved call must not wait for Slack to redraw a card.
         self._redraw_soon(outcome.row)
+        if outcome.recorded and outcome.row.status in ("approved", "rejected"):
+            note_decision(self.ctx, outcome.row, outcome.row.status)
         await self.maybe_resume(row.session_id)
         if not outcome.recorded:
             return DecisionNotRecorded(outcome.why or already_reason(outcome.row))

@@ -21,6 +21,8 @@ from agent_core import (
     ToolResult,
 )
 
+from ..observability import log_context, log_event
+from ..observability.metrics import RunOutcome, ToolOutcome
 from ._bounds import ERROR_CHARS, cut_error
 from ._cards import Cards
 from ._context import RunContext
@@ -61,6 +63,26 @@ class Driver:
         message_ts: str | None,
         item_id: int | None = None,
     ) -> None:
+        with log_context(session=session_id, thread=thread.thread_ts):
+            await self._drive(
+                thread,
+                session_id,
+                stream,
+                requester=requester,
+                message_ts=message_ts,
+                item_id=item_id,
+            )
+
+    async def _drive(
+        self,
+        thread: Thread,
+        session_id: str,
+        stream: AsyncGenerator[AgentResponseUpdate, None],
+        *,
+        requester: str | None,
+        message_ts: str | None,
+        item_id: int | None,
+    ) -> None:
         output = self.ctx.output
         if message_ts:
             await output.react(thread, message_ts, True)
@@ -71,15 +93,19 @@ class Driver:
             async for update in stream:
                 await shown.show(update)
         except asyncio.CancelledError:
-            stopping = True
+            stopping = True  # recovery reports the run as interrupted at the next start-up
             raise
         except AgentCoreError as exc:
             logger.warning("run %s refused: %s", session_id, exc)
+            self._finished("failed")
             await output.say(thread, RunRefused(cut_error(str(exc)) or ""))
         except Exception as exc:
             logger.exception("run %s crashed", session_id)
             failed = True
+            self._finished("failed")
             await output.say(thread, RunCrashed(type(exc).__name__))
+        else:
+            self._finished(shown.outcome)
         finally:
             # Each step on its own: an output error here must not keep the session `running`
             # (holding the channel's slot) or skip starting the next queued run.
@@ -93,6 +119,13 @@ class Driver:
             if not stopping:
                 await self._ended(thread, item_id)
 
+    def _finished(self, outcome: RunOutcome | None) -> None:
+        """Count and log a run that ended (None: it paused for approval, so it has not)."""
+        if outcome is None:
+            return
+        self.ctx.observer.run_finished(outcome)
+        log_event("run.finished", outcome=outcome)
+
 
 class _Shown:
     """One run's updates, as the thread sees them."""
@@ -104,6 +137,8 @@ class _Shown:
         self.session_id = session_id
         self.requester = requester
         self.sink: TextSink | None = None
+        self.outcome: RunOutcome | None = "completed"
+        """How the run ended, as far as the stream says; None once it paused for approval."""
 
     async def close(self) -> None:
         if self.sink is not None:
@@ -124,14 +159,18 @@ class _Shown:
                 await self.close()
         match update:
             case ToolResult(outcome=None):
+                if update.seconds is not None:
+                    _tool_ran(self.driver.ctx, update, update.seconds)
                 result = ToolRan(update.name, update.call_id, update.content, update.is_error)
                 await self.say(result)
             case ToolResult(outcome=outcome) if outcome is not None:
                 await self.say(ToolNotRun(update.name, outcome))
             case Finish(finish_reason=FinishReason.AWAITING_APPROVAL):
                 # The store already says awaiting_approval; the end of the run leaves it so.
+                self.outcome = None
                 await self.driver.cards.post_all(self.thread, self.session_id)
             case Finish(finish_reason=FinishReason.ERROR, error=error):
+                self.outcome = "failed"
                 if error and len(error) > ERROR_CHARS:
                     logger.warning("run %s failed: %s", self.session_id, error)
                 await self.say(RunFailed(cut_error(error)))
@@ -139,6 +178,19 @@ class _Shown:
                 await self.say(_NOTED[reason])
             case _:
                 pass
+
+
+def _tool_ran(ctx: RunContext, result: ToolResult, seconds: float) -> None:
+    """Count and log one tool execution (a call answered without running is not one)."""
+    outcome: ToolOutcome = "error" if result.is_error else "ok"
+    ctx.observer.tool_finished(result.name, outcome, seconds)
+    log_event(
+        "tool.executed",
+        call=result.call_id,
+        tool=result.name,
+        outcome=outcome,
+        seconds=round(seconds, 3),
+    )
 
 
 async def _quietly(step: Awaitable[Any], what: str) -> None:

@@ -37,6 +37,7 @@ from ._decisions import Decisions
 from ._drive import Driver
 from ._edit import Edits
 from ._home import Home
+from ._observe import note_decision, note_run_ended
 from .cards import PendingEntry
 from .inbox import Inbox
 from .notices import (
@@ -268,6 +269,7 @@ class RunService:
                     await self.ctx.output.say(thread, Reminder(link, row.expires_at))
         expired = await store.expire_due(self.ctx.clock())
         for row in expired:
+            note_decision(self.ctx, row, "expired")
             await self.cards.refresh(row)
         for session_id in {row.session_id for row in expired}:
             await self.maybe_resume(session_id)
@@ -281,6 +283,7 @@ class RunService:
         if requeued:
             logger.info("requeued %d run(s) that had not begun before the restart", len(requeued))
         for recovered in await store.recover():
+            note_run_ended(self.ctx, recovered.session.id, "interrupted")
             tools = tuple(r.tool for r in recovered.interrupted)
             await self.ctx.output.say(_thread(recovered.session), Recovered(tools))
             await self.cards.redraw_batch(recovered.session.id)

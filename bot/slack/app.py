@@ -9,7 +9,7 @@ call that service.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
@@ -25,14 +25,22 @@ from ..policy import Policy
 from ..runs.service import RunService
 from ..settings import Settings
 from . import listeners
+from ._counting import CountingWebClient
 from .output import SlackThreadOutput
 
 __all__ = ["create_app", "group_members", "slack_client"]
 
 
-def slack_client(settings: Settings, session: aiohttp.ClientSession | None) -> AsyncWebClient:
-    """The Web API client: talks to `SLACK_API_URL` over `session` and retries rate limits."""
-    return AsyncWebClient(
+def slack_client(
+    settings: Settings,
+    session: aiohttp.ClientSession | None,
+    *,
+    on_error: Callable[[str], None] | None = None,
+) -> AsyncWebClient:
+    """The Web API client: talks to `SLACK_API_URL` over `session` and retries rate limits;
+    `on_error(method)` hears of every call that failed (metrics)."""
+    return CountingWebClient(
+        on_error=on_error or (lambda method: None),
         token=settings.slack_bot_token.get_secret_value(),
         base_url=settings.slack_api_url,
         retry_handlers=[

@@ -87,6 +87,11 @@ class QueueAuditRecovery(Protocol):
         `SEEN_EVENT_TTL`."""
         ...
 
+    async def probe_write(self) -> None:
+        """Write (and overwrite) one probe row: `/readyz` asks whether the database accepts
+        writes. Raises `StoreError` (or the driver's error) when it does not."""
+        ...
+
     # -- the inbox: what Slack was told we have (docs/architecture.md) ----------------------
 
     async def inbox_add(

@@ -31,6 +31,7 @@ from .reasons import (
 from .states import RunState
 
 __all__ = [
+    "PROBE_EVENT_ID",
     "RUN_STATES",
     "SEEN_EVENT_TTL",
     "Person",
@@ -49,6 +50,9 @@ __all__ = [
 
 SEEN_EVENT_TTL = timedelta(days=1)
 """How long a Slack event id is remembered; Slack retries within minutes."""
+
+PROBE_EVENT_ID = "opsgate:readiness-probe"
+"""The one `seen_events` row `probe_write` overwrites; no Slack event id looks like it."""
 
 RUN_STATES: frozenset[str] = frozenset(get_args(RunState))
 

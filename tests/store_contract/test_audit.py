@@ -33,3 +33,15 @@ async def test_first_sighting_deduplicates_and_forgets_after_a_day(
     assert not await store.first_sighting("Ev1")
     clock.advance(hours=2)
     assert await store.first_sighting("Ev1")
+
+
+# -- readiness ------------------------------------------------------------------------------------
+
+
+async def test_probe_write_writes_one_row_again_and_again(store: Store, clock: Clock) -> None:
+    for _ in range(3):
+        await store.probe_write()
+        clock.advance(seconds=10)
+    # The probe row is not a Slack event: real ids are still new, and it is one row.
+    assert await store.first_sighting("Ev1")
+    assert not await store.first_sighting("opsgate:readiness-probe")

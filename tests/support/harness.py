@@ -17,6 +17,7 @@ import httpx
 from aiohttp import web
 
 from agent_core import Tool
+from bot.observability import Metrics
 from bot.policy import Policy
 from bot.runs.service import RunService
 from bot.server import http_app, started
@@ -53,6 +54,8 @@ class Bot:
     service: RunService
     """The run service the app's listeners call (expiry, recovery: what a timer or a restart
     would trigger)."""
+    metrics: Metrics
+    """What `/metrics` serves (also `deps.observer`)."""
     _events: int = field(default=0)
 
     async def post(self, body: bytes, content_type: str, **headers: str) -> httpx.Response:
@@ -364,13 +367,18 @@ async def running_bot(
         )
         deps = await stack.enter_async_context(
             open_deps(
-                settings, tools=tools, policy=policy, clock=clock or utc_now, person=user_mention
+                settings,
+                tools=tools,
+                policy=policy,
+                clock=clock or utc_now,
+                person=user_mention,
+                observer=Metrics(),
             )
         )
         running = await stack.enter_async_context(
             started(settings, deps, expiry_interval=3600, shutdown_grace=0)
         )
-        web_runner, base_url = await serve_on_loopback(http_app(running.app))
+        web_runner, base_url = await serve_on_loopback(http_app(running.app, store=deps.store, metrics=running.metrics))
         stack.push_async_callback(web_runner.cleanup)
         http = await stack.enter_async_context(httpx.AsyncClient(timeout=10))
-        yield Bot(base_url, llm, slack, deps, http, running.service)
+        yield Bot(base_url, llm, slack, deps, http, running.service, running.metrics)

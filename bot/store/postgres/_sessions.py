@@ -8,7 +8,7 @@ from typing import Any
 
 from agent_core.messages import ChatMessage
 
-from .._rules import SEEN_EVENT_TTL, check_states, new_id
+from .._rules import PROBE_EVENT_ID, SEEN_EVENT_TTL, check_states, new_id
 from .._time import aware
 from ..errors import InvalidTransition
 from ..models import AuditRow, SessionRow
@@ -188,3 +188,13 @@ class Sessions(StoreBase):
                 now,
             )
         return count(status) == 1
+
+    async def probe_write(self) -> None:
+        """Write one row (readiness: the database accepts writes); raises if it cannot."""
+        async with self._transaction("probe_write") as conn:
+            await conn.execute(
+                "INSERT INTO seen_events (event_id, seen_at) VALUES ($1, $2) "
+                "ON CONFLICT (event_id) DO UPDATE SET seen_at = EXCLUDED.seen_at",
+                PROBE_EVENT_ID,
+                self._now(),
+            )

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from .._rules import SEEN_EVENT_TTL
+from .._rules import PROBE_EVENT_ID, SEEN_EVENT_TTL
 from .._time import to_db
 from ..models import AuditRow
 from ._connection import SQLiteConnection, audit_row, fetch_all
@@ -55,3 +55,11 @@ class AuditPart(SQLiteConnection):
                 (event_id, to_db(now)),
             )
             return cursor.rowcount == 1
+
+    async def probe_write(self) -> None:
+        """Write one row (readiness: the database accepts writes); raises if it cannot."""
+        async with self._transaction("probe_write") as conn:
+            await conn.execute(
+                "INSERT OR REPLACE INTO seen_events (event_id, seen_at) VALUES (?, ?)",
+                (PROBE_EVENT_ID, to_db(self._clock())),
+            )

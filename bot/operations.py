@@ -1,0 +1,64 @@
+"""Health, readiness and metrics of a running bot, on the store it runs on.
+
+`bot.observability` holds the Slack-free parts (the endpoints, `Metrics`); this module says what
+"ready" means for OpsGate (the database accepts a write, and in Socket Mode the connection is
+up) and where the gauges come from (the database, the truth when replicas share it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aiohttp import web
+
+from .observability import (
+    Metrics,
+    ReadinessCheck,
+    Refresh,
+    add_health_routes,
+    health_app,
+)
+from .observability.health import SocketModeConnection, socket_mode_check
+from .store import Store
+
+__all__ = ["add_operations_routes", "database_check", "gauges_refresh", "operations_app"]
+
+
+def database_check(store: Store) -> ReadinessCheck:
+    """Ready while the store takes a write (a full disk, a lost connection or a read-only file
+    all fail it)."""
+
+    async def check() -> str | None:
+        await store.probe_write()  # raises with the reason; `readiness` turns it into one line
+        return None
+
+    return check
+
+
+def gauges_refresh(store: Store, metrics: Metrics) -> Refresh:
+    """Before each scrape: pending approvals and queue depth, counted in the database."""
+
+    async def refresh() -> None:
+        metrics.set_pending_approvals(len(await store.pending_approvals()))
+        metrics.set_queue_depth(len(await store.queue_items(states=("queued",))))
+
+    return refresh
+
+
+def _checks(store: Store, socket: SocketModeConnection | None) -> Mapping[str, ReadinessCheck]:
+    checks = {"database": database_check(store)}
+    if socket is not None:
+        checks["slack"] = socket_mode_check(socket)
+    return checks
+
+
+def add_operations_routes(web_app: web.Application, store: Store, metrics: Metrics) -> None:
+    """HTTP mode: `/healthz`, `/readyz` and `/metrics` beside `POST /slack/events`."""
+    add_health_routes(
+        web_app, metrics, _checks(store, None), refresh=gauges_refresh(store, metrics)
+    )
+
+
+def operations_app(store: Store, metrics: Metrics, socket: SocketModeConnection) -> web.Application:
+    """Socket Mode: an app with only the three endpoints; ready needs the connection up."""
+    return health_app(metrics, _checks(store, socket), refresh=gauges_refresh(store, metrics))
