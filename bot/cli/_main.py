@@ -55,11 +55,13 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
         case "run":
             from .run import run_bot
 
-            return lambda: run_bot(http=args.http, port=args.port)
+            return lambda: run_bot(http=args.http, port=args.port, verbose=args.verbose)
         case "check":
             from .check import run_check
 
-            return lambda: asyncio.run(run_check(out=sys.stdout, http=args.http))
+            return lambda: asyncio.run(
+                run_check(out=sys.stdout, http=args.http, verbose=args.verbose)
+            )
         case "audit":
             from .audit import audit_command
 
@@ -67,17 +69,17 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
         case "chat":
             from .chat import run_chat
 
-            return lambda: asyncio.run(run_chat())
+            return lambda: asyncio.run(run_chat(verbose=args.verbose))
     raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from ..observability import configure_logging
+
+    # Until a command has read the settings (`OPSGATE_LOG_FORMAT`, `OPSGATE_LOG_LEVEL`).
+    configure_logging("text", logging.DEBUG if args.verbose else logging.INFO)
     from ..errors import BotError
     from ..store import StoreError
 

@@ -10,6 +10,7 @@ log, as `terminal:<login>` (a further approval of an N-of-M call names its appro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import sys
 from collections.abc import Callable
@@ -24,6 +25,8 @@ from ..runs.plain import card_text, notice_text
 from ..settings import Settings, load_settings
 from ..tools import protect_process_environment
 from ..wiring import Deps, open_deps
+from ._logging import log_from_settings
+from ._prompt import Ask, stdin_prompt
 
 __all__ = ["TerminalOutput", "run_chat"]
 
@@ -102,27 +105,46 @@ class _TerminalApprovals(Approvals):
         return Allowed("terminal")
 
 
-def _ask(prompt: str, input_fn: Callable[[str], str]) -> str | None:
-    try:
-        return input_fn(prompt)
-    except EOFError:
-        return None
+def _threaded(input_fn: Callable[[str], str]) -> Ask:
+    """An `Ask` on a blocking `input`-like function (tests give one)."""
+
+    async def ask(prompt: str) -> str | None:
+        def read() -> str | None:
+            try:
+                return input_fn(prompt)
+            except EOFError:
+                return None
+
+        return await asyncio.to_thread(read)
+
+    return ask
 
 
 async def run_chat(
     *,
     settings: Settings | None = None,
-    input_fn: Callable[[str], str] = input,
+    input_fn: Callable[[str], str] | None = None,
     out: TextIO | None = None,
     deps: Deps | None = None,
+    verbose: bool = False,
 ) -> int:
+    """Chat until end of input. Without `input_fn`, lines come from stdin read by the event
+    loop itself, so Ctrl-C at a prompt ends at once (`bot.cli._prompt`)."""
     out = out or sys.stdout
-    if deps is None:
-        protect_process_environment()
-        settings = settings or load_settings(mode="chat")
-        async with open_deps(settings) as opened:
-            return await _chat(opened, input_fn, out)
-    return await _chat(deps, input_fn, out)
+    async with contextlib.AsyncExitStack() as stack:
+        if deps is None:
+            protect_process_environment()
+            settings = settings or load_settings(mode="chat")
+            # INFO lines would land between a prompt and its answer.
+            log_from_settings(settings, verbose=verbose, floor="WARNING")
+            deps = await stack.enter_async_context(open_deps(settings))
+        ask = (
+            _threaded(input_fn)
+            if input_fn is not None
+            else await stack.enter_async_context(stdin_prompt(out))
+        )
+        return await _chat(deps, ask, out)
+    raise AssertionError("unreachable")  # mypy: the block above returns or raises
 
 
 def _service(deps: Deps, output: TerminalOutput) -> RunService:
@@ -140,7 +162,7 @@ def _service(deps: Deps, output: TerminalOutput) -> RunService:
     return RunService(ctx)
 
 
-async def _chat(deps: Deps, input_fn: Callable[[str], str], out: TextIO) -> int:
+async def _chat(deps: Deps, ask: Ask, out: TextIO) -> int:
     output = TerminalOutput(out)
     service = _service(deps, output)
     who = f"terminal:{getpass.getuser()}"
@@ -149,7 +171,7 @@ async def _chat(deps: Deps, input_fn: Callable[[str], str], out: TextIO) -> int:
     print("OpsGate chat. Risky tool calls ask for approval here. Ctrl-D to quit.", file=out)
     sent = 0
     while True:
-        line = await asyncio.to_thread(_ask, "you> ", input_fn)
+        line = await ask("you> ")
         if line is None:
             print(file=out)
             return 0
@@ -159,24 +181,22 @@ async def _chat(deps: Deps, input_fn: Callable[[str], str], out: TextIO) -> int:
         await service.on_message(thread, user=who, text=line, message_ts=f"{started}.{sent}")
         await deps.tasks.wait_idle()
         while output.cards:
-            if not await _decide_all(service, output, who, input_fn):
+            if not await _decide_all(service, output, who, ask):
                 print(file=out)
                 return 0
             await deps.tasks.wait_idle()
 
 
-async def _decide_all(
-    service: RunService, output: TerminalOutput, who: str, input_fn: Callable[[str], str]
-) -> bool:
+async def _decide_all(service: RunService, output: TerminalOutput, who: str, ask: Ask) -> bool:
     """Ask for a decision on every waiting card; False at end of input."""
     for ledger_id, card in list(output.cards.items()):
         decider = who
         if card.approvals:  # N-of-M: a further approval is someone else's
-            name = await asyncio.to_thread(_ask, "next approver's name: ", input_fn)
+            name = await ask("next approver's name: ")
             if name is None:
                 return False
             decider = f"terminal:{name.strip() or 'anonymous'}"
-        answer = await asyncio.to_thread(_ask, "approve? [y/N, or a reason to reject] ", input_fn)
+        answer = await ask("approve? [y/N, or a reason to reject] ")
         if answer is None:
             return False
         answer = answer.strip()

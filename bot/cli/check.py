@@ -23,13 +23,16 @@ from ..settings import Settings, load_settings
 from ..tools import load_tools
 from ..tools.mcp import check_servers
 from ..wiring import default_tools
+from ._logging import log_from_settings
 
 __all__ = ["run_check"]
 
 Report = Callable[[bool, str], None]
 
 
-async def run_check(*, out: TextIO, settings: Settings | None = None, http: bool = False) -> int:
+async def run_check(
+    *, out: TextIO, settings: Settings | None = None, http: bool = False, verbose: bool = False
+) -> int:
     """Print one line per check, in plain words; exit status 1 if any failed.
 
     `http` checks the settings `opsgate run --http` needs instead of Socket Mode's (it applies
@@ -50,9 +53,12 @@ async def run_check(*, out: TextIO, settings: Settings | None = None, http: bool
             report(False, f"configuration ({mode}): {exc}")
             return 1
     report(True, f"configuration: every setting {mode} needs is present")
+    log_from_settings(settings, verbose=verbose)
 
     await _check_policy(settings, report)
     await _check_slack(settings, report)
+    if not http:
+        await _check_socket_mode(settings, report)
     await _check_llm(settings, report)
     return 1 if failures else 0
 
@@ -89,6 +95,22 @@ async def _check_slack(settings: Settings, report: Report) -> None:
         report(True, f"slack: signed in as {auth.get('user')} in team {auth.get('team')}")
     except SlackApiError as exc:
         report(False, f"slack: auth.test said {exc.response.get('error')!r}; check SLACK_BOT_TOKEN")
+    except Exception as exc:
+        report(False, f"slack: cannot reach {settings.slack_api_url} ({type(exc).__name__})")
+
+
+async def _check_socket_mode(settings: Settings, report: Report) -> None:
+    """Socket Mode connects with the `xapp-` token: `apps.connections.open` proves it works
+    (the WebSocket URL it returns is single-use and simply not used)."""
+    if settings.slack_app_token is None:
+        return  # `load_settings` already said so for Socket Mode
+    client = AsyncWebClient(base_url=settings.slack_api_url)
+    try:
+        await client.apps_connections_open(app_token=settings.slack_app_token.get_secret_value())
+        report(True, "slack: the app-level token opens a Socket Mode connection")
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        report(False, f"slack: apps.connections.open said {error!r}; check SLACK_APP_TOKEN")
     except Exception as exc:
         report(False, f"slack: cannot reach {settings.slack_api_url} ({type(exc).__name__})")
 

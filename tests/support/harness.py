@@ -378,7 +378,9 @@ async def running_bot(
         running = await stack.enter_async_context(
             started(settings, deps, expiry_interval=3600, shutdown_grace=0)
         )
-        web_runner, base_url = await serve_on_loopback(http_app(running.app, store=deps.store, metrics=running.metrics))
+        web_runner, base_url = await serve_on_loopback(
+            http_app(running.app, store=deps.store, metrics=running.metrics)
+        )
         stack.push_async_callback(web_runner.cleanup)
         http = await stack.enter_async_context(httpx.AsyncClient(timeout=10))
         yield Bot(base_url, llm, slack, deps, http, running.service, running.metrics)

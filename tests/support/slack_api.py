@@ -301,6 +301,8 @@ class SlackAPIStandIn:
             return failure.status, {"ok": False, "error": failure.error}, extra
         if token is None:
             return 200, {"ok": False, "error": "not_authed"}, {}
+        if method == "apps.connections.open":  # the one method that takes the app token
+            return 200, self._connections_open(SlackCall(method, params, headers, token)), {}
         if self._token is not None and token != self._token:
             return 200, {"ok": False, "error": "invalid_auth"}, {}
         if method in self._answers:
@@ -347,6 +349,14 @@ class SlackAPIStandIn:
         return f"{1_700_000_000 + number // 1_000_000}.{number % 1_000_000:06d}"
 
     # -- methods -----------------------------------------------------------------------------
+
+    def _connections_open(self, call: SlackCall) -> dict[str, Any]:
+        """Socket Mode's URL for an `xapp-` token (`tests.support.socket_mode` serves one)."""
+        if not (call.token or "").startswith("xapp-"):
+            return {"ok": False, "error": "not_allowed_token_type"}
+        if (answer := self._answers.get(call.method)) is not None:
+            return dict(answer(call) if callable(answer) else answer)
+        return {"ok": True, "url": f"{self._base.replace('http', 'ws', 1)}/no-socket-mode-here"}
 
     def _auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
         return {
