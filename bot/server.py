@@ -23,6 +23,7 @@ from slack_bolt.async_app import AsyncApp
 from .observability import HealthServerError, Metrics, serve_health
 from .operations import add_operations_routes, operations_app
 from .runs.service import RunService
+from .runs.timer import ExpiryTimer
 from .settings import Settings
 from .slack import SlackThreadOutput, create_app, group_members, slack_client
 from .slack._text import user_mention
@@ -35,6 +36,8 @@ __all__ = ["Started", "http_app", "serve", "started"]
 logger = logging.getLogger("opsgate")
 
 EXPIRY_INTERVAL = 15.0
+"""The longest the expiry timer sleeps: it wakes for the earliest deadline before that, and
+this bounds how late it sees a card another replica posted."""
 SHUTDOWN_GRACE = 30.0
 
 
@@ -53,15 +56,6 @@ def http_app(
     if store is not None:
         add_operations_routes(web_app, store, metrics or Metrics())
     return web_app
-
-
-async def _expiry_loop(service: RunService, interval: float) -> None:
-    while True:
-        try:
-            await service.expire_due()
-        except Exception:
-            logger.exception("expiring approvals failed")
-        await asyncio.sleep(interval)
 
 
 @dataclass(frozen=True)
@@ -88,10 +82,18 @@ async def started(
     metrics.add_tools(deps.tools)
     client = slack_client(settings, deps.slack_http, on_error=deps.observer.slack_api_error)
     output = SlackThreadOutput(client)
-    service = run_service(deps, output, members=group_members(output.client))
+    timer = ExpiryTimer(
+        deps.store,
+        clock=deps.clock,
+        remind_before=deps.policy.remind_before,
+        longest=expiry_interval,
+    )
+    service = run_service(
+        deps, output, members=group_members(output.client), deadline_set=timer.poke
+    )
     app = create_app(settings, service, output, policy=deps.policy)
     await service.recover()
-    deps.tasks.spawn(_expiry_loop(service, expiry_interval), name="expiry", service=True)
+    deps.tasks.spawn(timer.run(service.expire_due), name="expiry", service=True)
     try:
         yield Started(app, service, metrics)
     finally:

@@ -164,6 +164,7 @@ def run_service(
     output: ThreadOutput,
     *,
     members: FetchMembers | None = None,
+    deadline_set: Callable[[], None] | None = None,
 ) -> RunService:
     """The run service on `deps`, writing to `output`.
 
@@ -184,5 +185,6 @@ def run_service(
             person=deps.person,
             health=deps.write_health,
             observer=deps.observer,
+            deadline_set=deadline_set or (lambda: None),
         )
     )

@@ -109,7 +109,9 @@ def test_approval_card_structure_and_buttons() -> None:
     )
     assert blocks[2]["text"]["text"] == "*command*\n```\nsystemctl restart nginx\n```"
     assert blocks[3]["text"]["text"] == "`host`: web-1\n`timeout`: 30"
-    assert blocks[4]["elements"][0]["text"] == ("Requested by <@U0REQ> · digest `3f2a9c0d1e7b`")
+    assert blocks[4]["elements"][0]["text"] == (
+        "Requested by <@U0REQ> · digest `3f2a9c0d1e7b` · Approvers: anyone in the channel"
+    )
     assert blocks[-1]["elements"] == [
         {
             "type": "button",
@@ -274,6 +276,7 @@ def test_multi_approval_progress_in_context() -> None:
     blocks = approval_card(make_call(required_approvals=2, approvals=("U0APP",)))
     assert blocks[4]["elements"][0]["text"] == (
         "Requested by <@U0REQ> · digest `3f2a9c0d1e7b` · 1 of 2 approvals (<@U0APP>)"
+        " · Approvers: anyone in the channel"
     )
     single = approval_card(make_call())
     assert "approvals" not in single[4]["elements"][0]["text"]
@@ -281,7 +284,9 @@ def test_multi_approval_progress_in_context() -> None:
 
 def test_no_requester() -> None:
     blocks = approval_card(make_call(requested_by=None))
-    assert blocks[4]["elements"][0]["text"] == "digest `3f2a9c0d1e7b`"
+    assert blocks[4]["elements"][0]["text"] == (
+        "digest `3f2a9c0d1e7b` · Approvers: anyone in the channel"
+    )
 
 
 def test_ledger_id_must_fit_a_button_value() -> None:
@@ -413,3 +418,14 @@ def test_truncate_and_friends() -> None:
     assert code_span("rm `x`\n-rf") == "`rm ˋxˋ -rf`"
     assert user_mention("U0ABC") == "<@U0ABC>"
     assert user_mention("<!channel>") == "&lt;!channel&gt;"
+
+
+def test_card_says_who_may_approve_and_when_it_expires() -> None:
+    at = datetime(2026, 3, 2, 10, 30, tzinfo=UTC)
+    call = make_call(approver_users=("U0ANN",), approver_groups=("S0OPS",), expires_at=at)
+    context = approval_card(call)[4]["elements"][0]["text"]
+    assert "Approvers: <@U0ANN> or members of <!subteam^S0OPS>" in context
+    stamp = int(at.timestamp())
+    assert (
+        f"expires <!date^{stamp}^{{date_short_pretty}} at {{time}}|2026-03-02 10:30 UTC>" in context
+    )

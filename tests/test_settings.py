@@ -313,10 +313,8 @@ def test_manifest_has_what_the_bot_needs() -> None:
         "groups:history",
         "im:history",
         "mpim:history",
-        "im:write",
         "reactions:write",
         "files:write",
-        "users:read",
         "usergroups:read",
         "commands",
     }

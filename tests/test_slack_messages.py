@@ -15,6 +15,7 @@ from bot.runs.notices import (
     CardNotPosted,
     NotAllowed,
     Notice,
+    Queued,
     Recovered,
     Reminder,
     RootPostFailed,
@@ -42,7 +43,7 @@ HOSTILE = "<!channel> & <https://evil|click>"
         ToolRan("shell", "call_1", HOSTILE + "\n" + HOSTILE),
         ToolNotRun(HOSTILE, Rejected(reason=HOSTILE)),
         AwaitingDecision((CallLink(HOSTILE, None),)),
-        Reminder(CallLink(HOSTILE, None), datetime(2025, 3, 1, 9, 30, tzinfo=UTC)),
+        Reminder((CallLink(HOSTILE, None),), datetime(2025, 3, 1, 9, 30, tzinfo=UTC)),
     ],
     ids=lambda notice: notice.kind,
 )
@@ -80,3 +81,19 @@ def test_refusals_say_who_may_act() -> None:
     assert "cannot approve it yourself" in render(self_approval).text
     guest = NotAllowed(Refused("other_workspace", "approve", "rule"))
     assert "Only members of this workspace" in render(guest).text
+
+
+def test_the_rejecter_is_a_mention_and_the_reason_stays_escaped() -> None:
+    text = render(ToolNotRun("shell", Rejected(reason=HOSTILE, by="<@U0BOB>"))).text
+    assert "rejected by <@U0BOB>" in text and "&lt;@U0BOB&gt;" not in text
+    assert "<!channel>" not in text and "&lt;!channel&gt;" in text
+    # Only a well-formed mention is kept as markup.
+    forged = render(ToolNotRun("shell", Rejected(reason="no", by="<!channel>"))).text
+    assert "<!channel>" not in forged
+
+
+@pytest.mark.parametrize(
+    ("limit", "words"), [(1, "1 run is already going"), (2, "2 runs are already going")]
+)
+def test_counts_are_in_words(limit: int, words: str) -> None:
+    assert words in render(Queued(limit, 0)).text

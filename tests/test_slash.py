@@ -150,11 +150,11 @@ async def test_help_explains_usage_and_the_channels_policy(tmp_path: Path) -> No
         assert "`cancel`" in text
         assert f"*In <#{ALERTS}>:*" in text
         assert "every new message starts a run" in text and "`B0ALERTS`" in text
-        assert f"<@{CAROL}> or <@{DAVE}>" in text and "2 approval(s) needed" in text
+        assert f"<@{CAROL}> or <@{DAVE}>" in text and "2 approvals needed" in text
         assert "may not approve their own" in text
         assert "expire after 30m" in text
         assert "`run_command` (asks for approval)" in text and "`echo`" not in text
-        assert "Up to 4 run(s) at once" in text
+        assert "Up to 4 runs at once" in text
         assert "own instructions" in text
 
         # Nothing after the command is help too; another channel shows its own policy.
@@ -162,7 +162,7 @@ async def test_help_explains_usage_and_the_channels_policy(tmp_path: Path) -> No
         [answer] = await bot.hook_answers(hook)
         text = str(answer["text"])
         assert "a mention of me starts a run" in text and f"<@{BOB}>" in text
-        assert "`echo` (runs without approval)" in text and "Up to 2 run(s)" in text
+        assert "`echo` (runs without approval)" in text and "Up to 2 runs" in text
 
         _, hook = await bot.slash("help", user=ALICE, channel="C0NOTHERE")
         [answer] = await bot.hook_answers(hook)

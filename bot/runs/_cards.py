@@ -13,6 +13,7 @@ from typing import Literal
 
 from .._duration import format_duration
 from ..store import ToolCallRow, card_state
+from ..tools import tool_summary
 from ._allow import allow_window, scope
 from ._context import RunContext, thread_of
 from ._gate_audit import audit_gate_rule
@@ -33,10 +34,12 @@ class Cards:
     def card_call(self, row: ToolCallRow, batch: list[ToolCallRow], channel: str) -> CardCall:
         tool = self.ctx.tools.get(row.tool)
         window = allow_window(self.ctx, row.tool, channel)
+        approvers = self.ctx.policy.approvers_for(channel)
         return CardCall(
             ledger_id=row.id,
             tool=row.tool,
-            description=tool.description if tool else "",
+            # For the people deciding: a line about the tool, not the text for the model.
+            description=tool_summary(tool) if tool else "",
             arguments=row.running_arguments(),
             digest=row.running_digest,
             requested_by=row.requested_by,
@@ -51,6 +54,9 @@ class Cards:
             allow_for=None if window is None else format_duration(window),
             allow_scope=scope(row) if window is not None else "",
             locked=row.card_locked,
+            expires_at=row.expires_at,
+            approver_users=approvers.users,
+            approver_groups=approvers.groups,
         )
 
     async def link(self, row: ToolCallRow) -> CallLink:
@@ -68,6 +74,8 @@ class Cards:
             if row.expires_at is None:
                 await store.set_expiry(row.id, expires_at)
                 await audit_gate_rule(self.ctx, row)
+                row = row.model_copy(update={"expires_at": expires_at})
+                self.ctx.deadline_set()
             await self.post(thread, row, batch)
 
     async def post(self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]) -> None:
@@ -112,11 +120,13 @@ class Cards:
             session = pending.session
             thread = Thread(session.team_id, session.channel_id, session.thread_ts)
             batch = await self.ctx.store.batch_calls(session.id)
-            if pending.call.expires_at is None:
-                await self.ctx.store.set_expiry(
-                    pending.call.id, self.ctx.clock() + self.ctx.policy.ttl
-                )
-            await self.post(thread, pending.call, batch)
+            row = pending.call
+            if row.expires_at is None:
+                expires_at = self.ctx.clock() + self.ctx.policy.ttl
+                await self.ctx.store.set_expiry(row.id, expires_at)
+                row = row.model_copy(update={"expires_at": expires_at})
+                self.ctx.deadline_set()
+            await self.post(thread, row, batch)
 
     async def redraw_batch(self, session_id: str) -> None:
         """Redraw every posted card of the session's latest batch (after a restart: a decision

@@ -34,6 +34,8 @@ class RunContext:
     """Whether the database took the last write (the health check reads it)."""
     observer: RunObserver = field(default_factory=NoObserver)
     """Hears of runs ended and decisions (metrics); see `bot.runs.observer`."""
+    deadline_set: Callable[[], None] = lambda: None
+    """Called when a card's expiry is set, so the expiry timer can wake for an earlier one."""
 
 
 async def thread_of(ctx: RunContext, row: ToolCallRow) -> Thread | None:

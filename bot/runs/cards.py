@@ -86,6 +86,11 @@ class CardCall:
     """What that allowance would cover, for the button's confirmation."""
     locked: CardLock | None = None
     """Why the card may not be approved (no Approve button; rejecting still works)."""
+    expires_at: datetime | None = None
+    """When the call expires undecided (aware UTC); None before the deadline is set."""
+    approver_users: tuple[str, ...] = ()
+    approver_groups: tuple[str, ...] = ()
+    """Who may approve (policy ids); both empty: anyone in the channel."""
 
 
 @dataclass(frozen=True)

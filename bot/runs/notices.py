@@ -184,9 +184,9 @@ class CardNotPosted:
 
 @dataclass(frozen=True, slots=True)
 class Reminder:
-    """`call` still waits for a decision and expires at `expires_at` (aware UTC)."""
+    """The `calls` of one batch still wait; the first expires at `expires_at` (aware UTC)."""
 
-    call: CallLink
+    calls: tuple[CallLink, ...]
     expires_at: datetime
     kind: Literal["reminder"] = "reminder"
 

@@ -7,6 +7,7 @@ import json
 
 from agent_core.outcomes import render_outcome
 
+from .._words import count, count_verb
 from ..approvals import Refused
 from ..store import CancelReason, DecisionReason
 from .cards import CardCall, CardOutcome, ChannelHelp, PendingEntry
@@ -34,7 +35,7 @@ def _intake_text(notice: Notice) -> str | None:
             return "Sorry, I'm not set up to act here (see `channels` in the policy file)."
         case "queued":
             ahead = f", and {notice.ahead} more wait ahead of this one" if notice.ahead else ""
-            return f"Queued: {notice.limit} run(s) are already going{ahead}."
+            return f"Queued: {count_verb(notice.limit, 'run', 'is', 'are')} already going{ahead}."
         case "awaiting_decision":
             names = ", ".join(c.tool for c in notice.calls) or "the request above"
             return f"Waiting for a decision on {names}; nothing new was started."
@@ -67,7 +68,9 @@ def _run_text(notice: Notice) -> str | None:
             return f"Could not show the approval request for {notice.tool} ({notice.error})."
         case "reminder":
             when = f"{notice.expires_at:%H:%M} UTC"
-            return f"{notice.call.tool} still waits for a decision; it expires at {when}."
+            names = ", ".join(call.tool for call in notice.calls)
+            waits = "still waits" if len(notice.calls) == 1 else "still wait"
+            return f"{names} {waits} for a decision; expiring at {when}."
         case "recovered":
             if notice.interrupted:
                 return f"OpsGate restarted while {', '.join(notice.interrupted)} was running."
@@ -195,6 +198,6 @@ def _pending(entries: tuple[PendingEntry, ...]) -> str:
 def _help(info: ChannelHelp) -> str:
     tools = ", ".join(f"{name} ({how})" for name, how in info.tools) or "none"
     return (
-        f"{info.required_approvals} approval(s) needed; decisions expire after {info.ttl}.\n"
+        f"{count(info.required_approvals, 'approval')} needed; decisions expire after {info.ttl}.\n"
         f"Tools: {tools}\nPolicy: {info.policy_source}"
     )

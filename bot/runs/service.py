@@ -21,6 +21,7 @@ from typing import Literal
 from agent_core import ToolApprovalResponse
 
 from .._faults import checkpoint
+from .._words import count
 from ..channels import run_options, session_for
 from ..store import (
     EnqueueOutcome,
@@ -38,6 +39,7 @@ from ._drive import Driver
 from ._edit import Edits
 from ._home import Home
 from ._observe import note_decision, note_run_ended
+from ._reminders import send_reminders
 from .cards import PendingEntry
 from .inbox import Inbox
 from .notices import (
@@ -49,7 +51,6 @@ from .notices import (
     PendingList,
     Queued,
     Recovered,
-    Reminder,
     RootPostFailed,
     StillWorking,
 )
@@ -261,12 +262,7 @@ class RunService:
         """Remind about calls that expire soon; expire those past their time limit, redraw their
         cards and resume their runs."""
         store = self.ctx.store
-        if (before := self.ctx.policy.remind_before) is not None:
-            for row in await store.due_reminders(before, self.ctx.clock()):
-                thread = await self.cards.thread(row)
-                if thread is not None and row.expires_at is not None:
-                    link = await self.cards.link(row)
-                    await self.ctx.output.say(thread, Reminder(link, row.expires_at))
+        await send_reminders(self.ctx, self.cards)
         expired = await store.expire_due(self.ctx.clock())
         for row in expired:
             note_decision(self.ctx, row, "expired")
@@ -281,7 +277,9 @@ class RunService:
         store = self.ctx.store
         requeued = await store.requeue_interrupted()
         if requeued:
-            logger.info("requeued %d run(s) that had not begun before the restart", len(requeued))
+            logger.info(
+                "requeued %s that had not begun before the restart", count(len(requeued), "run")
+            )
         for recovered in await store.recover():
             note_run_ended(self.ctx, recovered.session.id, "interrupted")
             tools = tuple(r.tool for r in recovered.interrupted)

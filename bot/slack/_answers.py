@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .._words import count
 from ..approvals import Refused, Who
 from ..runs.cards import ChannelHelp, PendingEntry
 from ..store import CancelReason, CardLock, DecisionReason
-from ._card_body import slack_date
+from ._card_body import approvers_text, slack_date
 from ._text import code_span, escape_mrkdwn, requester_text, user_mention
 
 __all__ = [
@@ -26,17 +27,6 @@ _UNKNOWN_WORKSPACE = (
     "Slack did not say which workspace you belong to, so I cannot check that you may do this "
     "here. Nothing was changed."
 )
-
-
-def approvers_text(users: Sequence[str], groups: Sequence[str]) -> str:
-    """Who may approve, e.g. "<@U1>, <@U2> or members of <!subteam^S1>"; nobody listed means
-    anyone in the channel. Ids come from the policy file, not from a message."""
-    if not users and not groups:
-        return "anyone in the channel"
-    names = [f"<@{u}>" for u in users]
-    if groups:
-        names.append("members of " + ", ".join(f"<!subteam^{g}>" for g in groups))
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def refusal_text(refusal: Refused) -> str:
@@ -188,11 +178,11 @@ def help_text(info: ChannelHelp) -> str:
         "",
         f"*In {here}:*",
         f"• Trigger: {trigger}",
-        f"• Approvers: {approvers}; {info.required_approvals} approval(s) needed; "
+        f"• Approvers: {approvers}; {count(info.required_approvals, 'approval')} needed; "
         f"the requester {self_approval} approve their own request",
         f"• Decisions expire after {escape_mrkdwn(info.ttl)}",
         f"• Tools: {tools}",
-        f"• Up to {info.concurrency} run(s) at once; more are queued",
+        f"• Up to {count(info.concurrency, 'run')} at once; more are queued",
     ]
     if info.has_instructions:
         policy.append("• This channel has its own instructions for me")

@@ -32,6 +32,7 @@ from ._text import (
 __all__ = [
     "SECTION_TEXT_MAX",
     "Arguments",
+    "approvers_text",
     "arguments_blocks",
     "as_json",
     "card_body",
@@ -105,7 +106,21 @@ def _context_text(call: CardCall) -> str:
             shown = ", ".join(user_mention(user) for user in call.approvals[:10])
             progress += f" ({shown})"
         parts.append(progress)
+    parts.append(f"Approvers: {approvers_text(call.approver_users, call.approver_groups)}")
+    if call.expires_at is not None:
+        parts.append(f"expires {slack_date(call.expires_at)}")
     return " · ".join(parts)
+
+
+def approvers_text(users: Sequence[str], groups: Sequence[str]) -> str:
+    """Who may approve, e.g. "<@U1>, <@U2> or members of <!subteam^S1>"; nobody listed means
+    anyone in the channel. Ids come from the policy file, not from a message."""
+    if not users and not groups:
+        return "anyone in the channel"
+    names = [f"<@{u}>" for u in users]
+    if groups:
+        names.append("members of " + ", ".join(f"<!subteam^{g}>" for g in groups))
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def _held_text(held: Sequence[tuple[str, Any]]) -> str:

@@ -14,7 +14,10 @@ shown, never hidden behind a label. See `docs/architecture.md`, "What a card sho
 
 from __future__ import annotations
 
+import dataclasses
 import re
+
+from agent_core.outcomes import CallOutcome, render_outcome
 
 __all__ = [
     "LinkGuard",
@@ -25,6 +28,8 @@ __all__ = [
     "mark_whitespace",
     "neutralise_links",
     "one_line",
+    "outcome_text",
+    "person_text",
     "preformatted",
     "requester_text",
     "reveal",
@@ -145,6 +150,14 @@ def user_mention(user_id: str) -> str:
     return one_line(user_id, 40)
 
 
+def person_text(person: str) -> str:
+    """Someone the run service named (`person`, e.g. "<@U123>" or "terminal:ann"): a well-formed
+    mention stays a mention; anything else is escaped, never markup."""
+    if person.startswith("<@") and person.endswith(">") and _USER_ID.fullmatch(person[2:-1]):
+        return person
+    return escape_mrkdwn(person)
+
+
 def requester_text(requester: str) -> str:
     """Who asked for a run: a mention for a person, "integration `B…`" for an allow-listed bot
     (a bot id cannot be mentioned), and anything else escaped."""
@@ -253,3 +266,18 @@ def _hold_from(text: str) -> int:
     if text.endswith(("!", "]")):
         return len(text) - 1
     return len(text)
+
+
+_PERSON = "\x00person\x00"
+
+
+def outcome_text(outcome: CallOutcome) -> str:
+    """`render_outcome`'s words (the one place they live) as mrkdwn: the reason escaped, the
+    person who decided a real mention ("Rejected by <@U1>", not "&lt;@U1&gt;")."""
+    field = next((f for f in ("by", "cancelled_by") if getattr(outcome, f, None)), None)
+    if field is None:
+        return escape_mrkdwn(render_outcome(outcome))
+    person = str(getattr(outcome, field))
+    stand_in: CallOutcome = dataclasses.replace(outcome, **{field: _PERSON})  # type: ignore[arg-type]
+    text = escape_mrkdwn(render_outcome(stand_in))
+    return text.replace(_PERSON, person_text(person))

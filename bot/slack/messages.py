@@ -8,10 +8,8 @@ only through `bot.slack._text`. The wording is the bot's voice in Slack; the ter
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC
 
-from agent_core.outcomes import render_outcome
-
+from .._words import count_verb
 from ..runs.notices import (
     AwaitingDecision,
     CallLink,
@@ -57,7 +55,8 @@ from ._answers import (
     pending_text,
     refusal_text,
 )
-from ._text import escape_mrkdwn, preformatted, user_mention
+from ._card_body import slack_date
+from ._text import escape_mrkdwn, outcome_text, preformatted, user_mention
 from ._ux_text import ux_text
 
 __all__ = ["OUTPUT_INLINE", "Attachment", "Rendered", "card_file", "render"]
@@ -148,7 +147,8 @@ def _intake_text(
         case ChannelNotAllowed():
             return _NOT_HERE
         case Queued(limit=limit, ahead=ahead):
-            text = f":hourglass_flowing_sand: Queued: {limit} run(s) are already going "
+            going = count_verb(limit, "run", "is", "are")
+            text = f":hourglass_flowing_sand: Queued: {going} already going "
             text += "in this channel, "
             if ahead:
                 text += f"and {ahead} more are waiting ahead of this one. "
@@ -204,20 +204,20 @@ def _run_text(
         case FinishNote(reason=reason):
             return _FINISH_NOTES[reason]
         case ToolNotRun(tool=tool, outcome=outcome):
-            said = escape_mrkdwn(render_outcome(outcome))
-            return f":no_entry_sign: `{escape_mrkdwn(tool)}` did not run: {said}"
+            return f":no_entry_sign: `{escape_mrkdwn(tool)}` did not run: {outcome_text(outcome)}"
         case CardNotPosted(tool=tool, error=error):
             return (
                 f":warning: I couldn't post the approval card for `{escape_mrkdwn(tool)}` "
                 f"({escape_mrkdwn(error)}). Nothing runs without a decision: the "
                 "request expires on its own, or write `cancel` to drop it now."
             )
-        case Reminder(call=call, expires_at=expires_at):
-            at = expires_at.astimezone(UTC)
-            when = f"<!date^{int(at.timestamp())}^{{time}}|{at:%H:%M} UTC>"
+        case Reminder(calls=calls, expires_at=expires_at):
+            names = ", ".join(_call_link(call) for call in calls)
+            one = len(calls) == 1
             return (
-                f":alarm_clock: {_call_link(call)} still waits for a decision; "
-                f"it expires at {when} and will then not run."
+                f":alarm_clock: {names} {'still waits' if one else 'still wait'} for a decision; "
+                f"{'it expires' if one else 'they expire'} {slack_date(expires_at)} and will "
+                "then not run."
             )
         case Recovered(interrupted=interrupted):
             if interrupted:

@@ -11,8 +11,10 @@ from .command import (
     scrubbed_environment,
 )
 from .http import SAFE_METHODS, http_gate, make_http_request
+from .summary import BUILT_IN_SUMMARIES, tool_summary
 
 __all__ = [
+    "BUILT_IN_SUMMARIES",
     "DEFAULT_OUTPUT_LIMIT",
     "DEFAULT_TIMEOUT",
     "SAFE_METHODS",
@@ -26,4 +28,5 @@ __all__ = [
     "make_run_command",
     "protect_process_environment",
     "scrubbed_environment",
+    "tool_summary",
 ]
