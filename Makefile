@@ -4,12 +4,18 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make run` needs only the runtime dependencies; lint, test and bench add the test extras.
+RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: test lint run bench clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
@@ -21,7 +27,7 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest -q
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/opsgate run
 
 bench: $(STAMP)

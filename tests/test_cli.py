@@ -390,3 +390,26 @@ async def test_a_database_in_use_stops_run_and_chat_but_not_audit(tmp_path: Path
         audit = await asyncio.to_thread(_opsgate, ["audit", "--json"], cwd=tmp_path, env=env)
     assert audit.returncode == 0, audit.stderr
     assert json.loads(audit.stdout)["actor"] == "U0ALICE"
+
+
+async def test_audit_table_fits_100_columns_with_threads_and_json_arguments(
+    tmp_path: Path,
+) -> None:
+    long_command = "echo " + "a-rather-long-argument " * 8
+    async with LLMStandIn() as llm:
+        llm.reply_tool_calls([("call_1", "run_command", {"command": long_command})])
+        llm.reply_text("done")
+        settings = settings_for(tmp_path, llm.base_url)
+        async with open_deps(settings, tools=make_tools(tmp_path)) as deps:
+            await run_chat(deps=deps, input_fn=answers("audit me", "y"), out=io.StringIO())
+    env = {"OPSGATE_DB": str(tmp_path / "opsgate.db")}
+    table = _opsgate(["audit"], cwd=tmp_path, env=env)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, table.stdout
+    assert lines[0].split() == ["time", "(UTC)", "event", "actor", "channel/thread", "call"]
+    assert lines[1].strip() == "details"
+    assert "terminal/" in table.stdout  # the chat's channel and thread
+    joined = " ".join(line.strip() for line in lines)
+    assert '"arguments": {"command": "echo a-rather-long-argument' in joined
+    assert '\\"command\\"' not in table.stdout  # not JSON inside a string

@@ -222,11 +222,12 @@ async def test_run_audit_prints_a_table_and_json_lines(db: Path, clock: Clock) -
     table = io.StringIO()
     assert await run_audit(db, since=None, as_json=False, out=table) == 0
     lines = table.getvalue().splitlines()
-    assert lines[0].split() == ["time", "(UTC)", "event", "actor", "session", "call", "details"]
-    assert lines[1].startswith("2025-03-01 09:00:00  old ")
-    assert "2025-03-01 11:00:00  decision  U1" in lines[2]
+    assert lines[0].split() == ["time", "(UTC)", "event", "actor", "channel/thread", "call"]
+    assert lines[1].strip() == "details"
+    assert lines[2].startswith("2025-03-01 09:00:00  old ")
+    assert "2025-03-01 11:00:00  decision  U1" in lines[4]
     assert not any(c in table.getvalue() for c in "\x1b\x9b")  # nothing reaches the terminal
-    assert "\\u001b[31m red\\x9b2J" in lines[2]
+    assert "\\u001b[31m red\\x9b2J" in lines[5]
 
     out = io.StringIO()
     since = T0 + timedelta(hours=1)

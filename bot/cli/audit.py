@@ -7,7 +7,9 @@ a terminal could interpret; JSON lines are pure ASCII for the same reason.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import os
 import re
 import sys
 from datetime import UTC, datetime, timedelta
@@ -16,12 +18,12 @@ from typing import Any, TextIO
 
 from ..settings import load_settings
 from ..store import AuditRow, SQLiteStore, StoreError
+from ._audit_table import audit_table
 
 __all__ = ["audit_command", "parse_since", "run_audit"]
 
 _RELATIVE = re.compile(r"(\d+)\s*([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-_COLUMNS = ("time (UTC)", "event", "actor", "session", "call", "details")
 
 
 def parse_since(text: str, *, now: datetime | None = None) -> datetime:
@@ -43,38 +45,27 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _printable(text: str) -> str:
-    """Escape control characters (ANSI sequences included) so a row cannot drive the terminal."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-
-
 def _as_json(row: AuditRow) -> str:
     data: dict[str, Any] = row.model_dump(mode="json")
     return json.dumps(data, ensure_ascii=True, sort_keys=True)
 
 
-def _cells(row: AuditRow) -> tuple[str, ...]:
-    details = json.dumps(row.details, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return tuple(
-        _printable(cell)
-        for cell in (
-            f"{row.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}",
-            row.event,
-            row.actor or "-",
-            row.session_id or "-",
-            row.call_id or "-",
-            details,
-        )
-    )
+async def _threads(store: SQLiteStore, rows: list[AuditRow]) -> dict[str, str]:
+    """ "channel/thread" of each session the rows name."""
+    where = {}
+    for session_id in {row.session_id for row in rows if row.session_id}:
+        session = await store.get_session(session_id)
+        if session is not None:
+            where[session_id] = f"{session.channel_id}/{session.thread_ts}"
+    return where
 
 
-def _table(rows: list[AuditRow]) -> list[str]:
-    cells = [_COLUMNS, *(_cells(row) for row in rows)]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(_COLUMNS) - 1)]
-    return [
-        "  ".join([*(c.ljust(w) for c, w in zip(line, widths, strict=False)), line[-1]]).rstrip()
-        for line in cells
-    ]
+def _width(out: TextIO) -> int:
+    """The terminal's width when printing to one; 100 columns otherwise (a pipe, a file)."""
+    try:
+        return os.get_terminal_size(out.fileno()).columns if out.isatty() else 100
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return 100
 
 
 async def run_audit(
@@ -93,6 +84,7 @@ async def run_audit(
     try:
         async with SQLiteStore(db_path) as store:
             rows = await store.audit_rows(since=since)
+            where = {} if as_json else await _threads(store, rows)
     except StoreError as exc:
         print(f"opsgate audit: {exc}", file=err)
         return 1
@@ -100,7 +92,7 @@ async def run_audit(
         for row in rows:
             print(_as_json(row), file=out)
     elif rows:
-        for line in _table(rows):
+        for line in audit_table(rows, where, width=_width(out)):
             print(line, file=out)
     else:
         when = f" since {since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if since else ""

@@ -59,6 +59,15 @@ class _OurHandler(logging.StreamHandler[TextIO]):
     """Marks the handler `configure_logging` installed, so a second call replaces it."""
 
 
+class _StderrHandler(_OurHandler):
+    """Writes to whatever `sys.stderr` is when a line is logged, not when logging was set up
+    (a test runner swaps it per test; a closed old one must not swallow lines)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def configure_logging(
     format: str = "text",
     level: str | int = "INFO",
@@ -75,7 +84,7 @@ def configure_logging(
     fmt = _format(format)
     numeric = _level(level)
     secrets = tuple(secrets)
-    handler = _OurHandler(stream if stream is not None else sys.stderr)
+    handler = _OurHandler(stream) if stream is not None else _StderrHandler(sys.stderr)
     handler.addFilter(ContextFilter())
     handler.addFilter(SecretFilter(secrets))
     handler.setFormatter(JsonFormatter(secrets) if fmt == "json" else TextFormatter(secrets))
