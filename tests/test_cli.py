@@ -413,3 +413,31 @@ async def test_audit_table_fits_100_columns_with_threads_and_json_arguments(
     joined = " ".join(line.strip() for line in lines)
     assert '"arguments": {"command": "echo a-rather-long-argument' in joined
     assert '\\"command\\"' not in table.stdout  # not JSON inside a string
+
+
+async def test_check_verifies_the_app_token_in_socket_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in list(os.environ):
+        if name.startswith(("SLACK_", "OPENAI_", "OPSGATE_")):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    async with LLMStandIn() as llm, SlackAPIStandIn(token="xoxb-test-token") as slack:
+        monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-test-token")
+        monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-1-revoked")
+        monkeypatch.setenv("SLACK_API_URL", slack.url)
+        monkeypatch.setenv("OPENAI_BASE_URL", llm.base_url)
+        monkeypatch.setenv("OPSGATE_MODEL", "stand-in-model")
+        out = io.StringIO()
+        assert await run_check(out=out) == 0, out.getvalue()
+        assert "ok   slack: the app-level token opens a Socket Mode connection" in out.getvalue()
+        [call] = slack.calls_to("apps.connections.open")
+        assert call.token == "xapp-1-revoked"  # the app token, not the bot token
+
+        slack.respond_with("apps.connections.open", {"ok": False, "error": "invalid_auth"})
+        out = io.StringIO()
+        assert await run_check(out=out) == 1
+        assert (
+            "FAIL slack: apps.connections.open said 'invalid_auth'; check SLACK_APP_TOKEN"
+            in out.getvalue()
+        )
