@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ._call_tool import _invoke
 from ._turn import TurnCollector, closing
 from .approvals import AgentRunOptions, ApprovalGate, ToolApprovalResponse
 from .batches import pending_tool_calls, undecided_calls
@@ -34,11 +34,10 @@ from .exceptions import (
     ProviderError,
     ResumeError,
     ToolCallAlreadyStarted,
-    ToolError,
 )
 from .messages import ChatMessage, ToolCall, call_digest
 from .outcomes import CallOutcome, Edited, edited_result, render_outcome
-from .tools import Tool, _to_text, current_call_id
+from .tools import Tool
 
 __all__ = ["ApprovalGate", "FunctionInvokingChatClient", "RequestView", "RunJournal"]
 
@@ -326,9 +325,7 @@ class FunctionInvokingChatClient:
             edit = _edit_of(response, arguments)
             if edit is not None:
                 arguments = edit.arguments
-            started = time.monotonic()
-            content, is_error = await _invoke(call, tool, arguments)
-            seconds = time.monotonic() - started
+            content, is_error, seconds = await _invoke(call, tool, arguments)
             if edit is not None:
                 content = edited_result(edit, content)
             message = ChatMessage.tool(content, call.id)
@@ -378,21 +375,6 @@ def _edit_of(response: ToolApprovalResponse | None, original: dict[str, Any]) ->
     if response is None or not response.approved or response.edited_arguments is None:
         return None
     return Edited(response.decided_by, original, dict(response.edited_arguments))
-
-
-async def _invoke(call: ToolCall, tool: Tool, arguments: dict[str, Any]) -> tuple[str, bool]:
-    """Run the tool; whatever it raises becomes an error result for the model."""
-    token = current_call_id.set(call.id)
-    try:
-        result: object = await tool.invoke(arguments)
-    except ToolError as exc:
-        return f"Error: {exc}", True
-    except Exception as exc:
-        logger.exception("tool %r raised", call.name)
-        return f"Error: tool {call.name!r} failed: {type(exc).__name__}: {exc}", True
-    finally:
-        current_call_id.reset(token)
-    return (result if isinstance(result, str) else _to_text(result)), False
 
 
 async def _answer_unrun(

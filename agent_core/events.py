@@ -105,8 +105,8 @@ class ToolResult:
     content: str
     is_error: bool = False
     outcome: CallOutcome | None = None
-    seconds: float | None = None
-    """How long the tool ran (monotonic clock); None for a call that did not run."""
+    seconds: float | None = field(default=None, compare=False)
+    """How long the tool ran (monotonic clock; not part of equality); None if it did not run."""
     kind: Literal["tool_result"] = "tool_result"
 
 

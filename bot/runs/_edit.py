@@ -28,6 +28,7 @@ from ..store import (
 from ._allow import Allowances, scope
 from ._cards import Cards
 from ._context import RunContext
+from ._observe import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .ux import AllowanceGranted, EditErrors, EditField, EditForm
 
@@ -132,6 +133,8 @@ class Edits:
             required_approvals=self.ctx.policy.required_approvals_for(session.channel_id),
             rule="edit",
         )
+        if outcome.recorded and outcome.row.status == "approved":
+            note_decision(self.ctx, outcome.row, "edited")
         await self.cards.refresh(outcome.row)
         await self._resume(row.session_id)
         if not outcome.recorded:
@@ -163,6 +166,7 @@ class Edits:
             rule="allow_for",
         )
         if outcome.recorded and outcome.row.status == "approved":
+            note_decision(self.ctx, outcome.row, "allowed")
             granted = await self.allowances.grant(outcome.row, session, user)
             thread = await self.cards.thread(row)
             if thread is not None:
