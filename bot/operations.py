@@ -19,17 +19,24 @@ from .observability import (
     health_app,
 )
 from .observability.health import SocketModeConnection, socket_mode_check
-from .store import Store
+from .store import Store, WriteHealth
 
 __all__ = ["add_operations_routes", "database_check", "gauges_refresh", "operations_app"]
 
 
-def database_check(store: Store) -> ReadinessCheck:
+def database_check(store: Store, health: WriteHealth | None = None) -> ReadinessCheck:
     """Ready while the store takes a write (a full disk, a lost connection or a read-only file
-    all fail it)."""
+    all fail it). The answer also updates `health`, which the inbox keeps from its own writes."""
 
     async def check() -> str | None:
-        await store.probe_write()  # raises with the reason; `readiness` turns it into one line
+        try:
+            await store.probe_write()
+        except Exception as exc:
+            if health is not None:
+                health.failed("the readiness probe", exc)
+            raise  # `readiness` turns it into one line
+        if health is not None:
+            health.succeeded()
         return None
 
     return check
@@ -45,20 +52,29 @@ def gauges_refresh(store: Store, metrics: Metrics) -> Refresh:
     return refresh
 
 
-def _checks(store: Store, socket: SocketModeConnection | None) -> Mapping[str, ReadinessCheck]:
-    checks = {"database": database_check(store)}
+def _checks(
+    store: Store, socket: SocketModeConnection | None, health: WriteHealth | None
+) -> Mapping[str, ReadinessCheck]:
+    checks = {"database": database_check(store, health)}
     if socket is not None:
         checks["slack"] = socket_mode_check(socket)
     return checks
 
 
-def add_operations_routes(web_app: web.Application, store: Store, metrics: Metrics) -> None:
+def add_operations_routes(
+    web_app: web.Application, store: Store, metrics: Metrics, health: WriteHealth | None = None
+) -> None:
     """HTTP mode: `/healthz`, `/readyz` and `/metrics` beside `POST /slack/events`."""
-    add_health_routes(
-        web_app, metrics, _checks(store, None), refresh=gauges_refresh(store, metrics)
-    )
+    checks = _checks(store, None, health)
+    add_health_routes(web_app, metrics, checks, refresh=gauges_refresh(store, metrics))
 
 
-def operations_app(store: Store, metrics: Metrics, socket: SocketModeConnection) -> web.Application:
+def operations_app(
+    store: Store,
+    metrics: Metrics,
+    socket: SocketModeConnection,
+    health: WriteHealth | None = None,
+) -> web.Application:
     """Socket Mode: an app with only the three endpoints; ready needs the connection up."""
-    return health_app(metrics, _checks(store, socket), refresh=gauges_refresh(store, metrics))
+    checks = _checks(store, socket, health)
+    return health_app(metrics, checks, refresh=gauges_refresh(store, metrics))

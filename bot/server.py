@@ -27,7 +27,7 @@ from .runs.timer import ExpiryTimer
 from .settings import Settings
 from .slack import SlackThreadOutput, create_app, group_members, slack_client
 from .slack._text import user_mention
-from .store import Store
+from .store import Store, WriteHealth
 from .tools import protect_process_environment
 from .wiring import Deps, open_deps, run_service
 
@@ -42,7 +42,11 @@ SHUTDOWN_GRACE = 30.0
 
 
 def http_app(
-    app: AsyncApp, *, store: Store | None = None, metrics: Metrics | None = None
+    app: AsyncApp,
+    *,
+    store: Store | None = None,
+    metrics: Metrics | None = None,
+    health: WriteHealth | None = None,
 ) -> web.Application:
     """Slack's events and interactivity on one endpoint, beside `/healthz`, `/readyz` and
     `/metrics` (given the store they check and the metrics they serve)."""
@@ -54,7 +58,7 @@ def http_app(
     web_app = web.Application()
     web_app.add_routes([web.post("/slack/events", slack_events)])
     if store is not None:
-        add_operations_routes(web_app, store, metrics or Metrics())
+        add_operations_routes(web_app, store, metrics or Metrics(), health)
     return web_app
 
 
@@ -132,7 +136,8 @@ async def serve(settings: Settings, *, http: bool, port: int) -> None:
 
 async def _serve_http(bot: Started, deps: Deps, port: int, stop: asyncio.Event) -> None:
     runner = web.AppRunner(
-        http_app(bot.app, store=deps.store, metrics=bot.metrics), access_log=None
+        http_app(bot.app, store=deps.store, metrics=bot.metrics, health=deps.write_health),
+        access_log=None,
     )
     await runner.setup()
     # A burst of Slack deliveries must not overflow the default backlog of 128.
@@ -155,7 +160,7 @@ async def _serve_socket_mode(
     """Socket Mode: Slack over a WebSocket; the port serves only health and metrics."""
     assert settings.slack_app_token is not None
     handler = AsyncSocketModeHandler(bot.app, settings.slack_app_token.get_secret_value())
-    health = operations_app(deps.store, bot.metrics, handler.client)
+    health = operations_app(deps.store, bot.metrics, handler.client, deps.write_health)
     async with serve_health(port=port, app=health):
         await handler.connect_async()  # type: ignore[no-untyped-call]
         logger.info("OpsGate connected to Slack (Socket Mode)")

@@ -87,7 +87,10 @@ async def test_http_mode_metrics_and_readiness_after_an_approval(tmp_path: Path)
         assert ready.status_code == 503
         [reason] = ready.json()["reasons"]
         assert ready.json()["ready"] is False and reason.startswith("database: ")
+        assert not bot.deps.write_health.writable  # what the inbox reports, too
         assert (await bot.http.get(f"{bot.url}/healthz")).json() == {"ok": True}
+        assert (await bot.http.get(f"{bot.url}/readyz")).status_code == 200  # lock released
+        assert bot.deps.write_health.writable
 
 
 async def test_slack_api_errors_and_llm_errors_are_counted(tmp_path: Path) -> None:

@@ -379,7 +379,9 @@ async def running_bot(
             started(settings, deps, expiry_interval=3600, shutdown_grace=0)
         )
         web_runner, base_url = await serve_on_loopback(
-            http_app(running.app, store=deps.store, metrics=running.metrics)
+            http_app(
+                running.app, store=deps.store, metrics=running.metrics, health=deps.write_health
+            )
         )
         stack.push_async_callback(web_runner.cleanup)
         http = await stack.enter_async_context(httpx.AsyncClient(timeout=10))
