@@ -7,6 +7,7 @@ up) and where the gauges come from (the database, the truth when replicas share 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from aiohttp import web
@@ -26,17 +27,35 @@ __all__ = ["add_operations_routes", "database_check", "gauges_refresh", "operati
 
 def database_check(store: Store, health: WriteHealth | None = None) -> ReadinessCheck:
     """Ready while the store takes a write (a full disk, a lost connection or a read-only file
-    all fail it). The answer also updates `health`, which the inbox keeps from its own writes."""
+    all fail it). The answer also updates `health`, which the inbox keeps from its own writes.
 
-    async def check() -> str | None:
+    The probe is never cancelled: cancelling a write that waits for a busy SQLite file can leave
+    the connection inside a transaction. When `/readyz` gives up on it (`CHECK_TIMEOUT`), it
+    runs on to its end, and the next check waits for that one instead of starting another."""
+    running: asyncio.Task[None] | None = None
+
+    async def probe() -> None:
         try:
             await store.probe_write()
         except Exception as exc:
             if health is not None:
                 health.failed("the readiness probe", exc)
-            raise  # `readiness` turns it into one line
+            raise
         if health is not None:
             health.succeeded()
+
+    async def check() -> str | None:
+        nonlocal running
+        if running is None or running.done():
+            running = asyncio.create_task(probe(), name="readiness probe")
+            # Its failure is reported by `health` and by the check awaiting it, if any.
+            running.add_done_callback(lambda task: task.cancelled() or task.exception())
+        try:
+            await asyncio.shield(running)  # raises with the reason; `readiness` words it
+        except asyncio.CancelledError:
+            if health is not None and not running.done():
+                health.failed("the readiness probe", TimeoutError("no answer in time"))
+            raise
         return None
 
     return check

@@ -89,7 +89,9 @@ async def test_http_mode_metrics_and_readiness_after_an_approval(tmp_path: Path)
         assert ready.json()["ready"] is False and reason.startswith("database: ")
         assert not bot.deps.write_health.writable  # what the inbox reports, too
         assert (await bot.http.get(f"{bot.url}/healthz")).json() == {"ok": True}
-        assert (await bot.http.get(f"{bot.url}/readyz")).status_code == 200  # lock released
+        # Lock released: once the store's connection has finished waiting, ready again.
+        await bot.deps.store.probe_write()
+        assert (await bot.http.get(f"{bot.url}/readyz")).status_code == 200
         assert bot.deps.write_health.writable
 
 
