@@ -309,3 +309,23 @@ async def test_a_version_1_file_is_migrated_keeping_its_rows(db: Path) -> None:
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         raw.close()
+
+
+async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_store_usable(
+    db: Path,
+) -> None:
+    """A write waiting in BEGIN IMMEDIATE behind another process's lock is cancelled (a
+    shutdown, a timeout): once the lock is free, the next write works."""
+    async with SQLiteStore(db, busy_timeout=5.0) as store:
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")
+        waiting = asyncio.create_task(store.audit("probe", actor="U1"))
+        await asyncio.sleep(0)  # one turn of the loop: the task takes the lock, then waits
+        assert store._lock.locked()  # ... in BEGIN IMMEDIATE, behind the other connection
+        waiting.cancel()
+        other.execute("COMMIT")
+        other.close()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await store.audit("after", actor="U1")
+        assert [a.event for a in await store.audit_rows()] == ["after"]

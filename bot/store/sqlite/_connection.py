@@ -252,15 +252,28 @@ class SQLiteConnection:
         except sqlite3.Error:  # no transaction left to roll back (e.g. COMMIT itself failed)
             logger.debug("rollback on %s found no open transaction", self.path)
 
+    async def _begin(self, conn: aiosqlite.Connection, what: str) -> None:
+        """`BEGIN IMMEDIATE`, safe to cancel: the worker thread runs the statement even when the
+        waiting task is cancelled (say, while another process holds the write lock), so a
+        cancelled begin is waited for and rolled back; else the connection would stay inside a
+        transaction and every later write would fail."""
+        begin = asyncio.ensure_future(conn.execute("BEGIN IMMEDIATE"))
+        try:
+            await asyncio.shield(begin)
+        except asyncio.CancelledError:
+            with contextlib.suppress(sqlite3.Error):
+                await begin
+                await self._rollback(conn)
+            raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"{what} failed on {str(self.path)!r}: {exc}") from exc
+
     @asynccontextmanager
     async def _transaction(self, what: str) -> AsyncIterator[aiosqlite.Connection]:
         """One `BEGIN IMMEDIATE` transaction: committed if the block ends, rolled back on error."""
         async with self._lock:
             conn = self._connection()
-            try:
-                await conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise StoreError(f"{what} failed on {str(self.path)!r}: {exc}") from exc
+            await self._begin(conn, what)
             try:
                 yield conn
                 await conn.execute("COMMIT")
