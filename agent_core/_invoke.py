@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ._call_tool import _invoke
+from ._deadline import within
 from ._turn import TurnCollector, closing
 from .approvals import AgentRunOptions, ApprovalGate, ToolApprovalResponse
 from .batches import pending_tool_calls, undecided_calls
@@ -147,7 +148,6 @@ class FunctionInvokingChatClient:
         view: RequestView | None = None,
     ) -> AsyncGenerator[AgentResponseUpdate, None]:
         """Stream one run. Raises `ResumeError` (before yielding anything) for a bad resume.
-
         With a `view`, each request sends `view.prepare(history)` instead of the whole history,
         and a provider's "context length exceeded" is retried once with a harder compaction."""
         options = options or AgentRunOptions()
@@ -223,7 +223,7 @@ class FunctionInvokingChatClient:
         while True:
             try:
                 stream = self.client.stream(request, tools=listed, options=options.chat)
-                async with closing(stream) as updates:
+                async with closing(within(stream, options.turn_timeout)) as updates:
                     async for update in updates:
                         if (shown := turn.take(update)) is not None:
                             yield shown

@@ -124,6 +124,9 @@ class AgentRunOptions:
     """Overrides the agent's tools for this run (e.g. a per-channel tool set)."""
     approval_gate: ApprovalGate | None = None
     """Overrides the agent's approval gate for this run (e.g. one that knows the channel)."""
+    turn_timeout: float | None = None
+    """Seconds one model turn may take, keep-alive comments or not; past it the run finishes
+    with an error (None: no deadline)."""
 
     def with_tool_approval_responses(
         self, responses: Iterable[ToolApprovalResponse]

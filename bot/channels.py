@@ -64,10 +64,14 @@ def run_options(
     channel: str,
     responses: Iterable[ToolApprovalResponse] = (),
     gate: ApprovalGate | None = None,
+    turn_timeout: float | None = None,
 ) -> AgentRunOptions:
     """Run options for a run in `channel`: its tool set (when the policy restricts it), and
     the run's approval gate (the channel's allowances) when given."""
     offered = policy.offered_tools(channel, tools)
     return AgentRunOptions(
-        tools=offered, tool_approval_responses=tuple(responses), approval_gate=gate
+        tools=offered,
+        tool_approval_responses=tuple(responses),
+        approval_gate=gate,
+        turn_timeout=turn_timeout,
     )

@@ -111,6 +111,11 @@ class Settings(BaseSettings):
     def _log_level(cls, value: object) -> object:
         return value.strip().upper() if isinstance(value, str) else value
 
+    opsgate_turn_timeout: float = Field(default=300.0, gt=0)
+    """One model turn, however the provider keeps its stream alive."""
+    opsgate_run_timeout: float = Field(default=1800.0, gt=0)
+    """One run (or one resume after a decision): past it the run is stopped."""
+
     @field_validator("slack_bot_token")
     @classmethod
     def _bot_token(cls, value: SecretStr) -> SecretStr:

@@ -25,6 +25,7 @@ from .channels import ChannelInstructions
 from .policy import Policy, ToolPolicy
 from .runs import RunService, ThreadOutput
 from .runs._context import RunContext
+from .runs._live import Deadlines
 from .runs._observed import ObservedChatClient
 from .runs.observer import NoObserver, RunObserver
 from .settings import Settings
@@ -70,6 +71,8 @@ class Deps:
     observer: RunObserver = field(default_factory=NoObserver)
     """Hears of runs ended, decisions, tool executions and errors (`bot.observability.Metrics`
     in `opsgate run`)."""
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    """How long a model turn and a run may take (`OPSGATE_TURN_TIMEOUT`, `…_RUN_TIMEOUT`)."""
 
 
 def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list[Tool]:
@@ -152,6 +155,7 @@ async def open_deps(
             person=person,
             slack_http=slack_http,
             observer=observer,
+            deadlines=Deadlines(settings.opsgate_turn_timeout, settings.opsgate_run_timeout),
         )
         try:
             yield deps
@@ -186,5 +190,6 @@ def run_service(
             health=deps.write_health,
             observer=deps.observer,
             deadline_set=deadline_set or (lambda: None),
+            deadlines=deps.deadlines,
         )
     )

@@ -1,5 +1,7 @@
-"""Cancelling: a paused run (`cancel` in its thread, or a card's Cancel run button), or a
-queued message before its run starts. The requester may always; otherwise an approver."""
+"""Cancelling: a paused run or one going in this process (`cancel` in its thread, or a card's
+Cancel run button), or a queued message before its run starts. The requester may always;
+otherwise an approver. A going run is stopped through its deadline (`bot.runs._live`); the
+driver closes it and tells the thread who stopped it."""
 
 from __future__ import annotations
 
@@ -62,6 +64,8 @@ class Cancels:
                 },
             )
             return NotAllowed(verdict)
+        if self.ctx.live.cancel(session.id, by=user):
+            return None
         outcome = await store.cancel_batch(
             session.id, user_id=user, batch_id=batch_id, team_id=team, via=via, rule=verdict.rule
         )
@@ -100,7 +104,8 @@ class Cancels:
         store = self.ctx.store
         output = self.ctx.output
         session = await store.find_session(thread.team_id, thread.channel_id, thread.thread_ts)
-        if session is not None and session.state == "awaiting_approval":
+        going = session is not None and session.id in self.ctx.live
+        if session is not None and (going or session.state == "awaiting_approval"):
             refusal = await self.cancel(session, user=user, team=team, via="message")
             if refusal is not None:
                 await output.tell(thread, user, refusal)

@@ -12,6 +12,7 @@ from .._tasks import TaskSupervisor
 from ..approvals import Approvals
 from ..policy import Policy
 from ..store import Store, ToolCallRow, WriteHealth
+from ._live import Deadlines, LiveRuns
 from .observer import NoObserver, RunObserver
 from .output import Thread, ThreadOutput
 
@@ -36,6 +37,10 @@ class RunContext:
     """Hears of runs ended and decisions (metrics); see `bot.runs.observer`."""
     deadline_set: Callable[[], None] = lambda: None
     """Called when a card's expiry is set, so the expiry timer can wake for an earlier one."""
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    """How long a model turn and a run may take (settings; none by default)."""
+    live: LiveRuns = field(default_factory=LiveRuns)
+    """The runs going in this process, for `cancel`."""
 
 
 async def thread_of(ctx: RunContext, row: ToolCallRow) -> Thread | None:

@@ -1,13 +1,15 @@
 """Consume one run's stream and show it in its thread; leave the session consistent.
 
-When a run ends (answered, failed or paused) its queue item is done and the channel's next
-queued run may start. Cancelled (the bot is stopping): the session stays `running`, so the next
-start-up's recovery tells the thread.
+When a run ends (answered, failed, paused, or stopped by `cancel` or its deadline) its queue
+item is done and the channel's next queued run may start. A stopped run is closed as recovery
+closes one (`Store.stop_run`). Cancelled (the bot is stopping): the session stays `running`, so
+the next start-up's recovery tells the thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
@@ -26,7 +28,17 @@ from ..observability.metrics import RunOutcome, ToolOutcome
 from ._bounds import ERROR_CHARS, cut_error
 from ._cards import Cards
 from ._context import RunContext
-from .notices import FinishNote, Notice, RunCrashed, RunFailed, RunRefused, ToolNotRun, ToolRan
+from ._live import LiveRun
+from .notices import (
+    FinishNote,
+    Notice,
+    RunCrashed,
+    RunFailed,
+    RunRefused,
+    RunStopped,
+    ToolNotRun,
+    ToolRan,
+)
 from .output import TextSink, Thread
 
 __all__ = ["Driver"]
@@ -89,9 +101,11 @@ class Driver:
         shown = _Shown(self, thread, session_id, requester)
         failed = False
         stopping = False
+        live: LiveRun | None = None
         try:
-            async for update in stream:
-                await shown.show(update)
+            async with self.ctx.live.bounded(session_id, self.ctx.deadlines.run) as live:
+                async for update in stream:
+                    await shown.show(update)
         except asyncio.CancelledError:
             stopping = True  # recovery reports the run as interrupted at the next start-up
             raise
@@ -105,13 +119,16 @@ class Driver:
             self._finished("failed")
             await output.say(thread, RunCrashed(type(exc).__name__))
         else:
-            self._finished(shown.outcome)
+            self._finished(_outcome(shown.outcome, live))
         finally:
             # Each step on its own: an output error here must not keep the session `running`
             # (holding the channel's slot) or skip starting the next queued run.
             await stream.aclose()
             await _quietly(shown.close(), "finishing the answer")
-            if not stopping:
+            stopped = None if stopping or live is None else live.stopped()
+            if stopped is not None:
+                await _quietly(self._stop(thread, session_id, stopped), "stopping the run")
+            elif not stopping:
                 # Only a run still `running` ends here; a paused one stays awaiting_approval.
                 await _quietly(self.ctx.store.end_run(session_id, failed=failed), "ending the run")
             if message_ts:
@@ -125,6 +142,16 @@ class Driver:
             return
         self.ctx.observer.run_finished(outcome)
         log_event("run.finished", outcome=outcome)
+
+    async def _stop(self, thread: Thread, session_id: str, notice: RunStopped) -> None:
+        """Close a stopped run's session as recovery would, and tell the thread. A run that
+        had paused meanwhile is left awaiting its decisions."""
+        closed = await self.ctx.store.stop_run(session_id, why=notice.why, by=notice.by)
+        if closed is None:
+            return
+        tools = tuple(row.name for row in closed.interrupted)
+        logger.info("run %s stopped (%s)", session_id, notice.why)
+        await self.ctx.output.say(thread, dataclasses.replace(notice, interrupted=tools))
 
 
 class _Shown:
@@ -191,6 +218,14 @@ def _tool_ran(ctx: RunContext, result: ToolResult, seconds: float) -> None:
         outcome=outcome,
         seconds=round(seconds, 3),
     )
+
+
+def _outcome(shown: RunOutcome | None, live: LiveRun | None) -> RunOutcome | None:
+    """How the run ended for the metrics: a stop (cancel or deadline) overrides what it showed."""
+    stopped = None if live is None else live.stopped()
+    if stopped is None:
+        return shown
+    return "cancelled" if stopped.why == "cancelled" else "failed"
 
 
 async def _quietly(step: Awaitable[Any], what: str) -> None:

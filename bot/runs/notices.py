@@ -44,6 +44,7 @@ __all__ = [
     "RunCrashed",
     "RunFailed",
     "RunRefused",
+    "RunStopped",
     "StillWorking",
     "ToolNotRun",
     "ToolRan",
@@ -211,6 +212,18 @@ class RunCancelled:
 
 
 @dataclass(frozen=True, slots=True)
+class RunStopped:
+    """A run that was going was stopped: `cancelled` by `by`, or past its `deadline` (the
+    per-run limit, `seconds`). `interrupted` tools were running then: never run again."""
+
+    why: Literal["cancelled", "deadline"]
+    by: str | None = None
+    seconds: float | None = None
+    interrupted: tuple[str, ...] = ()
+    kind: Literal["run_stopped"] = "run_stopped"
+
+
+@dataclass(frozen=True, slots=True)
 class CancelledBeforeStart:
     """`by` withdrew the thread's queued message before its run started."""
 
@@ -301,6 +314,7 @@ Notice = (
     | Reminder
     | Recovered
     | RunCancelled
+    | RunStopped
     | CancelledBeforeStart
     | NothingToCancel
     | NothingCancelled

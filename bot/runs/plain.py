@@ -4,16 +4,19 @@ other front ends). No markup, so nothing needs escaping."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from datetime import timedelta
 
 from agent_core.outcomes import render_outcome
 
+from .._duration import format_duration
 from .._words import count, count_verb
 from ..approvals import Refused
 from ..store import CancelReason, DecisionReason
 from .cards import CardCall, CardOutcome, ChannelHelp, PendingEntry
-from .notices import Notice
+from .notices import Notice, RunStopped
 
-__all__ = ["card_text", "notice_text", "refusal_text"]
+__all__ = ["card_text", "notice_text", "refusal_text", "stopped_text"]
 
 _FINISH = {
     "length": "(The answer was cut off: the model hit its length limit.)",
@@ -71,6 +74,8 @@ def _run_text(notice: Notice) -> str | None:
             names = ", ".join(call.tool for call in notice.calls)
             waits = "still waits" if len(notice.calls) == 1 else "still wait"
             return f"{names} {waits} for a decision; expiring at {when}."
+        case "run_stopped":
+            return stopped_text(notice)
         case "recovered":
             if notice.interrupted:
                 return f"OpsGate restarted while {', '.join(notice.interrupted)} was running."
@@ -201,3 +206,22 @@ def _help(info: ChannelHelp) -> str:
         f"{count(info.required_approvals, 'approval')} needed; decisions expire after {info.ttl}.\n"
         f"Tools: {tools}\nPolicy: {info.policy_source}"
     )
+
+
+def stopped_text(
+    notice: RunStopped, *, person: Callable[[str], str] = str, tool: Callable[[str], str] = str
+) -> str:
+    """Why a going run was stopped, and what that means for a tool it was running. `person`
+    and `tool` mark up a user id and a tool name (the terminal shows them as they are)."""
+    if notice.why == "cancelled":
+        text = f"Run stopped by {person(notice.by or 'someone')}."
+    else:
+        limit = format_duration(timedelta(seconds=notice.seconds or 0))
+        text = f"I stopped this run: it went on longer than {limit}, the limit for one run."
+    if notice.interrupted:
+        names = ", ".join(tool(t) for t in notice.interrupted)
+        text += (
+            f" {names} was running then: its outcome is unknown and it will not run again; "
+            "check the system before retrying."
+        )
+    return text + " The conversation is saved: send a message to continue."

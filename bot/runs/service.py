@@ -182,7 +182,13 @@ class RunService:
             return
         thread = _thread(session)
         gate = self.allowances.gate(thread, session.id)
-        options = run_options(self.ctx.policy, self.ctx.tools, session.channel_id, gate=gate)
+        options = run_options(
+            self.ctx.policy,
+            self.ctx.tools,
+            session.channel_id,
+            gate=gate,
+            turn_timeout=self.ctx.deadlines.turn,
+        )
         stream = self.ctx.agent.run(item.text, session_for(session.id, session.channel_id), options)
         await self._driver.drive(
             thread,
@@ -235,7 +241,12 @@ class RunService:
         # The same tools as the run that paused: a stored call must not become "unknown".
         gate = self.allowances.gate(_thread(session), session_id)
         options = run_options(
-            self.ctx.policy, self.ctx.tools, session.channel_id, responses, gate=gate
+            self.ctx.policy,
+            self.ctx.tools,
+            session.channel_id,
+            responses,
+            gate=gate,
+            turn_timeout=self.ctx.deadlines.turn,
         )
         stream = self.ctx.agent.run(None, session_for(session_id, session.channel_id), options)
         # Progress shows on the first card while the approved calls run.

@@ -35,11 +35,13 @@ from ..runs.notices import (
     RunCrashed,
     RunFailed,
     RunRefused,
+    RunStopped,
     StillWorking,
     ToolNotRun,
     ToolRan,
     UnknownRequest,
 )
+from ..runs.plain import stopped_text
 from ..runs.ux import (
     AllowanceGranted,
     AllowanceList,
@@ -106,6 +108,10 @@ def render(notice: Notice) -> Rendered:
             | RootPostFailed()
         ):
             return Rendered(_intake_text(notice))
+        case RunStopped():
+            return Rendered(
+                ":octagonal_sign: " + stopped_text(notice, person=user_mention, tool=_code)
+            )
         case NotSaved(what=what):
             return Rendered(
                 f":warning: I couldn't save your {what}: my database refuses writes right now, "
@@ -267,6 +273,10 @@ def _answer_text(
             return pending_text(entries)
         case Help(info=info):
             return help_text(info)
+
+
+def _code(name: str) -> str:
+    return f"`{escape_mrkdwn(name)}`"
 
 
 def _call_link(call: CallLink) -> str:

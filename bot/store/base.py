@@ -28,6 +28,7 @@ from .models import (
     CancelOutcome,
     DecisionOutcome,
     PendingApproval,
+    RecoveredSession,
     SessionRow,
     ToolCallRow,
 )
@@ -85,6 +86,15 @@ class Store(QueueAuditRecovery, Protocol):
         """running -> idle (or failed, recording `error`), conditional: a run that paused or
         was cancelled meanwhile is left alone (False). `error` without `failed` is a
         `ValueError`."""
+        ...
+
+    async def stop_run(
+        self, session_id: str, *, why: str, by: str | None = None
+    ) -> RecoveredSession | None:
+        """running|resuming -> idle for a run this process stopped (cancelled, or past its
+        deadline), conditional: None if the session was not going. Exactly as recovery after a
+        crash: `executing` calls become `interrupted` (never run again), the batch's other
+        open calls are answered "Not run" (`close_batch`); audited as `run_stopped`."""
         ...
 
     async def claim_resume(self, session_id: str) -> bool:

@@ -43,6 +43,7 @@ AuditEvent = Literal[
     "allowance",
     "allowance_revoked",
     "resume_reclaimed",
+    "run_stopped",
 ]
 """The events the store itself writes; `Store.audit` accepts any other name too."""
 

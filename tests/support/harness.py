@@ -347,15 +347,18 @@ async def running_bot(
     slack: SlackAPIStandIn | None = None,
     clock: Callable[[], datetime] | None = None,
     llm_url: str | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> AsyncIterator[Bot]:
     """Start the real app in HTTP mode on a loopback port. Pass `llm`/`slack` to keep the
-    stand-ins across a simulated restart (same SQLite file, new app)."""
+    stand-ins across a simulated restart (same SQLite file, new app); `settings` overrides
+    settings fields (e.g. `opsgate_run_timeout`)."""
     async with contextlib.AsyncExitStack() as stack:
         if llm is None:
             llm = await stack.enter_async_context(LLMStandIn())
         if slack is None:
             slack = await stack.enter_async_context(SlackAPIStandIn())
-        settings = Settings(
+        overrides = settings or {}
+        settings_ = Settings(
             slack_bot_token="xoxb-test-token",
             slack_signing_secret=SECRET,
             slack_api_url=slack.url,
@@ -364,10 +367,11 @@ async def running_bot(
             opsgate_model="test-model",
             opsgate_db=str(tmp_path / "opsgate.db"),
             _env_file=None,
+            **overrides,
         )
         deps = await stack.enter_async_context(
             open_deps(
-                settings,
+                settings_,
                 tools=tools,
                 policy=policy,
                 clock=clock or utc_now,
@@ -376,7 +380,7 @@ async def running_bot(
             )
         )
         running = await stack.enter_async_context(
-            started(settings, deps, expiry_interval=3600, shutdown_grace=0)
+            started(settings_, deps, expiry_interval=3600, shutdown_grace=0)
         )
         web_runner, base_url = await serve_on_loopback(
             http_app(

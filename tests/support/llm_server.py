@@ -290,6 +290,30 @@ class LLMStandIn:
 
         self._replies.append(reply)
 
+    def reply_keepalive(self, text_before: str = "", *, interval: float = 0.02) -> asyncio.Event:
+        """Stream `text_before`, then only SSE keep-alive comments (`: keep-alive`) every
+        `interval` seconds, for ever: a stream no read timeout ends. The returned event is set
+        once the client has hung up (so the test sees the connection was released)."""
+        pieces = _split(text_before, 8) if text_before else []
+        hung_up = asyncio.Event()
+
+        async def reply(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+            response = await self._start_stream(request)
+            await self._write_chunks(response, self._text_chunks(body, pieces))
+            try:
+                while not self._closing.is_set():
+                    await response.write(b": keep-alive\n\n")
+                    await asyncio.sleep(interval)  # pacing the comments, not synchronising
+            except ConnectionResetError:
+                hung_up.set()
+            except asyncio.CancelledError:
+                hung_up.set()
+                raise
+            return response
+
+        self._replies.append(reply)
+        return hung_up
+
     # -- waiting -----------------------------------------------------------------------------
 
     async def wait_for_requests(

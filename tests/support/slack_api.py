@@ -128,6 +128,10 @@ class SlackAPIStandIn:
         self._pending_uploads: dict[str, dict[str, Any]] = {}
         self._upload_content: dict[str, bytes] = {}
         self.uploaded_files: list[UploadedFile] = []
+        self._held: dict[str, asyncio.Event] = {}
+        self.holding: dict[str, int] = {}
+        """How many calls each held method got (see `hold`)."""
+        self._closing = asyncio.Event()
         self._handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "auth.test": self._auth_test,
             "chat.postMessage": self._post_message,
@@ -166,6 +170,7 @@ class SlackAPIStandIn:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._closing.set()  # frees calls held by `hold`
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -203,6 +208,13 @@ class SlackAPIStandIn:
             retry_after = 1 if retry_after is None else retry_after
         failure = _Failure(error or "internal_error", status, retry_after)
         self._failures[method].extend(failure for _ in range(times))
+
+    def hold(self, method: str) -> asyncio.Event:
+        """Make calls to `method` hang (a Slack that does not answer) until the returned event
+        is set, or the stand-in closes. Held calls are recorded once answered."""
+        gate = asyncio.Event()
+        self._held[method] = gate
+        return gate
 
     def respond_with(self, method: str, answer: Answer) -> None:
         """Answer `method` with a fixed body, or with `answer(call)` (params already parsed)."""
@@ -283,11 +295,22 @@ class SlackAPIStandIn:
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         params = await _parse(request)
+        if (gate := self._held.get(method)) is not None:
+            self.holding[method] = self.holding.get(method, 0) + 1
+            await self._wait_held(gate)
         token = _bearer(request) or _pop_token(params)
         headers = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
         status, body, extra_headers = self._answer(method, params, token, headers)
         await self._record(SlackCall(method, params, headers, token, status, body))
         return web.json_response(body, status=status, headers=extra_headers)
+
+    async def _wait_held(self, gate: asyncio.Event) -> None:
+        waits = [asyncio.ensure_future(gate.wait()), asyncio.ensure_future(self._closing.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
 
     def _answer(
         self, method: str, params: dict[str, Any], token: str | None, headers: dict[str, str]

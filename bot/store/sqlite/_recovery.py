@@ -47,6 +47,31 @@ class RecoveryPart(SQLiteConnection):
                 for session_id in session_ids
             ]
 
+    async def stop_run(
+        self, session_id: str, *, why: str, by: str | None = None
+    ) -> RecoveredSession | None:
+        async with self._transaction("stop_run") as conn:
+            session = await self._session_row(conn, session_id)
+            if session["state"] not in ("running", "resuming"):
+                return None
+            executing = [
+                call_row(row)
+                for row in await fetch_all(
+                    conn,
+                    "SELECT * FROM tool_calls WHERE session_id = ? AND status = 'executing' "
+                    "ORDER BY message_seq, position",
+                    (session_id,),
+                )
+            ]
+            await self._write_audit(
+                conn,
+                "run_stopped",
+                actor=by,
+                session_id=session_id,
+                details={"why": why, "interrupted": [row.id for row in executing]},
+            )
+            return await self._recover_session(conn, session_id, executing)
+
     async def _reclaim_resume(self, conn: aiosqlite.Connection, session_id: str) -> bool:
         """A decided batch of which nothing ran goes back to awaiting_approval, so its resume
         is claimed again and runs it (docs/architecture.md)."""
