@@ -20,7 +20,9 @@ from .errors import (
 )
 from .health import WriteHealth
 from .models import (
+    AllowanceGrant,
     AllowanceRow,
+    AllowOutcome,
     AuditEvent,
     AuditRow,
     CancelOutcome,
@@ -37,6 +39,7 @@ from .models import (
 from .reasons import (
     AlreadyApprovedByYou,
     AlreadyDecided,
+    ArgumentsChanged,
     BatchMovedOn,
     CallExpired,
     CancelReason,
@@ -52,9 +55,12 @@ from .sqlite import SQLiteStore
 from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
+    "AllowOutcome",
+    "AllowanceGrant",
     "AllowanceRow",
     "AlreadyApprovedByYou",
     "AlreadyDecided",
+    "ArgumentsChanged",
     "AuditEvent",
     "AuditRow",
     "BatchMovedOn",

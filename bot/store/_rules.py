@@ -21,6 +21,7 @@ from bot._duration import format_duration
 from .models import ToolCallRow, batch_complete
 from .reasons import (
     AlreadyDecided,
+    ArgumentsChanged,
     BatchMovedOn,
     CallExpired,
     CancelReason,
@@ -36,6 +37,7 @@ __all__ = [
     "SEEN_EVENT_TTL",
     "Person",
     "already",
+    "arguments_changed",
     "cancel_outcome",
     "cancel_refusal",
     "card_state",
@@ -107,6 +109,14 @@ def card_state(row: ToolCallRow) -> str:
             return row.status
         case _:
             return "approved"
+
+
+def arguments_changed(row: ToolCallRow, shown: str | None) -> ArgumentsChanged | None:
+    """A click from a card that showed digest `shown` while the pending call now runs other
+    arguments (it was edited since): it must not count toward the edited call."""
+    if shown is None or row.status != "pending" or shown == row.running_digest:
+        return None
+    return ArgumentsChanged(shown, row.running_digest)
 
 
 def edit_refusal(row: ToolCallRow) -> DecisionReason | None:

@@ -24,7 +24,9 @@ from agent_core.sessions import StoredContext, Summary
 from ._contract import QueueAuditRecovery
 from .errors import StoreError
 from .models import (
+    AllowanceGrant,
     AllowanceRow,
+    AllowOutcome,
     CancelOutcome,
     DecisionOutcome,
     PendingApproval,
@@ -194,10 +196,13 @@ class Store(QueueAuditRecovery, Protocol):
         reason: str | None = None,
         required_approvals: int = 1,
         rule: str | None = None,
+        digest: str | None = None,
     ) -> DecisionOutcome:
         """Record a decision if the call is still pending: conditional, first writer wins.
 
-        An approval adds `user_id` to the distinct approvers and approves the call once there
+        `digest` is what the decider's card showed: if the pending call now runs other
+        arguments (edited since), nothing is recorded (`ArgumentsChanged`). An approval adds
+        `user_id` to the distinct approvers and approves the call once there
         are `required_approvals`; one rejection rejects it. A call past its expiry is expired
         here instead (audited "expiry"). Audited "decision" or "refusal" (with `rule`). `why`
         tells a loser who won and when, or how many approvals are missing."""
@@ -280,6 +285,22 @@ class Store(QueueAuditRecovery, Protocol):
         expires_at: datetime,
     ) -> AllowanceRow:
         """A new allowance (`shape` is JSON); audited "allowance"."""
+        ...
+
+    async def allow_call(
+        self,
+        ledger_id: str,
+        grant: AllowanceGrant,
+        *,
+        user_id: str,
+        team_id: str | None = None,
+        reason: str | None = None,
+        rule: str | None = None,
+        digest: str | None = None,
+    ) -> AllowOutcome:
+        """ "Allow for": approve the call (one approval, as `decide` with `digest`) and, if that
+        approves it, create the allowance `grant` granted by `user_id`, in one transaction: a
+        crash leaves both or neither. Audited "decision" and "allowance"."""
         ...
 
     async def get_allowance(self, allowance_id: str) -> AllowanceRow | None: ...

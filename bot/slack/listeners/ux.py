@@ -59,7 +59,10 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         await ack()
         click = click_of(body)
         await tell(
-            click, await service.edits.allow(click.ledger_id, user=click.user, team=click.team)
+            click,
+            await service.edits.allow(
+                click.ledger_id, user=click.user, team=click.team, digest=click.digest
+            ),
         )
         await refresh_home(click.user)
 
