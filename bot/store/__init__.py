@@ -5,7 +5,7 @@ backend (`bot.store.postgres`, for replicas) implement it, and `open_store` pick
 path or URL. Plain storage: it knows Slack ids only as strings and never imports a Slack library.
 """
 
-from ._rules import SEEN_EVENT_TTL, card_state
+from ._rules import HOME_VIEWERS_KEPT, SEEN_EVENT_TTL, card_state
 from ._rules import already as already_reason
 from ._schema import SCHEMA_VERSION
 from ._time import utc_now
@@ -28,6 +28,7 @@ from .models import (
     CancelOutcome,
     DecisionOutcome,
     EnqueueOutcome,
+    HomeViewer,
     InboxItem,
     PendingApproval,
     QueueItem,
@@ -74,6 +75,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "DecisionReason",
     "EditNotAllowed",
     "EnqueueOutcome",
+    "HOME_VIEWERS_KEPT",
+    "HomeViewer",
     "InboxItem",
     "InboxKind",
     "InvalidTransition",

@@ -32,6 +32,7 @@ from .reasons import (
 from .states import RunState
 
 __all__ = [
+    "HOME_VIEWERS_KEPT",
     "PROBE_EVENT_ID",
     "RUN_STATES",
     "SEEN_EVENT_TTL",
@@ -55,6 +56,9 @@ SEEN_EVENT_TTL = timedelta(days=1)
 
 PROBE_EVENT_ID = "opsgate:readiness-probe"
 """The one `seen_events` row `probe_write` overwrites; no Slack event id looks like it."""
+
+HOME_VIEWERS_KEPT = 500
+"""How many recent Home tab openers the store remembers (the oldest are forgotten)."""
 
 RUN_STATES: frozenset[str] = frozenset(get_args(RunState))
 

@@ -29,6 +29,7 @@ from .models import (
     AllowOutcome,
     CancelOutcome,
     DecisionOutcome,
+    HomeViewer,
     PendingApproval,
     SessionRow,
     ToolCallRow,
@@ -313,6 +314,17 @@ class Store(QueueAuditRecovery, Protocol):
 
     async def revoke_allowance(self, allowance_id: str, *, user_id: str) -> bool:
         """End an allowance now; conditional (False if already revoked or unknown)."""
+        ...
+
+    # -- the Home tab ----------------------------------------------------------------------------
+
+    async def home_opened(self, user_id: str, team_id: str | None = None) -> None:
+        """Remember that `user_id` opened the Home tab now; only the `HOME_VIEWERS_KEPT` most
+        recent are kept."""
+        ...
+
+    async def home_viewers(self) -> list[HomeViewer]:
+        """Who opened the Home tab lately, most recent first."""
         ...
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "CancelOutcome",
     "DecisionOutcome",
     "EnqueueOutcome",
+    "HomeViewer",
     "InboxItem",
     "PendingApproval",
     "QueueItem",
@@ -308,3 +309,12 @@ class AllowOutcome(BaseModel):
 
     decision: DecisionOutcome
     allowance: AllowanceRow | None = None
+
+
+class HomeViewer(BaseModel):
+    """Someone who opened the Home tab lately, from workspace `team_id`."""
+
+    model_config = _FROZEN
+
+    user_id: str
+    team_id: str | None = None

@@ -16,6 +16,7 @@ from .._binding import shown_digest
 from .._text import escape_mrkdwn
 from ..blocks import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
 from ..output import SlackThreadOutput
+from ._homes import republish
 
 __all__ = ["PRE_CHECK_SECONDS", "register"]
 
@@ -43,8 +44,9 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
                 click.ledger_id, "approved", user=click.user, team=click.team, digest=click.digest
             ),
         )
-        if click.thread is None:  # clicked on the Home tab: show it as it is now
-            await output.publish_home(await service.home.view(click.user, team=click.team))
+        await republish(
+            service, output, clicker=click.user, team=click.team, ledger_id=click.ledger_id
+        )
 
     @app.action(ACTION_REJECT)
     async def on_reject(ack: AsyncAck, body: dict[str, Any]) -> None:
