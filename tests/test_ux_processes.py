@@ -1,14 +1,18 @@
 """Edits are decisions that happen once across processes: several OS processes sharing one
 database (SQLite file, or the private PostgreSQL cluster) race to edit and to approve the same
-call; exactly one of them records anything, and the call holds that winner's version."""
+call; exactly one of them records anything, and the call holds that winner's version. "Allow
+for" is one transaction: a process killed inside it leaves neither the approval nor the
+allowance."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
+from bot._faults import HOLD_ENV
 from bot.store import open_store
 from tests.store_contract.helpers import mention, paused_session
 from tests.support.postgres import postgres_cluster, postgres_url
@@ -105,3 +109,87 @@ async def _one_winner(target: str) -> None:
             assert row.running_arguments()["service"] == f"edited-{str(winner)[4:]}"
         decided = [a for a in await store.audit_rows() if a.event in ("edited", "decision")]
         assert len(decided) == 1
+
+
+_ALLOWER = """
+import asyncio, sys
+from datetime import UTC, datetime, timedelta
+from bot.store import AllowanceGrant, open_store
+
+async def main():
+    target, ledger_id, digest = sys.argv[1:4]
+    grant = AllowanceGrant(
+        channel_id="C1", tool="restart_service", shape='{"kind": "exact", "arguments": "{}"}',
+        label="these exact arguments", expires_at=datetime.now(UTC) + timedelta(hours=1),
+    )
+    async with open_store(target) as store:
+        await store.allow_call(ledger_id, grant, user_id="UBOB", digest=digest)
+        print("allowed", flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def _killed_between_approval_and_allowance(target: str) -> None:
+    """A process killed -9 inside "Allow for" after approving the call, before writing the
+    allowance: the database holds neither, and the same click afterwards holds both."""
+    async with open_store(target, person=mention) as store:
+        _, rows = await paused_session(store)
+        ledger_id, digest = rows[0].id, rows[0].digest
+    env = {**os.environ, HOLD_ENV: "allow_decided"}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _ALLOWER,
+        target,
+        ledger_id,
+        digest,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert child.stderr is not None
+        line = await asyncio.wait_for(child.stderr.readline(), 60)
+        assert line.startswith(b"opsgate-fault: holding at allow_decided"), line
+        child.kill()
+    finally:
+        if child.returncode is None:
+            child.kill()
+        await child.wait()
+    async with open_store(target, person=mention) as store:
+        row = await store.get_call(ledger_id)
+        assert row is not None and row.status == "pending" and row.approvals == ()
+        assert await store.active_allowances() == []
+        assert not [a for a in await store.audit_rows() if a.event in ("decision", "allowance")]
+    # Nothing was half-done, so the click can be made again, and it takes.
+    again = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _ALLOWER,
+        target,
+        ledger_id,
+        digest,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(again.communicate(), 60)
+    assert out == b"allowed\n"
+    async with open_store(target, person=mention) as store:
+        row = await store.get_call(ledger_id)
+        assert row is not None and row.status == "approved"
+        [allowance] = await store.active_allowances()
+        assert allowance.ledger_id == ledger_id
+
+
+async def test_on_sqlite_a_kill_inside_allow_leaves_no_approved_call_without_allowance(
+    tmp_path: Path,
+) -> None:
+    await _killed_between_approval_and_allowance(str(tmp_path / "opsgate.db"))
+
+
+async def test_on_postgresql_a_kill_inside_allow_leaves_no_approved_call_without_allowance(
+    postgres_url: str,
+) -> None:
+    await _killed_between_approval_and_allowance(postgres_url)

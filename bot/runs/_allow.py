@@ -15,7 +15,7 @@ from datetime import timedelta
 from agent_core import ApprovalGate, Tool, ToolCall
 
 from ..allowances import dump_shape, load_shape, shape_of
-from ..store import AllowanceRow, SessionRow, ToolCallRow
+from ..store import AllowanceGrant, AllowanceRow, SessionRow, ToolCallRow
 from ._context import RunContext
 from .notices import Notice
 from .output import Thread
@@ -56,22 +56,19 @@ class Allowances:
         """Whether a card of `tool` in `channel` offers "Allow for <duration>"."""
         return allow_window(self.ctx, tool, channel) is not None
 
-    async def grant(self, row: ToolCallRow, session: SessionRow, user: str) -> AllowanceInfo:
-        """The allowance an "Allow for" click creates once its approval is recorded."""
+    def grant_for(self, row: ToolCallRow, session: SessionRow) -> AllowanceGrant:
+        """The allowance an "Allow for" click on `row` asks for (stored with its approval)."""
         window = self.ctx.policy.tool_policy(row.tool).allow_for
         assert window is not None
         arguments = row.running_arguments()
         shape = shape_of(row.tool, arguments if isinstance(arguments, dict) else {})
-        made = await self.ctx.store.create_allowance(
+        return AllowanceGrant(
             channel_id=session.channel_id,
             tool=row.tool,
             shape=dump_shape(shape),
             label=shape.label(row.tool),
-            granted_by=user,
-            ledger_id=row.id,
             expires_at=self.ctx.clock() + window,
         )
-        return info(made)
 
     def gate(self, thread: Thread, session_id: str) -> ApprovalGate:
         """The approval gate of one run in `thread`: the policy's, then the channel's

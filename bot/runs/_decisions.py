@@ -41,8 +41,11 @@ class Decisions:
         user: str,
         team: str | None,
         reason: str | None = None,
+        digest: str | None = None,
     ) -> Notice | None:
-        """Record a decision. Returns a notice for the decider alone when nothing changed."""
+        """Record a decision. Returns a notice for the decider alone when nothing changed.
+        `digest` is what the clicked card showed: a click on a card drawn before an edit does
+        not count toward the edited call (the store checks it, in the decision's transaction)."""
         store = self.ctx.store
         row = await store.get_call(ledger_id)
         session = None if row is None else await store.get_session(row.session_id)
@@ -94,6 +97,7 @@ class Decisions:
             reason=reason,
             required_approvals=self.ctx.policy.required_approvals_for(session.channel_id),
             rule=verdict.rule,
+            digest=digest,
         )
         # Redrawn whether or not this click changed anything: a card still showing buttons
         # for a decided (or just expired) call must lose them. In the background: the

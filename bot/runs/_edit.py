@@ -25,7 +25,7 @@ from ..store import (
     ToolCallRow,
     already_reason,
 )
-from ._allow import Allowances, scope
+from ._allow import Allowances, info, scope
 from ._cards import Cards
 from ._context import RunContext
 from ._observe import note_decision
@@ -146,8 +146,11 @@ class Edits:
 
     # -- allow -----------------------------------------------------------------------------------
 
-    async def allow(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
-        """Approve the call and allow its shape in the channel for the policy's `allow_for`."""
+    async def allow(
+        self, ledger_id: str, *, user: str, team: str | None, digest: str | None = None
+    ) -> Notice | None:
+        """Approve the call and allow its shape in the channel for the policy's `allow_for`,
+        in one store transaction. `digest` is what the clicked card showed (None: unknown)."""
         found = await self._pending(ledger_id, user=user, team=team, action="allowed")
         if not isinstance(found, tuple):
             return found
@@ -156,21 +159,28 @@ class Edits:
             return DecisionNotRecorded(SelfAllow())
         if not self.allowances.offered(row.tool, session.channel_id):
             return DecisionNotRecorded(NoAllowanceOffered(row.tool))
-        outcome = await self.ctx.store.decide(
-            ledger_id,
-            "approved",
-            user_id=user,
-            team_id=team,
-            reason=f"approved and allowed: {scope(row)}",
-            required_approvals=1,
-            rule="allow_for",
-        )
-        if outcome.recorded and outcome.row.status == "approved":
-            note_decision(self.ctx, outcome.row, "allowed")
-            granted = await self.allowances.grant(outcome.row, session, user)
-            thread = await self.cards.thread(row)
-            if thread is not None:
-                await self.ctx.output.say(thread, AllowanceGranted(granted))
+        # The allowance's shape is read from `row`; binding the approval to `row`'s digest
+        # means an edit committed since makes the store refuse rather than allow a stale shape.
+        if digest is not None and digest != row.running_digest:
+            outcome = await self.ctx.store.decide(
+                ledger_id, "approved", user_id=user, team_id=team, rule="allow_for", digest=digest
+            )
+        else:
+            allowed = await self.ctx.store.allow_call(
+                ledger_id,
+                self.allowances.grant_for(row, session),
+                user_id=user,
+                team_id=team,
+                reason=f"approved and allowed: {scope(row)}",
+                rule="allow_for",
+                digest=row.running_digest,
+            )
+            outcome = allowed.decision
+            if allowed.allowance is not None:
+                note_decision(self.ctx, outcome.row, "allowed")
+                thread = await self.cards.thread(row)
+                if thread is not None:
+                    await self.ctx.output.say(thread, AllowanceGranted(info(allowed.allowance)))
         await self.cards.refresh(outcome.row)
         await self._resume(row.session_id)
         if not outcome.recorded:

@@ -9,13 +9,17 @@ channel answers. Channels with approver lists show to the people on them.
 from __future__ import annotations
 
 from .._duration import format_duration
+from ..store import HomeViewer
 from ._allow import Allowances
 from ._cards import Cards
 from ._context import RunContext
 from .cards import CardCall
 from .ux import AllowanceInfo, HomeView
 
-__all__ = ["Home"]
+__all__ = ["REPUBLISH_MAX", "Home"]
+
+REPUBLISH_MAX = 50
+"""Most Home tabs republished after one decision (`views.publish` is rate limited)."""
 
 
 class Home:
@@ -71,6 +75,48 @@ class Home:
             "approve", channel=allowance.channel, user=user, requester=None, user_team=team
         )
         return verdict.kind == "allowed"
+
+    async def opened(self, user: str, *, team: str | None) -> HomeView:
+        """`user` opened the Home tab: remember them (to republish it after decisions they
+        see) and return what it shows."""
+        await self.ctx.store.home_opened(user, team)
+        return await self.view(user, team=team)
+
+    async def affected(
+        self, *, ledger_id: str | None = None, channel: str | None = None
+    ) -> list[HomeViewer]:
+        """Who, of the people who opened the Home tab lately, sees a change to call `ledger_id`
+        (or to the allowances of `channel`): its requester, and whoever may approve there. At
+        most `REPUBLISH_MAX`, the most recent openers first."""
+        requester = None
+        if ledger_id is not None:
+            row = await self.ctx.store.get_call(ledger_id)
+            session = None if row is None else await self.ctx.store.get_session(row.session_id)
+            if row is None or session is None:
+                return []
+            requester, channel = row.requested_by, session.channel_id
+        if channel is None:
+            return []
+        listed = not self.ctx.policy.approvers_for(channel).anyone
+        out: list[HomeViewer] = []
+        for viewer in await self.ctx.store.home_viewers():
+            if len(out) >= REPUBLISH_MAX:
+                break
+            if viewer.user_id == requester:
+                out.append(viewer)
+                continue
+            if not listed:
+                continue  # such channels are not on anyone's Home tab (see the docstring)
+            verdict = await self.ctx.approvals.check(
+                "approve",
+                channel=channel,
+                user=viewer.user_id,
+                requester=None,
+                user_team=viewer.team_id,
+            )
+            if verdict.kind == "allowed":
+                out.append(viewer)
+        return out
 
     def summary(self) -> str:
         """The policy in one paragraph (plain words; the renderer escapes it)."""

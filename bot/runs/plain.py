@@ -148,6 +148,11 @@ def _decision_reason(why: DecisionReason) -> str:
             return "you asked for this call, so you cannot allow it"
         case "no_allowance_offered":
             return f"the policy offers no allowance for {why.tool} here"
+        case "arguments_changed":
+            return (
+                f"the arguments changed since this card was drawn ({why.shown} -> {why.now}); "
+                "decide again on the redrawn card"
+            )
 
 
 def _cancel_reason(why: CancelReason) -> str:

@@ -217,10 +217,13 @@ class RunService:
         user: str,
         team: str | None,
         reason: str | None = None,
+        digest: str | None = None,
     ) -> Notice | None:
         """Record a decision (`bot.runs._decisions`); a notice for the decider alone when
-        nothing changed."""
-        return await self.decisions.decide(ledger_id, decision, user=user, team=team, reason=reason)
+        nothing changed. `digest`: what the clicked card showed."""
+        return await self.decisions.decide(
+            ledger_id, decision, user=user, team=team, reason=reason, digest=digest
+        )
 
     async def maybe_resume(self, session_id: str) -> bool:
         """Resume the paused run once every gated call is decided; exactly one caller does."""

@@ -96,6 +96,12 @@ def decision_reason_text(why: DecisionReason) -> str:
             return "You asked for this call, so you cannot allow it."
         case "no_allowance_offered":
             return f"The policy offers no allowance for `{escape_mrkdwn(why.tool)}` here."
+        case "arguments_changed":
+            return (
+                "Nothing recorded: the arguments changed since this card was drawn "
+                f"(it showed digest `{escape_mrkdwn(why.shown)}`, the call is now "
+                f"`{escape_mrkdwn(why.now)}`). The card is redrawn; check it and decide again."
+            )
 
 
 def cancel_reason_text(why: CancelReason) -> str:

@@ -25,6 +25,7 @@ from slack_sdk.models.views import View
 
 from ..runs.cards import CardCall, CardOutcome, OutcomeStatus
 from ._answers import lock_text
+from ._binding import decision_block_id
 from ._card_body import arguments_blocks, card_body, section, slack_date
 from ._forms import edited_note, extra_buttons, reason_select, selected_reason
 from ._text import code_span, escape_cut, user_mention
@@ -84,7 +85,7 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
         blocks.append(section(lock_text(call.locked)))
     blocks.append(
         ActionsBlock(
-            block_id=BLOCK_ACTIONS,
+            block_id=decision_block_id(call.digest),
             elements=[
                 *([approve] if call.locked is None else []),
                 ButtonElement(

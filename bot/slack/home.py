@@ -24,6 +24,7 @@ from slack_sdk.models.views import View
 
 from ..runs.cards import CardCall
 from ..runs.ux import AllowanceInfo, HomeView
+from ._binding import decision_block_id
 from ._card_body import card_body, section
 from ._forms import ACTION_EDIT
 from ._text import escape_cut
@@ -101,7 +102,7 @@ def _decision_buttons(call: CardCall) -> ActionsBlock:
                 text=PlainTextObject(text="Edit"), action_id=ACTION_EDIT, value=call.ledger_id
             )
         )
-    return ActionsBlock(elements=buttons)
+    return ActionsBlock(block_id=decision_block_id(call.digest, call.ledger_id), elements=buttons)
 
 
 def _note(text: str) -> ContextBlock:

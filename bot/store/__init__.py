@@ -5,7 +5,7 @@ backend (`bot.store.postgres`, for replicas) implement it, and `open_store` pick
 path or URL. Plain storage: it knows Slack ids only as strings and never imports a Slack library.
 """
 
-from ._rules import SEEN_EVENT_TTL, card_state
+from ._rules import HOME_VIEWERS_KEPT, SEEN_EVENT_TTL, card_state
 from ._rules import already as already_reason
 from ._schema import SCHEMA_VERSION
 from ._time import utc_now
@@ -20,12 +20,15 @@ from .errors import (
 )
 from .health import WriteHealth
 from .models import (
+    AllowanceGrant,
     AllowanceRow,
+    AllowOutcome,
     AuditEvent,
     AuditRow,
     CancelOutcome,
     DecisionOutcome,
     EnqueueOutcome,
+    HomeViewer,
     InboxItem,
     PendingApproval,
     QueueItem,
@@ -37,6 +40,7 @@ from .models import (
 from .reasons import (
     AlreadyApprovedByYou,
     AlreadyDecided,
+    ArgumentsChanged,
     BatchMovedOn,
     CallExpired,
     CancelReason,
@@ -52,9 +56,12 @@ from .sqlite import SQLiteStore
 from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
+    "AllowOutcome",
+    "AllowanceGrant",
     "AllowanceRow",
     "AlreadyApprovedByYou",
     "AlreadyDecided",
+    "ArgumentsChanged",
     "AuditEvent",
     "AuditRow",
     "BatchMovedOn",
@@ -68,6 +75,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "DecisionReason",
     "EditNotAllowed",
     "EnqueueOutcome",
+    "HOME_VIEWERS_KEPT",
+    "HomeViewer",
     "InboxItem",
     "InboxKind",
     "InvalidTransition",

@@ -21,6 +21,7 @@ from bot._duration import format_duration
 from .models import ToolCallRow, batch_complete
 from .reasons import (
     AlreadyDecided,
+    ArgumentsChanged,
     BatchMovedOn,
     CallExpired,
     CancelReason,
@@ -31,11 +32,13 @@ from .reasons import (
 from .states import RunState
 
 __all__ = [
+    "HOME_VIEWERS_KEPT",
     "PROBE_EVENT_ID",
     "RUN_STATES",
     "SEEN_EVENT_TTL",
     "Person",
     "already",
+    "arguments_changed",
     "cancel_outcome",
     "cancel_refusal",
     "card_state",
@@ -53,6 +56,9 @@ SEEN_EVENT_TTL = timedelta(days=1)
 
 PROBE_EVENT_ID = "opsgate:readiness-probe"
 """The one `seen_events` row `probe_write` overwrites; no Slack event id looks like it."""
+
+HOME_VIEWERS_KEPT = 500
+"""How many recent Home tab openers the store remembers (the oldest are forgotten)."""
 
 RUN_STATES: frozenset[str] = frozenset(get_args(RunState))
 
@@ -107,6 +113,14 @@ def card_state(row: ToolCallRow) -> str:
             return row.status
         case _:
             return "approved"
+
+
+def arguments_changed(row: ToolCallRow, shown: str | None) -> ArgumentsChanged | None:
+    """A click from a card that showed digest `shown` while the pending call now runs other
+    arguments (it was edited since): it must not count toward the edited call."""
+    if shown is None or row.status != "pending" or shown == row.running_digest:
+        return None
+    return ArgumentsChanged(shown, row.running_digest)
 
 
 def edit_refusal(row: ToolCallRow) -> DecisionReason | None:

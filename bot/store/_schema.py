@@ -236,7 +236,19 @@ _V7: tuple[str, ...] = (
     "CREATE INDEX inbox_by_state ON inbox (state, id)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+_V8: tuple[str, ...] = (
+    # Who opened the Home tab lately (the most recent few hundred): after a decision their
+    # Home tabs are republished if the call was theirs to see.
+    """
+    CREATE TABLE home_viewers (
+        user_id   TEXT PRIMARY KEY,
+        team_id   TEXT,
+        opened_at TEXT NOT NULL
+    )
+    """,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 """`MIGRATIONS[n]` takes a file from `user_version` n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -24,9 +24,12 @@ from agent_core.sessions import StoredContext, Summary
 from ._contract import QueueAuditRecovery
 from .errors import StoreError
 from .models import (
+    AllowanceGrant,
     AllowanceRow,
+    AllowOutcome,
     CancelOutcome,
     DecisionOutcome,
+    HomeViewer,
     PendingApproval,
     RecoveredSession,
     SessionRow,
@@ -204,10 +207,13 @@ class Store(QueueAuditRecovery, Protocol):
         reason: str | None = None,
         required_approvals: int = 1,
         rule: str | None = None,
+        digest: str | None = None,
     ) -> DecisionOutcome:
         """Record a decision if the call is still pending: conditional, first writer wins.
 
-        An approval adds `user_id` to the distinct approvers and approves the call once there
+        `digest` is what the decider's card showed: if the pending call now runs other
+        arguments (edited since), nothing is recorded (`ArgumentsChanged`). An approval adds
+        `user_id` to the distinct approvers and approves the call once there
         are `required_approvals`; one rejection rejects it. A call past its expiry is expired
         here instead (audited "expiry"). Audited "decision" or "refusal" (with `rule`). `why`
         tells a loser who won and when, or how many approvals are missing."""
@@ -292,6 +298,22 @@ class Store(QueueAuditRecovery, Protocol):
         """A new allowance (`shape` is JSON); audited "allowance"."""
         ...
 
+    async def allow_call(
+        self,
+        ledger_id: str,
+        grant: AllowanceGrant,
+        *,
+        user_id: str,
+        team_id: str | None = None,
+        reason: str | None = None,
+        rule: str | None = None,
+        digest: str | None = None,
+    ) -> AllowOutcome:
+        """ "Allow for": approve the call (one approval, as `decide` with `digest`) and, if that
+        approves it, create the allowance `grant` granted by `user_id`, in one transaction: a
+        crash leaves both or neither. Audited "decision" and "allowance"."""
+        ...
+
     async def get_allowance(self, allowance_id: str) -> AllowanceRow | None: ...
 
     async def active_allowances(
@@ -302,6 +324,17 @@ class Store(QueueAuditRecovery, Protocol):
 
     async def revoke_allowance(self, allowance_id: str, *, user_id: str) -> bool:
         """End an allowance now; conditional (False if already revoked or unknown)."""
+        ...
+
+    # -- the Home tab ----------------------------------------------------------------------------
+
+    async def home_opened(self, user_id: str, team_id: str | None = None) -> None:
+        """Remember that `user_id` opened the Home tab now; only the `HOME_VIEWERS_KEPT` most
+        recent are kept."""
+        ...
+
+    async def home_viewers(self) -> list[HomeViewer]:
+        """Who opened the Home tab lately, most recent first."""
         ...
 
 

@@ -14,12 +14,15 @@ from .reasons import CancelReason, DecisionReason
 from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
 
 __all__ = [
+    "AllowOutcome",
+    "AllowanceGrant",
     "AllowanceRow",
     "AuditEvent",
     "AuditRow",
     "CancelOutcome",
     "DecisionOutcome",
     "EnqueueOutcome",
+    "HomeViewer",
     "InboxItem",
     "PendingApproval",
     "QueueItem",
@@ -284,3 +287,35 @@ class AllowanceRow(BaseModel):
 
     def active(self, now: datetime) -> bool:
         return self.revoked_at is None and now < self.expires_at
+
+
+class AllowanceGrant(BaseModel):
+    """The allowance an "Allow for" click asks for, stored with the approval
+    (`Store.allow_call`): `shape` is JSON, `label` the shape in words."""
+
+    model_config = _FROZEN
+
+    channel_id: str
+    tool: str
+    shape: str
+    label: str
+    expires_at: datetime
+
+
+class AllowOutcome(BaseModel):
+    """What `Store.allow_call` did: the decision, and the allowance when the call is approved
+    by it (None otherwise: nothing of the allowance was written)."""
+
+    model_config = _FROZEN
+
+    decision: DecisionOutcome
+    allowance: AllowanceRow | None = None
+
+
+class HomeViewer(BaseModel):
+    """Someone who opened the Home tab lately, from workspace `team_id`."""
+
+    model_config = _FROZEN
+
+    user_id: str
+    team_id: str | None = None

@@ -14,6 +14,7 @@ from .states import CallStatus, RunState
 __all__ = [
     "AlreadyApprovedByYou",
     "AlreadyDecided",
+    "ArgumentsChanged",
     "BatchMovedOn",
     "CallExpired",
     "CancelReason",
@@ -107,8 +108,19 @@ class NoAllowanceOffered:
     kind: Literal["no_allowance_offered"] = "no_allowance_offered"
 
 
+@dataclass(frozen=True, slots=True)
+class ArgumentsChanged:
+    """The click came from a card drawn for other arguments (`shown`): the call was edited
+    since, and now has digest `now`. The click counts for nothing; the card is redrawn."""
+
+    shown: str
+    now: str
+    kind: Literal["arguments_changed"] = "arguments_changed"
+
+
 DecisionReason = (
     AlreadyDecided
+    | ArgumentsChanged
     | CallExpired
     | NeedsNoApproval
     | AlreadyApprovedByYou

@@ -1,5 +1,7 @@
 """The contract of edits and allowances: an edit is a decision (one winner), resets the count,
-keeps the model's arguments; allowances are listed while active and revoked once."""
+keeps the model's arguments; allowances are listed while active and revoked once; "Allow for"
+approves and creates its allowance in one transaction; a click bound to a digest the call no
+longer has counts for nothing."""
 
 from __future__ import annotations
 
@@ -8,7 +10,13 @@ import json
 from datetime import timedelta
 
 from agent_core import call_digest, canonical_arguments
-from bot.store import AlreadyDecided, MoreApprovalsNeeded, Store
+from bot.store import (
+    AllowanceGrant,
+    AlreadyDecided,
+    ArgumentsChanged,
+    MoreApprovalsNeeded,
+    Store,
+)
 
 from .conftest import StoreFactory
 from .helpers import RESTART, T0, Clock, mention, paused_session
@@ -119,3 +127,56 @@ async def test_allowances_are_listed_while_active_and_revoked_once(
     assert revoked is not None and revoked.revoked_by == "UBOB"
     events = [(a.event, a.actor) for a in await store.audit_rows()]
     assert events == [("allowance", "UALICE"), ("allowance_revoked", "UBOB")]
+
+
+def _grant(channel: str = "C1") -> AllowanceGrant:
+    exact = canonical_arguments({"service": "api", "force": True})
+    shape = json.dumps({"kind": "exact", "arguments": exact})
+    return AllowanceGrant(
+        channel_id=channel,
+        tool="restart_service",
+        shape=shape,
+        label="these exact arguments",
+        expires_at=T0 + timedelta(hours=1),
+    )
+
+
+async def test_allow_call_approves_and_creates_the_allowance_together(store: Store) -> None:
+    _, rows = await paused_session(store)
+    ledger_id = rows[0].id
+    outcome = await store.allow_call(
+        ledger_id, _grant(), user_id="UBOB", rule="allow_for", digest=rows[0].digest
+    )
+    assert outcome.decision.recorded and outcome.decision.row.status == "approved"
+    assert outcome.allowance is not None
+    assert (outcome.allowance.granted_by, outcome.allowance.ledger_id) == ("UBOB", ledger_id)
+    assert [a.id for a in await store.active_allowances()] == [outcome.allowance.id]
+    events = [a.event for a in await store.audit_rows() if a.event in ("decision", "allowance")]
+    assert events == ["decision", "allowance"]
+    # A second Allow on the decided call records nothing and creates no second allowance.
+    again = await store.allow_call(ledger_id, _grant(), user_id="UCAROL", digest=rows[0].digest)
+    assert not again.decision.recorded and again.allowance is None
+    assert isinstance(again.decision.why, AlreadyDecided)
+    assert len(await store.active_allowances()) == 1
+
+
+async def test_a_click_bound_to_the_pre_edit_digest_records_nothing(store: Store) -> None:
+    _, rows = await paused_session(store)
+    ledger_id, shown = rows[0].id, rows[0].digest
+    arguments, digest = _edit()
+    await store.edit_call(ledger_id, arguments, digest, user_id="UEDIT", required_approvals=2)
+    stale = await store.decide(
+        ledger_id, "approved", user_id="UBOB", required_approvals=2, digest=shown
+    )
+    assert not stale.recorded and stale.why == ArgumentsChanged(shown, digest)
+    assert stale.row.approvals == ("UEDIT",) and stale.row.status == "pending"
+    allowed = await store.allow_call(ledger_id, _grant(), user_id="UBOB", digest=shown)
+    assert not allowed.decision.recorded and allowed.allowance is None
+    assert await store.active_allowances() == []
+    refusals = [a for a in await store.audit_rows() if a.event == "refusal"]
+    assert [r.details["why"] for r in refusals] == ["arguments_changed"] * 2
+    # Bound to what the redrawn card shows, the same click counts.
+    fresh = await store.decide(
+        ledger_id, "approved", user_id="UBOB", required_approvals=2, digest=digest
+    )
+    assert fresh.recorded and fresh.row.status == "approved"

@@ -144,12 +144,35 @@ class Bot:
         return [c.params for c in calls]
 
     async def click(
-        self, action_id: str, value: str, *, user: str, channel: str = CHANNEL, team: str = TEAM
+        self,
+        action_id: str,
+        value: str,
+        *,
+        user: str,
+        channel: str = CHANNEL,
+        team: str = TEAM,
+        block_id: str | None = None,
     ) -> httpx.Response:
+        """Click a card's button as Slack would: the payload carries the card as it is drawn
+        now and the `block_id` of the button's block (`block_id` overrides it, e.g. to click
+        a copy of the card drawn earlier)."""
         row = await self.deps.store.get_call(value)
         message_ts = (row.card_ts if row else None) or "1700000000.000001"
+        drawn = (
+            self.slack.message(row.card_channel, message_ts) if row and row.card_channel else None
+        )
+        blocks = list((drawn or {}).get("blocks") or []) or None
+        if block_id is None:
+            block_id = _block_of(blocks or [], action_id) or "opsgate_decision"
         payload = block_actions(
-            action_id, value, user=user, channel=channel, message_ts=message_ts, team=team
+            action_id,
+            value,
+            user=user,
+            channel=channel,
+            message_ts=message_ts,
+            team=team,
+            block_id=block_id,
+            blocks=blocks,
         )
         return await self.post(interaction_body(payload), "application/x-www-form-urlencoded")
 
@@ -217,6 +240,15 @@ def cancel_values(blocks: Sequence[dict[str, Any]]) -> list[str]:
         for element in block.get("elements", [])
         if element.get("action_id") == "opsgate_cancel"
     ]
+
+
+def _block_of(blocks: Sequence[dict[str, Any]], action_id: str) -> str | None:
+    """The `block_id` of the actions block holding the button `action_id`."""
+    for block in blocks:
+        elements = block.get("elements", []) if block.get("type") == "actions" else []
+        if any(e.get("action_id") == action_id for e in elements):
+            return str(block.get("block_id") or "") or None
+    return None
 
 
 def _button_values(blocks: Sequence[dict[str, Any]]) -> list[str]:

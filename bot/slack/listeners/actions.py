@@ -12,9 +12,11 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 from ...runs.notices import Notice
 from ...runs.output import PostFailed, Thread
 from ...runs.service import RunService
+from .._binding import shown_digest
 from .._text import escape_mrkdwn
 from ..blocks import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
 from ..output import SlackThreadOutput
+from ._homes import republish
 
 __all__ = ["PRE_CHECK_SECONDS", "register"]
 
@@ -38,10 +40,13 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         click = click_of(body)
         await tell(
             click,
-            await service.decide(click.ledger_id, "approved", user=click.user, team=click.team),
+            await service.decide(
+                click.ledger_id, "approved", user=click.user, team=click.team, digest=click.digest
+            ),
         )
-        if click.thread is None:  # clicked on the Home tab: show it as it is now
-            await output.publish_home(await service.home.view(click.user, team=click.team))
+        await republish(
+            service, output, clicker=click.user, team=click.team, ledger_id=click.ledger_id
+        )
 
     @app.action(ACTION_REJECT)
     async def on_reject(ack: AsyncAck, body: dict[str, Any]) -> None:
@@ -88,6 +93,8 @@ class Click:
     thread: Thread | None
     """The card's thread, for a private answer; None if the payload does not say."""
     trigger_id: str
+    digest: str | None = None
+    """The digest the clicked card showed (its buttons' block id); None if it does not say."""
 
 
 def click_of(body: dict[str, Any]) -> Click:
@@ -106,4 +113,5 @@ def click_of(body: dict[str, Any]) -> Click:
         team=str(team) if team else None,
         thread=thread,
         trigger_id=str(body.get("trigger_id") or ""),
+        digest=shown_digest(body["actions"][0].get("block_id")),
     )

@@ -7,10 +7,9 @@ thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
 from ...runs.notices import Notice
 from ...runs.output import Thread
@@ -18,7 +17,9 @@ from ...runs.service import RunService
 from ...runs.ux import EditErrors, EditForm
 from .._forms import ACTION_ALLOW, ACTION_EDIT, CALLBACK_EDIT, edit_values
 from ..home import ACTION_REVOKE
+from ..messages import render
 from ..output import SlackThreadOutput
+from ._homes import republish
 from .actions import Click, click_of
 from .events import message_text
 
@@ -38,10 +39,6 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         if thread is not None:
             await output.tell(thread, click.user, notice)
 
-    async def refresh_home(*users: str | None) -> None:
-        for user in dict.fromkeys(u for u in users if u):
-            await output.publish_home(await service.home.view(user, team=None))
-
     @app.action(ACTION_EDIT)
     async def on_edit(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
@@ -59,29 +56,35 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         await ack()
         click = click_of(body)
         await tell(
-            click, await service.edits.allow(click.ledger_id, user=click.user, team=click.team)
+            click,
+            await service.edits.allow(
+                click.ledger_id, user=click.user, team=click.team, digest=click.digest
+            ),
         )
-        await refresh_home(click.user)
+        await republish(
+            service, output, clicker=click.user, team=click.team, ledger_id=click.ledger_id
+        )
 
     @app.action(ACTION_REVOKE)
-    async def on_revoke(ack: AsyncAck, body: dict[str, Any]) -> None:
+    async def on_revoke(ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond) -> None:
         await ack()
         click = click_of(body)
+        allowance = await service.ctx.store.get_allowance(click.ledger_id)
         notice = await service.allowances.revoke(click.ledger_id, user=click.user, team=click.team)
-        if click.thread is not None:
+        # From `/opsgate allowances` (an ephemeral message: no thread), the answer goes to
+        # its response_url; from the Home tab, the republished tab is the answer.
+        if body.get("response_url"):
+            await respond(text=render(notice).text, response_type="ephemeral")
+        elif click.thread is not None:
             await output.tell(click.thread, click.user, notice)
-        await refresh_home(click.user)
+        channel = allowance.channel_id if allowance is not None else None
+        await republish(service, output, clicker=click.user, team=click.team, channel=channel)
 
-    _register_edit_form(app, service, output, refresh_home)
+    _register_edit_form(app, service, output)
     _register_home_and_shortcut(app, service, output)
 
 
-def _register_edit_form(
-    app: AsyncApp,
-    service: RunService,
-    output: SlackThreadOutput,
-    refresh_home: Callable[..., Awaitable[None]],
-) -> None:
+def _register_edit_form(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
     @app.view(CALLBACK_EDIT)
     async def on_edit_submitted(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
         user = body.get("user") or {}
@@ -96,7 +99,7 @@ def _register_edit_form(
             thread = await service.decisions.thread_of_call(ledger_id)
             if thread is not None:
                 await output.tell(thread, user_id, result)
-        await refresh_home(user_id)
+        await republish(service, output, clicker=user_id, team=team, ledger_id=ledger_id)
 
 
 def _register_home_and_shortcut(
@@ -109,7 +112,7 @@ def _register_home_and_shortcut(
         user = str(event.get("user") or "")
         if user:
             team = body.get("team_id")
-            await output.publish_home(await service.home.view(user, team=team))
+            await output.publish_home(await service.home.opened(user, team=team))
 
     @app.shortcut(SHORTCUT)
     async def on_shortcut(ack: AsyncAck, body: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 from ...runs.service import RunService
 from ..blocks import CALLBACK_REJECT, reason_from_view
 from ..output import SlackThreadOutput
+from ._homes import republish
 
 __all__ = ["register"]
 
@@ -31,4 +32,6 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         )
         if notice is not None and (thread := await service.decisions.thread_of_call(ledger_id)):
             await output.tell(thread, user_id, notice)
-        await output.publish_home(await service.home.view(user_id, team=user.get("team_id")))
+        await republish(
+            service, output, clicker=user_id, team=user.get("team_id"), ledger_id=ledger_id
+        )

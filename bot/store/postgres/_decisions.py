@@ -9,7 +9,14 @@ from typing import Any, Literal
 from agent_core.approvals import ToolApprovalResponse
 from agent_core.batches import close_batch
 
-from .._rules import already, cancel_outcome, cancel_refusal, expiry_ttl, responses
+from .._rules import (
+    already,
+    arguments_changed,
+    cancel_outcome,
+    cancel_refusal,
+    expiry_ttl,
+    responses,
+)
 from .._time import aware
 from ..models import CancelOutcome, DecisionOutcome, PendingApproval, SessionRow, ToolCallRow
 from ..reasons import AlreadyApprovedByYou, DecisionReason, MoreApprovalsNeeded, NeedsNoApproval
@@ -52,76 +59,102 @@ class Decisions(Ledger):
         reason: str | None = None,
         required_approvals: int = 1,
         rule: str | None = None,
+        digest: str | None = None,
     ) -> DecisionOutcome:
         """Record a decision if the call is still pending: first writer wins, across replicas
         (the session and then the call row are locked, as every writer of them does)."""
         _check_decision(decision, required_approvals)
         async with self._transaction("decide") as conn:
-            unlocked = await self._call(conn, ledger_id)
-            await self._session_record(conn, unlocked.session_id, lock=True)
-            row = await self._call(conn, ledger_id, lock=True)
-            now = self._now()
-            why = await self._refusal(conn, row, decision, user_id, now)
-            common = {
-                "ledger_id": ledger_id,
-                "tool": row.name,
-                "digest": row.digest,
-                "decision": decision,
-                "rule": rule,
-                "reason": reason,
-                "team_id": team_id,
-            }
-            if why is not None:
-                await self._write_audit(
-                    conn,
-                    "refusal",
-                    actor=user_id,
-                    session_id=row.session_id,
-                    call_id=row.call_id,
-                    details={**common, "why": why.kind},
-                )
-                return DecisionOutcome(
-                    recorded=False, row=await self._call(conn, ledger_id), why=why
-                )
-            approvals = list(row.approvals)
-            final = True
-            if decision == "approved":
-                approvals.append(user_id)
-                final = len(approvals) >= required_approvals
-            if final:
-                await conn.execute(
-                    "UPDATE tool_calls SET status = $1, decided_by = $2, decided_team = $3, "
-                    "decided_at = $4, reason = $5, approvals = $6 "
-                    "WHERE id = $7 AND status = 'pending'",
-                    decision,
-                    user_id,
-                    team_id,
-                    now,
-                    reason,
-                    approvals,
-                    ledger_id,
-                )
-            else:
-                await conn.execute(
-                    "UPDATE tool_calls SET approvals = $1 WHERE id = $2 AND status = 'pending'",
-                    approvals,
-                    ledger_id,
-                )
-                why = MoreApprovalsNeeded(len(approvals), required_approvals)
+            return await self._decide_in(
+                conn,
+                ledger_id,
+                decision,
+                user_id=user_id,
+                team_id=team_id,
+                reason=reason,
+                required_approvals=required_approvals,
+                rule=rule,
+                digest=digest,
+            )
+
+    async def _decide_in(
+        self,
+        conn: Connection,
+        ledger_id: str,
+        decision: Literal["approved", "rejected"],
+        *,
+        user_id: str,
+        team_id: str | None,
+        reason: str | None,
+        required_approvals: int,
+        rule: str | None,
+        digest: str | None,
+    ) -> DecisionOutcome:
+        """`decide` inside the caller's transaction (`allow_call` adds the allowance to it)."""
+        unlocked = await self._call(conn, ledger_id)
+        await self._session_record(conn, unlocked.session_id, lock=True)
+        row = await self._call(conn, ledger_id, lock=True)
+        now = self._now()
+        why = await self._refusal(conn, row, decision, user_id, now)
+        why = why or arguments_changed(row, digest)
+        common = {
+            "ledger_id": ledger_id,
+            "tool": row.name,
+            "digest": row.digest,
+            "decision": decision,
+            "rule": rule,
+            "reason": reason,
+            "team_id": team_id,
+        }
+        if why is not None:
             await self._write_audit(
                 conn,
-                "decision",
+                "refusal",
                 actor=user_id,
                 session_id=row.session_id,
                 call_id=row.call_id,
-                details={
-                    **common,
-                    "approvals": len(approvals),
-                    "required_approvals": required_approvals,
-                    "final": final,
-                },
+                details={**common, "why": why.kind, "shown_digest": digest},
             )
-            return DecisionOutcome(recorded=True, row=await self._call(conn, ledger_id), why=why)
+            return DecisionOutcome(recorded=False, row=await self._call(conn, ledger_id), why=why)
+        approvals = list(row.approvals)
+        final = True
+        if decision == "approved":
+            approvals.append(user_id)
+            final = len(approvals) >= required_approvals
+        if final:
+            await conn.execute(
+                "UPDATE tool_calls SET status = $1, decided_by = $2, decided_team = $3, "
+                "decided_at = $4, reason = $5, approvals = $6 "
+                "WHERE id = $7 AND status = 'pending'",
+                decision,
+                user_id,
+                team_id,
+                now,
+                reason,
+                approvals,
+                ledger_id,
+            )
+        else:
+            await conn.execute(
+                "UPDATE tool_calls SET approvals = $1 WHERE id = $2 AND status = 'pending'",
+                approvals,
+                ledger_id,
+            )
+            why = MoreApprovalsNeeded(len(approvals), required_approvals)
+        await self._write_audit(
+            conn,
+            "decision",
+            actor=user_id,
+            session_id=row.session_id,
+            call_id=row.call_id,
+            details={
+                **common,
+                "approvals": len(approvals),
+                "required_approvals": required_approvals,
+                "final": final,
+            },
+        )
+        return DecisionOutcome(recorded=True, row=await self._call(conn, ledger_id), why=why)
 
     async def _expire(self, conn: Connection, row: ToolCallRow, now: datetime) -> ToolCallRow:
         ttl = expiry_ttl(row)

@@ -11,10 +11,12 @@ import json
 from datetime import datetime
 from typing import Any
 
+from ..._faults import checkpoint
 from .._rules import edit_refusal, edit_summary, new_id
 from .._time import aware
-from ..models import AllowanceRow, DecisionOutcome
+from ..models import AllowanceGrant, AllowanceRow, AllowOutcome, DecisionOutcome
 from ..reasons import MoreApprovalsNeeded
+from ._base import Connection
 from ._recovery import Recovery
 from ._rows import count
 
@@ -103,37 +105,74 @@ class Edits(Recovery):
         ledger_id: str,
         expires_at: datetime,
     ) -> AllowanceRow:
-        allowance_id = new_id()[:12]
-        until = aware(expires_at)
+        grant = AllowanceGrant(
+            channel_id=channel_id, tool=tool, shape=shape, label=label, expires_at=expires_at
+        )
         async with self._transaction("create_allowance") as conn:
-            record = await conn.fetchrow(
-                "INSERT INTO allowances (id, channel_id, tool, shape, label, granted_by, "
-                "ledger_id, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
-                "RETURNING *",
-                allowance_id,
-                channel_id,
-                tool,
-                shape,
-                label,
-                granted_by,
-                ledger_id,
-                self._now(),
-                until,
-            )
-            await self._write_audit(
+            return await self._insert_allowance(conn, grant, granted_by, ledger_id)
+
+    async def allow_call(
+        self,
+        ledger_id: str,
+        grant: AllowanceGrant,
+        *,
+        user_id: str,
+        team_id: str | None = None,
+        reason: str | None = None,
+        rule: str | None = None,
+        digest: str | None = None,
+    ) -> AllowOutcome:
+        async with self._transaction("allow_call") as conn:
+            decision = await self._decide_in(
                 conn,
-                "allowance",
-                actor=granted_by,
-                details={
-                    "allowance_id": allowance_id,
-                    "channel": channel_id,
-                    "tool": tool,
-                    "shape": json.loads(shape),
-                    "label": label,
-                    "ledger_id": ledger_id,
-                    "expires_at": until.isoformat(),
-                },
+                ledger_id,
+                "approved",
+                user_id=user_id,
+                team_id=team_id,
+                reason=reason,
+                required_approvals=1,
+                rule=rule,
+                digest=digest,
             )
+            if not decision.recorded or decision.row.status != "approved":
+                return AllowOutcome(decision=decision)
+            await checkpoint("allow_decided")  # crash tests: approved, allowance not yet written
+            made = await self._insert_allowance(conn, grant, user_id, ledger_id)
+        return AllowOutcome(decision=decision, allowance=made)
+
+    async def _insert_allowance(
+        self, conn: Connection, grant: AllowanceGrant, granted_by: str, ledger_id: str
+    ) -> AllowanceRow:
+        allowance_id = new_id()[:12]
+        until = aware(grant.expires_at)
+        record = await conn.fetchrow(
+            "INSERT INTO allowances (id, channel_id, tool, shape, label, granted_by, "
+            "ledger_id, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+            "RETURNING *",
+            allowance_id,
+            grant.channel_id,
+            grant.tool,
+            grant.shape,
+            grant.label,
+            granted_by,
+            ledger_id,
+            self._now(),
+            until,
+        )
+        await self._write_audit(
+            conn,
+            "allowance",
+            actor=granted_by,
+            details={
+                "allowance_id": allowance_id,
+                "channel": grant.channel_id,
+                "tool": grant.tool,
+                "shape": json.loads(grant.shape),
+                "label": grant.label,
+                "ledger_id": ledger_id,
+                "expires_at": until.isoformat(),
+            },
+        )
         return _allowance(record)
 
     async def get_allowance(self, allowance_id: str) -> AllowanceRow | None:

@@ -215,7 +215,18 @@ _V5: tuple[str, ...] = (
     "CREATE INDEX inbox_by_state ON inbox (state, id)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+_V6: tuple[str, ...] = (
+    # Who opened the Home tab lately (see the SQLite schema's version 8).
+    """
+    CREATE TABLE home_viewers (
+        user_id   text PRIMARY KEY,
+        team_id   text,
+        opened_at timestamptz NOT NULL
+    )
+    """,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 """`MIGRATIONS[n]` takes a database from schema version n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -5,13 +5,14 @@ from __future__ import annotations
 from types import TracebackType
 
 from ._edits import Edits
+from ._home import Home
 from ._inbox import Inbox
 from ._summaries import Summaries
 
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(Summaries, Edits, Inbox):
+class PostgresStore(Summaries, Edits, Inbox, Home):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 
     Use it as an async context manager: entering opens an asyncpg pool and applies pending

@@ -12,6 +12,7 @@ from ._audit import AuditPart
 from ._cancel import CancelPart
 from ._edits import EditsPart
 from ._execution import ExecutionPart
+from ._home import HomePart
 from ._inbox import InboxPart
 from ._ledger import LedgerPart
 from ._queue import QueuePart
@@ -32,6 +33,7 @@ class SQLiteStore(
     QueuePart,
     AuditPart,
     InboxPart,
+    HomePart,
     RecoveryPart,
 ):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so

@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+import aiosqlite
+
+from ..._faults import checkpoint
 from .._rules import edit_refusal, edit_summary, new_id
 from .._time import aware, to_db
-from ..models import AllowanceRow, DecisionOutcome
+from ..models import AllowanceGrant, AllowanceRow, AllowOutcome, DecisionOutcome
 from ..reasons import MoreApprovalsNeeded
 from ._connection import fetch_all, fetch_one
 from ._ledger import LedgerPart
@@ -96,38 +99,75 @@ class EditsPart(LedgerPart):
         ledger_id: str,
         expires_at: datetime,
     ) -> AllowanceRow:
-        allowance_id = new_id()[:12]
+        grant = AllowanceGrant(
+            channel_id=channel_id, tool=tool, shape=shape, label=label, expires_at=expires_at
+        )
         async with self._transaction("create_allowance") as conn:
-            await conn.execute(
-                "INSERT INTO allowances (id, channel_id, tool, shape, label, granted_by, "
-                "ledger_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    allowance_id,
-                    channel_id,
-                    tool,
-                    shape,
-                    label,
-                    granted_by,
-                    ledger_id,
-                    self._now(),
-                    to_db(expires_at),
-                ),
-            )
-            await self._write_audit(
+            return await self._insert_allowance(conn, grant, granted_by, ledger_id)
+
+    async def allow_call(
+        self,
+        ledger_id: str,
+        grant: AllowanceGrant,
+        *,
+        user_id: str,
+        team_id: str | None = None,
+        reason: str | None = None,
+        rule: str | None = None,
+        digest: str | None = None,
+    ) -> AllowOutcome:
+        async with self._transaction("allow_call") as conn:
+            decision = await self._decide_in(
                 conn,
-                "allowance",
-                actor=granted_by,
-                details={
-                    "allowance_id": allowance_id,
-                    "channel": channel_id,
-                    "tool": tool,
-                    "shape": json.loads(shape),
-                    "label": label,
-                    "ledger_id": ledger_id,
-                    "expires_at": to_db(expires_at),
-                },
+                ledger_id,
+                "approved",
+                user_id=user_id,
+                team_id=team_id,
+                reason=reason,
+                required_approvals=1,
+                rule=rule,
+                digest=digest,
             )
-            found = await fetch_one(conn, "SELECT * FROM allowances WHERE id = ?", (allowance_id,))
+            if not decision.recorded or decision.row.status != "approved":
+                return AllowOutcome(decision=decision)
+            await checkpoint("allow_decided")  # crash tests: approved, allowance not yet written
+            made = await self._insert_allowance(conn, grant, user_id, ledger_id)
+        return AllowOutcome(decision=decision, allowance=made)
+
+    async def _insert_allowance(
+        self, conn: aiosqlite.Connection, grant: AllowanceGrant, granted_by: str, ledger_id: str
+    ) -> AllowanceRow:
+        allowance_id = new_id()[:12]
+        await conn.execute(
+            "INSERT INTO allowances (id, channel_id, tool, shape, label, granted_by, "
+            "ledger_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                allowance_id,
+                grant.channel_id,
+                grant.tool,
+                grant.shape,
+                grant.label,
+                granted_by,
+                ledger_id,
+                self._now(),
+                to_db(grant.expires_at),
+            ),
+        )
+        await self._write_audit(
+            conn,
+            "allowance",
+            actor=granted_by,
+            details={
+                "allowance_id": allowance_id,
+                "channel": grant.channel_id,
+                "tool": grant.tool,
+                "shape": json.loads(grant.shape),
+                "label": grant.label,
+                "ledger_id": ledger_id,
+                "expires_at": to_db(grant.expires_at),
+            },
+        )
+        found = await fetch_one(conn, "SELECT * FROM allowances WHERE id = ?", (allowance_id,))
         assert found is not None
         return AllowanceRow.model_validate(dict(found))
 

@@ -16,7 +16,7 @@ import aiosqlite
 from agent_core.approvals import ToolApprovalResponse
 from bot._duration import format_duration
 
-from .._rules import already, card_state, expiry_ttl, responses
+from .._rules import already, arguments_changed, card_state, expiry_ttl, responses
 from .._time import aware, to_db
 from ..errors import UnknownCall
 from ..models import DecisionOutcome, PendingApproval, SessionRow, ToolCallRow
@@ -110,71 +110,96 @@ class LedgerPart(SQLiteConnection):
         reason: str | None = None,
         required_approvals: int = 1,
         rule: str | None = None,
+        digest: str | None = None,
     ) -> DecisionOutcome:
         if decision not in ("approved", "rejected"):
             raise ValueError(f"decision must be 'approved' or 'rejected', not {decision!r}")
         if required_approvals < 1:
             raise ValueError(f"required_approvals must be at least 1, not {required_approvals!r}")
         async with self._transaction("decide") as conn:
-            row = await self._call_row(conn, ledger_id)
-            clock = aware(self._clock())
-            now = to_db(clock)
-            if row.status == "pending" and row.needs_approval and _past(row, clock):
-                row = await self._expire(conn, row, now)
-            why = self._refusal(row, decision, user_id)
-            common = {
-                "ledger_id": ledger_id,
-                "tool": row.name,
-                "digest": row.digest,
-                "decision": decision,
-                "rule": rule,
-                "reason": reason,
-                "team_id": team_id,
-            }
-            if why is not None:
-                await self._write_audit(
-                    conn,
-                    "refusal",
-                    actor=user_id,
-                    session_id=row.session_id,
-                    call_id=row.call_id,
-                    details={**common, "why": why.kind},
-                )
-                return DecisionOutcome(recorded=False, row=row, why=why)
+            return await self._decide_in(
+                conn,
+                ledger_id,
+                decision,
+                user_id=user_id,
+                team_id=team_id,
+                reason=reason,
+                required_approvals=required_approvals,
+                rule=rule,
+                digest=digest,
+            )
 
-            approvals = row.approvals
-            final = True
-            if decision == "approved":
-                approvals = (*approvals, user_id)
-                final = len(approvals) >= required_approvals
-            if final:
-                await conn.execute(
-                    "UPDATE tool_calls SET status = ?, decided_by = ?, decided_team = ?, "
-                    "decided_at = ?, reason = ?, approvals = ? WHERE id = ? AND status = 'pending'",
-                    (decision, user_id, team_id, now, reason, json.dumps(approvals), ledger_id),
-                )
-            else:
-                await conn.execute(
-                    "UPDATE tool_calls SET approvals = ? WHERE id = ? AND status = 'pending'",
-                    (json.dumps(approvals), ledger_id),
-                )
-                why = MoreApprovalsNeeded(len(approvals), required_approvals)
+    async def _decide_in(
+        self,
+        conn: aiosqlite.Connection,
+        ledger_id: str,
+        decision: Literal["approved", "rejected"],
+        *,
+        user_id: str,
+        team_id: str | None,
+        reason: str | None,
+        required_approvals: int,
+        rule: str | None,
+        digest: str | None,
+    ) -> DecisionOutcome:
+        """`decide` inside the caller's transaction (`allow_call` adds the allowance to it)."""
+        row = await self._call_row(conn, ledger_id)
+        clock = aware(self._clock())
+        now = to_db(clock)
+        if row.status == "pending" and row.needs_approval and _past(row, clock):
+            row = await self._expire(conn, row, now)
+        why = self._refusal(row, decision, user_id) or arguments_changed(row, digest)
+        common = {
+            "ledger_id": ledger_id,
+            "tool": row.name,
+            "digest": row.digest,
+            "decision": decision,
+            "rule": rule,
+            "reason": reason,
+            "team_id": team_id,
+        }
+        if why is not None:
             await self._write_audit(
                 conn,
-                "decision",
+                "refusal",
                 actor=user_id,
                 session_id=row.session_id,
                 call_id=row.call_id,
-                details={
-                    **common,
-                    "approvals": len(approvals),
-                    "required_approvals": required_approvals,
-                    "final": final,
-                },
+                details={**common, "why": why.kind, "shown_digest": digest},
             )
-            return DecisionOutcome(
-                recorded=True, row=await self._call_row(conn, ledger_id), why=why
+            return DecisionOutcome(recorded=False, row=row, why=why)
+
+        approvals = row.approvals
+        final = True
+        if decision == "approved":
+            approvals = (*approvals, user_id)
+            final = len(approvals) >= required_approvals
+        if final:
+            await conn.execute(
+                "UPDATE tool_calls SET status = ?, decided_by = ?, decided_team = ?, "
+                "decided_at = ?, reason = ?, approvals = ? WHERE id = ? AND status = 'pending'",
+                (decision, user_id, team_id, now, reason, json.dumps(approvals), ledger_id),
             )
+        else:
+            await conn.execute(
+                "UPDATE tool_calls SET approvals = ? WHERE id = ? AND status = 'pending'",
+                (json.dumps(approvals), ledger_id),
+            )
+            why = MoreApprovalsNeeded(len(approvals), required_approvals)
+        await self._write_audit(
+            conn,
+            "decision",
+            actor=user_id,
+            session_id=row.session_id,
+            call_id=row.call_id,
+            details={
+                **common,
+                "approvals": len(approvals),
+                "required_approvals": required_approvals,
+                "final": final,
+            },
+        )
+        return DecisionOutcome(recorded=True, row=await self._call_row(conn, ledger_id), why=why)
 
     def _refusal(self, row: ToolCallRow, decision: str, user_id: str) -> DecisionReason | None:
         """Why a decision on `row` is not recorded, or None if it may be."""
