@@ -101,6 +101,9 @@ class Compactor:
         self.start = loaded.start
         self.summary = loaded.summary
         self.compactions = 0
+        self._schemas: tuple[tuple[Tool, ...], int] | None = None
+        """The tools of the last request and what their definitions cost: a run sends the same
+        tools with every request, so they are counted once."""
 
     def bound_answer(self, text: str | None) -> str | None:
         """An answer as stored for the model: at most `message_chars` (people got it whole)."""
@@ -111,20 +114,32 @@ class Compactor:
     ) -> list[ChatMessage]:
         """The messages to send for `history`. `harder` after the provider said the context
         was exceeded: half the target, so the oldest turns go even if the count said it fit."""
-        target = self.budget.prompt_tokens - self.budget.schema_tokens(_schemas(tools))
+        target = self.budget.prompt_tokens - self._schema_tokens(tools)
         if harder:
             target //= 2
         plan = self._plan(history)
         shown = [self._bounded(m) for m in plan.body]
         head = [*plan.fixed, *([summary_message(self.summary)] if self.summary else [])]
-        if self.budget.messages_tokens([*head, *shown]) <= target:
-            return [*head, *shown]
+        request = [*head, *shown]
+        if self.budget.fits_uncounted(request, target):
+            return request
+        if self.budget.messages_tokens(request) <= target:
+            return request
         cut = self._cut(plan.fixed, shown, target, harder=harder)
         if cut > 0:
             await self._summarise(plan, shown[:cut])
             shown = shown[cut:]
             head = [*plan.fixed, summary_message(self.summary)] if self.summary else plan.fixed
         return _squeeze(self.budget, head, shown, target)
+
+    def _schema_tokens(self, tools: Sequence[Tool]) -> int:
+        cached = self._schemas
+        if cached is not None and len(cached[0]) == len(tools):
+            if all(a is b for a, b in zip(cached[0], tools, strict=True)):
+                return cached[1]
+        tokens = self.budget.schema_tokens(_schemas(tools))
+        self._schemas = (tuple(tools), tokens)
+        return tokens
 
     def _plan(self, history: Sequence[ChatMessage]) -> _Plan:
         skip = 0 if self.summary is None else max(0, self.summary.upto - self.start)

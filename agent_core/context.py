@@ -93,6 +93,11 @@ class TokenCounter(Protocol):
     def count(self, text: str) -> int: ...
 
 
+_MAX_TOKENS_PER_CHAR_ATTR = "max_tokens_per_char"
+"""A counter may promise `count(text) <= max_tokens_per_char * len(text)`; with that promise a
+request far below the budget is sent without counting (`ContextBudget.fits_uncounted`)."""
+
+
 class EstimateCounter:
     """A conservative estimate for models without a tokenizer here: one token per 2.5 ASCII
     characters and one per other character (plus one per 4-byte character, e.g. emoji).
@@ -104,6 +109,8 @@ class EstimateCounter:
     """
 
     name = "estimate"
+    max_tokens_per_char = 2
+    """`ceil(ascii / 2.5)` is at most the ASCII count, and another character counts 1 or 2."""
 
     def count(self, text: str) -> int:
         return _estimate(text)
@@ -120,9 +127,13 @@ def _estimate(text: str) -> int:
 class BpeCounter:
     """Exact counts with an OpenAI encoding shipped inside the `bpe-openai` wheel (no download)."""
 
-    _CHUNK = 100_000
-    """Characters encoded at a time (the library refuses very long inputs); each cut may add a
-    token, so one is added per cut."""
+    _CHUNK = 50_000
+    """Characters encoded at a time: the library refuses an input of more than 200,000 tokens,
+    and a character is at most 4 bytes, so at most 4 tokens (100,000 emoji made 300,000
+    cl100k tokens). Each cut may add a token, so one is added per cut."""
+    max_tokens_per_char = 5
+    """Byte-level BPE: every token covers at least one UTF-8 byte (at most 4 per character),
+    plus the one token per cut."""
 
     def __init__(self, encoding: str) -> None:
         import bpe_openai
@@ -227,6 +238,28 @@ class ContextBudget:
 
     def messages_tokens(self, messages: Sequence[ChatMessage]) -> int:
         return sum(self.message_tokens(m) for m in messages) + 3
+
+    def fits_uncounted(self, messages: Sequence[ChatMessage], target: int) -> bool:
+        """Whether `messages_tokens(messages) <= target` is certain without tokenizing.
+
+        Most requests are far below the budget; counting every message of every request (a BPE
+        pass over text the cache has not seen) is then wasted. A ceiling from the character
+        counts and the counter's per-character promise settles those cheaply; `False` only means
+        "count them".
+        """
+        per_char = getattr(self.counter, _MAX_TOKENS_PER_CHAR_ATTR, None)
+        if not isinstance(per_char, int) or per_char < 1:
+            return False
+        ceiling = 3
+        for message in messages:
+            chars = len(message.content or "") + len(message.name or "")
+            for call in message.tool_calls:
+                chars += len(call.name) + len(call.arguments)
+                ceiling += MESSAGE_OVERHEAD
+            ceiling += MESSAGE_OVERHEAD + per_char * chars
+            if ceiling > target:
+                return False
+        return True
 
     def schema_tokens(self, schemas: Sequence[dict[str, Any]]) -> int:
         """What the tool definitions sent with every request cost."""
