@@ -131,9 +131,10 @@ class ChunkAssembler:
         if event not in ("message", ""):
             logger.debug("ignoring SSE event %r from %s", event, self.source)
             return
-        if not data.strip():
+        stripped = data.strip()
+        if not stripped:
             return
-        if data.strip() == "[DONE]":
+        if stripped == "[DONE]":
             self.done = True
             return
         chunk = self._parse(data)
@@ -151,10 +152,12 @@ class ChunkAssembler:
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             return
+        out: list[ChatUpdate] = []
         for choice in choices:
             if not isinstance(choice, dict) or choice.get("index", 0) not in (0, None):
                 continue  # n > 1 is never requested; other choices are not ours to merge
-            yield from self._choice(choice)
+            self._choice(choice, out)
+        yield from out
 
     def finish(self) -> Iterator[ChatUpdate]:
         """Close the turn: every call's `ToolCallEnded`, then exactly one `Finish`."""
@@ -215,42 +218,68 @@ class ChunkAssembler:
             partial_text=self.partial_text,
         )
 
-    def _choice(self, choice: dict[str, Any]) -> Iterator[ChatUpdate]:
+    def _choice(self, choice: dict[str, Any], out: list[ChatUpdate]) -> None:
+        """Append what one choice of a chunk says to `out`.
+
+        Lists, not nested generators: this runs for every chunk of every answer (a tool call's
+        arguments arrive about 4 characters a chunk), so it stays lean.
+        """
         delta = choice.get("delta")
-        if isinstance(delta, dict):
-            reasoning = delta.get("reasoning_content")
-            if not isinstance(reasoning, str) or not reasoning:
-                reasoning = delta.get("reasoning")
-            if isinstance(reasoning, str) and reasoning:
-                yield ReasoningDelta(reasoning)
+        if isinstance(delta, dict) and delta:
+            if "reasoning_content" in delta or "reasoning" in delta:
+                reasoning = delta.get("reasoning_content")
+                if not isinstance(reasoning, str) or not reasoning:
+                    reasoning = delta.get("reasoning")
+                if isinstance(reasoning, str) and reasoning:
+                    out.append(ReasoningDelta(reasoning))
             for key in ("content", "refusal"):
                 text = delta.get(key)
-                if isinstance(text, str) and text:
+                if text and isinstance(text, str):
                     self.text.append(text)
-                    yield TextDelta(text)
+                    out.append(TextDelta(text))
             fragments = delta.get("tool_calls")
             if isinstance(fragments, list):
                 for fragment in fragments:
                     if isinstance(fragment, dict):
-                        yield from self._fragment(fragment)
+                        self._fragment(fragment, out)
         reason = choice.get("finish_reason")
-        if isinstance(reason, str) and reason:
+        if reason and isinstance(reason, str):
             if self._finish is None:
                 self._finish = reason
             else:
                 logger.debug("ignoring a second finish_reason %r from %s", reason, self.source)
 
-    def _fragment(self, fragment: dict[str, Any]) -> Iterator[ChatUpdate]:
+    def _fragment(self, fragment: dict[str, Any], out: list[ChatUpdate]) -> None:
         raw_index = fragment.get("index")
         index = raw_index if isinstance(raw_index, int) else None
-        call_id = fragment.get("id") if isinstance(fragment.get("id"), str) else None
+        raw_id = fragment.get("id")
+        call_id = raw_id if isinstance(raw_id, str) else None
         function = fragment.get("function")
-        function = function if isinstance(function, dict) else {}
-        name = function.get("name") if isinstance(function.get("name"), str) else None
+        if not isinstance(function, dict):
+            function = {}
+        raw_name = function.get("name")
+        name = raw_name if isinstance(raw_name, str) else None
         arguments = function.get("arguments")
         if isinstance(arguments, dict):  # a few servers send the object, not its JSON text
             arguments = json.dumps(arguments, ensure_ascii=False)
 
+        builder = self._builder(index, call_id)
+        if call_id and builder.id is None:
+            builder.id = call_id
+        if name and not builder.name:
+            builder.name = name
+        elif name and name != builder.name:
+            logger.debug("tool call %r renamed to %r mid-stream; kept the first", builder.id, name)
+        if arguments and isinstance(arguments, str):
+            builder.arguments.append(arguments)
+            if builder.started:
+                assert builder.id is not None
+                out.append(ToolCallArgumentsDelta(builder.id, arguments))
+        if not builder.started and builder.id and builder.name:
+            out.extend(self._start(builder))
+
+    def _builder(self, index: int | None, call_id: str | None) -> _CallBuilder:
+        """The call a fragment belongs to, new or known."""
         builder = self._by_index.get(index)
         if index is None and builder is None and call_id is None and self._calls:
             builder = self._calls[-1]  # no index, no id: continues the latest call
@@ -260,19 +289,7 @@ class ChunkAssembler:
             builder = _CallBuilder(position=len(self._calls))
             self._calls.append(builder)
             self._by_index[index] = builder
-        if call_id and builder.id is None:
-            builder.id = call_id
-        if name and not builder.name:
-            builder.name = name
-        elif name and name != builder.name:
-            logger.debug("tool call %r renamed to %r mid-stream; kept the first", builder.id, name)
-        if isinstance(arguments, str) and arguments:
-            builder.arguments.append(arguments)
-            if builder.started:
-                assert builder.id is not None
-                yield ToolCallArgumentsDelta(builder.id, arguments)
-        if not builder.started and builder.id and builder.name:
-            yield from self._start(builder)
+        return builder
 
     def _start(self, builder: _CallBuilder) -> Iterator[ChatUpdate]:
         """Announce a call once its id and name are known, with any arguments held back."""
