@@ -134,9 +134,12 @@ class Compactor:
 
     def _schema_tokens(self, tools: Sequence[Tool]) -> int:
         cached = self._schemas
-        if cached is not None and len(cached[0]) == len(tools):
-            if all(a is b for a, b in zip(cached[0], tools, strict=True)):
-                return cached[1]
+        if (
+            cached is not None
+            and len(cached[0]) == len(tools)
+            and all(a is b for a, b in zip(cached[0], tools, strict=True))
+        ):
+            return cached[1]
         tokens = self.budget.schema_tokens(_schemas(tools))
         self._schemas = (tuple(tools), tokens)
         return tokens
