@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent_core import Tool, tool
+from agent_core import Tool, ToolError, tool
 from tests.support.harness import Bot, running_bot, texts
 
 
@@ -44,7 +44,12 @@ def make_tools(seen: list[str]) -> list[Tool]:
         """Return text holding a lone surrogate, as a tool relaying JSON from elsewhere may."""
         return "out \udfff put"
 
-    return [echo, garble]
+    @tool
+    def refuse() -> str:
+        """Fail with a message holding a lone surrogate."""
+        raise ToolError("no \ud800 way")
+
+    return [echo, garble, refuse]
 
 
 async def saved_messages(bot: Bot) -> list[Any]:
@@ -95,7 +100,9 @@ async def test_lone_surrogates_in_tool_arguments_and_output_are_replaced(tmp_pat
         '{"index":1,"id":"call_b","type":"function","function":'
         '{"name":"echo","arguments":"{\\"text\\": \\"two \\\\udbff\\"}"}},'
         '{"index":2,"id":"call_c","type":"function","function":'
-        '{"name":"garble","arguments":"{}"}}]}'
+        '{"name":"garble","arguments":"{}"}},'
+        '{"index":3,"id":"call_d","type":"function","function":'
+        '{"name":"refuse","arguments":"{}"}}]}'
     )
     stream = (
         frame('{"role":"assistant","content":null}')
@@ -105,17 +112,22 @@ async def test_lone_surrogates_in_tool_arguments_and_output_are_replaced(tmp_pat
     )
     async with running_bot(tmp_path, tools=make_tools(seen)) as bot:
         bot.llm.reply_raw(stream)
-        bot.llm.reply_text("All three done.")
+        bot.llm.reply_text("All four done.")
         await bot.mention("echo odd things")
         await bot.llm.wait_for_requests(2)
         await bot.settle()
         assert seen == ["one \ufffd", "two \ufffd"]
-        assert "All three done." in shown(bot)
+        assert "All four done." in shown(bot)
         assert "Something went wrong" not in shown(bot)
         follow_up = bot.llm.requests[1]["messages"]
         answers = [m["content"] for m in follow_up if m["role"] == "tool"]
-        assert answers == ["echo: one \ufffd", "echo: two \ufffd", "out \ufffd put"]
+        assert answers == [
+            "echo: one \ufffd",
+            "echo: two \ufffd",
+            "out \ufffd put",
+            "Error: no \ufffd way",
+        ]
         messages = await saved_messages(bot)
         assert [m.content for m in messages if m.role == "tool"] == answers
-        assert messages[-1].content == "All three done."
+        assert messages[-1].content == "All four done."
         assert bot.llm.unexpected == []
