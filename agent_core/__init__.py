@@ -60,6 +60,7 @@ from .outcomes import (
 )
 from .sessions import AgentSession, InMemorySessionStore, SessionStore, StoredContext, Summary
 from .tools import ApprovalRequiredTool, FunctionTool, Tool, tool
+from .unicode import has_lone_surrogates, replace_lone_surrogates, replace_lone_surrogates_in
 
 __all__ = [
     "AgentCoreError",
@@ -120,8 +121,11 @@ __all__ = [
     "context_tokens_for",
     "counter_for",
     "excerpt",
+    "has_lone_surrogates",
     "pending_tool_calls",
     "render_outcome",
+    "replace_lone_surrogates",
+    "replace_lone_surrogates_in",
     "tool",
     "undecided_calls",
 ]

@@ -22,7 +22,7 @@ async def _invoke(call: ToolCall, tool: Tool, arguments: dict[str, Any]) -> tupl
     token, started = current_call_id.set(call.id), time.monotonic()
     try:
         result: object = await tool.invoke(arguments)
-        content, is_error = (result if isinstance(result, str) else _to_text(result)), False
+        content, is_error = _to_text(result), False  # _to_text also replaces lone surrogates
     except ToolError as exc:
         content, is_error = f"Error: {exc}", True
     except Exception as exc:
@@ -30,4 +30,4 @@ async def _invoke(call: ToolCall, tool: Tool, arguments: dict[str, Any]) -> tupl
         content, is_error = f"Error: tool {call.name!r} failed: {type(exc).__name__}: {exc}", True
     finally:
         current_call_id.reset(token)
-    return content, is_error, time.monotonic() - started
+    return _to_text(content), is_error, time.monotonic() - started

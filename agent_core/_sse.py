@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from .events import (
 )
 from .exceptions import ProviderError, StreamError
 from .messages import ToolCall
+from .unicode import replace_lone_surrogates_in
 
 __all__ = ["ChunkAssembler", "error_details"]
 
@@ -42,6 +44,9 @@ _FINISH_REASONS = {
     "tool_calls": FinishReason.TOOL_CALLS,
     "function_call": FinishReason.TOOL_CALLS,
 }
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+"""A JSON escape that decodes to a surrogate; only then is a chunk walked to clean its strings."""
 
 _SNIPPET = 200
 """How much of an unusable payload an error message quotes (it is untrusted and may be huge)."""
@@ -201,12 +206,14 @@ class ChunkAssembler:
 
     def _parse(self, data: str) -> Any:
         try:
-            return json.loads(data)
+            value = json.loads(data)
         except json.JSONDecodeError as exc:
             raise StreamError(
                 f"stream from {self.source} sent malformed JSON ({exc}): {_snippet(data)}",
                 partial_text=self.partial_text,
             ) from None
+        # A lone `\ud800` would fail the first UTF-8 encode downstream (see agent_core.unicode).
+        return replace_lone_surrogates_in(value) if _SURROGATE_ESCAPE.search(data) else value
 
     def _raise_provider_error(self, payload: Any, raw: str) -> None:
         message, code = error_details(payload)

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .unicode import replace_lone_surrogates, replace_lone_surrogates_in
+
 __all__ = [
     "ChatMessage",
     "Role",
@@ -45,7 +47,7 @@ class ToolCall(BaseModel):
             raise ValueError(f"arguments of {self.name!r} are not valid JSON: {exc}") from None
         if not isinstance(value, dict):
             raise ValueError(f"arguments of {self.name!r} must be a JSON object")
-        return value
+        return replace_lone_surrogates_in(value)  # type: ignore[no-any-return]
 
     def display_arguments(self) -> Any:
         """What people are shown and what `call_digest` binds: the parsed object, or the raw text
@@ -114,7 +116,8 @@ class ChatMessage(BaseModel):
 
 def canonical_arguments(arguments: Any) -> str:
     """One spelling for equal arguments: sorted keys, no spaces, UTF-8 kept."""
-    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return replace_lone_surrogates(text)
 
 
 def call_digest(name: str, arguments: Any) -> str:

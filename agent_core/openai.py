@@ -27,6 +27,7 @@ from .events import ChatUpdate
 from .exceptions import ChatClientError, ProviderError, StreamError
 from .messages import ChatMessage
 from .tools import Tool
+from .unicode import replace_lone_surrogates_in
 
 __all__ = ["OpenAIChatClient"]
 
@@ -227,7 +228,7 @@ class OpenAIChatClient:
         await response.aread()
         text = response.text
         try:
-            payload: Any = json.loads(text)
+            payload: Any = replace_lone_surrogates_in(json.loads(text))
         except ValueError:
             payload = None
         provider_message, _ = error_details(payload)

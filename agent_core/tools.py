@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from .exceptions import ToolError
+from .unicode import replace_lone_surrogates
 
 __all__ = [
     "ApprovalRequiredTool",
@@ -55,11 +56,12 @@ class Tool(Protocol):
 
 
 def _to_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
+    """What a tool's result (or error) becomes for the model, without lone surrogates."""
     if isinstance(value, BaseModel):
-        return value.model_dump_json()
-    return json.dumps(value, ensure_ascii=False, default=str)
+        value = value.model_dump_json()
+    elif not isinstance(value, str):
+        value = json.dumps(value, ensure_ascii=False, default=str)
+    return replace_lone_surrogates(value)
 
 
 class FunctionTool:

@@ -37,6 +37,7 @@ from .tools import (
     load_tools,
     make_http_request,
     make_run_command,
+    resolve_run_as,
 )
 from .tools.mcp import start_mcp_servers
 
@@ -85,6 +86,7 @@ def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list
             timeout=command.timeout.total_seconds() if command.timeout else DEFAULT_TIMEOUT,
             output_limit=command.output_limit or DEFAULT_OUTPUT_LIMIT,
             secret_names=dotenv_names(Path(".env")),
+            run_as=resolve_run_as(command.run_as) if command.run_as else None,
         ),
         make_http_request(client=http),
     ]

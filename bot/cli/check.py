@@ -8,6 +8,7 @@ It runs the same steps as start-up (settings for the chosen mode, policy, tools,
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 import httpx
@@ -18,9 +19,9 @@ from agent_core.exceptions import ChatClientError, ProviderError
 from agent_core.openai import OpenAIChatClient
 
 from ..errors import BotError
-from ..policy import Policy
+from ..policy import Policy, ToolPolicy
 from ..settings import Settings, load_settings
-from ..tools import load_tools
+from ..tools import load_tools, privilege_warnings, resolve_run_as
 from ..tools.mcp import check_servers
 from ..wiring import default_tools
 from ._logging import log_from_settings
@@ -55,7 +56,10 @@ async def run_check(
     report(True, f"configuration: every setting {mode} needs is present")
     log_from_settings(settings, verbose=verbose)
 
-    await _check_policy(settings, report)
+    policy = await _check_policy(settings, report)
+    if policy is not None:
+        for warning in _privilege_warnings(policy, settings):
+            print(f"warn {warning}", file=out)
     await _check_slack(settings, report)
     if not http:
         await _check_socket_mode(settings, report)
@@ -63,7 +67,7 @@ async def run_check(
     return 1 if failures else 0
 
 
-async def _check_policy(settings: Settings, report: Report) -> None:
+async def _check_policy(settings: Settings, report: Report) -> Policy | None:
     """Load the policy, build the built-in tools, import `tools_modules`, start each MCP server
     and list its tools (one line each), run `check_tools`."""
     path = settings.opsgate_policy
@@ -81,9 +85,18 @@ async def _check_policy(settings: Settings, report: Report) -> None:
         policy.check_tools(names, unchecked_servers=failed)
     except (BotError, ValueError) as exc:  # ValueError: a built-in tool refused its settings
         report(False, f"policy: {exc}")
-        return
+        return None
     where = f"{path} is valid" if path else "no policy file; using the built-in defaults"
     report(True, f"policy: {where}; tools: {', '.join(sorted(names))}")
+    return policy
+
+
+def _privilege_warnings(policy: Policy, settings: Settings) -> list[str]:
+    """Where commands could reach the bot's own files (run_as, workdir); see README."""
+    command = policy.tools.get("run_command") or ToolPolicy()
+    run_as = resolve_run_as(command.run_as) if command.run_as else None  # checked just above
+    database = None if "://" in str(settings.opsgate_db) else settings.opsgate_db
+    return privilege_warnings(run_as, command.workdir or Path.cwd(), database)
 
 
 async def _check_slack(settings: Settings, report: Report) -> None:

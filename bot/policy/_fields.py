@@ -28,6 +28,7 @@ __all__ = [
     "Directory",
     "Duration",
     "Instructions",
+    "OsUser",
     "OutputLimit",
     "Regex",
     "RejectReason",
@@ -113,6 +114,8 @@ Duration = Annotated[timedelta, BeforeValidator(_duration)]
 Directory = Annotated[Path, BeforeValidator(_directory)]
 """An existing directory; relative paths are from the directory the bot starts in."""
 OutputLimit = Annotated[StrictInt, Field(gt=0)]
+OsUser = Annotated[StrictStr, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")]
+"""An OS user name as `useradd` takes it; whether it exists is checked when the tools are built."""
 ApproverId = Annotated[StrictStr, AfterValidator(_approver_id)]
 ChannelId = Annotated[StrictStr, AfterValidator(_channel_id)]
 BotId = Annotated[StrictStr, AfterValidator(_bot_id)]

@@ -31,6 +31,7 @@ from ._fields import (
     Directory,
     Duration,
     Instructions,
+    OsUser,
     OutputLimit,
     RejectReason,
     ToolName,
@@ -57,8 +58,8 @@ class Model(BaseModel):
 class ToolPolicy(Model):
     """`[tools.<name>]`: when calls of one tool wait for a human.
 
-    `[tools.run_command]` alone also takes `workdir`, `timeout` and `output_limit` (the policy
-    refuses them for other tools); `approval` stays "always" unless the section says otherwise.
+    `[tools.run_command]` alone also takes `workdir`, `timeout`, `output_limit` and `run_as` (the
+    policy refuses them for other tools); `approval` stays "always" unless the section says so.
     """
 
     approval: Literal["always", "never", "rules"] = "always"
@@ -70,6 +71,9 @@ class ToolPolicy(Model):
     default 60 seconds."""
     output_limit: OutputLimit | None = None
     """run_command: characters kept of each of stdout and stderr; default 20,000."""
+    run_as: OsUser | None = None
+    """run_command: the OS user commands run as (recommended: one that cannot read the bot's
+    files); default: the bot's own user."""
     allow_edit: StrictBool = True
     """Cards of this tool offer "Edit": approve the call with arguments a human changed."""
     allow_for: AllowWindow | None = None
@@ -138,7 +142,7 @@ class ChannelPolicy(Model):
 NO_OVERRIDE = ChannelPolicy()
 """The section of a channel the file does not mention: every key at its default."""
 
-RUN_COMMAND_ONLY = ("workdir", "timeout", "output_limit")
+RUN_COMMAND_ONLY = ("workdir", "timeout", "output_limit", "run_as")
 """Keys of `[tools.run_command]` that no other tool's section takes."""
 
 

@@ -1,6 +1,7 @@
 """Built-in chat-ops tools (`run_command`, `http_request`) and loading teams' own tools."""
 
 from ._loader import ToolLoadError, load_tool, load_tools
+from ._run_as import RunAs, RunAsError, privilege_warnings, resolve_run_as
 from .command import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
@@ -19,6 +20,8 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "SAFE_METHODS",
     "SECRET_PREFIXES",
+    "RunAs",
+    "RunAsError",
     "ToolLoadError",
     "dotenv_names",
     "http_gate",
@@ -26,7 +29,9 @@ __all__ = [
     "load_tools",
     "make_http_request",
     "make_run_command",
+    "privilege_warnings",
     "protect_process_environment",
+    "resolve_run_as",
     "scrubbed_environment",
     "tool_summary",
 ]

@@ -26,6 +26,8 @@ from pydantic import Field
 
 from agent_core import FunctionTool, ToolError, tool
 
+from ._run_as import RunAs
+
 __all__ = [
     "DEFAULT_OUTPUT_LIMIT",
     "DEFAULT_TIMEOUT",
@@ -105,11 +107,12 @@ def protect_process_environment() -> bool:
     """Make this process non-dumpable, so that processes of the same user cannot read its memory
     or `/proc/<pid>/environ` (where the bot's tokens are) or attach a debugger to it.
 
-    `run_command`'s children run as the bot's user; without this, `cat /proc/$PPID/environ` or
-    similar would hand them every secret the scrubbed child environment left out. Call it first
-    thing at start-up of the service. It is effective only when the bot runs as a dedicated
-    non-root user: root (any process with CAP_SYS_PTRACE) reads non-dumpable processes anyway.
-    It also turns off core dumps of the bot. Children are not affected (exec resets the flag).
+    Without `run_as`, `run_command`'s children run as the bot's user; without this, `cat
+    /proc/$PPID/environ` or similar would hand them every secret the scrubbed environment left
+    out (with `run_as`, see `_run_as.py`, they run as another user and cannot read it anyway).
+    Call it first thing at start-up of the service. It is effective only when the bot runs as a
+    dedicated non-root user: root (any process with CAP_SYS_PTRACE) reads non-dumpable processes
+    anyway. It also turns off core dumps of the bot. Children are not affected (exec resets it).
 
     Linux only: returns True once the flag is set, False elsewhere or if prctl failed (logged
     at debug level).
@@ -213,7 +216,9 @@ async def _run(
     env: dict[str, str],
     time_limit: float,
     output_limit: int,
+    run_as: RunAs | None,
 ) -> str:
+    spawn = run_as.spawn_options() if run_as is not None else {}
     proc = await asyncio.create_subprocess_exec(
         "/bin/sh",
         "-c",
@@ -224,6 +229,7 @@ async def _run(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
+        **spawn,
     )
     assert proc.stdout is not None and proc.stderr is not None
     stdout, stderr = _Capture(output_limit), _Capture(output_limit)
@@ -255,6 +261,7 @@ def make_run_command(
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
     env: Mapping[str, str] | None = None,
     secret_names: Collection[str] = (),
+    run_as: RunAs | None = None,
 ) -> FunctionTool:
     """Build the `run_command` tool (approval required unless the policy says otherwise).
 
@@ -263,6 +270,7 @@ def make_run_command(
     `dotenv_names(Path(".env"))`). `timeout` is the longest a command may run, in seconds; the
     model may ask for less with `timeout_seconds`, never more. `output_limit` is the number of
     characters kept of each of stdout and stderr (the head and the tail; the middle is cut).
+    `run_as` is the OS user the child runs as, with that user's HOME (default: the bot's user).
     """
     if timeout <= 0:
         raise ValueError(f"run_command timeout must be positive, not {timeout!r}")
@@ -290,8 +298,15 @@ def make_run_command(
             raise ToolError(f"the working directory {str(workdir)!r} does not exist")
         limit = max_timeout if timeout_seconds is None else min(timeout_seconds, max_timeout)
         child_env = fixed_env if fixed_env is not None else scrubbed_environment(os.environ, hidden)
+        if run_as is not None:
+            child_env = run_as.environment(child_env)
         return await _run(
-            command, workdir=workdir, env=child_env, time_limit=limit, output_limit=output_limit
+            command,
+            workdir=workdir,
+            env=child_env,
+            time_limit=limit,
+            output_limit=output_limit,
+            run_as=run_as,
         )
 
     return run_command

@@ -22,6 +22,7 @@ import asyncpg
 from agent_core.messages import ChatMessage
 
 from .._rules import Person
+from .._text import json_text, message_body
 from .._time import aware, utc_now
 from ..errors import SchemaTooNew, StoreError, UnknownCall, UnknownSession
 from ..models import ToolCallRow
@@ -67,7 +68,7 @@ async def _init_connection(conn: Connection) -> None:
     await conn.set_type_codec(
         "jsonb",
         schema="pg_catalog",
-        encoder=lambda value: json.dumps(value, sort_keys=True, ensure_ascii=False, default=str),
+        encoder=json_text,
         decoder=json.loads,
     )
 
@@ -226,7 +227,7 @@ class StoreBase:
         )
         await conn.executemany(
             "INSERT INTO messages (session_id, seq, body, created_at) VALUES ($1, $2, $3, $4)",
-            [(session_id, first + i, m.to_json(), now) for i, m in enumerate(messages)],
+            [(session_id, first + i, message_body(m), now) for i, m in enumerate(messages)],
         )
         calls_at = [
             first + i for i, m in enumerate(messages) if m.role == "assistant" and m.tool_calls

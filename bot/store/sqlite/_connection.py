@@ -28,6 +28,7 @@ from agent_core.messages import ChatMessage
 
 from .._rules import Person
 from .._schema import MIGRATIONS, SCHEMA_VERSION
+from .._text import json_text, message_body
 from .._time import to_db, utc_now
 from ..errors import DatabaseLocked, SchemaTooNew, StoreError, UnknownCall, UnknownSession
 from ..models import AuditRow, QueueItem, SessionRow, ToolCallRow
@@ -328,7 +329,7 @@ class SQLiteConnection:
         first = 0 if row is None else int(row[0])
         await conn.executemany(
             "INSERT INTO messages (session_id, seq, body, created_at) VALUES (?, ?, ?, ?)",
-            [(session_id, first + i, m.to_json(), now) for i, m in enumerate(messages)],
+            [(session_id, first + i, message_body(m), now) for i, m in enumerate(messages)],
         )
         calls_at = [
             first + i for i, m in enumerate(messages) if m.role == "assistant" and m.tool_calls
@@ -371,6 +372,6 @@ class SQLiteConnection:
                 actor,
                 session_id,
                 call_id,
-                json.dumps(dict(details or {}), sort_keys=True, ensure_ascii=False, default=str),
+                json_text(dict(details or {})),
             ),
         )

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._rules import SEEN_EVENT_TTL
+from .._text import json_text
 from .._time import to_db
 from ..models import InboxItem
 from ..states import InboxKind
@@ -45,7 +46,7 @@ class InboxPart(SQLiteConnection):
                     raise _Seen
             cursor = await conn.execute(
                 "INSERT INTO inbox (kind, payload, received_at) VALUES (?, ?, ?)",
-                (kind, json.dumps(dict(payload), sort_keys=True, ensure_ascii=False), to_db(now)),
+                (kind, json_text(dict(payload)), to_db(now)),
             )
             assert cursor.lastrowid is not None
             return cursor.lastrowid
