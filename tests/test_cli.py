@@ -17,6 +17,7 @@ import pytest
 from bot.cli import main
 from bot.cli.chat import run_chat
 from bot.cli.check import run_check
+from bot.policy import Policy
 from bot.settings import Settings
 from bot.store import SQLiteStore
 from bot.wiring import open_deps
@@ -441,3 +442,27 @@ async def test_check_verifies_the_app_token_in_socket_mode(
             "FAIL slack: apps.connections.open said 'invalid_auth'; check SLACK_APP_TOKEN"
             in out.getvalue()
         )
+
+
+async def test_chat_honours_required_approvals(tmp_path: Path) -> None:
+    """The terminal runs through the same run service as Slack: with two approvals required,
+    the first `y` records one approval and nothing runs; the second person's `y` runs it."""
+    marker = tmp_path / "ran"
+    async with LLMStandIn() as llm:
+        llm.reply_tool_calls([("call_1", "run_command", {"command": f"echo x >> {marker}"})])
+        llm.reply_text("Done, with two approvals.")
+        settings = settings_for(tmp_path, llm.base_url)
+        policy = Policy.from_toml("[defaults]\nrequired_approvals = 2\n")
+        out = io.StringIO()
+        async with open_deps(settings, tools=make_tools(tmp_path), policy=policy) as deps:
+            script = answers("append", "y", "carol", "y")
+            code = await run_chat(deps=deps, input_fn=script, out=out)
+            audit = await deps.store.audit_rows()
+    assert code == 0
+    assert marker.read_text() == "x\n"  # ran once, after the second approval
+    # "carol" was read as the approver's name, not as a new message: two model requests.
+    assert len(llm.requests) == 2
+    deciders = [a.actor for a in audit if a.event == "decision"]
+    assert len(deciders) == 2 and len(set(deciders)) == 2
+    assert deciders[1] == "terminal:carol"
+    assert "Done, with two approvals." in out.getvalue()
