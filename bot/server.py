@@ -22,10 +22,12 @@ from slack_bolt.async_app import AsyncApp
 
 from .observability import HealthServerError, Metrics, serve_health
 from .operations import add_operations_routes, operations_app
+from .runs.replica import start_replica_duties
 from .runs.service import RunService
 from .runs.timer import ExpiryTimer
 from .settings import Settings
 from .slack import SlackThreadOutput, create_app, group_members, slack_client
+from .slack._inflight import wait_for_listeners
 from .slack._text import user_mention
 from .store import Store, WriteHealth
 from .tools import protect_process_environment
@@ -98,6 +100,7 @@ async def started(
     app = create_app(settings, service, output, policy=deps.policy)
     await service.recover()
     deps.tasks.spawn(timer.run(service.expire_due), name="expiry", service=True)
+    start_replica_duties(deps.tasks, service, interval=settings.opsgate_heartbeat_seconds)
     try:
         yield Started(app, service, metrics)
     finally:
@@ -152,6 +155,7 @@ async def _serve_http(bot: Started, deps: Deps, port: int, stop: asyncio.Event) 
         await stop.wait()
     finally:
         await runner.cleanup()
+        await wait_for_listeners(SHUTDOWN_GRACE)
 
 
 async def _serve_socket_mode(
@@ -168,3 +172,4 @@ async def _serve_socket_mode(
             await stop.wait()
         finally:
             await handler.close_async()  # type: ignore[no-untyped-call]
+            await wait_for_listeners(SHUTDOWN_GRACE)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .database import DatabaseURL, url_scheme
 from .errors import SettingsError
 
 __all__ = ["Mode", "Settings", "load_settings"]
@@ -36,7 +37,7 @@ _WHERE = {
     "OPSGATE_MODEL": "set it in .env to the model name your OpenAI-compatible endpoint serves "
     "(for example gpt-4o-mini)",
     "OPSGATE_DB": "set it to a file path in an existing directory, or leave it unset for "
-    "./opsgate.db",
+    "./opsgate.db (several replicas: postgresql://user:password@host:5432/database)",
     "OPSGATE_POLICY": "set it to the path of your policy TOML file, or leave it unset",
     "OPSGATE_PORT": "set it to a port number between 1 and 65535, or leave it unset for 3000",
     "OPSGATE_CONTEXT_TOKENS": "set it to the model's context window in tokens (at least 1000), "
@@ -50,6 +51,10 @@ _WHERE = {
             ("OPSGATE_SLACK_TIMEOUT", "30"),
         )
     },
+    "OPSGATE_LEASE_SECONDS": "set it to a number of seconds above OPSGATE_HEARTBEAT_SECONDS "
+    "(replicas only), or leave it unset for 30",
+    "OPSGATE_HEARTBEAT_SECONDS": "set it to a number of seconds below OPSGATE_LEASE_SECONDS "
+    "(replicas only), or leave it unset for 10",
 }
 
 _TOKEN_KINDS = {
@@ -88,7 +93,8 @@ class Settings(BaseSettings):
     openai_base_url: str = "https://api.openai.com/v1"
     opsgate_model: str = ""
     """Empty when unset; `load_settings` requires it wherever the agent runs."""
-    opsgate_db: Path = Path("./opsgate.db")
+    opsgate_db: Path | DatabaseURL = Path("./opsgate.db")
+    """An SQLite file, or a PostgreSQL URL (replicas; its password never shows)."""
     opsgate_policy: Path | None = Field(default_factory=_default_policy)
     opsgate_port: int = Field(default=3000, ge=1, le=65535)
     opsgate_context_tokens: int | None = Field(default=None, ge=1000)
@@ -115,6 +121,11 @@ class Settings(BaseSettings):
     """One model turn, however the provider keeps its stream alive."""
     opsgate_run_timeout: float = Field(default=1800.0, gt=0)
     """One run (or one resume after a decision): past it the run is stopped."""
+    opsgate_lease_seconds: float = Field(default=30.0, gt=0)
+    """Replicas (PostgreSQL): how long a replica's lease lasts without a heartbeat; a survivor
+    reports a dead replica's running calls at most this long (plus one heartbeat) after."""
+    opsgate_heartbeat_seconds: float = Field(default=10.0, gt=0)
+    """Replicas: how often the lease is renewed and the recovery pass runs."""
 
     @field_validator("slack_bot_token")
     @classmethod
@@ -143,6 +154,11 @@ class Settings(BaseSettings):
     @classmethod
     def _openai_base_url(cls, value: str) -> str:
         return _http_url(value)
+
+    @field_validator("opsgate_db", mode="before")
+    @classmethod
+    def _database(cls, value: Any) -> Any:
+        return DatabaseURL(value) if isinstance(value, str) and url_scheme(value) else value
 
     @field_validator("opsgate_model")
     @classmethod
@@ -202,13 +218,18 @@ def _mode_problems(settings: Settings, mode: Mode) -> list[Problem]:
     if mode == "http" and settings.slack_signing_secret is None:
         why = "HTTP mode needs it"
         problems.append(("SLACK_SIGNING_SECRET", _missing("SLACK_SIGNING_SECRET", why)))
-    problems += _database_problems(settings.opsgate_db)
+    db = settings.opsgate_db
+    if isinstance(db, Path):
+        problems += _database_problems(db)
     if mode == "audit":
         return problems
+    if settings.opsgate_heartbeat_seconds >= settings.opsgate_lease_seconds:
+        name = "OPSGATE_HEARTBEAT_SECONDS"
+        problems.append((name, f"{name} is not below OPSGATE_LEASE_SECONDS: " + _WHERE[name]))
     if not settings.opsgate_model:
         problems.append(("OPSGATE_MODEL", _missing("OPSGATE_MODEL")))
-    directory = settings.opsgate_db.parent
-    if not directory.is_dir():
+    directory = db.parent if isinstance(db, Path) else None
+    if directory is not None and not directory.is_dir():
         problems.append(
             (
                 "OPSGATE_DB",
@@ -274,6 +295,8 @@ def _missing(name: str, why: str | None = None) -> str:
 def _generic(error_type: str) -> str:
     if error_type == "literal_error":
         return "is not one of the allowed values"
+    if error_type.startswith("float") or error_type == "greater_than":
+        return "is not a positive number"
     if error_type.startswith("int") or error_type.startswith("greater") or "less" in error_type:
         return "is not a valid port number"
     return "is not valid"

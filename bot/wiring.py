@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -22,6 +22,8 @@ from agent_core.openai import OpenAIChatClient
 from ._tasks import TaskSupervisor
 from .approvals import Approvals, FetchMembers
 from .channels import ChannelInstructions
+from .database import configured_store
+from .lease import held_lease
 from .policy import Policy, ToolPolicy
 from .runs import RunService, ThreadOutput
 from .runs._context import RunContext
@@ -29,7 +31,7 @@ from .runs._live import Deadlines
 from .runs._observed import ObservedChatClient
 from .runs.observer import NoObserver, RunObserver
 from .settings import Settings
-from .store import SQLiteStore, Store, WriteHealth, utc_now
+from .store import Store, WriteHealth, utc_now
 from .tools import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
@@ -118,8 +120,14 @@ async def open_deps(
         aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=settings.opsgate_slack_timeout)
         ) as slack_http,
-        # exclusive: a second bot on the same file would "recover" this one's running calls.
-        SQLiteStore(settings.opsgate_db, exclusive=True, clock=clock, person=person) as store,
+        # SQLite: exclusive, a second bot on the file would "recover" this one's running calls.
+        # PostgreSQL: replicas share it, each holding a lease (released after the work below).
+        configured_store(settings.opsgate_db, exclusive=True, clock=clock, person=person) as store,
+        held_lease(
+            store,
+            lease=timedelta(seconds=settings.opsgate_lease_seconds),
+            heartbeat=timedelta(seconds=settings.opsgate_heartbeat_seconds),
+        ),
         contextlib.AsyncExitStack() as servers,  # left first: runs stop before their servers
     ):
         all_tools = list(tools) if tools is not None else default_tools(tool_http, policy)

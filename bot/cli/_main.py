@@ -46,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--since", default=None, help="ISO date/time, or a duration like 2h, 7d")
     audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     sub.add_parser("chat", help="the same agent, tools and policy in this terminal")
+    sub.add_parser("migrate", help="bring the database's schema up to date (idempotent)")
     return parser
 
 
@@ -70,6 +71,10 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
             from .chat import run_chat
 
             return lambda: asyncio.run(run_chat(verbose=args.verbose))
+        case "migrate":
+            from .migrate import migrate_command
+
+            return migrate_command
     raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
 
 

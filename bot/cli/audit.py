@@ -16,8 +16,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..database import DatabaseURL, configured_store
 from ..settings import load_settings
-from ..store import AuditRow, SQLiteStore, StoreError
+from ..store import AuditRow, SQLiteStore, Store, StoreError
 from ._audit_table import audit_table
 
 __all__ = ["audit_command", "parse_since", "run_audit"]
@@ -50,7 +51,7 @@ def _as_json(row: AuditRow) -> str:
     return json.dumps(data, ensure_ascii=True, sort_keys=True)
 
 
-async def _threads(store: SQLiteStore, rows: list[AuditRow]) -> dict[str, str]:
+async def _threads(store: Store, rows: list[AuditRow]) -> dict[str, str]:
     """ "channel/thread" of each session the rows name."""
     where = {}
     for session_id in {row.session_id for row in rows if row.session_id}:
@@ -69,22 +70,26 @@ def _width(out: TextIO) -> int:
 
 
 async def run_audit(
-    db_path: Path,
+    db_path: Path | DatabaseURL,
     *,
     since: datetime | None,
     as_json: bool,
     out: TextIO,
     err: TextIO | None = None,
 ) -> int:
-    """Print the audit log of `db_path`; returns the exit status. Never creates a database."""
+    """Print the audit log of `db_path` (a file or a PostgreSQL URL); returns the exit status.
+    Never creates a database or changes its schema."""
     err = err or sys.stderr
-    if not await asyncio.to_thread(db_path.is_file):
-        print(f"opsgate audit: no database at {str(db_path)!r} (set OPSGATE_DB)", file=err)
-        return 1
     try:
-        async with SQLiteStore(db_path) as store:
-            rows = await store.audit_rows(since=since)
-            where = {} if as_json else await _threads(store, rows)
+        if isinstance(db_path, DatabaseURL):
+            rows, where = await _postgres_rows(db_path, since, as_json)
+        elif not await asyncio.to_thread(db_path.is_file):
+            print(f"opsgate audit: no database at {str(db_path)!r} (set OPSGATE_DB)", file=err)
+            return 1
+        else:
+            async with SQLiteStore(db_path) as store:
+                rows = await store.audit_rows(since=since)
+                where = {} if as_json else await _threads(store, rows)
     except StoreError as exc:
         print(f"opsgate audit: {exc}", file=err)
         return 1
@@ -98,6 +103,16 @@ async def run_audit(
         when = f" since {since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if since else ""
         print(f"no audit rows{when}", file=out)
     return 0
+
+
+async def _postgres_rows(
+    url: DatabaseURL, since: datetime | None, as_json: bool
+) -> tuple[list[AuditRow], dict[str, str]]:
+    async with configured_store(url, migrate=False) as store:
+        if await store.schema_version() == 0:  # type: ignore[attr-defined]
+            raise StoreError(f"database {str(url)!r} holds no OpsGate data (run `opsgate migrate`)")
+        rows = await store.audit_rows(since=since)
+        return rows, {} if as_json else await _threads(store, rows)
 
 
 def audit_command(*, since: str | None, as_json: bool) -> int:

@@ -18,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent_core.exceptions import ChatClientError, ProviderError
 from agent_core.openai import OpenAIChatClient
 
+from ..database import DatabaseURL
 from ..errors import BotError
 from ..policy import Policy, ToolPolicy
 from ..settings import Settings, load_settings
@@ -60,6 +61,8 @@ async def run_check(
     if policy is not None:
         for warning in _privilege_warnings(policy, settings):
             print(f"warn {warning}", file=out)
+    if isinstance(settings.opsgate_db, DatabaseURL):
+        await _check_postgres(settings.opsgate_db, report)
     await _check_slack(settings, report)
     if not http:
         await _check_socket_mode(settings, report)
@@ -95,8 +98,29 @@ def _privilege_warnings(policy: Policy, settings: Settings) -> list[str]:
     """Where commands could reach the bot's own files (run_as, workdir); see README."""
     command = policy.tools.get("run_command") or ToolPolicy()
     run_as = resolve_run_as(command.run_as) if command.run_as else None  # checked just above
-    database = None if "://" in str(settings.opsgate_db) else settings.opsgate_db
+    database = settings.opsgate_db if isinstance(settings.opsgate_db, Path) else None
     return privilege_warnings(run_as, command.workdir or Path.cwd(), database)
+
+
+async def _check_postgres(url: DatabaseURL, report: Report) -> None:
+    """Connect without changing anything and read the schema version."""
+    from ..store import StoreError
+    from ..store.postgres import SCHEMA_VERSION, PostgresStore
+
+    try:
+        async with PostgresStore(url.get_secret_value(), migrate=False, max_size=1) as store:
+            found = await store.schema_version()
+    except StoreError as exc:  # the message names the database with its password redacted
+        report(False, f"database: {exc}")
+        return
+    if found == SCHEMA_VERSION:
+        report(True, f"database: {url} answers, schema version {found} (the latest)")
+    else:
+        report(
+            True,
+            f"database: {url} answers, schema version {found}; start-up (or `opsgate migrate`) "
+            f"brings it to {SCHEMA_VERSION}",
+        )
 
 
 async def _check_slack(settings: Settings, report: Report) -> None:

@@ -52,6 +52,7 @@ from .reasons import (
     NotWaiting,
     SelfAllow,
 )
+from .replicas import LeaseHolder, Wake, WakeSource
 from .sqlite import SQLiteStore
 from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
 
@@ -80,6 +81,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "InboxItem",
     "InboxKind",
     "InvalidTransition",
+    "LeaseHolder",
     "MoreApprovalsNeeded",
     "NeedsNoApproval",
     "NoAllowanceOffered",
@@ -100,6 +102,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "ToolCallRow",
     "UnknownCall",
     "UnknownSession",
+    "Wake",
+    "WakeSource",
     "WriteHealth",
     "already_reason",
     "batch_complete",

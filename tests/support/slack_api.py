@@ -274,6 +274,11 @@ class SlackAPIStandIn:
                 ) from None
             return matching()
 
+    async def wait_until(self, ready: Callable[[], bool], *, timeout: float = 10) -> None:
+        """Wait until `ready()` holds, checked after every call the stand-in answers."""
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(ready), timeout)
+
     def message(self, channel: str, ts: str) -> dict[str, Any] | None:
         """The current state of a message posted, updated or streamed through the stand-in."""
         message = self._messages.get((channel, ts))

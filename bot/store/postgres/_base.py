@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -95,6 +96,8 @@ class StoreBase:
         self._migrate_on_open = migrate
         self._pool: asyncpg.Pool | None = None
         self._instance_id: str | None = None
+        self._origin = f"opsgate {secrets.token_hex(6)}"
+        """This store's `application_name`: wake-ups name the store whose write caused them."""
 
     # -- connection ----------------------------------------------------------------------------
 
@@ -104,7 +107,11 @@ class StoreBase:
             raise StoreError(f"store {self.name!r} is already open")
         try:
             pool = await asyncpg.create_pool(
-                self.url, min_size=self._min_size, max_size=self._max_size, init=_init_connection
+                self.url,
+                min_size=self._min_size,
+                max_size=self._max_size,
+                init=_init_connection,
+                server_settings={"application_name": self._origin},
             )
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(f"cannot open database {self.name!r}: {exc}") from exc

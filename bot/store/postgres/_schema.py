@@ -9,7 +9,7 @@ plus the replica bookkeeping: `instances` (one lease per running replica) and th
 
 from __future__ import annotations
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VERSION_TABLE"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VERSION_TABLE", "WAKE_CHANNEL"]
 
 VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -226,7 +226,54 @@ _V6: tuple[str, ...] = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+WAKE_CHANNEL = "opsgate_wake"
+"""The LISTEN/NOTIFY channel on which replicas wake each other (see `_V7`)."""
+
+_V7: tuple[str, ...] = (
+    # Every change another replica may have to act on notifies, on commit, whoever made it:
+    # a decided or expired gated call (its batch may resume), a run queued or put back, and a
+    # session leaving running/resuming (a queue slot freed). `origin` is the writer's
+    # application_name, so a replica can skip what it did itself.
+    f"""
+    CREATE FUNCTION opsgate_wake() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        key text;
+    BEGIN
+        IF TG_ARGV[0] = 'resume' THEN
+            key := NEW.session_id;
+        ELSE
+            key := NEW.channel_id;
+        END IF;
+        PERFORM pg_notify('{WAKE_CHANNEL}', json_build_object(
+            'kind', TG_ARGV[0], 'key', key,
+            'origin', current_setting('application_name'))::text);
+        RETURN NULL;
+    END
+    $$
+    """,
+    """
+    CREATE TRIGGER wake_on_decision AFTER UPDATE OF status ON tool_calls
+    FOR EACH ROW WHEN (OLD.status = 'pending' AND NEW.status IN ('approved','rejected','expired'))
+    EXECUTE FUNCTION opsgate_wake('resume')
+    """,
+    """
+    CREATE TRIGGER wake_on_enqueue AFTER INSERT ON run_queue
+    FOR EACH ROW WHEN (NEW.state = 'queued') EXECUTE FUNCTION opsgate_wake('queue')
+    """,
+    """
+    CREATE TRIGGER wake_on_requeue AFTER UPDATE OF state ON run_queue
+    FOR EACH ROW WHEN (OLD.state <> 'queued' AND NEW.state = 'queued')
+    EXECUTE FUNCTION opsgate_wake('queue')
+    """,
+    """
+    CREATE TRIGGER wake_on_slot AFTER UPDATE OF state ON sessions
+    FOR EACH ROW WHEN (OLD.state IN ('running','resuming')
+                       AND NEW.state NOT IN ('running','resuming'))
+    EXECUTE FUNCTION opsgate_wake('queue')
+    """,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 """`MIGRATIONS[n]` takes a database from schema version n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,98 @@
+"""What every replica does beyond answering its own requests (PostgreSQL replicas only).
+
+- Wake-ups: another replica decided a call, expired one, queued a run or freed a queue slot;
+  this one tries to resume that batch or start that channel's next run. The store's conditional
+  claims make sure exactly one replica does, whichever hears first.
+- The recovery pass, every heartbeat: the work of replicas whose lease lapsed (or that released
+  it) is taken over. Their `executing` calls are reported interrupted in the thread (never run
+  again), runs they had not begun go back to the queue, decided batches whose resume nobody
+  claimed resume here, deliveries it saved but never processed are processed, and every
+  channel's queue is kicked. A lost wake-up costs at most one interval.
+
+See docs/architecture.md, "Replicas".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from .._tasks import TaskSupervisor
+from ..store import LeaseHolder, StoreError, Wake, WakeSource
+from ._observe import note_run_ended
+from .notices import Recovered
+from .output import Thread
+from .service import RunService
+
+__all__ = ["start_replica_duties", "take_over_lapsed"]
+
+logger = logging.getLogger("opsgate.replica")
+
+_LISTEN_RETRY = 2.0
+"""Seconds between attempts to listen again after the wake-up connection was lost."""
+
+
+def start_replica_duties(tasks: TaskSupervisor, service: RunService, *, interval: float) -> bool:
+    """Start the wake-up listener and the recovery pass as services of `tasks` when the store
+    is shared by replicas; False (nothing started) for a single-process store."""
+    store = service.ctx.store
+    started = False
+    if isinstance(store, LeaseHolder):
+        tasks.spawn(_recovery_loop(service, interval), name="recovery pass", service=True)
+        started = True
+    if isinstance(store, WakeSource):
+        tasks.spawn(_wake_loop(store, service), name="wake-ups", service=True)
+        started = True
+    return started
+
+
+async def take_over_lapsed(service: RunService) -> None:
+    """One recovery pass (see the module docstring). Unlike start-up's `RunService.recover`, it
+    neither reposts nor redraws the cards of paused runs: a live replica may be posting them."""
+    ctx = service.ctx
+    store = ctx.store
+    requeued = await store.requeue_interrupted()
+    if requeued:
+        logger.info("requeued %d run(s) of a lapsed replica", len(requeued))
+    for recovered in await store.recover():
+        session = recovered.session
+        note_run_ended(ctx, session.id, "interrupted")
+        tools = tuple(r.tool for r in recovered.interrupted)
+        thread = Thread(session.team_id, session.channel_id, session.thread_ts)
+        await ctx.output.say(thread, Recovered(tools))
+        await service.cards.redraw_batch(session.id)
+    for session in await store.sessions_awaiting_approval():
+        await service.maybe_resume(session.id)
+    await service.inbox.recover()  # deliveries it saved (and acknowledged) but never processed
+    await service.dispatcher.kick_all()
+
+
+async def act_on(service: RunService, wake: Wake) -> None:
+    match wake:
+        case Wake(kind="resume", key=session_id):
+            await service.maybe_resume(session_id)
+        case Wake(kind="queue", key=channel):
+            await service.dispatcher.kick(channel)
+
+
+async def _recovery_loop(service: RunService, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await take_over_lapsed(service)
+        except Exception:
+            logger.exception("the recovery pass failed; trying again in %s s", interval)
+
+
+async def _wake_loop(source: WakeSource, service: RunService) -> None:
+    while True:
+        try:
+            async with source.wakeups() as wakes:
+                async for wake in wakes:
+                    try:
+                        await act_on(service, wake)
+                    except Exception:
+                        logger.exception("acting on %r failed", wake)
+        except StoreError as exc:
+            logger.warning("%s; listening again in %s s", exc, _LISTEN_RETRY)
+        await asyncio.sleep(_LISTEN_RETRY)
