@@ -40,6 +40,7 @@ async def replicas(postgres_url: str, tmp_path: Path) -> AsyncIterator[ReplicaSe
             for replica in bots.replicas:
                 if replica.alive:
                     await replica.kill()
+            print(bots.log())  # shown by pytest when the test failed
 
 
 @pytest.fixture
@@ -177,7 +178,8 @@ async def test_a_rolling_restart_answers_every_acknowledged_mention_once(
 
     async def restart_each() -> None:
         for replica in replicas.replicas:
-            assert await replica.stop() == 0
+            code = await replica.stop()
+            assert code == 0, "\n".join(replica.log[-40:])
             await replica.start()
             await replica.wait_listening()
 
