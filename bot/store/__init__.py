@@ -12,13 +12,14 @@ from ._time import utc_now
 from .base import Store, open_store
 from .errors import (
     DatabaseLocked,
+    DatabaseUnwritable,
     InvalidTransition,
     SchemaTooNew,
     StoreError,
     UnknownCall,
     UnknownSession,
 )
-from .health import WriteHealth
+from .health import WriteHealth, require_writable
 from .models import (
     AllowanceGrant,
     AllowanceRow,
@@ -71,6 +72,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "CancelReason",
     "CardLock",
     "DatabaseLocked",
+    "DatabaseUnwritable",
     "DecisionOutcome",
     "DecisionReason",
     "EditNotAllowed",
@@ -101,6 +103,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "UnknownCall",
     "UnknownSession",
     "WriteHealth",
+    "require_writable",
     "already_reason",
     "batch_complete",
     "card_state",
