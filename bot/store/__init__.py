@@ -103,10 +103,10 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "UnknownCall",
     "UnknownSession",
     "WriteHealth",
-    "require_writable",
     "already_reason",
     "batch_complete",
     "card_state",
     "open_store",
+    "require_writable",
     "utc_now",
 ]
