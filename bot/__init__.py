@@ -17,6 +17,7 @@ them into one line:
      │    └── HealthServerError
      └── StoreError               the database (bot.store)
           ├── DatabaseLocked
+          ├── DatabaseUnwritable
           ├── SchemaTooNew
           ├── InvalidTransition
           ├── UnknownSession

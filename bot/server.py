@@ -29,7 +29,7 @@ from .settings import Settings
 from .slack import SlackThreadOutput, create_app, group_members, slack_client
 from .slack._inflight import wait_for_listeners
 from .slack._text import user_mention
-from .store import Store, WriteHealth
+from .store import Store, WriteHealth, require_writable
 from .tools import protect_process_environment
 from .wiring import Deps, open_deps, run_service
 
@@ -84,6 +84,7 @@ async def started(
     """The app with its start-up work done: interrupted runs recovered, expiry running.
 
     The metrics are `deps.observer` when that is a `Metrics` (as `serve` opens it), else new."""
+    await require_writable(deps.store)  # a read-only or full database: refuse to start
     metrics = deps.observer if isinstance(deps.observer, Metrics) else Metrics()
     metrics.add_tools(deps.tools)
     client = slack_client(settings, deps.slack_http, on_error=deps.observer.slack_api_error)

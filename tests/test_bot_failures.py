@@ -36,7 +36,8 @@ async def test_a_card_slack_refused_is_explained_and_posted_again_after_restart(
         tools = make_tools(tmp_path)
         llm.reply_tool_calls([("call_1", "run_command", {"command": "echo second-chance"})])
         async with running_bot(tmp_path, tools=tools, llm=llm, slack=slack) as bot:
-            slack.fail_next("chat.postMessage", error="invalid_blocks")
+            bot.service.cards.retries.delays = ()  # the restart, not a background try, posts it
+            slack.fail_next("chat.postMessage", error="internal_error")
             await bot.mention("run it")
             await bot.settle()
             assert bot.cards() == []

@@ -15,6 +15,7 @@ from .._duration import format_duration
 from ..store import ToolCallRow, card_state
 from ..tools import tool_summary
 from ._allow import allow_window, scope
+from ._card_retry import CardRetries
 from ._context import RunContext, thread_of
 from ._gate_audit import audit_gate_rule
 from ._server_tool import server_tool
@@ -30,6 +31,8 @@ logger = logging.getLogger("opsgate.runs")
 class Cards:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
+        self.retries = CardRetries(ctx, self._post_once)
+        """Background tries for a card Slack refused."""
 
     def card_call(self, row: ToolCallRow, batch: list[ToolCallRow], channel: str) -> CardCall:
         tool = self.ctx.tools.get(row.tool)
@@ -79,17 +82,27 @@ class Cards:
             await self.post(thread, row, batch)
 
     async def post(self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]) -> None:
-        """Post one card. If that fails, say so in the thread: the call still expires on time,
-        `cancel` still works, and the next start-up tries to post it again."""
+        """Post one card. If that fails, say so in the thread and try again in the background
+        (`bot.runs._card_retry`): the call still expires on time, `cancel` still works, and the
+        next start-up tries again too."""
+        error = await self._post_once(thread, row, batch)
+        if error is not None:
+            await self.ctx.output.say(thread, CardNotPosted(row.tool, error))
+            self.retries.start(thread, row, error)
+
+    async def _post_once(
+        self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]
+    ) -> str | None:
         card = self.card_call(row, batch, thread.channel_id)
         posted = await self.ctx.output.post_card(thread, card)
         match posted:
             case PostFailed(error=error):
                 logger.error("could not post the card for %s: %s", row.id, error)
-                await self.ctx.output.say(thread, CardNotPosted(row.tool, error))
+                return error
             case CardRef(channel_id=channel, ts=ts, locked=locked):
                 await self.ctx.store.set_card(row.id, channel, ts, locked=locked)
                 await self.ctx.store.card_drawn(row.id, card_state(row))
+        return None
 
     async def refresh(self, row: ToolCallRow) -> None:
         """Redraw a card: no buttons once decided, progress while N-of-M."""

@@ -180,6 +180,8 @@ class CardNotPosted:
 
     tool: str
     error: str
+    gave_up: bool = False
+    """The background tries failed too: only the next start-up tries again."""
     kind: Literal["card_not_posted"] = "card_not_posted"
 
 

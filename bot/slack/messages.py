@@ -211,6 +211,13 @@ def _run_text(
             return _FINISH_NOTES[reason]
         case ToolNotRun(tool=tool, outcome=outcome):
             return f":no_entry_sign: `{escape_mrkdwn(tool)}` did not run: {outcome_text(outcome)}"
+        case CardNotPosted(tool=tool, error=error, gave_up=True):
+            return (
+                f":warning: I still couldn't post the approval card for `{escape_mrkdwn(tool)}` "
+                f"after several tries ({escape_mrkdwn(error)}); I'll try again when I restart. "
+                "Nothing runs without a decision: the request expires on its own, or write "
+                "`cancel` to drop it now."
+            )
         case CardNotPosted(tool=tool, error=error):
             return (
                 f":warning: I couldn't post the approval card for `{escape_mrkdwn(tool)}` "

@@ -23,6 +23,7 @@ from ..runs.notices import Notice
 from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.ux import AllowanceList, EditForm, HomeView
 from ._forms import edit_modal
+from ._minimal_card import minimal_blocks, minimal_file_text
 from ._streaming import ThreadReply
 from ._text import escape_cut, user_mention
 from .blocks import (
@@ -190,6 +191,26 @@ class SlackThreadOutput:
             )
         except SLACK_ERRORS as exc:
             logger.error("could not post the card for %s: %s", card.ledger_id, slack_error(exc))
+            if slack_error(exc) != "invalid_blocks":
+                return PostFailed(slack_error(exc))
+            return await self._post_minimal_card(thread, card)
+        return CardRef(str(response["channel"]), str(response["ts"]), card.locked)
+
+    async def _post_minimal_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
+        """Slack refused the card's blocks: the same blocks would be refused again, so post the
+        minimal card (`bot.slack._minimal_card`) with the arguments attached."""
+        name = card_file(card.tool, card.call_id)
+        if not await self._upload(thread, name, minimal_file_text(card)):
+            card = replace(card, locked="arguments_not_attached")
+        try:
+            response = await self.client.chat_postMessage(
+                channel=thread.channel_id,
+                thread_ts=thread.thread_ts,
+                text=card_text(card),
+                blocks=minimal_blocks(card, name),
+            )
+        except SLACK_ERRORS as exc:
+            logger.error("the minimal card for %s failed too: %s", card.ledger_id, slack_error(exc))
             return PostFailed(slack_error(exc))
         return CardRef(str(response["channel"]), str(response["ts"]), card.locked)
 
@@ -201,9 +222,19 @@ class SlackThreadOutput:
         else:
             blocks, text = decided_card(card, outcome), decided_text(card, outcome)
         try:
-            await self.client.chat_update(
-                channel=ref.channel_id, ts=ref.ts, text=text, blocks=blocks
-            )
+            try:
+                await self.client.chat_update(
+                    channel=ref.channel_id, ts=ref.ts, text=text, blocks=blocks
+                )
+            except SlackApiError as exc:
+                if slack_error(exc) != "invalid_blocks":
+                    raise
+                # A card posted minimal (Slack refused its blocks) is redrawn minimal.
+                name = card_file(card.tool, card.call_id)
+                blocks = minimal_blocks(card, name) if outcome is None else []
+                await self.client.chat_update(
+                    channel=ref.channel_id, ts=ref.ts, text=text, blocks=blocks
+                )
         except SLACK_ERRORS as exc:
             logger.warning("could not update card %s: %s", card.ledger_id, slack_error(exc))
             return PostFailed(slack_error(exc))

@@ -12,13 +12,14 @@ from ._time import utc_now
 from .base import Store, open_store
 from .errors import (
     DatabaseLocked,
+    DatabaseUnwritable,
     InvalidTransition,
     SchemaTooNew,
     StoreError,
     UnknownCall,
     UnknownSession,
 )
-from .health import WriteHealth
+from .health import WriteHealth, require_writable
 from .models import (
     AllowanceGrant,
     AllowanceRow,
@@ -72,6 +73,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "CancelReason",
     "CardLock",
     "DatabaseLocked",
+    "DatabaseUnwritable",
     "DecisionOutcome",
     "DecisionReason",
     "EditNotAllowed",
@@ -109,5 +111,6 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "batch_complete",
     "card_state",
     "open_store",
+    "require_writable",
     "utc_now",
 ]

@@ -12,6 +12,7 @@ from bot.errors import BotError
 
 __all__ = [
     "DatabaseLocked",
+    "DatabaseUnwritable",
     "InvalidTransition",
     "SchemaTooNew",
     "StoreError",
@@ -40,6 +41,14 @@ class DatabaseLocked(StoreError):
         self.path = path
         self.lock_path = lock_path
         self.holder = holder
+
+
+class DatabaseUnwritable(StoreError):
+    """The database refused the start-up write probe (read-only file, full disk): the bot would
+    answer Slack and lose every message and click, so it does not start."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"the database does not take writes, so OpsGate will not start: {cause}")
 
 
 class SchemaTooNew(StoreError):

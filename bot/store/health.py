@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["WriteHealth"]
+from .errors import DatabaseUnwritable
+
+if TYPE_CHECKING:
+    from .base import Store
+
+__all__ = ["WriteHealth", "require_writable"]
 
 logger = logging.getLogger("bot.store")
 
@@ -33,3 +39,13 @@ class WriteHealth:
         if not self.writable:
             logger.info("the database takes writes again")
         self.writable, self.reason = True, None
+
+
+async def require_writable(store: Store) -> None:
+    """Start-up's check: one write (`Store.probe_write`), else `DatabaseUnwritable`."""
+    try:
+        await store.probe_write()
+    except DatabaseUnwritable:
+        raise
+    except Exception as exc:  # a StoreError, or a driver's error the backend let through
+        raise DatabaseUnwritable(exc) from exc

@@ -78,6 +78,7 @@ class _Failure:
     error: str
     status: int
     retry_after: int | None
+    where: Callable[[dict[str, Any]], bool] | None = None
 
 
 @dataclass
@@ -196,8 +197,10 @@ class SlackAPIStandIn:
         status: int = 200,
         retry_after: int | None = None,
         times: int = 1,
+        where: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
-        """Make the next `times` calls to `method` fail.
+        """Make the next `times` calls to `method` fail (only calls whose params `where`
+        accepts, when given: e.g. approval cards and not other posts).
 
         status 429 answers `{"ok": false, "error": "ratelimited"}` with `Retry-After`
         (default 1 s); status 200 answers `{"ok": false, "error": error}` (default
@@ -206,7 +209,7 @@ class SlackAPIStandIn:
         if status == 429:
             error = error or "ratelimited"
             retry_after = 1 if retry_after is None else retry_after
-        failure = _Failure(error or "internal_error", status, retry_after)
+        failure = _Failure(error or "internal_error", status, retry_after, where)
         self._failures[method].extend(failure for _ in range(times))
 
     def hold(self, method: str) -> asyncio.Event:
@@ -321,8 +324,9 @@ class SlackAPIStandIn:
         self, method: str, params: dict[str, Any], token: str | None, headers: dict[str, str]
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
         failures = self._failures.get(method)
-        if failures:
-            failure = failures.popleft()
+        failure = next((f for f in failures or () if f.where is None or f.where(params)), None)
+        if failures and failure is not None:
+            failures.remove(failure)
             extra = {}
             if failure.retry_after is not None:
                 extra["Retry-After"] = str(failure.retry_after)

@@ -4,6 +4,7 @@ before any slow work; what the clicker alone should know comes back as a notice.
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from .._text import escape_mrkdwn
 from ..blocks import ACTION_APPROVE, ACTION_CANCEL, ACTION_REJECT
 from ..output import SlackThreadOutput
 from ._homes import republish
+from ._unsaved import click_saved
 
 __all__ = ["PRE_CHECK_SECONDS", "register"]
 
@@ -34,16 +36,26 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         if thread is not None:
             await output.tell(thread, click.user, notice)
 
+    def saved(click: Click) -> AbstractAsyncContextManager[None]:
+        return click_saved(
+            service, output, user=click.user, ledger_id=click.ledger_id, thread=click.thread
+        )
+
     @app.action(ACTION_APPROVE)
     async def on_approve(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
         click = click_of(body)
-        await tell(
-            click,
-            await service.decide(
-                click.ledger_id, "approved", user=click.user, team=click.team, digest=click.digest
-            ),
-        )
+        async with saved(click):
+            await tell(
+                click,
+                await service.decide(
+                    click.ledger_id,
+                    "approved",
+                    user=click.user,
+                    team=click.team,
+                    digest=click.digest,
+                ),
+            )
         await republish(
             service, output, clicker=click.user, team=click.team, ledger_id=click.ledger_id
         )
@@ -76,9 +88,11 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
     async def on_cancel(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
         click = click_of(body)
-        await tell(
-            click, await service.cancel_from_card(click.ledger_id, user=click.user, team=click.team)
-        )
+        async with saved(click):
+            notice = await service.cancel_from_card(
+                click.ledger_id, user=click.user, team=click.team
+            )
+            await tell(click, notice)
 
 
 @dataclass(frozen=True, slots=True)

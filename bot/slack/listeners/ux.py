@@ -20,6 +20,7 @@ from ..home import ACTION_REVOKE
 from ..messages import render
 from ..output import SlackThreadOutput
 from ._homes import republish
+from ._unsaved import click_saved
 from .actions import Click, click_of
 from .events import message_text
 
@@ -55,12 +56,13 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
     async def on_allow(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
         click = click_of(body)
-        await tell(
-            click,
-            await service.edits.allow(
+        async with click_saved(
+            service, output, user=click.user, ledger_id=click.ledger_id, thread=click.thread
+        ):
+            notice = await service.edits.allow(
                 click.ledger_id, user=click.user, team=click.team, digest=click.digest
-            ),
-        )
+            )
+            await tell(click, notice)
         await republish(
             service, output, clicker=click.user, team=click.team, ledger_id=click.ledger_id
         )
@@ -90,7 +92,12 @@ def _register_edit_form(app: AsyncApp, service: RunService, output: SlackThreadO
         user = body.get("user") or {}
         user_id, team = str(user.get("id")), user.get("team_id")
         ledger_id = str(view.get("private_metadata") or "")
-        result = await service.edits.submit(ledger_id, edit_values(view), user=user_id, team=team)
+        result: Notice | EditErrors | None = None
+        # Acknowledged whatever happens: a modal left without its ack shows Slack's error.
+        async with click_saved(service, output, user=user_id, ledger_id=ledger_id, thread=None):
+            result = await service.edits.submit(
+                ledger_id, edit_values(view), user=user_id, team=team
+            )
         if isinstance(result, EditErrors):
             await ack(response_action="errors", errors=result.errors)
             return

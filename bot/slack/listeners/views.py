@@ -10,6 +10,7 @@ from ...runs.service import RunService
 from ..blocks import CALLBACK_REJECT, reason_from_view
 from ..output import SlackThreadOutput
 from ._homes import republish
+from ._unsaved import click_saved
 
 __all__ = ["register"]
 
@@ -23,13 +24,15 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         user = body.get("user") or {}
         user_id = str(user.get("id"))
         ledger_id = str(view.get("private_metadata") or "")
-        notice = await service.decide(
-            ledger_id,
-            "rejected",
-            user=user_id,
-            team=user.get("team_id"),
-            reason=reason_from_view(view),
-        )
+        notice = None
+        async with click_saved(service, output, user=user_id, ledger_id=ledger_id, thread=None):
+            notice = await service.decide(
+                ledger_id,
+                "rejected",
+                user=user_id,
+                team=user.get("team_id"),
+                reason=reason_from_view(view),
+            )
         if notice is not None and (thread := await service.decisions.thread_of_call(ledger_id)):
             await output.tell(thread, user_id, notice)
         await republish(
