@@ -13,10 +13,10 @@ from datetime import datetime
 
 import aiosqlite
 
-from ..._faults import checkpoint
+from .._allow_steps import AllowSteps
 from .._rules import edit_refusal, edit_summary, new_id
 from .._time import aware, to_db
-from ..models import AllowanceGrant, AllowanceRow, AllowOutcome, DecisionOutcome
+from ..models import AllowanceGrant, AllowanceRow, DecisionOutcome
 from ..reasons import MoreApprovalsNeeded
 from ._connection import fetch_all, fetch_one
 from ._ledger import LedgerPart
@@ -24,7 +24,7 @@ from ._ledger import LedgerPart
 __all__ = ["EditsPart"]
 
 
-class EditsPart(LedgerPart):
+class EditsPart(LedgerPart, AllowSteps):
     async def edit_call(
         self,
         ledger_id: str,
@@ -87,52 +87,6 @@ class EditsPart(LedgerPart):
         return DecisionOutcome(recorded=True, row=after, why=why)
 
     # -- allowances ------------------------------------------------------------------------------
-
-    async def create_allowance(
-        self,
-        *,
-        channel_id: str,
-        tool: str,
-        shape: str,
-        label: str,
-        granted_by: str,
-        ledger_id: str,
-        expires_at: datetime,
-    ) -> AllowanceRow:
-        grant = AllowanceGrant(
-            channel_id=channel_id, tool=tool, shape=shape, label=label, expires_at=expires_at
-        )
-        async with self._transaction("create_allowance") as conn:
-            return await self._insert_allowance(conn, grant, granted_by, ledger_id)
-
-    async def allow_call(
-        self,
-        ledger_id: str,
-        grant: AllowanceGrant,
-        *,
-        user_id: str,
-        team_id: str | None = None,
-        reason: str | None = None,
-        rule: str | None = None,
-        digest: str | None = None,
-    ) -> AllowOutcome:
-        async with self._transaction("allow_call") as conn:
-            decision = await self._decide_in(
-                conn,
-                ledger_id,
-                "approved",
-                user_id=user_id,
-                team_id=team_id,
-                reason=reason,
-                required_approvals=1,
-                rule=rule,
-                digest=digest,
-            )
-            if not decision.recorded or decision.row.status != "approved":
-                return AllowOutcome(decision=decision)
-            await checkpoint("allow_decided")  # crash tests: approved, allowance not yet written
-            made = await self._insert_allowance(conn, grant, user_id, ledger_id)
-        return AllowOutcome(decision=decision, allowance=made)
 
     async def _insert_allowance(
         self, conn: aiosqlite.Connection, grant: AllowanceGrant, granted_by: str, ledger_id: str
