@@ -49,6 +49,9 @@ class Recording:
         self.cards.append(card)
         return CardRef(thread.channel_id, f"card.{len(self.cards)}")
 
+    async def find_card(self, thread: Thread, ledger_id: str) -> CardRef | None:
+        return None
+
     async def update_card(self, ref: CardRef, card: CardCall, outcome: CardOutcome | None) -> None:
         self.updates.append((ref, card, outcome))
 

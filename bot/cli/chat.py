@@ -62,6 +62,9 @@ class TerminalOutput:
         self._print("\n" + card_text(card))
         return CardRef(thread.channel_id, f"card-{self._posted}")
 
+    async def find_card(self, thread: Thread, ledger_id: str) -> CardRef | None:
+        return None  # a terminal keeps no earlier cards
+
     async def update_card(self, ref: CardRef, card: CardCall, outcome: CardOutcome | None) -> None:
         if outcome is None:
             self.cards[card.ledger_id] = card

@@ -31,7 +31,7 @@ logger = logging.getLogger("opsgate.runs")
 class Cards:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self.retries = CardRetries(ctx, self._post_once)
+        self.retries = CardRetries(ctx, self._adopt_or_post)
         """Background tries for a card Slack refused."""
 
     def card_call(self, row: ToolCallRow, batch: list[ToolCallRow], channel: str) -> CardCall:
@@ -81,11 +81,15 @@ class Cards:
                 self.ctx.deadline_set()
             await self.post(thread, row, batch)
 
-    async def post(self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]) -> None:
+    async def post(
+        self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow], *, adopt: bool = False
+    ) -> None:
         """Post one card. If that fails, say so in the thread and try again in the background
         (`bot.runs._card_retry`): the call still expires on time, `cancel` still works, and the
-        next start-up tries again too."""
-        error = await self._post_once(thread, row, batch)
+        next start-up tries again too. `adopt`: a card may already be in the thread (see
+        `_adopt_or_post`)."""
+        post = self._adopt_or_post if adopt else self._post_once
+        error = await post(thread, row, batch)
         if error is not None:
             await self.ctx.output.say(thread, CardNotPosted(row.tool, error))
             self.retries.start(thread, row, error)
@@ -102,6 +106,22 @@ class Cards:
             case CardRef(channel_id=channel, ts=ts, locked=locked):
                 await self.ctx.store.set_card(row.id, channel, ts, locked=locked)
                 await self.ctx.store.card_drawn(row.id, card_state(row))
+        return None
+
+    async def _adopt_or_post(
+        self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]
+    ) -> str | None:
+        """Post a card that an earlier try may have posted already (a kill -9 or a timeout
+        while Slack answered): a card of this call found in the thread is adopted, stored
+        and redrawn as the call's current state, instead of a second card being posted."""
+        found = await self.ctx.output.find_card(thread, row.id)
+        if found is None:
+            return await self._post_once(thread, row, batch)
+        logger.info("adopting the card already posted for %s", row.id)
+        await self.ctx.store.set_card(row.id, found.channel_id, found.ts, locked=found.locked)
+        adopted = await self.ctx.store.get_call(row.id)
+        if adopted is not None:
+            await self.refresh(adopted)
         return None
 
     async def refresh(self, row: ToolCallRow) -> None:
@@ -139,7 +159,7 @@ class Cards:
                 await self.ctx.store.set_expiry(row.id, expires_at)
                 row = row.model_copy(update={"expires_at": expires_at})
                 self.ctx.deadline_set()
-            await self.post(thread, row, batch)
+            await self.post(thread, row, batch, adopt=True)
 
     async def redraw_batch(self, session_id: str) -> None:
         """Redraw every posted card of the session's latest batch (after a restart: a decision

@@ -18,7 +18,8 @@ Contract, for implementers:
   service always closes it, also on errors; closing twice is harmless).
 - Notices carry raw text (model output, tool output, error messages): the renderer escapes it.
 - `ToolRan` output that is too long to show inline is attached as a file by the renderer.
-- `post_card` attaches the arguments as a file when the card must cut them.
+- `post_card` attaches the arguments as a file when the card must cut them, and marks the card
+  with its ledger id so that `find_card` can find it again after a crash.
 
 Match on `notice.kind` (or the class) to render; every notice is a frozen dataclass.
 See `docs/architecture.md` ("Layers", "Data path of one request").
@@ -87,6 +88,11 @@ class ThreadOutput(Protocol):
 
     async def post_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
         """Post a pending approval card with its buttons (or prompt)."""
+        ...
+
+    async def find_card(self, thread: Thread, ledger_id: str) -> CardRef | None:
+        """The card already posted in the thread for call `ledger_id`, or None: a process
+        killed while posting it never stored where it went (an orphan with live buttons)."""
         ...
 
     async def update_card(

@@ -22,6 +22,7 @@ from ..runs.cards import CardCall, CardOutcome, CardRef
 from ..runs.notices import Notice
 from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.ux import AllowanceList, EditForm, HomeView
+from ._card_marks import card_metadata, find_marked_card
 from ._forms import edit_modal
 from ._minimal_card import minimal_blocks, minimal_file_text
 from ._streaming import ThreadReply
@@ -63,6 +64,7 @@ class SlackThreadOutput:
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
         self._team_id: str | None = None
+        self._bot_id: str | None = None
 
     async def say(self, thread: Thread, notice: Notice) -> None:
         rendered = render(notice)
@@ -188,6 +190,7 @@ class SlackThreadOutput:
                 thread_ts=thread.thread_ts,
                 text=card_text(card),
                 blocks=approval_card(card),
+                metadata=card_metadata(card),
             )
         except SLACK_ERRORS as exc:
             logger.error("could not post the card for %s: %s", card.ledger_id, slack_error(exc))
@@ -208,11 +211,24 @@ class SlackThreadOutput:
                 thread_ts=thread.thread_ts,
                 text=card_text(card),
                 blocks=minimal_blocks(card, name),
+                metadata=card_metadata(card),
             )
         except SLACK_ERRORS as exc:
             logger.error("the minimal card for %s failed too: %s", card.ledger_id, slack_error(exc))
             return PostFailed(slack_error(exc))
         return CardRef(str(response["channel"]), str(response["ts"]), card.locked)
+
+    async def find_card(self, thread: Thread, ledger_id: str) -> CardRef | None:
+        """This bot's card for `ledger_id` in the thread (its message metadata names the call),
+        or None; a failed search is None too (the caller posts: a duplicate card at worst)."""
+        try:
+            await self._home_team()
+            return await find_marked_card(
+                self.client, self._bot_id or "", thread.channel_id, thread.thread_ts, ledger_id
+            )
+        except SLACK_ERRORS as exc:
+            logger.warning("could not look for the card of %s: %s", ledger_id, slack_error(exc))
+            return None
 
     async def update_card(
         self, ref: CardRef, card: CardCall, outcome: CardOutcome | None
@@ -284,6 +300,7 @@ class SlackThreadOutput:
         if self._team_id is None:
             response = await self.client.auth_test()
             self._team_id = str(response.get("team_id") or "")
+            self._bot_id = str(response.get("bot_id") or "")
         return self._team_id
 
 

@@ -130,6 +130,7 @@ class SlackAPIStandIn:
         self._upload_content: dict[str, bytes] = {}
         self.uploaded_files: list[UploadedFile] = []
         self._held: dict[str, asyncio.Event] = {}
+        self._hung: dict[str, deque[Callable[[dict[str, Any]], bool] | None]] = defaultdict(deque)
         self.holding: dict[str, int] = {}
         """How many calls each held method got (see `hold`)."""
         self._closing = asyncio.Event()
@@ -151,6 +152,7 @@ class SlackAPIStandIn:
             "users.info": self._users_info,
             "usergroups.users.list": self._usergroup_users,
             "conversations.info": self._conversations_info,
+            "conversations.replies": self._conversations_replies,
             "files.getUploadURLExternal": self._upload_url,
             "files.completeUploadExternal": self._complete_upload,
         }
@@ -218,6 +220,18 @@ class SlackAPIStandIn:
         gate = asyncio.Event()
         self._held[method] = gate
         return gate
+
+    def hang_after(
+        self,
+        method: str,
+        *,
+        times: int = 1,
+        where: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
+        """Make the next `times` calls to `method` (whose params `where` accepts) take effect
+        and be recorded, then never answer (until the stand-in closes): a Slack that posted the
+        message while the bot, e.g., was killed waiting for the answer."""
+        self._hung[method].extend(where for _ in range(times))
 
     def respond_with(self, method: str, answer: Answer) -> None:
         """Answer `method` with a fixed body, or with `answer(call)` (params already parsed)."""
@@ -310,7 +324,17 @@ class SlackAPIStandIn:
         headers = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
         status, body, extra_headers = self._answer(method, params, token, headers)
         await self._record(SlackCall(method, params, headers, token, status, body))
+        if self._hangs(method, params):
+            await self._closing.wait()
         return web.json_response(body, status=status, headers=extra_headers)
+
+    def _hangs(self, method: str, params: dict[str, Any]) -> bool:
+        hung = self._hung.get(method)
+        where = next((w for w in hung or () if w is None or w(params)), False)
+        if hung and where is not False:
+            hung.remove(where)
+            return True
+        return False
 
     async def _wait_held(self, gate: asyncio.Event) -> None:
         waits = [asyncio.ensure_future(gate.wait()), asyncio.ensure_future(self._closing.wait())]
@@ -579,6 +603,25 @@ class SlackAPIStandIn:
         }
         channel.update(self._channels.get(channel_id, {}))
         return {"channel": channel}
+
+    def _conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The thread's messages, oldest first; metadata only with `include_all_metadata`
+        (as Slack does). One page: the stand-in's threads are short."""
+        channel = _required(params, "channel", "channel_not_found")
+        ts = _required(params, "ts", "thread_not_found")
+        with_metadata = str(params.get("include_all_metadata", "")).lower() in ("1", "true")
+        thread = [
+            dict(message)
+            for (in_channel, message_ts), message in self._messages.items()
+            if in_channel == channel and ts in (message_ts, message.get("thread_ts"))
+        ]
+        if not thread:
+            raise _SlackError("thread_not_found")
+        for message in thread:
+            if not with_metadata:
+                message.pop("metadata", None)
+        thread.sort(key=lambda m: float(m["ts"]))
+        return {"messages": thread, "has_more": False, "response_metadata": {"next_cursor": ""}}
 
     def _upload_url(self, params: dict[str, Any]) -> dict[str, Any]:
         filename = _required(params, "filename", "invalid_arguments")
