@@ -196,7 +196,6 @@ def run_service(
             approvals=approvals,
             tasks=deps.tasks,
             clock=deps.clock,
-            person=deps.person,
             health=deps.write_health,
             observer=deps.observer,
             deadline_set=deadline_set or (lambda: None),

@@ -1,4 +1,4 @@
-"""Three real `opsgate run --http` replicas on one PostgreSQL database (DESIGN semantics 10).
+"""Three real `opsgate run --http` replicas on one PostgreSQL database (docs/architecture.md).
 
 Requests are spread across the replicas' ports as a load balancer would; short leases (2 s,
 heartbeat 0.4 s) keep the crash cases quick. Each test waits on what it expects to see (a

@@ -111,7 +111,6 @@ async def world(tmp_path: Path, *turns: Turn, policy: str = "") -> AsyncIterator
             approvals=Approvals(the_policy),
             tasks=tasks,
             clock=utc_now,
-            person=str,
         )
         try:
             yield World(RunService(ctx), output, store, tasks, client)

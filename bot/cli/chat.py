@@ -160,7 +160,6 @@ def _service(deps: Deps, output: TerminalOutput) -> RunService:
         approvals=_TerminalApprovals(deps.policy),
         tasks=deps.tasks,
         clock=deps.clock,
-        person=str,
     )
     return RunService(ctx)
 

@@ -29,7 +29,6 @@ class RunContext:
     approvals: Approvals
     tasks: TaskSupervisor
     clock: Callable[[], datetime]
-    person: Callable[[str], str]
     """How a user id is named to the model ("rejected by …")."""
     health: WriteHealth = field(default_factory=WriteHealth)
     """Whether the database took the last write (the health check reads it)."""

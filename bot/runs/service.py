@@ -267,8 +267,7 @@ class RunService:
         return True
 
     async def _responses(self, session_id: str) -> list[ToolApprovalResponse]:
-        # TODO(lead): the store names people itself once it takes `person=`.
-        return await self.ctx.store.responses_for_batch(session_id, mention=self.ctx.person)
+        return await self.ctx.store.responses_for_batch(session_id)
 
     # -- time and restarts ----------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ exactly one wins, and the others get False or a refusal, never an error.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -234,11 +234,9 @@ class Store(QueueAuditRecovery, Protocol):
         """When the next undecided gated call expires (a sweeper's sleep)."""
         ...
 
-    async def responses_for_batch(
-        self, session_id: str, *, mention: Callable[[str], str] | None = None
-    ) -> list[ToolApprovalResponse]:
+    async def responses_for_batch(self, session_id: str) -> list[ToolApprovalResponse]:
         """The decisions of the latest batch's gated calls, as the resume needs them; deciders
-        named by the store's `person` (`mention` overrides it, deprecated)."""
+        named by the store's `person`."""
         ...
 
     async def pending_approvals(self) -> list[PendingApproval]:

@@ -203,11 +203,6 @@ async def test_batch_complete_and_responses(store: Store) -> None:
     ]
     assert responses[0].reason == "looks fine"
     assert responses[1].tool_message_text() == "Rejected: User denied (rejected by <@U2>)"
-    plain = await store.responses_for_batch(session_id, mention=str)  # deprecated override
-    assert [(r.call_id, r.decision, r.decided_by) for r in plain] == [
-        (RESTART.id, "approved", "U1"),
-        (DROP.id, "rejected", "U2"),
-    ]
 
 
 async def test_a_store_names_people_by_plain_id_unless_given_a_person(

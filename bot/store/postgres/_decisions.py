@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -229,11 +228,8 @@ class Decisions(Ledger):
             )
         return value
 
-    async def responses_for_batch(
-        self, session_id: str, *, mention: Callable[[str], str] | None = None
-    ) -> list[ToolApprovalResponse]:
-        """`mention` is deprecated: the store's `person` (a constructor keyword) names deciders."""
-        return responses(await self.batch_calls(session_id), mention or self._person)
+    async def responses_for_batch(self, session_id: str) -> list[ToolApprovalResponse]:
+        return responses(await self.batch_calls(session_id), self._person)
 
     async def pending_approvals(self) -> list[PendingApproval]:
         """Every gated call still waiting for decisions in a paused run, oldest first."""

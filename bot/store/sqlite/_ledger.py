@@ -7,7 +7,6 @@ process it is in; the loser is told who won and when (`_rules.already`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -277,11 +276,8 @@ class LedgerPart(SQLiteConnection):
 
     # -- what the resume and the start-up need -----------------------------------------------------
 
-    async def responses_for_batch(
-        self, session_id: str, *, mention: Callable[[str], str] | None = None
-    ) -> list[ToolApprovalResponse]:
-        """`mention` is deprecated: the store's `person` (a constructor keyword) names deciders."""
-        return responses(await self.batch_calls(session_id), mention or self._person)
+    async def responses_for_batch(self, session_id: str) -> list[ToolApprovalResponse]:
+        return responses(await self.batch_calls(session_id), self._person)
 
     async def pending_approvals(self) -> list[PendingApproval]:
         async with self._reading("pending_approvals") as conn:
