@@ -215,6 +215,38 @@ async def test_a_decision_republishes_the_home_tabs_of_the_people_it_affects(
             assert "echo shared" not in json.dumps(_homes(bot, user)[-1]["blocks"])
 
 
+async def test_a_card_click_publishes_no_home_tab_for_people_who_never_opened_it(
+    tmp_path: Path,
+) -> None:
+    policy = Policy.from_toml(APPROVERS)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        for n in (1, 2):
+            bot.llm.reply_tool_calls([(f"call_{n}", "run_command", {"command": f"echo {n}"})])
+        bot.llm.reply_text("Done.")
+        bot.llm.reply_text("Done.")
+        await bot.mention("first", user=ALICE, ts="1700000001.000100")
+        await bot.wait_cards(1)
+        await bot.mention("second", user=ALICE, ts="1700000002.000100")
+        first, second = await bot.wait_cards(2)
+
+        # Nobody opened the Home tab: Bob's click in the channel publishes none (his is
+        # drawn when he opens it).
+        await bot.click("opsgate_approve", first["ledger_id"], user=BOB)
+        await bot.llm.wait_for_requests(3)
+        await bot.settle()
+        assert bot.slack.calls_to("views.publish") == []
+
+        # Once he opened it, his next click in the channel republishes it, without the call.
+        await _open_home(bot, BOB, 1)
+        assert "echo 2" in json.dumps(_homes(bot, BOB)[-1]["blocks"])
+        await bot.click("opsgate_approve", second["ledger_id"], user=BOB)
+        await bot.llm.wait_for_requests(4)
+        await bot.settle()
+        assert len(_homes(bot, BOB)) == 2
+        assert "echo 2" not in json.dumps(_homes(bot, BOB)[-1]["blocks"])
+        assert _homes(bot, ALICE) == []
+
+
 # -- a stale Approve ---------------------------------------------------------------------------
 
 

@@ -83,11 +83,20 @@ class Home:
         return await self.view(user, team=team)
 
     async def affected(
-        self, *, ledger_id: str | None = None, channel: str | None = None
+        self,
+        *,
+        ledger_id: str | None = None,
+        channel: str | None = None,
+        viewers: list[HomeViewer] | None = None,
     ) -> list[HomeViewer]:
         """Who, of the people who opened the Home tab lately, sees a change to call `ledger_id`
         (or to the allowances of `channel`): its requester, and whoever may approve there. At
-        most `REPUBLISH_MAX`, the most recent openers first."""
+        most `REPUBLISH_MAX`, the most recent openers first. `viewers`: the store's recent
+        openers, when the caller read them already."""
+        if viewers is None:
+            viewers = await self.ctx.store.home_viewers()
+        if not viewers:
+            return []  # nobody to republish for: spare the call and session reads
         requester = None
         if ledger_id is not None:
             row = await self.ctx.store.get_call(ledger_id)
@@ -99,7 +108,7 @@ class Home:
             return []
         listed = not self.ctx.policy.approvers_for(channel).anyone
         out: list[HomeViewer] = []
-        for viewer in await self.ctx.store.home_viewers():
+        for viewer in viewers:
             if len(out) >= REPUBLISH_MAX:
                 break
             if viewer.user_id == requester:

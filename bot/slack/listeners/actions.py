@@ -57,7 +57,12 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
                 ),
             )
         await republish(
-            service, output, clicker=click.user, team=click.team, ledger_id=click.ledger_id
+            service,
+            output,
+            clicker=click.user,
+            team=click.team,
+            ledger_id=click.ledger_id,
+            clicker_tab=click.thread is None,  # a card in a channel: only if they opened it
         )
 
     @app.action(ACTION_REJECT)
