@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, get_args
 
@@ -46,9 +46,11 @@ __all__ = [
     "edit_refusal",
     "edit_summary",
     "expiry_ttl",
+    "interruption_audits",
     "new_id",
     "responses",
     "resume_never_began",
+    "start_audit",
 ]
 
 SEEN_EVENT_TTL = timedelta(days=1)
@@ -225,3 +227,29 @@ def resume_never_began(rows: list[ToolCallRow], tail: list[ChatMessage], seq: in
         and all(row.message_seq == seq and row.status not in _STARTED for row in rows)
         and len(tail) == 1
     )
+
+
+def start_audit(
+    name: str, ledger_id: str, digest: str, decided_by: str | None, refused: str | None
+) -> tuple[str, dict[str, Any]]:
+    """The audit event and details of a `start_tool_call`: the start, or the refusal of a call
+    that is already past `approved` (it will not run twice)."""
+    details: dict[str, Any] = {"ledger_id": ledger_id, "tool": name, "digest": digest}
+    if refused is None:
+        details["approved_by"] = decided_by
+        return "execution_start", details
+    details.update(action="execute", why=f"already {refused}")
+    return "refusal", details
+
+
+def interruption_audits(
+    previous_state: str, interrupted: Sequence[ToolCallRow], not_run: Any
+) -> list[tuple[str | None, dict[str, Any]]]:
+    """The `interrupted` audit rows of a session recovered after a crash, as (call id,
+    details): one per call that was executing, or one for the session when none was."""
+    if not interrupted:
+        return [(None, {"previous_state": previous_state, "not_run": not_run})]
+    return [
+        (row.call_id, {"ledger_id": row.id, "tool": row.name, "not_run": not_run})
+        for row in interrupted
+    ]

@@ -11,7 +11,7 @@ from agent_core.exceptions import ToolCallAlreadyStarted
 from agent_core.messages import ChatMessage, ToolCall, call_digest, canonical_arguments
 from bot._duration import format_duration
 
-from .._rules import card_state, new_id
+from .._rules import card_state, new_id, start_audit
 from .._time import aware
 from ..errors import StoreError, UnknownCall
 from ..models import ToolCallRow
@@ -158,13 +158,7 @@ class Ledger(Sessions):
                 )
                 if count(status) == 0:
                     refused = current.status
-            details: dict[str, Any] = {"ledger_id": ledger_id, "tool": call.name, "digest": digest}
-            if refused is None:
-                details["approved_by"] = decided_by
-                event = "execution_start"
-            else:
-                details.update(action="execute", why=f"already {refused}")
-                event = "refusal"
+            event, details = start_audit(call.name, ledger_id, digest, decided_by, refused)
             await self._write_audit(
                 conn,
                 event,

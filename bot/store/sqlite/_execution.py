@@ -16,7 +16,7 @@ from agent_core.events import ToolApprovalRequest, ToolCallHeld
 from agent_core.exceptions import ToolCallAlreadyStarted
 from agent_core.messages import ChatMessage, ToolCall, call_digest, canonical_arguments
 
-from .._rules import new_id
+from .._rules import new_id, start_audit
 from ..errors import StoreError, UnknownCall
 from ._connection import SQLiteConnection, call_row, fetch_one
 
@@ -126,13 +126,7 @@ class ExecutionPart(SQLiteConnection):
                 )
                 if cursor.rowcount == 0:
                     refused = current.status
-            details: dict[str, Any] = {"ledger_id": ledger_id, "tool": call.name, "digest": digest}
-            if refused is None:
-                details["approved_by"] = decided_by
-                event = "execution_start"
-            else:
-                details.update(action="execute", why=f"already {refused}")
-                event = "refusal"
+            event, details = start_audit(call.name, ledger_id, digest, decided_by, refused)
             await self._write_audit(
                 conn,
                 event,

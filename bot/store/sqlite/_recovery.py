@@ -15,7 +15,7 @@ from agent_core.batches import close_batch
 from agent_core.messages import ToolCall
 from agent_core.outcomes import CallOutcome, Interrupted, NotRun, render_outcome
 
-from .._rules import resume_never_began
+from .._rules import interruption_audits, resume_never_began
 from ..models import RecoveredSession, ToolCallRow
 from ._connection import SQLiteConnection, call_row, fetch_all, session_row
 
@@ -118,22 +118,14 @@ class RecoveryPart(SQLiteConnection):
             "UPDATE sessions SET state = 'idle', error = NULL, updated_at = ? WHERE id = ?",
             (now, session_id),
         )
-        for row in interrupted:
+        for call_id, details in interruption_audits(session["state"], interrupted, not_run):
             await self._write_audit(
                 conn,
                 "interrupted",
                 actor=None,
                 session_id=session_id,
-                call_id=row.call_id,
-                details={"ledger_id": row.id, "tool": row.name, "not_run": not_run},
-            )
-        if not interrupted:
-            await self._write_audit(
-                conn,
-                "interrupted",
-                actor=None,
-                session_id=session_id,
-                details={"previous_state": session["state"], "not_run": not_run},
+                call_id=call_id,
+                details=details,
             )
         return RecoveredSession(
             session=session_row(await self._session_row(conn, session_id)),
