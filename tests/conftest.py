@@ -21,3 +21,22 @@ async def llm() -> AsyncIterator[LLMStandIn]:
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient() as client:
         yield client
+
+
+_PROCESS_FIXTURES = {"postgres_cluster", "postgres_url"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what needs child processes or PostgreSQL, so `pytest -m "not processes"` is fast.
+
+    Everything under `tests/processes/` is marked, and so is every test that uses the private
+    PostgreSQL cluster (the store contract runs each test on both backends: the SQLite half
+    stays in the fast loop).
+    """
+    for item in items:
+        in_processes = "processes" in item.path.parts
+        callspec = getattr(item, "callspec", None)
+        on_postgres = callspec is not None and "postgresql" in callspec.params.values()
+        uses_cluster = _PROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if in_processes or on_postgres or uses_cluster:
+            item.add_marker(pytest.mark.processes)

@@ -1,7 +1,7 @@
 """`Store`: the one interface every store backend implements, and `open_store` to pick one.
 
 The docstrings here are the contract (what is conditional, what is audited); the contract tests
-in `tests/store_contract/` run against every backend. Rows are the backend-neutral models of
+in `tests/store/contract/` run against every backend. Rows are the backend-neutral models of
 `bot.store.models`; errors are `bot.store.errors` (never a driver's exception). A "conditional"
 write is a compare-and-set: of any number of concurrent callers (tasks, processes or replicas)
 exactly one wins, and the others get False or a refusal, never an error.

@@ -1,4 +1,4 @@
-"""Child process for tests/test_store_crash.py: append turns to one session until killed.
+"""Child process for tests/processes/test_store_crash.py: append turns to one session until killed.
 
 Usage: python -m tests.support.store_crash_child DB_PATH
 

@@ -1,0 +1,182 @@
+"""Long threads over real HTTP: every request fits the model's window, and the thread goes on.
+
+The LLM stand-in refuses a request longer than its `context_limit` with HTTP 400
+`context_length_exceeded`, as OpenAI does, counting with OpenAI's o200k_base encoding; the agent
+counts with its own (the conservative estimate for this unknown model name).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+from aiohttp import web
+
+from agent_core import (
+    AgentSession,
+    ChatClientAgent,
+    ContextBudget,
+    Finish,
+    FinishReason,
+    TextDelta,
+    ToolResult,
+    tool,
+)
+from agent_core._compact import SUMMARY_PROMPT
+from agent_core.openai import OpenAIChatClient
+from bot.store import SQLiteStore
+from tests.agent_core.test_agent_over_http import assert_provider_accepts
+from tests.support.harness import text_sse
+from tests.support.llm_context import prompt_tokens
+from tests.support.llm_server import LLMStandIn
+
+
+def _is_summary(body: dict[str, Any]) -> bool:
+    return body["messages"][0]["content"] == SUMMARY_PROMPT
+
+
+def answer_everything(llm: LLMStandIn, n: int, *, fail_summaries: bool = False) -> None:
+    """Queue `n` replies that answer whatever comes: a summary request with a summary (or HTTP
+    400, to make summarising fail), anything else with a long answer naming the question."""
+
+    async def reply(body: dict[str, Any]) -> web.StreamResponse:
+        if _is_summary(body):
+            if fail_summaries:
+                return web.json_response({"error": {"message": "no summaries today"}}, status=400)
+            summary = text_sse("Earlier: people asked about hosts; all fine.")
+            return web.Response(body=summary, content_type="text/event-stream")
+        question = body["messages"][-1]["content"] or ""
+        text = f"Answer to {question[:12]}: " + "the web tier is healthy. " * 60
+        return web.Response(body=text_sse(text), content_type="text/event-stream")
+
+    for _ in range(n):
+        llm.reply_with(reply)
+
+
+async def run_turn(agent: ChatClientAgent, session: AgentSession, text: str) -> str:
+    finish: Finish | None = None
+    answer: list[str] = []
+    async for update in agent.run(text, session):
+        if isinstance(update, TextDelta):
+            answer.append(update.text)
+        elif isinstance(update, Finish):
+            finish = update
+    assert finish is not None and finish.finish_reason is FinishReason.STOP, finish
+    return "".join(answer)
+
+
+def agent_for(
+    llm: LLMStandIn, http: httpx.AsyncClient, store: SQLiteStore, tokens: int, **kw: Any
+) -> ChatClientAgent:
+    client = OpenAIChatClient(http, model="stand-in-model", base_url=llm.base_url, max_retries=0)
+    budget = ContextBudget(context_tokens=tokens)
+    return ChatClientAgent(
+        client, instructions="You are OpsGate.", store=store, context=budget, **kw
+    )
+
+
+async def test_a_forty_turn_thread_of_long_messages_is_answered_every_time(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    async with LLMStandIn(context_limit=8_000) as llm, SQLiteStore(tmp_path / "db") as store:
+        session = await store.get_or_create_session("T1", "C1", "1.0")
+        agent = agent_for(llm, http, store, 8_000)
+        answer_everything(llm, 200)
+        for turn in range(40):
+            question = f"turn {turn:02d}: " + "why is host web-7 slow? " * 120
+            assert (await run_turn(agent, AgentSession(session.id), question)).startswith(
+                f"Answer to turn {turn:02d}"
+            )
+
+        assert llm.refused == []
+        budget = ContextBudget(context_tokens=8_000)
+        for body in llm.requests:
+            assert prompt_tokens(body) <= budget.prompt_tokens
+            assert_provider_accepts(body["messages"])
+        summaries = [b for b in llm.requests if _is_summary(b)]
+        assert summaries, "a thread this long must have been compacted"
+        asked = [b for b in llm.requests if not _is_summary(b)]
+        assert len(asked) == 40
+        assert "[Summary of the first" in asked[-1]["messages"][1]["content"]
+        assert len(await store.load_messages(session.id)) == 80  # stored history stays whole
+        loaded = await store.load_context(session.id)
+        assert loaded.summary is not None and loaded.summary.kind == "summary"
+        assert len(loaded.messages) < 80  # a turn loads from the last compaction point
+
+
+async def test_context_length_exceeded_is_compacted_harder_and_answered(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """The agent believes in a window twice the real one: the provider refuses, the user still
+    gets every answer."""
+    async with LLMStandIn(context_limit=6_000) as llm, SQLiteStore(tmp_path / "db") as store:
+        session = await store.get_or_create_session("T1", "C1", "1.0")
+        agent = agent_for(llm, http, store, 12_000)
+        answer_everything(llm, 100)
+        for turn in range(12):
+            question = f"turn {turn:02d}: " + "disk usage on db-1? " * 150
+            assert (await run_turn(agent, AgentSession(session.id), question)).startswith(
+                f"Answer to turn {turn:02d}"
+            )
+        assert llm.refused, "the stand-in should have refused at least one request"
+        for body in llm.requests:
+            assert prompt_tokens(body) <= 6_000
+            assert_provider_accepts(body["messages"])
+
+
+async def test_when_summarising_fails_a_plain_note_says_what_was_left_out(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    async with LLMStandIn(context_limit=8_000) as llm, SQLiteStore(tmp_path / "db") as store:
+        session = await store.get_or_create_session("T1", "C1", "1.0")
+        agent = agent_for(llm, http, store, 8_000)
+        answer_everything(llm, 100, fail_summaries=True)
+        for turn in range(10):
+            await run_turn(
+                agent, AgentSession(session.id), f"turn {turn}: " + "status of the queue? " * 150
+            )
+        loaded = await store.load_context(session.id)
+        assert loaded.summary is not None and loaded.summary.kind == "note"
+        assert "were left out to fit the context window" in loaded.summary.text
+        last = [b for b in llm.requests if not _is_summary(b)][-1]
+        assert last["messages"][1]["content"].startswith("[Context note:")
+        assert llm.refused == []
+
+
+async def test_a_thread_with_a_200000_character_tool_output_keeps_working(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    huge = "".join(f"line {i}: ok\n" for i in range(20_000))[:200_000]
+    assert len(huge) == 200_000
+
+    @tool
+    def dump_logs() -> str:
+        """Print the whole log."""
+        return huge
+
+    async with LLMStandIn(context_limit=16_000) as llm, SQLiteStore(tmp_path / "db") as store:
+        session = await store.get_or_create_session("T1", "C1", "1.0")
+        agent = agent_for(llm, http, store, 16_000, tools=[dump_logs])
+        llm.reply_tool_calls([("call_logs", "dump_logs", {})])
+        answer_everything(llm, 50)
+        updates = [u async for u in agent.run("show me the logs", AgentSession(session.id))]
+        (result,) = [u for u in updates if isinstance(u, ToolResult)]
+        assert result.content == huge  # people get the whole output
+        for turn in range(5):
+            await run_turn(
+                agent,
+                AgentSession(session.id),
+                f"and now {turn}? " + "anything else in the logs? " * 50,
+            )
+
+        stored = await store.load_messages(session.id)
+        assert [m.content for m in stored if m.role == "tool"] == [huge]  # stored whole
+        assert llm.refused == []
+        for body in llm.requests:
+            assert prompt_tokens(body) <= 16_000
+            assert_provider_accepts(body["messages"])
+        sent = [m for m in llm.requests[1]["messages"] if m["role"] == "tool"]
+        assert sent[0]["content"].startswith("line 0: ok")
+        assert "characters cut here to fit the context" in sent[0]["content"]
+        assert sent[0]["content"].rstrip().endswith(huge.rstrip()[-20:])
