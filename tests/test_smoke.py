@@ -1,6 +1,9 @@
+import __future__
+
 import ast
 import importlib
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -12,15 +15,47 @@ def test_public_api_is_sorted() -> None:
     assert agent_core.__all__ == sorted(agent_core.__all__)
 
 
-@pytest.mark.parametrize("package", ["bot.cli", "bot.policy"])
-def test_package_exports_are_sorted_and_exist(package: str) -> None:
-    module = importlib.import_module(package)
-    assert module.__all__ == sorted(module.__all__)
-    assert all(hasattr(module, name) for name in module.__all__)
-
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("agent_core", "bot")
+ALL_PACKAGES = sorted(
+    ".".join(init.parent.relative_to(ROOT).parts)
+    for package in PACKAGES
+    for init in (ROOT / package).rglob("__init__.py")
+)
+EXPORT_EXCEPTIONS = {
+    "bot.store.postgres": "bot/store is being rewritten on its own branch",
+    "bot.store.sqlite": "bot/store is being rewritten on its own branch",
+    "bot.tools": "ruff's RUF022 order, not sorted(); bot/tools is not this branch's",
+}
+"""Packages owned by other branches that do not pass yet (strict: the lead removes the entry
+when the branch that fixes it is merged)."""
+
+
+@pytest.mark.parametrize(
+    "package",
+    [
+        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=EXPORT_EXCEPTIONS[p]))
+        if p in EXPORT_EXCEPTIONS
+        else p
+        for p in ALL_PACKAGES
+    ],
+)
+def test_every_public_name_of_a_package_is_exported(package: str) -> None:
+    """httpx-style: `__all__` is sorted and is exactly the public names the package's namespace
+    binds. Submodules (bound as attributes once imported) and `from __future__` features are
+    not names the package defines; anything else public must be exported or made private."""
+    module = importlib.import_module(package)
+    exported = list(getattr(module, "__all__", []))
+    assert exported == sorted(exported), f"{package}.__all__ is not sorted (plain sorted())"
+    public = {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and not isinstance(value, __future__._Feature)
+        and name != "TYPE_CHECKING"
+        and not (isinstance(value, types.ModuleType) and value.__name__.startswith(package + "."))
+    }
+    assert set(exported) == public, f"{package}: exported {exported}, public {sorted(public)}"
 
 
 def _modules() -> dict[str, Path]:

@@ -3,12 +3,16 @@ payload, call the run service, render its answer through the Slack output."""
 
 from __future__ import annotations
 
-from slack_bolt.async_app import AsyncApp
+from typing import TYPE_CHECKING
 
-from ...policy import Policy
-from ...runs.service import RunService
-from ..output import SlackThreadOutput
 from . import actions, commands, events, ux, views
+
+if TYPE_CHECKING:
+    from slack_bolt.async_app import AsyncApp
+
+    from ...policy import Policy
+    from ...runs.service import RunService
+    from ..output import SlackThreadOutput
 
 __all__ = ["register"]
 

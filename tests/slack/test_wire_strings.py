@@ -1,0 +1,135 @@
+"""The Slack wire strings already out there, pinned as literals.
+
+Cards posted by an older release are still in channels, with their buttons; `manifest.yml` is
+pasted into api.slack.com once. A renamed action id, callback id, block-id format or metadata
+type would leave those buttons dead, so every string is collected from what the public builders
+render and from the manifest, and compared against the literal values shipped so far.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bot.runs.cards import CardCall, CardOutcome
+from bot.runs.ux import AllowanceInfo, EditField, EditForm, HomeView
+from bot.slack._card_marks import card_metadata
+from bot.slack._forms import edit_modal
+from bot.slack._minimal_card import minimal_blocks
+from bot.slack.blocks import approval_card, decided_card, reject_modal
+from bot.slack.home import home_view
+from bot.slack.listeners.commands import COMMAND
+from bot.slack.listeners.ux import SHORTCUT
+
+MANIFEST = Path(__file__).resolve().parents[2] / "manifest.yml"
+
+ACTION_IDS = {
+    "opsgate_allow",
+    "opsgate_approve",
+    "opsgate_cancel",
+    "opsgate_edit",
+    "opsgate_reject",
+    "opsgate_revoke",
+    "reason_choice_select",
+    "reason_input",
+    "value",
+}
+CALLBACK_IDS = {"opsgate_edit_modal", "opsgate_reject_modal"}
+FIXED_BLOCK_IDS = {"reason", "reason_choice"}
+DIGEST = "3f2a9c0d1e7b"
+LEDGER = "led_01HX"
+CARD_EVENT = "opsgate_card"
+SHORTCUT_ID = "opsgate_ask"
+SLASH_COMMAND = "/opsgate"
+
+
+def _call(**changes: Any) -> CardCall:
+    fields: dict[str, Any] = {
+        "ledger_id": LEDGER,
+        "tool": "run_command",
+        "description": "Run a command",
+        "arguments": {"command": "systemctl restart nginx"},
+        "digest": DIGEST,
+        "requested_by": "U0REQ",
+        "can_edit": True,
+        "allow_for": "1h",
+        "allow_scope": "`systemctl restart *`",
+    }
+    fields.update(changes)
+    return CardCall(**fields)
+
+
+def _rendered() -> list[Any]:
+    """Every card, modal and Home view the bot posts, in their fullest form."""
+    call = _call()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    allowance = AllowanceInfo("alw_1", "C1", "run_command", "systemctl *", "U1", now)
+    form = EditForm(LEDGER, "run_command", DIGEST, (EditField("command", "ls", True),), True)
+    return [
+        approval_card(call),
+        approval_card(_call(locked="arguments_not_attached")),
+        decided_card(call, CardOutcome("approved", "U1", now, "fine")),
+        minimal_blocks(call, "args.json"),
+        home_view(
+            HomeView(
+                "U1",
+                to_decide=(call,),
+                waiting=(call,),
+                allowances=(allowance,),
+                policy="p",
+            )
+        ),
+        reject_modal(LEDGER, ["Too risky"]),
+        edit_modal(form),
+    ]
+
+
+def _collect(node: Any, key: str, into: set[str]) -> set[str]:
+    if isinstance(node, dict):
+        for k, value in node.items():
+            if k == key and isinstance(value, str):
+                into.add(value)
+            _collect(value, key, into)
+    elif isinstance(node, list):
+        for value in node:
+            _collect(value, key, into)
+    return into
+
+
+def test_action_ids_are_the_shipped_ones() -> None:
+    assert _collect(_rendered(), "action_id", set()) == ACTION_IDS
+
+
+def test_callback_ids_are_the_shipped_ones() -> None:
+    assert _collect(_rendered(), "callback_id", set()) == CALLBACK_IDS
+
+
+def test_decision_block_ids_carry_digest_and_ledger_id() -> None:
+    block_ids = _collect(_rendered(), "block_id", set())
+    decision = {b for b in block_ids if b.startswith("opsgate_decision")}
+    assert decision == {f"opsgate_decision:{DIGEST}", f"opsgate_decision:{DIGEST}:{LEDGER}"}
+    pattern = re.compile(r"^opsgate_decision:[0-9a-f]{1,64}(:[0-9A-Za-z_-]{1,64})?$")
+    assert all(pattern.match(b) for b in decision)
+    # The others: the reject modal's, and the edit modal's, which are argument names.
+    assert block_ids - decision == FIXED_BLOCK_IDS | {"command"}
+
+
+def test_card_metadata_event_type() -> None:
+    metadata = card_metadata(_call(locked="arguments_not_attached"))
+    assert metadata == {
+        "event_type": CARD_EVENT,
+        "event_payload": {"ledger_id": LEDGER, "locked": "arguments_not_attached"},
+    }
+
+
+def test_shortcut_and_slash_command_match_the_manifest() -> None:
+    manifest = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+    features = manifest["features"]
+    assert [s["callback_id"] for s in features["shortcuts"]] == [SHORTCUT_ID]
+    assert [c["command"] for c in features["slash_commands"]] == [SLASH_COMMAND]
+    assert SHORTCUT == SHORTCUT_ID
+    assert COMMAND == SLASH_COMMAND
