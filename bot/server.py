@@ -22,7 +22,7 @@ from slack_bolt.async_app import AsyncApp
 
 from .observability import HealthServerError, Metrics, serve_health
 from .operations import add_operations_routes, operations_app
-from .runs.replica import start_replica_duties
+from .runs.replicas import start_replica_duties
 from .runs.service import RunService
 from .runs.timer import ExpiryTimer
 from .settings import Settings

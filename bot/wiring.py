@@ -21,15 +21,13 @@ from agent_core.openai import OpenAIChatClient
 
 from ._tasks import TaskSupervisor
 from .approvals import Approvals, FetchMembers
-from .channels import ChannelInstructions
 from .database import configured_store
-from .lease import held_lease
 from .policy import Policy, ToolPolicy
 from .runs import RunService, ThreadOutput
-from .runs._context import RunContext
-from .runs._live import Deadlines
-from .runs._observed import ObservedChatClient
-from .runs.observer import NoObserver, RunObserver
+from .runs.context import Deadlines, RunContext
+from .runs.metrics import NoObserver, ObservedChatClient, RunObserver
+from .runs.options import ChannelInstructions
+from .runs.replicas import held_lease
 from .settings import Settings
 from .store import Store, WriteHealth, utc_now
 from .tools import (

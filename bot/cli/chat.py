@@ -20,7 +20,7 @@ from typing import TextIO
 from ..approvals import Allowed, Approvals, Verdict
 from ..approvals.verdicts import Action
 from ..runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
-from ..runs._context import RunContext
+from ..runs.context import RunContext
 from ..runs.plain import card_text, notice_text
 from ..settings import Settings, load_settings
 from ..tools import protect_process_environment

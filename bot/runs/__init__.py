@@ -1,10 +1,9 @@
 """Runs: one agent run's whole life, independent of Slack (see `docs/architecture.md`)."""
 
-from .cards import CardCall, CardOutcome, CardRef, ChannelHelp, OutcomeStatus, PendingEntry
 from .notices import Notice
 from .output import PostFailed, TextSink, Thread, ThreadOutput
-from .queue import Dispatcher
-from .service import RunService
+from .service import Dispatcher, RunService
+from .views import CardCall, CardOutcome, CardRef, ChannelHelp, OutcomeStatus, PendingEntry
 
 __all__ = [
     "CardCall",

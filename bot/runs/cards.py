@@ -1,137 +1,316 @@
-"""What an approval card, `/opsgate pending` and `/opsgate help` show, as plain data.
+"""Approval cards: built from ledger rows, posted when a run pauses, redrawn on every change.
 
-The run service builds these from the store and the policy; each `ThreadOutput` renders them
-(Slack: Block Kit and mrkdwn in `bot.slack`; the terminal: plain text). Arguments and
-descriptions are untrusted: renderers escape them.
+A card must never keep buttons for a decided call: every decision redraws its card, a click
+on a decided card redraws it, and start-up redraws every card whose drawn state (the ledger's
+`card_drawn`) differs from its call's (the process may have died between recording a decision
+or a cancel and redrawing).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Literal
 
-from ..store.states import CardLock
+from agent_core import Tool, ToolCall
+
+from .._duration import format_duration
+from ..allowances import shape_of
+from ..store import ToolCallRow, card_state
+from ..tools import tool_summary
+from ..tools.mcp import McpTool
+from .context import RunContext, thread_of
+from .notices import (
+    CallLink,
+    CardNotPosted,
+)
+from .output import PostFailed, Thread
+from .views import CardCall, CardOutcome, CardRef, ServerTool
 
 __all__ = [
-    "CardCall",
-    "CardOutcome",
-    "CardRef",
-    "ChannelHelp",
-    "OutcomeStatus",
-    "PendingEntry",
-    "ServerTool",
+    "CARD_RETRY_DELAYS",
+    "CardRetries",
+    "Cards",
+    "allow_window",
+    "audit_gate_rule",
+    "scope",
+    "server_tool",
 ]
 
-OutcomeStatus = Literal["approved", "rejected", "expired", "cancelled"]
+
+logger = logging.getLogger("opsgate.runs")
 
 
-@dataclass(frozen=True, slots=True)
-class CardRef:
-    """Where a posted card lives, so it can be redrawn or linked to."""
+class Cards:
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.retries = CardRetries(ctx, self._adopt_or_post)
+        """Background tries for a card Slack refused."""
 
-    channel_id: str
-    ts: str
-    locked: CardLock | None = None
-    """Set by `post_card` when the card was posted without its Approve button, and why."""
+    def card_call(self, row: ToolCallRow, batch: list[ToolCallRow], channel: str) -> CardCall:
+        tool = self.ctx.tools.get(row.tool)
+        window = allow_window(self.ctx, row.tool, channel)
+        approvers = self.ctx.policy.approvers_for(channel)
+        return CardCall(
+            ledger_id=row.id,
+            tool=row.tool,
+            # For the people deciding: a line about the tool, not the text for the model.
+            description=tool_summary(tool) if tool else "",
+            arguments=row.running_arguments(),
+            digest=row.running_digest,
+            requested_by=row.requested_by,
+            call_id=row.call_id,
+            held=tuple((r.tool, r.arguments_value()) for r in batch if not r.needs_approval),
+            required_approvals=self.ctx.policy.required_approvals_for(channel),
+            approvals=tuple(row.approvals),
+            server_tool=server_tool(tool),
+            edited_by=row.edited_by,
+            original_arguments=row.arguments_value() if row.edited_arguments else None,
+            can_edit=self.ctx.policy.tool_policy(row.tool).allow_edit,
+            allow_for=None if window is None else format_duration(window),
+            allow_scope=scope(row) if window is not None else "",
+            locked=row.card_locked,
+            expires_at=row.expires_at,
+            approver_users=approvers.users,
+            approver_groups=approvers.groups,
+        )
+
+    async def link(self, row: ToolCallRow) -> CallLink:
+        ref = _ref(row)
+        return CallLink(row.tool, None if ref is None else await self.ctx.output.permalink(ref))
+
+    async def post_all(self, thread: Thread, session_id: str) -> None:
+        """The paused batch's cards, each with its deadline set first."""
+        store = self.ctx.store
+        batch = await store.batch_calls(session_id)
+        expires_at = self.ctx.clock() + self.ctx.policy.ttl
+        for row in batch:
+            if not row.needs_approval or row.card_ts is not None:
+                continue
+            if row.expires_at is None:
+                await store.set_expiry(row.id, expires_at)
+                await audit_gate_rule(self.ctx, row)
+                row = row.model_copy(update={"expires_at": expires_at})
+                self.ctx.deadline_set()
+            await self.post(thread, row, batch)
+
+    async def post(
+        self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow], *, adopt: bool = False
+    ) -> None:
+        """Post one card. If that fails, say so in the thread and try again in the background
+        (`bot.runs._card_retry`): the call still expires on time, `cancel` still works, and the
+        next start-up tries again too. `adopt`: a card may already be in the thread (see
+        `_adopt_or_post`)."""
+        post = self._adopt_or_post if adopt else self._post_once
+        error = await post(thread, row, batch)
+        if error is not None:
+            await self.ctx.output.say(thread, CardNotPosted(row.tool, error))
+            self.retries.start(thread, row, error)
+
+    async def _post_once(
+        self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]
+    ) -> str | None:
+        card = self.card_call(row, batch, thread.channel_id)
+        posted = await self.ctx.output.post_card(thread, card)
+        match posted:
+            case PostFailed(error=error):
+                logger.error("could not post the card for %s: %s", row.id, error)
+                return error
+            case CardRef(channel_id=channel, ts=ts, locked=locked):
+                await self.ctx.store.set_card(row.id, channel, ts, locked=locked)
+                await self.ctx.store.card_drawn(row.id, card_state(row))
+        return None
+
+    async def _adopt_or_post(
+        self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]
+    ) -> str | None:
+        """Post a card that an earlier try may have posted already (a kill -9 or a timeout
+        while Slack answered): a card of this call found in the thread is adopted, stored
+        and redrawn as the call's current state, instead of a second card being posted."""
+        found = await self.ctx.output.find_card(thread, row.id)
+        if found is None:
+            return await self._post_once(thread, row, batch)
+        logger.info("adopting the card already posted for %s", row.id)
+        await self.ctx.store.set_card(row.id, found.channel_id, found.ts, locked=found.locked)
+        adopted = await self.ctx.store.get_call(row.id)
+        if adopted is not None:
+            await self.refresh(adopted)
+        return None
+
+    async def refresh(self, row: ToolCallRow) -> None:
+        """Redraw a card: no buttons once decided, progress while N-of-M."""
+        ref = _ref(row)
+        if ref is None:
+            return
+        batch = await self.ctx.store.batch_calls(row.session_id)
+        card = self.card_call(row, batch, ref.channel_id)
+        outcome = None
+        if row.status != "pending":
+            status = _card_status(row.status)
+            outcome = CardOutcome(
+                status=status,
+                decided_by=row.decided_by,
+                decided_at=row.decided_at or self.ctx.clock(),
+                # "cancelled by <@U>" is what the card says already; the reason would repeat it.
+                reason=None if status == "cancelled" else row.reason,
+            )
+        if await self.ctx.output.update_card(ref, card, outcome) is None:
+            await self.ctx.store.card_drawn(row.id, card_state(row))
+
+    async def repost_missing(self) -> None:
+        """A card whose post failed (or that a crash kept from being posted) gets another try,
+        so every waiting call has its buttons."""
+        for pending in await self.ctx.store.pending_approvals():
+            if pending.call.card_ts is not None:
+                continue
+            session = pending.session
+            thread = Thread(session.team_id, session.channel_id, session.thread_ts)
+            batch = await self.ctx.store.batch_calls(session.id)
+            row = pending.call
+            if row.expires_at is None:
+                expires_at = self.ctx.clock() + self.ctx.policy.ttl
+                await self.ctx.store.set_expiry(row.id, expires_at)
+                row = row.model_copy(update={"expires_at": expires_at})
+                self.ctx.deadline_set()
+            await self.post(thread, row, batch, adopt=True)
+
+    async def redraw_batch(self, session_id: str) -> None:
+        """Redraw every posted card of the session's latest batch (after a restart: a decision
+        may have been recorded without its card being redrawn)."""
+        for row in await self.ctx.store.batch_calls(session_id):
+            if row.needs_approval:
+                await self.refresh(row)
+
+    async def redraw_stale(self) -> int:
+        """Redraw every card that shows another state than its call's (see `card_state`): a
+        crash between recording a decision or a cancel and the redraw leaves live buttons."""
+        stale = await self.ctx.store.stale_cards()
+        for row in stale:
+            await self.refresh(row)
+        return len(stale)
+
+    async def thread(self, row: ToolCallRow) -> Thread | None:
+        return await thread_of(self.ctx, row)
 
 
-@dataclass(frozen=True)
-class ServerTool:
-    """The MCP server tool a card asks about: which server, which tool, and what the server
-    says about it (its annotations are hints from the server, shown as such)."""
-
-    server: str
-    tool: str
-    """The tool's name on its server (the model calls it `server__tool`)."""
-    title: str | None
-    """The server's title for the tool (untrusted text)."""
-    labels: tuple[str, ...]
-    """Its annotations in words, e.g. ("destructive", "open world")."""
-    destructive: bool
-    """The server annotated it `destructiveHint: true`: the card says so prominently."""
+def _ref(row: ToolCallRow) -> CardRef | None:
+    if not (row.card_channel and row.card_ts):
+        return None
+    return CardRef(row.card_channel, row.card_ts)
 
 
-@dataclass(frozen=True)
-class CardCall:
-    """Everything a card shows; the service builds it from a ledger row."""
-
-    ledger_id: str
-    """Opaque id, the only thing a button value carries."""
-    tool: str
-    description: str
-    arguments: Any
-    """The stored arguments: a dict, or the raw string when the model's JSON did not parse."""
-    digest: str
-    requested_by: str | None
-    """User id of the requester, or None."""
-    call_id: str = ""
-    """The provider's tool call id (names an attachment holding arguments too long to show)."""
-    held: tuple[tuple[str, Any], ...] = ()
-    """Sibling calls (tool name, arguments) that run once the batch is decided."""
-    required_approvals: int = 1
-    approvals: tuple[str, ...] = ()
-    """User ids that approved so far."""
-    server_tool: ServerTool | None = None
-    """Set when the tool is an MCP server's."""
-    edited_by: str | None = None
-    """Who changed the arguments (then `arguments` and `digest` are the edited call's)."""
-    original_arguments: Any = None
-    """The model's arguments, when a human edited them."""
-    can_edit: bool = False
-    """The card offers "Edit" (policy `allow_edit`)."""
-    allow_for: str | None = None
-    """The card offers "Allow for <allow_for>" (policy `allow_for`, one approval needed)."""
-    allow_scope: str = ""
-    """What that allowance would cover, for the button's confirmation."""
-    locked: CardLock | None = None
-    """Why the card may not be approved (no Approve button; rejecting still works)."""
-    expires_at: datetime | None = None
-    """When the call expires undecided (aware UTC); None before the deadline is set."""
-    approver_users: tuple[str, ...] = ()
-    approver_groups: tuple[str, ...] = ()
-    """Who may approve (policy ids); both empty: anyone in the channel."""
+def _card_status(status: str) -> Literal["approved", "rejected", "expired", "cancelled"]:
+    match status:
+        case "rejected" | "expired" | "cancelled":
+            return status
+        case _:
+            return "approved"
 
 
-@dataclass(frozen=True)
-class CardOutcome:
-    """How a decided card ends; with it, a card has no buttons any more."""
-
-    status: OutcomeStatus
-    decided_by: str | None
-    decided_at: datetime
-    reason: str | None = None
+# -- card_retry ----------------------------------------------------------------------------------
+# Another try for a card Slack refused (rate limited past slack_sdk's retries, a 5xx, a
+# timeout), while the bot runs: a few tries over about a minute, in an owned background task.
+# The thread was told at the first failure; it is told again if the last try fails too (then the
+# next start-up tries once more). A call decided, cancelled or expired meanwhile is not posted.
 
 
-@dataclass(frozen=True)
-class PendingEntry:
-    """One approval waiting for the person who asked for their pending list."""
+logger = logging.getLogger("opsgate.runs")
 
-    tool: str
-    channel: str
-    requested_by: str | None
-    permalink: str | None
-    expires_at: datetime | None = None
-    approvals: int = 0
-    required_approvals: int = 1
+CARD_RETRY_DELAYS: tuple[float, ...] = (5.0, 15.0, 40.0)
+"""Seconds before each further try (after the first failure)."""
+
+PostOnce = Callable[[Thread, ToolCallRow, list[ToolCallRow]], Awaitable[str | None]]
+"""Post one card; the error when it failed, else None."""
 
 
-@dataclass(frozen=True)
-class ChannelHelp:
-    """What help says about one channel."""
+class CardRetries:
+    def __init__(self, ctx: RunContext, post_once: PostOnce) -> None:
+        self.ctx = ctx
+        self._post_once = post_once
+        self.delays = CARD_RETRY_DELAYS
+        """Tests shorten them."""
 
-    channel: str
-    acts_here: bool
-    trigger: str
-    allowed_bots: tuple[str, ...]
-    approver_users: tuple[str, ...]
-    approver_groups: tuple[str, ...]
-    """Neither users nor groups: anyone in the channel may approve."""
-    required_approvals: int
-    allow_self_approval: bool
-    ttl: str
-    tools: tuple[tuple[str, str], ...]
-    """(tool name, when it asks for approval) for each tool offered in the channel."""
-    concurrency: int
-    has_instructions: bool
-    policy_source: str
+    def start(self, thread: Thread, row: ToolCallRow, error: str) -> None:
+        """Try again in the background (nothing when shutting down: the next start-up does)."""
+        if self.ctx.tasks.closed or not self.delays:
+            return
+        self.ctx.tasks.spawn(
+            self._retry(thread, row.id, row.tool, error), name=f"card retry {row.id}", service=True
+        )
+
+    async def _retry(self, thread: Thread, ledger_id: str, tool: str, error: str) -> None:
+        store = self.ctx.store
+        for delay in self.delays:
+            await asyncio.sleep(delay)
+            row = await store.get_call(ledger_id)
+            if row is None or row.status != "pending" or row.card_ts is not None:
+                return
+            failed = await self._post_once(thread, row, await store.batch_calls(row.session_id))
+            if failed is None:
+                logger.info("the card for %s was posted on a later try", ledger_id)
+                return
+            error = failed
+        logger.error("gave up posting the card for %s: %s", ledger_id, error)
+        await self.ctx.output.say(thread, CardNotPosted(tool, error, gave_up=True))
+
+
+# -- gate_audit ----------------------------------------------------------------------------------
+# The audit row that says which policy rule made a call wait for a human.
+#
+# The store audits the request itself ("request"); the rule comes from the policy, which the
+# store does not know, so the run service adds it when it posts the call's card.
+
+
+async def audit_gate_rule(ctx: RunContext, row: ToolCallRow) -> None:
+    """Audit "gate" for a gated call: the tool, the server (for an MCP tool) and the rule."""
+    shown = row.arguments_value()
+    call = ToolCall(
+        id=row.call_id,
+        name=row.tool,
+        arguments=row.arguments if isinstance(shown, dict) else str(shown),
+    )
+    tool = ctx.tools.get(row.tool)
+    decision = ctx.policy.decide(tool if tool is not None else row.tool, call)
+    await ctx.store.audit(
+        "gate",
+        actor=row.requested_by,
+        session_id=row.session_id,
+        call_id=row.call_id,
+        details={"ledger_id": row.id, "tool": row.tool, "rule": decision.rule},
+    )
+
+
+# -- server_tool ---------------------------------------------------------------------------------
+# What a card says about an MCP server's tool: the server, the tool and its annotations.
+
+
+def server_tool(tool: Tool | None) -> ServerTool | None:
+    """The card's facts about `tool` when it is an MCP server's tool, else None."""
+    if not isinstance(tool, McpTool):
+        return None
+    hints = tool.annotations
+    return ServerTool(
+        server=tool.server,
+        tool=tool.tool,
+        title=hints.title,
+        labels=hints.labels(),
+        destructive=hints.destructive is True and hints.read_only is not True,
+    )
+
+
+def allow_window(ctx: RunContext, tool: str, channel: str) -> timedelta | None:
+    """How long an allowance from a card of `tool` in `channel` lasts; None when the card
+    offers no "Allow for" (no `allow_for`, or more than one approval needed there)."""
+    if ctx.policy.required_approvals_for(channel) != 1:
+        return None
+    return ctx.policy.tool_policy(tool).allow_for
+
+
+def scope(row: ToolCallRow) -> str:
+    """The call shape an allowance granted on `row` covers, in words."""
+    arguments = row.running_arguments()
+    if not isinstance(arguments, dict):
+        return ""
+    return shape_of(row.tool, arguments).label(row.tool)

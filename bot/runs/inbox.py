@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .._faults import checkpoint
 from ..store import InboxItem, StoreError
-from ._context import RunContext
+from .context import RunContext
 from .notices import Notice
 from .output import Thread
 

@@ -16,10 +16,13 @@ from agent_core.outcomes import CallOutcome
 from ..approvals.verdicts import Refused
 from ..store.reasons import CancelReason, DecisionReason
 from ..store.states import CardLock
-from .cards import ChannelHelp, PendingEntry
-from .ux import AllowanceGranted, AllowanceList, AllowanceRevoked, AllowanceUsed, NothingRevoked
+from .views import AllowanceInfo, ChannelHelp, PendingEntry
 
 __all__ = [
+    "AllowanceGranted",
+    "AllowanceList",
+    "AllowanceRevoked",
+    "AllowanceUsed",
     "AwaitingDecision",
     "CallLink",
     "CancelledBeforeStart",
@@ -33,6 +36,7 @@ __all__ = [
     "NotApprovable",
     "NotSaved",
     "NothingCancelled",
+    "NothingRevoked",
     "NothingToCancel",
     "Notice",
     "PendingList",
@@ -296,6 +300,49 @@ class Help:
 
     info: ChannelHelp
     kind: Literal["help"] = "help"
+
+
+@dataclass(frozen=True, slots=True)
+class AllowanceUsed:
+    """A call ran without a card under `allowance` (posted in the thread as one line)."""
+
+    tool: str
+    allowance: AllowanceInfo
+    kind: Literal["allowance_used"] = "allowance_used"
+
+
+@dataclass(frozen=True, slots=True)
+class AllowanceGranted:
+    """`allowance` was granted from a card in this thread."""
+
+    allowance: AllowanceInfo
+    kind: Literal["allowance_granted"] = "allowance_granted"
+
+
+@dataclass(frozen=True, slots=True)
+class AllowanceList:
+    """The active allowances of a channel (private answer to `/opsgate allowances`)."""
+
+    channel: str
+    entries: tuple[AllowanceInfo, ...]
+    kind: Literal["allowance_list"] = "allowance_list"
+
+
+@dataclass(frozen=True, slots=True)
+class AllowanceRevoked:
+    """`by` ended allowance `allowance` early."""
+
+    allowance: AllowanceInfo
+    by: str
+    kind: Literal["allowance_revoked"] = "allowance_revoked"
+
+
+@dataclass(frozen=True, slots=True)
+class NothingRevoked:
+    """A Revoke click changed nothing: `why`."""
+
+    why: str
+    kind: Literal["nothing_revoked"] = "nothing_revoked"
 
 
 Notice = (

@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from .cards import CardCall, CardOutcome, CardRef
 from .notices import Notice
+from .views import CardCall, CardOutcome, CardRef
 
 __all__ = [
     "PostFailed",

@@ -13,8 +13,8 @@ from .._duration import format_duration
 from .._words import count, count_verb
 from ..approvals import Refused
 from ..store import CancelReason, DecisionReason
-from .cards import CardCall, CardOutcome, ChannelHelp, PendingEntry
 from .notices import Notice, RunStopped
+from .views import CardCall, CardOutcome, ChannelHelp, PendingEntry
 
 __all__ = ["card_text", "notice_text", "refusal_text", "stopped_text"]
 

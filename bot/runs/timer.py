@@ -12,13 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from ..store import Store
+from ..store import Store, ToolCallRow
+from .cards import Cards
+from .context import RunContext
+from .notices import Reminder
 
-__all__ = ["LATE_BY", "ExpiryTimer"]
+__all__ = ["LATE_BY", "ExpiryTimer", "send_reminders"]
+
 
 logger = logging.getLogger("opsgate.runs")
 
@@ -79,3 +84,31 @@ class ExpiryTimer:
             except Exception:
                 logger.exception("expiring approvals failed")
             await self._wait(delay, self._wake)
+
+
+# -- reminders -----------------------------------------------------------------------------------
+# Reminders before approvals expire: one notice per thread batch, naming every call in it.
+#
+# A batch's cards share one deadline, so they come due together; a 30-call batch gets one
+# reminder, not 30. `Store.due_reminders` marks each call reminded once across all stores.
+
+
+async def send_reminders(ctx: RunContext, cards: Cards) -> int:
+    """Post the reminders due now; returns how many notices were posted."""
+    before = ctx.policy.remind_before
+    if before is None:
+        return 0
+    batches: dict[tuple[str, str | None], list[ToolCallRow]] = defaultdict(list)
+    for row in await ctx.store.due_reminders(before, ctx.clock()):
+        if row.expires_at is not None:
+            batches[(row.session_id, row.batch_id)].append(row)
+    posted = 0
+    for rows in batches.values():
+        thread = await cards.thread(rows[0])
+        if thread is None:
+            continue
+        links = tuple([await cards.link(row) for row in rows])
+        expires_at = min(row.expires_at for row in rows if row.expires_at is not None)
+        await ctx.output.say(thread, Reminder(links, expires_at))
+        posted += 1
+    return posted

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from .._words import count
 from ..approvals import Refused, Who
-from ..runs.cards import ChannelHelp, PendingEntry
+from ..runs.views import ChannelHelp, PendingEntry
 from ..store import CancelReason, CardLock, DecisionReason
 from ._card_body import approvers_text, slack_date
 from ._text import code_span, escape_mrkdwn, requester_text, user_mention

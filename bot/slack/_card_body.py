@@ -15,7 +15,7 @@ from typing import Any
 
 from slack_sdk.models.blocks import Block, ContextBlock, MarkdownTextObject, SectionBlock
 
-from ..runs.cards import CardCall
+from ..runs.views import CardCall
 from ._server_tool import server_tool_text
 from ._text import (
     code_span,

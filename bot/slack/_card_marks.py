@@ -13,7 +13,7 @@ from typing import Any, get_args
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..runs.cards import CardCall, CardRef
+from ..runs.views import CardCall, CardRef
 from ..store.states import CardLock
 
 __all__ = ["CARD_EVENT", "card_metadata", "find_marked_card"]

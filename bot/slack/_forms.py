@@ -23,8 +23,7 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from ..runs.cards import CardCall
-from ..runs.ux import EditForm
+from ..runs.views import CardCall, EditForm
 from ._card_body import as_json, section
 from ._text import code_span, escape_cut, truncate, user_mention
 

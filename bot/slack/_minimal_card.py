@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runs.cards import CardCall
+from ..runs.views import CardCall
 from ._card_body import as_json
 from ._text import code_span
 from .blocks import approval_card

@@ -6,7 +6,7 @@ the labels are ours. A tool annotated destructive is flagged where nobody can mi
 
 from __future__ import annotations
 
-from ..runs.cards import ServerTool
+from ..runs.views import ServerTool
 from ._text import code_span, escape_cut, one_line
 
 __all__ = ["server_tool_text"]

@@ -3,14 +3,14 @@ model's arguments, so they are untrusted: they reach mrkdwn only through `bot.sl
 
 from __future__ import annotations
 
-from ..runs.ux import (
+from ..runs.notices import (
     AllowanceGranted,
-    AllowanceInfo,
     AllowanceList,
     AllowanceRevoked,
     AllowanceUsed,
     NothingRevoked,
 )
+from ..runs.views import AllowanceInfo
 from ._card_body import slack_date
 from ._text import code_span, escape_mrkdwn, user_mention
 

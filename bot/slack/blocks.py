@@ -23,7 +23,7 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from ..runs.cards import CardCall, CardOutcome, OutcomeStatus
+from ..runs.views import CardCall, CardOutcome, OutcomeStatus
 from ._answers import lock_text
 from ._binding import decision_block_id
 from ._card_body import arguments_blocks, card_body, section, slack_date

@@ -22,8 +22,7 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from ..runs.cards import CardCall
-from ..runs.ux import AllowanceInfo, HomeView
+from ..runs.views import AllowanceInfo, CardCall, HomeView
 from ._binding import decision_block_id
 from ._card_body import card_body, section
 from ._forms import ACTION_EDIT

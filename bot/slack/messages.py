@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 from .._words import count_verb
 from ..runs.notices import (
+    AllowanceGranted,
+    AllowanceList,
+    AllowanceRevoked,
+    AllowanceUsed,
     AwaitingDecision,
     CallLink,
     CancelledBeforeStart,
@@ -23,6 +27,7 @@ from ..runs.notices import (
     NotAllowed,
     NotApprovable,
     NothingCancelled,
+    NothingRevoked,
     NothingToCancel,
     Notice,
     NotSaved,
@@ -42,13 +47,6 @@ from ..runs.notices import (
     UnknownRequest,
 )
 from ..runs.plain import stopped_text
-from ..runs.ux import (
-    AllowanceGranted,
-    AllowanceList,
-    AllowanceRevoked,
-    AllowanceUsed,
-    NothingRevoked,
-)
 from ._answers import (
     cancel_reason_text,
     decision_reason_text,

@@ -18,10 +18,9 @@ from slack_bolt.async_app import AsyncRespond
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..runs.cards import CardCall, CardOutcome, CardRef
-from ..runs.notices import Notice
+from ..runs.notices import AllowanceList, Notice
 from ..runs.output import PostFailed, TextSink, Thread
-from ..runs.ux import AllowanceList, EditForm, HomeView
+from ..runs.views import CardCall, CardOutcome, CardRef, EditForm, HomeView
 from ._card_marks import card_metadata, find_marked_card
 from ._forms import edit_modal
 from ._minimal_card import minimal_blocks, minimal_file_text

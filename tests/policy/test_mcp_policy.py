@@ -10,8 +10,8 @@ import pytest
 
 from agent_core import ToolCall
 from bot.policy import Policy, PolicyError
-from bot.runs._server_tool import server_tool
-from bot.runs.cards import CardCall
+from bot.runs.cards import server_tool
+from bot.runs.views import CardCall
 from bot.slack._card_body import card_body
 from bot.tools.mcp import McpAnnotations, McpTool
 

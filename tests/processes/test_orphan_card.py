@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.runs.cards import CardCall, CardRef
 from bot.runs.output import Thread
+from bot.runs.views import CardCall, CardRef
 from bot.slack import SlackThreadOutput
 from bot.store import SQLiteStore
 from tests.processes.test_durability import _approve_value

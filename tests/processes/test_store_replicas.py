@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from bot.lease import held_lease
+from bot.runs.replicas import held_lease
 from bot.store import StoreError, Wake
 from bot.store.postgres import PostgresStore
 from tests.store.contract.helpers import T0, Clock, mention, paused_session

@@ -15,7 +15,7 @@ from bot._tasks import TaskSupervisor
 from bot.approvals import Approvals
 from bot.policy import Policy
 from bot.runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
-from bot.runs._context import RunContext
+from bot.runs.context import RunContext
 from bot.runs.notices import NotAllowed, RunCancelled, ToolNotRun, ToolRan
 from bot.store import SQLiteStore, utc_now
 

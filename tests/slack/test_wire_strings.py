@@ -15,8 +15,7 @@ from typing import Any
 
 import yaml
 
-from bot.runs.cards import CardCall, CardOutcome
-from bot.runs.ux import AllowanceInfo, EditField, EditForm, HomeView
+from bot.runs.views import AllowanceInfo, CardCall, CardOutcome, EditField, EditForm, HomeView
 from bot.slack._card_marks import card_metadata
 from bot.slack._forms import edit_modal
 from bot.slack._minimal_card import minimal_blocks

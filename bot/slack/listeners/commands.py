@@ -17,9 +17,8 @@ from typing import Any
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
 from ...runs.inbox import SlashDelivery
-from ...runs.notices import Notice, NotSaved
+from ...runs.notices import AllowanceList, Notice, NotSaved
 from ...runs.service import RunService
-from ...runs.ux import AllowanceList
 from ...store import StoreError
 from ..messages import render
 from ..output import SlackThreadOutput

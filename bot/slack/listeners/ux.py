@@ -14,7 +14,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from ...runs.notices import Notice
 from ...runs.output import Thread
 from ...runs.service import RunService
-from ...runs.ux import EditErrors, EditForm
+from ...runs.views import EditErrors, EditForm
 from .._forms import ACTION_ALLOW, ACTION_EDIT, CALLBACK_EDIT, edit_values
 from ..home import ACTION_REVOKE
 from ..messages import render

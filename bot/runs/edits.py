@@ -10,14 +10,18 @@ and, once the approval is final, creates an allowance (`bot.runs._allow`).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import jsonschema
 
-from agent_core import Tool, call_digest, canonical_arguments
+from agent_core import ApprovalGate, Tool, ToolCall, call_digest, canonical_arguments
 
+from ..allowances import dump_shape, load_shape, shape_of
 from ..store import (
+    AllowanceGrant,
+    AllowanceRow,
     EditNotAllowed,
     NoAllowanceOffered,
     SelfAllow,
@@ -25,14 +29,29 @@ from ..store import (
     ToolCallRow,
     already_reason,
 )
-from ._allow import Allowances, info, scope
-from ._cards import Cards
-from ._context import RunContext
-from ._observe import note_decision
-from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
-from .ux import AllowanceGranted, EditErrors, EditField, EditForm
+from .cards import Cards, allow_window, scope
+from .context import RunContext
+from .metrics import note_decision
+from .notices import (
+    AllowanceGranted,
+    AllowanceRevoked,
+    AllowanceUsed,
+    DecisionNotRecorded,
+    NotAllowed,
+    NothingRevoked,
+    Notice,
+    UnknownRequest,
+)
+from .output import Thread
+from .views import AllowanceInfo, EditErrors, EditField, EditForm
 
-__all__ = ["COMMAND_FIELD", "Edits"]
+__all__ = [
+    "COMMAND_FIELD",
+    "Allowances",
+    "Edits",
+    "info",
+]
+
 
 COMMAND_FIELD = "command"
 _COMMAND_TOOL = "run_command"
@@ -259,3 +278,109 @@ def _missing(exc: jsonschema.ValidationError) -> str | None:
             if wanted not in exc.instance:
                 return str(wanted)
     return None
+
+
+# -- allow ---------------------------------------------------------------------------------------
+# Allowances in the run service: granting one from a card, the per-run gate that applies them,
+# listing and revoking.
+#
+# An allowance applies only where the policy still offers "Allow for" for the tool (`allow_for`
+# set) in a channel needing a single approval, and only to calls the policy would otherwise
+# gate: a policy that says `approval = "always"` without `allow_for` is never bypassed. Using one
+# claims nothing (two runs may use it at once); each use is audited and said in the thread.
+
+
+logger = logging.getLogger("opsgate.runs")
+
+
+def info(row: AllowanceRow) -> AllowanceInfo:
+    return AllowanceInfo(
+        row.id, row.channel_id, row.tool, row.label, row.granted_by, row.expires_at
+    )
+
+
+class Allowances:
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    def offered(self, tool: str, channel: str) -> bool:
+        """Whether a card of `tool` in `channel` offers "Allow for <duration>"."""
+        return allow_window(self.ctx, tool, channel) is not None
+
+    def grant_for(self, row: ToolCallRow, session: SessionRow) -> AllowanceGrant:
+        """The allowance an "Allow for" click on `row` asks for (stored with its approval)."""
+        window = self.ctx.policy.tool_policy(row.tool).allow_for
+        assert window is not None
+        arguments = row.running_arguments()
+        shape = shape_of(row.tool, arguments if isinstance(arguments, dict) else {})
+        return AllowanceGrant(
+            channel_id=session.channel_id,
+            tool=row.tool,
+            shape=dump_shape(shape),
+            label=shape.label(row.tool),
+            expires_at=self.ctx.clock() + window,
+        )
+
+    def gate(self, thread: Thread, session_id: str) -> ApprovalGate:
+        """The approval gate of one run in `thread`: the policy's, then the channel's
+        allowances for calls it would gate."""
+        return _Gate(self, thread, session_id)
+
+    async def active(self, channel: str | None = None) -> list[AllowanceInfo]:
+        rows = await self.ctx.store.active_allowances(channel_id=channel, now=self.ctx.clock())
+        return [info(r) for r in rows]
+
+    async def revoke(self, allowance_id: str, *, user: str, team: str | None) -> Notice:
+        """End an allowance: its granter, or anyone who may approve in its channel, may."""
+        store = self.ctx.store
+        row = await store.get_allowance(allowance_id)
+        if row is None or not row.active(self.ctx.clock()):
+            return NothingRevoked("that allowance has already ended")
+        if user != row.granted_by:
+            verdict = await self.ctx.approvals.check(
+                "approve", channel=row.channel_id, user=user, requester=None, user_team=team
+            )
+            if verdict.kind == "refused":
+                return NothingRevoked("only its granter or an approver of its channel may")
+        if not await store.revoke_allowance(allowance_id, user_id=user):
+            return NothingRevoked("someone revoked it first")
+        return AllowanceRevoked(info(row), user)
+
+
+class _Gate:
+    def __init__(self, owner: Allowances, thread: Thread, session_id: str) -> None:
+        self.owner = owner
+        self.thread = thread
+        self.session_id = session_id
+
+    async def __call__(self, tool: Tool, call: ToolCall) -> bool:
+        ctx = self.owner.ctx
+        if not ctx.policy.gate(tool, call):
+            return False
+        if not self.owner.offered(tool.name, self.thread.channel_id):
+            return True
+        arguments = call.parsed_arguments()
+        for row in await ctx.store.active_allowances(
+            channel_id=self.thread.channel_id, now=ctx.clock()
+        ):
+            shape = load_shape(row.shape)
+            if row.tool == tool.name and shape is not None and shape.matches(arguments):
+                await self._used(row, call)
+                return False
+        return True
+
+    async def _used(self, row: AllowanceRow, call: ToolCall) -> None:
+        ctx = self.owner.ctx
+        await ctx.store.audit(
+            "allowance_used",
+            actor=row.granted_by,
+            session_id=self.session_id,
+            call_id=call.id,
+            details={
+                "allowance_id": row.id,
+                "granted_by": row.granted_by,
+                "tool": call.name,
+                "arguments": call.parsed_arguments(),
+            },
+        )
+        await ctx.output.say(self.thread, AllowanceUsed(call.name, info(row)))

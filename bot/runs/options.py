@@ -17,9 +17,10 @@ from agent_core import (
     ToolApprovalResponse,
 )
 
-from .policy import Policy
+from ..policy import Policy
 
 __all__ = ["CHANNEL_KEY", "ChannelInstructions", "run_options", "session_for"]
+
 
 CHANNEL_KEY = "channel"
 """The `AgentSession.metadata` key naming the Slack channel a session lives in."""

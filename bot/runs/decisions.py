@@ -8,16 +8,10 @@ from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from ..store import ToolCallRow, already_reason
-from ._cards import Cards
-from ._context import RunContext
-from ._observe import note_decision
-from .notices import (
-    DecisionNotRecorded,
-    NotAllowed,
-    NotApprovable,
-    Notice,
-    UnknownRequest,
-)
+from .cards import Cards
+from .context import RunContext
+from .metrics import note_decision
+from .notices import DecisionNotRecorded, NotAllowed, NotApprovable, Notice, UnknownRequest
 from .output import Thread
 
 __all__ = ["Decisions"]

@@ -25,10 +25,8 @@ from agent_core import (
 
 from ..observability import log_context, log_event
 from ..observability.metrics import RunOutcome, ToolOutcome
-from ._bounds import ERROR_CHARS, cut_error
-from ._cards import Cards
-from ._context import RunContext
-from ._live import LiveRun
+from .cards import Cards
+from .context import LiveRun, RunContext
 from .notices import (
     FinishNote,
     Notice,
@@ -41,7 +39,8 @@ from .notices import (
 )
 from .output import TextSink, Thread
 
-__all__ = ["Driver"]
+__all__ = ["ERROR_CHARS", "Driver", "cut_error"]
+
 
 logger = logging.getLogger("opsgate.runs")
 
@@ -234,3 +233,18 @@ async def _quietly(step: Awaitable[Any], what: str) -> None:
         await step
     except Exception:
         logger.exception("%s failed", what)
+
+
+# -- bounds --------------------------------------------------------------------------------------
+# Bounds on what a run posts that it does not control: a provider's error text can be a whole
+# HTML page or a 40,000-character dump, and would be posted whole (and split over messages).
+
+
+ERROR_CHARS = 1_000
+"""The most of an error's text shown in a thread; the log keeps the whole of it."""
+
+
+def cut_error(text: str | None, limit: int = ERROR_CHARS) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters cut; see the bot's log)"

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Literal
 
 from ..store import NotWaiting, SessionRow
-from ._cards import Cards
-from ._context import RunContext
-from ._observe import note_decision, note_run_ended
+from .cards import Cards
+from .context import RunContext
+from .metrics import note_decision, note_run_ended
 from .notices import (
     CancelledBeforeStart,
     NotAllowed,

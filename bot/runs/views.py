@@ -1,0 +1,211 @@
+"""What an approval card, `/opsgate pending` and `/opsgate help` show, as plain data.
+
+The run service builds these from the store and the policy; each `ThreadOutput` renders them
+(Slack: Block Kit and mrkdwn in `bot.slack`; the terminal: plain text). Arguments and
+descriptions are untrusted: renderers escape them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from ..store.states import CardLock
+
+__all__ = [
+    "AllowanceInfo",
+    "CardCall",
+    "CardOutcome",
+    "CardRef",
+    "ChannelHelp",
+    "EditErrors",
+    "EditField",
+    "EditForm",
+    "HomeView",
+    "OutcomeStatus",
+    "PendingEntry",
+    "ServerTool",
+]
+
+
+OutcomeStatus = Literal["approved", "rejected", "expired", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class CardRef:
+    """Where a posted card lives, so it can be redrawn or linked to."""
+
+    channel_id: str
+    ts: str
+    locked: CardLock | None = None
+    """Set by `post_card` when the card was posted without its Approve button, and why."""
+
+
+@dataclass(frozen=True)
+class ServerTool:
+    """The MCP server tool a card asks about: which server, which tool, and what the server
+    says about it (its annotations are hints from the server, shown as such)."""
+
+    server: str
+    tool: str
+    """The tool's name on its server (the model calls it `server__tool`)."""
+    title: str | None
+    """The server's title for the tool (untrusted text)."""
+    labels: tuple[str, ...]
+    """Its annotations in words, e.g. ("destructive", "open world")."""
+    destructive: bool
+    """The server annotated it `destructiveHint: true`: the card says so prominently."""
+
+
+@dataclass(frozen=True)
+class CardCall:
+    """Everything a card shows; the service builds it from a ledger row."""
+
+    ledger_id: str
+    """Opaque id, the only thing a button value carries."""
+    tool: str
+    description: str
+    arguments: Any
+    """The stored arguments: a dict, or the raw string when the model's JSON did not parse."""
+    digest: str
+    requested_by: str | None
+    """User id of the requester, or None."""
+    call_id: str = ""
+    """The provider's tool call id (names an attachment holding arguments too long to show)."""
+    held: tuple[tuple[str, Any], ...] = ()
+    """Sibling calls (tool name, arguments) that run once the batch is decided."""
+    required_approvals: int = 1
+    approvals: tuple[str, ...] = ()
+    """User ids that approved so far."""
+    server_tool: ServerTool | None = None
+    """Set when the tool is an MCP server's."""
+    edited_by: str | None = None
+    """Who changed the arguments (then `arguments` and `digest` are the edited call's)."""
+    original_arguments: Any = None
+    """The model's arguments, when a human edited them."""
+    can_edit: bool = False
+    """The card offers "Edit" (policy `allow_edit`)."""
+    allow_for: str | None = None
+    """The card offers "Allow for <allow_for>" (policy `allow_for`, one approval needed)."""
+    allow_scope: str = ""
+    """What that allowance would cover, for the button's confirmation."""
+    locked: CardLock | None = None
+    """Why the card may not be approved (no Approve button; rejecting still works)."""
+    expires_at: datetime | None = None
+    """When the call expires undecided (aware UTC); None before the deadline is set."""
+    approver_users: tuple[str, ...] = ()
+    approver_groups: tuple[str, ...] = ()
+    """Who may approve (policy ids); both empty: anyone in the channel."""
+
+
+@dataclass(frozen=True)
+class CardOutcome:
+    """How a decided card ends; with it, a card has no buttons any more."""
+
+    status: OutcomeStatus
+    decided_by: str | None
+    decided_at: datetime
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class PendingEntry:
+    """One approval waiting for the person who asked for their pending list."""
+
+    tool: str
+    channel: str
+    requested_by: str | None
+    permalink: str | None
+    expires_at: datetime | None = None
+    approvals: int = 0
+    required_approvals: int = 1
+
+
+@dataclass(frozen=True)
+class ChannelHelp:
+    """What help says about one channel."""
+
+    channel: str
+    acts_here: bool
+    trigger: str
+    allowed_bots: tuple[str, ...]
+    approver_users: tuple[str, ...]
+    approver_groups: tuple[str, ...]
+    """Neither users nor groups: anyone in the channel may approve."""
+    required_approvals: int
+    allow_self_approval: bool
+    ttl: str
+    tools: tuple[tuple[str, str], ...]
+    """(tool name, when it asks for approval) for each tool offered in the channel."""
+    concurrency: int
+    has_instructions: bool
+    policy_source: str
+
+
+# -- ux ------------------------------------------------------------------------------------------
+# What edits, allowances, the Home tab and the message shortcut show, as plain data, and the
+# notices they add.
+#
+# The run service builds these from the store and the policy; `bot.slack` renders them (Block Kit
+# and mrkdwn, escaping untrusted text through `bot.slack._text`).
+
+
+@dataclass(frozen=True, slots=True)
+class AllowanceInfo:
+    """An active allowance: calls of `tool` shaped like `label` run in `channel` until
+    `expires_at` without a card."""
+
+    id: str
+    channel: str
+    tool: str
+    label: str
+    granted_by: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EditField:
+    """One field of the edit form: an argument, prefilled with its current value as text
+    (strings as they are, anything else as JSON)."""
+
+    name: str
+    value: str
+    required: bool
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EditForm:
+    """The edit form of a pending call: for `run_command` the one command field, otherwise
+    one field per argument of the tool's schema."""
+
+    ledger_id: str
+    tool: str
+    digest: str
+    fields: tuple[EditField, ...]
+    command: bool = False
+    """True for `run_command`: one plain text field holding exactly the command."""
+
+
+@dataclass(frozen=True, slots=True)
+class EditErrors:
+    """The submitted form does not fit the tool's schema: a message per field name."""
+
+    errors: dict[str, str]
+
+
+@dataclass(frozen=True)
+class HomeView:
+    """A person's Home tab."""
+
+    user: str
+    to_decide: tuple[CardCall, ...] = ()
+    """Calls `user` may decide now (with Approve, Reject, Edit)."""
+    waiting: tuple[CardCall, ...] = ()
+    """`user`'s own requests waiting for someone else (no Approve)."""
+    allowances: tuple[AllowanceInfo, ...] = ()
+    policy: str = ""
+    """One paragraph: what needs approval and who decides."""
+    channels: tuple[str, ...] = field(default=())
+    """The channels the allowances and approvals were gathered from."""
