@@ -133,7 +133,7 @@ def bare_bolt_app(slack_url: str, signing_secret: str) -> AsyncApp:
     from slack_bolt.async_app import AsyncAck, AsyncApp
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from bot.slack.blocks import ACTION_APPROVE
+    from bot.slack.ids import ACTION_APPROVE
 
     client = AsyncWebClient(token="xoxb-bench-token", base_url=slack_url)
     app = AsyncApp(client=client, signing_secret=signing_secret)

@@ -37,7 +37,7 @@ import aiohttp
 from _common import Checks, Table, bare_bolt_app, machine, ms, p50, p99, ratio, serve_bolt
 
 from agent_core import tool
-from bot.slack.blocks import ACTION_APPROVE
+from bot.slack.ids import ACTION_APPROVE
 from tests.support.harness import CHANNEL, SECRET, TEAM, Bot, running_bot
 from tests.support.slack_requests import block_actions, interaction_body, sign
 

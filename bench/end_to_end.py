@@ -43,7 +43,7 @@ from aiohttp import web
 
 from agent_core import Tool, tool
 from bot.policy import Policy
-from bot.slack.blocks import ACTION_APPROVE
+from bot.slack.ids import ACTION_APPROVE
 from tests.support.harness import CHANNEL, SECRET, TEAM, Bot, running_bot
 from tests.support.llm_server import sse_bytes
 from tests.support.slack_api import SlackAPIStandIn, SlackCall

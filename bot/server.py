@@ -27,8 +27,8 @@ from .runs.service import RunService
 from .runs.timer import ExpiryTimer
 from .settings import Settings
 from .slack import SlackThreadOutput, create_app, group_members, slack_client
-from .slack._inflight import wait_for_listeners
-from .slack._text import user_mention
+from .slack.app import wait_for_listeners
+from .slack.mrkdwn import user_mention
 from .store import Store, WriteHealth, require_writable
 from .tools import protect_process_environment
 from .wiring import Deps, open_deps, run_service

@@ -19,8 +19,6 @@ import re
 from collections.abc import Callable
 from typing import Literal
 
-from agent_core import ToolApprovalResponse
-
 from .._faults import checkpoint
 from .._words import count
 from ..policy import Policy
@@ -67,13 +65,15 @@ class RunService:
         self.cards = Cards(ctx)
         self.dispatcher = Dispatcher(ctx.store, ctx.policy, self._start_queued)
         self._driver = Driver(ctx, self.cards, self._run_ended)
-        self._cancels = Cancels(ctx, self.cards)
-        self._answers = Answers(ctx, self.cards)
+        self.cancels = Cancels(ctx, self.cards)
+        self.answers = Answers(ctx, self.cards)
         self.allowances = Allowances(ctx)
         """Allowances: grant, the per-run gate, list and revoke."""
         self.decisions = Decisions(ctx, self.cards, self.maybe_resume)
         """Approve and Reject: who may, record once, redraw, resume."""
-        self.edits = Edits(ctx, self.cards, self.allowances, self.decide, self.maybe_resume)
+        self.edits = Edits(
+            ctx, self.cards, self.allowances, self.decisions.decide, self.maybe_resume
+        )
         """"Edit" and "Allow for <duration>" on a card."""
         self.home = Home(ctx, self.cards, self.allowances)
         """What a person's Home tab shows."""
@@ -105,7 +105,7 @@ class RunService:
             )
             return
         if _CANCEL.fullmatch(text):
-            await self._cancels.from_message(thread, user=user, team=team)
+            await self.cancels.from_message(thread, user=user, team=team)
             return
         await self._enqueue(thread, user=user, text=text, message_ts=message_ts)
 
@@ -214,8 +214,9 @@ class RunService:
         reason: str | None = None,
         digest: str | None = None,
     ) -> Notice | None:
-        """Record a decision (`bot.runs._decisions`); a notice for the decider alone when
-        nothing changed. `digest`: what the clicked card showed."""
+        """Record a decision (`bot.runs.decisions`); a notice for the decider alone when
+        nothing changed. `digest`: what the clicked card showed. The terminal's entry point;
+        Slack's listeners call `decisions` directly."""
         return await self.decisions.decide(
             ledger_id, decision, user=user, team=team, reason=reason, digest=digest
         )
@@ -233,7 +234,7 @@ class RunService:
         await checkpoint("resume_claimed")
         session = await store.get_session(session_id)
         assert session is not None
-        responses = await self._responses(session_id)
+        responses = await store.responses_for_batch(session_id)
         await store.resume_started(session_id)
         await checkpoint("resume_started")
         # The same tools as the run that paused: a stored call must not become "unknown".
@@ -260,9 +261,6 @@ class RunService:
             name=f"resume {session_id}",
         )
         return True
-
-    async def _responses(self, session_id: str) -> list[ToolApprovalResponse]:
-        return await self.ctx.store.responses_for_batch(session_id)
 
     # -- time and restarts ----------------------------------------------------------------------
 
@@ -305,37 +303,16 @@ class RunService:
         await self.inbox.recover()
         await self.dispatcher.kick_all()
 
-    # -- cancel ---------------------------------------------------------------------------------
-
-    async def cancel(
-        self,
-        session: SessionRow,
-        *,
-        user: str,
-        team: str | None = None,
-        via: Literal["message", "button"],
-        batch_id: str | None = None,
-    ) -> Notice | None:
-        """Cancel the session's run waiting for approval. Returns a notice for `user` alone
-        when nothing was cancelled (not allowed, or the run resumed first)."""
-        return await self._cancels.cancel(session, user=user, team=team, via=via, batch_id=batch_id)
-
-    async def cancel_from_card(
-        self, ledger_id: str, *, user: str, team: str | None
-    ) -> Notice | None:
-        """A "Cancel run" click. Returns a notice for the clicker alone when nothing changed."""
-        return await self._cancels.from_card(ledger_id, user=user, team=team)
-
     # -- answers --------------------------------------------------------------------------------
 
     async def pending_for(self, user: str, *, channel: str, team: str | None = None) -> PendingList:
         """The approvals `user` may decide now, each linked to its card."""
-        entries: list[PendingEntry] = await self._answers.pending(user, channel=channel, team=team)
+        entries: list[PendingEntry] = await self.answers.pending(user, channel=channel, team=team)
         return PendingList(tuple(entries))
 
     def help_for(self, channel: str) -> Help:
         """Usage, and the policy of `channel`."""
-        return Help(self._answers.channel_help(channel))
+        return Help(self.answers.channel_help(channel))
 
 
 def _thread(session: SessionRow) -> Thread:

@@ -8,19 +8,19 @@ from collections.abc import Sequence
 from .._words import count
 from ..approvals import Refused, Who
 from ..runs.views import ChannelHelp, PendingEntry
-from ..store import CancelReason, CardLock, DecisionReason
-from ._card_body import approvers_text, slack_date
-from ._text import code_span, escape_mrkdwn, requester_text, user_mention
+from ..store import CancelReason, DecisionReason
+from .cards import approvers_text, slack_date
+from .mrkdwn import code_span, escape_mrkdwn, requester_text, user_mention
 
 __all__ = [
     "approvers_text",
     "cancel_reason_text",
     "decision_reason_text",
     "help_text",
-    "lock_text",
     "pending_text",
     "refusal_text",
 ]
+
 
 _PENDING_SHOWN_MAX = 20
 _UNKNOWN_WORKSPACE = (
@@ -113,17 +113,6 @@ def cancel_reason_text(why: CancelReason) -> str:
             return (
                 "Nothing was cancelled: the run is no longer waiting for approval "
                 f"(it is {why.state.replace('_', ' ')})."
-            )
-
-
-def lock_text(why: CardLock) -> str:
-    """Why a card has no Approve button."""
-    match why:
-        case "arguments_not_attached":
-            return (
-                ":no_entry: This call cannot be approved here: its arguments are too long to "
-                "show on the card and the file holding all of them could not be attached, so "
-                "nobody could see everything that would run. Reject it, or cancel the run."
             )
 
 

@@ -8,27 +8,35 @@ call that service.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
 from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
 )
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from ..approvals import FetchMembers
 from ..policy import Policy
 from ..runs.service import RunService
 from ..settings import Settings
 from . import listeners
-from ._counting import CountingWebClient
 from .output import SlackThreadOutput
 
-__all__ = ["create_app", "group_members", "slack_client"]
+__all__ = [
+    "CountingWebClient",
+    "create_app",
+    "group_members",
+    "slack_client",
+    "wait_for_listeners",
+]
 
 
 def slack_client(
@@ -83,3 +91,48 @@ def create_app(
     )
     listeners.register(app, service, output, policy=policy)
     return app
+
+
+# -- counting ------------------------------------------------------------------------------------
+# A Web API client that reports every failed call by its method name (metrics), so that no
+# caller has to remember to count its own errors.
+
+
+class CountingWebClient(AsyncWebClient):
+    """`AsyncWebClient` calling `on_error(method)` when Slack answers `ok: false` or cannot be
+    reached (after slack_sdk's own retries), before the error propagates as usual."""
+
+    def __init__(self, *, on_error: Callable[[str], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._on_error = on_error
+
+    async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+        try:
+            return await super().api_call(api_method, **kwargs)
+        except (SlackApiError, aiohttp.ClientError, TimeoutError):
+            self._on_error(api_method)
+            raise
+
+
+# -- inflight ------------------------------------------------------------------------------------
+# Waiting for Bolt listeners still at work after their request was acknowledged.
+#
+# Bolt acknowledges an event (HTTP 200) and then runs its listener in a task of its own. On
+# shutdown those tasks must finish before the store closes, or an acknowledged mention would be
+# dropped; Bolt keeps no list of them, so they are found by their coroutine's name.
+
+
+_BOLT_TASK = "run_ack_function_asynchronously"
+
+
+async def wait_for_listeners(timeout: float) -> int:
+    """Wait up to `timeout` seconds for Bolt's listener tasks; returns how many were running."""
+    this = asyncio.current_task()
+    running = [
+        task
+        for task in asyncio.all_tasks()
+        if task is not this and _BOLT_TASK in repr(task.get_coro())
+    ]
+    if running:
+        await asyncio.wait(running, timeout=timeout)
+    return len(running)

@@ -8,7 +8,11 @@ and reach mrkdwn only through `bot.slack._text`.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from slack_sdk.models.blocks import (
@@ -16,48 +20,60 @@ from slack_sdk.models.blocks import (
     Block,
     ButtonElement,
     ConfirmObject,
+    ContextBlock,
     HeaderBlock,
-    InputBlock,
-    PlainTextInputElement,
+    MarkdownTextObject,
     PlainTextObject,
+    SectionBlock,
 )
-from slack_sdk.models.views import View
 
-from ..runs.views import CardCall, CardOutcome, OutcomeStatus
-from ._answers import lock_text
-from ._binding import decision_block_id
-from ._card_body import arguments_blocks, card_body, section, slack_date
-from ._forms import edited_note, extra_buttons, reason_select, selected_reason
-from ._text import code_span, escape_cut, user_mention
+from ..runs.views import CardCall, CardOutcome, OutcomeStatus, ServerTool
+from ..store import CardLock
+from .ids import (
+    ACTION_ALLOW,
+    ACTION_APPROVE,
+    ACTION_CANCEL,
+    ACTION_EDIT,
+    ACTION_REJECT,
+    check_ledger_id,
+    decision_block_id,
+)
+from .mrkdwn import (
+    code_span,
+    escape_cut,
+    escape_mrkdwn,
+    hidden_characters,
+    mark_whitespace,
+    one_line,
+    preformatted,
+    requester_text,
+    truncate,
+    user_mention,
+)
 
 __all__ = [
-    "ACTION_APPROVE",
-    "ACTION_CANCEL",
-    "ACTION_REASON",
-    "ACTION_REJECT",
-    "BLOCK_ACTIONS",
-    "BLOCK_REASON",
-    "CALLBACK_REJECT",
+    "SECTION_TEXT_MAX",
+    "Arguments",
     "approval_card",
+    "approvers_text",
+    "arguments_blocks",
+    "as_json",
+    "card_body",
     "card_text",
     "decided_card",
     "decided_text",
+    "edited_note",
+    "extra_buttons",
+    "lock_text",
+    "minimal_blocks",
+    "minimal_file_text",
     "overflow",
-    "reason_from_view",
-    "reject_modal",
+    "section",
+    "server_tool_text",
+    "slack_date",
 ]
 
-ACTION_APPROVE = "opsgate_approve"
-ACTION_REJECT = "opsgate_reject"
-ACTION_CANCEL = "opsgate_cancel"
-CALLBACK_REJECT = "opsgate_reject_modal"
-BLOCK_REASON = "reason"
-ACTION_REASON = "reason_input"
-BLOCK_ACTIONS = "opsgate_decision"
 
-BUTTON_VALUE_MAX = 2000
-REASON_MAX = 1000
-"""Longest reason the modal accepts (raw characters)."""
 _REASON_SHOWN_MAX = 1500
 
 _HEADERS: Mapping[OutcomeStatus, str] = {
@@ -71,7 +87,7 @@ _HEADERS: Mapping[OutcomeStatus, str] = {
 def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, Any]]:
     """The pending card: what wants to run, who asked, and Approve / Reject buttons (no Approve
     when the card is `locked`: it says why)."""
-    _check_ledger_id(call.ledger_id)
+    check_ledger_id(call.ledger_id)
     blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text="Approval needed"))]
     blocks += card_body(call, arg_limit)
     blocks += edited_note(call)
@@ -143,50 +159,6 @@ def decided_text(call: CardCall, outcome: CardOutcome) -> str:
     return f"{outcome.status.capitalize()}{who}: {code_span(call.tool)}"
 
 
-def reject_modal(ledger_id: str, reasons: Sequence[str] = ()) -> dict[str, Any]:
-    """The modal a Reject click opens; `private_metadata` carries the ledger id back. `reasons`
-    (policy `reject_reasons`) are offered in an optional select, next to the free text."""
-    _check_ledger_id(ledger_id)
-    view = View(
-        type="modal",
-        callback_id=CALLBACK_REJECT,
-        private_metadata=ledger_id,
-        title=PlainTextObject(text="Reject tool call"),
-        submit=PlainTextObject(text="Reject"),
-        close=PlainTextObject(text="Cancel"),
-        blocks=[
-            section("The call will not run. The agent is told it was rejected, and why."),
-            *reason_select(reasons),
-            InputBlock(
-                block_id=BLOCK_REASON,
-                label=PlainTextObject(text="Reason"),
-                optional=True,
-                element=PlainTextInputElement(
-                    action_id=ACTION_REASON,
-                    multiline=True,
-                    max_length=REASON_MAX,
-                    placeholder=PlainTextObject(text="Why not? (optional)"),
-                ),
-            ),
-        ],
-    )
-    result: dict[str, Any] = view.to_dict()
-    return result
-
-
-def reason_from_view(view: Mapping[str, Any]) -> str | None:
-    """The reason given in `reject_modal`, from a submitted view: `<label>: <free text>`, or
-    whichever of the two was given; None when neither was."""
-    state = view.get("state")
-    values = state.get("values") if isinstance(state, Mapping) else None
-    block = values.get(BLOCK_REASON) if isinstance(values, Mapping) else None
-    field = block.get(ACTION_REASON) if isinstance(block, Mapping) else None
-    value = field.get("value") if isinstance(field, Mapping) else None
-    text = value.strip()[:REASON_MAX] if isinstance(value, str) else ""
-    label = selected_reason(values)
-    return ": ".join(part for part in (label, text) if part) or None
-
-
 # -- machinery ---------------------------------------------------------------------------------
 
 
@@ -201,12 +173,300 @@ def _outcome_text(outcome: CardOutcome) -> str:
     return text
 
 
-def _check_ledger_id(ledger_id: str) -> None:
-    if not ledger_id or len(ledger_id) > BUTTON_VALUE_MAX:
-        raise ValueError(f"ledger id must be 1..{BUTTON_VALUE_MAX} characters, got {ledger_id!r}")
-
-
 def _to_dicts(blocks: Sequence[Block]) -> list[dict[str, Any]]:
     if len(blocks) > 50:
         raise ValueError(f"a message holds at most 50 blocks, got {len(blocks)}")
     return [block.to_dict() for block in blocks]
+
+
+# -- card_body -----------------------------------------------------------------------------------
+# Block Kit machinery shared by the approval cards: the card body (title, arguments, context,
+# held calls), argument layout within Slack's size limits, and dates in each reader's time zone.
+#
+# Untrusted text (arguments, descriptions) reaches mrkdwn only through `bot.slack._text`.
+
+
+SECTION_TEXT_MAX = 3000
+_DESCRIPTION_MAX = 1000
+_INLINE_VALUE_MAX = 200
+_INLINE_ARGS_MAX = 10
+_INLINE_KEY = re.compile(r"[A-Za-z0-9_.-]{1,60}")
+_HELD_SHOWN_MAX = 10
+_HELD_ARGS_MAX = 150
+_ARG_LIMIT_RANGE = (200, SECTION_TEXT_MAX - 100)
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """A call's arguments laid out as blocks."""
+
+    blocks: tuple[Block, ...]
+    full_text: str | None
+    """The whole arguments as text when something was cut; the caller attaches it as a file."""
+
+
+def card_body(call: CardCall, arg_limit: int) -> list[Block]:
+    """What a card shows whether pending or decided: the same facts before and after."""
+    title = f"{code_span(call.tool)} wants to run"
+    if call.server_tool is not None:
+        title += "\n" + server_tool_text(call.server_tool)
+    if call.description.strip():
+        title += "\n" + escape_cut(call.description.strip(), _DESCRIPTION_MAX)
+    blocks: list[Block] = [section(title)]
+    blocks += arguments_blocks(call.arguments, arg_limit).blocks
+    if (warning := _warning(call.arguments)) is not None:
+        blocks.append(section(warning))
+    context = MarkdownTextObject(text=_context_text(call), verbatim=True)
+    blocks.append(ContextBlock(elements=[context]))
+    if call.held:
+        blocks.append(section(_held_text(call.held)))
+    return blocks
+
+
+def _warning(arguments: Any) -> str | None:
+    """What a careful reader must be told about the arguments before approving."""
+    raw = _as_text(arguments)
+    notes = []
+    if hidden := hidden_characters(raw):
+        listed = ", ".join(hidden[:8]) + (", …" if len(hidden) > 8 else "")
+        notes.append(f"invisible or direction-changing characters ({listed}), shown as `⟦U+…⟧`")
+    if mark_whitespace(raw)[1]:
+        notes.append("long runs of whitespace, shown as `⟦N spaces⟧` or `⟦N line breaks⟧`")
+    if not notes:
+        return None
+    return ":warning: *Check before approving:* the arguments contain " + " and ".join(notes) + "."
+
+
+def _shown(text: str) -> str:
+    return mark_whitespace(text)[0]
+
+
+def _context_text(call: CardCall) -> str:
+    parts = []
+    if call.requested_by:
+        parts.append(f"Requested by {requester_text(call.requested_by)}")
+    parts.append(f"digest {code_span(call.digest, 64)}")
+    if call.required_approvals > 1:
+        progress = f"{len(call.approvals)} of {call.required_approvals} approvals"
+        if call.approvals:
+            shown = ", ".join(user_mention(user) for user in call.approvals[:10])
+            progress += f" ({shown})"
+        parts.append(progress)
+    parts.append(f"Approvers: {approvers_text(call.approver_users, call.approver_groups)}")
+    if call.expires_at is not None:
+        parts.append(f"expires {slack_date(call.expires_at)}")
+    return " · ".join(parts)
+
+
+def approvers_text(users: Sequence[str], groups: Sequence[str]) -> str:
+    """Who may approve, e.g. "<@U1>, <@U2> or members of <!subteam^S1>"; nobody listed means
+    anyone in the channel. Ids come from the policy file, not from a message."""
+    if not users and not groups:
+        return "anyone in the channel"
+    names = [f"<@{u}>" for u in users]
+    if groups:
+        names.append("members of " + ", ".join(f"<!subteam^{g}>" for g in groups))
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _held_text(held: Sequence[tuple[str, Any]]) -> str:
+    lines = ["*Runs once this batch is decided:*"]
+    shown = 0
+    for name, arguments in held[:_HELD_SHOWN_MAX]:
+        line = f"• {code_span(name, 60)} {one_line(_as_text(arguments), _HELD_ARGS_MAX)}"
+        if sum(len(text) + 1 for text in lines) + len(line) > SECTION_TEXT_MAX - 40:
+            break
+        lines.append(line)
+        shown += 1
+    if len(held) > shown:
+        lines.append(f"• … and {len(held) - shown} more")
+    return "\n".join(lines)
+
+
+def slack_date(moment: datetime) -> str:
+    """Shown in each reader's time zone; the fallback (UTC) where Slack cannot format it."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    fallback = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} at {{time}}|{fallback}>"
+
+
+def arguments_blocks(arguments: Any, arg_limit: int) -> Arguments:
+    low, high = _ARG_LIMIT_RANGE
+    if not low <= arg_limit <= high:
+        raise ValueError(f"arg_limit must be between {low} and {high}, got {arg_limit!r}")
+    if arguments is None or (isinstance(arguments, Mapping) and not arguments):
+        return Arguments((section("_No arguments_"),), None)
+    if isinstance(arguments, str):
+        block, cut = preformatted(_shown(arguments), arg_limit)
+        return Arguments((section(f"*Arguments* (not JSON)\n{block}"),), _cut(cut, arguments))
+    if not isinstance(arguments, Mapping):
+        text = as_json(arguments)
+        block, cut = preformatted(_shown(text), arg_limit)
+        return Arguments((section(f"*Arguments*\n{block}"),), _cut(cut, text))
+
+    blocks: list[Block] = []
+    command = arguments.get("command")
+    rest = dict(arguments)
+    command_cut = False
+    if isinstance(command, str):
+        del rest["command"]
+        block, command_cut = preformatted(_shown(command), arg_limit)
+        blocks.append(section(f"*command*\n{block}"))
+    rest_cut = False
+    inline = _inline_text(rest)
+    if rest and inline is not None and len(inline) <= arg_limit:
+        blocks.append(section(inline))
+    elif rest:
+        label = "*Other arguments*" if isinstance(command, str) else "*Arguments*"
+        block, rest_cut = preformatted(_shown(as_json(rest)), arg_limit)
+        blocks.append(section(f"{label}\n{block}"))
+    if rest_cut:
+        full: str | None = as_json(arguments)
+    elif command_cut:
+        full = str(command)
+    else:
+        full = None
+    return Arguments(tuple(blocks), full)
+
+
+def _inline_text(arguments: Mapping[str, Any]) -> str | None:
+    """`key`: value lines when every value is a short scalar, else None (shown as JSON)."""
+    if len(arguments) > _INLINE_ARGS_MAX:
+        return None
+    lines = []
+    for key, value in arguments.items():
+        if not _INLINE_KEY.fullmatch(str(key)):
+            return None
+        if isinstance(value, str):
+            shown = escape_mrkdwn(_shown(value)) if value else "_(empty)_"
+        elif value is None or isinstance(value, bool | int | float):
+            shown = json.dumps(value)
+        else:
+            return None
+        if "\n" in shown or len(shown) > _INLINE_VALUE_MAX:
+            return None
+        lines.append(f"`{key}`: {shown}")
+    return "\n".join(lines)
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _cut(cut: bool, full: str) -> str | None:
+    return full if cut else None
+
+
+def section(text: str) -> SectionBlock:
+    if len(text) > SECTION_TEXT_MAX:  # every caller budgets its text; this is a bug guard
+        raise ValueError(f"section text is {len(text)} characters, over {SECTION_TEXT_MAX}")
+    return SectionBlock(text=MarkdownTextObject(text=text, verbatim=True))
+
+
+# -- minimal_card --------------------------------------------------------------------------------
+# The card posted when Slack refused the full one (`invalid_blocks`): a line naming the tool and
+# the digest, the arguments in an attached file, and the same buttons. Posting the same blocks
+# again would be refused again; this one is small and plain enough to go through.
+#
+# What a human approves must be what runs (docs/architecture.md, "Binding"): the arguments are
+# only in the file, so a card whose file could not be attached is `locked` (no Approve).
+
+
+def minimal_file_text(card: CardCall) -> str:
+    """The call's full arguments (the attachment the minimal card points to)."""
+    arguments = card.arguments
+    return arguments if isinstance(arguments, str) else as_json(arguments)
+
+
+def minimal_blocks(card: CardCall, filename: str) -> list[dict[str, Any]]:
+    """A section saying where the arguments are, and the full card's buttons (and lock)."""
+    text = (
+        f"*Approval needed:* {code_span(card.tool)} wants to run (digest "
+        f"{code_span(card.digest[:12])}). The full card could not be drawn; the arguments are "
+        f"in the attached file {code_span(filename)}. Read it before deciding."
+    )
+    full = approval_card(card)
+    kept = [b for b in full if b.get("type") == "actions"]
+    if card.locked is not None:  # the lock's explanation is the section before the buttons
+        kept = full[-2:]
+    return [{"type": "section", "text": {"type": "mrkdwn", "text": text, "verbatim": True}}, *kept]
+
+
+# -- server_tool ---------------------------------------------------------------------------------
+# The line of an approval card that names an MCP server's tool and its annotations.
+#
+# The server's title for the tool is untrusted (a server says what it likes), so it is escaped;
+# the labels are ours. A tool annotated destructive is flagged where nobody can miss it.
+
+
+_TITLE_MAX = 200
+
+
+def server_tool_text(tool: ServerTool) -> str:
+    """e.g. ":warning: *destructive* · MCP server `k8s`, tool `delete_pod` (Delete a pod)"."""
+    named = f"MCP server {code_span(tool.server, 60)}, tool {code_span(tool.tool, 80)}"
+    if tool.title and tool.title != tool.tool:
+        named += f" ({one_line(tool.title, _TITLE_MAX)})"
+    labels = [label for label in tool.labels if not (tool.destructive and label == "destructive")]
+    hints = f" · _{escape_cut(', '.join(labels), 200)}_" if labels else ""
+    warning = ":warning: *destructive* · " if tool.destructive else ""
+    return f"{warning}{named}{hints}"
+
+
+def extra_buttons(call: CardCall) -> list[ButtonElement]:
+    """ "Edit" and "Allow for <duration>", where the policy enables them (in that order)."""
+    buttons = []
+    if call.can_edit:
+        buttons.append(
+            ButtonElement(
+                text=PlainTextObject(text="Edit"), action_id=ACTION_EDIT, value=call.ledger_id
+            )
+        )
+    if call.allow_for is not None:
+        scope = truncate(call.allow_scope, 250)
+        buttons.append(
+            ButtonElement(
+                text=PlainTextObject(text=f"Allow for {call.allow_for}"),
+                action_id=ACTION_ALLOW,
+                value=call.ledger_id,
+                confirm=ConfirmObject(
+                    title=f"Allow for {call.allow_for}?",
+                    text=PlainTextObject(
+                        text=f"This call runs now, and in this channel calls of {scope} run "
+                        f"without a card for {call.allow_for}. Each run is posted and audited."
+                    ),
+                    confirm="Allow",
+                    deny="Back",
+                ),
+            )
+        )
+    return buttons
+
+
+def edited_note(call: CardCall) -> list[Block]:
+    """Who changed the arguments, and what the model had asked for."""
+    if call.edited_by is None:
+        return []
+    original = escape_cut(as_json(call.original_arguments), 1500)
+    return [
+        section(
+            f":pencil2: Arguments edited by {user_mention(call.edited_by)}; the model asked "
+            f"for:\n```{original}```"
+        )
+    ]
+
+
+def lock_text(why: CardLock) -> str:
+    """Why a card has no Approve button."""
+    match why:
+        case "arguments_not_attached":
+            return (
+                ":no_entry: This call cannot be approved here: its arguments are too long to "
+                "show on the card and the file holding all of them could not be attached, so "
+                "nobody could see everything that would run. Reject it, or cancel the run."
+            )

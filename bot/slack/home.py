@@ -23,16 +23,23 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from ..runs.views import AllowanceInfo, CardCall, HomeView
-from ._binding import decision_block_id
-from ._card_body import card_body, section
-from ._forms import ACTION_EDIT
-from ._text import escape_cut
-from ._ux_text import allowance_line
-from .blocks import ACTION_APPROVE, ACTION_REJECT
+from .cards import card_body, section
+from .ids import (
+    ACTION_APPROVE,
+    ACTION_EDIT,
+    ACTION_REJECT,
+    ACTION_REVOKE,
+    decision_block_id,
+)
+from .mrkdwn import escape_cut
+from .notices import allowance_line
 
-__all__ = ["ACTION_REVOKE", "allowance_blocks", "home_view"]
+__all__ = [
+    "allowance_blocks",
+    "home_view",
+]
 
-ACTION_REVOKE = "opsgate_revoke"
+
 _SHOWN_MAX = 8
 """Calls shown per list (a Home tab holds at most 100 blocks)."""
 _ARG_LIMIT = 600

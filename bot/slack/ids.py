@@ -1,5 +1,10 @@
-"""Which arguments a clicked card showed: its decision buttons' `block_id` carries the digest.
+"""Every Slack wire string OpsGate relies on, in one place: action ids, callback ids, block ids,
+the decision block-id format, the card metadata, the shortcut and the slash command.
 
+Cards posted by an older release are still in channels with live buttons, and manifest.yml is
+pasted into Slack once: none of these may change (tests/slack/test_wire_strings.py pins them).
+
+Which arguments a clicked card showed: its decision buttons' `block_id` carries the digest.
 The button value stays the opaque ledger id (docs/architecture.md, semantics 5); the digest
 rides in the actions block's id, which Slack echoes with every click. An Approve or "Allow for"
 click whose digest is not the call's current one came from a card drawn before an edit, and the
@@ -9,10 +14,74 @@ store refuses it (`ArgumentsChanged`) instead of counting it toward the edited c
 from __future__ import annotations
 
 import re
+from typing import Any, get_args
 
-__all__ = ["decision_block_id", "shown_digest"]
+from slack_sdk.web.async_client import AsyncWebClient
 
-_PREFIX = "opsgate_decision"
+from ..runs.views import CardCall, CardRef
+from ..store.states import CardLock
+
+__all__ = [
+    "ACTION_ALLOW",
+    "ACTION_APPROVE",
+    "ACTION_CANCEL",
+    "ACTION_EDIT",
+    "ACTION_FIELD",
+    "ACTION_REASON",
+    "ACTION_REASON_CHOICE",
+    "ACTION_REJECT",
+    "ACTION_REVOKE",
+    "BLOCK_ACTIONS",
+    "BLOCK_REASON",
+    "BLOCK_REASON_CHOICE",
+    "BUTTON_VALUE_MAX",
+    "CALLBACK_EDIT",
+    "CALLBACK_REJECT",
+    "CARD_EVENT",
+    "COMMAND",
+    "SHORTCUT",
+    "card_metadata",
+    "check_ledger_id",
+    "decision_block_id",
+    "find_marked_card",
+    "shown_digest",
+]
+
+
+# -- the strings -----------------------------------------------------------------------------
+# Approval cards (and the Home tab's copies of their buttons)
+ACTION_APPROVE = "opsgate_approve"
+ACTION_REJECT = "opsgate_reject"
+ACTION_CANCEL = "opsgate_cancel"
+ACTION_EDIT = "opsgate_edit"
+ACTION_ALLOW = "opsgate_allow"
+BLOCK_ACTIONS = "opsgate_decision"
+"""The prefix of a card's actions block id: `opsgate_decision:<digest>[:<ledger id>]`."""
+ACTION_REVOKE = "opsgate_revoke"
+"""An allowance's Revoke button (Home tab, `/opsgate allowances`)."""
+# The reject modal
+CALLBACK_REJECT = "opsgate_reject_modal"
+BLOCK_REASON = "reason"
+ACTION_REASON = "reason_input"
+BLOCK_REASON_CHOICE = "reason_choice"
+ACTION_REASON_CHOICE = "reason_choice_select"
+# The edit modal
+CALLBACK_EDIT = "opsgate_edit_modal"
+ACTION_FIELD = "value"
+"""The action id of every input of the edit modal; its block id is the argument's name."""
+# manifest.yml
+SHORTCUT = "opsgate_ask"
+"""The message shortcut's callback id."""
+COMMAND = "/opsgate"
+"""The slash command."""
+CARD_EVENT = "opsgate_card"
+"""The metadata `event_type` of an approval card."""
+BUTTON_VALUE_MAX = 2000
+"""Slack's longest button value; a ledger id is the whole value."""
+
+
+# -- decision block ids ------------------------------------------------------------------------
+_PREFIX = BLOCK_ACTIONS
 _BOUND = re.compile(rf"^{_PREFIX}:([0-9a-f]{{1,64}})(?::[0-9A-Za-z_-]{{1,64}})?$")
 
 
@@ -26,3 +95,78 @@ def shown_digest(block_id: object) -> str | None:
     """The digest a click's card showed; None for a card drawn without one."""
     found = _BOUND.match(block_id) if isinstance(block_id, str) else None
     return found.group(1) if found else None
+
+
+# -- card_marks ----------------------------------------------------------------------------------
+# Cards marked with their ledger id (Slack message metadata), and finding them again.
+#
+# A process killed while `chat.postMessage` for a card was on its way never stored where the card
+# went: Slack may have posted it, with live buttons. Every card carries metadata naming its call,
+# so the next try looks in the thread first (`conversations.replies`) and adopts the card it
+# finds instead of posting a second one (docs/architecture.md, "The data path of one
+# request", step 7).
+
+
+_PAGE = 200
+_MAX_PAGES = 50
+"""A thread longer than this many pages is not searched further (10,000 replies)."""
+
+
+def card_metadata(card: CardCall) -> dict[str, Any]:
+    """The metadata posted with `card`: its call, and whether it was posted locked (the lock
+    must survive an adoption: the arguments file may never have been attached)."""
+    return {
+        "event_type": CARD_EVENT,
+        "event_payload": {"ledger_id": card.ledger_id, "locked": card.locked or ""},
+    }
+
+
+async def find_marked_card(
+    client: AsyncWebClient, bot_id: str, channel: str, thread_ts: str, ledger_id: str
+) -> CardRef | None:
+    """The first message in the thread posted by this bot (`bot_id`) whose metadata names
+    `ledger_id`. Raises slack_sdk/aiohttp errors (the caller treats them as "not found")."""
+    cursor: str | None = None
+    for _ in range(_MAX_PAGES):
+        response = await client.conversations_replies(
+            channel=channel,
+            ts=thread_ts,
+            include_all_metadata=True,
+            limit=_PAGE,
+            cursor=cursor,
+        )
+        for message in response.get("messages") or []:
+            if (found := _card_of(message, bot_id, ledger_id)) is not None:
+                return CardRef(channel, found[0], found[1])
+        cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+        if not (cursor and response.get("has_more")):
+            return None
+    return None
+
+
+def _card_of(message: Any, bot_id: str, ledger_id: str) -> tuple[str, CardLock | None] | None:
+    """(ts, lock) when `message` is this bot's card for `ledger_id`."""
+    if not isinstance(message, dict) or message.get("bot_id") != bot_id:
+        return None
+    metadata = message.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get("event_type") != CARD_EVENT:
+        return None
+    payload = metadata.get("event_payload")
+    if not isinstance(payload, dict) or payload.get("ledger_id") != ledger_id:
+        return None
+    ts = message.get("ts")
+    if not isinstance(ts, str) or not ts:
+        return None
+    locked = payload.get("locked")
+    lock: CardLock | None = None
+    if locked in get_args(CardLock):
+        lock = locked
+    elif locked:  # a lock this version does not know: stay locked rather than approvable
+        lock = "arguments_not_attached"
+    return ts, lock
+
+
+def check_ledger_id(ledger_id: str) -> None:
+    """Refuse a ledger id no button value or `private_metadata` can carry."""
+    if not ledger_id or len(ledger_id) > BUTTON_VALUE_MAX:
+        raise ValueError(f"ledger id must be 1..{BUTTON_VALUE_MAX} characters, got {ledger_id!r}")

@@ -13,8 +13,6 @@ from typing import Any
 
 from slack_sdk.models.blocks import (
     Block,
-    ButtonElement,
-    ConfirmObject,
     InputBlock,
     Option,
     PlainTextInputElement,
@@ -23,77 +21,37 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from ..runs.views import CardCall, EditForm
-from ._card_body import as_json, section
-from ._text import code_span, escape_cut, truncate, user_mention
+from ..runs.views import EditForm
+from .cards import (
+    section,
+)
+from .ids import (
+    ACTION_FIELD,
+    ACTION_REASON,
+    ACTION_REASON_CHOICE,
+    BLOCK_REASON,
+    BLOCK_REASON_CHOICE,
+    CALLBACK_EDIT,
+    CALLBACK_REJECT,
+    check_ledger_id,
+)
+from .mrkdwn import (
+    code_span,
+    truncate,
+)
 
 __all__ = [
-    "ACTION_ALLOW",
-    "ACTION_EDIT",
-    "ACTION_FIELD",
-    "ACTION_REASON_CHOICE",
-    "BLOCK_REASON_CHOICE",
-    "CALLBACK_EDIT",
     "edit_modal",
     "edit_values",
-    "edited_note",
-    "extra_buttons",
+    "reason_from_view",
     "reason_select",
+    "reject_modal",
     "selected_reason",
 ]
 
-ACTION_EDIT = "opsgate_edit"
-ACTION_ALLOW = "opsgate_allow"
-CALLBACK_EDIT = "opsgate_edit_modal"
-ACTION_FIELD = "value"
-"""The action id of every input of the edit modal; its block id is the argument's name."""
-BLOCK_REASON_CHOICE = "reason_choice"
-ACTION_REASON_CHOICE = "reason_choice_select"
+
 _INPUT_MAX = 3000
 """Slack's longest plain_text_input value."""
-
-
-def extra_buttons(call: CardCall) -> list[ButtonElement]:
-    """ "Edit" and "Allow for <duration>", where the policy enables them (in that order)."""
-    buttons = []
-    if call.can_edit:
-        buttons.append(
-            ButtonElement(
-                text=PlainTextObject(text="Edit"), action_id=ACTION_EDIT, value=call.ledger_id
-            )
-        )
-    if call.allow_for is not None:
-        scope = truncate(call.allow_scope, 250)
-        buttons.append(
-            ButtonElement(
-                text=PlainTextObject(text=f"Allow for {call.allow_for}"),
-                action_id=ACTION_ALLOW,
-                value=call.ledger_id,
-                confirm=ConfirmObject(
-                    title=f"Allow for {call.allow_for}?",
-                    text=PlainTextObject(
-                        text=f"This call runs now, and in this channel calls of {scope} run "
-                        f"without a card for {call.allow_for}. Each run is posted and audited."
-                    ),
-                    confirm="Allow",
-                    deny="Back",
-                ),
-            )
-        )
-    return buttons
-
-
-def edited_note(call: CardCall) -> list[Block]:
-    """Who changed the arguments, and what the model had asked for."""
-    if call.edited_by is None:
-        return []
-    original = escape_cut(as_json(call.original_arguments), 1500)
-    return [
-        section(
-            f":pencil2: Arguments edited by {user_mention(call.edited_by)}; the model asked "
-            f"for:\n```{original}```"
-        )
-    ]
 
 
 def edit_modal(form: EditForm) -> dict[str, Any]:
@@ -175,3 +133,51 @@ def selected_reason(values: Any) -> str | None:
     text = option.get("text") if isinstance(option, Mapping) else None
     label = text.get("text") if isinstance(text, Mapping) else None
     return label.strip() if isinstance(label, str) and label.strip() else None
+
+
+REASON_MAX = 1000
+"""Longest reason the modal accepts (raw characters)."""
+
+
+def reject_modal(ledger_id: str, reasons: Sequence[str] = ()) -> dict[str, Any]:
+    """The modal a Reject click opens; `private_metadata` carries the ledger id back. `reasons`
+    (policy `reject_reasons`) are offered in an optional select, next to the free text."""
+    check_ledger_id(ledger_id)
+    view = View(
+        type="modal",
+        callback_id=CALLBACK_REJECT,
+        private_metadata=ledger_id,
+        title=PlainTextObject(text="Reject tool call"),
+        submit=PlainTextObject(text="Reject"),
+        close=PlainTextObject(text="Cancel"),
+        blocks=[
+            section("The call will not run. The agent is told it was rejected, and why."),
+            *reason_select(reasons),
+            InputBlock(
+                block_id=BLOCK_REASON,
+                label=PlainTextObject(text="Reason"),
+                optional=True,
+                element=PlainTextInputElement(
+                    action_id=ACTION_REASON,
+                    multiline=True,
+                    max_length=REASON_MAX,
+                    placeholder=PlainTextObject(text="Why not? (optional)"),
+                ),
+            ),
+        ],
+    )
+    result: dict[str, Any] = view.to_dict()
+    return result
+
+
+def reason_from_view(view: Mapping[str, Any]) -> str | None:
+    """The reason given in `reject_modal`, from a submitted view: `<label>: <free text>`, or
+    whichever of the two was given; None when neither was."""
+    state = view.get("state")
+    values = state.get("values") if isinstance(state, Mapping) else None
+    block = values.get(BLOCK_REASON) if isinstance(values, Mapping) else None
+    field = block.get(ACTION_REASON) if isinstance(block, Mapping) else None
+    value = field.get("value") if isinstance(field, Mapping) else None
+    text = value.strip()[:REASON_MAX] if isinstance(value, str) else ""
+    label = selected_reason(values)
+    return ": ".join(part for part in (label, text) if part) or None

@@ -37,6 +37,7 @@ __all__ = [
     "user_mention",
 ]
 
+
 _ELLIPSIS = "…"
 _FENCE_OPEN = "```\n"
 _FENCE_CLOSE = "\n```"

@@ -47,19 +47,21 @@ from ..runs.notices import (
     UnknownRequest,
 )
 from ..runs.plain import stopped_text
-from ._answers import (
-    cancel_reason_text,
-    decision_reason_text,
-    help_text,
-    lock_text,
-    pending_text,
-    refusal_text,
-)
-from ._card_body import slack_date
-from ._text import escape_mrkdwn, outcome_text, preformatted, user_mention
-from ._ux_text import ux_text
+from ..runs.views import AllowanceInfo
+from .answers import cancel_reason_text, decision_reason_text, help_text, pending_text, refusal_text
+from .cards import lock_text, slack_date
+from .mrkdwn import code_span, escape_mrkdwn, outcome_text, preformatted, user_mention
 
-__all__ = ["OUTPUT_INLINE", "Attachment", "Rendered", "card_file", "render"]
+__all__ = [
+    "OUTPUT_INLINE",
+    "Attachment",
+    "Rendered",
+    "allowance_line",
+    "card_file",
+    "render",
+    "ux_text",
+]
+
 
 OUTPUT_INLINE = 1500
 """Longest tool output (escaped, fences included) shown in the thread; the rest is attached."""
@@ -305,3 +307,39 @@ def _tool_ran(notice: ToolRan) -> Rendered:
 def card_file(tool: str, call_id: str) -> str:
     """The name of the file holding a card's full arguments."""
     return f"{tool}-{call_id}-arguments.txt"
+
+
+# -- ux_text -------------------------------------------------------------------------------------
+# The allowance notices in Slack's words (mrkdwn). Tool names and shape labels come from the
+# model's arguments, so they are untrusted: they reach mrkdwn only through `bot.slack._text`.
+
+
+UxNotice = AllowanceUsed | AllowanceGranted | AllowanceList | AllowanceRevoked | NothingRevoked
+
+
+def allowance_line(allowance: AllowanceInfo) -> str:
+    """One allowance in words: id, tool, shape, channel, who granted it, until when."""
+    return (
+        f"allowance `{allowance.id}`: {code_span(allowance.tool)} "
+        f"{code_span(allowance.label, 200)} in <#{allowance.channel}>, granted by "
+        f"{user_mention(allowance.granted_by)}, until {slack_date(allowance.expires_at)}"
+    )
+
+
+def ux_text(notice: UxNotice) -> str:
+    match notice:
+        case AllowanceUsed(tool=tool, allowance=allowance):
+            return (
+                f":unlock: {code_span(tool)} ran without a card under {allowance_line(allowance)}"
+            )
+        case AllowanceGranted(allowance=allowance):
+            line = allowance_line(allowance)
+            return f":unlock: New {line}. `/opsgate allowances` lists and revokes allowances."
+        case AllowanceList(channel=channel, entries=entries):
+            if not entries:
+                return f"No allowances are active in <#{channel}>."
+            return "\n".join(f"• {allowance_line(a)}" for a in entries)
+        case AllowanceRevoked(allowance=allowance, by=by):
+            return f"{user_mention(by)} revoked {allowance_line(allowance)}."
+        case NothingRevoked(why=why):
+            return f"Nothing revoked: {escape_mrkdwn(why)}."

@@ -21,21 +21,21 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ..runs.notices import AllowanceList, Notice
 from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.views import CardCall, CardOutcome, CardRef, EditForm, HomeView
-from ._card_marks import card_metadata, find_marked_card
-from ._forms import edit_modal
-from ._minimal_card import minimal_blocks, minimal_file_text
-from ._streaming import ThreadReply
-from ._text import escape_cut, user_mention
-from .blocks import (
+from .cards import (
     approval_card,
     card_text,
     decided_card,
     decided_text,
+    minimal_blocks,
+    minimal_file_text,
     overflow,
-    reject_modal,
 )
 from .home import allowance_blocks, home_view
-from .messages import card_file, render
+from .ids import card_metadata, find_marked_card
+from .modals import edit_modal, reject_modal
+from .mrkdwn import escape_cut, user_mention
+from .notices import card_file, render
+from .streaming import ThreadReply
 
 __all__ = ["REQUEST_SHOWN_MAX", "SLACK_ERRORS", "SlackThreadOutput", "slack_error"]
 

@@ -17,9 +17,12 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ._text import LinkGuard, escape_mrkdwn
+from .mrkdwn import LinkGuard, escape_mrkdwn
 
-__all__ = ["ThreadReply"]
+__all__ = [
+    "ThreadReply",
+]
+
 
 logger = logging.getLogger("opsgate.stream")
 

@@ -10,7 +10,7 @@ import pytest
 
 from bot.approvals import Allowed, Approvals, GroupResolver, Refused
 from bot.policy import Policy
-from bot.slack._answers import refusal_text
+from bot.slack.answers import refusal_text
 
 ALICE, BOB, CAROL = "U0ALICE", "U0BOB", "U0CAROL"
 

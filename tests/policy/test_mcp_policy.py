@@ -12,7 +12,7 @@ from agent_core import ToolCall
 from bot.policy import Policy, PolicyError
 from bot.runs.cards import server_tool
 from bot.runs.views import CardCall
-from bot.slack._card_body import card_body
+from bot.slack.cards import card_body
 from bot.tools.mcp import McpAnnotations, McpTool
 
 POLICY = """

@@ -355,7 +355,7 @@ async def test_a_tool_left_out_of_a_channel_is_never_offered_there(tmp_path: Pat
 def test_event_author_never_ourselves_and_only_allow_listed_bots() -> None:
     from slack_bolt.context.async_context import AsyncBoltContext
 
-    from bot.slack.listeners.events import classify_message, event_author, message_text
+    from bot.slack.listeners.messages import classify_message, event_author, message_text
 
     policy = alert_policy()
     context = AsyncBoltContext(bot_id="BBOT", bot_user_id="UBOT")

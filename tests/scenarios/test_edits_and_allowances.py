@@ -11,13 +11,15 @@ from typing import Any
 
 from agent_core import call_digest
 from bot.policy import Policy
-from bot.slack._forms import (
+from bot.slack.ids import (
     ACTION_FIELD,
+    ACTION_REASON,
     ACTION_REASON_CHOICE,
+    BLOCK_REASON,
     BLOCK_REASON_CHOICE,
     CALLBACK_EDIT,
+    CALLBACK_REJECT,
 )
-from bot.slack.blocks import ACTION_REASON, BLOCK_REASON, CALLBACK_REJECT
 from tests.scenarios.test_app import (
     ALICE,
     BOB,

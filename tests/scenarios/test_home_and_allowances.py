@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.policy import Policy
-from bot.slack._forms import ACTION_FIELD, CALLBACK_EDIT
-from bot.slack.blocks import ACTION_REASON, BLOCK_REASON, CALLBACK_REJECT
+from bot.slack.ids import ACTION_FIELD, ACTION_REASON, BLOCK_REASON, CALLBACK_EDIT, CALLBACK_REJECT
 from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools, tool_messages
 from tests.scenarios.test_edits_and_allowances import ALLOW_POLICY, _buttons, _message_action, _view
 from tests.support.harness import CHANNEL, TEAM, Bot, running_bot

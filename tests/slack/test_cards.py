@@ -11,22 +11,7 @@ import pytest
 from slack_sdk.models.blocks import Block
 from slack_sdk.models.views import View
 
-from bot.slack._text import (
-    code_span,
-    escape_cut,
-    escape_mrkdwn,
-    one_line,
-    preformatted,
-    truncate,
-    user_mention,
-)
-from bot.slack.blocks import (
-    ACTION_APPROVE,
-    ACTION_CANCEL,
-    ACTION_REASON,
-    ACTION_REJECT,
-    BLOCK_REASON,
-    CALLBACK_REJECT,
+from bot.slack.cards import (
     CardCall,
     CardOutcome,
     approval_card,
@@ -34,8 +19,24 @@ from bot.slack.blocks import (
     decided_card,
     decided_text,
     overflow,
-    reason_from_view,
-    reject_modal,
+)
+from bot.slack.ids import (
+    ACTION_APPROVE,
+    ACTION_CANCEL,
+    ACTION_REASON,
+    ACTION_REJECT,
+    BLOCK_REASON,
+    CALLBACK_REJECT,
+)
+from bot.slack.modals import reason_from_view, reject_modal
+from bot.slack.mrkdwn import (
+    code_span,
+    escape_cut,
+    escape_mrkdwn,
+    one_line,
+    preformatted,
+    truncate,
+    user_mention,
 )
 from tests.support.slack_requests import load_fixture, view_submission
 

@@ -25,7 +25,7 @@ from bot.runs.notices import (
     ToolNotRun,
     ToolRan,
 )
-from bot.slack.messages import OUTPUT_INLINE, render
+from bot.slack.notices import OUTPUT_INLINE, render
 
 HOSTILE = "<!channel> & <https://evil|click>"
 

@@ -17,7 +17,8 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.blocks import CardCall, approval_card, reject_modal
+from bot.slack.cards import CardCall, approval_card
+from bot.slack.modals import reject_modal
 from tests.support.slack_api import SlackAPIStandIn, SlackCall
 from tests.support.slack_requests import (
     app_mention,

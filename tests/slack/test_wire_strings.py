@@ -16,13 +16,10 @@ from typing import Any
 import yaml
 
 from bot.runs.views import AllowanceInfo, CardCall, CardOutcome, EditField, EditForm, HomeView
-from bot.slack._card_marks import card_metadata
-from bot.slack._forms import edit_modal
-from bot.slack._minimal_card import minimal_blocks
-from bot.slack.blocks import approval_card, decided_card, reject_modal
+from bot.slack.cards import approval_card, decided_card, minimal_blocks
 from bot.slack.home import home_view
-from bot.slack.listeners.commands import COMMAND
-from bot.slack.listeners.ux import SHORTCUT
+from bot.slack.ids import COMMAND, SHORTCUT, card_metadata
+from bot.slack.modals import edit_modal, reject_modal
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifest.yml"
 

@@ -22,7 +22,7 @@ from bot.policy import Policy
 from bot.runs.service import RunService
 from bot.server import http_app, started
 from bot.settings import Settings
-from bot.slack._text import user_mention
+from bot.slack.mrkdwn import user_mention
 from bot.store import utc_now
 from bot.wiring import Deps, open_deps
 from tests.support.llm_server import LLMStandIn, sse_bytes
@@ -179,7 +179,7 @@ class Bot:
     async def submit_reject(
         self, ledger_id: str, reason: str | None, *, user: str
     ) -> httpx.Response:
-        from bot.slack.blocks import ACTION_REASON, BLOCK_REASON, CALLBACK_REJECT
+        from bot.slack.ids import ACTION_REASON, BLOCK_REASON, CALLBACK_REJECT
 
         values = {BLOCK_REASON: {ACTION_REASON: {"type": "plain_text_input", "value": reason}}}
         payload = view_submission(CALLBACK_REJECT, ledger_id, values, user=user)

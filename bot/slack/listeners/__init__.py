@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import actions, commands, events, ux, views
+from . import cards, commands, home, messages
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp
@@ -25,8 +25,7 @@ def register(
     policy: Policy,
 ) -> None:
     """Every listener of the app, in the order Bolt tries them (the catch-all event last)."""
-    ux.register(app, service, output)
-    events.register(app, service, policy=policy)
-    actions.register(app, service, output)
+    home.register(app, service, output)
+    cards.register(app, service, output)
+    messages.register(app, service, policy=policy)
     commands.register(app, service, output)
-    views.register(app, service, output)

@@ -20,13 +20,16 @@ from ...runs.inbox import SlashDelivery
 from ...runs.notices import AllowanceList, Notice, NotSaved
 from ...runs.service import RunService
 from ...store import StoreError
-from ..messages import render
+from ..ids import COMMAND
+from ..notices import render
 from ..output import SlackThreadOutput
 
-__all__ = ["COMMAND", "invocation_key", "register"]
+__all__ = [
+    "invocation_key",
+    "register",
+]
 
-COMMAND = "/opsgate"
-"""As declared in manifest.yml."""
+
 _HELP_WORDS = frozenset({"", "help", "?", "-h", "--help"})
 _ANSWERED_AT_ONCE = _HELP_WORDS | {"pending", "cancel", "allowances"}
 """Words that only read: everything else is a request, saved before it is acknowledged."""

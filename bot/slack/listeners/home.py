@@ -1,7 +1,5 @@
-"""Listeners for Edit, "Allow for <duration>", Revoke, the edit modal, the Home tab and the
-message shortcut. Each acknowledges first (the modal's ack carries validation errors), then
-calls the run service; what only the clicker should know goes back privately, in the card's
-thread.
+"""The Home tab, Revoke (from the Home tab or `/opsgate allowances`) and the message shortcut.
+Each acknowledges first, then calls the run service; the Home tab is drawn fresh when opened.
 """
 
 from __future__ import annotations
@@ -11,67 +9,20 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
-from ...runs.notices import Notice
 from ...runs.output import Thread
 from ...runs.service import RunService
-from ...runs.views import EditErrors, EditForm
-from .._forms import ACTION_ALLOW, ACTION_EDIT, CALLBACK_EDIT, edit_values
-from ..home import ACTION_REVOKE
-from ..messages import render
+from ..ids import ACTION_REVOKE, SHORTCUT
+from ..notices import render
 from ..output import SlackThreadOutput
-from ._homes import republish
-from ._unsaved import click_saved
-from .actions import Click, click_of
-from .events import message_text
+from .cards import click_of, republish
+from .messages import message_text
 
-__all__ = ["SHORTCUT", "register"]
-
-SHORTCUT = "opsgate_ask"
-"""The message shortcut's callback id, as declared in manifest.yml."""
+__all__ = ["register"]
 
 logger = logging.getLogger("opsgate.slack.ux")
 
 
 def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
-    async def tell(click: Click, notice: Notice | None) -> None:
-        if notice is None:
-            return
-        thread = click.thread or await service.decisions.thread_of_call(click.ledger_id)
-        if thread is not None:
-            await output.tell(thread, click.user, notice)
-
-    @app.action(ACTION_EDIT)
-    async def on_edit(ack: AsyncAck, body: dict[str, Any]) -> None:
-        await ack()
-        click = click_of(body)
-        form = await service.edits.form(click.ledger_id, user=click.user, team=click.team)
-        if not isinstance(form, EditForm):
-            await tell(click, form)
-            return
-        failed = await output.open_edit_form(click.trigger_id, form)
-        if failed is not None:
-            logger.warning("could not open the edit form: %s", failed.error)
-
-    @app.action(ACTION_ALLOW)
-    async def on_allow(ack: AsyncAck, body: dict[str, Any]) -> None:
-        await ack()
-        click = click_of(body)
-        async with click_saved(
-            service, output, user=click.user, ledger_id=click.ledger_id, thread=click.thread
-        ):
-            notice = await service.edits.allow(
-                click.ledger_id, user=click.user, team=click.team, digest=click.digest
-            )
-            await tell(click, notice)
-        await republish(
-            service,
-            output,
-            clicker=click.user,
-            team=click.team,
-            ledger_id=click.ledger_id,
-            clicker_tab=click.thread is None,  # a card in a channel: only if they opened it
-        )
-
     @app.action(ACTION_REVOKE)
     async def on_revoke(ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond) -> None:
         await ack()
@@ -87,36 +38,6 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         channel = allowance.channel_id if allowance is not None else None
         await republish(service, output, clicker=click.user, team=click.team, channel=channel)
 
-    _register_edit_form(app, service, output)
-    _register_home_and_shortcut(app, service, output)
-
-
-def _register_edit_form(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
-    @app.view(CALLBACK_EDIT)
-    async def on_edit_submitted(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
-        user = body.get("user") or {}
-        user_id, team = str(user.get("id")), user.get("team_id")
-        ledger_id = str(view.get("private_metadata") or "")
-        result: Notice | EditErrors | None = None
-        # Acknowledged whatever happens: a modal left without its ack shows Slack's error.
-        async with click_saved(service, output, user=user_id, ledger_id=ledger_id, thread=None):
-            result = await service.edits.submit(
-                ledger_id, edit_values(view), user=user_id, team=team
-            )
-        if isinstance(result, EditErrors):
-            await ack(response_action="errors", errors=result.errors)
-            return
-        await ack()
-        if result is not None:
-            thread = await service.decisions.thread_of_call(ledger_id)
-            if thread is not None:
-                await output.tell(thread, user_id, result)
-        await republish(service, output, clicker=user_id, team=team, ledger_id=ledger_id)
-
-
-def _register_home_and_shortcut(
-    app: AsyncApp, service: RunService, output: SlackThreadOutput
-) -> None:
     @app.event("app_home_opened")
     async def on_home_opened(event: dict[str, Any], body: dict[str, Any]) -> None:
         if event.get("tab", "home") != "home":

@@ -23,7 +23,13 @@ from ...runs.output import Thread
 from ...runs.service import RunService
 from ...store import InboxItem, StoreError
 
-__all__ = ["classify_message", "event_author", "message_text", "register"]
+__all__ = [
+    "classify_message",
+    "event_author",
+    "message_text",
+    "register",
+]
+
 
 logger = logging.getLogger("opsgate.events")
 
