@@ -54,8 +54,6 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
     """The chosen command, imported only now: `opsgate audit` need not load Slack's SDK."""
     match args.command:
         case "run":
-            from .run import run_bot
-
             return lambda: run_bot(http=args.http, port=args.port, verbose=args.verbose)
         case "check":
             from .check import run_check
@@ -111,4 +109,17 @@ def _reader_gone() -> int:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
+    return 0
+
+
+def run_bot(*, http: bool, port: int | None, verbose: bool = False) -> int:
+    """`opsgate run [--http [--port N]]`: serve until stopped, in Socket Mode or serving HTTP;
+    settings, policy and database errors propagate to `main`."""
+    from ..server import serve  # imported only now: other commands need not load Slack's SDK
+    from ..settings import load_settings
+    from ._logging import log_from_settings
+
+    settings = load_settings(mode="http" if http else "socket")
+    log_from_settings(settings, verbose=verbose)
+    asyncio.run(serve(settings, http=http, port=port or settings.opsgate_port))
     return 0

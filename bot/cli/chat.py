@@ -21,12 +21,12 @@ from ..approvals import Allowed, Approvals, Verdict
 from ..approvals.verdicts import Action
 from ..runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
 from ..runs.context import RunContext
-from ..runs.plain import card_text, notice_text
 from ..settings import Settings, load_settings
 from ..tools import protect_process_environment
 from ..wiring import Deps, open_deps
 from ._logging import log_from_settings
 from ._prompt import Ask, stdin_prompt
+from .notices import card_text, notice_text
 
 __all__ = ["TerminalOutput", "run_chat"]
 

@@ -8,7 +8,9 @@ only through `bot.slack._text`. The wording is the bot's voice in Slack; the ter
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
+from .._duration import format_duration
 from .._words import count_verb
 from ..runs.notices import (
     AllowanceGranted,
@@ -46,7 +48,6 @@ from ..runs.notices import (
     ToolRan,
     UnknownRequest,
 )
-from ..runs.plain import stopped_text
 from ..runs.views import AllowanceInfo
 from .answers import cancel_reason_text, decision_reason_text, help_text, pending_text, refusal_text
 from .cards import lock_text, slack_date
@@ -109,9 +110,7 @@ def render(notice: Notice) -> Rendered:
         ):
             return Rendered(_intake_text(notice))
         case RunStopped():
-            return Rendered(
-                ":octagonal_sign: " + stopped_text(notice, person=user_mention, tool=_code)
-            )
+            return Rendered(":octagonal_sign: " + _stopped_text(notice))
         case NotSaved(what=what):
             return Rendered(
                 f":warning: I couldn't save your {what}: my database refuses writes right now, "
@@ -343,3 +342,19 @@ def ux_text(notice: UxNotice) -> str:
             return f"{user_mention(by)} revoked {allowance_line(allowance)}."
         case NothingRevoked(why=why):
             return f"Nothing revoked: {escape_mrkdwn(why)}."
+
+
+def _stopped_text(notice: RunStopped) -> str:
+    """Why a going run was stopped, and what that means for a tool it was running."""
+    if notice.why == "cancelled":
+        text = f"Run stopped by {user_mention(notice.by or 'someone')}."
+    else:
+        limit = format_duration(timedelta(seconds=notice.seconds or 0))
+        text = f"I stopped this run: it went on longer than {limit}, the limit for one run."
+    if notice.interrupted:
+        names = ", ".join(_code(t) for t in notice.interrupted)
+        text += (
+            f" {names} was running then: its outcome is unknown and it will not run again; "
+            "check the system before retrying."
+        )
+    return text + " The conversation is saved: send a message to continue."

@@ -12,11 +12,17 @@ from agent_core.outcomes import render_outcome
 from .._duration import format_duration
 from .._words import count, count_verb
 from ..approvals import Refused
+from ..runs.notices import Notice, RunStopped
+from ..runs.views import CardCall, CardOutcome, ChannelHelp, PendingEntry
 from ..store import CancelReason, DecisionReason
-from .notices import Notice, RunStopped
-from .views import CardCall, CardOutcome, ChannelHelp, PendingEntry
 
-__all__ = ["card_text", "notice_text", "refusal_text", "stopped_text"]
+__all__ = [
+    "card_text",
+    "notice_text",
+    "refusal_text",
+    "stopped_text",
+]
+
 
 _FINISH = {
     "length": "(The answer was cut off: the model hit its length limit.)",
