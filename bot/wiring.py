@@ -19,7 +19,6 @@ import httpx
 from agent_core import ChatClientAgent, ContextBudget, Tool
 from agent_core.openai import OpenAIChatClient
 
-from ._tasks import TaskSupervisor
 from .approvals import Approvals, FetchMembers
 from .database import configured_store
 from .policy import Policy, ToolPolicy
@@ -30,6 +29,7 @@ from .runs.options import ChannelInstructions
 from .runs.replicas import held_lease
 from .settings import Settings
 from .store import Store, WriteHealth, utc_now
+from .tasks import TaskSupervisor
 from .tools import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,

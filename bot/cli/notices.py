@@ -9,12 +9,11 @@ from datetime import timedelta
 
 from agent_core.outcomes import render_outcome
 
-from .._duration import format_duration
-from .._words import count, count_verb
 from ..approvals import Refused
 from ..runs.notices import Notice, RunStopped
 from ..runs.views import CardCall, CardOutcome, ChannelHelp, PendingEntry
 from ..store import CancelReason, DecisionReason
+from ..words import count, count_verb, format_duration
 
 __all__ = [
     "card_text",

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, StrictStr
 
-from bot._argument_rule import Regex
-from bot._duration import parse_duration
+from bot.argument_rule import Regex
+from bot.words import parse_duration
 
 __all__ = [
     "DEFAULT_REJECT_REASONS",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from agent_core import Tool, ToolCall
-from bot._argument_rule import schema_defaults
+from bot.argument_rule import schema_defaults
 
 from ._model import ArgumentRule, ToolPolicy
 

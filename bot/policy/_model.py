@@ -16,8 +16,8 @@ from pydantic import (
     model_validator,
 )
 
-from bot._argument_rule import ArgumentRule
-from bot._duration import format_duration
+from bot.argument_rule import ArgumentRule
+from bot.words import format_duration
 
 from ._fields import (
     DEFAULT_REJECT_REASONS,

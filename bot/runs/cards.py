@@ -16,11 +16,11 @@ from typing import Literal
 
 from agent_core import Tool, ToolCall
 
-from .._duration import format_duration
 from ..allowances import shape_of
 from ..store import ToolCallRow, card_state
 from ..tools import tool_summary
 from ..tools.mcp import McpTool
+from ..words import format_duration
 from .context import RunContext, thread_of
 from .notices import (
     CallLink,

@@ -11,10 +11,10 @@ from datetime import datetime
 
 from agent_core import ChatClientAgent, Tool
 
-from .._tasks import TaskSupervisor
 from ..approvals import Approvals
 from ..policy import Policy
 from ..store import Store, ToolCallRow, WriteHealth
+from ..tasks import TaskSupervisor
 from .metrics import NoObserver, RunObserver
 from .notices import RunStopped
 from .output import Thread, ThreadOutput

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .._faults import checkpoint
+from ..faults import checkpoint
 from ..store import InboxItem, StoreError
 from .context import RunContext
 from .notices import Notice

@@ -8,8 +8,8 @@ channel answers. Channels with approver lists show to the people on them.
 
 from __future__ import annotations
 
-from .._duration import format_duration
 from ..store import HomeViewer
+from ..words import format_duration
 from .cards import Cards
 from .context import RunContext
 from .edits import Allowances

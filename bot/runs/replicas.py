@@ -22,8 +22,8 @@ import socket
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
-from .._tasks import TaskSupervisor
 from ..store import LeaseHolder, Store, StoreError, Wake, WakeSource
+from ..tasks import TaskSupervisor
 from .metrics import note_run_ended
 from .notices import Recovered
 from .output import Thread

@@ -19,10 +19,10 @@ import re
 from collections.abc import Callable
 from typing import Literal
 
-from .._faults import checkpoint
-from .._words import count
+from ..faults import checkpoint
 from ..policy import Policy
 from ..store import EnqueueOutcome, QueueItem, SessionRow, Store, batch_complete
+from ..words import count
 from .cancel import Cancels
 from .cards import Cards
 from .context import RunContext

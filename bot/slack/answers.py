@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._words import count
 from ..approvals import Refused, Who
 from ..runs.views import ChannelHelp, PendingEntry
 from ..store import CancelReason, DecisionReason
+from ..words import count
 from .cards import approvers_text, slack_date
 from .mrkdwn import code_span, escape_mrkdwn, requester_text, user_mention
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from .._duration import format_duration
-from .._words import count_verb
 from ..runs.notices import (
     AllowanceGranted,
     AllowanceList,
@@ -49,6 +47,7 @@ from ..runs.notices import (
     UnknownRequest,
 )
 from ..runs.views import AllowanceInfo
+from ..words import count_verb, format_duration
 from .answers import cancel_reason_text, decision_reason_text, help_text, pending_text, refusal_text
 from .cards import lock_text, slack_date
 from .mrkdwn import code_span, escape_mrkdwn, outcome_text, preformatted, user_mention

@@ -8,7 +8,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from .._faults import checkpoint
+from ..faults import checkpoint
 from .models import AllowanceGrant, AllowanceRow, AllowOutcome, DecisionOutcome
 
 __all__ = ["AllowSteps"]

@@ -16,7 +16,7 @@ from typing import Any, get_args
 from agent_core.approvals import ToolApprovalResponse
 from agent_core.messages import ChatMessage, ToolCall
 from agent_core.outcomes import CallOutcome, Cancelled, Expired, NotRun, Rejected
-from bot._duration import format_duration
+from bot.words import format_duration
 
 from .models import ToolCallRow, batch_complete
 from .reasons import (

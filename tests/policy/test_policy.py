@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from agent_core import Tool, ToolCall, tool
-from bot._duration import format_duration, parse_duration
 from bot.errors import BotError
 from bot.policy import Policy, PolicyError
 from bot.tools import (
@@ -25,6 +24,7 @@ from bot.tools import (
     make_http_request,
     make_run_command,
 )
+from bot.words import format_duration, parse_duration
 
 POLICIES = Path(__file__).parent.parent / "fixtures" / "policies"
 KNOWN = ("run_command", "http_request", "restart_service")

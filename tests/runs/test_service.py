@@ -11,13 +11,13 @@ from pathlib import Path
 from agent_core import ChatClientAgent, tool
 from agent_core.outcomes import Rejected
 from agent_core.testing import ScriptedChatClient, Turn, call
-from bot._tasks import TaskSupervisor
 from bot.approvals import Approvals
 from bot.policy import Policy
 from bot.runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
 from bot.runs.context import RunContext
 from bot.runs.notices import NotAllowed, RunCancelled, ToolNotRun, ToolRan
 from bot.store import SQLiteStore, utc_now
+from bot.tasks import TaskSupervisor
 
 ALICE, BOB = "U0ALICE", "U0BOB"
 THREAD = Thread("T0TEST", "C0OPS", "1700000001.000100")

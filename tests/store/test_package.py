@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import bot.store
-from bot._duration import format_duration
 from bot.errors import BotError
 from bot.store import SQLiteStore, Store, StoreError, open_store
+from bot.words import format_duration
 from tests.store.contract.helpers import paused_session
 
 __all__ = ["paused_session"]  # tests/scenarios/test_cancel.py imports it from here (home: helpers)

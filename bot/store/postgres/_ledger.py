@@ -9,7 +9,7 @@ from typing import Any
 from agent_core.events import ToolApprovalRequest, ToolCallHeld
 from agent_core.exceptions import ToolCallAlreadyStarted
 from agent_core.messages import ChatMessage, ToolCall, call_digest, canonical_arguments
-from bot._duration import format_duration
+from bot.words import format_duration
 
 from .._rules import card_state, new_id, start_audit
 from .._time import aware

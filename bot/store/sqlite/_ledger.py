@@ -13,7 +13,7 @@ from typing import Literal
 import aiosqlite
 
 from agent_core.approvals import ToolApprovalResponse
-from bot._duration import format_duration
+from bot.words import format_duration
 
 from .._rules import already, arguments_changed, card_state, expiry_ttl, responses
 from .._time import aware, to_db

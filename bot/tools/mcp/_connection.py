@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from agent_core import ToolError
-from bot._duration import format_duration
+from bot.words import format_duration
 
 from ._environment import server_environment
 from ._results import result_text

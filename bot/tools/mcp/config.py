@@ -22,8 +22,8 @@ from pydantic import (
     model_validator,
 )
 
-from bot._argument_rule import ArgumentRule
-from bot._duration import parse_duration
+from bot.argument_rule import ArgumentRule
+from bot.words import parse_duration
 
 from .errors import McpConfigError
 

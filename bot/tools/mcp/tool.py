@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bot._argument_rule import schema_defaults
+from bot.argument_rule import schema_defaults
 
 from .config import McpServerConfig
 

@@ -14,7 +14,11 @@ import asyncio
 import os
 import sys
 
-__all__ = ["HOLD_ENV", "checkpoint"]
+__all__ = [
+    "HOLD_ENV",
+    "checkpoint",
+]
+
 
 HOLD_ENV = "OPSGATE_FAULT_HOLD"
 

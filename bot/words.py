@@ -1,4 +1,5 @@
-"""Durations as people write them in the policy file: "90s", "15m", "2h", "1d", "1h30m".
+"""Words for numbers: counts ("3 runs"), and durations as people write them in the policy
+file: "90s", "15m", "2h", "1d", "1h30m".
 
 A small grammar of our own rather than ISO 8601 ("PT15M"), because the policy file is written by
 hand and read back on Slack cards; `format_duration` gives the same spelling back.
@@ -9,7 +10,13 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = [
+    "count",
+    "count_verb",
+    "format_duration",
+    "parse_duration",
+]
+
 
 _UNIT_SECONDS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
 _WHOLE = re.compile(r"(?:\d+[dhms])+")
@@ -44,3 +51,17 @@ def format_duration(value: timedelta, *, approximate: bool = False) -> str:
         if count:
             parts.append(f"{count}{unit}")
     return "".join(parts) or "0s"
+
+
+# -- words ---------------------------------------------------------------------------------------
+# Counting in words people read: "1 approval", "2 runs", never "run(s)".
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """`n` and the noun, singular for exactly one: count(2, "run") == "2 runs"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def count_verb(n: int, noun: str, singular_verb: str, plural_verb: str) -> str:
+    """count(...) with its verb agreeing: count_verb(1, "run", "is", "are") == "1 run is"."""
+    return f"{count(n, noun)} {singular_verb if n == 1 else plural_verb}"

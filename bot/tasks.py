@@ -7,7 +7,10 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-__all__ = ["TaskSupervisor"]
+__all__ = [
+    "TaskSupervisor",
+]
+
 
 logger = logging.getLogger("opsgate.tasks")
 

@@ -15,7 +15,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr
 
 from agent_core import canonical_arguments
 
-__all__ = ["ArgumentRule", "Regex", "schema_defaults"]
+__all__ = [
+    "ArgumentRule",
+    "Regex",
+    "schema_defaults",
+]
 
 
 def _regex(value: Any) -> Any:
