@@ -21,7 +21,7 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 
 from .observability import HealthServerError, Metrics, serve_health
-from .operations import add_operations_routes, operations_app
+from .observability.readiness import add_operations_routes, operations_app
 from .runs.replicas import start_replica_duties
 from .runs.service import RunService
 from .runs.timer import ExpiryTimer

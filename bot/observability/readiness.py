@@ -1,6 +1,6 @@
-"""Health, readiness and metrics of a running bot, on the store it runs on.
+"""Readiness and gauges of a running bot, on the store it runs on.
 
-`bot.observability` holds the Slack-free parts (the endpoints, `Metrics`); this module says what
+The rest of `bot.observability` is store-free (the endpoints, `Metrics`); this module says what
 "ready" means for OpsGate (the database accepts a write, and in Socket Mode the connection is
 up) and where the gauges come from (the database, the truth when replicas share it).
 """
@@ -12,17 +12,23 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-from .observability import (
-    Metrics,
+from ..store import Store, WriteHealth
+from .health import (
     ReadinessCheck,
     Refresh,
+    SocketModeConnection,
     add_health_routes,
     health_app,
+    socket_mode_check,
 )
-from .observability.health import SocketModeConnection, socket_mode_check
-from .store import Store, WriteHealth
+from .metrics import Metrics
 
-__all__ = ["add_operations_routes", "database_check", "gauges_refresh", "operations_app"]
+__all__ = [
+    "add_operations_routes",
+    "database_check",
+    "gauges_refresh",
+    "operations_app",
+]
 
 
 def database_check(store: Store, health: WriteHealth | None = None) -> ReadinessCheck:
