@@ -9,8 +9,10 @@ call that service.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import aiohttp
@@ -84,13 +86,31 @@ def create_app(
     the listeners' intake middleware before the acknowledgement (`bot.runs.inbox`).
     """
     secret = settings.slack_signing_secret
-    app = AsyncApp(
-        client=output.client,
-        signing_secret=secret.get_secret_value() if secret else "",
-        logger=logging.getLogger("opsgate.bolt"),
-    )
+    with _no_env_token():
+        app = AsyncApp(
+            client=output.client,
+            signing_secret=secret.get_secret_value() if secret else "",
+            logger=logging.getLogger("opsgate.bolt"),
+        )
     listeners.register(app, service, output, policy=policy)
     return app
+
+
+@contextlib.contextmanager
+def _no_env_token() -> Iterator[None]:
+    """Bolt takes a missing `token` from `SLACK_BOT_TOKEN` and then, with a `client` given too,
+    warns at every start that the token is unused. The client carries the token (from the
+    settings); the app is built without the variable, which is put back at once. Building is
+    synchronous: no other task runs in between."""
+    saved = os.environ.pop(_TOKEN_VARIABLE, None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[_TOKEN_VARIABLE] = saved
+
+
+_TOKEN_VARIABLE = "SLACK_BOT_TOKEN"
 
 
 # -- counting ------------------------------------------------------------------------------------
