@@ -1,5 +1,6 @@
 """The Slack layer: the Bolt app and its listeners, the Slack `ThreadOutput`, Block Kit
-rendering and the one path from untrusted text to mrkdwn (`_text`).
+rendering and the one path from untrusted text to mrkdwn (`mrkdwn`). Every wire string is in
+`ids`.
 
 Nothing outside this package calls the Slack Web API for a thread.
 """

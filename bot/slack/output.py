@@ -37,7 +37,13 @@ from .mrkdwn import escape_cut, user_mention
 from .notices import card_file, render
 from .streaming import ThreadReply
 
-__all__ = ["REQUEST_SHOWN_MAX", "SLACK_ERRORS", "SlackThreadOutput", "slack_error"]
+__all__ = [
+    "REQUEST_SHOWN_MAX",
+    "SLACK_ERRORS",
+    "SlackReplies",
+    "SlackThreadOutput",
+    "slack_error",
+]
 
 logger = logging.getLogger("opsgate.slack.output")
 
@@ -57,11 +63,14 @@ def slack_error(exc: BaseException) -> str:
 
 
 class SlackThreadOutput:
-    """Threads are Slack threads; notices become mrkdwn (`bot.slack.messages`), cards Block Kit
-    (`bot.slack.blocks`)."""
+    """The `ThreadOutput` the run service calls: threads are Slack threads, notices become
+    mrkdwn (`bot.slack.notices`), cards Block Kit (`bot.slack.cards`). The Slack-only calls of
+    the listeners are `replies` (`SlackReplies`)."""
 
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
+        self.replies = SlackReplies(client)
+        """The Slack-only calls the listeners make (the run service never does)."""
         self._team_id: str | None = None
         self._bot_id: str | None = None
 
@@ -79,82 +88,7 @@ class SlackThreadOutput:
 
     async def tell(self, thread: Thread, user: str, notice: Notice) -> None:
         """An ephemeral reply in the thread that only `user` sees (people only: not bots)."""
-        await self.tell_mrkdwn(thread, user, render(notice).text)
-
-    async def tell_mrkdwn(self, thread: Thread, user: str, text: str) -> None:
-        """`tell` for the Slack layer's own words (`text` is mrkdwn, already escaped)."""
-        if not _PERSON.fullmatch(user):
-            return
-        try:
-            await self.client.chat_postEphemeral(
-                channel=thread.channel_id, user=user, thread_ts=thread.thread_ts, text=text
-            )
-        except SLACK_ERRORS as exc:
-            logger.warning("could not tell %s: %s", user, slack_error(exc))
-
-    async def answer_command(
-        self, respond: AsyncRespond | None, *, channel: str, user: str, notice: Notice
-    ) -> None:
-        """A private answer to a slash command: through its response_url (`respond`, when the
-        command has one), else `chat.postEphemeral` in the channel."""
-        await self.answer_command_mrkdwn(
-            respond, channel=channel, user=user, text=render(notice).text
-        )
-
-    async def answer_command_mrkdwn(
-        self, respond: AsyncRespond | None, *, channel: str, user: str, text: str
-    ) -> None:
-        """`answer_command` for the Slack layer's own words (`text` is mrkdwn)."""
-        if respond is not None:
-            try:
-                await respond(text=text, response_type="ephemeral")
-                return
-            except Exception:  # the hook is gone or refused; fall back to the Web API
-                logger.warning("answering a command through response_url failed", exc_info=True)
-        try:
-            await self.client.chat_postEphemeral(channel=channel, user=user, text=text)
-        except SLACK_ERRORS as exc:
-            logger.warning("could not answer %s: %s", user, slack_error(exc))
-
-    async def open_reject_form(
-        self, trigger_id: str, ledger_id: str, reasons: Sequence[str] = ()
-    ) -> PostFailed | None:
-        """Open the modal asking why a call is rejected (within 3 s of the click)."""
-        return await self._open(trigger_id, reject_modal(ledger_id, reasons))
-
-    async def open_edit_form(self, trigger_id: str, form: EditForm) -> PostFailed | None:
-        """Open the modal to edit a call's arguments (within 3 s of the click)."""
-        return await self._open(trigger_id, edit_modal(form))
-
-    async def _open(self, trigger_id: str, view: dict[str, Any]) -> PostFailed | None:
-        try:
-            await self.client.views_open(trigger_id=trigger_id, view=view)
-        except SLACK_ERRORS as exc:
-            return PostFailed(slack_error(exc))
-        return None
-
-    async def publish_home(self, home: HomeView) -> None:
-        """Show `home` as its person's Home tab (`views.publish`)."""
-        try:
-            await self.client.views_publish(user_id=home.user, view=home_view(home))
-        except SLACK_ERRORS as exc:
-            logger.warning("could not publish the Home tab of %s: %s", home.user, slack_error(exc))
-
-    async def answer_allowances(
-        self, respond: AsyncRespond | None, *, channel: str, user: str, notice: AllowanceList
-    ) -> None:
-        """`/opsgate allowances`: the list, each with its Revoke button (privately)."""
-        text = render(notice).text
-        blocks = [b.to_dict() for b in allowance_blocks(notice.entries)] or None
-        try:
-            if respond is not None:
-                await respond(text=text, blocks=blocks, response_type="ephemeral")
-            else:
-                await self.client.chat_postEphemeral(
-                    channel=channel, user=user, text=text, blocks=blocks
-                )
-        except Exception:  # best effort, like every answer
-            logger.warning("could not list allowances for %s", user, exc_info=True)
+        await self.replies.tell_mrkdwn(thread, user, render(notice).text)
 
     async def react(self, thread: Thread, ts: str, on: bool) -> None:
         method = self.client.reactions_add if on else self.client.reactions_remove
@@ -301,6 +235,91 @@ class SlackThreadOutput:
             self._team_id = str(response.get("team_id") or "")
             self._bot_id = str(response.get("bot_id") or "")
         return self._team_id
+
+
+class SlackReplies:
+    """What only Slack's listeners call, apart from the `ThreadOutput` the service uses: answers
+    to the one person who clicked, typed a command or opened a tab. Ephemeral replies (the
+    Slack layer's own words), slash-command answers, the reject and edit modals, the Home tab.
+    """
+
+    def __init__(self, client: AsyncWebClient) -> None:
+        self.client = client
+
+    async def tell_mrkdwn(self, thread: Thread, user: str, text: str) -> None:
+        """`tell` for the Slack layer's own words (`text` is mrkdwn, already escaped)."""
+        if not _PERSON.fullmatch(user):
+            return
+        try:
+            await self.client.chat_postEphemeral(
+                channel=thread.channel_id, user=user, thread_ts=thread.thread_ts, text=text
+            )
+        except SLACK_ERRORS as exc:
+            logger.warning("could not tell %s: %s", user, slack_error(exc))
+
+    async def answer_command(
+        self, respond: AsyncRespond | None, *, channel: str, user: str, notice: Notice
+    ) -> None:
+        """A private answer to a slash command: through its response_url (`respond`, when the
+        command has one), else `chat.postEphemeral` in the channel."""
+        await self.answer_command_mrkdwn(
+            respond, channel=channel, user=user, text=render(notice).text
+        )
+
+    async def answer_command_mrkdwn(
+        self, respond: AsyncRespond | None, *, channel: str, user: str, text: str
+    ) -> None:
+        """`answer_command` for the Slack layer's own words (`text` is mrkdwn)."""
+        if respond is not None:
+            try:
+                await respond(text=text, response_type="ephemeral")
+                return
+            except Exception:  # the hook is gone or refused; fall back to the Web API
+                logger.warning("answering a command through response_url failed", exc_info=True)
+        try:
+            await self.client.chat_postEphemeral(channel=channel, user=user, text=text)
+        except SLACK_ERRORS as exc:
+            logger.warning("could not answer %s: %s", user, slack_error(exc))
+
+    async def open_reject_form(
+        self, trigger_id: str, ledger_id: str, reasons: Sequence[str] = ()
+    ) -> PostFailed | None:
+        """Open the modal asking why a call is rejected (within 3 s of the click)."""
+        return await self._open(trigger_id, reject_modal(ledger_id, reasons))
+
+    async def open_edit_form(self, trigger_id: str, form: EditForm) -> PostFailed | None:
+        """Open the modal to edit a call's arguments (within 3 s of the click)."""
+        return await self._open(trigger_id, edit_modal(form))
+
+    async def _open(self, trigger_id: str, view: dict[str, Any]) -> PostFailed | None:
+        try:
+            await self.client.views_open(trigger_id=trigger_id, view=view)
+        except SLACK_ERRORS as exc:
+            return PostFailed(slack_error(exc))
+        return None
+
+    async def publish_home(self, home: HomeView) -> None:
+        """Show `home` as its person's Home tab (`views.publish`)."""
+        try:
+            await self.client.views_publish(user_id=home.user, view=home_view(home))
+        except SLACK_ERRORS as exc:
+            logger.warning("could not publish the Home tab of %s: %s", home.user, slack_error(exc))
+
+    async def answer_allowances(
+        self, respond: AsyncRespond | None, *, channel: str, user: str, notice: AllowanceList
+    ) -> None:
+        """`/opsgate allowances`: the list, each with its Revoke button (privately)."""
+        text = render(notice).text
+        blocks = [b.to_dict() for b in allowance_blocks(notice.entries)] or None
+        try:
+            if respond is not None:
+                await respond(text=text, blocks=blocks, response_type="ephemeral")
+            else:
+                await self.client.chat_postEphemeral(
+                    channel=channel, user=user, text=text, blocks=blocks
+                )
+        except Exception:  # best effort, like every answer
+            logger.warning("could not list allowances for %s", user, exc_info=True)
 
 
 class _QuietSink:

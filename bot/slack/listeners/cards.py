@@ -112,9 +112,9 @@ def _register_decisions(app: AsyncApp, service: RunService, output: SlackThreadO
             await tell(service, output, click, refusal)
             return
         reasons = service.ctx.policy.reject_reasons
-        failed = await output.open_reject_form(click.trigger_id, click.ledger_id, reasons)
+        failed = await output.replies.open_reject_form(click.trigger_id, click.ledger_id, reasons)
         if isinstance(failed, PostFailed) and click.thread is not None:
-            await output.tell_mrkdwn(
+            await output.replies.tell_mrkdwn(
                 click.thread,
                 click.user,
                 f"I couldn't open the rejection form ({escape_mrkdwn(failed.error)}); "
@@ -141,7 +141,7 @@ def _register_edits(app: AsyncApp, service: RunService, output: SlackThreadOutpu
         if not isinstance(form, EditForm):
             await tell(service, output, click, form)
             return
-        failed = await output.open_edit_form(click.trigger_id, form)
+        failed = await output.replies.open_edit_form(click.trigger_id, form)
         if failed is not None:
             ux_logger.warning("could not open the edit form: %s", failed.error)
 
@@ -317,4 +317,4 @@ async def republish(
         for viewer in affected:
             people.setdefault(viewer.user_id, viewer.team_id)
     for user, their_team in people.items():
-        await output.publish_home(await service.home.view(user, team=their_team))
+        await output.replies.publish_home(await service.home.view(user, team=their_team))

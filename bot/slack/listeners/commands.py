@@ -78,18 +78,20 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         await ack()
 
         async def answer(notice: Notice) -> None:
-            await output.answer_command(hook, channel=channel, user=user, notice=notice)
+            await output.replies.answer_command(hook, channel=channel, user=user, notice=notice)
 
         if word in _HELP_WORDS:
             await answer(service.help_for(channel))
         elif word == "allowances":
             entries = tuple(await service.allowances.active(channel))
-            await output.answer_allowances(
+            await output.replies.answer_allowances(
                 hook, channel=channel, user=user, notice=AllowanceList(channel, entries)
             )
         elif word == "pending":
             await answer(await service.pending_for(user, channel=channel, team=team))
         elif word == "cancel":
-            await output.answer_command_mrkdwn(hook, channel=channel, user=user, text=_CANCEL_HINT)
+            await output.replies.answer_command_mrkdwn(
+                hook, channel=channel, user=user, text=_CANCEL_HINT
+            )
         elif saved is not None and (refusal := await service.inbox.process_owned(saved)):
             await answer(refusal)

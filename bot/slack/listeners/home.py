@@ -45,7 +45,7 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         user = str(event.get("user") or "")
         if user:
             team = body.get("team_id")
-            await output.publish_home(await service.home.opened(user, team=team))
+            await output.replies.publish_home(await service.home.opened(user, team=team))
 
     @app.shortcut(SHORTCUT)
     async def on_shortcut(ack: AsyncAck, body: dict[str, Any]) -> None:
