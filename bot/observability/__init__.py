@@ -12,7 +12,7 @@ from .health import (
     Refresh,
     add_health_routes,
     health_app,
-    readiness,
+    not_ready_reasons,
     serve_health,
     socket_mode_check,
 )
@@ -67,7 +67,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "log_context",
     "log_event",
     "mask_secrets",
-    "readiness",
+    "not_ready_reasons",
     "serve_health",
     "socket_mode_check",
 ]

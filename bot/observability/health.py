@@ -29,7 +29,7 @@ __all__ = [
     "Refresh",
     "add_health_routes",
     "health_app",
-    "readiness",
+    "not_ready_reasons",
     "serve_health",
     "socket_mode_check",
 ]
@@ -47,7 +47,7 @@ CHECK_TIMEOUT: Final = 2.0
 """Seconds a readiness check (or a scrape's refresh) may take before it counts as failed."""
 
 
-async def readiness(
+async def not_ready_reasons(
     checks: Mapping[str, ReadinessCheck], *, timeout: float = CHECK_TIMEOUT
 ) -> list[str]:
     """Run every check at once; the reasons of those that failed, each prefixed by its name.
@@ -84,7 +84,7 @@ def add_health_routes(
         return web.json_response({"ok": True})
 
     async def readyz(request: web.Request) -> web.Response:
-        reasons = await readiness(checks, timeout=timeout)
+        reasons = await not_ready_reasons(checks, timeout=timeout)
         if reasons:
             return web.json_response({"ready": False, "reasons": reasons}, status=503)
         return web.json_response({"ready": True})
