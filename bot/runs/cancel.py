@@ -76,7 +76,7 @@ class Cancels:
             if row.needs_approval and row.status == "cancelled":
                 note_decision(self.ctx, row, "cancelled")
                 await self.cards.refresh(row)
-        thread = Thread(session.team_id, session.channel_id, session.thread_ts)
+        thread = Thread.of(session)
         await self.ctx.output.say(thread, RunCancelled(user))
         return None
 

@@ -21,7 +21,7 @@ from ..store import ToolCallRow, card_state
 from ..tools import tool_summary
 from ..tools.mcp import McpTool
 from ..words import format_duration
-from .context import RunContext, thread_of
+from .context import RunContext
 from .notices import (
     CallLink,
     CardNotPosted,
@@ -166,7 +166,7 @@ class Cards:
             if pending.call.card_ts is not None:
                 continue
             session = pending.session
-            thread = Thread(session.team_id, session.channel_id, session.thread_ts)
+            thread = Thread.of(session)
             batch = await self.ctx.store.batch_calls(session.id)
             row = pending.call
             if row.expires_at is None:
@@ -190,9 +190,6 @@ class Cards:
         for row in stale:
             await self.refresh(row)
         return len(stale)
-
-    async def thread(self, row: ToolCallRow) -> Thread | None:
-        return await thread_of(self.ctx, row)
 
 
 def _ref(row: ToolCallRow) -> CardRef | None:

@@ -121,7 +121,8 @@ class RunContext:
 
 
 async def thread_of(ctx: RunContext, row: ToolCallRow) -> Thread | None:
+    """The thread of a call's row (None when its session is gone): through `Thread.of`."""
     session = await ctx.store.get_session(row.session_id)
     if session is None:
         return None
-    return Thread(session.team_id, session.channel_id, session.thread_ts)
+    return Thread.of(session)

@@ -9,7 +9,7 @@ from typing import Literal
 
 from ..store import ToolCallRow, already_reason
 from .cards import Cards
-from .context import RunContext
+from .context import RunContext, thread_of
 from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, NotApprovable, Notice, UnknownRequest
 from .output import Thread
@@ -133,4 +133,4 @@ class Decisions:
     async def thread_of_call(self, ledger_id: str) -> Thread | None:
         """The thread a card's call belongs to (to tell a decider something privately)."""
         row = await self.ctx.store.get_call(ledger_id)
-        return None if row is None else await self.cards.thread(row)
+        return None if row is None else await thread_of(self.ctx, row)

@@ -30,7 +30,7 @@ from ..store import (
     already_reason,
 )
 from .cards import Cards, allow_window, scope
-from .context import RunContext
+from .context import RunContext, thread_of
 from .metrics import note_decision
 from .notices import (
     AllowanceGranted,
@@ -197,7 +197,7 @@ class Edits:
             outcome = allowed.decision
             if allowed.allowance is not None:
                 note_decision(self.ctx, outcome.row, "allowed")
-                thread = await self.cards.thread(row)
+                thread = await thread_of(self.ctx, row)
                 if thread is not None:
                     await self.ctx.output.say(thread, AllowanceGranted(info(allowed.allowance)))
         await self.cards.refresh(outcome.row)

@@ -28,10 +28,13 @@ See `docs/architecture.md` ("Layers", "Data path of one request").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .notices import Notice
 from .views import CardCall, CardOutcome, CardRef
+
+if TYPE_CHECKING:
+    from ..store import SessionRow
 
 __all__ = [
     "PostFailed",
@@ -48,6 +51,12 @@ class Thread:
     team_id: str
     channel_id: str
     thread_ts: str
+
+    @classmethod
+    def of(cls, session: SessionRow) -> Thread:
+        """The thread of a stored session: the one way from a row to its thread (a call's row
+        goes through its session: `bot.runs.context.thread_of`)."""
+        return cls(session.team_id, session.channel_id, session.thread_ts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,7 @@ async def take_over_lapsed(service: RunService) -> None:
         session = recovered.session
         note_run_ended(ctx, session.id, "interrupted")
         tools = tuple(r.tool for r in recovered.interrupted)
-        thread = Thread(session.team_id, session.channel_id, session.thread_ts)
+        thread = Thread.of(session)
         await ctx.output.say(thread, Recovered(tools))
         await service.cards.redraw_batch(session.id)
     for session in await store.sessions_awaiting_approval():

@@ -21,7 +21,7 @@ from typing import Literal
 
 from ..faults import checkpoint
 from ..policy import Policy
-from ..store import EnqueueOutcome, QueueItem, SessionRow, Store, batch_complete
+from ..store import EnqueueOutcome, QueueItem, Store, batch_complete
 from ..words import count
 from .cancel import Cancels
 from .cards import Cards
@@ -175,7 +175,7 @@ class RunService:
             logger.error("queued item %d names no session %r", item.id, item.session_id)
             await self.ctx.store.finish_queued(item.id)
             return
-        thread = _thread(session)
+        thread = Thread.of(session)
         gate = self.allowances.gate(thread, session.id)
         options = run_options(
             self.ctx.policy,
@@ -238,7 +238,7 @@ class RunService:
         await store.resume_started(session_id)
         await checkpoint("resume_started")
         # The same tools as the run that paused: a stored call must not become "unknown".
-        gate = self.allowances.gate(_thread(session), session_id)
+        gate = self.allowances.gate(Thread.of(session), session_id)
         options = run_options(
             self.ctx.policy,
             self.ctx.tools,
@@ -252,7 +252,7 @@ class RunService:
         card_ts = next((r.card_ts for r in batch if r.needs_approval and r.card_ts), None)
         self.ctx.tasks.spawn(
             self._driver.drive(
-                _thread(session),
+                Thread.of(session),
                 session_id,
                 stream,
                 requester=session.requester,
@@ -289,7 +289,7 @@ class RunService:
         for recovered in await store.recover():
             note_run_ended(self.ctx, recovered.session.id, "interrupted")
             tools = tuple(r.tool for r in recovered.interrupted)
-            await self.ctx.output.say(_thread(recovered.session), Recovered(tools))
+            await self.ctx.output.say(Thread.of(recovered.session), Recovered(tools))
             await self.cards.redraw_batch(recovered.session.id)
         await self.cards.repost_missing()
         await self.cards.redraw_stale()
@@ -313,10 +313,6 @@ class RunService:
     def help_for(self, channel: str) -> Help:
         """Usage, and the policy of `channel`."""
         return Help(self.answers.channel_help(channel))
-
-
-def _thread(session: SessionRow) -> Thread:
-    return Thread(session.team_id, session.channel_id, session.thread_ts)
 
 
 # -- queue ---------------------------------------------------------------------------------------

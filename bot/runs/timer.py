@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from ..store import Store, ToolCallRow
 from .cards import Cards
-from .context import RunContext
+from .context import RunContext, thread_of
 from .notices import Reminder
 
 __all__ = ["LATE_BY", "ExpiryTimer", "send_reminders"]
@@ -104,7 +104,7 @@ async def send_reminders(ctx: RunContext, cards: Cards) -> int:
             batches[(row.session_id, row.batch_id)].append(row)
     posted = 0
     for rows in batches.values():
-        thread = await cards.thread(rows[0])
+        thread = await thread_of(ctx, rows[0])
         if thread is None:
             continue
         links = tuple([await cards.link(row) for row in rows])
