@@ -1,6 +1,6 @@
 """Cancelling: a paused run or one going in this process (`cancel` in its thread, or a card's
 Cancel run button), or a queued message before its run starts. The requester may always;
-otherwise an approver. A going run is stopped through its deadline (`bot.runs._live`); the
+otherwise an approver. A going run is stopped through its deadline (`bot.runs.context`); the
 driver closes it and tells the thread who stopped it."""
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ class Cards:
         self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow], *, adopt: bool = False
     ) -> None:
         """Post one card. If that fails, say so in the thread and try again in the background
-        (`bot.runs._card_retry`): the call still expires on time, `cancel` still works, and the
+        (`CardRetries` below): the call still expires on time, `cancel` still works, and the
         next start-up tries again too. `adopt`: a card may already be in the thread (see
         `_adopt_or_post`)."""
         post = self._adopt_or_post if adopt else self._post_once

@@ -4,7 +4,7 @@ An edit approves a new call (docs/architecture.md): the ledger keeps the model's
 the edited ones, the card shows the edited arguments and digest, approvals given to the old
 arguments do not count, and the model's tool message says a human changed the arguments. The
 editor must be allowed to approve (the requester is not). An "Allow for" click approves the call
-and, once the approval is final, creates an allowance (`bot.runs._allow`).
+and, once the approval is final, creates an allowance (`bot.runs.edits`).
 """
 
 from __future__ import annotations

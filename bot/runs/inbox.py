@@ -2,7 +2,7 @@
 
 `docs/architecture.md`, "acknowledged means durable": a listener saves the delivery with
 `save_message` / `save_slash` (deduplicated in the same transaction) and only then lets the
-acknowledgement go out. Processing runs as owned background work (`bot._tasks`), so a graceful
+acknowledgement go out. Processing runs as owned background work (`bot.tasks`), so a graceful
 stop waits for it; a row whose processing never finished (kill -9, a stop past its grace
 period) is claimed and processed by the next start-up's `recover`.
 

@@ -69,7 +69,7 @@ class NoObserver:
 
 # -- observe -------------------------------------------------------------------------------------
 # Telling the observer and the event log what the service decided: one place, so the service's
-# steps stay one line each (`bot.runs.observer` says why there is an observer).
+# steps stay one line each (`bot.runs.metrics` says why there is an observer).
 
 
 def note_decision(ctx: RunContext, row: ToolCallRow, decision: Decision) -> None:

@@ -2,9 +2,9 @@
 
 The run service (`bot.runs.service`) never talks to Slack or a terminal. It writes to a
 `ThreadOutput`, giving it a typed `Notice` (what happened, with its data) or a card view model
-(`bot.runs.cards`). Each implementation turns those into its medium:
+(`bot.runs.views`). Each implementation turns those into its medium:
 
-- `bot.slack` posts mrkdwn (through `bot._text`, the one escaping path) and Block Kit;
+- `bot.slack` posts mrkdwn (through `bot.slack.mrkdwn`, the one escaping path) and Block Kit;
 - `bot.cli.chat` prints plain text and asks for decisions at the prompt.
 
 Contract, for implementers:

@@ -1,5 +1,6 @@
-"""What a person's Home tab shows: what they may decide now, what they wait for, the
-allowances of their channels and the policy in a paragraph.
+"""What a person sees of the bot: their Home tab (what they may decide now, what they wait for,
+the allowances of their channels and the policy in a paragraph), `/opsgate pending` and
+`/opsgate help`.
 
 Channel membership is not known here, so a channel where "anyone in the channel" approves is
 not listed (its requests could leak to people outside it): there, `/opsgate pending` in the

@@ -8,7 +8,7 @@ through the store's named transitions (see `docs/architecture.md`, "Run states")
 
 Every step that must survive a restart is written to the store before the thread is told about
 it, and every step that must happen once is claimed with a conditional update in the store.
-Runs start only through the run queue (`bot.runs.queue`), which keeps each channel under its
+Runs start only through the run queue (`Dispatcher`, below), which keeps each channel under its
 `concurrency`; resumes after a decision start at once (a human is waiting for them).
 """
 

@@ -148,7 +148,7 @@ class ChannelHelp:
 # notices they add.
 #
 # The run service builds these from the store and the policy; `bot.slack` renders them (Block Kit
-# and mrkdwn, escaping untrusted text through `bot.slack._text`).
+# and mrkdwn, escaping untrusted text through `bot.slack.mrkdwn`).
 
 
 @dataclass(frozen=True, slots=True)

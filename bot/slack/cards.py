@@ -1,9 +1,10 @@
-"""Block Kit for approval cards and the reject modal: pure functions from the run service's card
-view models (`bot.runs.cards`) to Slack dicts.
+"""Block Kit for approval cards, full and minimal, with their Edit and "Allow for" buttons and the
+line naming an MCP server's tool: pure functions from the run service's card view models
+(`bot.runs.views`) to Slack dicts.
 
 Everything shown comes from the ledger row the bot stored at pause time; the buttons carry only
 the ledger id (see "Binding" in `docs/architecture.md`). Arguments and descriptions are untrusted
-and reach mrkdwn only through `bot.slack._text`.
+and reach mrkdwn only through `bot.slack.mrkdwn`.
 """
 
 from __future__ import annotations
@@ -183,7 +184,7 @@ def _to_dicts(blocks: Sequence[Block]) -> list[dict[str, Any]]:
 # Block Kit machinery shared by the approval cards: the card body (title, arguments, context,
 # held calls), argument layout within Slack's size limits, and dates in each reader's time zone.
 #
-# Untrusted text (arguments, descriptions) reaches mrkdwn only through `bot.slack._text`.
+# Untrusted text (arguments, descriptions) reaches mrkdwn only through `bot.slack.mrkdwn`.
 
 
 SECTION_TEXT_MAX = 3000

@@ -1,5 +1,5 @@
 """Block Kit for the Home tab and the allowance list: pure functions from the run service's
-view models (`bot.runs.ux`) to Slack dicts.
+view models (`bot.runs.views`) to Slack dicts.
 
 The Home tab's Approve, Reject and Edit buttons are the card's own action ids carrying the same
 ledger id, so a click there is handled exactly like one on the card (container type `view`).

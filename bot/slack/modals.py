@@ -1,9 +1,9 @@
-"""Block Kit for the approval card's extra buttons (Edit, Allow for <duration>), the edit
-modal, the reject modal's reason select, and reading them back from a submitted view.
+"""Block Kit for the modals a card's buttons open: the reject modal (with its reason select) and
+the edit modal, and reading them back from a submitted view.
 
 Buttons carry only the ledger id ("Binding" in `docs/architecture.md`); the modal's
 `private_metadata` carries it back. Prefilled values are plain text inputs, which Slack shows
-literally; everything in mrkdwn goes through `bot.slack._text`.
+literally; everything in mrkdwn goes through `bot.slack.mrkdwn`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 attach when a tool's output is too long to show.
 
 Raw text inside a notice (model output, tool output, error messages, tool names) reaches mrkdwn
-only through `bot.slack._text`. The wording is the bot's voice in Slack; the terminal has its own.
+only through `bot.slack.mrkdwn`. The wording is the bot's voice in Slack; the terminal has its own.
 """
 
 from __future__ import annotations
@@ -309,7 +309,7 @@ def card_file(tool: str, call_id: str) -> str:
 
 # -- ux_text -------------------------------------------------------------------------------------
 # The allowance notices in Slack's words (mrkdwn). Tool names and shape labels come from the
-# model's arguments, so they are untrusted: they reach mrkdwn only through `bot.slack._text`.
+# model's arguments, so they are untrusted: they reach mrkdwn only through `bot.slack.mrkdwn`.
 
 
 UxNotice = AllowanceUsed | AllowanceGranted | AllowanceList | AllowanceRevoked | NothingRevoked

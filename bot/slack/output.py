@@ -134,7 +134,7 @@ class SlackThreadOutput:
 
     async def _post_minimal_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
         """Slack refused the card's blocks: the same blocks would be refused again, so post the
-        minimal card (`bot.slack._minimal_card`) with the arguments attached."""
+        minimal card (`bot.slack.cards`) with the arguments attached."""
         name = card_file(card.tool, card.call_id)
         if not await self._upload(thread, name, minimal_file_text(card)):
             card = replace(card, locked="arguments_not_attached")

@@ -102,7 +102,7 @@ class ThreadReply:
 
     async def append(self, raw: str) -> None:
         """Add model text. Markdown links and images are shown as words with their URL (a link
-        split across chunks waits for its end), and the rest is escaped (`bot.slack._text`)."""
+        split across chunks waits for its end), and the rest is escaped (`bot.slack.mrkdwn`)."""
         if not raw:
             return
         self.raw.append(raw)
