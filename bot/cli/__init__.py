@@ -2,7 +2,8 @@
 terminal.
 
 Each command has its own module (`check`, `audit`, `migrate`, `chat`; `run` is in `_main`);
-`_main` parses the command line and turns the errors a person can fix (settings, policy, database) into one line and exit status 2.
+`_main` parses the command line and turns the errors a person can fix (settings, policy,
+database) into one line and exit status 2.
 """
 
 from __future__ import annotations
