@@ -7,9 +7,9 @@ it, and `NoObserver` is what a front end without metrics (the terminal) gets.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from agent_core import Tool
 from agent_core.chat_client import ChatClient, ChatOptions
@@ -20,9 +20,6 @@ from agent_core.messages import ChatMessage
 from ..observability import classify_llm_error, log_context, log_event
 from ..observability.metrics import Decision, LLMErrorKind, RunOutcome, ToolOutcome
 from ..store import ToolCallRow
-
-if TYPE_CHECKING:
-    from .context import RunContext
 
 __all__ = ["NoObserver", "ObservedChatClient", "RunObserver", "note_decision", "note_run_ended"]
 
@@ -72,14 +69,24 @@ class NoObserver:
 # steps stay one line each (`bot.runs.metrics` says why there is an observer).
 
 
-def note_decision(ctx: RunContext, row: ToolCallRow, decision: Decision) -> None:
+class _Observed(Protocol):
+    """What the notes need of the run service's `RunContext` (which has more)."""
+
+    @property
+    def observer(self) -> RunObserver: ...
+
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+
+
+def note_decision(ctx: _Observed, row: ToolCallRow, decision: Decision) -> None:
     """A card's call was decided (or expired, or cancelled); latency from when it was asked."""
     ctx.observer.decision_since(decision, row.created_at, now=ctx.clock())
     with log_context(session=row.session_id, call=row.call_id):
         log_event("decision", decision=decision, tool=row.name, by=row.decided_by)
 
 
-def note_run_ended(ctx: RunContext, session_id: str, outcome: RunOutcome) -> None:
+def note_run_ended(ctx: _Observed, session_id: str, outcome: RunOutcome) -> None:
     """A run ended outside the driver: cancelled while paused, or interrupted by a restart."""
     ctx.observer.run_finished(outcome)
     with log_context(session=session_id):
