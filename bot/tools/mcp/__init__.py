@@ -1,6 +1,7 @@
 """MCP tool servers from the policy file's `[mcp_servers.NAME]`, offered as `NAME__TOOL` tools
 and gated per call by the server's approval mode, the tool's override and its annotations."""
 
+from ._connection import McpObserver
 from ._environment import INHERITED, server_environment
 from .config import (
     DEFAULT_CALL_TIMEOUT,
@@ -25,6 +26,7 @@ __all__ = [
     "McpApproval",
     "McpApprovalMode",
     "McpConfigError",
+    "McpObserver",
     "McpServerConfig",
     "McpServerError",
     "McpServerName",
