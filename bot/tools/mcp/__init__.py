@@ -1,7 +1,6 @@
 """MCP tool servers from the policy file's `[mcp_servers.NAME]`, offered as `NAME__TOOL` tools
 and gated per call by the server's approval mode, the tool's override and its annotations."""
 
-from ._connection import McpObserver
 from ._environment import INHERITED, server_environment
 from .config import (
     DEFAULT_CALL_TIMEOUT,
@@ -14,6 +13,7 @@ from .config import (
     expand_variables,
 )
 from .errors import McpConfigError, McpServerError, McpStartError
+from .observer import McpObserver, NoMcpObserver
 from .servers import McpServers, ServerCheck, check_servers, start_mcp_servers
 from .tool import McpAnnotations, McpApproval, McpTool, qualified_name, selects
 
@@ -34,6 +34,7 @@ __all__ = [
     "McpStartError",
     "McpTool",
     "McpToolOverride",
+    "NoMcpObserver",
     "ServerCheck",
     "check_servers",
     "expand_variables",

@@ -16,10 +16,10 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
-from typing import Any, Protocol, TextIO, runtime_checkable
+from typing import Any, TextIO
 
 import anyio
 import httpx2
@@ -38,8 +38,9 @@ from ._environment import server_environment
 from ._results import result_text
 from .config import McpServerConfig, expand_variables
 from .errors import McpConfigError, McpStartError
+from .observer import McpObserver, NoMcpObserver
 
-__all__ = ["McpObserver", "ServerConnection", "describe_failure"]
+__all__ = ["ServerConnection", "describe_failure"]
 
 logger = logging.getLogger("bot.tools.mcp")
 
@@ -48,28 +49,6 @@ _STOP_GRACE = 10.0
 _PING_TIMEOUT = 5.0
 """At most this long (and at most `call_timeout`) for a ping after a call timed out."""
 _CLIENT_INFO = types.Implementation(name="opsgate", version="0.1.0")
-
-
-@runtime_checkable
-class McpObserver(Protocol):
-    """Where call outcomes and restarts are counted; `bot.observability.Metrics` is one."""
-
-    def add_mcp_servers(self, names: Iterable[str]) -> None: ...
-
-    def mcp_call(self, server: str, outcome: McpCallOutcome) -> None: ...
-
-    def mcp_restart(self, server: str) -> None: ...
-
-
-class _NoObserver:
-    def add_mcp_servers(self, names: Iterable[str]) -> None:
-        pass
-
-    def mcp_call(self, server: str, outcome: McpCallOutcome) -> None:
-        pass
-
-    def mcp_restart(self, server: str) -> None:
-        pass
 
 
 class _CallFailed(Exception):
@@ -97,7 +76,7 @@ class ServerConnection:
         self.config = config
         self._environ = environ
         self._backoff = backoff
-        self._observer: McpObserver = observer if observer is not None else _NoObserver()
+        self._observer: McpObserver = observer if observer is not None else NoMcpObserver()
         self._client: Client | None = None
         self._ready = asyncio.Event()
         self._broken = asyncio.Event()

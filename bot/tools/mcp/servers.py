@@ -16,9 +16,10 @@ from typing import Literal
 
 import mcp_types as types
 
-from ._connection import McpObserver, ServerConnection, describe_failure
+from ._connection import ServerConnection, describe_failure
 from .config import McpServerConfig
 from .errors import McpConfigError, McpServerError, McpStartError
+from .observer import McpObserver
 from .tool import McpAnnotations, McpTool, qualified_name
 
 __all__ = ["McpServers", "ServerCheck", "check_servers", "start_mcp_servers"]
