@@ -175,3 +175,42 @@ async def test_the_bots_metrics_count_its_mcp_calls(tmp_path: Path) -> None:
     assert 'opsgate_mcp_calls_total{outcome="ok",server="demo"} 1.0' in text
     assert 'opsgate_mcp_calls_total{outcome="timeout",server="demo"} 0.0' in text
     assert 'opsgate_mcp_restarts_total{server="demo"} 0.0' in text
+
+
+async def test_over_streamable_http_a_timed_out_call_is_cancelled_too(tmp_path: Path) -> None:
+    fifo = tmp_path / "hang.fifo"
+    metrics = Metrics()
+    async with fifo_lines(fifo) as events:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            DEMO,
+            "--http",
+            "--token",
+            "t0ken",
+            stdout=asyncio.subprocess.PIPE,
+            env={"PATH": os.environ.get("PATH", ""), "DEMO_HANG_EVENTS": str(fifo)},
+        )
+        assert process.stdout is not None
+        try:
+            port = int((await asyncio.wait_for(process.stdout.readline(), 30)).split()[1])
+            config = McpServerConfig.model_validate(
+                {
+                    "url": f"http://127.0.0.1:{port}/mcp",
+                    "headers": {"Authorization": "Bearer t0ken"},
+                    "call_timeout": "1s",
+                }
+            )
+            async with McpServers({"web": config}, backoff=FAST, observer=metrics) as started:
+                with pytest.raises(ToolError, match=r"did not answer within 1s and was cancelled$"):
+                    await started.tool("web__hang").invoke({})
+                event, pid = await next_event(events)
+                assert event == "started"
+                assert await next_event(events) == ("cancelled", pid)
+                assert await started.tool("web__status").invoke({}) == "web is up"
+        finally:
+            process.terminate()
+            await process.wait()
+    assert (
+        counted(metrics)[("opsgate_mcp_calls_total", (("outcome", "timeout"), ("server", "web")))]
+        == 1
+    )
