@@ -39,7 +39,7 @@ from .tools import (
     make_run_command,
     resolve_run_as,
 )
-from .tools.mcp import start_mcp_servers
+from .tools.mcp import McpObserver, start_mcp_servers
 
 __all__ = ["INSTRUCTIONS", "Deps", "default_tools", "open_deps", "run_service"]
 
@@ -131,7 +131,10 @@ async def open_deps(
         all_tools = list(tools) if tools is not None else default_tools(tool_http, policy)
         all_tools += load_tools(policy.tools_modules, taken=[t.name for t in all_tools])
         all_tools += await start_mcp_servers(
-            servers, policy.mcp_servers, taken=[t.name for t in all_tools]
+            servers,
+            policy.mcp_servers,
+            taken=[t.name for t in all_tools],
+            observer=observer if isinstance(observer, McpObserver) else None,
         )
         policy.check_tools([t.name for t in all_tools])
         client = ObservedChatClient(

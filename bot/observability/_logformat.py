@@ -1,11 +1,17 @@
-"""The machinery behind `logs`: the run-id context, secret masking and the two line formats."""
+"""The machinery behind `logs`: the run-id context, secret masking and the two line formats.
+
+A text line is one record: control characters in any of its fields (a provider's error, a
+Slack id, an exception's message) are escaped, so text from outside cannot start a line of its
+own that reads like ours (`… decision=approved by=U0BOSS`). JSON lines are escaped by JSON.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+import traceback
+from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -19,6 +25,7 @@ __all__ = [
     "SecretFilter",
     "TextFormatter",
     "context_vars",
+    "escape_controls",
     "mask_secrets",
 ]
 
@@ -45,6 +52,26 @@ FIELDS_ATTR: Final = "opsgate_fields"
 _CONTEXT_ATTR: Final = "opsgate_context"
 
 _CORE_KEYS: Final = frozenset({"ts", "level", "logger", "message", "event", "exc", "stack"})
+
+# C0 and C1 controls with DEL, the Unicode line and paragraph separators, and the bidirectional
+# marks, embeddings, overrides and isolates (which reorder how a line reads).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_SHORT_ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match[0]
+    short = _SHORT_ESCAPES.get(char)
+    if short is not None:
+        return short
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character written as an escape (`\\n`, `\\x1b`, `\\u202e`),
+    so it stays on one line and reads in its own order."""
+    return _CONTROL.sub(_escaped, text)
 
 
 def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
@@ -138,17 +165,65 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """`time LEVEL logger: message [session=… thread=… call=…]`, for people at a terminal."""
+    """`time LEVEL logger: message [session=… thread=… call=…]`, for people at a terminal.
+
+    Every field is escaped (`escape_controls`); a traceback follows on lines of its own, with
+    each exception's message escaped, so only the traceback's own layout breaks lines."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
         self.secrets = tuple(secrets)
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        record.message = record.getMessage()
+        fields = (self.formatTime(record, self.datefmt), record.levelname, record.name)
+        time, level, name = (escape_controls(str(field)) for field in fields)
+        text = f"{time} {level} {name}: {escape_controls(record.message)}"
         ids = _ids(record)
         if ids:
-            suffix = " ".join(f"{key}={ids[key]}" for key in CONTEXT_KEYS if key in ids)
-            head, sep, rest = text.partition("\n")  # the ids go on the message line
-            text = f"{head} [{suffix}]{sep}{rest}"
+            suffix = " ".join(
+                f"{key}={escape_controls(str(ids[key]))}" for key in CONTEXT_KEYS if key in ids
+            )
+            text = f"{text} [{suffix}]"
+        if record.exc_info and record.exc_info[1] is not None:
+            text = f"{text}\n{_traceback(record.exc_info[1])}"
+        elif record.exc_text:  # formatted elsewhere: its lines kept, each one escaped
+            text += "".join(f"\n{escape_controls(line)}" for line in record.exc_text.splitlines())
+        if record.stack_info:
+            text = f"{text}\n{self.formatStack(record.stack_info)}"
         return mask_secrets(text, self.secrets)
+
+
+def _traceback(exc: BaseException) -> str:
+    """Python's traceback of `exc`, with the message (and notes) of every exception in it
+    escaped: the longest first, so one that contains another is escaped whole. A member of an
+    exception group is drawn with a margin (`    | `) before each of its lines."""
+    text = "".join(traceback.format_exception(exc))
+    messages = {"".join(traceback.format_exception_only(e)).removesuffix("\n") for e in _chain(exc)}
+    for message in sorted(messages, key=len, reverse=True):
+        text = _escape_drawn(text, message)
+    return text.removesuffix("\n")
+
+
+def _escape_drawn(text: str, message: str) -> str:
+    """`text` with `message`, wherever it is drawn on lines of its own (behind a margin that
+    repeats on each line), escaped."""
+    lines = "\n(?P=margin)".join(re.escape(line) for line in message.split("\n"))
+    shown = escape_controls(message)
+    drawn = re.compile(f"^(?P<margin>[ |]*){lines}$", flags=re.MULTILINE)
+    return drawn.sub(lambda match: match["margin"] + shown, text)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, its causes and contexts, and the members of exception groups, each once."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        todo += [e for e in (current.__cause__, current.__context__) if e is not None]
+        if isinstance(current, BaseExceptionGroup):
+            todo += current.exceptions

@@ -24,6 +24,7 @@ __all__ = [
     "TOOL_BUCKETS",
     "Decision",
     "LLMErrorKind",
+    "McpCallOutcome",
     "Metrics",
     "RunOutcome",
     "ToolOutcome",
@@ -41,6 +42,11 @@ and "Allow for" buttons; `cancelled` is "Cancel run" while the card waited."""
 
 ToolOutcome = Literal["ok", "error", "timeout", "cancelled", "interrupted"]
 """How one tool execution ended."""
+
+McpCallOutcome = Literal["ok", "error", "timeout", "unavailable", "cancelled"]
+"""How one MCP `tools/call` ended: answered (`ok`), answered with an error or a malformed result
+(`error`), no answer within `call_timeout` (`timeout`: the request was cancelled), the server
+not running or the connection lost (`unavailable`), or the run stopped waiting (`cancelled`)."""
 
 LLMErrorKind = Literal[
     "rate_limited",
@@ -112,6 +118,18 @@ class Metrics:
         self._queue_depth = Gauge(
             "opsgate_queue_depth", "Runs queued, waiting for a free slot.", registry=r
         )
+        self._mcp_calls = Counter(
+            "opsgate_mcp_calls",
+            "MCP tool calls, by server and outcome.",
+            ["server", "outcome"],
+            registry=r,
+        )
+        self._mcp_restarts = Counter(
+            "opsgate_mcp_restarts",
+            "MCP servers restarted after a crash, a lost connection or a hang, by server.",
+            ["server"],
+            registry=r,
+        )
         # Every fixed label value exists from the start, so a rate() over a family that has
         # not happened yet is 0, not "no data".
         for outcome in get_args(RunOutcome):
@@ -156,6 +174,20 @@ class Metrics:
         """Count a failed Web API call; `method` is Slack's name, e.g. "chat.postMessage"."""
         label = method if _SLACK_METHOD.fullmatch(method) else OTHER
         self._slack_errors.labels(label).inc()
+
+    def add_mcp_servers(self, names: Iterable[str]) -> None:
+        """Every outcome of these configured servers exists from the start (at 0)."""
+        for server in names:
+            self._mcp_restarts.labels(server)
+            for outcome in get_args(McpCallOutcome):
+                self._mcp_calls.labels(server, outcome)
+
+    def mcp_call(self, server: str, outcome: McpCallOutcome) -> None:
+        """`server` is a configured server's name (the policy file's, so the set is bounded)."""
+        self._mcp_calls.labels(server, outcome).inc()
+
+    def mcp_restart(self, server: str) -> None:
+        self._mcp_restarts.labels(server).inc()
 
     def set_pending_approvals(self, count: int) -> None:
         self._pending.set(count)

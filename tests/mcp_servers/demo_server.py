@@ -6,8 +6,10 @@ Usage: python demo_server.py                       (stdio)
 
 Tools: a read-only one, a destructive one, one that prints its environment, one that crashes
 the process, one that records each call in $DEMO_CALL_LOG (to count deliveries), one that
-fails, one with structured output, one that never answers, one that records its call and then
-never answers (telling the test through a fifo), and one with long output.
+fails, one with structured output, one that never answers (and, with $DEMO_HANG_EVENTS, says
+on that fifo when it starts and when it is cancelled; with DEMO_HANG=freeze it blocks the whole
+process, so that not even a ping is answered), one that records its call and then never answers
+(telling the test through a fifo), and one with long output.
 Standalone on purpose (imports only the SDK), so it runs with the scrubbed environment.
 """
 
@@ -18,6 +20,7 @@ import json
 import os
 import socket
 import sys
+import time
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -89,10 +92,29 @@ def inventory() -> dict[str, Any]:
     return {"hosts": ["a", "b"], "count": 2}
 
 
+def _hang_event(event: str) -> None:
+    """One line on the $DEMO_HANG_EVENTS fifo (opened for reading by the test beforehand, so
+    the write neither blocks nor fails)."""
+    path = os.environ.get("DEMO_HANG_EVENTS")
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            os.write(fd, f"{event} {os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+
+
 @server.tool()
 async def hang() -> str:
     """Never answers."""
-    await asyncio.Event().wait()
+    _hang_event("started")
+    if os.environ.get("DEMO_HANG") == "freeze":
+        time.sleep(3600)  # noqa: ASYNC251 -- on purpose: no ping, no cancellation is read
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        _hang_event("cancelled")  # the client's notifications/cancelled reached this call
+        raise
     return "unreachable"
 
 

@@ -21,6 +21,8 @@ FAMILIES = {
     "opsgate_llm_errors": "counter",
     "opsgate_slack_api_errors": "counter",
     "opsgate_queue_depth": "gauge",
+    "opsgate_mcp_calls": "counter",
+    "opsgate_mcp_restarts": "counter",
 }
 
 

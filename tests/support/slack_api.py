@@ -6,6 +6,10 @@ slack_sdk's async client uses for `params=`), records each call, answers the way
 (including `{"ok": false}` errors and 429 with `Retry-After` when told to), and keeps just enough
 state (messages, streams, reactions, uploads) to answer follow-up calls like Slack would.
 
+With `rate_limits=RateLimits()` (tests/support/slack_ratelimits.py) it also enforces Slack's
+published rate limits, per app (token) and method, and per channel for `chat.postMessage`: a
+call over the limit answers 429 with `Retry-After` and is not applied. Off by default.
+
 Tests wait for calls with `await standin.wait_for(method)`; nothing here sleeps.
 """
 
@@ -23,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.support.loopback import serve_on_loopback
+from tests.support.slack_ratelimits import RateLimits
 
 __all__ = ["SlackAPIStandIn", "SlackCall", "UploadedFile"]
 
@@ -105,8 +110,11 @@ class SlackAPIStandIn:
         team: str = "OpsGate Test",
         bot_user_id: str = "UBOT",
         bot_id: str = "BBOT",
+        rate_limits: RateLimits | None = None,
     ) -> None:
-        """`token`: when set, calls with another token answer `invalid_auth`."""
+        """`token`: when set, calls with another token answer `invalid_auth`. `rate_limits`:
+        when set, Slack's rate limits are enforced (429s are counted in `rate_limits.refused`)."""
+        self.rate_limits = rate_limits
         self.team_id = team_id
         self.team = team
         self.bot_user_id = bot_user_id
@@ -322,11 +330,25 @@ class SlackAPIStandIn:
             await self._wait_held(gate)
         token = _bearer(request) or _pop_token(params)
         headers = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
+        refused = self._rate_limited(method, params, token)
+        if refused is not None:  # over the limit: answered 429, recorded, not applied
+            await self._record(SlackCall(method, params, headers, token, 429, refused[0]))
+            return web.json_response(refused[0], status=429, headers=refused[1])
         status, body, extra_headers = self._answer(method, params, token, headers)
         await self._record(SlackCall(method, params, headers, token, status, body))
         if self._hangs(method, params):
             await self._closing.wait()
         return web.json_response(body, status=status, headers=extra_headers)
+
+    def _rate_limited(
+        self, method: str, params: dict[str, Any], token: str | None
+    ) -> tuple[dict[str, Any], dict[str, str]] | None:
+        if self.rate_limits is None or token is None:
+            return None
+        retry_after = self.rate_limits.retry_after(method, params, token)
+        if retry_after is None:
+            return None
+        return {"ok": False, "error": "ratelimited"}, {"Retry-After": str(retry_after)}
 
     def _hangs(self, method: str, params: dict[str, Any]) -> bool:
         hung = self._hung.get(method)

@@ -13,6 +13,7 @@ from .config import (
     expand_variables,
 )
 from .errors import McpConfigError, McpServerError, McpStartError
+from .observer import McpObserver, NoMcpObserver
 from .servers import McpServers, ServerCheck, check_servers, start_mcp_servers
 from .tool import McpAnnotations, McpApproval, McpTool, qualified_name, selects
 
@@ -25,6 +26,7 @@ __all__ = [
     "McpApproval",
     "McpApprovalMode",
     "McpConfigError",
+    "McpObserver",
     "McpServerConfig",
     "McpServerError",
     "McpServerName",
@@ -32,6 +34,7 @@ __all__ = [
     "McpStartError",
     "McpTool",
     "McpToolOverride",
+    "NoMcpObserver",
     "ServerCheck",
     "check_servers",
     "expand_variables",

@@ -1,5 +1,9 @@
 """One MCP server's connection: a supervisor task that connects, stays connected while calls
-use it, and reconnects with backoff after the server dies.
+use it, and reconnects with backoff after the server dies or hangs.
+
+A call past `call_timeout` is cancelled (the SDK sends `notifications/cancelled` when it stops
+waiting); a server that then does not answer a ping is hung, so it is restarted, as after a
+crash. Each call's outcome and each restart are logged and counted (`McpObserver`).
 
 The SDK's client is an anyio context manager that must be entered and left in one task, so each
 server gets its own supervisor task (owned here, cancelled on `aclose`); callers in other tasks
@@ -14,6 +18,7 @@ import logging
 import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import timedelta
 from typing import Any, TextIO
 
 import anyio
@@ -26,12 +31,14 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from agent_core import ToolError
+from bot.observability.metrics import McpCallOutcome
 from bot.words import format_duration
 
 from ._environment import server_environment
 from ._results import result_text
 from .config import McpServerConfig, expand_variables
 from .errors import McpConfigError, McpStartError
+from .observer import McpObserver, NoMcpObserver
 
 __all__ = ["ServerConnection", "describe_failure"]
 
@@ -39,7 +46,17 @@ logger = logging.getLogger("bot.tools.mcp")
 
 _PAGE_CAP = 100
 _STOP_GRACE = 10.0
+_PING_TIMEOUT = 5.0
+"""At most this long (and at most `call_timeout`) for a ping after a call timed out."""
 _CLIENT_INFO = types.Implementation(name="opsgate", version="0.1.0")
+
+
+class _CallFailed(Exception):
+    """A call failed: the message the model reads, and the outcome it is counted as."""
+
+    def __init__(self, outcome: McpCallOutcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome: McpCallOutcome = outcome
 
 
 class ServerConnection:
@@ -53,11 +70,13 @@ class ServerConnection:
         environ: Mapping[str, str],
         *,
         backoff: tuple[float, float] = (0.5, 30.0),
+        observer: McpObserver | None = None,
     ) -> None:
         self.name = name
         self.config = config
         self._environ = environ
         self._backoff = backoff
+        self._observer: McpObserver = observer if observer is not None else NoMcpObserver()
         self._client: Client | None = None
         self._ready = asyncio.Event()
         self._broken = asyncio.Event()
@@ -101,6 +120,23 @@ class ServerConnection:
         The request is sent at most once: a dead connection answers the call with an error and
         the server is restarted for the *next* call, because the first may have had effects.
         """
+        outcome: McpCallOutcome = "error"
+        try:
+            text = await self._send(tool, arguments)
+            outcome = "ok"
+            return text
+        except _CallFailed as failed:
+            outcome = failed.outcome
+            raise ToolError(str(failed)) from None
+        except asyncio.CancelledError:
+            outcome = "cancelled"  # the SDK told the server (notifications/cancelled)
+            raise
+        finally:
+            self._observer.mcp_call(self.name, outcome)
+
+    # --- machinery ---------------------------------------------------------------------------
+
+    async def _send(self, tool: str, arguments: dict[str, Any]) -> str:
         client, broken = await self._connected(tool)
         seconds = self.config.call_timeout.total_seconds()
         where = f"{tool!r} on MCP server {self.name!r}"
@@ -116,38 +152,64 @@ class ServerConnection:
                 self._restart_after_crash(
                     broken, f"the connection closed during a call of {tool!r}"
                 )
-                raise ToolError(
+                raise _CallFailed(
+                    "unavailable",
                     f"MCP server {self.name!r} stopped during the call of {tool!r}, so its "
-                    "outcome is unknown; the server is restarted for the next call"
+                    "outcome is unknown; the server is restarted for the next call",
                 ) from None
             if exc.code == types.REQUEST_TIMEOUT:
-                raise ToolError(
-                    f"{where} did not answer within {format_duration(self.config.call_timeout)}"
-                ) from None
-            raise ToolError(f"{where} failed: {exc.message}") from None
+                raise await self._timed_out(client, broken, tool) from None
+            raise _CallFailed("error", f"{where} failed: {exc.message}") from None
         except TimeoutError:
             self._restart_after_crash(broken, f"a call of {tool!r} could not be delivered")
-            raise ToolError(f"{where} could not be delivered; the server is restarted") from None
+            raise _CallFailed(
+                "unavailable", f"{where} could not be delivered; the server is restarted"
+            ) from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._restart_after_crash(broken, f"the connection broke during a call of {tool!r}")
-            raise ToolError(f"MCP server {self.name!r} is not connected; it is restarted") from None
+            raise _CallFailed(
+                "unavailable", f"MCP server {self.name!r} is not connected; it is restarted"
+            ) from None
         except ValidationError as exc:
-            raise ToolError(
+            raise _CallFailed(
+                "error",
                 f"{where} returned a malformed result: {exc.error_count()} "
-                "problem(s) with its shape"
+                "problem(s) with its shape",
             ) from None
         text = result_text(result, self.config.output_limit)
         if result.is_error:
-            raise ToolError(text or f"{where} failed without saying why")
+            raise _CallFailed("error", text or f"{where} failed without saying why")
         return text
 
-    # --- machinery ---------------------------------------------------------------------------
+    async def _timed_out(self, client: Client, broken: asyncio.Event, tool: str) -> _CallFailed:
+        """The call outlasted `call_timeout` and the SDK has sent `notifications/cancelled`
+        for it. A server that still answers a ping keeps running (it may have stopped the
+        work); one that does not is hung, and every later call would time out too: restart it.
+        """
+        waited = format_duration(self.config.call_timeout)
+        where = f"{tool!r} on MCP server {self.name!r}"
+        logger.warning(
+            "MCP server %r: %r did not answer within %s; the call is cancelled",
+            self.name,
+            tool,
+            waited,
+        )
+        ping = timedelta(seconds=min(_PING_TIMEOUT, self.config.call_timeout.total_seconds()))
+        if not await _answers_ping(client, ping):
+            why = f"no answer to a ping within {format_duration(ping)} after {tool!r} timed out"
+            self._restart_after_crash(broken, why)
+            return _CallFailed(
+                "timeout",
+                f"{where} did not answer within {waited} and was cancelled; the server no "
+                "longer answers, so it is restarted for the next call",
+            )
+        return _CallFailed("timeout", f"{where} did not answer within {waited} and was cancelled")
 
     async def _connected(self, tool: str) -> tuple[Client, asyncio.Event]:
         """The open client and the event that ends *its* connection (so a late failure of an
         old connection cannot restart the new one)."""
         if self._stopping.is_set():
-            raise ToolError(f"MCP server {self.name!r} is shut down")
+            raise _CallFailed("unavailable", f"MCP server {self.name!r} is shut down")
         if self._client is None:
             try:
                 async with asyncio.timeout(self.config.timeout.total_seconds()):
@@ -156,9 +218,10 @@ class ServerConnection:
                 pass
         client = self._client
         if client is None:
-            raise ToolError(
+            raise _CallFailed(
+                "unavailable",
                 f"MCP server {self.name!r} is not running, so {tool!r} was not called "
-                f"({self._last_error or 'it is starting'}); it is being restarted"
+                f"({self._last_error or 'it is starting'}); it is being restarted",
             )
         return client, self._broken
 
@@ -166,6 +229,7 @@ class ServerConnection:
         if not broken.is_set():
             self._last_error = why
             logger.warning("MCP server %r: %s; restarting it", self.name, why)
+            self._observer.mcp_restart(self.name)
             self._ready.clear()
             self._client = None
             broken.set()
@@ -254,6 +318,19 @@ class _Failed(Exception):
         super().__init__(str(cause))
         self.cause = cause
         self.stderr = stderr
+
+
+async def _answers_ping(client: Client, within: timedelta) -> bool:
+    """Whether the server answers a `ping` in time. Any answer counts, an error too: servers
+    on protocol 2026-07-28, which dropped `ping`, answer "Method not found"."""
+    try:
+        async with asyncio.timeout(within.total_seconds()):
+            await client.session.send_ping()
+    except MCPError as exc:
+        return exc.code != types.CONNECTION_CLOSED
+    except (TimeoutError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        return False
+    return True
 
 
 async def _list_tools(client: Client) -> list[types.Tool]:

@@ -19,6 +19,7 @@ import mcp_types as types
 from ._connection import ServerConnection, describe_failure
 from .config import McpServerConfig
 from .errors import McpConfigError, McpServerError, McpStartError
+from .observer import McpObserver
 from .tool import McpAnnotations, McpTool, qualified_name
 
 __all__ = ["McpServers", "ServerCheck", "check_servers", "start_mcp_servers"]
@@ -38,15 +39,18 @@ class McpServers:
         environ: Mapping[str, str] | None = None,
         taken: Collection[str] = (),
         backoff: tuple[float, float] = (0.5, 30.0),
+        observer: McpObserver | None = None,
     ) -> None:
         """`environ` is where `${VAR}` and the inherited basics come from (default: the
         process environment); `taken` are the names of the other tools, which MCP tools must
-        not shadow."""
+        not shadow; `observer` counts each server's calls and restarts."""
         env = os.environ if environ is None else environ
         self._connections = {
-            name: ServerConnection(name, config, env, backoff=backoff)
+            name: ServerConnection(name, config, env, backoff=backoff, observer=observer)
             for name, config in configs.items()
         }
+        if observer is not None:
+            observer.add_mcp_servers(configs)
         self._taken = frozenset(taken)
         self._tools: dict[str, McpTool] = {}
 
@@ -126,13 +130,17 @@ class McpServers:
 
 
 async def start_mcp_servers(
-    stack: AsyncExitStack, configs: Mapping[str, McpServerConfig], *, taken: Collection[str]
+    stack: AsyncExitStack,
+    configs: Mapping[str, McpServerConfig],
+    *,
+    taken: Collection[str],
+    observer: McpObserver | None = None,
 ) -> tuple[McpTool, ...]:
     """Start every server (none configured: nothing starts) and leave them to `stack` to
     stop; their tools, for the bot's tool set."""
     if not configs:
         return ()
-    servers = await stack.enter_async_context(McpServers(configs, taken=taken))
+    servers = await stack.enter_async_context(McpServers(configs, taken=taken, observer=observer))
     return servers.tools
 
 
