@@ -22,7 +22,6 @@ from agent_core.openai import OpenAIChatClient
 from ._tasks import TaskSupervisor
 from .approvals import Approvals, FetchMembers
 from .channels import ChannelInstructions
-from .database import configured_store
 from .lease import held_lease
 from .policy import Policy, ToolPolicy
 from .runs import RunService, ThreadOutput
@@ -31,7 +30,7 @@ from .runs._live import Deadlines
 from .runs._observed import ObservedChatClient
 from .runs.observer import NoObserver, RunObserver
 from .settings import Settings
-from .store import Store, WriteHealth, utc_now
+from .store import Store, WriteHealth, open_store, utc_now
 from .tools import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
@@ -122,7 +121,7 @@ async def open_deps(
         ) as slack_http,
         # SQLite: exclusive, a second bot on the file would "recover" this one's running calls.
         # PostgreSQL: replicas share it, each holding a lease (released after the work below).
-        configured_store(settings.opsgate_db, exclusive=True, clock=clock, person=person) as store,
+        open_store(settings.opsgate_db, exclusive=True, clock=clock, person=person) as store,
         held_lease(
             store,
             lease=timedelta(seconds=settings.opsgate_lease_seconds),

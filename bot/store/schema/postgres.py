@@ -1,15 +1,14 @@
-"""The PostgreSQL schema, as migrations applied in order; `schema_version` says how far it got.
+"""PostgreSQL's versions 1 to 7 as they shipped (the `schema_version` table says how far).
 
-Never edit a shipped migration: add the next one. `migrate()` applies every missing one in a
-single transaction under an advisory lock, so replicas starting together migrate once.
-Timestamps are `timestamptz`; the columns mirror the SQLite schema (`bot/store/_schema.py`),
+Frozen: from version 9 on, `bot.store.schema` holds one line of migrations for both databases
+(PostgreSQL has no version 8: its 7 is followed by the common 9). The columns mirror SQLite's,
 plus the replica bookkeeping: `instances` (one lease per running replica) and the
 `instance_id` of whoever runs an `executing` call, a `running` session or a `started` item.
 """
 
 from __future__ import annotations
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VERSION_TABLE", "WAKE_CHANNEL"]
+__all__ = ["SHIPPED", "VERSION_TABLE", "WAKE_CHANNEL"]
 
 VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -273,7 +272,5 @@ _V7: tuple[str, ...] = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
-"""`MIGRATIONS[n]` takes a database from schema version n to n + 1."""
-
-SCHEMA_VERSION = len(MIGRATIONS)
+SHIPPED: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+"""`SHIPPED[n]` takes a database from schema version n to n + 1."""

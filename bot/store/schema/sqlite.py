@@ -1,12 +1,11 @@
-"""The schema, as migrations applied in order; `PRAGMA user_version` says how far a file got.
+"""SQLite's versions 1 to 8 as they shipped (`PRAGMA user_version` says how far a file got).
 
-Never edit a shipped migration: add the next one. Each runs in its own `BEGIN IMMEDIATE`
-transaction together with the `user_version` bump, so a crash leaves the file at a whole version.
+Frozen: from version 9 on, `bot.store.schema` holds one line of migrations for both databases.
 """
 
 from __future__ import annotations
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+__all__ = ["SHIPPED"]
 
 _V1 = (
     """
@@ -209,7 +208,7 @@ _V5: tuple[str, ...] = (
 )
 
 _V6: tuple[str, ...] = (
-    # What the card shows now (`_rules.card_state`): recovery redraws every card whose drawn
+    # What the card shows now (`rules.card_state`): recovery redraws every card whose drawn
     # state differs from its call's, e.g. after a crash between a cancel and the redraw.
     "ALTER TABLE tool_calls ADD COLUMN card_drawn TEXT",
     "UPDATE tool_calls SET card_drawn = 'before-v5' WHERE card_ts IS NOT NULL "
@@ -248,7 +247,5 @@ _V8: tuple[str, ...] = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
-"""`MIGRATIONS[n]` takes a file from `user_version` n to n + 1."""
-
-SCHEMA_VERSION = len(MIGRATIONS)
+SHIPPED: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+"""`SHIPPED[n]` takes a file from `user_version` n to n + 1."""

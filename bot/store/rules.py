@@ -1,8 +1,8 @@
-"""What every store backend decides and words the same way, kept out of the SQL.
+"""What the store decides and words, kept out of the SQL: refusals, card states, what the model
+is told about a cancelled or interrupted batch, a resume's decisions, audit details.
 
-A second backend (PostgreSQL) imports these rather than re-deriving them, so a refusal, a
-cancelled call's tool message or a resume's decisions read the same whichever database holds
-the rows. Nothing here touches a connection.
+Pure functions of rows, so they can be read (and tested) without a database. Nothing here
+touches a connection.
 """
 
 from __future__ import annotations
