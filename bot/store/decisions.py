@@ -21,6 +21,30 @@ from .rules import already, arguments_changed, cancel_outcome, cancel_refusal, r
 
 __all__ = ["Decisions"]
 
+_SESSION_COLUMNS = (
+    "id",
+    "team_id",
+    "channel_id",
+    "thread_ts",
+    "state",
+    "requester",
+    "error",
+    "batch_id",
+    "created_at",
+    "updated_at",
+)
+
+_PENDING = (
+    "SELECT t.*, "
+    + ", ".join(f"s.{c} AS s__{c}" for c in _SESSION_COLUMNS)
+    + " FROM tool_calls AS t JOIN sessions AS s "
+    "ON s.id = t.session_id AND s.batch_id = t.batch_id "
+    "WHERE t.status = 'pending' AND t.needs_approval "
+    "AND s.state = 'awaiting_approval' ORDER BY t.created_at, t.position"
+)
+"""Every undecided gated call of a paused batch with its session's columns (`s__` prefixed),
+in one statement: the Home tab and the pending list read it after every click."""
+
 
 def _check_decision(decision: str, required_approvals: int) -> None:
     if decision not in ("approved", "rejected"):
@@ -145,18 +169,15 @@ class Decisions(Ledger):
         return responses(await self.batch_calls(session_id), self._person)
 
     async def pending_approvals(self) -> list[PendingApproval]:
-        async with self._db.reading("pending_approvals", snapshot=True) as tx:
-            rows = await tx.fetch_all(
-                "SELECT t.* FROM tool_calls AS t JOIN sessions AS s "
-                "ON s.id = t.session_id AND s.batch_id = t.batch_id "
-                "WHERE t.status = 'pending' AND t.needs_approval "
-                "AND s.state = 'awaiting_approval' ORDER BY t.created_at, t.position"
-            )
-            calls = [self._call_model(row) for row in rows]
-            sessions: dict[str, SessionRow] = {}
-            for session_id in sorted({c.session_id for c in calls}):
-                sessions[session_id] = self._session_model(await self._session(tx, session_id))
-        return [PendingApproval(call=c, session=sessions[c.session_id]) for c in calls]
+        async with self._db.reading("pending_approvals") as tx:
+            rows = await tx.fetch_all(_PENDING)
+        pending: list[PendingApproval] = []
+        for row in rows:
+            data = dict(row)
+            session = {k[3:]: data.pop(k) for k in list(data) if k.startswith("s__")}
+            call = self._call_model(data)
+            pending.append(PendingApproval(call=call, session=self._session_model(session)))
+        return pending
 
     async def sessions_awaiting_approval(self) -> list[SessionRow]:
         async with self._db.reading("sessions_awaiting_approval") as tx:
