@@ -170,7 +170,7 @@ class Queue(Sessions):
         return None if row is None else self._queue_model(row)
 
     async def queue_position(self, item_id: int) -> int | None:
-        async with self._db.reading("queue_position", snapshot=True) as tx:
+        async with self._db.reading("queue_position") as tx:
             row = await tx.fetch_one("SELECT * FROM run_queue WHERE id = :id", {"id": item_id})
             if row is None or row["state"] != "queued":
                 return None
