@@ -21,7 +21,7 @@ from bot.database import redact_url
 
 from ..errors import PostgresSchemaTooNew, StoreError
 from ..schema import SCHEMA_VERSION, VERSION_TABLE, steps
-from . import Dialect, Params, Row, aware, json_text, numbered
+from .seam import Dialect, Params, Row, aware, json_text, numbered
 
 __all__ = ["MIGRATE_LOCK", "PostgresDb"]
 

@@ -26,7 +26,7 @@ import aiosqlite
 
 from ..errors import DatabaseLocked, SchemaTooNew, StoreError
 from ..schema import SCHEMA_VERSION, steps
-from . import Dialect, Params, Row, json_text, to_text
+from .seam import Dialect, Params, Row, json_text, to_text
 
 __all__ = ["SQLiteDb"]
 
