@@ -1,4 +1,5 @@
-"""The `OPSGATE_DB` setting: an SQLite file path or a `postgresql://` URL, and the store it names.
+"""The `OPSGATE_DB` setting: an SQLite file path or a `postgresql://` URL (`bot.store.open_store`
+opens the store it names).
 
 The URL carries a password, so like pydantic's `SecretStr` a `DatabaseURL` gives it only through
 `get_secret_value()`; `str()` and `repr()` (and so the settings' repr, logs and error messages)
@@ -7,17 +8,13 @@ show it redacted.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
-if TYPE_CHECKING:
-    from .store import Store
-
-__all__ = ["SCHEMES", "DatabaseURL", "configured_store", "redact_url", "url_scheme"]
+__all__ = ["SCHEMES", "DatabaseURL", "redact_url", "url_scheme"]
 
 SCHEMES = ("postgresql", "postgres")
 """The URL schemes `OPSGATE_DB` accepts (anything without `://` is an SQLite file path)."""
@@ -98,14 +95,3 @@ class DatabaseURL:
         return core_schema.no_info_plain_validator_function(
             build, serialization=core_schema.plain_serializer_function_ser_schema(str)
         )
-
-
-def configured_store(db: Path | DatabaseURL, *, exclusive: bool = False, **kw: Any) -> Store:
-    """The store `OPSGATE_DB` names (not yet entered). `exclusive` takes SQLite's lock (the bot
-    does: a second bot on one file would "recover" the first one's running calls); PostgreSQL
-    has none, replicas hold leases instead. Keywords go to the backend (`clock`, `person`)."""
-    from .store import SQLiteStore, open_store
-
-    if isinstance(db, DatabaseURL):
-        return open_store(db.get_secret_value(), **kw)
-    return SQLiteStore(db, exclusive=exclusive, **kw)

@@ -20,7 +20,6 @@ from agent_core import ChatClientAgent, ContextBudget, Tool
 from agent_core.openai import OpenAIChatClient
 
 from .approvals import Approvals, FetchMembers
-from .database import configured_store
 from .policy import Policy, ToolPolicy
 from .runs import RunService, ThreadOutput
 from .runs.context import Deadlines, RunContext
@@ -28,7 +27,7 @@ from .runs.metrics import NoObserver, ObservedChatClient, RunObserver
 from .runs.options import ChannelInstructions
 from .runs.replicas import held_lease
 from .settings import Settings
-from .store import Store, WriteHealth, utc_now
+from .store import Store, WriteHealth, open_store, utc_now
 from .tasks import TaskSupervisor
 from .tools import (
     DEFAULT_OUTPUT_LIMIT,
@@ -120,7 +119,7 @@ async def open_deps(
         ) as slack_http,
         # SQLite: exclusive, a second bot on the file would "recover" this one's running calls.
         # PostgreSQL: replicas share it, each holding a lease (released after the work below).
-        configured_store(settings.opsgate_db, exclusive=True, clock=clock, person=person) as store,
+        open_store(settings.opsgate_db, exclusive=True, clock=clock, person=person) as store,
         held_lease(
             store,
             lease=timedelta(seconds=settings.opsgate_lease_seconds),

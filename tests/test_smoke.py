@@ -24,24 +24,9 @@ ALL_PACKAGES = sorted(
     for package in PACKAGES
     for init in (ROOT / package).rglob("__init__.py")
 )
-EXPORT_EXCEPTIONS = {
-    "bot.store.postgres": "bot/store is being rewritten on its own branch",
-    "bot.store.sqlite": "bot/store is being rewritten on its own branch",
-    "bot.tools": "ruff's RUF022 order, not sorted(); bot/tools is not this branch's",
-}
-"""Packages owned by other branches that do not pass yet (strict: the lead removes the entry
-when the branch that fixes it is merged)."""
 
 
-@pytest.mark.parametrize(
-    "package",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=EXPORT_EXCEPTIONS[p]))
-        if p in EXPORT_EXCEPTIONS
-        else p
-        for p in ALL_PACKAGES
-    ],
-)
+@pytest.mark.parametrize("package", ALL_PACKAGES)
 def test_every_public_name_of_a_package_is_exported(package: str) -> None:
     """httpx-style: `__all__` is sorted and is exactly the public names the package's namespace
     binds. Submodules (bound as attributes once imported) and `from __future__` features are

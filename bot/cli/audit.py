@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..database import DatabaseURL, configured_store
+from ..database import DatabaseURL
 from ..settings import load_settings
-from ..store import AuditRow, SQLiteStore, Store, StoreError
+from ..store import AuditRow, SQLiteStore, Store, StoreError, open_store
 from ._audit_table import audit_table
 
 __all__ = ["audit_command", "parse_since", "run_audit"]
@@ -108,7 +108,7 @@ async def run_audit(
 async def _postgres_rows(
     url: DatabaseURL, since: datetime | None, as_json: bool
 ) -> tuple[list[AuditRow], dict[str, str]]:
-    async with configured_store(url, migrate=False) as store:
+    async with open_store(url, migrate=False) as store:
         if await store.schema_version() == 0:  # type: ignore[attr-defined]
             raise StoreError(f"database {str(url)!r} holds no OpsGate data (run `opsgate migrate`)")
         rows = await store.audit_rows(since=since)

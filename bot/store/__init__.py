@@ -1,15 +1,15 @@
 """The bot's durable state: sessions, messages, the tool-call ledger, the run queue, the audit log.
 
-`Store` (in `base.py`) is the one interface; `SQLiteStore` (one file) and the PostgreSQL
-backend (`bot.store.postgres`, for replicas) implement it, and `open_store` picks one from a
-path or URL. Plain storage: it knows Slack ids only as strings and never imports a Slack library.
+`Store` (in `contract.py`) is the one interface. Its operations are written once (`sessions`,
+`ledger`, `decisions`, `edits`, `queue`, `recovery`, `audit`) over a thin database seam
+(`db/`) with two adapters: `SQLiteStore` (one file) and `PostgresStore` (`bot.store.postgres`,
+for replicas); `open_store` picks one from a path or URL. Plain storage: it knows Slack ids only
+as strings and never imports a Slack library.
 """
 
-from ._rules import HOME_VIEWERS_KEPT, SEEN_EVENT_TTL, card_state
-from ._rules import already as already_reason
-from ._schema import SCHEMA_VERSION
-from ._time import utc_now
-from .base import Store, open_store
+from .backends import open_store
+from .contract import Store
+from .db import utc_now
 from .errors import (
     DatabaseLocked,
     DatabaseUnwritable,
@@ -54,6 +54,9 @@ from .reasons import (
     SelfAllow,
 )
 from .replicas import LeaseHolder, Wake, WakeSource
+from .rules import HOME_VIEWERS_KEPT, SEEN_EVENT_TTL, card_state
+from .rules import already as already_reason
+from .schema import SCHEMA_VERSION
 from .sqlite import SQLiteStore
 from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
 

@@ -14,6 +14,7 @@ __all__ = [
     "DatabaseLocked",
     "DatabaseUnwritable",
     "InvalidTransition",
+    "PostgresSchemaTooNew",
     "SchemaTooNew",
     "StoreError",
     "UnknownCall",
@@ -60,6 +61,20 @@ class SchemaTooNew(StoreError):
             f"versions up to {supported}; upgrade OpsGate (the file was left unchanged)"
         )
         self.path = path
+        self.found = found
+        self.supported = supported
+
+
+class PostgresSchemaTooNew(SchemaTooNew):
+    """The PostgreSQL database was migrated by a newer OpsGate; refuse rather than guess."""
+
+    def __init__(self, url: str, found: int, supported: int) -> None:
+        StoreError.__init__(
+            self,
+            f"database {url!r} has schema version {found}, but this OpsGate supports "
+            f"versions up to {supported}; upgrade OpsGate (the database was left unchanged)",
+        )
+        self.url = url
         self.found = found
         self.supported = supported
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .errors import DatabaseUnwritable
 
 if TYPE_CHECKING:
-    from .base import Store
+    from .contract import Store
 
 __all__ = ["WriteHealth", "require_writable"]
 

@@ -104,7 +104,7 @@ class ToolCallRow(BaseModel):
     card_channel: str | None = None
     card_ts: str | None = None
     card_drawn: str | None = None
-    """What the posted card shows (`bot.store._rules.card_state` when it was drawn); a card
+    """What the posted card shows (`bot.store.rules.card_state` when it was drawn); a card
     whose call has moved on is stale and is redrawn at start-up."""
     card_locked: CardLock | None = None
     """Why the card may not be approved (its full arguments could not be shown or attached)."""

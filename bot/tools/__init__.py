@@ -14,14 +14,14 @@ from .command import (
 from .http import SAFE_METHODS, http_gate, make_http_request
 from .summary import BUILT_IN_SUMMARIES, tool_summary
 
-__all__ = [
+__all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "BUILT_IN_SUMMARIES",
     "DEFAULT_OUTPUT_LIMIT",
     "DEFAULT_TIMEOUT",
-    "SAFE_METHODS",
-    "SECRET_PREFIXES",
     "RunAs",
     "RunAsError",
+    "SAFE_METHODS",
+    "SECRET_PREFIXES",
     "ToolLoadError",
     "dotenv_names",
     "http_gate",

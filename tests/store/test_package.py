@@ -39,7 +39,7 @@ def test_the_store_and_audit_command_never_import_slack() -> None:
 
 
 def test_format_duration_approximates_only_measured_spans() -> None:
-    """One `format_duration` (bot._duration) for the policy and the store: exact for what people
+    """One `format_duration` (bot.words) for the policy and the store: exact for what people
     wrote, rounded to the minute within 5 seconds for a span measured on a clock."""
     assert not hasattr(bot.store, "format_duration")
     assert format_duration(timedelta(minutes=15, seconds=2), approximate=True) == "15m"

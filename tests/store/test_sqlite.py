@@ -277,10 +277,10 @@ def test_parse_since() -> None:
 
 async def test_a_version_1_file_is_migrated_keeping_its_rows(db: Path) -> None:
     """A file written by the first release opens, is upgraded in place, and loses nothing."""
-    from bot.store._schema import MIGRATIONS
+    from bot.store.schema.sqlite import SHIPPED
 
     raw = sqlite3.connect(db)
-    for statement in MIGRATIONS[0]:
+    for statement in SHIPPED[0]:
         raw.execute(statement)
     now = "2026-11-01T09:00:00+00:00"
     raw.execute(
@@ -321,7 +321,7 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_store_usa
         other.execute("BEGIN EXCLUSIVE")
         waiting = asyncio.create_task(store.audit("probe", actor="U1"))
         await asyncio.sleep(0)  # one turn of the loop: the task takes the lock, then waits
-        assert store._lock.locked()  # ... in BEGIN IMMEDIATE, behind the other connection
+        assert store._file.lock.locked()  # ... in BEGIN IMMEDIATE, behind the other connection
         waiting.cancel()
         other.execute("COMMIT")
         other.close()

@@ -1,0 +1,111 @@
+"""The append-only audit log, the memory of Slack event ids that dedupes retries, the write
+probe, who opened the Home tab lately, and the models' learned context windows.
+
+Small facts the bot keeps beside its runs: each is one row written in one statement or two, and
+shared by every process and replica on the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from .core import StoreCore
+from .db import aware
+from .models import AuditRow, HomeViewer
+from .queue import _FIRST_SIGHTING
+from .rules import HOME_VIEWERS_KEPT, PROBE_EVENT_ID, SEEN_EVENT_TTL
+
+__all__ = ["Audit"]
+
+
+class Audit(StoreCore):
+    async def audit(
+        self,
+        event: str,
+        *,
+        actor: str | None,
+        session_id: str | None = None,
+        call_id: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append-only: triggers refuse updates and deletes (and, on PostgreSQL, truncation)."""
+        async with self._db.transaction("audit") as tx:
+            await self._write_audit(
+                tx, event, actor=actor, session_id=session_id, call_id=call_id, details=details
+            )
+
+    async def audit_rows(self, *, since: datetime | None = None) -> list[AuditRow]:
+        async with self._db.reading("audit_rows") as tx:
+            if since is None:
+                rows = await tx.fetch_all("SELECT * FROM audit ORDER BY id")
+            else:
+                rows = await tx.fetch_all(
+                    "SELECT * FROM audit WHERE at >= :since ORDER BY id",
+                    {"since": self._db.time_in(aware(since))},
+                )
+        return [self._audit_model(row) for row in rows]
+
+    async def first_sighting(self, event_id: str) -> bool:
+        moment = self._moment()
+        async with self._db.transaction("first_sighting") as tx:
+            await tx.execute(
+                "DELETE FROM seen_events WHERE seen_at < :before",
+                {"before": self._db.time_in(moment - SEEN_EVENT_TTL)},
+            )
+            touched = await tx.execute(
+                _FIRST_SIGHTING, {"key": event_id, "now": self._db.time_in(moment)}
+            )
+        return touched == 1
+
+    async def probe_write(self) -> None:
+        async with self._db.transaction("probe_write") as tx:
+            await tx.execute(
+                "INSERT INTO seen_events (event_id, seen_at) VALUES (:key, :now) "
+                "ON CONFLICT (event_id) DO UPDATE SET seen_at = excluded.seen_at",
+                {"key": PROBE_EVENT_ID, "now": self._now()},
+            )
+
+    # -- the Home tab ----------------------------------------------------------------------------
+
+    async def home_opened(self, user_id: str, team_id: str | None = None) -> None:
+        async with self._db.transaction("home_opened") as tx:
+            await tx.execute(
+                "INSERT INTO home_viewers (user_id, team_id, opened_at) "
+                "VALUES (:user, :team, :now) ON CONFLICT (user_id) DO UPDATE SET "
+                "team_id = excluded.team_id, opened_at = excluded.opened_at",
+                {"user": user_id, "team": team_id, "now": self._now()},
+            )
+            await tx.execute(
+                "DELETE FROM home_viewers WHERE user_id NOT IN (SELECT user_id FROM "
+                "home_viewers ORDER BY opened_at DESC, user_id LIMIT :kept)",
+                {"kept": HOME_VIEWERS_KEPT},
+            )
+
+    async def home_viewers(self) -> list[HomeViewer]:
+        async with self._db.reading("home_viewers") as tx:
+            rows = await tx.fetch_all(
+                "SELECT user_id, team_id FROM home_viewers ORDER BY opened_at DESC, user_id"
+            )
+        return [HomeViewer(user_id=r["user_id"], team_id=r["team_id"]) for r in rows]
+
+    # -- context windows ---------------------------------------------------------------------------
+
+    async def context_window(self, model: str) -> int | None:
+        async with self._db.reading("context_window") as tx:
+            tokens = await tx.fetch_value(
+                "SELECT tokens FROM context_windows WHERE model = :model", {"model": model}
+            )
+        return None if tokens is None else int(tokens)
+
+    async def remember_context_window(self, model: str, tokens: int) -> None:
+        if tokens < 1:
+            raise ValueError(f"a context window of {tokens!r} tokens for {model!r} is not one")
+        async with self._db.transaction("remember_context_window") as tx:
+            await tx.execute(
+                "INSERT INTO context_windows (model, tokens, learned_at) "
+                "VALUES (:model, :tokens, :now) ON CONFLICT (model) DO UPDATE SET "
+                "tokens = excluded.tokens, learned_at = excluded.learned_at",
+                {"model": model, "tokens": tokens, "now": self._now()},
+            )

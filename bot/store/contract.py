@@ -1,0 +1,399 @@
+"""`Store`: the one interface of the bot's durable state, whichever database holds it.
+
+The docstrings here are the contract (what is conditional, what is audited); the contract tests
+in `tests/store/contract/` run against every backend. Rows are the backend-neutral models of
+`bot.store.models`; errors are `bot.store.errors` (never a driver's exception). A "conditional"
+write is a compare-and-set: of any number of concurrent callers (tasks, processes or replicas)
+exactly one wins, and the others get False or a refusal, never an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Literal, Protocol, Self, runtime_checkable
+
+from agent_core.approvals import ToolApprovalResponse
+from agent_core.events import ToolApprovalRequest, ToolCallHeld
+from agent_core.messages import ChatMessage, ToolCall
+from agent_core.sessions import StoredContext, Summary
+
+from .models import (
+    AllowanceGrant,
+    AllowanceRow,
+    AllowOutcome,
+    AuditRow,
+    CancelOutcome,
+    DecisionOutcome,
+    EnqueueOutcome,
+    HomeViewer,
+    InboxItem,
+    PendingApproval,
+    QueueItem,
+    RecoveredSession,
+    SessionRow,
+    ToolCallRow,
+)
+from .states import CardLock, InboxKind
+
+__all__ = ["Store"]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The bot's durable state: sessions, history, the tool-call ledger, the queue, the audit log.
+
+    An async context manager: entering connects (and migrates), leaving disconnects. It is an
+    `agent_core.SessionStore`. It never imports a Slack library and stores user ids plain; text
+    for people names them with the `person` callable given to the backend's constructor.
+    """
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    # -- sessions and run states ---------------------------------------------------------------
+
+    async def get_or_create_session(
+        self, team_id: str, channel_id: str, thread_ts: str
+    ) -> SessionRow:
+        """The session of a Slack thread, created `idle` on first use; concurrent callers from
+        any number of stores get the same one."""
+
+    async def get_session(self, session_id: str) -> SessionRow | None: ...
+
+    async def find_session(
+        self, team_id: str, channel_id: str, thread_ts: str
+    ) -> SessionRow | None: ...
+
+    async def set_requester(self, session_id: str, user_id: str) -> None:
+        """Who asked for the current run; the actor of its approval requests. `UnknownSession`
+        for an unknown id."""
+
+    async def begin_run(self, session_id: str) -> bool:
+        """idle|failed -> running, conditional; clears the error. `UnknownSession` for an
+        unknown id (not a lost race)."""
+
+    async def end_run(
+        self, session_id: str, *, failed: bool = False, error: str | None = None
+    ) -> bool:
+        """running -> idle (or failed, recording `error`), conditional: a run that paused or
+        was cancelled meanwhile is left alone (False). `error` without `failed` is a
+        `ValueError`."""
+
+    async def stop_run(
+        self, session_id: str, *, why: str, by: str | None = None
+    ) -> RecoveredSession | None:
+        """running|resuming -> idle for a run this process stopped (cancelled, or past its
+        deadline), conditional: None if the session was not going. Exactly as recovery after a
+        crash: `executing` calls become `interrupted` (never run again), the batch's other
+        open calls are answered "Not run" (`close_batch`); audited as `run_stopped`."""
+
+    async def claim_resume(self, session_id: str) -> bool:
+        """awaiting_approval -> resuming, conditional: of concurrent claimers (the last click,
+        the start-up sweep, another replica) exactly one resumes the run."""
+
+    async def resume_started(self, session_id: str) -> None:
+        """resuming -> running, by the claimer once it has the decisions; `InvalidTransition`
+        if the session is not resuming."""
+
+    # -- history and execution (agent_core.SessionStore) ---------------------------------------
+
+    async def load_messages(self, session_id: str) -> list[ChatMessage]:
+        """The whole history, oldest first (empty for an unknown session)."""
+
+    async def append_messages(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
+        """Append in one transaction (nothing for an empty list); `UnknownSession` writes
+        nothing."""
+
+    async def load_context(self, session_id: str) -> StoredContext:
+        """The latest compaction summary and the messages after it, read in one snapshot: what
+        a run loads, so a turn's cost does not grow with the thread (empty for an unknown
+        session)."""
+
+    async def save_summary(self, session_id: str, summary: Summary) -> bool:
+        """Store a summary of the first `summary.upto` messages, append-only. Conditional:
+        False if a stored summary already reaches as far (of racing runs, one wins). A summary
+        reaching past the stored messages is a `StoreError`; `UnknownSession` for an unknown
+        id. The messages it stands for stay stored."""
+
+    async def record_pause(
+        self,
+        session_id: str,
+        message: ChatMessage,
+        requests: Sequence[ToolApprovalRequest],
+        held: Sequence[ToolCallHeld],
+    ) -> None:
+        """In one transaction: the assistant message, a `pending` ledger row per call (gated or
+        held), a new batch, the pause transition (-> awaiting_approval) and a "request" audit
+        row per gated call. A request naming a call the message lacks, or a message repeating a
+        call id, is a `StoreError` that writes nothing."""
+
+    async def start_tool_call(self, session_id: str, call: ToolCall) -> None:
+        """Mark the call of the latest tool-call message `executing` and commit before it runs.
+
+        Conditional: allowed from `approved`, or `pending` for a held call; a call of a round
+        that did not pause gets its row here. Otherwise `ToolCallAlreadyStarted` (audited as a
+        "refusal"): a call never runs twice. Audited "execution_start"."""
+
+    async def finish_tool_call(
+        self, session_id: str, call: ToolCall, message: ChatMessage, *, is_error: bool
+    ) -> None:
+        """In one transaction: the `executing` call `done` with its result, and its tool message
+        appended; audited "execution_end". A call not executing is a `StoreError`."""
+
+    # -- the ledger ------------------------------------------------------------------------------
+
+    async def get_call(self, ledger_id: str) -> ToolCallRow | None: ...
+
+    async def find_call(self, session_id: str, call_id: str) -> ToolCallRow | None:
+        """The latest ledger row for a provider call id in a session (ids may repeat later)."""
+
+    async def batch_calls(self, session_id: str) -> list[ToolCallRow]:
+        """The rows of the session's latest paused batch, in the model's order."""
+
+    async def set_card(
+        self, ledger_id: str, channel: str, ts: str, *, locked: CardLock | None = None
+    ) -> None:
+        """Where the call's card was posted, and why it may not be approved (`locked`, None:
+        it may). `UnknownCall` for an unknown id."""
+
+    async def card_drawn(self, ledger_id: str, drawn: str) -> None:
+        """The card now shows `drawn` (`card_state` of the row it was drawn from)."""
+
+    async def stale_cards(self) -> list[ToolCallRow]:
+        """Posted cards that still show buttons (or old progress) for a call that has moved on,
+        e.g. after a crash between a cancel and the redraw: start-up redraws them."""
+
+    async def set_expiry(
+        self, ledger_id: str, expires_at: datetime, *, ttl: str | None = None
+    ) -> None:
+        """When an undecided gated call expires; `ttl` in words defaults to the time left now,
+        rounded. `UnknownCall` for an unknown id."""
+
+    async def decide(
+        self,
+        ledger_id: str,
+        decision: Literal["approved", "rejected"],
+        *,
+        user_id: str,
+        team_id: str | None = None,
+        reason: str | None = None,
+        required_approvals: int = 1,
+        rule: str | None = None,
+        digest: str | None = None,
+    ) -> DecisionOutcome:
+        """Record a decision if the call is still pending: conditional, first writer wins.
+
+        `digest` is what the decider's card showed: if the pending call now runs other
+        arguments (edited since), nothing is recorded (`ArgumentsChanged`). An approval adds
+        `user_id` to the distinct approvers and approves the call once there
+        are `required_approvals`; one rejection rejects it. A call past its expiry is expired
+        here instead (audited "expiry"). Audited "decision" or "refusal" (with `rule`). `why`
+        tells a loser who won and when, or how many approvals are missing."""
+
+    async def expire_due(self, now: datetime | None = None) -> list[ToolCallRow]:
+        """Expire every undecided gated call whose time is up (audited "expiry" each)."""
+
+    async def due_reminders(
+        self, before: timedelta, now: datetime | None = None
+    ) -> list[ToolCallRow]:
+        """Undecided gated calls expiring within `before`, not reminded of yet; marks them
+        (audited "reminder"), so each reminder goes out once across all stores."""
+
+    async def next_expiry(self) -> datetime | None:
+        """When the next undecided gated call expires (a sweeper's sleep)."""
+
+    async def responses_for_batch(self, session_id: str) -> list[ToolApprovalResponse]:
+        """The decisions of the latest batch's gated calls, as the resume needs them; deciders
+        named by the store's `person`."""
+
+    async def pending_approvals(self) -> list[PendingApproval]:
+        """Every gated call still undecided in a paused run, oldest first, with its session."""
+
+    async def sessions_awaiting_approval(self) -> list[SessionRow]:
+        """Paused sessions; at start-up the bot resumes those already decided."""
+
+    async def cancel_batch(
+        self,
+        session_id: str,
+        *,
+        user_id: str,
+        batch_id: str | None = None,
+        team_id: str | None = None,
+        via: str = "message",
+        rule: str | None = None,
+    ) -> CancelOutcome:
+        """End a paused run without running anything of its batch, in one transaction.
+
+        Conditional (awaiting_approval -> idle): of a cancel racing the resume claim or another
+        cancel, one wins. Pending and approved calls become `cancelled`; the batch is closed
+        (`agent_core.batches.close_batch`) with each call's outcome. With `batch_id`, applies
+        only to that batch. Audited "cancel" per call, or one "refusal"."""
+
+    async def edit_call(
+        self,
+        ledger_id: str,
+        arguments: str,
+        digest: str,
+        *,
+        user_id: str,
+        team_id: str | None = None,
+        required_approvals: int = 1,
+        rule: str | None = None,
+    ) -> DecisionOutcome:
+        """Approve a pending call with the arguments `user_id` changed it to (canonical JSON,
+        and their `digest`): conditional like `decide` (an edit racing an approval has one
+        winner). The edited call is a new one: earlier approvals are dropped and the editor's is
+        its first. `arguments` keeps the model's own. Audited "edited" (both versions)."""
+
+    async def create_allowance(
+        self,
+        *,
+        channel_id: str,
+        tool: str,
+        shape: str,
+        label: str,
+        granted_by: str,
+        ledger_id: str,
+        expires_at: datetime,
+    ) -> AllowanceRow:
+        """A new allowance (`shape` is JSON); audited "allowance"."""
+
+    async def allow_call(
+        self,
+        ledger_id: str,
+        grant: AllowanceGrant,
+        *,
+        user_id: str,
+        team_id: str | None = None,
+        reason: str | None = None,
+        rule: str | None = None,
+        digest: str | None = None,
+    ) -> AllowOutcome:
+        """ "Allow for": approve the call (one approval, as `decide` with `digest`) and, if that
+        approves it, create the allowance `grant` granted by `user_id`, in one transaction: a
+        crash leaves both or neither. Audited "decision" and "allowance"."""
+
+    async def get_allowance(self, allowance_id: str) -> AllowanceRow | None: ...
+
+    async def active_allowances(
+        self, *, channel_id: str | None = None, now: datetime | None = None
+    ) -> list[AllowanceRow]:
+        """Allowances not revoked and not yet expired at `now`, oldest first."""
+
+    async def revoke_allowance(self, allowance_id: str, *, user_id: str) -> bool:
+        """End an allowance now; conditional (False if already revoked or unknown)."""
+
+    # -- the Home tab ----------------------------------------------------------------------------
+
+    async def home_opened(self, user_id: str, team_id: str | None = None) -> None:
+        """Remember that `user_id` opened the Home tab now; only the `HOME_VIEWERS_KEPT` most
+        recent are kept."""
+
+    async def home_viewers(self) -> list[HomeViewer]:
+        """Who opened the Home tab lately, most recent first."""
+
+    # -- the run queue -------------------------------------------------------------------------
+
+    async def enqueue(
+        self, session_id: str, *, requester: str, text: str, message_ts: str | None = None
+    ) -> EnqueueOutcome:
+        """Queue a message unless its session is busy (run active or paused, or a message
+        already queued); checked and written in one transaction."""
+
+    async def claim_queued(self, channel_id: str, *, limit: int) -> QueueItem | None:
+        """Start the channel's oldest queued item if fewer than `limit` of its sessions are
+        running or resuming: conditional, in one transaction with the session's idle|failed ->
+        running (requester set). Never exceeds the limit or starts an item twice."""
+
+    async def release_queued(self, item_id: int) -> None:
+        """Undo `claim_queued` for a run that could not start (shutting down)."""
+
+    async def finish_queued(self, item_id: int) -> None:
+        """The item's run ended (answered, failed or paused)."""
+
+    async def cancel_queued(self, session_id: str, *, user_id: str) -> QueueItem | None:
+        """Withdraw the thread's queued message (audited "cancel"); None if none waits."""
+
+    async def queued_item(self, session_id: str) -> QueueItem | None: ...
+
+    async def queue_position(self, item_id: int) -> int | None:
+        """How many of the channel's items are queued ahead; None if no longer queued."""
+
+    async def queue_items(
+        self, *, channel_id: str | None = None, states: Collection[str] | None = None
+    ) -> list[QueueItem]: ...
+
+    async def queued_channels(self) -> list[str]:
+        """Channels with messages waiting, the longest-waiting first."""
+
+    async def requeue_interrupted(self) -> list[QueueItem]:
+        """At start-up, before `recover`: started items whose run stored nothing go back to the
+        queue (their sessions to idle); the others are marked done."""
+
+    # -- audit and event dedupe ----------------------------------------------------------------
+
+    async def audit(
+        self,
+        event: str,
+        *,
+        actor: str | None,
+        session_id: str | None = None,
+        call_id: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append one row to the audit log, which is append-only."""
+
+    async def audit_rows(self, *, since: datetime | None = None) -> list[AuditRow]:
+        """Audit rows in the order written, from `since` on if given."""
+
+    async def first_sighting(self, event_id: str) -> bool:
+        """True the first time an event id is seen, across all stores; forgets after
+        `SEEN_EVENT_TTL`."""
+
+    async def probe_write(self) -> None:
+        """Write (and overwrite) one probe row: `/readyz` asks whether the database accepts
+        writes. Raises `StoreError` (or the driver's error) when it does not."""
+
+    # -- the inbox: what Slack was told we have (docs/architecture.md) ----------------------
+
+    async def inbox_add(
+        self, kind: InboxKind, payload: Mapping[str, Any], *, keys: Sequence[str] = ()
+    ) -> int | None:
+        """Save a delivery before it is acknowledged, owned by this store (its replica).
+
+        `keys` are dedupe keys (event id, channel and ts): in the same transaction each is
+        claimed as `first_sighting` does, and if any was seen before nothing is saved and the
+        answer is None. A crash therefore never leaves a key claimed with nothing saved.
+        Returns the row's id."""
+
+    async def inbox_done(self, item_id: int) -> None:
+        """The row was processed (its run queued, or it was answered); it is not recovered."""
+
+    async def inbox_recover(self) -> list[InboxItem]:
+        """At start-up: claim the unprocessed rows of processes that are gone (SQLite: every
+        one, the file being exclusive; PostgreSQL: those of instances whose lease lapsed),
+        oldest first. Conditional: each row is claimed by one store, however many recover."""
+
+    # -- crash recovery --------------------------------------------------------------------------
+
+    async def recover(self) -> list[RecoveredSession]:
+        """Once at start-up: `executing` calls become `interrupted` (never run again), their
+        batches are closed (interrupted / not run), and sessions left running or resuming
+        become idle; paused sessions are left alone. Audited "interrupted"."""
+
+    # -- the models' context windows (learned from providers' refusals) ----------------------
+
+    async def context_window(self, model: str) -> int | None:
+        """The context window learned for `model`, in tokens; None if none was learned."""
+
+    async def remember_context_window(self, model: str, tokens: int) -> None:
+        """Remember `model`'s context window (tokens > 0) for every process and replica;
+        the last writer wins."""

@@ -1,0 +1,198 @@
+"""`StoreCore`: what every operation of the store stands on, for either database.
+
+It holds the `Db` (the seam, `bot.store.db`), the clock, how people are named, and this
+store's replica instance (PostgreSQL only; None on SQLite), and the steps several operations
+take inside one transaction: reading a session or a call (locked for writing where the
+database needs row locks), appending to the history, writing an audit row, and turning rows
+into the backend-neutral models. The operations themselves live in the modules named for their
+concern (`sessions`, `ledger`, `decisions`, `edits`, `queue`, `recovery`, `audit`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+from pydantic_core import PydanticSerializationError
+
+from agent_core import replace_lone_surrogates, replace_lone_surrogates_in
+from agent_core.messages import ChatMessage
+
+from .db import Db, Row, Tx, aware
+from .errors import UnknownCall, UnknownSession
+from .models import AuditRow, QueueItem, SessionRow, ToolCallRow
+from .rules import Person
+
+__all__ = ["StoreCore", "message_body"]
+
+logger = logging.getLogger("opsgate.store")
+
+
+def message_body(message: ChatMessage) -> str:
+    """The message's stored JSON; lone surrogates anywhere in it become U+FFFD, the last line
+    against them (text from outside is cleaned where it enters, `agent_core.unicode`), so a
+    turn is saved instead of failing the write and the run on the database's UTF-8 encode."""
+    try:
+        return replace_lone_surrogates(message.to_json())
+    except PydanticSerializationError:
+        logger.warning("a %s message held lone surrogates; replaced by U+FFFD", message.role)
+        raw = message.model_dump(mode="python", exclude_defaults=True)
+        return ChatMessage.model_validate(replace_lone_surrogates_in(raw)).to_json()
+
+
+class StoreCore:
+    """The database, the clock and the shared steps; an async context manager (entering opens
+    the database and migrates it, leaving closes it)."""
+
+    def __init__(self, db: Db, *, clock: Callable[[], datetime], person: Person) -> None:
+        self._db = db
+        self._clock = clock
+        self._person = person
+        self._instance_id: str | None = None
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Open the database and bring its schema up to date. Prefer `async with`."""
+        await self._db.open()
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    def _moment(self) -> datetime:
+        return aware(self._clock())
+
+    def _now(self) -> Any:
+        """Now, as the database stores time."""
+        return self._db.time_in(self._clock())
+
+    # -- rows to models --------------------------------------------------------------------------
+
+    def _session_model(self, row: Row) -> SessionRow:
+        return SessionRow.model_validate(dict(row))
+
+    def _call_model(self, row: Row) -> ToolCallRow:
+        data = dict(row)
+        data["approvals"] = self._db.list_out(data["approvals"])
+        return ToolCallRow.model_validate(data)
+
+    def _queue_model(self, row: Row) -> QueueItem:
+        return QueueItem.model_validate(dict(row))
+
+    def _audit_model(self, row: Row) -> AuditRow:
+        data = dict(row)
+        data["details"] = self._db.json_out(data["details"])
+        return AuditRow.model_validate(data)
+
+    # -- steps shared by the operations (inside a transaction) ------------------------------------
+
+    async def _session(self, tx: Tx, session_id: str, *, lock: bool = False) -> Row:
+        """The session's row; `lock`: for writing (the session before its calls, always)."""
+        row = await tx.fetch_one(
+            "SELECT * FROM sessions WHERE id = :id" + (self._db.for_update if lock else ""),
+            {"id": session_id},
+        )
+        if row is None:
+            raise UnknownSession(session_id)
+        return row
+
+    async def _call(self, tx: Tx, ledger_id: str, *, lock: bool = False) -> ToolCallRow:
+        row = await tx.fetch_one(
+            "SELECT * FROM tool_calls WHERE id = :id" + (self._db.for_update if lock else ""),
+            {"id": ledger_id},
+        )
+        if row is None:
+            raise UnknownCall(ledger_id)
+        return self._call_model(row)
+
+    async def _append(self, tx: Tx, session_id: str, messages: Sequence[ChatMessage]) -> int:
+        """Insert messages after the last one; returns the seq of the first. Cost: O(log n).
+
+        The `UPDATE sessions` comes first: it locks the session row (PostgreSQL), so two
+        appends to one session take turns and never compute the same next seq.
+        """
+        now = self._now()
+        touched = await tx.execute(
+            "UPDATE sessions SET updated_at = :now WHERE id = :id", {"now": now, "id": session_id}
+        )
+        if touched == 0:
+            raise UnknownSession(session_id)
+        first = int(
+            await tx.fetch_value(
+                "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE session_id = :id",
+                {"id": session_id},
+            )
+        )
+        await tx.execute_many(
+            "INSERT INTO messages (session_id, seq, body, created_at) "
+            "VALUES (:session_id, :seq, :body, :now)",
+            [
+                {"session_id": session_id, "seq": first + i, "body": message_body(m), "now": now}
+                for i, m in enumerate(messages)
+            ],
+        )
+        calls_at = [
+            first + i for i, m in enumerate(messages) if m.role == "assistant" and m.tool_calls
+        ]
+        if calls_at:
+            await tx.execute(
+                "UPDATE sessions SET last_calls_seq = :seq WHERE id = :id",
+                {"seq": calls_at[-1], "id": session_id},
+            )
+        return first
+
+    async def _latest_batch_messages(
+        self, tx: Tx, session_id: str, seq: int | None
+    ) -> list[ChatMessage]:
+        """The history from the last tool-call message on (what `close_batch` needs)."""
+        if seq is None:
+            return []
+        rows = await tx.fetch_all(
+            "SELECT body FROM messages WHERE session_id = :id AND seq >= :seq ORDER BY seq",
+            {"id": session_id, "seq": seq},
+        )
+        return [ChatMessage.from_json(row[0]) for row in rows]
+
+    async def _write_audit(
+        self,
+        tx: Tx,
+        event: str,
+        *,
+        actor: str | None,
+        session_id: str | None = None,
+        call_id: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        await tx.execute(
+            "INSERT INTO audit (at, event, actor, session_id, call_id, details) "
+            "VALUES (:at, :event, :actor, :session_id, :call_id, :details)",
+            {
+                "at": self._now(),
+                "event": event,
+                "actor": actor,
+                "session_id": session_id,
+                "call_id": call_id,
+                "details": self._db.json_in(dict(details or {})),
+            },
+        )
+
+    async def _audit_call(
+        self, tx: Tx, event: str, row: ToolCallRow, details: Mapping[str, Any], *, actor: str | None
+    ) -> None:
+        """An audit row about one ledger row (its session and provider call id)."""
+        await self._write_audit(
+            tx, event, actor=actor, session_id=row.session_id, call_id=row.call_id, details=details
+        )

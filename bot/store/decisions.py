@@ -1,0 +1,291 @@
+"""Decisions on gated calls (first writer wins, N of M approvals), what a resume is told, and
+cancelling a paused batch.
+
+Every writer of a call locks its session and then the call (`Db.for_update`, a no-op where the
+transaction is already the only writer), so a decision racing another decision, an edit, an
+expiry or a cancel on any replica has one winner and the losers get a typed reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from agent_core.approvals import ToolApprovalResponse
+from agent_core.batches import close_batch
+
+from .db import Row, Tx
+from .ledger import Ledger
+from .models import CancelOutcome, DecisionOutcome, PendingApproval, SessionRow, ToolCallRow
+from .reasons import AlreadyApprovedByYou, DecisionReason, MoreApprovalsNeeded, NeedsNoApproval
+from .rules import already, arguments_changed, cancel_outcome, cancel_refusal, responses
+
+__all__ = ["Decisions"]
+
+_SESSION_COLUMNS = (
+    "id",
+    "team_id",
+    "channel_id",
+    "thread_ts",
+    "state",
+    "requester",
+    "error",
+    "batch_id",
+    "created_at",
+    "updated_at",
+)
+
+_PENDING = (
+    "SELECT t.*, "
+    + ", ".join(f"s.{c} AS s__{c}" for c in _SESSION_COLUMNS)
+    + " FROM tool_calls AS t JOIN sessions AS s "
+    "ON s.id = t.session_id AND s.batch_id = t.batch_id "
+    "WHERE t.status = 'pending' AND t.needs_approval "
+    "AND s.state = 'awaiting_approval' ORDER BY t.created_at, t.position"
+)
+"""Every undecided gated call of a paused batch with its session's columns (`s__` prefixed),
+in one statement: the Home tab and the pending list read it after every click."""
+
+
+def _check_decision(decision: str, required_approvals: int) -> None:
+    if decision not in ("approved", "rejected"):
+        raise ValueError(f"decision must be 'approved' or 'rejected', not {decision!r}")
+    if required_approvals < 1:
+        raise ValueError(f"required_approvals must be at least 1, not {required_approvals!r}")
+
+
+class Decisions(Ledger):
+    async def _refusal(
+        self, tx: Tx, row: ToolCallRow, decision: str, user_id: str
+    ) -> DecisionReason | None:
+        """Why this decision cannot be recorded (expiring the call if its time is up), or None."""
+        if not row.needs_approval:
+            return NeedsNoApproval()
+        if (expired := await self._expire_if_due(tx, row)) is not row:
+            return already(expired)
+        if row.status != "pending":
+            return already(row)
+        if decision == "approved" and user_id in row.approvals:
+            return AlreadyApprovedByYou()
+        return None
+
+    async def decide(
+        self,
+        ledger_id: str,
+        decision: Literal["approved", "rejected"],
+        *,
+        user_id: str,
+        team_id: str | None = None,
+        reason: str | None = None,
+        required_approvals: int = 1,
+        rule: str | None = None,
+        digest: str | None = None,
+    ) -> DecisionOutcome:
+        _check_decision(decision, required_approvals)
+        async with self._db.transaction("decide") as tx:
+            return await self._decide_in(
+                tx,
+                ledger_id,
+                decision,
+                user_id=user_id,
+                team_id=team_id,
+                reason=reason,
+                required_approvals=required_approvals,
+                rule=rule,
+                digest=digest,
+            )
+
+    async def _locked_call(self, tx: Tx, ledger_id: str) -> ToolCallRow:
+        """The call, locked for writing after its session (the order every writer keeps)."""
+        unlocked = await self._call(tx, ledger_id)
+        if not self._db.for_update:
+            return unlocked  # the transaction is already the only writer
+        await self._session(tx, unlocked.session_id, lock=True)
+        return await self._call(tx, ledger_id, lock=True)
+
+    async def _decide_in(
+        self,
+        tx: Tx,
+        ledger_id: str,
+        decision: Literal["approved", "rejected"],
+        *,
+        user_id: str,
+        team_id: str | None,
+        reason: str | None,
+        required_approvals: int,
+        rule: str | None,
+        digest: str | None,
+    ) -> DecisionOutcome:
+        """`decide` inside the caller's transaction (`allow_call` adds the allowance to it)."""
+        row = await self._locked_call(tx, ledger_id)
+        why = await self._refusal(tx, row, decision, user_id) or arguments_changed(row, digest)
+        common: dict[str, Any] = {
+            "ledger_id": ledger_id,
+            "tool": row.name,
+            "digest": row.digest,
+            "decision": decision,
+            "rule": rule,
+            "reason": reason,
+            "team_id": team_id,
+        }
+        if why is not None:
+            details = {**common, "why": why.kind, "shown_digest": digest}
+            await self._audit_call(tx, "refusal", row, details, actor=user_id)
+            return DecisionOutcome(recorded=False, row=await self._call(tx, ledger_id), why=why)
+        approvals = list(row.approvals)
+        final = True
+        if decision == "approved":
+            approvals.append(user_id)
+            final = len(approvals) >= required_approvals
+        if final:
+            await tx.execute(
+                "UPDATE tool_calls SET status = :decision, decided_by = :user, "
+                "decided_team = :team, decided_at = :now, reason = :reason, "
+                "approvals = :approvals WHERE id = :id AND status = 'pending'",
+                {
+                    "decision": decision,
+                    "user": user_id,
+                    "team": team_id,
+                    "now": self._now(),
+                    "reason": reason,
+                    "approvals": self._db.list_in(approvals),
+                    "id": ledger_id,
+                },
+            )
+        else:
+            await tx.execute(
+                "UPDATE tool_calls SET approvals = :approvals WHERE id = :id "
+                "AND status = 'pending'",
+                {"approvals": self._db.list_in(approvals), "id": ledger_id},
+            )
+            why = MoreApprovalsNeeded(len(approvals), required_approvals)
+        counts: dict[str, Any] = {"approvals": len(approvals), "final": final}
+        details = {**common, **counts, "required_approvals": required_approvals}
+        await self._audit_call(tx, "decision", row, details, actor=user_id)
+        return DecisionOutcome(recorded=True, row=await self._call(tx, ledger_id), why=why)
+
+    # -- what a resume and the pending list read ---------------------------------------------------
+
+    async def responses_for_batch(self, session_id: str) -> list[ToolApprovalResponse]:
+        return responses(await self.batch_calls(session_id), self._person)
+
+    async def pending_approvals(self) -> list[PendingApproval]:
+        async with self._db.reading("pending_approvals") as tx:
+            rows = await tx.fetch_all(_PENDING)
+        pending: list[PendingApproval] = []
+        for row in rows:
+            data = dict(row)
+            session = {k[3:]: data.pop(k) for k in list(data) if k.startswith("s__")}
+            call = self._call_model(data)
+            pending.append(PendingApproval(call=call, session=self._session_model(session)))
+        return pending
+
+    async def sessions_awaiting_approval(self) -> list[SessionRow]:
+        async with self._db.reading("sessions_awaiting_approval") as tx:
+            rows = await tx.fetch_all(
+                "SELECT * FROM sessions WHERE state = 'awaiting_approval' ORDER BY updated_at"
+            )
+        return [self._session_model(row) for row in rows]
+
+    # -- cancelling a paused batch -----------------------------------------------------------------
+
+    async def cancel_batch(
+        self,
+        session_id: str,
+        *,
+        user_id: str,
+        batch_id: str | None = None,
+        team_id: str | None = None,
+        via: str = "message",
+        rule: str | None = None,
+    ) -> CancelOutcome:
+        async with self._db.transaction("cancel_batch") as tx:
+            session = await self._session(tx, session_id, lock=True)
+            current = session["batch_id"]
+            why = cancel_refusal(batch_id, current, session["state"], moved=False)
+            if why is None:
+                touched = await tx.execute(
+                    "UPDATE sessions SET state = 'idle', error = NULL, instance_id = NULL, "
+                    "updated_at = :now WHERE id = :id AND state = 'awaiting_approval' "
+                    "AND batch_id IS NOT DISTINCT FROM :batch_id",
+                    {"now": self._now(), "id": session_id, "batch_id": current},
+                )
+                why = cancel_refusal(None, None, session["state"], moved=touched == 0)
+            target = batch_id if batch_id is not None else current
+            before = [
+                self._call_model(row)
+                for row in await tx.fetch_all(
+                    "SELECT * FROM tool_calls WHERE batch_id = :batch_id ORDER BY position"
+                    + self._db.for_update,
+                    {"batch_id": target},
+                )
+            ]
+            if why is not None:
+                await self._write_audit(
+                    tx,
+                    "refusal",
+                    actor=user_id,
+                    session_id=session_id,
+                    details={
+                        "action": "cancel",
+                        "via": via,
+                        "why": why.kind,
+                        "rule": rule,
+                        "batch_id": target,
+                        "ledger_ids": [r.id for r in before if r.needs_approval],
+                    },
+                )
+                return CancelOutcome(cancelled=False, rows=before, why=why)
+            await self._cancel_calls(tx, session, before, user_id, team_id, via, rule)
+            after = [await self._call(tx, row.id) for row in before]
+            return CancelOutcome(cancelled=True, rows=after)
+
+    async def _cancel_calls(
+        self,
+        tx: Tx,
+        session: Row,
+        before: list[ToolCallRow],
+        user_id: str,
+        team_id: str | None,
+        via: str,
+        rule: str | None,
+    ) -> None:
+        who = self._person(user_id)
+        now = self._now()
+        for row in before:
+            if row.status not in ("pending", "approved"):
+                continue
+            await tx.execute(
+                "UPDATE tool_calls SET status = 'cancelled', decided_by = :user, "
+                "decided_team = :team, decided_at = :now, reason = :reason "
+                "WHERE id = :id AND status = :status",
+                {
+                    "user": user_id,
+                    "team": team_id,
+                    "now": now,
+                    "reason": f"cancelled by {who}",
+                    "id": row.id,
+                    "status": row.status,
+                },
+            )
+            details: dict[str, Any] = {
+                "ledger_id": row.id,
+                "batch_id": row.batch_id,
+                "tool": row.name,
+                "digest": row.digest,
+                "previous_status": row.status,
+                "via": via,
+                "rule": rule,
+            }
+            await self._write_audit(
+                tx,
+                "cancel",
+                actor=user_id,
+                session_id=session["id"],
+                call_id=row.call_id,
+                details=details,
+            )
+        tail = await self._latest_batch_messages(tx, session["id"], session["last_calls_seq"])
+        outcome = cancel_outcome({row.call_id: row for row in before}, who, self._person)
+        answers = close_batch(tail, outcome)
+        if answers:
+            await self._append(tx, session["id"], answers)

@@ -1,0 +1,201 @@
+"""Edit before approving, and time-boxed allowances ("Allow for").
+
+An edit is decided like an approval (the session, then the call locked), so an edit racing an
+approval or another edit has one winner. "Allow for" approves the call and creates its
+allowance in ONE transaction, so a crash leaves both or neither. Using an allowance claims
+nothing (two replicas may use one at once); revoking one is conditional.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from bot.faults import checkpoint
+
+from .db import Row, Tx, aware, to_text
+from .decisions import Decisions
+from .models import AllowanceGrant, AllowanceRow, AllowOutcome, DecisionOutcome
+from .reasons import MoreApprovalsNeeded
+from .rules import edit_refusal, edit_summary, new_id
+
+__all__ = ["Edits"]
+
+
+def _allowance(row: Row) -> AllowanceRow:
+    return AllowanceRow.model_validate(dict(row))
+
+
+class Edits(Decisions):
+    async def edit_call(
+        self,
+        ledger_id: str,
+        arguments: str,
+        digest: str,
+        *,
+        user_id: str,
+        team_id: str | None = None,
+        required_approvals: int = 1,
+        rule: str | None = None,
+    ) -> DecisionOutcome:
+        if required_approvals < 1:
+            raise ValueError(f"required_approvals must be at least 1, not {required_approvals!r}")
+        async with self._db.transaction("edit_call") as tx:
+            row = await self._expire_if_due(tx, await self._locked_call(tx, ledger_id))
+            why = edit_refusal(row)
+            if why is not None:
+                refusal = {"ledger_id": ledger_id, "decision": "edited", "rule": rule}
+                await self._audit_call(
+                    tx, "refusal", row, {**refusal, "why": why.kind}, actor=user_id
+                )
+                return DecisionOutcome(recorded=False, row=row, why=why)
+            final = required_approvals <= 1
+            await tx.execute(
+                "UPDATE tool_calls SET edited_arguments = :arguments, edited_digest = :digest, "
+                "edited_by = :user, approvals = :approvals WHERE id = :id AND status = 'pending'",
+                {
+                    "arguments": arguments,
+                    "digest": digest,
+                    "user": user_id,
+                    "approvals": self._db.list_in([user_id]),
+                    "id": ledger_id,
+                },
+            )
+            if final:
+                await tx.execute(
+                    "UPDATE tool_calls SET status = 'approved', decided_by = :user, "
+                    "decided_team = :team, decided_at = :now WHERE id = :id "
+                    "AND status = 'pending'",
+                    {
+                        "user": user_id,
+                        "team": team_id,
+                        "now": self._now(),
+                        "id": ledger_id,
+                    },
+                )
+            summary = edit_summary(row, arguments, digest, required_approvals, final)
+            details = {**summary, "rule": rule, "team_id": team_id}
+            await self._audit_call(tx, "edited", row, details, actor=user_id)
+            after = await self._call(tx, ledger_id)
+        why = None if final else MoreApprovalsNeeded(1, required_approvals)
+        return DecisionOutcome(recorded=True, row=after, why=why)
+
+    # -- allowances ------------------------------------------------------------------------------
+
+    async def create_allowance(
+        self,
+        *,
+        channel_id: str,
+        tool: str,
+        shape: str,
+        label: str,
+        granted_by: str,
+        ledger_id: str,
+        expires_at: datetime,
+    ) -> AllowanceRow:
+        grant = AllowanceGrant(
+            channel_id=channel_id, tool=tool, shape=shape, label=label, expires_at=expires_at
+        )
+        async with self._db.transaction("create_allowance") as tx:
+            return await self._insert_allowance(tx, grant, granted_by, ledger_id)
+
+    async def allow_call(
+        self,
+        ledger_id: str,
+        grant: AllowanceGrant,
+        *,
+        user_id: str,
+        team_id: str | None = None,
+        reason: str | None = None,
+        rule: str | None = None,
+        digest: str | None = None,
+    ) -> AllowOutcome:
+        async with self._db.transaction("allow_call") as tx:
+            decision = await self._decide_in(
+                tx,
+                ledger_id,
+                "approved",
+                user_id=user_id,
+                team_id=team_id,
+                reason=reason,
+                required_approvals=1,
+                rule=rule,
+                digest=digest,
+            )
+            if not decision.recorded or decision.row.status != "approved":
+                return AllowOutcome(decision=decision)
+            await checkpoint("allow_decided")  # crash tests: approved, allowance not yet written
+            made = await self._insert_allowance(tx, grant, user_id, ledger_id)
+        return AllowOutcome(decision=decision, allowance=made)
+
+    async def _insert_allowance(
+        self, tx: Tx, grant: AllowanceGrant, granted_by: str, ledger_id: str
+    ) -> AllowanceRow:
+        allowance_id = new_id()[:12]
+        until = aware(grant.expires_at)
+        row = await tx.fetch_one(
+            "INSERT INTO allowances (id, channel_id, tool, shape, label, granted_by, "
+            "ledger_id, created_at, expires_at) VALUES (:id, :channel, :tool, :shape, :label, "
+            ":granted_by, :ledger_id, :now, :until) RETURNING *",
+            {
+                "id": allowance_id,
+                "channel": grant.channel_id,
+                "tool": grant.tool,
+                "shape": grant.shape,
+                "label": grant.label,
+                "granted_by": granted_by,
+                "ledger_id": ledger_id,
+                "now": self._now(),
+                "until": self._db.time_in(until),
+            },
+        )
+        await self._write_audit(
+            tx,
+            "allowance",
+            actor=granted_by,
+            details={
+                "allowance_id": allowance_id,
+                "channel": grant.channel_id,
+                "tool": grant.tool,
+                "shape": json.loads(grant.shape),
+                "label": grant.label,
+                "ledger_id": ledger_id,
+                "expires_at": to_text(until),
+            },
+        )
+        return _allowance(row)
+
+    async def get_allowance(self, allowance_id: str) -> AllowanceRow | None:
+        async with self._db.reading("get_allowance") as tx:
+            row = await tx.fetch_one(
+                "SELECT * FROM allowances WHERE id = :id", {"id": allowance_id}
+            )
+        return None if row is None else _allowance(row)
+
+    async def active_allowances(
+        self, *, channel_id: str | None = None, now: datetime | None = None
+    ) -> list[AllowanceRow]:
+        moment = aware(now) if now is not None else self._moment()
+        sql = "SELECT * FROM allowances WHERE revoked_at IS NULL AND expires_at > :now"
+        if channel_id is not None:
+            sql += " AND channel_id = :channel"
+        async with self._db.reading("active_allowances") as tx:
+            rows = await tx.fetch_all(
+                sql + " ORDER BY created_at, id",
+                {"now": self._db.time_in(moment), "channel": channel_id},
+            )
+        return [_allowance(r) for r in rows]
+
+    async def revoke_allowance(self, allowance_id: str, *, user_id: str) -> bool:
+        async with self._db.transaction("revoke_allowance") as tx:
+            touched = await tx.execute(
+                "UPDATE allowances SET revoked_at = :now, revoked_by = :user "
+                "WHERE id = :id AND revoked_at IS NULL",
+                {"now": self._now(), "user": user_id, "id": allowance_id},
+            )
+            if touched == 0:
+                return False
+            await self._write_audit(
+                tx, "allowance_revoked", actor=user_id, details={"allowance_id": allowance_id}
+            )
+            return True

@@ -1,0 +1,352 @@
+"""The tool-call ledger: a paused batch's rows, each call's execution marks, its card, and its
+expiry and reminder.
+
+`record_pause`, `start_tool_call` and `finish_tool_call` are what `agent_core.SessionStore` asks
+of a store beyond the history. The `executing` mark is committed before a tool runs, so a call
+never runs twice (a crash leaves it `interrupted`, see `recovery.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from agent_core.events import ToolApprovalRequest, ToolCallHeld
+from agent_core.exceptions import ToolCallAlreadyStarted
+from agent_core.messages import ChatMessage, ToolCall, call_digest, canonical_arguments
+from bot.words import format_duration
+
+from .db import Row, Tx, aware
+from .errors import StoreError, UnknownCall
+from .models import ToolCallRow
+from .rules import card_state, expiry_ttl, new_id, start_audit
+from .sessions import Sessions
+from .states import CardLock
+
+__all__ = ["Ledger"]
+
+_BY_CALL = (
+    "SELECT * FROM tool_calls WHERE session_id = :session_id AND message_seq = :seq "
+    "AND call_id = :call_id"
+)
+
+
+def _check_pause(message: ChatMessage, requests: Sequence[ToolApprovalRequest]) -> None:
+    ids = [call.id for call in message.tool_calls]
+    stray = sorted({request.call_id for request in requests} - set(ids))
+    if stray:
+        raise StoreError(f"approval requests name calls the message does not hold: {stray!r}")
+    if len(set(ids)) != len(ids):
+        raise StoreError(f"the message repeats a tool call id: {ids!r}")
+
+
+class Ledger(Sessions):
+    async def record_pause(
+        self,
+        session_id: str,
+        message: ChatMessage,
+        requests: Sequence[ToolApprovalRequest],
+        held: Sequence[ToolCallHeld],
+    ) -> None:
+        _check_pause(message, requests)
+        gated = {request.call_id: request for request in requests}
+        async with self._db.transaction("record_pause") as tx:
+            session = await self._session(tx, session_id, lock=True)
+            requester = session["requester"]
+            seq = await self._append(tx, session_id, [message])
+            batch_id, now = new_id(), self._now()
+            rows: list[dict[str, Any]] = []
+            for position, call in enumerate(message.tool_calls):
+                request = gated.get(call.id)
+                shown = call.display_arguments()
+                rows.append(
+                    {
+                        "id": new_id(),
+                        "session_id": session_id,
+                        "batch_id": batch_id,
+                        "seq": seq,
+                        "position": position,
+                        "call_id": call.id,
+                        "name": call.name,
+                        "arguments": canonical_arguments(shown),
+                        "digest": request.digest if request else call_digest(call.name, shown),
+                        "gated": request is not None,
+                        "requester": requester,
+                        "now": now,
+                    }
+                )
+            await tx.execute_many(
+                "INSERT INTO tool_calls (id, session_id, batch_id, message_seq, position, call_id, "
+                "name, arguments, digest, needs_approval, status, requested_by, created_at) "
+                "VALUES (:id, :session_id, :batch_id, :seq, :position, :call_id, :name, "
+                ":arguments, :digest, :gated, 'pending', :requester, :now)",
+                rows,
+            )
+            # The pause transition: from whatever the run was in, to awaiting its decisions.
+            await tx.execute(
+                "UPDATE sessions SET state = 'awaiting_approval', batch_id = :batch_id, "
+                "error = NULL, instance_id = NULL, updated_at = :now WHERE id = :id",
+                {"batch_id": batch_id, "now": now, "id": session_id},
+            )
+            for row in rows:
+                if row["gated"]:
+                    await self._write_audit(
+                        tx,
+                        "request",
+                        actor=requester,
+                        session_id=session_id,
+                        call_id=row["call_id"],
+                        details={
+                            "ledger_id": row["id"],
+                            "batch_id": batch_id,
+                            "tool": row["name"],
+                            "arguments": row["arguments"],
+                            "digest": row["digest"],
+                        },
+                    )
+
+    async def _insert_unpaused(
+        self, tx: Tx, session: Row, seq: int, call: ToolCall
+    ) -> tuple[str, str]:
+        """The ledger row of a call of a round that did not pause, born `executing`."""
+        position = await tx.fetch_value(
+            "SELECT COUNT(*) FROM tool_calls WHERE session_id = :id AND message_seq = :seq",
+            {"id": session["id"], "seq": seq},
+        )
+        shown = call.display_arguments()
+        ledger_id, digest, now = new_id(), call_digest(call.name, shown), self._now()
+        await tx.execute(
+            "INSERT INTO tool_calls (id, session_id, batch_id, message_seq, position, call_id, "
+            "name, arguments, digest, needs_approval, status, requested_by, instance_id, "
+            "created_at, started_at) VALUES (:id, :session_id, NULL, :seq, :position, "
+            ":call_id, :name, :arguments, :digest, false, 'executing', :requester, :instance, "
+            ":now, :now)",
+            {
+                "id": ledger_id,
+                "session_id": session["id"],
+                "seq": seq,
+                "position": int(position or 0),
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": canonical_arguments(shown),
+                "digest": digest,
+                "requester": session["requester"],
+                "instance": self._instance_id,
+                "now": now,
+            },
+        )
+        return ledger_id, digest
+
+    async def start_tool_call(self, session_id: str, call: ToolCall) -> None:
+        """Notes which instance runs the call; refused (and audited) for a call already past
+        `approved`, whichever replica asks."""
+        refused: str | None = None
+        async with self._db.transaction("start_tool_call") as tx:
+            session = await self._session(tx, session_id, lock=True)
+            seq = session["last_calls_seq"]
+            if seq is None:
+                raise UnknownCall(call.id, session_id)
+            row = await tx.fetch_one(
+                _BY_CALL + self._db.for_update,
+                {"session_id": session_id, "seq": seq, "call_id": call.id},
+            )
+            decided_by: str | None = None
+            if row is None:
+                ledger_id, digest = await self._insert_unpaused(tx, session, seq, call)
+            else:
+                current = self._call_model(row)
+                ledger_id, digest, decided_by = current.id, current.digest, current.decided_by
+                touched = await tx.execute(
+                    "UPDATE tool_calls SET status = 'executing', started_at = :now, "
+                    "instance_id = :instance WHERE id = :id AND (status = 'approved' "
+                    "OR (status = 'pending' AND NOT needs_approval))",
+                    {"now": self._now(), "instance": self._instance_id, "id": ledger_id},
+                )
+                if touched == 0:
+                    refused = current.status
+            event, details = start_audit(call.name, ledger_id, digest, decided_by, refused)
+            await self._write_audit(
+                tx,
+                event,
+                actor=session["requester"],
+                session_id=session_id,
+                call_id=call.id,
+                details=details,
+            )
+        if refused is not None:
+            raise ToolCallAlreadyStarted(call.id, refused)
+
+    async def finish_tool_call(
+        self, session_id: str, call: ToolCall, message: ChatMessage, *, is_error: bool
+    ) -> None:
+        async with self._db.transaction("finish_tool_call") as tx:
+            session = await self._session(tx, session_id, lock=True)
+            row = await tx.fetch_one(
+                _BY_CALL + self._db.for_update,
+                {"session_id": session_id, "seq": session["last_calls_seq"], "call_id": call.id},
+            )
+            if row is None:
+                raise UnknownCall(call.id, session_id)
+            current = self._call_model(row)
+            if current.status != "executing":
+                raise StoreError(
+                    f"tool call {call.id!r} of session {session_id!r} is {current.status}, "
+                    "not executing; its result was not recorded"
+                )
+            await tx.execute(
+                "UPDATE tool_calls SET status = 'done', result = :result, is_error = :is_error, "
+                "finished_at = :now WHERE id = :id",
+                {
+                    "result": message.content,
+                    "is_error": is_error,
+                    "now": self._now(),
+                    "id": current.id,
+                },
+            )
+            await self._append(tx, session_id, [message])
+            await self._write_audit(
+                tx,
+                "execution_end",
+                actor=session["requester"],
+                session_id=session_id,
+                call_id=call.id,
+                details={
+                    "ledger_id": current.id,
+                    "tool": current.name,
+                    "is_error": is_error,
+                    "result_chars": len(message.content or ""),
+                },
+            )
+
+    # -- reading the ledger ------------------------------------------------------------------------
+
+    async def get_call(self, ledger_id: str) -> ToolCallRow | None:
+        async with self._db.reading("get_call") as tx:
+            row = await tx.fetch_one("SELECT * FROM tool_calls WHERE id = :id", {"id": ledger_id})
+        return None if row is None else self._call_model(row)
+
+    async def find_call(self, session_id: str, call_id: str) -> ToolCallRow | None:
+        async with self._db.reading("find_call") as tx:
+            row = await tx.fetch_one(
+                "SELECT * FROM tool_calls WHERE session_id = :session_id AND call_id = :call_id "
+                "ORDER BY message_seq DESC LIMIT 1",
+                {"session_id": session_id, "call_id": call_id},
+            )
+        return None if row is None else self._call_model(row)
+
+    async def batch_calls(self, session_id: str) -> list[ToolCallRow]:
+        async with self._db.reading("batch_calls") as tx:
+            rows = await tx.fetch_all(
+                "SELECT t.* FROM tool_calls AS t JOIN sessions AS s ON t.batch_id = s.batch_id "
+                "WHERE s.id = :id ORDER BY t.position",
+                {"id": session_id},
+            )
+        return [self._call_model(row) for row in rows]
+
+    # -- cards -------------------------------------------------------------------------------------
+
+    async def set_card(
+        self, ledger_id: str, channel: str, ts: str, *, locked: CardLock | None = None
+    ) -> None:
+        async with self._db.transaction("set_card") as tx:
+            touched = await tx.execute(
+                "UPDATE tool_calls SET card_channel = :channel, card_ts = :ts, "
+                "card_locked = :locked WHERE id = :id",
+                {"channel": channel, "ts": ts, "locked": locked, "id": ledger_id},
+            )
+            if touched == 0:
+                raise UnknownCall(ledger_id)
+
+    async def card_drawn(self, ledger_id: str, drawn: str) -> None:
+        async with self._db.transaction("card_drawn") as tx:
+            await tx.execute(
+                "UPDATE tool_calls SET card_drawn = :drawn WHERE id = :id",
+                {"drawn": drawn, "id": ledger_id},
+            )
+
+    async def stale_cards(self) -> list[ToolCallRow]:
+        async with self._db.reading("stale_cards") as tx:
+            rows = await tx.fetch_all(
+                "SELECT * FROM tool_calls WHERE card_ts IS NOT NULL AND needs_approval "
+                "AND (card_drawn IS NULL OR card_drawn LIKE 'pending:%') "
+                "ORDER BY created_at, position"
+            )
+        calls = [self._call_model(row) for row in rows]
+        return [c for c in calls if c.card_drawn != card_state(c)]
+
+    # -- expiry and reminders ----------------------------------------------------------------------
+
+    async def set_expiry(
+        self, ledger_id: str, expires_at: datetime, *, ttl: str | None = None
+    ) -> None:
+        words = ttl or format_duration(aware(expires_at) - self._moment(), approximate=True)
+        async with self._db.transaction("set_expiry") as tx:
+            touched = await tx.execute(
+                "UPDATE tool_calls SET expires_at = :at, ttl = :ttl WHERE id = :id",
+                {"at": self._db.time_in(expires_at), "ttl": words, "id": ledger_id},
+            )
+            if touched == 0:
+                raise UnknownCall(ledger_id)
+
+    async def _expire(self, tx: Tx, row: ToolCallRow, now: datetime) -> ToolCallRow:
+        ttl = expiry_ttl(row)
+        await tx.execute(
+            "UPDATE tool_calls SET status = 'expired', decided_at = :now, ttl = :ttl "
+            "WHERE id = :id AND status = 'pending'",
+            {"now": self._db.time_in(now), "ttl": ttl, "id": row.id},
+        )
+        details = {"ledger_id": row.id, "tool": row.name, "ttl": ttl}
+        await self._audit_call(tx, "expiry", row, details, actor=None)
+        return await self._call(tx, row.id)
+
+    async def _expire_if_due(self, tx: Tx, row: ToolCallRow) -> ToolCallRow:
+        """The row expired (re-read) if it is undecided past its time, else `row` itself."""
+        now = self._moment()
+        if row.status == "pending" and row.expires_at is not None and row.expires_at <= now:
+            return await self._expire(tx, row, now)
+        return row
+
+    async def expire_due(self, now: datetime | None = None) -> list[ToolCallRow]:
+        """Rows another replica is deciding or expiring right now are skipped (it handles them)."""
+        moment = aware(now) if now is not None else self._moment()
+        async with self._db.transaction("expire_due") as tx:
+            rows = await tx.fetch_all(
+                "SELECT * FROM tool_calls WHERE status = 'pending' AND needs_approval "
+                "AND expires_at IS NOT NULL AND expires_at <= :now ORDER BY expires_at"
+                + self._db.skip_locked,
+                {"now": self._db.time_in(moment)},
+            )
+            return [await self._expire(tx, self._call_model(row), moment) for row in rows]
+
+    async def due_reminders(
+        self, before: timedelta, now: datetime | None = None
+    ) -> list[ToolCallRow]:
+        moment = aware(now) if now is not None else self._moment()
+        reminded: list[ToolCallRow] = []
+        async with self._db.transaction("due_reminders") as tx:
+            rows = await tx.fetch_all(
+                "SELECT * FROM tool_calls WHERE status = 'pending' AND needs_approval "
+                "AND reminded_at IS NULL AND expires_at IS NOT NULL "
+                "AND expires_at > :now AND expires_at <= :until ORDER BY expires_at"
+                + self._db.skip_locked,
+                {"now": self._db.time_in(moment), "until": self._db.time_in(moment + before)},
+            )
+            for row in rows:
+                call = self._call_model(row)
+                await tx.execute(
+                    "UPDATE tool_calls SET reminded_at = :now WHERE id = :id",
+                    {"now": self._db.time_in(moment), "id": call.id},
+                )
+                details = {"ledger_id": call.id, "tool": call.name}
+                await self._audit_call(tx, "reminder", call, details, actor=None)
+                reminded.append(await self._call(tx, call.id))
+        return reminded
+
+    async def next_expiry(self) -> datetime | None:
+        async with self._db.reading("next_expiry") as tx:
+            value = await tx.fetch_value(
+                "SELECT MIN(expires_at) FROM tool_calls WHERE status = 'pending' "
+                "AND needs_approval AND expires_at IS NOT NULL"
+            )
+        return self._db.time_out(value)

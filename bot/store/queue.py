@@ -1,0 +1,251 @@
+"""The run queue (messages waiting for a free slot in their channel, first come first served)
+and the inbox (deliveries saved before Slack gets its 200).
+
+Each step that moves a queue item also moves its session (claiming an item starts its run), in
+one transaction, so concurrent dispatchers in any number of processes or replicas never exceed
+a channel's limit and never start an item twice: `claim_queued` holds a per-channel advisory
+lock for its transaction on PostgreSQL, where SQLite's `BEGIN IMMEDIATE` already serialises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from .db import Row, Tx
+from .errors import StoreError
+from .models import EnqueueOutcome, QueueItem
+from .rules import SEEN_EVENT_TTL
+from .sessions import Sessions
+from .states import InboxKind
+
+__all__ = ["QUEUE_LOCK", "Queue"]
+
+QUEUE_LOCK = 0x0F5_0E0E
+"""First key of the per-channel advisory lock (the second is the channel id's hash)."""
+
+_QUEUED_OF_SESSION = (
+    "SELECT * FROM run_queue WHERE session_id = :id AND state = 'queued' ORDER BY id LIMIT 1"
+)
+
+_FIRST_SIGHTING = (
+    "INSERT INTO seen_events (event_id, seen_at) VALUES (:key, :now) "
+    "ON CONFLICT (event_id) DO NOTHING"
+)
+"""Claim a dedupe key: one row touched the first time, none after (`first_sighting` too)."""
+
+
+class Queue(Sessions):
+    async def enqueue(
+        self, session_id: str, *, requester: str, text: str, message_ts: str | None = None
+    ) -> EnqueueOutcome:
+        """Busy: the session's run is active or waits for approval, or another message of the
+        thread is already queued (one run per thread, `docs/architecture.md`)."""
+        async with self._db.transaction("enqueue") as tx:
+            session = self._session_model(await self._session(tx, session_id, lock=True))
+            waiting = await tx.fetch_one(_QUEUED_OF_SESSION, {"id": session_id})
+            if session.state not in ("idle", "failed") or waiting is not None:
+                queued = None if waiting is None else self._queue_model(waiting)
+                return EnqueueOutcome(item=None, session=session, waiting=queued)
+            row = await tx.fetch_one(
+                "INSERT INTO run_queue (session_id, channel_id, requester, text, message_ts, "
+                "state, enqueued_at) VALUES (:id, :channel, :requester, :text, :ts, 'queued', "
+                ":now) RETURNING *",
+                {
+                    "id": session_id,
+                    "channel": session.channel_id,
+                    "requester": requester,
+                    "text": text,
+                    "ts": message_ts,
+                    "now": self._now(),
+                },
+            )
+            return EnqueueOutcome(item=self._queue_model(row), session=session)
+
+    async def _start_item(self, tx: Tx, candidate: Row) -> QueueItem | None:
+        """Start one candidate under its session's lock; None if it changed meanwhile."""
+        session = await self._session(tx, candidate["session_id"], lock=True)
+        if session["state"] not in ("idle", "failed"):
+            return None
+        now = self._now()
+        seq = await tx.fetch_value(
+            "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE session_id = :id",
+            {"id": session["id"]},
+        )
+        row = await tx.fetch_one(
+            "UPDATE run_queue SET state = 'started', started_at = :now, history_seq = :seq, "
+            "instance_id = :instance WHERE id = :id AND state = 'queued' RETURNING *",
+            {"now": now, "seq": int(seq), "instance": self._instance_id, "id": candidate["id"]},
+        )
+        if row is None:
+            return None
+        await tx.execute(
+            "UPDATE sessions SET state = 'running', requester = :requester, error = NULL, "
+            "instance_id = :instance, updated_at = :now WHERE id = :id",
+            {
+                "requester": row["requester"],
+                "instance": self._instance_id,
+                "now": now,
+                "id": session["id"],
+            },
+        )
+        return self._queue_model(row)
+
+    async def claim_queued(self, channel_id: str, *, limit: int) -> QueueItem | None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit!r}")
+        async with self._db.transaction("claim_queued") as tx:
+            await self._db.advisory_lock(tx, QUEUE_LOCK, channel_id)
+            busy = await tx.fetch_value(
+                "SELECT COUNT(*) FROM sessions WHERE channel_id = :channel "
+                "AND state IN ('running', 'resuming')",
+                {"channel": channel_id},
+            )
+            if int(busy) >= limit:
+                return None
+            candidates = await tx.fetch_all(
+                "SELECT q.id, q.session_id FROM run_queue AS q "
+                "JOIN sessions AS s ON s.id = q.session_id WHERE q.channel_id = :channel "
+                "AND q.state = 'queued' AND s.state IN ('idle', 'failed') ORDER BY q.id LIMIT 3",
+                {"channel": channel_id},
+            )
+            for candidate in candidates:
+                started = await self._start_item(tx, candidate)
+                if started is not None:
+                    return started
+            return None
+
+    async def release_queued(self, item_id: int) -> None:
+        async with self._db.transaction("release_queued") as tx:
+            row = await tx.fetch_one("SELECT * FROM run_queue WHERE id = :id", {"id": item_id})
+            if row is None or row["state"] != "started":
+                return
+            await self._session(tx, row["session_id"], lock=True)
+            touched = await tx.execute(
+                "UPDATE run_queue SET state = 'queued', started_at = NULL, history_seq = NULL, "
+                "instance_id = NULL WHERE id = :id AND state = 'started'",
+                {"id": item_id},
+            )
+            if touched == 0:
+                return
+            await tx.execute(
+                "UPDATE sessions SET state = 'idle', instance_id = NULL, updated_at = :now "
+                "WHERE id = :id AND state = 'running'",
+                {"now": self._now(), "id": row["session_id"]},
+            )
+
+    async def finish_queued(self, item_id: int) -> None:
+        async with self._db.transaction("finish_queued") as tx:
+            await tx.execute(
+                "UPDATE run_queue SET state = 'done', finished_at = :now "
+                "WHERE id = :id AND state = 'started'",
+                {"now": self._now(), "id": item_id},
+            )
+
+    async def cancel_queued(self, session_id: str, *, user_id: str) -> QueueItem | None:
+        async with self._db.transaction("cancel_queued") as tx:
+            await self._session(tx, session_id, lock=True)
+            waiting = await tx.fetch_one(_QUEUED_OF_SESSION, {"id": session_id})
+            if waiting is None:
+                return None
+            row = await tx.fetch_one(
+                "UPDATE run_queue SET state = 'cancelled', finished_at = :now "
+                "WHERE id = :id AND state = 'queued' RETURNING *",
+                {"now": self._now(), "id": waiting["id"]},
+            )
+            if row is None:
+                raise StoreError(f"queue item {waiting['id']!r} changed under cancel_queued")
+            await self._write_audit(
+                tx,
+                "cancel",
+                actor=user_id,
+                session_id=session_id,
+                details={"queue_item": row["id"], "requester": row["requester"], "via": "queue"},
+            )
+            return self._queue_model(row)
+
+    async def queued_item(self, session_id: str) -> QueueItem | None:
+        async with self._db.reading("queued_item") as tx:
+            row = await tx.fetch_one(_QUEUED_OF_SESSION, {"id": session_id})
+        return None if row is None else self._queue_model(row)
+
+    async def queue_position(self, item_id: int) -> int | None:
+        async with self._db.reading("queue_position") as tx:
+            row = await tx.fetch_one("SELECT * FROM run_queue WHERE id = :id", {"id": item_id})
+            if row is None or row["state"] != "queued":
+                return None
+            ahead = await tx.fetch_value(
+                "SELECT COUNT(*) FROM run_queue WHERE channel_id = :channel AND state = 'queued' "
+                "AND id < :id",
+                {"channel": row["channel_id"], "id": item_id},
+            )
+        return int(ahead)
+
+    async def queue_items(
+        self, *, channel_id: str | None = None, states: Collection[str] | None = None
+    ) -> list[QueueItem]:
+        sql, params = "SELECT * FROM run_queue WHERE 1 = 1", dict[str, Any](channel=channel_id)
+        if channel_id is not None:
+            sql += " AND channel_id = :channel"
+        if states is not None:
+            wanted = sorted(states)
+            if not wanted:
+                return []
+            sql += f" AND state IN ({', '.join(f':s{i}' for i in range(len(wanted)))})"
+            params.update({f"s{i}": state for i, state in enumerate(wanted)})
+        async with self._db.reading("queue_items") as tx:
+            rows = await tx.fetch_all(sql + " ORDER BY id", params)
+        return [self._queue_model(row) for row in rows]
+
+    async def queued_channels(self) -> list[str]:
+        async with self._db.reading("queued_channels") as tx:
+            rows = await tx.fetch_all(
+                "SELECT channel_id FROM run_queue WHERE state = 'queued' "
+                "GROUP BY channel_id ORDER BY MIN(id)"
+            )
+        return [str(row[0]) for row in rows]
+
+    # -- the inbox ---------------------------------------------------------------------------------
+
+    async def inbox_add(
+        self, kind: InboxKind, payload: Mapping[str, Any], *, keys: Sequence[str] = ()
+    ) -> int | None:
+        try:
+            return await self._add(kind, payload, keys)
+        except _Seen:
+            return None
+
+    async def _add(self, kind: InboxKind, payload: Mapping[str, Any], keys: Sequence[str]) -> int:
+        moment = self._moment()
+        now = self._db.time_in(moment)
+        async with self._db.transaction("inbox_add") as tx:
+            await tx.execute(
+                "DELETE FROM seen_events WHERE seen_at < :before",
+                {"before": self._db.time_in(moment - SEEN_EVENT_TTL)},
+            )
+            for key in keys:
+                if await tx.execute(_FIRST_SIGHTING, {"key": key, "now": now}) != 1:
+                    # Seen before: the rollback also releases the keys claimed above.
+                    raise _Seen
+            item_id = await tx.fetch_value(
+                "INSERT INTO inbox (kind, payload, instance_id, received_at) "
+                "VALUES (:kind, :payload, :instance, :now) RETURNING id",
+                {
+                    "kind": kind,
+                    "payload": self._db.json_in(dict(payload)),
+                    "instance": self._instance_id,
+                    "now": now,
+                },
+            )
+            return int(item_id)
+
+    async def inbox_done(self, item_id: int) -> None:
+        async with self._db.transaction("inbox_done") as tx:
+            await tx.execute(
+                "UPDATE inbox SET state = 'done', done_at = :now WHERE id = :id",
+                {"now": self._now(), "id": item_id},
+            )
+
+
+class _Seen(Exception):
+    """A dedupe key was seen before: roll the transaction back, save nothing."""

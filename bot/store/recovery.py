@@ -1,0 +1,234 @@
+"""Repairing what a crash (or a stopped run) left behind.
+
+A call that was `executing` may have had effects, so it is never run again: it becomes
+`interrupted`, and its batch is closed (`agent_core.batches.close_batch`) so every
+`tool_call_id` has its answer and the history stays valid for the provider.
+
+Whose work is left over differs by database, and the two variants stand side by side in
+`_orphaned`: an SQLite file is held by one serving process, so at its start-up everything
+left is a dead process's; on PostgreSQL only the work of replicas whose lease lapsed (or of no
+replica) is, and recovery holds an advisory lock so two survivors never repair the same work.
+"""
+
+from __future__ import annotations
+
+from agent_core.batches import close_batch
+from agent_core.messages import ToolCall
+from agent_core.outcomes import CallOutcome, Interrupted, NotRun, render_outcome
+
+from .db import Tx
+from .ledger import Ledger
+from .models import InboxItem, QueueItem, RecoveredSession, ToolCallRow
+from .queue import Queue
+from .rules import interruption_audits, resume_never_began
+
+__all__ = ["RECOVER_LOCK", "Recovery"]
+
+RECOVER_LOCK = 0x0F5_5AFE
+"""Advisory lock key held by recovery, so two survivors never repair the same work."""
+
+_LAPSED = (
+    "({t}.instance_id IS NULL OR NOT EXISTS (SELECT 1 FROM instances AS i "
+    "WHERE i.id = {t}.instance_id "
+    "AND i.heartbeat_at + i.lease_seconds * interval '1 second' > :now)) "
+    "AND (CAST(:me AS text) IS NULL OR {t}.instance_id IS DISTINCT FROM :me)"
+)
+"""PostgreSQL: work whose owner's lease lapsed (never this store's own instance's)."""
+
+
+class Recovery(Ledger, Queue):
+    def _orphaned(self, table: str) -> str:
+        """The condition on `table` (an alias) for work no live process owns."""
+        if self._db.dialect == "sqlite":
+            return "1 = 1"  # the file's one serving process is this one: the rest is a dead one's
+        return _LAPSED.format(t=table)
+
+    async def requeue_interrupted(self) -> list[QueueItem]:
+        requeued: list[QueueItem] = []
+        async with self._db.transaction("requeue_interrupted") as tx:
+            await self._db.advisory_lock(tx, RECOVER_LOCK)
+            now = self._now()
+            mine = {"now": now, "me": self._instance_id}
+            started = await tx.fetch_all(
+                "SELECT q.* FROM run_queue AS q WHERE q.state = 'started' AND "
+                + self._orphaned("q")
+                + " ORDER BY q.id",
+                mine,
+            )
+            for item in map(self._queue_model, started):
+                await self._session(tx, item.session_id, lock=True)
+                stored = await tx.fetch_value(
+                    "SELECT 1 FROM messages WHERE session_id = :id AND seq >= :seq LIMIT 1",
+                    {"id": item.session_id, "seq": item.history_seq or 0},
+                )
+                if stored is not None:
+                    await tx.execute(
+                        "UPDATE run_queue SET state = 'done', finished_at = :now WHERE id = :id",
+                        {"now": now, "id": item.id},
+                    )
+                    continue
+                row = await tx.fetch_one(
+                    "UPDATE run_queue SET state = 'queued', started_at = NULL, "
+                    "history_seq = NULL, instance_id = NULL WHERE id = :id RETURNING *",
+                    {"id": item.id},
+                )
+                await tx.execute(
+                    "UPDATE sessions SET state = 'idle', instance_id = NULL, updated_at = :now "
+                    "WHERE id = :id AND state IN ('running', 'resuming')",
+                    {"now": now, "id": item.session_id},
+                )
+                requeued.append(self._queue_model(row))
+        return requeued
+
+    async def recover(self) -> list[RecoveredSession]:
+        recovered: list[RecoveredSession] = []
+        async with self._db.transaction("recover") as tx:
+            await self._db.advisory_lock(tx, RECOVER_LOCK)
+            mine = {"now": self._now(), "me": self._instance_id}
+            executing = [
+                self._call_model(row)
+                for row in await tx.fetch_all(
+                    "SELECT t.* FROM tool_calls AS t WHERE t.status = 'executing' AND "
+                    + self._orphaned("t")
+                    + " ORDER BY t.session_id, t.message_seq, t.position",
+                    mine,
+                )
+            ]
+            stuck = await tx.fetch_all(
+                "SELECT s.id FROM sessions AS s WHERE s.state IN ('running', 'resuming') AND "
+                + self._orphaned("s")
+                + " ORDER BY s.id",
+                mine,
+            )
+            started = {row.session_id for row in executing}
+            waiting = [row[0] for row in stuck if row[0] not in started]
+            reclaimed = {sid for sid in waiting if await self._reclaim_resume(tx, sid)}
+            for session_id in sorted(started | {row[0] for row in stuck} - reclaimed):
+                mine_here = [row for row in executing if row.session_id == session_id]
+                recovered.append(await self._recover_session(tx, session_id, mine_here))
+        return recovered
+
+    async def stop_run(
+        self, session_id: str, *, why: str, by: str | None = None
+    ) -> RecoveredSession | None:
+        async with self._db.transaction("stop_run") as tx:
+            session = await self._session(tx, session_id, lock=True)
+            if session["state"] not in ("running", "resuming"):
+                return None
+            executing = [
+                self._call_model(row)
+                for row in await tx.fetch_all(
+                    "SELECT * FROM tool_calls WHERE session_id = :id AND status = 'executing' "
+                    "ORDER BY message_seq, position",
+                    {"id": session_id},
+                )
+            ]
+            await self._write_audit(
+                tx,
+                "run_stopped",
+                actor=by,
+                session_id=session_id,
+                details={"why": why, "interrupted": [row.id for row in executing]},
+            )
+            return await self._recover_session(tx, session_id, executing)
+
+    async def _reclaim_resume(self, tx: Tx, session_id: str) -> bool:
+        """A decided batch of which nothing ran goes back to awaiting_approval, so its resume
+        is claimed again, once, and runs it (docs/architecture.md)."""
+        session = await self._session(tx, session_id, lock=True)
+        rows = [
+            self._call_model(row)
+            for row in await tx.fetch_all(
+                "SELECT * FROM tool_calls WHERE batch_id = :batch_id ORDER BY position",
+                {"batch_id": session["batch_id"]},
+            )
+        ]
+        seq = session["last_calls_seq"]
+        tail = await self._latest_batch_messages(tx, session_id, seq)
+        if session["batch_id"] is None or not resume_never_began(rows, tail, seq):
+            return False
+        await tx.execute(
+            "UPDATE sessions SET state = 'awaiting_approval', instance_id = NULL, "
+            "updated_at = :now WHERE id = :id",
+            {"now": self._now(), "id": session_id},
+        )
+        await self._write_audit(
+            tx,
+            "resume_reclaimed",
+            actor=None,
+            session_id=session_id,
+            details={"previous_state": session["state"], "batch_id": session["batch_id"]},
+        )
+        return True
+
+    async def _recover_session(
+        self, tx: Tx, session_id: str, interrupted: list[ToolCallRow]
+    ) -> RecoveredSession:
+        session = await self._session(tx, session_id, lock=True)
+        now = self._now()
+        for row in interrupted:
+            await tx.execute(
+                "UPDATE tool_calls SET status = 'interrupted', result = :result, "
+                "is_error = true, finished_at = :now WHERE id = :id AND status = 'executing'",
+                {"result": render_outcome(Interrupted()), "now": now, "id": row.id},
+            )
+        seq = session["last_calls_seq"]
+        was_running = {row.call_id for row in interrupted if row.message_seq == seq}
+        not_run: list[str] = []
+
+        def outcome(call: ToolCall) -> CallOutcome:
+            if call.id in was_running:
+                return Interrupted()
+            not_run.append(call.id)
+            return NotRun()
+
+        answers = close_batch(await self._latest_batch_messages(tx, session_id, seq), outcome)
+        if answers:
+            await self._append(tx, session_id, answers)
+        await tx.execute(
+            "UPDATE sessions SET state = 'idle', error = NULL, instance_id = NULL, "
+            "updated_at = :now WHERE id = :id",
+            {"now": now, "id": session_id},
+        )
+        for call_id, details in interruption_audits(session["state"], interrupted, not_run):
+            await self._write_audit(
+                tx,
+                "interrupted",
+                actor=None,
+                session_id=session_id,
+                call_id=call_id,
+                details=details,
+            )
+        return RecoveredSession(
+            session=self._session_model(await self._session(tx, session_id)),
+            interrupted=[await self._call(tx, row.id) for row in interrupted],
+            not_run=not_run,
+        )
+
+    async def inbox_recover(self) -> list[InboxItem]:
+        async with self._db.transaction("inbox_recover") as tx:
+            await self._db.advisory_lock(tx, RECOVER_LOCK)
+            if self._db.dialect == "sqlite":
+                # `claimed` rows too when this store holds the file: their claimer is gone.
+                claimed = "b.state = 'claimed'" if self._db.exclusive else "1 = 0"
+            else:
+                # A row claimed by a store holding no lease is never claimed again: nothing
+                # would tell whether its claimer is gone.
+                claimed = "(b.state = 'claimed' AND b.instance_id IS NOT NULL)"
+            rows = await tx.fetch_all(
+                "UPDATE inbox AS b SET state = 'claimed', instance_id = :me "
+                f"WHERE (b.state = 'received' OR {claimed}) AND "
+                + self._orphaned("b")
+                + " RETURNING *",
+                {"now": self._now(), "me": self._instance_id},
+            )
+        items = [
+            InboxItem(
+                id=r["id"],
+                kind=r["kind"],
+                payload=self._db.json_out(r["payload"]),
+                received_at=r["received_at"],
+            )
+            for r in rows
+        ]
+        return sorted(items, key=lambda item: item.id)

@@ -1,0 +1,255 @@
+"""What the store decides and words, kept out of the SQL: refusals, card states, what the model
+is told about a cancelled or interrupted batch, a resume's decisions, audit details.
+
+Pure functions of rows, so they can be read (and tested) without a database. Nothing here
+touches a connection.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Collection, Iterable, Sequence
+from datetime import timedelta
+from typing import Any, get_args
+
+from agent_core.approvals import ToolApprovalResponse
+from agent_core.messages import ChatMessage, ToolCall
+from agent_core.outcomes import CallOutcome, Cancelled, Expired, NotRun, Rejected
+from bot.words import format_duration
+
+from .models import ToolCallRow, batch_complete
+from .reasons import (
+    AlreadyDecided,
+    ArgumentsChanged,
+    BatchMovedOn,
+    CallExpired,
+    CancelReason,
+    DecisionReason,
+    NeedsNoApproval,
+    NotWaiting,
+)
+from .states import RunState
+
+__all__ = [
+    "HOME_VIEWERS_KEPT",
+    "PROBE_EVENT_ID",
+    "RUN_STATES",
+    "SEEN_EVENT_TTL",
+    "Person",
+    "already",
+    "arguments_changed",
+    "cancel_outcome",
+    "cancel_refusal",
+    "card_state",
+    "check_states",
+    "edit_refusal",
+    "edit_summary",
+    "expiry_ttl",
+    "interruption_audits",
+    "new_id",
+    "responses",
+    "resume_never_began",
+    "start_audit",
+]
+
+SEEN_EVENT_TTL = timedelta(days=1)
+"""How long a Slack event id is remembered; Slack retries within minutes."""
+
+PROBE_EVENT_ID = "opsgate:readiness-probe"
+"""The one `seen_events` row `probe_write` overwrites; no Slack event id looks like it."""
+
+HOME_VIEWERS_KEPT = 500
+"""How many recent Home tab openers the store remembers (the oldest are forgotten)."""
+
+RUN_STATES: frozenset[str] = frozenset(get_args(RunState))
+
+Person = Callable[[str], str]
+"""How a user id is named in text meant for people and the model (the bot passes a mention)."""
+
+
+def new_id() -> str:
+    """Opaque and unguessable: ledger ids travel in Slack buttons."""
+    return secrets.token_hex(16)
+
+
+def check_states(states: Collection[str]) -> None:
+    unknown = sorted(set(states) - RUN_STATES)
+    if unknown:
+        raise ValueError(
+            f"unknown run state(s) {unknown!r}; expected one of {sorted(RUN_STATES)!r}"
+        )
+
+
+def already(row: ToolCallRow) -> DecisionReason:
+    """Why a decision on a call that is no longer pending was not recorded: who won, and when."""
+    if row.status == "expired":
+        return CallExpired(row.expires_at or row.decided_at, row.ttl)
+    if row.decided_by is None:
+        return AlreadyDecided(row.status, (), row.decided_at)
+    approved = row.status not in ("rejected", "cancelled")
+    deciders = tuple(row.approvals) if approved and row.approvals else (row.decided_by,)
+    return AlreadyDecided(row.status, deciders, row.decided_at)
+
+
+def cancel_refusal(
+    batch_id: str | None, current: str | None, state: str, moved: bool
+) -> CancelReason | None:
+    """Why a cancel ended nothing: the card is from an older batch, or the conditional update
+    found the run no longer waiting (`moved`). None: it was cancelled."""
+    if batch_id is not None and batch_id != current:
+        return BatchMovedOn()
+    if moved:
+        check_states([state])
+        return NotWaiting(state)  # type: ignore[arg-type]  # checked just above
+    return None
+
+
+def card_state(row: ToolCallRow) -> str:
+    """What a card shows for `row`, as a short key: "pending:<approvals>" (buttons, progress)
+    or the decided status the card shows. A card drawn with another key is stale."""
+    match row.status:
+        case "pending":
+            return f"pending:{len(row.approvals)}"
+        case "rejected" | "expired" | "cancelled":
+            return row.status
+        case _:
+            return "approved"
+
+
+def arguments_changed(row: ToolCallRow, shown: str | None) -> ArgumentsChanged | None:
+    """A click from a card that showed digest `shown` while the pending call now runs other
+    arguments (it was edited since): it must not count toward the edited call."""
+    if shown is None or row.status != "pending" or shown == row.running_digest:
+        return None
+    return ArgumentsChanged(shown, row.running_digest)
+
+
+def edit_refusal(row: ToolCallRow) -> DecisionReason | None:
+    """Why an edit of `row` is not recorded (it is no longer pending), or None if it may be.
+    Unlike an approval, someone who approved the old arguments may edit: the edit is a new call."""
+    if not row.needs_approval:
+        return NeedsNoApproval()
+    if row.status != "pending":
+        return already(row)
+    return None
+
+
+def edit_summary(
+    row: ToolCallRow, arguments: str, digest: str, required_approvals: int, final: bool
+) -> dict[str, Any]:
+    """The audit details of an edit: both argument versions (the model's, and what runs now)."""
+    return {
+        "ledger_id": row.id,
+        "tool": row.name,
+        "original": json.loads(row.arguments),
+        "previous": json.loads(row.edited_arguments) if row.edited_arguments else None,
+        "edited": json.loads(arguments),
+        "digest_before": row.running_digest,
+        "digest": digest,
+        "discarded_approvals": list(row.approvals),
+        "approvals": 1,
+        "required_approvals": required_approvals,
+        "final": final,
+    }
+
+
+def expiry_ttl(row: ToolCallRow) -> str | None:
+    """The time limit in words for an expiring row; measured if `set_expiry` gave none."""
+    if row.ttl is None and row.expires_at is not None:
+        return format_duration(row.expires_at - row.created_at, approximate=True)
+    return row.ttl
+
+
+def cancel_outcome(
+    rows: dict[str, ToolCallRow], by: str, person: Person
+) -> Callable[[ToolCall], CallOutcome]:
+    """What the model is told about each call of a cancelled batch (`rows` by provider call id,
+    as they were before the cancel; `by` already spelled by `person`)."""
+
+    def outcome(call: ToolCall) -> CallOutcome:
+        row = rows.get(call.id)
+        if row is None or not row.needs_approval or row.status == "approved":
+            return NotRun(cancelled_by=by)
+        if row.status == "rejected":
+            decided_by = person(row.decided_by) if row.decided_by else None
+            return Rejected(row.reason, by=decided_by)
+        if row.status == "expired":
+            return Expired(row.ttl or "the time limit")
+        return Cancelled(by=by)
+
+    return outcome
+
+
+def responses(rows: Iterable[ToolCallRow], person: Person) -> list[ToolApprovalResponse]:
+    """The decisions of a batch's gated calls, as the resume needs them (undecided ones left
+    out: the agent refuses to resume without them)."""
+    answers: list[ToolApprovalResponse] = []
+    for row in rows:
+        if not row.needs_approval:
+            continue
+        decided_by = person(row.decided_by) if row.decided_by else None
+        if row.status == "approved" and row.edited_arguments is not None:
+            edited_by = person(row.edited_by) if row.edited_by else decided_by
+            answers.append(
+                ToolApprovalResponse.approve(
+                    row.call_id,
+                    decided_by=edited_by,
+                    edited_arguments=json.loads(row.edited_arguments),
+                )
+            )
+        elif row.status in ("approved", "rejected"):
+            answers.append(
+                ToolApprovalResponse(
+                    row.call_id, row.status, reason=row.reason, decided_by=decided_by
+                )
+            )
+        elif row.status == "expired":
+            answers.append(ToolApprovalResponse.expire(row.call_id, row.ttl or "the time limit"))
+    return answers
+
+
+_STARTED = frozenset({"executing", "done", "interrupted"})
+
+
+def resume_never_began(rows: list[ToolCallRow], tail: list[ChatMessage], seq: int | None) -> bool:
+    """Whether a session left `resuming` or `running` by a crash holds a decided batch of
+    which nothing ran yet (docs/architecture.md): then recovery puts it back to
+    `awaiting_approval`, and the resume is claimed again, once, and runs the approved calls.
+
+    `rows` are the latest batch's ledger rows, `tail` the history from the last tool-call
+    message (at `seq`) on. The batch must be that message's and still unanswered (no tool
+    message after it, nothing appended since), fully decided, and no call of it started.
+    """
+    return (
+        seq is not None
+        and batch_complete(rows)
+        and all(row.message_seq == seq and row.status not in _STARTED for row in rows)
+        and len(tail) == 1
+    )
+
+
+def start_audit(
+    name: str, ledger_id: str, digest: str, decided_by: str | None, refused: str | None
+) -> tuple[str, dict[str, Any]]:
+    """The audit event and details of a `start_tool_call`: the start, or the refusal of a call
+    that is already past `approved` (it will not run twice)."""
+    details: dict[str, Any] = {"ledger_id": ledger_id, "tool": name, "digest": digest}
+    if refused is None:
+        details["approved_by"] = decided_by
+        return "execution_start", details
+    details.update(action="execute", why=f"already {refused}")
+    return "refusal", details
+
+
+def interruption_audits(
+    previous_state: str, interrupted: Sequence[ToolCallRow], not_run: Any
+) -> list[tuple[str | None, dict[str, Any]]]:
+    """The `interrupted` audit rows of a session recovered after a crash, as (call id,
+    details): one per call that was executing, or one for the session when none was."""
+    if not interrupted:
+        return [(None, {"previous_state": previous_state, "not_run": not_run})]
+    return [
+        (row.call_id, {"ledger_id": row.id, "tool": row.name, "not_run": not_run})
+        for row in interrupted
+    ]

@@ -1,0 +1,193 @@
+"""Sessions (one per Slack thread), their named run-state transitions, their history and its
+compaction summaries.
+
+Callers never write a state directly: each step of a run's life has a name here, and each is a
+conditional update, so that of any number of concurrent claimers (tasks, processes, replicas)
+exactly one wins. `docs/architecture.md` ("Run states") draws the machine. Summaries are
+append-only like the history: a later one reaches further, and the messages stay stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, cast
+
+from agent_core.messages import ChatMessage
+from agent_core.sessions import StoredContext, Summary
+
+from .core import StoreCore
+from .errors import InvalidTransition, StoreError, UnknownSession
+from .models import SessionRow
+from .rules import check_states, new_id
+from .states import RunState
+
+__all__ = ["Sessions"]
+
+_OWNED: frozenset[str] = frozenset({"running", "resuming"})
+"""States in which a replica's run owns the session (recovery leaves live owners alone)."""
+
+_BY_THREAD = (
+    "SELECT * FROM sessions WHERE team_id = :team AND channel_id = :channel AND thread_ts = :thread"
+)
+
+
+class Sessions(StoreCore):
+    async def get_or_create_session(
+        self, team_id: str, channel_id: str, thread_ts: str
+    ) -> SessionRow:
+        key = {"team": team_id, "channel": channel_id, "thread": thread_ts}
+        async with self._db.transaction("get_or_create_session") as tx:
+            await tx.execute(
+                "INSERT INTO sessions (id, team_id, channel_id, thread_ts, state, created_at, "
+                "updated_at) VALUES (:id, :team, :channel, :thread, 'idle', :now, :now) "
+                "ON CONFLICT (team_id, channel_id, thread_ts) DO NOTHING",
+                {**key, "id": new_id(), "now": self._now()},
+            )
+            row = await tx.fetch_one(_BY_THREAD, key)
+        return self._session_model(row)
+
+    async def get_session(self, session_id: str) -> SessionRow | None:
+        async with self._db.reading("get_session") as tx:
+            row = await tx.fetch_one("SELECT * FROM sessions WHERE id = :id", {"id": session_id})
+        return None if row is None else self._session_model(row)
+
+    async def find_session(
+        self, team_id: str, channel_id: str, thread_ts: str
+    ) -> SessionRow | None:
+        async with self._db.reading("find_session") as tx:
+            row = await tx.fetch_one(
+                _BY_THREAD, {"team": team_id, "channel": channel_id, "thread": thread_ts}
+            )
+        return None if row is None else self._session_model(row)
+
+    async def set_requester(self, session_id: str, user_id: str) -> None:
+        async with self._db.transaction("set_requester") as tx:
+            touched = await tx.execute(
+                "UPDATE sessions SET requester = :user, updated_at = :now WHERE id = :id",
+                {"user": user_id, "now": self._now(), "id": session_id},
+            )
+            if touched == 0:
+                raise UnknownSession(session_id)
+
+    # -- the named transitions -------------------------------------------------------------------
+
+    async def begin_run(self, session_id: str) -> bool:
+        return await self._claim(session_id, ("idle", "failed"), "running")
+
+    async def end_run(
+        self, session_id: str, *, failed: bool = False, error: str | None = None
+    ) -> bool:
+        if error is not None and not failed:
+            raise ValueError(f"an error is recorded only for a failed run (session {session_id!r})")
+        return await self._claim(
+            session_id, ("running",), "failed" if failed else "idle", error=error
+        )
+
+    async def claim_resume(self, session_id: str) -> bool:
+        return await self._claim(session_id, ("awaiting_approval",), "resuming")
+
+    async def resume_started(self, session_id: str) -> None:
+        if not await self._claim(session_id, ("resuming",), "running"):
+            session = await self.get_session(session_id)
+            found = "gone" if session is None else session.state
+            raise InvalidTransition(session_id, found, "resuming", "running")
+
+    async def _claim(
+        self,
+        session_id: str,
+        from_states: tuple[RunState, ...],
+        to_state: RunState,
+        *,
+        error: str | None = None,
+    ) -> bool:
+        """Move the session to `to_state` only if it is in one of `from_states` (a conditional
+        update: of concurrent claimers exactly one wins); sets the error (cleared unless given)
+        and notes this store's instance as the owner of a running session. An unknown id is an
+        error, not a lost race."""
+        check_states([*from_states, to_state])
+        if not from_states:
+            return False
+        marks = ", ".join(f":s{i}" for i in range(len(from_states)))
+        params = {f"s{i}": state for i, state in enumerate(from_states)}
+        async with self._db.transaction("claim") as tx:
+            touched = await tx.execute(
+                "UPDATE sessions SET state = :to, error = :error, updated_at = :now, "
+                f"instance_id = :owner WHERE id = :id AND state IN ({marks})",
+                {
+                    **params,
+                    "to": to_state,
+                    "error": error,
+                    "now": self._now(),
+                    "owner": self._instance_id if to_state in _OWNED else None,
+                    "id": session_id,
+                },
+            )
+            if touched == 1:
+                return True
+            await self._session(tx, session_id)
+            return False
+
+    # -- history (agent_core.SessionStore) -------------------------------------------------------
+
+    async def load_messages(self, session_id: str) -> list[ChatMessage]:
+        async with self._db.reading("load_messages") as tx:
+            rows = await tx.fetch_all(
+                "SELECT body FROM messages WHERE session_id = :id ORDER BY seq", {"id": session_id}
+            )
+        return [ChatMessage.from_json(row[0]) for row in rows]
+
+    async def append_messages(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
+        """Writes only the new rows, however long the history is."""
+        if not messages:
+            return
+        async with self._db.transaction("append_messages") as tx:
+            await self._append(tx, session_id, messages)
+
+    async def load_context(self, session_id: str) -> StoredContext:
+        async with self._db.reading("load_context", snapshot=True) as tx:
+            row = await tx.fetch_one(
+                "SELECT upto, kind, text FROM summaries WHERE session_id = :id "
+                "ORDER BY upto DESC LIMIT 1",
+                {"id": session_id},
+            )
+            summary = None
+            if row is not None:
+                kind = cast(Literal["summary", "note"], row["kind"])
+                summary = Summary(int(row["upto"]), str(row["text"]), kind)
+            rows = await tx.fetch_all(
+                "SELECT body FROM messages WHERE session_id = :id AND seq >= :upto ORDER BY seq",
+                {"id": session_id, "upto": 0 if summary is None else summary.upto},
+            )
+        return StoredContext(summary, [ChatMessage.from_json(r[0]) for r in rows])
+
+    async def save_summary(self, session_id: str, summary: Summary) -> bool:
+        """Conditional on the session's row lock: of racing runs, the one reaching furthest
+        first wins; a summary that does not reach further is refused (False)."""
+        async with self._db.transaction("save_summary") as tx:
+            await self._session(tx, session_id, lock=True)
+            row = await tx.fetch_one(
+                "SELECT COALESCE(MAX(seq) + 1, 0), "
+                "(SELECT COALESCE(MAX(upto), 0) FROM summaries WHERE session_id = :id) "
+                "FROM messages WHERE session_id = :id",
+                {"id": session_id},
+            )
+            stored, latest = (0, 0) if row is None else (int(row[0]), int(row[1]))
+            if not 0 < summary.upto <= stored:
+                raise StoreError(
+                    f"a summary of {summary.upto} messages does not fit session "
+                    f"{session_id!r}, which has {stored}"
+                )
+            if summary.upto <= latest:
+                return False
+            await tx.execute(
+                "INSERT INTO summaries (session_id, upto, kind, text, created_at) "
+                "VALUES (:id, :upto, :kind, :text, :now)",
+                {
+                    "id": session_id,
+                    "upto": summary.upto,
+                    "kind": summary.kind,
+                    "text": summary.text,
+                    "now": self._now(),
+                },
+            )
+            return True
