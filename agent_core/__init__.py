@@ -15,7 +15,7 @@ Exceptions (catch `AgentCoreError` to catch them all):
     └── ToolError                 raised by a tool: a clean error message for the model
 """
 
-from ._invoke import ApprovalGate, FunctionInvokingChatClient, RequestView, RunJournal
+from ._loop import ApprovalGate, FunctionInvokingChatClient, RequestView, RunJournal
 from .agent import ChatClientAgent, ContextProvider
 from .approvals import AgentRunOptions, Decision, ToolApprovalResponse
 from .batches import close_batch, pending_tool_calls, undecided_calls

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._turn import closing
+from ._deadline import closing
 from .chat_client import ChatClient, ChatOptions
 from .context import ContextBudget, excerpt
 from .events import TextDelta

@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Protocol
 
 from ._compact import Compactor
-from ._invoke import ApprovalGate, FunctionInvokingChatClient
+from ._loop import ApprovalGate, FunctionInvokingChatClient
 from .approvals import AgentRunOptions
 from .batches import pending_tool_calls
 from .chat_client import ChatClient

@@ -3,7 +3,9 @@
 Pause, collect, resume, with the approval semantics of `docs/architecture.md`: only gated calls
 are asked about, siblings are held and run on resume so every `tool_call_id` is answered, a
 resume must decide every gated call and name only pending ones, and the internal `TOOL_CALLS`
-finish never reaches the consumer.
+finish never reaches the consumer. One model turn is collected by `TurnCollector`; one tool runs
+in `_run_tool` (its errors become the model's error result, its duration is measured, and
+`current_call_id` names the call while it runs).
 """
 
 from __future__ import annotations
@@ -11,22 +13,27 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import time
+import uuid
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._call_tool import _invoke
-from ._deadline import within
-from ._turn import TurnCollector, closing
+from ._deadline import closing, within
 from .approvals import AgentRunOptions, ApprovalGate, ToolApprovalResponse
 from .batches import pending_tool_calls, undecided_calls
 from .chat_client import ChatClient
 from .events import (
     AgentResponseUpdate,
+    ChatUpdate,
     Finish,
     FinishReason,
+    TextDelta,
     ToolApprovalRequest,
+    ToolCallArgumentsDelta,
+    ToolCallEnded,
     ToolCallHeld,
+    ToolCallStarted,
     ToolResult,
     Usage,
 )
@@ -35,10 +42,11 @@ from .exceptions import (
     ProviderError,
     ResumeError,
     ToolCallAlreadyStarted,
+    ToolError,
 )
 from .messages import ChatMessage, ToolCall, call_digest
 from .outcomes import CallOutcome, Edited, edited_result, render_outcome
-from .tools import Tool
+from .tools import Tool, _to_text, current_call_id
 
 __all__ = ["ApprovalGate", "FunctionInvokingChatClient", "RequestView", "RunJournal"]
 
@@ -95,6 +103,71 @@ class _Unrun:
     @property
     def is_error(self) -> bool:
         return self.outcome is None
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+class TurnCollector:
+    """Collects one model turn: its text, its finished calls and its `Finish`.
+
+    Call ids must be unique within the session: the tool-call ledger is keyed by them, and a
+    provider matches each `tool` message to its call by id. Some providers send an empty id, or
+    reuse ids across turns (`call_0` every time); such an id is replaced by a fresh one in every
+    event of the call, before anything is stored.
+    """
+
+    def __init__(self, history: Sequence[ChatMessage]) -> None:
+        self.used = {call.id for message in history for call in message.tool_calls}
+        self.renamed: dict[str, str] = {}
+        self.text: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.finish: Finish | None = None
+        self.error: str | None = None
+        """Why the model request failed, if it did (set by the loop)."""
+
+    @property
+    def started(self) -> bool:
+        """Whether the model sent anything yet (a retry would repeat it)."""
+        return bool(self.text or self.calls or self.renamed)
+
+    @property
+    def content(self) -> str | None:
+        return "".join(self.text) or None
+
+    def _id(self, raw: str) -> str:
+        new = self.renamed.get(raw)
+        if new is None:
+            new = raw if raw and raw not in self.used else new_call_id()
+            self.renamed[raw] = new
+            self.used.add(new)
+        return new
+
+    def take(self, update: ChatUpdate) -> AgentResponseUpdate | None:
+        """Record one update; return what the consumer should see (`None` for the `Finish`)."""
+        match update:
+            case Finish():
+                self.finish = update
+                return None
+            case TextDelta(text=delta):
+                self.text.append(delta)
+            case ToolCallStarted(call_id=raw, name=name):
+                if (new := self._id(raw)) != raw:
+                    return ToolCallStarted(new, name)
+            case ToolCallArgumentsDelta(call_id=raw, delta=delta):
+                if (new := self._id(raw)) != raw:
+                    return ToolCallArgumentsDelta(new, delta)
+            case ToolCallEnded(call=call):
+                new = self._id(call.id)
+                if any(c.id == new for c in self.calls):  # two calls of one turn share an id
+                    new = new_call_id()
+                    self.used.add(new)
+                if new != call.id:
+                    call = call.model_copy(update={"id": new})
+                    update = ToolCallEnded(call)
+                self.calls.append(call)
+        return update
 
 
 class FunctionInvokingChatClient:
@@ -325,7 +398,7 @@ class FunctionInvokingChatClient:
             edit = _edit_of(response, arguments)
             if edit is not None:
                 arguments = edit.arguments
-            content, is_error, seconds = await _invoke(call, tool, arguments)
+            content, is_error, seconds = await _run_tool(call, tool, arguments)
             if edit is not None:
                 content = edited_result(edit, content)
             message = ChatMessage.tool(content, call.id)
@@ -386,3 +459,22 @@ async def _answer_unrun(
     await journal.append([message])
     history.append(message)
     return ToolResult(call.id, call.name, unrun.content, unrun.is_error, unrun.outcome)
+
+
+async def _run_tool(
+    call: ToolCall, tool: Tool, arguments: dict[str, Any]
+) -> tuple[str, bool, float]:
+    """Run the tool (`current_call_id` names the call meanwhile); whatever it raises becomes an
+    error result for the model. Also returns the seconds it ran."""
+    token, started = current_call_id.set(call.id), time.monotonic()
+    try:
+        result: object = await tool.invoke(arguments)
+        content, is_error = _to_text(result), False  # _to_text also replaces lone surrogates
+    except ToolError as exc:
+        content, is_error = f"Error: {exc}", True
+    except Exception as exc:
+        logger.exception("tool %r raised", call.name)
+        content, is_error = f"Error: tool {call.name!r} failed: {type(exc).__name__}: {exc}", True
+    finally:
+        current_call_id.reset(token)
+    return _to_text(content), is_error, time.monotonic() - started
