@@ -11,6 +11,7 @@ in `_run_tool` (its errors become the model's error result, its duration is meas
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import logging
 import time
@@ -86,6 +87,27 @@ class RequestView(Protocol):
     def bound_answer(self, text: str | None) -> str | None:
         """A final answer as stored for later requests."""
         ...
+
+    @property
+    def reply_tokens(self) -> int:
+        """The reply bound sent with every request (`max_tokens`) unless the run sets one."""
+        ...
+
+    @property
+    def advice(self) -> str:
+        """What to tell a person when even a compacted request does not fit."""
+        ...
+
+    async def shrink(
+        self, history: Sequence[ChatMessage], tools: Sequence[Tool], window: int | None
+    ) -> list[ChatMessage]:
+        """The request again, smaller, after the provider refused it as too long (`window`:
+        the model's real window, if the refusal said it)."""
+        ...
+
+
+_SHRINKS = 3
+"""How often a request refused as too long is made smaller and sent again."""
 
 
 _Plan = Sequence[tuple[ToolCall, ToolApprovalResponse | None]]
@@ -288,27 +310,38 @@ class FunctionInvokingChatClient:
     ) -> AsyncGenerator[AgentResponseUpdate, None]:
         """Stream one model turn into `turn`; a failed request is kept as `turn.error`.
 
-        A request refused as too long for the context, before anything streamed, is compacted
-        harder and sent once more: the user gets an answer, not the provider's error."""
+        A request refused as too long for the context, before anything streamed, is made to
+        fit the window the refusal states (or a halved budget) and sent again, up to
+        `_SHRINKS` times: the user gets an answer, not the provider's error. Every request
+        carries the view's reply bound unless the run's options set one."""
         listed = list(tools.values())
         request = list(history) if view is None else await view.prepare(history, listed)
-        retried = False
+        chat = options.chat
+        shrinks = 0
         while True:
+            if view is not None and options.chat.max_tokens is None:
+                chat = dataclasses.replace(options.chat, max_tokens=view.reply_tokens)
             try:
-                stream = self.client.stream(request, tools=listed, options=options.chat)
+                stream = self.client.stream(request, tools=listed, options=chat)
                 async with closing(within(stream, options.turn_timeout)) as updates:
                     async for update in updates:
                         if (shown := turn.take(update)) is not None:
                             yield shown
                 return
             except ProviderError as exc:
-                if view is None or retried or not exc.context_exceeded or turn.started:
+                if view is None or not exc.context_exceeded or turn.started:
                     logger.warning("model request failed: %s", exc)
                     turn.error = str(exc)
                     return
-                logger.info("context length exceeded; compacting harder and retrying once")
-                retried = True
-                request = await view.prepare(history, listed, harder=True)
+                if shrinks >= _SHRINKS:
+                    logger.warning("model request still too long after compacting: %s", exc)
+                    turn.error = (
+                        "the conversation does not fit the model's context window even after "
+                        f"compacting it {shrinks} times; {view.advice} ({exc})"
+                    )
+                    return
+                shrinks += 1
+                request = await view.shrink(history, listed, exc.context_window)
             except ChatClientError as exc:
                 logger.warning("model request failed: %s", exc)
                 turn.error = str(exc)

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, aconnect_sse
 
-from ._sse import ChunkAssembler, error_code, error_details
+from ._sse import ChunkAssembler, error_code, error_details, error_kind
 from .chat_client import ChatOptions
 from .events import ChatUpdate
 from .exceptions import ChatClientError, ProviderError, StreamError
@@ -121,6 +121,9 @@ class OpenAIChatClient:
                 continue
             if option.name == "parallel_tool_calls" and not tools:
                 continue  # OpenAI answers 400 to parallel_tool_calls without tools
+            if option.name == "max_tokens" and _wants_max_completion_tokens(self.model):
+                body["max_completion_tokens"] = value
+                continue
             body[option.name] = value
         return body
 
@@ -214,6 +217,37 @@ class OpenAIChatClient:
             "it lists (some providers do not list every model they serve)"
         )
 
+    async def context_window(self, timeout: float = 5.0) -> tuple[int, str] | None:
+        """The window the server says this model has, and where it said so; `None` if it
+        does not say (or cannot be reached in `timeout` seconds: start-up must not wait).
+
+        vLLM lists `max_model_len` and OpenRouter `context_length` in `GET /models`;
+        llama.cpp's `/models` has only the training window (`n_ctx_train`, which the server
+        may run below), so its running `n_ctx` is read from `GET /props` at the server root.
+        """
+        base = self.base_url.rstrip("/")
+        entry = _model_entry(await self._get_json(base + "/models", timeout), self.model)
+        for key in ("max_model_len", "context_length", "context_window"):
+            found = _positive(entry.get(key)) if entry else None
+            if found is not None:
+                return found, f"GET {base}/models ({key})"
+        root = base.removesuffix("/v1")
+        props = await self._get_json(root + "/props", timeout)
+        settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+        for where in (settings, props):
+            found = _positive(where.get("n_ctx")) if isinstance(where, dict) else None
+            if found is not None:
+                return found, f"GET {root}/props (n_ctx)"
+        return None
+
+    async def _get_json(self, url: str, timeout: float) -> Any:
+        try:
+            response = await self.http.get(url, headers=self._headers(), timeout=timeout)
+            return response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as exc:
+            logger.debug("GET %s gave no context window: %s", url, _describe(exc))
+            return None
+
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
@@ -245,11 +279,14 @@ class OpenAIChatClient:
                 f"{self.url} answered HTTP {status} with {content_type!r}, not an event stream: "
                 f"{shown}"
             )
+        kind, window = error_kind(payload)
         error = ProviderError(
             f"{self.url} answered HTTP {status}: {shown}",
             status_code=status,
             provider_message=provider_message,
             code=error_code(payload),
+            kind=kind,
+            context_window=window,
         )
         if status in _RETRYABLE_STATUS or status >= 500:
             raise _Retry(error, _retry_after(response.headers))
@@ -329,6 +366,30 @@ def _model_ids(payload: Any) -> set[str] | None:
     if not isinstance(data, list):
         return None
     return {str(m["id"]) for m in data if isinstance(m, dict) and "id" in m}
+
+
+def _model_entry(payload: Any, model: str) -> dict[str, Any] | None:
+    """This model's entry in an OpenAI-style model list (the only one, if it lists one)."""
+    data = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(data, list):
+        return None
+    entries = [m for m in data if isinstance(m, dict)]
+    for entry in entries:
+        if entry.get("id") == model:
+            return entry
+    return entries[0] if len(entries) == 1 else None
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+_MAX_COMPLETION_TOKENS_MODELS = ("o1", "o3", "o4", "gpt-5")
+"""OpenAI's reasoning models refuse `max_tokens` and want `max_completion_tokens`."""
+
+
+def _wants_max_completion_tokens(model: str) -> bool:
+    return model.rsplit("/", 1)[-1].lower().startswith(_MAX_COMPLETION_TOKENS_MODELS)
 
 
 def _shorten(text: str) -> str:
