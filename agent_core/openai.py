@@ -9,6 +9,7 @@ have shown part of the answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import email.utils
 import json
@@ -23,10 +24,10 @@ from httpx_sse import EventSource, aconnect_sse
 
 from ._sse import ChunkAssembler, error_code, error_details, error_kind
 from .chat_client import ChatOptions
-from .events import ChatUpdate
+from .events import ChatUpdate, ToolCallEnded, ToolCallStarted
 from .exceptions import ChatClientError, ProviderError, StreamError
 from .messages import ChatMessage
-from .tools import Tool
+from .tools import FunctionTool, Tool
 from .unicode import replace_lone_surrogates_in
 
 __all__ = ["OpenAIChatClient"]
@@ -240,6 +241,35 @@ class OpenAIChatClient:
                 return found, f"GET {root}/props (n_ctx)"
         return None
 
+    async def template_supports_tools(self, timeout: float = 5.0) -> bool | None:
+        """What llama.cpp's `GET /props` says of its chat template (`chat_template_caps`):
+        False means `tools` are ignored and the model only chats. None: the server does not
+        say (not llama.cpp, or unreachable). Costs no model call, so start-up can ask."""
+        root = self.base_url.rstrip("/").removesuffix("/v1")
+        props = await self._get_json(root + "/props", timeout)
+        caps = props.get("chat_template_caps") if isinstance(props, dict) else None
+        supports = caps.get("supports_tools") if isinstance(caps, dict) else None
+        return supports if isinstance(supports, bool) else None
+
+    async def answers_with_tool_calls(self) -> bool:
+        """Does the model call a tool when asked to? One short request carrying a probe tool
+        (`opsgate check --tools`). A server whose chat template has no tools section ignores
+        `tools` silently and answers in words: then False. Errors are raised as by `stream`."""
+        probe = FunctionTool(
+            _report_ready, name="report_ready", description="Report that you are ready."
+        )
+        messages = [
+            ChatMessage.system("You call tools when asked. Answer only with a tool call."),
+            ChatMessage.user("Call the report_ready tool now."),
+        ]
+        options = ChatOptions(temperature=0.0, max_tokens=64)
+        stream = self.stream(messages, tools=[probe], options=options)
+        async with contextlib.aclosing(stream) as updates:  # type: ignore[type-var]
+            async for update in updates:
+                if isinstance(update, ToolCallEnded | ToolCallStarted):
+                    return True
+        return False
+
     async def _get_json(self, url: str, timeout: float) -> Any:
         try:
             response = await self.http.get(url, headers=self._headers(), timeout=timeout)
@@ -366,6 +396,11 @@ def _model_ids(payload: Any) -> set[str] | None:
     if not isinstance(data, list):
         return None
     return {str(m["id"]) for m in data if isinstance(m, dict) and "id" in m}
+
+
+def _report_ready() -> str:
+    """The probe tool of `answers_with_tool_calls`: never run, only offered."""
+    return "ready"
 
 
 def _model_entry(payload: Any, model: str) -> dict[str, Any] | None:

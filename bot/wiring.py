@@ -8,6 +8,7 @@ service is given its parts, the parts never learn of the service.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -49,7 +50,17 @@ from .tools import (
 )
 from .tools.mcp import start_mcp_servers
 
-__all__ = ["INSTRUCTIONS", "Deps", "default_tools", "open_deps", "run_service"]
+__all__ = [
+    "CONTEXT_ADVICE",
+    "INSTRUCTIONS",
+    "TEMPLATE_WARNING",
+    "Deps",
+    "default_tools",
+    "open_deps",
+    "run_service",
+]
+
+logger = logging.getLogger("opsgate")
 
 INSTRUCTIONS = """\
 You are OpsGate, an operations assistant working in a Slack thread with an on-call team.
@@ -64,6 +75,14 @@ CONTEXT_ADVICE = (
     "set its context length to the same number), or start a new thread"
 )
 """Said in the thread when even a compacted request is refused as too long."""
+
+TEMPLATE_WARNING = (
+    "the model server says its chat template has no tool support, so it ignores the tools "
+    "and the bot only chats: serve the model with a chat template that handles tools "
+    "(llama.cpp: --jinja and --chat-template-file; Ollama, LM Studio: a model whose "
+    "template supports tools)"
+)
+"""Logged at start-up and printed by `opsgate check` when the server answers without tools."""
 
 
 @dataclass
@@ -157,6 +176,8 @@ async def open_deps(
         )
         client = ObservedChatClient(llm, observer)
         windows = InMemoryContextWindows()  # lead: pass the store here once it has the methods
+        if await llm.template_supports_tools() is False:
+            logger.warning("%s", TEMPLATE_WARNING)
         window, _ = await resolve_context_window(
             settings.opsgate_model,
             configured=settings.opsgate_context_tokens,

@@ -10,6 +10,7 @@ words instead fails the test, it is never skipped.
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -33,6 +34,9 @@ from agent_core import (
     tool,
 )
 from agent_core.openai import OpenAIChatClient
+from bot.cli.check import run_check
+from bot.settings import Settings
+from bot.wiring import TEMPLATE_WARNING
 from tests.support.harness import running_bot, texts
 from tests.support.llamacpp import LlamaCppServer
 
@@ -149,3 +153,22 @@ async def test_through_slack_a_card_then_the_answer_after_approve(
     assert f"`run_command`: {UPTIME.strip()}" in said  # the stored call ran, once
     answer = said.split(UPTIME.strip(), 1)[1]
     assert answer.strip(), said  # and the model answered after it, in the thread
+
+
+async def test_check_warns_about_a_chat_template_without_tools(tmp_path: Path) -> None:
+    """SmolLM2's own chat template has no tools section: llama.cpp ignores `tools` and the
+    model only chats. `opsgate check` says so from /props, and `--tools` proves it."""
+    with LlamaCppServer(n_ctx=2048, template=None) as plain:
+        settings = Settings(
+            openai_base_url=plain.base_url,
+            opsgate_model=plain.model,
+            opsgate_db=str(tmp_path / "opsgate.db"),
+            _env_file=None,
+        )
+        out = io.StringIO()
+        assert await run_check(out=out, settings=settings, chat=True, tools=True) == 1
+    report = out.getvalue()
+    assert f"warn llm: {TEMPLATE_WARNING}" in report
+    assert "ok   llm: context window 2,048 tokens (from GET " in report
+    [line] = [line for line in report.splitlines() if "plain words" in line]
+    assert line.startswith("FAIL llm: ")
