@@ -132,7 +132,16 @@ async def resolve_context_window(
     a window a refusal revealed before (in `memory`), what the server says, the table by
     name, else `DEFAULT_CONTEXT_TOKENS`. Logged, so that a wrong budget can be traced."""
     tokens, source = await _window_source(model, configured, memory, probe)
-    logger.info("context window of model %r: %d tokens (%s)", model, tokens, source)
+    # INFO when the server or a refusal said it (news to whoever set things up); the setting,
+    # the name table and the default are no news, so DEBUG (`opsgate check` prints it always).
+    said = source.startswith(("GET ", "a refusal"))
+    logger.log(
+        logging.INFO if said else logging.DEBUG,
+        "context window of model %r: %d tokens (%s)",
+        model,
+        tokens,
+        source,
+    )
     return tokens, source
 
 
