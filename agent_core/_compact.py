@@ -14,9 +14,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._turn import closing
+from ._deadline import closing
 from .chat_client import ChatClient, ChatOptions
-from .context import ContextBudget, excerpt
+from .context import ContextBudget, ContextWindowMemory, excerpt
 from .events import TextDelta
 from .exceptions import ChatClientError
 from .messages import ChatMessage
@@ -92,8 +92,12 @@ class Compactor:
         *,
         fixed: int,
         loaded: StoredContext,
+        model: str | None = None,
+        windows: ContextWindowMemory | None = None,
     ) -> None:
         self.budget = budget
+        self.model = model
+        self.windows = windows
         self.client = client
         self.store = store
         self.session_id = session_id
@@ -104,6 +108,44 @@ class Compactor:
         self._schemas: tuple[tuple[Tool, ...], int] | None = None
         """The tools of the last request and what their definitions cost: a run sends the same
         tools with every request, so they are counted once."""
+
+    @property
+    def reply_tokens(self) -> int:
+        """The reply bound every request carries (`max_tokens`)."""
+        return self.budget.reply_tokens
+
+    @property
+    def advice(self) -> str:
+        return self.budget.advice
+
+    async def shrink(
+        self, history: Sequence[ChatMessage], tools: Sequence[Tool], window: int | None
+    ) -> list[ChatMessage]:
+        """The request again after the provider refused it as too long. A `window` it stated
+        below the budget's is the model's real one: remembered for the model (the next run,
+        a restart and other replicas start from it) and used from now on. Without one (or
+        one the count said we were under), the budget is halved for this run."""
+        if window is not None and window < self.budget.context_tokens:
+            logger.warning(
+                "model %r refused a request: its context window is %d tokens, not %d; "
+                "remembering it",
+                self.model,
+                window,
+                self.budget.context_tokens,
+            )
+            self.budget = self.budget.with_window(window)
+            if self.windows is not None and self.model:
+                await self.windows.remember_context_window(self.model, window)
+        else:
+            halved = self.budget.context_tokens // 2
+            logger.warning(
+                "model %r refused a request as too long; halving its budget to %d tokens",
+                self.model,
+                halved,
+            )
+            self.budget = self.budget.with_window(halved)
+        self._schemas = None
+        return await self.prepare(history, tools, harder=window is None)
 
     def bound_answer(self, text: str | None) -> str | None:
         """An answer as stored for the model: at most `message_chars` (people got it whole)."""

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from .exceptions import StreamError
 
-__all__ = ["TurnDeadline", "within"]
+__all__ = ["TurnDeadline", "closing", "within"]
 
 _T = TypeVar("_T")
 
@@ -87,3 +87,12 @@ async def _aclose(stream: AsyncIterator[object]) -> None:
     aclose = getattr(stream, "aclose", None)
     if aclose is not None:
         await aclose()
+
+
+@contextlib.asynccontextmanager
+async def closing(stream: AsyncIterator[_T]) -> AsyncGenerator[AsyncIterator[_T], None]:
+    """Close a model stream however the loop leaves it, so its connection is released now."""
+    try:
+        yield stream
+    finally:
+        await _aclose(stream)

@@ -33,7 +33,7 @@ from .exceptions import ProviderError, StreamError
 from .messages import ToolCall
 from .unicode import replace_lone_surrogates_in
 
-__all__ = ["ChunkAssembler", "error_details"]
+__all__ = ["ChunkAssembler", "error_code", "error_details", "error_kind"]
 
 logger = logging.getLogger("agent_core.openai")
 
@@ -63,6 +63,21 @@ def error_code(payload: Any) -> str | None:
     error = payload.get("error", payload)
     code = error.get("code") if isinstance(error, dict) else None
     return code if isinstance(code, str) and code else None
+
+
+def error_kind(payload: Any) -> tuple[str | None, int | None]:
+    """The provider's error type word and the window it states, if any (llama.cpp:
+    `{"error": {"type": "exceed_context_size_error", "n_ctx": 4096}}`)."""
+    if not isinstance(payload, dict):
+        return None, None
+    error = payload.get("error", payload)
+    if not isinstance(error, dict):
+        return None, None
+    kind, window = error.get("type"), error.get("n_ctx")
+    return (
+        kind if isinstance(kind, str) and kind else None,
+        window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None,
+    )
 
 
 def error_details(payload: Any) -> tuple[str | None, int | None]:

@@ -7,11 +7,11 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Protocol
 
 from ._compact import Compactor
-from ._invoke import ApprovalGate, FunctionInvokingChatClient
+from ._loop import ApprovalGate, FunctionInvokingChatClient
 from .approvals import AgentRunOptions
 from .batches import pending_tool_calls
 from .chat_client import ChatClient
-from .context import ContextBudget
+from .context import ContextBudget, ContextWindowMemory
 from .events import AgentResponseUpdate, ToolApprovalRequest, ToolCallHeld
 from .exceptions import PendingApprovalError, ResumeError
 from .messages import ChatMessage, ToolCall
@@ -97,9 +97,12 @@ class ChatClientAgent:
         max_rounds: int = 10,
         approval_gate: ApprovalGate | None = None,
         context: ContextBudget | None = None,
+        windows: ContextWindowMemory | None = None,
     ) -> None:
         """`context` is the budget each request is fitted into (see `agent_core.context`); by
-        default the one of the client's `model`, if it names one."""
+        default the one of the client's `model`, if it names one. `windows` remembers the
+        real window of a model whose server refused a request as too long, so every later
+        run (here, after a restart, on another replica) starts from it."""
         names = [t.name for t in tools]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -112,6 +115,8 @@ class ChatClientAgent:
         if context is None and isinstance(model, str):
             context = ContextBudget.for_model(model)
         self.context = context
+        self.model = model if isinstance(model, str) else None
+        self.windows = windows
         self.loop = FunctionInvokingChatClient(
             client, max_rounds=max_rounds, approval_gate=approval_gate
         )
@@ -152,7 +157,14 @@ class ChatClientAgent:
         if self.context is not None:
             fixed = len(system) + len(context)
             view = Compactor(
-                self.context, self.loop.client, self.store, session.id, fixed=fixed, loaded=loaded
+                await self._budget(self.context),
+                self.loop.client,
+                self.store,
+                session.id,
+                fixed=fixed,
+                loaded=loaded,
+                model=self.model,
+                windows=self.windows,
             )
         stream = self.loop.run(
             [*system, *context, *history, *new],
@@ -166,3 +178,12 @@ class ChatClientAgent:
                 yield update
         for provider in self.context_providers:
             await provider.on_invoked(session, new, journal.produced)
+
+    async def _budget(self, budget: ContextBudget) -> ContextBudget:
+        """The budget, within the window a refusal revealed for this model, if smaller."""
+        if self.windows is None or self.model is None:
+            return budget
+        learned = await self.windows.context_window(self.model)
+        if learned is None or learned >= budget.context_tokens:
+            return budget
+        return budget.with_window(learned)

