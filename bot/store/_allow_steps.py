@@ -30,6 +30,7 @@ class _Backend(Protocol):
         reason: str | None,
         required_approvals: int,
         rule: str | None,
+        policy_rule: str | None,
         digest: str | None,
     ) -> DecisionOutcome: ...
 
@@ -67,6 +68,7 @@ class AllowSteps:
         team_id: str | None = None,
         reason: str | None = None,
         rule: str | None = None,
+        policy_rule: str | None = None,
         digest: str | None = None,
     ) -> AllowOutcome:
         async with self._transaction("allow_call") as conn:
@@ -79,6 +81,7 @@ class AllowSteps:
                 reason=reason,
                 required_approvals=1,
                 rule=rule,
+                policy_rule=policy_rule,
                 digest=digest,
             )
             if not decision.recorded or decision.row.status != "approved":

@@ -207,6 +207,7 @@ class Store(QueueAuditRecovery, Protocol):
         reason: str | None = None,
         required_approvals: int = 1,
         rule: str | None = None,
+        policy_rule: str | None = None,
         digest: str | None = None,
     ) -> DecisionOutcome:
         """Record a decision if the call is still pending: conditional, first writer wins.
@@ -215,7 +216,8 @@ class Store(QueueAuditRecovery, Protocol):
         arguments (edited since), nothing is recorded (`ArgumentsChanged`). An approval adds
         `user_id` to the distinct approvers and approves the call once there
         are `required_approvals`; one rejection rejects it. A call past its expiry is expired
-        here instead (audited "expiry"). Audited "decision" or "refusal" (with `rule`). `why`
+        here instead (audited "expiry"). Audited "decision" or "refusal" (with `rule`, who may
+        decide, and `policy_rule`, the policy rule `tools.<tool>.rules[<i>]` that gated it). `why`
         tells a loser who won and when, or how many approvals are missing."""
         ...
 
@@ -305,6 +307,7 @@ class Store(QueueAuditRecovery, Protocol):
         team_id: str | None = None,
         reason: str | None = None,
         rule: str | None = None,
+        policy_rule: str | None = None,
         digest: str | None = None,
     ) -> AllowOutcome:
         """ "Allow for": approve the call (one approval, as `decide` with `digest`) and, if that

@@ -109,6 +109,7 @@ class LedgerPart(SQLiteConnection):
         reason: str | None = None,
         required_approvals: int = 1,
         rule: str | None = None,
+        policy_rule: str | None = None,
         digest: str | None = None,
     ) -> DecisionOutcome:
         if decision not in ("approved", "rejected"):
@@ -125,6 +126,7 @@ class LedgerPart(SQLiteConnection):
                 reason=reason,
                 required_approvals=required_approvals,
                 rule=rule,
+                policy_rule=policy_rule,
                 digest=digest,
             )
 
@@ -139,6 +141,7 @@ class LedgerPart(SQLiteConnection):
         reason: str | None,
         required_approvals: int,
         rule: str | None,
+        policy_rule: str | None,
         digest: str | None,
     ) -> DecisionOutcome:
         """`decide` inside the caller's transaction (`allow_call` adds the allowance to it)."""
@@ -154,6 +157,7 @@ class LedgerPart(SQLiteConnection):
             "digest": row.digest,
             "decision": decision,
             "rule": rule,
+            "policy_rule": policy_rule,
             "reason": reason,
             "team_id": team_id,
         }
