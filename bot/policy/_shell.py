@@ -20,6 +20,8 @@ from typing import Literal
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
+from ._wrappers import SHELLS, WRAPPERS, peel, shell_script
+
 __all__ = ["UNJUDGEABLE", "Flag", "ParsedCommand", "SimpleCommand", "parse_command"]
 
 Flag = Literal[
@@ -62,7 +64,6 @@ FLAG_WORDS: dict[Flag, str] = {
     "writes_file": "writes to a file",
 }
 
-_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "fish", "busybox"})
 _HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 _WRITES = re.compile(r"^(&?>>?|>\||<>|>&)$")
 _BRACE = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
@@ -91,54 +92,6 @@ _STRUCTURE = frozenset(
 """Statements that only hold other statements (their words are walked for substitutions)."""
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 _SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
-
-
-@dataclass(frozen=True, slots=True)
-class _Wrapper:
-    """How to find the command a wrapper runs: options with a value, options without, options
-    that make the inner command unreadable, and positional words before the command."""
-
-    valued: frozenset[str] = frozenset()
-    plain: frozenset[str] = frozenset()
-    opaque: frozenset[str] = frozenset()
-    positional: int = 0
-    judgeable: bool = True
-    """False (xargs, watch): the inner command is judged, and the call still needs approval."""
-
-
-_WRAPPERS: dict[str, _Wrapper] = {
-    "sudo": _Wrapper(
-        valued=frozenset({"-u", "--user", "-g", "--group", "-p", "--prompt", "-C", "-h", "-D"}),
-        plain=frozenset({"-E", "-H", "-n", "-S", "-P", "-k", "--preserve-env"}),
-        opaque=frozenset({"-i", "-s", "-e", "-l", "-v", "-K", "--login", "--shell", "--edit"}),
-    ),
-    "timeout": _Wrapper(
-        valued=frozenset({"-s", "--signal", "-k", "--kill-after"}),
-        plain=frozenset({"--preserve-status", "--foreground", "-v", "--verbose"}),
-        positional=1,
-    ),
-    "nice": _Wrapper(valued=frozenset({"-n", "--adjustment"})),
-    "nohup": _Wrapper(),
-    "env": _Wrapper(
-        valued=frozenset({"-u", "--unset", "-C", "--chdir"}),
-        plain=frozenset({"-i", "--ignore-environment", "-0", "--null", "-"}),
-        opaque=frozenset({"-S", "--split-string"}),
-    ),
-    "exec": _Wrapper(valued=frozenset({"-a"}), plain=frozenset({"-c", "-l"})),
-    "command": _Wrapper(plain=frozenset({"-p"}), opaque=frozenset({"-v", "-V"})),
-    "time": _Wrapper(plain=frozenset({"-p"})),
-    "stdbuf": _Wrapper(valued=frozenset({"-i", "-o", "-e"})),
-    "xargs": _Wrapper(
-        valued=frozenset({"-I", "-n", "-P", "-d", "-L", "-s", "-E", "-a", "--delimiter"}),
-        plain=frozenset({"-0", "-r", "-t", "-p", "-x", "--null", "--no-run-if-empty"}),
-        judgeable=False,
-    ),
-    "watch": _Wrapper(
-        valued=frozenset({"-n", "--interval", "-q"}),
-        plain=frozenset({"-d", "-t", "-b", "-e", "-g", "-c", "-x", "-p", "-w", "--differences"}),
-        judgeable=False,
-    ),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,15 +270,15 @@ class _Walk:
     ) -> None:
         wrappers: list[str] = []
         extra: set[Flag] = set()
-        while argv and os.path.basename(argv[0]) in _WRAPPERS:
+        while argv and os.path.basename(argv[0]) in WRAPPERS:
             name = os.path.basename(argv[0])
-            inner = _peel(argv, _WRAPPERS[name], env=name == "env")
+            inner = peel(argv, WRAPPERS[name], env=name == "env")
             if inner is None:
                 extra.add("wrapper")
                 break
             if not inner:
                 break  # `env`, `time` alone: the wrapper is the command
-            if not _WRAPPERS[name].judgeable:
+            if not WRAPPERS[name].judgeable:
                 extra.add("wrapper")
             wrappers.append(name)
             argv = inner
@@ -334,9 +287,9 @@ class _Walk:
         if program in ("eval", "source", "."):
             extra.add("eval")
             script = " ".join(argv[1:]) if program == "eval" else None
-        elif program in _SHELLS:
+        elif program in SHELLS:
             extra.add("shell")
-            script = _shell_script(argv)
+            script = shell_script(argv)
         self.parts.append(SimpleCommand(argv, text, tuple(wrappers), flags | extra, nested))
         if script:  # what eval and sh -c run is judged too (the strictest part wins)
             self.source(script, depth=depth + 1, nested=True)
@@ -354,53 +307,6 @@ _STATEMENTS = frozenset(
         "ERROR",
     }
 )
-
-
-def _peel(argv: tuple[str, ...], wrapper: _Wrapper, *, env: bool) -> tuple[str, ...] | None:
-    """The command a wrapper runs; None when its options make it unreadable."""
-    index, positional = 1, wrapper.positional
-    while index < len(argv):
-        word = argv[index]
-        if word == "--":
-            index += 1
-            break
-        if word.startswith("-") and len(word) > 1:
-            name = word.split("=", 1)[0]
-            if name in wrapper.opaque or word[:2] in wrapper.opaque:
-                return None
-            if name in wrapper.valued and "=" not in word:
-                index += 2
-            elif (
-                name in wrapper.valued
-                or name in wrapper.plain
-                or word[:2] in wrapper.valued
-                or word[1:].isdigit()
-                or all(f"-{c}" in wrapper.plain for c in word[1:])
-            ):
-                index += 1
-            else:
-                return None
-            continue
-        if env and "=" in word and not word.startswith("="):
-            return None  # env NAME=VALUE: the inner command runs in another environment
-        if positional:
-            positional -= 1
-            index += 1
-            continue
-        break
-    if positional:
-        return None
-    return argv[index:]
-
-
-def _shell_script(argv: tuple[str, ...]) -> str | None:
-    """The script of `sh -c SCRIPT` (also `bash -lc`, `bash -e -c`), or None."""
-    for index, word in enumerate(argv[1:], start=1):
-        if not word.startswith("-"):
-            return None
-        if "c" in word[1:] and not word.startswith("--"):
-            return argv[index + 1] if index + 1 < len(argv) else None
-    return None
 
 
 def _text(node: Node) -> str:
