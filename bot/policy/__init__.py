@@ -19,10 +19,10 @@ run there (`trigger`), which integrations' messages may (`allowed_bots`), extra 
 for the model, the `tools` offered, who approves, and how many runs go at once (`concurrency`).
 
 Modules: `_fields` (the value types), `_model` (the file's sections), `_rules` (one
-`[[tools.<name>.rules]]` entry), `_shell` (shell text to simple commands), `_wrappers` (peeling `sudo`, `timeout`, ...), `_load` (reading the
-file and explaining its errors), `_policy` (`Policy` and its queries), `_gate` (the approval
-gate and its verdict order), `_approvers` (who may decide, as listed), `_errors`
-(`PolicyError`).
+`[[tools.<name>.rules]]` entry), `_shell` (shell text to simple commands), `_wrappers`
+(peeling `sudo`, `timeout`, ...), `_load` (reading the file and explaining its errors),
+`_policy` (`Policy` and its queries), `_gate` (the approval gate and its verdict order),
+`_approvers` (who may decide, as listed), `_errors` (`PolicyError`).
 """
 
 from __future__ import annotations
