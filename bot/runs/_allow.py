@@ -1,10 +1,12 @@
 """Allowances in the run service: granting one from a card, the per-run gate that applies them,
 listing and revoking.
 
-An allowance applies only where the policy still offers "Allow for" for the tool (`allow_for`
-set) in a channel needing a single approval, and only to calls the policy would otherwise
-gate: a policy that says `approval = "always"` without `allow_for` is never bypassed. Using one
-claims nothing (two runs may use it at once); each use is audited and said in the thread.
+An allowance applies only where the policy still offers "Allow for" for the call (`allow_for`
+set, on its rule or its tool) when it needs a single approval, and only to calls the policy
+would otherwise gate: a policy that says `approval = "always"` without `allow_for` is never
+bypassed, and a forbidden call, or one a stricter rule decides, never runs under one
+(`bot.allowances.covers`). Using one claims nothing (two runs may use it at once); each use is
+audited and said in the thread.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from datetime import timedelta
 
 from agent_core import ApprovalGate, Tool, ToolCall
 
-from ..allowances import dump_shape, load_shape, shape_of
+from ..allowances import covers, dump_shape, load_shape, shape_of
+from ..policy import GateDecision
 from ..store import AllowanceGrant, AllowanceRow, SessionRow, ToolCallRow
 from ._context import RunContext
+from ._gate_audit import call_decision
 from .notices import Notice
 from .output import Thread
 from .ux import AllowanceInfo, AllowanceRevoked, AllowanceUsed, NothingRevoked
@@ -32,36 +36,43 @@ def info(row: AllowanceRow) -> AllowanceInfo:
     )
 
 
-def allow_window(ctx: RunContext, tool: str, channel: str) -> timedelta | None:
-    """How long an allowance from a card of `tool` in `channel` lasts; None when the card
-    offers no "Allow for" (no `allow_for`, or more than one approval needed there)."""
-    if ctx.policy.required_approvals_for(channel) != 1:
+def allow_window(ctx: RunContext, row: ToolCallRow, channel: str) -> timedelta | None:
+    """How long an allowance from the card of `row` in `channel` lasts; None when the card
+    offers no "Allow for" (no `allow_for`, more than one approval needed, a forbidden call, or
+    one no allowance may cover: compound, redirected, substituted, wrapped)."""
+    decision = call_decision(ctx, row)
+    window = ctx.policy.allow_window(row.tool, channel, decision)
+    arguments = row.running_arguments()
+    if window is None or not isinstance(arguments, dict):
         return None
-    return ctx.policy.tool_policy(tool).allow_for
+    return window if shape_of(row.tool, arguments, decision) is not None else None
 
 
-def scope(row: ToolCallRow) -> str:
+def scope(row: ToolCallRow, decision: GateDecision | None = None) -> str:
     """The call shape an allowance granted on `row` covers, in words."""
     arguments = row.running_arguments()
     if not isinstance(arguments, dict):
         return ""
-    return shape_of(row.tool, arguments).label(row.tool)
+    shape = shape_of(row.tool, arguments, decision)
+    return "" if shape is None else shape.label(row.tool)
 
 
 class Allowances:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
 
-    def offered(self, tool: str, channel: str) -> bool:
-        """Whether a card of `tool` in `channel` offers "Allow for <duration>"."""
-        return allow_window(self.ctx, tool, channel) is not None
+    def offered(self, row: ToolCallRow, channel: str) -> bool:
+        """Whether the card of `row` in `channel` offers "Allow for <duration>"."""
+        return allow_window(self.ctx, row, channel) is not None
 
     def grant_for(self, row: ToolCallRow, session: SessionRow) -> AllowanceGrant:
-        """The allowance an "Allow for" click on `row` asks for (stored with its approval)."""
-        window = self.ctx.policy.tool_policy(row.tool).allow_for
-        assert window is not None
+        """The allowance an "Allow for" click on `row` asks for (stored with its approval);
+        only for a row `offered` says yes to."""
+        decision = call_decision(self.ctx, row)
+        window = self.ctx.policy.allow_window(row.tool, session.channel_id, decision)
         arguments = row.running_arguments()
-        shape = shape_of(row.tool, arguments if isinstance(arguments, dict) else {})
+        shape = shape_of(row.tool, arguments if isinstance(arguments, dict) else {}, decision)
+        assert window is not None and shape is not None
         return AllowanceGrant(
             channel_id=session.channel_id,
             tool=row.tool,
@@ -104,16 +115,18 @@ class _Gate:
 
     async def __call__(self, tool: Tool, call: ToolCall) -> bool:
         ctx = self.owner.ctx
-        if not ctx.policy.gate(tool, call):
+        decision = ctx.policy.decide(tool, call)
+        if not decision.requires_approval:
             return False
-        if not self.owner.offered(tool.name, self.thread.channel_id):
+        channel = self.thread.channel_id
+        if decision.forbidden or ctx.policy.allow_window(tool.name, channel, decision) is None:
             return True
         arguments = call.parsed_arguments()
-        for row in await ctx.store.active_allowances(
-            channel_id=self.thread.channel_id, now=ctx.clock()
-        ):
+        for row in await ctx.store.active_allowances(channel_id=channel, now=ctx.clock()):
             shape = load_shape(row.shape)
-            if row.tool == tool.name and shape is not None and shape.matches(arguments):
+            if row.tool != tool.name or shape is None:
+                continue
+            if covers(shape, tool.name, arguments, decision):
                 await self._used(row, call)
                 return False
         return True

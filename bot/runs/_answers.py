@@ -5,6 +5,7 @@ from __future__ import annotations
 from .._duration import format_duration
 from ._cards import Cards
 from ._context import RunContext
+from ._gate_audit import call_decision
 from .cards import ChannelHelp, PendingEntry
 
 __all__ = ["Answers"]
@@ -24,7 +25,8 @@ class Answers:
         entries: list[PendingEntry] = []
         for pending in await self.ctx.store.pending_approvals():
             row, where = pending.call, pending.session.channel_id
-            if policy.approvers_for(where).anyone and where != channel:
+            decision = call_decision(self.ctx, row)
+            if policy.approvers_for(where, decision).anyone and where != channel:
                 continue
             if user in row.approvals or (row.expires_at is not None and row.expires_at <= now):
                 continue
@@ -35,6 +37,7 @@ class Answers:
                 requester=row.requested_by,
                 user_team=team,
                 home_team=pending.session.team_id,
+                decision=decision,
             )
             if verdict.kind == "refused":
                 continue
@@ -47,7 +50,7 @@ class Answers:
                     permalink=link.permalink,
                     expires_at=row.expires_at,
                     approvals=len(row.approvals),
-                    required_approvals=policy.required_approvals_for(where),
+                    required_approvals=policy.required_approvals_for(where, decision),
                 )
             )
         return entries

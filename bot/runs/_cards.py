@@ -17,7 +17,7 @@ from ..tools import tool_summary
 from ._allow import allow_window, scope
 from ._card_retry import CardRetries
 from ._context import RunContext, thread_of
-from ._gate_audit import audit_gate_rule
+from ._gate_audit import audit_gate_rule, call_decision, forbidden_reason
 from ._server_tool import server_tool
 from .cards import CardCall, CardOutcome, CardRef
 from .notices import CallLink, CardNotPosted
@@ -36,8 +36,9 @@ class Cards:
 
     def card_call(self, row: ToolCallRow, batch: list[ToolCallRow], channel: str) -> CardCall:
         tool = self.ctx.tools.get(row.tool)
-        window = allow_window(self.ctx, row.tool, channel)
-        approvers = self.ctx.policy.approvers_for(channel)
+        decision = call_decision(self.ctx, row)
+        window = allow_window(self.ctx, row, channel)
+        approvers = self.ctx.policy.approvers_for(channel, decision)
         return CardCall(
             ledger_id=row.id,
             tool=row.tool,
@@ -48,15 +49,15 @@ class Cards:
             requested_by=row.requested_by,
             call_id=row.call_id,
             held=tuple((r.tool, r.arguments_value()) for r in batch if not r.needs_approval),
-            required_approvals=self.ctx.policy.required_approvals_for(channel),
+            required_approvals=self.ctx.policy.required_approvals_for(channel, decision),
             approvals=tuple(row.approvals),
             server_tool=server_tool(tool),
             edited_by=row.edited_by,
             original_arguments=row.arguments_value() if row.edited_arguments else None,
             can_edit=self.ctx.policy.tool_policy(row.tool).allow_edit,
             allow_for=None if window is None else format_duration(window),
-            allow_scope=scope(row) if window is not None else "",
-            locked=row.card_locked,
+            allow_scope=scope(row, decision) if window is not None else "",
+            locked="forbidden" if decision.forbidden else row.card_locked,
             expires_at=row.expires_at,
             approver_users=approvers.users,
             approver_groups=approvers.groups,
@@ -66,20 +67,37 @@ class Cards:
         ref = _ref(row)
         return CallLink(row.tool, None if ref is None else await self.ctx.output.permalink(ref))
 
-    async def post_all(self, thread: Thread, session_id: str) -> None:
-        """The paused batch's cards, each with its deadline set first."""
+    async def post_all(self, thread: Thread, session_id: str) -> bool:
+        """The paused batch's cards, each with its deadline set first (the deciding rule's
+        `ttl`, else the default). A forbidden call's card has no Approve and the call is
+        rejected at once with the rule's justification; True when that happened (the batch
+        may be complete: the caller resumes it once this run has ended)."""
         store = self.ctx.store
         batch = await store.batch_calls(session_id)
-        expires_at = self.ctx.clock() + self.ctx.policy.ttl
+        refused = False
         for row in batch:
             if not row.needs_approval or row.card_ts is not None:
                 continue
+            decision = call_decision(self.ctx, row)
             if row.expires_at is None:
+                expires_at = self.ctx.clock() + self.ctx.policy.ttl_for(decision)
                 await store.set_expiry(row.id, expires_at)
                 await audit_gate_rule(self.ctx, row)
                 row = row.model_copy(update={"expires_at": expires_at})
                 self.ctx.deadline_set()
             await self.post(thread, row, batch)
+            if decision.forbidden and row.status == "pending":
+                outcome = await store.decide(
+                    row.id,
+                    "rejected",
+                    user_id="",
+                    reason=forbidden_reason(decision),
+                    rule="policy: forbidden",
+                    policy_rule=decision.policy_rule,
+                )
+                refused = refused or outcome.recorded
+                await self.refresh(outcome.row)
+        return refused
 
     async def post(
         self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow], *, adopt: bool = False
@@ -155,7 +173,8 @@ class Cards:
             batch = await self.ctx.store.batch_calls(session.id)
             row = pending.call
             if row.expires_at is None:
-                expires_at = self.ctx.clock() + self.ctx.policy.ttl
+                ttl = self.ctx.policy.ttl_for(call_decision(self.ctx, row))
+                expires_at = self.ctx.clock() + ttl
                 await self.ctx.store.set_expiry(row.id, expires_at)
                 row = row.model_copy(update={"expires_at": expires_at})
                 self.ctx.deadline_set()

@@ -10,6 +10,7 @@ from typing import Literal
 from ..store import ToolCallRow, already_reason
 from ._cards import Cards
 from ._context import RunContext
+from ._gate_audit import call_decision
 from ._observe import note_decision
 from .notices import (
     DecisionNotRecorded,
@@ -56,6 +57,7 @@ class Decisions:
                 details={"reason": "unknown approval id", "id": ledger_id, "ledger_id": ledger_id},
             )
             return UnknownRequest()
+        policy = call_decision(self.ctx, row)
         verdict = await self.ctx.approvals.check(
             "approve" if decision == "approved" else "reject",
             channel=session.channel_id,
@@ -63,6 +65,7 @@ class Decisions:
             requester=row.requested_by,
             user_team=team,
             home_team=session.team_id,
+            decision=policy,
         )
         if verdict.kind == "refused":
             await store.audit(
@@ -74,29 +77,37 @@ class Decisions:
                     "ledger_id": ledger_id,
                     "reason": verdict.reason,
                     "rule": verdict.rule,
+                    "policy_rule": policy.policy_rule,
                     "decision": decision,
                     "team_id": team,
                 },
             )
             return NotAllowed(verdict)
-        if decision == "approved" and row.card_locked is not None:
+        locked = "forbidden" if policy.forbidden else row.card_locked
+        if decision == "approved" and locked is not None:
             await store.audit(
                 "refusal",
                 actor=user,
                 session_id=row.session_id,
                 call_id=row.call_id,
-                details={"ledger_id": ledger_id, "reason": row.card_locked, "decision": decision},
+                details={
+                    "ledger_id": ledger_id,
+                    "reason": locked,
+                    "decision": decision,
+                    "policy_rule": policy.policy_rule,
+                },
             )
             await self.cards.refresh(row)
-            return NotApprovable(row.card_locked)
+            return NotApprovable(locked)
         outcome = await store.decide(
             ledger_id,
             decision,
             user_id=user,
             team_id=team,
             reason=reason,
-            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id),
+            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id, policy),
             rule=verdict.rule,
+            policy_rule=policy.policy_rule,
             digest=digest,
         )
         # Redrawn whether or not this click changed anything: a card still showing buttons
@@ -133,6 +144,7 @@ class Decisions:
             requester=row.requested_by,
             user_team=team,
             home_team=session.team_id,
+            decision=call_decision(self.ctx, row),
         )
         return NotAllowed(verdict) if verdict.kind == "refused" else None
 

@@ -28,8 +28,9 @@ from ..store import (
 from ._allow import Allowances, info, scope
 from ._cards import Cards
 from ._context import RunContext
+from ._gate_audit import call_decision
 from ._observe import note_decision
-from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
+from .notices import DecisionNotRecorded, NotAllowed, NotApprovable, Notice, UnknownRequest
 from .ux import AllowanceGranted, EditErrors, EditField, EditForm
 
 __all__ = ["COMMAND_FIELD", "Edits"]
@@ -74,6 +75,7 @@ class Edits:
             requester=row.requested_by,
             user_team=team,
             home_team=session.team_id if team else None,
+            decision=call_decision(self.ctx, row),
         )
         if verdict.kind == "refused":
             await store.audit(
@@ -124,13 +126,30 @@ class Edits:
             return parsed
         if canonical_arguments(parsed) == canonical_arguments(current):
             return await self._decide(ledger_id, "approved", user=user, team=team)
+        # The edited call is judged as it will run: forbidden stays forbidden, and a stricter
+        # rule's approvers and quorum apply to it.
+        edited = row.model_copy(update={"edited_arguments": canonical_arguments(parsed)})
+        decision = call_decision(self.ctx, edited)
+        if decision.forbidden:
+            return NotApprovable("forbidden")
+        verdict = await self.ctx.approvals.check(
+            "approve",
+            channel=session.channel_id,
+            user=user,
+            requester=row.requested_by,
+            user_team=team,
+            home_team=session.team_id if team else None,
+            decision=decision,
+        )
+        if verdict.kind == "refused":
+            return NotAllowed(verdict)
         outcome = await self.ctx.store.edit_call(
             ledger_id,
             canonical_arguments(parsed),
             call_digest(row.tool, parsed),
             user_id=user,
             team_id=team,
-            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id),
+            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id, decision),
             rule="edit",
         )
         if outcome.recorded and outcome.row.status == "approved":
@@ -157,13 +176,20 @@ class Edits:
         row, session = found
         if row.requested_by == user:
             return DecisionNotRecorded(SelfAllow())
-        if not self.allowances.offered(row.tool, session.channel_id):
+        if not self.allowances.offered(row, session.channel_id):
             return DecisionNotRecorded(NoAllowanceOffered(row.tool))
         # The allowance's shape is read from `row`; binding the approval to `row`'s digest
         # means an edit committed since makes the store refuse rather than allow a stale shape.
+        decision = call_decision(self.ctx, row)
         if digest is not None and digest != row.running_digest:
             outcome = await self.ctx.store.decide(
-                ledger_id, "approved", user_id=user, team_id=team, rule="allow_for", digest=digest
+                ledger_id,
+                "approved",
+                user_id=user,
+                team_id=team,
+                rule="allow_for",
+                policy_rule=decision.policy_rule,
+                digest=digest,
             )
         else:
             allowed = await self.ctx.store.allow_call(
@@ -171,8 +197,9 @@ class Edits:
                 self.allowances.grant_for(row, session),
                 user_id=user,
                 team_id=team,
-                reason=f"approved and allowed: {scope(row)}",
+                reason=f"approved and allowed: {scope(row, decision)}",
                 rule="allow_for",
+                policy_rule=decision.policy_rule,
                 digest=row.running_digest,
             )
             outcome = allowed.decision

@@ -13,6 +13,7 @@ from ..store import HomeViewer
 from ._allow import Allowances
 from ._cards import Cards
 from ._context import RunContext
+from ._gate_audit import call_decision
 from .cards import CardCall
 from .ux import AllowanceInfo, HomeView
 
@@ -43,7 +44,8 @@ class Home:
             if row.requested_by == user:
                 waiting.append(self.cards.card_call(row, batch, where))
                 continue
-            if policy.approvers_for(where).anyone or user in row.approvals:
+            decision = call_decision(self.ctx, row)
+            if policy.approvers_for(where, decision).anyone or user in row.approvals:
                 continue
             verdict = await self.ctx.approvals.check(
                 "approve",
@@ -52,6 +54,7 @@ class Home:
                 requester=row.requested_by,
                 user_team=team,
                 home_team=session.team_id if team else None,
+                decision=decision,
             )
             if verdict.kind == "allowed":
                 channels.add(where)

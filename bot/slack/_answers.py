@@ -125,6 +125,11 @@ def lock_text(why: CardLock) -> str:
                 "show on the card and the file holding all of them could not be attached, so "
                 "nobody could see everything that would run. Reject it, or cancel the run."
             )
+        case "forbidden":
+            return (
+                ":no_entry: The policy forbids this call: it never runs and cannot be approved. "
+                "The model has been told why."
+            )
 
 
 def pending_text(entries: Sequence[PendingEntry]) -> str:
