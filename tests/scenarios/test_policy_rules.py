@@ -1,0 +1,247 @@
+"""Command-aware policy rules end to end (issue 23): signed requests into the real Bolt app, the
+Slack Web API and LLM stand-ins, real commands and the real SQLite file."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.cli.policy import explain
+from bot.policy import Policy, PolicyError
+from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools, tool_messages
+from tests.support.harness import CHANNEL, Bot, running_bot
+
+SRE1, SRE2 = "U0SRE1", "U0SRE2"
+
+
+def _blocks(card: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks = card["params"]["blocks"]
+    return json.loads(blocks) if isinstance(blocks, str) else list(blocks)
+
+
+def _buttons(blocks: list[dict[str, Any]]) -> list[str]:
+    return [
+        e["text"]["text"]
+        for b in blocks
+        if b.get("type") == "actions"
+        for e in b.get("elements", [])
+    ]
+
+
+async def _audit(bot: Bot, event: str) -> list[dict[str, Any]]:
+    return [dict(a.details) for a in await bot.deps.store.audit_rows() if a.event == event]
+
+
+ECHO_FREE_RM_GATED = """
+[tools.run_command]
+approval = "rules"
+[[tools.run_command.rules]]
+prefix = ["echo"]
+approval = "never"
+[[tools.run_command.rules]]
+prefix = ["rm"]
+justification = "Deleting files."
+"""
+
+
+async def test_a_compound_command_is_judged_by_its_rm_part(tmp_path: Path) -> None:
+    policy = Policy.from_toml(ECHO_FREE_RM_GATED)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo ok"})])
+        bot.llm.reply_tool_calls(
+            [("call_2", "run_command", {"command": "echo ok; rm -rf /srv/app/x"})]
+        )
+        await bot.mention("clean up", user=ALICE)
+        [card] = await bot.wait_cards(1)  # echo ran without one; the compound waits
+        [first] = tool_messages(bot.llm.requests[1])
+        assert "ok" in first["content"] and len(bot.cards()) == 1
+        assert "rm -rf /srv/app/x" in json.dumps(_blocks(card))
+        [gate] = await _audit(bot, "gate")
+        assert gate["policy_rule"] == "tools.run_command.rules[1]"
+        assert gate["rule"].startswith("tools.run_command.rules[1] (rm …)")
+        await bot.click("opsgate_reject", card["ledger_id"], user=BOB)  # it never runs
+
+
+@pytest.mark.parametrize(
+    ("command", "output"), [('bash -c "echo hi"', "hi"), ("echo $(id -u)", str(os.getuid()))]
+)
+async def test_sh_c_and_substitution_need_approval_under_a_never_rule(
+    tmp_path: Path, command: str, output: str
+) -> None:
+    policy = Policy.from_toml(ECHO_FREE_RM_GATED)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": command})])
+        bot.llm.reply_text("Done.")
+        await bot.mention("run it", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        assert _buttons(_blocks(card))[0] == "Approve"
+        [gate] = await _audit(bot, "gate")
+        assert gate["policy_rule"] is None and "approval required" in gate["rule"]
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        [result] = tool_messages(bot.llm.requests[1])
+        assert output in result["content"]
+
+
+FORBIDDEN = """
+[tools.run_command]
+approval = "rules"
+[[tools.run_command.rules]]
+prefix = ["touch"]
+approval = "forbidden"
+justification = "Files here are managed by Puppet"
+"""
+
+
+async def test_a_forbidden_call_gets_no_approve_never_runs_and_the_model_is_told_why(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "must-not-exist"
+    policy = Policy.from_toml(FORBIDDEN)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": f"touch {marker}"})])
+        bot.llm.reply_text("I will not touch it.")
+        await bot.mention("touch it", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        posted = _blocks(card)
+        assert "Approve" not in _buttons(posted) and "Edit" not in _buttons(posted)
+        assert "forbids this call" in json.dumps(posted)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        [result] = tool_messages(bot.llm.requests[1])
+        assert result["content"].startswith("Rejected: Forbidden by the policy")
+        assert "tools.run_command.rules[0]" in result["content"]
+        assert "Files here are managed by Puppet" in result["content"]
+        assert not marker.exists()
+        redrawn = bot.slack.calls_to("chat.update")[-1].params
+        assert not any(b["type"] == "actions" for b in redrawn["blocks"])
+        [decision] = await _audit(bot, "decision")
+        assert decision["decision"] == "rejected"
+        assert decision["policy_rule"] == "tools.run_command.rules[0]"
+        # A click on the card changes nothing.
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
+        await bot.settle()
+        assert len(bot.llm.requests) == 2 and not marker.exists()
+
+
+KUBECTL_DELETE = f"""
+[defaults]
+approvers = ["{BOB}", "{CAROL}"]
+[tools.run_command]
+approval = "rules"
+[[tools.run_command.rules]]
+prefix = ["kubectl", "delete"]
+approvers = ["{SRE1}", "{SRE2}"]
+required_approvals = 2
+"""
+
+
+async def test_a_rules_own_approvers_replace_the_channels_with_two_approvals(
+    tmp_path: Path,
+) -> None:
+    policy = Policy.from_toml(KUBECTL_DELETE)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        command = "kubectl delete pod web-1"
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": command})])
+        bot.llm.reply_text("Deleted.")
+        await bot.mention("delete web-1", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        assert "2 approvals" in json.dumps(_blocks(card)) or "0 of 2" in json.dumps(_blocks(card))
+
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)  # a channel approver
+        await bot.settle()
+        [refusal] = await _audit(bot, "refusal")
+        assert refusal["reason"] == "not_an_approver"
+        assert refusal["rule"].startswith("tools.run_command.rules[0].approvers")
+        assert refusal["policy_rule"] == "tools.run_command.rules[0]"
+        told = bot.slack.calls_to("chat.postEphemeral")[-1].params
+        assert told["user"] == BOB and SRE1 in str(told["text"])
+
+        await bot.click("opsgate_approve", card["ledger_id"], user=SRE1)
+        await bot.settle()
+        assert len(bot.llm.requests) == 1, "one approval of two must not resume"
+        await bot.click("opsgate_approve", card["ledger_id"], user=SRE2)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        row = await bot.deps.store.get_call(card["ledger_id"])
+        assert row is not None and set(row.approvals) == {SRE1, SRE2}
+        decisions = await _audit(bot, "decision")
+        assert [d["policy_rule"] for d in decisions] == ["tools.run_command.rules[0]"] * 2
+        assert decisions[-1]["final"] is True and decisions[-1]["required_approvals"] == 2
+
+
+async def test_examples_that_do_not_match_stop_start_up(tmp_path: Path) -> None:
+    bad = tmp_path / "opsgate.toml"
+    bad.write_text(
+        '[tools.run_command]\napproval = "rules"\n'
+        '[[tools.run_command.rules]]\nprefix = ["kubectl", "get"]\n'
+        'examples = ["kubectl describe pod web"]\n'
+    )
+    with pytest.raises(PolicyError) as caught:
+        async with running_bot(
+            tmp_path, tools=make_tools(tmp_path), settings={"opsgate_policy": bad}
+        ):
+            pass
+    assert "tools.run_command.rules[0]: example 'kubectl describe pod web'" in str(caught.value)
+
+
+TOKEN_PREFIX = """
+[tools.run_command]
+approval = "rules"
+allow_for = "1h"
+[[tools.run_command.rules]]
+prefix = ["kubectl", "get"]
+allow_prefix = ["kubectl", "get", "pods"]
+"""
+
+
+async def test_a_token_prefix_allowance_covers_more_words_but_not_a_compound_command(
+    tmp_path: Path,
+) -> None:
+    policy = Policy.from_toml(TOKEN_PREFIX)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "kubectl get pods"})])
+        bot.llm.reply_text("Listed.")
+        await bot.mention("pods?", user=ALICE, ts="1700000001.000100")
+        [card] = await bot.wait_cards(1)
+        assert "Allow for 1h" in _buttons(_blocks(card))
+        await bot.click("opsgate_allow", card["ledger_id"], user=BOB)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        [allowance] = await bot.deps.store.active_allowances()
+        assert "kubectl get pods …" in allowance.label
+
+        bot.llm.reply_tool_calls([("call_2", "run_command", {"command": "kubectl get pods -n a"})])
+        bot.llm.reply_text("Listed again.")
+        await bot.mention("pods in a?", user=CAROL, ts="1700000002.000100")
+        await bot.llm.wait_for_requests(4)
+        await bot.settle()
+        assert len(bot.cards()) == 1
+        used = await _audit(bot, "allowance_used")
+        assert [u["allowance_id"] for u in used] == [allowance.id]
+
+        out = io.StringIO()
+        explain(
+            policy,
+            "run_command",
+            "kubectl get pods -n b",
+            channel=CHANNEL,
+            allowances=await bot.deps.store.active_allowances(),
+            out=out,
+        )
+        assert f"verdict: covered by allowance {allowance.id}" in out.getvalue()
+
+        marker = tmp_path / "must-not-exist"
+        bot.llm.reply_tool_calls(
+            [("call_3", "run_command", {"command": f"kubectl get pods; touch {marker}"})]
+        )
+        await bot.mention("pods and more", user=CAROL, ts="1700000003.000100")
+        await bot.wait_cards(2)
+        assert not marker.exists()
+        assert len(await _audit(bot, "allowance_used")) == 1
