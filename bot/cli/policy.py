@@ -99,8 +99,11 @@ def explain(
         lines.append(f"part {number}: {part.text}")
         rule = part.policy_rule or "no rule"
         lines.append(f"  {rule}: {part.why} -> {_tier_words(part.tier)}")
-    if decision.command is not None and decision.command.unjudgeable:
-        lines.append(f"the whole command: {decision.rule.split(': ', 1)[-1]}")
+    parsed = decision.command
+    if parsed is not None:
+        whole = parsed.unjudgeable.difference(*(p.flags for p in parsed.parts))
+        if whole:  # e.g. `PATH=/tmp; ls`, text that does not parse
+            lines.append(f"the whole command: {', '.join(sorted(whole))}: approval required")
     lines.append(f"decided by: {decision.rule}")
     if decision.justification:
         lines.append(f"justification: {decision.justification}")
