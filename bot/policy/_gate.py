@@ -228,7 +228,8 @@ class _Judge:
             unjudged = sorted(part.unjudgeable)
             if unjudged and chosen.tier == "never":
                 words = "; ".join(FLAG_WORDS[f] for f in unjudged)
-                said = f" ({self.name(chosen.index)} alone would not ask)" if chosen.rule else ""
+                index = chosen.index
+                said = f" ({self.name(index)} alone would not ask)" if index is not None else ""
                 chosen = _Candidate("always", 0, None, None, f"{words}: approval required{said}")
             candidates.append(chosen)
             name = None if chosen.index is None else self.name(chosen.index)

@@ -20,7 +20,7 @@ from typing import Literal
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from ._wrappers import SHELLS, WRAPPERS, peel, shell_script
+from ._wrappers import DEFERRED, SHELLS, WRAPPERS, peel, shell_script
 
 __all__ = ["UNJUDGEABLE", "Flag", "ParsedCommand", "SimpleCommand", "parse_command"]
 
@@ -68,6 +68,7 @@ _HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 _WRITES = re.compile(r"^(&?>>?|>\||<>|>&)$")
 _BRACE = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 _MAX_DEPTH = 4
+_EXEC_ARGS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _STRUCTURE = frozenset(
     {
         "program",
@@ -284,12 +285,14 @@ class _Walk:
             argv = inner
         program = os.path.basename(argv[0]) if argv else ""
         script: str | None = None
-        if program in ("eval", "source", "."):
+        if program in DEFERRED:
             extra.add("eval")
             script = " ".join(argv[1:]) if program == "eval" else None
         elif program in SHELLS:
             extra.add("shell")
             script = shell_script(argv)
+        elif program in ("su", "runuser") or (program == "find" and _EXEC_ARGS & set(argv)):
+            extra.add("wrapper")  # su -c SCRIPT, find -exec CMD: a command the words hide
         self.parts.append(SimpleCommand(argv, text, tuple(wrappers), flags | extra, nested))
         if script:  # what eval and sh -c run is judged too (the strictest part wins)
             self.source(script, depth=depth + 1, nested=True)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SHELLS", "WRAPPERS", "Wrapper", "peel", "shell_script"]
+__all__ = ["DEFERRED", "SHELLS", "WRAPPERS", "Wrapper", "peel", "shell_script"]
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "fish", "busybox"})
+DEFERRED = frozenset({"eval", "source", ".", "alias", "trap"})
+"""Builtins that run text later or elsewhere: `eval` (parsed again), `source` and `.` (a
+file), `alias` (a later word runs something else), `trap` (runs its text on a signal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,7 @@ WRAPPERS: dict[str, Wrapper] = {
     "exec": Wrapper(valued=frozenset({"-a"}), plain=frozenset({"-c", "-l"})),
     "command": Wrapper(plain=frozenset({"-p"}), opaque=frozenset({"-v", "-V"})),
     "time": Wrapper(plain=frozenset({"-p"})),
+    "builtin": Wrapper(),
     "stdbuf": Wrapper(valued=frozenset({"-i", "-o", "-e"})),
     "xargs": Wrapper(
         valued=frozenset({"-I", "-n", "-P", "-d", "-L", "-s", "-E", "-a", "--delimiter"}),

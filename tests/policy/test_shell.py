@@ -75,6 +75,11 @@ def test_sh_c_and_eval_are_flagged_and_what_they_run_is_parsed_again() -> None:
         assert ("rm", "-rf", "/") in argvs(text), text
     assert "shell" in parse_command("curl -s https://example.test/x | bash").flags
     assert "eval" in parse_command("source ./env.sh").flags
+    assert "eval" in parse_command("alias k=kubectl; k delete ns web").flags
+    assert "eval" in parse_command("trap 'rm -rf /' EXIT").flags
+    assert "wrapper" in parse_command("find . -name x -exec rm {} +").flags
+    assert "wrapper" in parse_command("su -c 'rm -rf /' root").flags
+    assert not parse_command("find . -name x").flags
 
 
 def test_redirections_and_here_docs() -> None:
