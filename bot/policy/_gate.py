@@ -119,21 +119,22 @@ def approval_summary(
         return "runs without approval"
     if config.approval == "forbidden":
         return "never runs (forbidden)"
-    labels = [_rule_words(r) for r in config.rules]
+    asks = [_asks(r) for r in config.rules if r.approval == "always"]
     if name == COMMAND_TOOL:
-        labels.append("commands it cannot judge (substitution, eval, sh -c, wrappers)")
-    return "asks for approval for " + "; ".join(labels)
+        asks.append("commands it cannot judge (substitution, eval, sh -c, wrappers)")
+    text = "asks for approval for " + "; ".join(asks) if asks else "runs without approval"
+    never = [r.label for r in config.rules if r.approval == "forbidden"]
+    free = [r.label for r in config.rules if r.approval == "never"]
+    if never:
+        text += "; never runs " + "; ".join(never)
+    if free:
+        text += "; runs freely " + "; ".join(free)
+    return text
 
 
-def _rule_words(rule: Rule) -> str:
-    match rule.approval:
-        case "forbidden":
-            return f"{rule.label}: never"
-        case "never":
-            return f"{rule.label}: no approval"
-        case _:
-            count = rule.required_approvals
-            return f"{rule.label} ({count} approvals)" if count and count > 1 else rule.label
+def _asks(rule: Rule) -> str:
+    count = rule.required_approvals
+    return f"{rule.label} ({count} approvals)" if count and count > 1 else rule.label
 
 
 def decide(

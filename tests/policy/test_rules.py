@@ -208,7 +208,11 @@ def test_prefix_rules_are_for_run_command_only() -> None:
 
 
 def test_help_says_the_rules_in_plain_words(kubectl: Policy) -> None:
-    summary = kubectl.approval_summary("run_command")
-    assert "kubectl get …: no approval" in summary
-    assert "kubectl delete … (2 approvals)" in summary
-    assert "never" in summary and "cannot judge" in summary
+    assert kubectl.approval_summary("run_command") == (
+        "asks for approval for kubectl delete … (2 approvals); kubectl rollout restart …; "
+        "commands it cannot judge (substitution, eval, sh -c, wrappers); "
+        "never runs kubectl delete namespace; runs freely kubectl get …"
+    )
+    assert Policy.default().approval_summary("http_request") == (
+        "asks for approval for methods other than GET and HEAD"
+    )
