@@ -61,6 +61,8 @@ class Cards:
             expires_at=row.expires_at,
             approver_users=approvers.users,
             approver_groups=approvers.groups,
+            policy_rule=decision.rule if decision.policy_rule is not None else None,
+            justification=decision.justification,
         )
 
     async def link(self, row: ToolCallRow) -> CallLink:

@@ -91,6 +91,11 @@ class CardCall:
     approver_users: tuple[str, ...] = ()
     approver_groups: tuple[str, ...] = ()
     """Who may approve (policy ids); both empty: anyone in the channel."""
+    policy_rule: str | None = None
+    """The policy rule that gated the call, in words (`tools.run_command.rules[1] (kubectl
+    delete …)`); None when no rule of its own did."""
+    justification: str | None = None
+    """That rule's `justification` (the operator's words)."""
 
 
 @dataclass(frozen=True)

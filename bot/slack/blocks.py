@@ -75,6 +75,7 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
     blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text="Approval needed"))]
     blocks += card_body(call, arg_limit)
     blocks += edited_note(call)
+    blocks += _policy_note(call)
     approve = ButtonElement(
         text=PlainTextObject(text="Approve"),
         action_id=ACTION_APPROVE,
@@ -123,6 +124,7 @@ def decided_card(
     blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text=_HEADERS[outcome.status]))]
     blocks += card_body(call, arg_limit)
     blocks += edited_note(call)
+    blocks += _policy_note(call)
     blocks.append(section(_outcome_text(outcome)))
     return _to_dicts(blocks)
 
@@ -188,6 +190,14 @@ def reason_from_view(view: Mapping[str, Any]) -> str | None:
 
 
 # -- machinery ---------------------------------------------------------------------------------
+
+
+def _policy_note(call: CardCall) -> list[Block]:
+    """The policy rule that gated the call, and why (the operator's words, escaped)."""
+    if call.policy_rule is None:
+        return []
+    why = f": {escape_cut(call.justification, 300)}" if call.justification else ""
+    return [section(f":scroll: Policy {code_span(call.policy_rule, 160)}{why}")]
 
 
 def _outcome_text(outcome: CardOutcome) -> str:

@@ -139,6 +139,7 @@ approval = "rules"
 prefix = ["kubectl", "delete"]
 approvers = ["{SRE1}", "{SRE2}"]
 required_approvals = 2
+justification = "Deleting needs two SREs."
 """
 
 
@@ -153,6 +154,9 @@ async def test_a_rules_own_approvers_replace_the_channels_with_two_approvals(
         await bot.mention("delete web-1", user=ALICE)
         [card] = await bot.wait_cards(1)
         assert "2 approvals" in json.dumps(_blocks(card)) or "0 of 2" in json.dumps(_blocks(card))
+        shown = json.dumps(_blocks(card), ensure_ascii=False)
+        assert "tools.run_command.rules[0] (kubectl delete …)" in shown
+        assert "Deleting needs two SREs." in shown
 
         await bot.click("opsgate_approve", card["ledger_id"], user=BOB)  # a channel approver
         await bot.settle()
