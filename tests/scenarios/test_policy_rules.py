@@ -13,8 +13,10 @@ import pytest
 
 from bot.cli.policy import explain
 from bot.policy import Policy, PolicyError
+from bot.slack._forms import ACTION_FIELD, CALLBACK_EDIT
 from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools, tool_messages
 from tests.support.harness import CHANNEL, Bot, running_bot
+from tests.support.slack_requests import interaction_body, view_submission
 
 SRE1, SRE2 = "U0SRE1", "U0SRE2"
 
@@ -249,3 +251,47 @@ async def test_a_token_prefix_allowance_covers_more_words_but_not_a_compound_com
         await bot.wait_cards(2)
         assert not marker.exists()
         assert len(await _audit(bot, "allowance_used")) == 1
+
+
+async def test_an_edit_into_a_forbidden_command_is_refused_and_nothing_runs(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "must-not-exist"
+    policy = Policy.from_toml(FORBIDDEN + '[[tools.run_command.rules]]\nprefix = ["echo"]\n')
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        await bot.mention("say hi", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        payload = view_submission(
+            CALLBACK_EDIT,
+            card["ledger_id"],
+            {"command": {ACTION_FIELD: f"touch {marker}"}},
+            user=BOB,
+        )
+        await bot.post(interaction_body(payload), "application/x-www-form-urlencoded")
+        await bot.settle()
+        told = bot.slack.calls_to("chat.postEphemeral")[-1].params
+        assert told["user"] == BOB and "forbids this call" in str(told["text"])
+        row = await bot.deps.store.get_call(card["ledger_id"])
+        assert row is not None and row.status == "pending" and row.edited_arguments is None
+        assert len(bot.llm.requests) == 1 and not marker.exists()
+
+
+async def test_a_forbidden_call_does_not_hold_its_batch_siblings_run(tmp_path: Path) -> None:
+    marker = tmp_path / "must-not-exist"
+    policy = Policy.from_toml(FORBIDDEN)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.llm.reply_tool_calls(
+            [
+                ("call_1", "run_command", {"command": f"touch {marker}"}),
+                ("call_2", "echo", {"text": "sibling"}),
+            ]
+        )
+        bot.llm.reply_text("The touch was forbidden; the echo ran.")
+        await bot.mention("both", user=ALICE)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        forbidden, sibling = tool_messages(bot.llm.requests[1])
+        assert forbidden["content"].startswith("Rejected: Forbidden by the policy")
+        assert sibling["content"] == "echo: sibling"
+        assert not marker.exists()
