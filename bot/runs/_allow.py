@@ -16,16 +16,33 @@ from datetime import timedelta
 
 from agent_core import ApprovalGate, Tool, ToolCall
 
-from ..allowances import covers, dump_shape, load_shape, shape_of
+from .._duration import format_duration
+from ..allowances import (
+    ArgvShape,
+    Shape,
+    covers,
+    dump_shape,
+    examples_for,
+    load_shape,
+    offered_shapes,
+    shape_of,
+)
 from ..policy import GateDecision
 from ..store import AllowanceGrant, AllowanceRow, SessionRow, ToolCallRow
 from ._context import RunContext
 from ._gate_audit import call_decision
 from .notices import Notice
 from .output import Thread
-from .ux import AllowanceInfo, AllowanceRevoked, AllowanceUsed, NothingRevoked
+from .ux import (
+    AllowanceInfo,
+    AllowanceRevoked,
+    AllowanceUsed,
+    AllowChoice,
+    AllowForm,
+    NothingRevoked,
+)
 
-__all__ = ["Allowances", "allow_window", "info", "scope"]
+__all__ = ["Allowances", "allow_choices", "allow_window", "info", "scope"]
 
 logger = logging.getLogger("opsgate.runs")
 
@@ -48,6 +65,17 @@ def allow_window(ctx: RunContext, row: ToolCallRow, channel: str) -> timedelta |
     return window if shape_of(row.tool, arguments, decision) is not None else None
 
 
+def allow_choices(ctx: RunContext, row: ToolCallRow) -> tuple[Shape, ...]:
+    """The shapes the granter chooses from in the Allow dialog; empty when there is no choice
+    to make (one shape, or the deciding rule declares its `allow_prefix`)."""
+    decision = call_decision(ctx, row)
+    arguments = row.running_arguments()
+    if decision.allow_prefix is not None or not isinstance(arguments, dict):
+        return ()
+    shapes = offered_shapes(row.tool, arguments, decision)
+    return shapes if len(shapes) > 1 else ()
+
+
 def scope(row: ToolCallRow, decision: GateDecision | None = None) -> str:
     """The call shape an allowance granted on `row` covers, in words."""
     arguments = row.running_arguments()
@@ -65,13 +93,32 @@ class Allowances:
         """Whether the card of `row` in `channel` offers "Allow for <duration>"."""
         return allow_window(self.ctx, row, channel) is not None
 
-    def grant_for(self, row: ToolCallRow, session: SessionRow) -> AllowanceGrant:
+    def choices(self, row: ToolCallRow) -> tuple[Shape, ...]:
+        return allow_choices(self.ctx, row)
+
+    def form(self, row: ToolCallRow, channel: str) -> AllowForm | None:
+        """The Allow dialog for `row`, or None when a click allows at once."""
+        shapes = self.choices(row)
+        window = allow_window(self.ctx, row, channel)
+        if not shapes or window is None:
+            return None
+        options = tuple(
+            AllowChoice(_choice_label(shape, row.tool), *examples_for(shape)) for shape in shapes
+        )
+        return AllowForm(row.id, row.tool, row.running_digest, format_duration(window), options)
+
+    def grant_for(
+        self, row: ToolCallRow, session: SessionRow, choice: int | None = None
+    ) -> AllowanceGrant:
         """The allowance an "Allow for" click on `row` asks for (stored with its approval);
-        only for a row `offered` says yes to."""
+        only for a row `offered` says yes to. `choice`: the dialog's pick among `choices`."""
         decision = call_decision(self.ctx, row)
         window = self.ctx.policy.allow_window(row.tool, session.channel_id, decision)
         arguments = row.running_arguments()
         shape = shape_of(row.tool, arguments if isinstance(arguments, dict) else {}, decision)
+        shapes = self.choices(row)
+        if choice is not None and 0 <= choice < len(shapes):
+            shape = shapes[choice]
         assert window is not None and shape is not None
         return AllowanceGrant(
             channel_id=session.channel_id,
@@ -105,6 +152,14 @@ class Allowances:
         if not await store.revoke_allowance(allowance_id, user_id=user):
             return NothingRevoked("someone revoked it first")
         return AllowanceRevoked(info(row), user)
+
+
+def _choice_label(shape: Shape, tool: str) -> str:
+    """The dialog's words for a shape: `exact: kubectl get pods -n a`, `kubectl get pods …`."""
+    if isinstance(shape, ArgvShape):
+        words = " ".join(shape.argv)
+        return f"{words} …" if shape.prefix else f"exact: {words}"
+    return f"exact: {shape.label(tool)}"
 
 
 class _Gate:

@@ -14,7 +14,7 @@ from typing import Literal
 from .._duration import format_duration
 from ..store import ToolCallRow, card_state
 from ..tools import tool_summary
-from ._allow import allow_window, scope
+from ._allow import allow_choices, allow_window, scope
 from ._card_retry import CardRetries
 from ._context import RunContext, thread_of
 from ._gate_audit import audit_gate_rule, call_decision, forbidden_reason
@@ -57,6 +57,7 @@ class Cards:
             can_edit=self.ctx.policy.tool_policy(row.tool).allow_edit,
             allow_for=None if window is None else format_duration(window),
             allow_scope=scope(row, decision) if window is not None else "",
+            allow_dialog=window is not None and bool(allow_choices(self.ctx, row)),
             locked="forbidden" if decision.forbidden else row.card_locked,
             expires_at=row.expires_at,
             approver_users=approvers.users,

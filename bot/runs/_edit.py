@@ -25,13 +25,13 @@ from ..store import (
     ToolCallRow,
     already_reason,
 )
-from ._allow import Allowances, info, scope
+from ._allow import Allowances, info
 from ._cards import Cards
 from ._context import RunContext
 from ._gate_audit import call_decision
 from ._observe import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, NotApprovable, Notice, UnknownRequest
-from .ux import AllowanceGranted, EditErrors, EditField, EditForm
+from .ux import AllowanceGranted, AllowForm, EditErrors, EditField, EditForm
 
 __all__ = ["COMMAND_FIELD", "Edits"]
 
@@ -165,11 +165,31 @@ class Edits:
 
     # -- allow -----------------------------------------------------------------------------------
 
+    async def allow_form(
+        self, ledger_id: str, *, user: str, team: str | None
+    ) -> AllowForm | Notice | None:
+        """The Allow dialog when the granter has shapes to choose from; None when the click
+        allows at once (one shape, or the rule's `allow_prefix`); else why `user` may not."""
+        found = await self._pending(ledger_id, user=user, team=team, action="allowed")
+        if not isinstance(found, tuple):
+            return found
+        row, session = found
+        if row.requested_by == user:
+            return DecisionNotRecorded(SelfAllow())
+        return self.allowances.form(row, session.channel_id)
+
     async def allow(
-        self, ledger_id: str, *, user: str, team: str | None, digest: str | None = None
+        self,
+        ledger_id: str,
+        *,
+        user: str,
+        team: str | None,
+        digest: str | None = None,
+        choice: int | None = None,
     ) -> Notice | None:
         """Approve the call and allow its shape in the channel for the policy's `allow_for`,
-        in one store transaction. `digest` is what the clicked card showed (None: unknown)."""
+        in one store transaction. `digest` is what the clicked card (or the dialog) showed
+        (None: unknown); `choice` the dialog's pick among the offered shapes."""
         found = await self._pending(ledger_id, user=user, team=team, action="allowed")
         if not isinstance(found, tuple):
             return found
@@ -192,12 +212,13 @@ class Edits:
                 digest=digest,
             )
         else:
+            grant = self.allowances.grant_for(row, session, choice)
             allowed = await self.ctx.store.allow_call(
                 ledger_id,
-                self.allowances.grant_for(row, session),
+                grant,
                 user_id=user,
                 team_id=team,
-                reason=f"approved and allowed: {scope(row, decision)}",
+                reason=f"approved and allowed: {grant.label}",
                 rule="allow_for",
                 policy_rule=decision.policy_rule,
                 digest=row.running_digest,

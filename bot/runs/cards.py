@@ -84,6 +84,8 @@ class CardCall:
     """The card offers "Allow for <allow_for>" (policy `allow_for`, one approval needed)."""
     allow_scope: str = ""
     """What that allowance would cover, for the button's confirmation."""
+    allow_dialog: bool = False
+    """"Allow for" opens a dialog to choose the shape (instead of a confirmation)."""
     locked: CardLock | None = None
     """Why the card may not be approved (no Approve button; rejecting still works)."""
     expires_at: datetime | None = None

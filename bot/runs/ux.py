@@ -14,6 +14,8 @@ from typing import Literal
 from .cards import CardCall
 
 __all__ = [
+    "AllowChoice",
+    "AllowForm",
     "AllowanceGranted",
     "AllowanceInfo",
     "AllowanceList",
@@ -38,6 +40,28 @@ class AllowanceInfo:
     label: str
     granted_by: str
     expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AllowChoice:
+    """One shape an "Allow for" may create: its fixed words, and commands it does and does not
+    cover (generated from it, for the granter to see)."""
+
+    label: str
+    matching: tuple[str, ...]
+    not_matching: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AllowForm:
+    """The Allow dialog of a pending call whose shape the granter chooses (the default
+    first). `digest` binds the choice to the call as it was when the dialog opened."""
+
+    ledger_id: str
+    tool: str
+    digest: str
+    window: str
+    choices: tuple[AllowChoice, ...]
 
 
 @dataclass(frozen=True, slots=True)
