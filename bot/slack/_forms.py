@@ -1,5 +1,6 @@
 """Block Kit for the approval card's extra buttons (Edit, Allow for <duration>), the edit
-modal, the reject modal's reason select, and reading them back from a submitted view.
+modal, the Allow dialog, the reject modal's reason select, and reading them back from a
+submitted view.
 
 Buttons carry only the ledger id ("Binding" in `docs/architecture.md`); the modal's
 `private_metadata` carries it back. Prefilled values are plain text inputs, which Slack shows
@@ -15,26 +16,34 @@ from slack_sdk.models.blocks import (
     Block,
     ButtonElement,
     ConfirmObject,
+    ContextBlock,
     InputBlock,
+    MarkdownTextObject,
     Option,
     PlainTextInputElement,
     PlainTextObject,
+    RadioButtonsElement,
     StaticSelectElement,
 )
 from slack_sdk.models.views import View
 
 from ..runs.cards import CardCall
-from ..runs.ux import EditForm
+from ..runs.ux import AllowForm, EditForm
 from ._card_body import as_json, section
 from ._text import code_span, escape_cut, truncate, user_mention
 
 __all__ = [
     "ACTION_ALLOW",
+    "ACTION_ALLOW_SHAPE",
     "ACTION_EDIT",
     "ACTION_FIELD",
     "ACTION_REASON_CHOICE",
+    "BLOCK_ALLOW_SHAPE",
     "BLOCK_REASON_CHOICE",
+    "CALLBACK_ALLOW",
     "CALLBACK_EDIT",
+    "allow_choice",
+    "allow_modal",
     "edit_modal",
     "edit_values",
     "edited_note",
@@ -45,6 +54,9 @@ __all__ = [
 
 ACTION_EDIT = "opsgate_edit"
 ACTION_ALLOW = "opsgate_allow"
+CALLBACK_ALLOW = "opsgate_allow_modal"
+BLOCK_ALLOW_SHAPE = "allow_shape"
+ACTION_ALLOW_SHAPE = "allow_shape_choice"
 CALLBACK_EDIT = "opsgate_edit_modal"
 ACTION_FIELD = "value"
 """The action id of every input of the edit modal; its block id is the argument's name."""
@@ -63,7 +75,15 @@ def extra_buttons(call: CardCall) -> list[ButtonElement]:
                 text=PlainTextObject(text="Edit"), action_id=ACTION_EDIT, value=call.ledger_id
             )
         )
-    if call.allow_for is not None:
+    if call.allow_for is not None and call.allow_dialog:  # the dialog is the confirmation
+        buttons.append(
+            ButtonElement(
+                text=PlainTextObject(text=f"Allow for {call.allow_for}"),
+                action_id=ACTION_ALLOW,
+                value=call.ledger_id,
+            )
+        )
+    elif call.allow_for is not None:
         scope = truncate(call.allow_scope, 250)
         buttons.append(
             ButtonElement(
@@ -148,6 +168,64 @@ def edit_values(view: Mapping[str, Any]) -> dict[str, str | None]:
         value = field.get("value") if isinstance(field, Mapping) else None
         out[str(block_id)] = value if isinstance(value, str) else None
     return out
+
+
+def allow_modal(form: AllowForm) -> dict[str, Any]:
+    """The Allow dialog: one radio choice of shapes (the default first), and what each covers
+    and does not, generated from the call. `private_metadata` is the ledger id and the digest
+    the dialog was drawn for, so a choice made on an edited call counts for nothing."""
+    options = [
+        Option(value=str(i), label=truncate(choice.label, 75))
+        for i, choice in enumerate(form.choices[:10])
+    ]
+    examples = [
+        MarkdownTextObject(
+            text=escape_cut(
+                f"{choice.label}: covers {'; '.join(choice.matching)}. "
+                f"Not: {'; '.join(choice.not_matching)}.",
+                1900,
+            )
+        )
+        for choice in form.choices[:10]
+    ]
+    blocks: list[Block] = [
+        section(
+            f"This call runs now, and in this channel calls of the shape you choose run "
+            f"without a card for {form.window}. Each run is posted and audited."
+        ),
+        InputBlock(
+            block_id=BLOCK_ALLOW_SHAPE,
+            label=PlainTextObject(text="Allow calls of"),
+            element=RadioButtonsElement(
+                action_id=ACTION_ALLOW_SHAPE, options=options, initial_option=options[0]
+            ),
+        ),
+        ContextBlock(elements=examples),
+    ]
+    view = View(
+        type="modal",
+        callback_id=CALLBACK_ALLOW,
+        private_metadata=f"{form.ledger_id} {form.digest}",
+        title=PlainTextObject(text=truncate(f"Allow for {form.window}", 24)),
+        submit=PlainTextObject(text="Allow"),
+        close=PlainTextObject(text="Back"),
+        blocks=blocks,
+    )
+    result: dict[str, Any] = view.to_dict()
+    return result
+
+
+def allow_choice(view: Mapping[str, Any]) -> tuple[str, str | None, int | None]:
+    """The ledger id, digest and chosen shape (its index) of a submitted Allow dialog."""
+    ledger_id, _, digest = str(view.get("private_metadata") or "").partition(" ")
+    state = view.get("state")
+    values = state.get("values") if isinstance(state, Mapping) else None
+    block = values.get(BLOCK_ALLOW_SHAPE) if isinstance(values, Mapping) else None
+    field = block.get(ACTION_ALLOW_SHAPE) if isinstance(block, Mapping) else None
+    option = field.get("selected_option") if isinstance(field, Mapping) else None
+    value = option.get("value") if isinstance(option, Mapping) else None
+    choice = int(value) if isinstance(value, str) and value.isdigit() else None
+    return ledger_id, digest or None, choice
 
 
 def reason_select(reasons: Sequence[str]) -> list[Block]:

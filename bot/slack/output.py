@@ -21,9 +21,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ..runs.cards import CardCall, CardOutcome, CardRef
 from ..runs.notices import Notice
 from ..runs.output import PostFailed, TextSink, Thread
-from ..runs.ux import AllowanceList, EditForm, HomeView
+from ..runs.ux import AllowanceList, AllowForm, EditForm, HomeView
 from ._card_marks import card_metadata, find_marked_card
-from ._forms import edit_modal
+from ._forms import allow_modal, edit_modal
 from ._minimal_card import minimal_blocks, minimal_file_text
 from ._streaming import ThreadReply
 from ._text import escape_cut, user_mention
@@ -126,6 +126,10 @@ class SlackThreadOutput:
     async def open_edit_form(self, trigger_id: str, form: EditForm) -> PostFailed | None:
         """Open the modal to edit a call's arguments (within 3 s of the click)."""
         return await self._open(trigger_id, edit_modal(form))
+
+    async def open_allow_form(self, trigger_id: str, form: AllowForm) -> PostFailed | None:
+        """Open the Allow dialog: which shape an allowance covers (within 3 s of the click)."""
+        return await self._open(trigger_id, allow_modal(form))
 
     async def _open(self, trigger_id: str, view: dict[str, Any]) -> PostFailed | None:
         try:

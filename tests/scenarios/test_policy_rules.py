@@ -295,3 +295,92 @@ async def test_a_forbidden_call_does_not_hold_its_batch_siblings_run(tmp_path: P
         assert forbidden["content"].startswith("Rejected: Forbidden by the policy")
         assert sibling["content"] == "echo: sibling"
         assert not marker.exists()
+
+
+ALLOW_ALWAYS = '[tools.run_command]\napproval = "always"\nallow_for = "1h"\n'
+
+
+def _view(call: Any) -> dict[str, Any]:
+    view = call.params["view"]
+    return json.loads(view) if isinstance(view, str) else dict(view)
+
+
+async def test_the_allow_dialog_offers_shapes_with_examples_and_allows_the_chosen_one(
+    tmp_path: Path,
+) -> None:
+    policy = Policy.from_toml(ALLOW_ALWAYS)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi there -n"})])
+        bot.llm.reply_text("Done.")
+        await bot.mention("say hi", user=ALICE, ts="1700000001.000100")
+        [card] = await bot.wait_cards(1)
+        [allow] = [
+            e
+            for b in _blocks(card)
+            if b.get("type") == "actions"
+            for e in b["elements"]
+            if e["action_id"] == "opsgate_allow"
+        ]
+        assert allow["text"]["text"] == "Allow for 1h" and "confirm" not in allow
+
+        await bot.click("opsgate_allow", card["ledger_id"], user=BOB)
+        [opened] = await bot.slack.wait_for("views.open")
+        modal = _view(opened)
+        assert modal["callback_id"] == "opsgate_allow_modal"
+        [choice] = [b for b in modal["blocks"] if b.get("block_id") == "allow_shape"]
+        assert choice["element"]["type"] == "radio_buttons"
+        labels = [o["text"]["text"] for o in choice["element"]["options"]]
+        assert labels == ["exact: echo hi there -n", "echo hi there …", "echo hi …"]
+        [context] = [b for b in modal["blocks"] if b["type"] == "context"]
+        assert "covers" in json.dumps(context) and "rm -rf x" in json.dumps(context)
+        assert await bot.deps.store.active_allowances() == []  # nothing before the choice
+
+        row = await bot.deps.store.get_call(card["ledger_id"])
+        assert row is not None
+        picked = {"type": "radio_buttons", "selected_option": {"value": "1"}}
+        payload = view_submission(
+            "opsgate_allow_modal",
+            f"{card['ledger_id']} {row.running_digest}",
+            {"allow_shape": {"allow_shape_choice": picked}},
+            user=BOB,
+        )
+        await bot.post(interaction_body(payload), "application/x-www-form-urlencoded")
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        [allowance] = await bot.deps.store.active_allowances()
+        assert allowance.label.startswith("echo hi there …")
+
+        bot.llm.reply_tool_calls([("call_2", "run_command", {"command": "echo hi there again"})])
+        bot.llm.reply_text("Again.")
+        await bot.mention("again", user=CAROL, ts="1700000002.000100")
+        await bot.llm.wait_for_requests(4)
+        await bot.settle()
+        assert len(bot.cards()) == 1
+        [result] = tool_messages(bot.llm.requests[3])
+        assert "hi there again" in result["content"]
+        bot.llm.reply_tool_calls([("call_3", "run_command", {"command": "echo hi other"})])
+        await bot.mention("other", user=CAROL, ts="1700000003.000100")
+        await bot.wait_cards(2)  # not the chosen shape: a card
+
+
+async def test_a_dialog_choice_made_for_a_call_edited_since_counts_for_nothing(
+    tmp_path: Path,
+) -> None:
+    policy = Policy.from_toml(ALLOW_ALWAYS)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi there -n"})])
+        await bot.mention("say hi", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        picked = {"type": "radio_buttons", "selected_option": {"value": "2"}}
+        payload = view_submission(
+            "opsgate_allow_modal",
+            f"{card['ledger_id']} 0000000000000000",
+            {"allow_shape": {"allow_shape_choice": picked}},
+            user=BOB,
+        )
+        await bot.post(interaction_body(payload), "application/x-www-form-urlencoded")
+        await bot.settle()
+        assert await bot.deps.store.active_allowances() == []
+        row = await bot.deps.store.get_call(card["ledger_id"])
+        assert row is not None and row.status == "pending"
+        assert [r["why"] for r in await _audit(bot, "refusal")] == ["arguments_changed"]
