@@ -1,11 +1,16 @@
 """Call shapes: what a later call must look like to run under an allowance.
 
-By default the shape is the exact arguments. For `run_command` it is the program and its
-subcommand (the first word after the program that is not an option), for a command that
-`shlex` parses and that has no shell operators, redirections or substitutions; such a
-character anywhere, even quoted, makes a command fall back to the exact shape (and a later
-command with one never matches a command shape). Conservative on purpose: a call that does not
-match simply gets a card.
+A shape is chosen from what the call on the card offers (`offered_shapes`), never guessed from a
+program's syntax: the exact argv (the default), or an argv prefix with no option before its last
+fixed word (`kubectl get pods` covers `kubectl get pods -n a`; `git --namespace status` offers
+only its exact argv, because `status` there may be the value of `--namespace`), or the prefix
+the deciding policy rule declares (`allow_prefix`). Words are compared position by position
+after the shell parse, so an option's value never passes for a subcommand.
+
+A shape covers a later call only if that call is one plain simple command (no pipe, list,
+redirection, substitution, expansion or wrapper), decided by the same policy rule as the
+granted one, not forbidden and needing one approval (`covers`). Other tools' shapes are the
+exact canonical arguments. Conservative on purpose: a call that does not match gets a card.
 """
 
 from __future__ import annotations
@@ -17,18 +22,29 @@ from typing import Any, Literal
 
 from agent_core import canonical_arguments
 
-__all__ = ["CommandShape", "ExactShape", "Shape", "dump_shape", "load_shape", "shape_of"]
+from ..policy import GateDecision, parse_command
+
+__all__ = [
+    "ArgvShape",
+    "ExactShape",
+    "Shape",
+    "covers",
+    "dump_shape",
+    "examples_for",
+    "load_shape",
+    "offered_shapes",
+    "shape_of",
+]
 
 COMMAND_TOOL = "run_command"
-_SHELL_CHARACTERS = frozenset(";&|<>()$`\n\r")
-"""Operators (; & | && ||), redirections (< >), subshells and substitutions ($ `)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ExactShape:
-    """Calls with exactly these (canonical) arguments."""
+    """Calls with exactly these (canonical) arguments (tools other than run_command)."""
 
     arguments: str
+    rule: str | None = None
     kind: Literal["exact"] = "exact"
 
     def matches(self, arguments: dict[str, Any]) -> bool:
@@ -39,44 +55,128 @@ class ExactShape:
 
 
 @dataclass(frozen=True, slots=True)
-class CommandShape:
-    """`run_command` calls of `program` with `subcommand` (None: no positional word) and no
-    shell operators, redirections or substitutions."""
+class ArgvShape:
+    """run_command calls of one plain simple command whose words are `argv` (exactly, or, with
+    `prefix`, starting with them)."""
 
-    program: str
-    subcommand: str | None
-    kind: Literal["command"] = "command"
+    argv: tuple[str, ...]
+    prefix: bool = False
+    rule: str | None = None
+    """The policy rule that decided the granted call; a later call must be decided by it too."""
+    kind: Literal["argv"] = "argv"
 
     def matches(self, arguments: dict[str, Any]) -> bool:
         command = arguments.get("command")
-        return isinstance(command, str) and _program_and_subcommand(command) == (
-            self.program,
-            self.subcommand,
-        )
+        if not isinstance(command, str):
+            return False
+        return self.matches_argv(_plain_argv(command))
+
+    def matches_argv(self, argv: tuple[str, ...] | None) -> bool:
+        if argv is None:
+            return False
+        if self.prefix:
+            return argv[: len(self.argv)] == self.argv
+        return argv == self.argv
 
     def label(self, tool: str) -> str:
-        words = self.program if self.subcommand is None else f"{self.program} {self.subcommand}"
+        words = shlex.join(self.argv)
+        if not self.prefix:
+            return f"exactly {words}"
         return f"{words} … (no shell operators, redirections or substitutions)"
 
 
-Shape = ExactShape | CommandShape
+Shape = ExactShape | ArgvShape
 
 
-def shape_of(tool: str, arguments: dict[str, Any]) -> Shape:
-    """The shape an allowance granted on this call covers."""
-    if tool == COMMAND_TOOL and isinstance(arguments.get("command"), str):
-        parsed = _program_and_subcommand(arguments["command"])
-        if parsed is not None:
-            return CommandShape(*parsed)
-    return ExactShape(canonical_arguments(arguments))
+def _plain_argv(command: str) -> tuple[str, ...] | None:
+    """The words of a command that is one plain simple command with no wrapper, else None."""
+    parsed = parse_command(command)
+    if not parsed.plain or parsed.parts[0].wrappers:
+        return None
+    return parsed.parts[0].argv
+
+
+def offered_shapes(
+    tool: str, arguments: dict[str, Any], decision: GateDecision | None = None
+) -> tuple[Shape, ...]:
+    """The shapes an "Allow for" on this call may create, the default first; none for a call an
+    allowance may never cover (compound, redirected, substituted, wrapped, forbidden)."""
+    rule = decision.policy_rule if decision is not None else None
+    if decision is not None and decision.forbidden:
+        return ()
+    if tool != COMMAND_TOOL:
+        return (ExactShape(canonical_arguments(arguments), rule),)
+    command = arguments.get("command")
+    argv = _plain_argv(command) if isinstance(command, str) else None
+    if argv is None:
+        return ()
+    shapes: list[Shape] = [ArgvShape(argv, False, rule)]
+    declared = decision.allow_prefix if decision is not None else None
+    if declared is not None:
+        if argv[: len(declared)] == declared:
+            shapes.append(ArgvShape(declared, True, rule))
+        return tuple(shapes)
+    fixed = next((i for i, w in enumerate(argv) if i and w.startswith("-")), len(argv))
+    shapes += [ArgvShape(argv[:k], True, rule) for k in range(fixed, 1, -1)]
+    return tuple(shapes)
+
+
+def shape_of(
+    tool: str, arguments: dict[str, Any], decision: GateDecision | None = None
+) -> Shape | None:
+    """The shape an "Allow for" click creates: the rule's declared prefix when it has one,
+    else the exact call; None when no allowance may cover the call."""
+    shapes = offered_shapes(tool, arguments, decision)
+    if not shapes:
+        return None
+    if decision is not None and decision.allow_prefix is not None:
+        return shapes[-1]
+    return shapes[0]
+
+
+def covers(shape: Shape, tool: str, arguments: dict[str, Any], decision: GateDecision) -> bool:
+    """Whether an allowance of `shape` lets this call run without a card (see the docstring;
+    the caller checks the channel, the tool and that one approval is needed)."""
+    if decision.forbidden or decision.policy_rule != shape.rule:
+        return False
+    return shape.matches(arguments)
+
+
+def examples_for(shape: Shape) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Three commands the shape covers and three it does not, generated from it, for the
+    granter to see what they allow (run_command shapes; other tools: the exact arguments)."""
+    if isinstance(shape, ExactShape):
+        return (shape.arguments,), ("any other arguments",)
+    words = list(shape.argv)
+    program, last = words[0], words[-1]
+    if shape.prefix:
+        matching = (
+            shlex.join(words),
+            shlex.join([*words, "-o", "wide"]),
+            shlex.join([*words, "other-arg"]),
+        )
+    else:
+        matching = (
+            shlex.join(words),
+            " ".join(shlex.quote(w) for w in words).replace(" ", "  ", 1),
+            " ".join(f"'{w}'" if "'" not in w else shlex.quote(w) for w in words),
+        )
+    inserted = [program, "--namespace", "x", *words[1:]] if len(words) > 1 else [program, "-x"]
+    different = [*words[:-1], f"not-{last}"] if len(words) > 1 else [f"{program}2"]
+    not_matching = (
+        f"{shlex.join(words)}; rm -rf x" if shape.prefix else shlex.join([*words, "--force"]),
+        shlex.join(inserted),
+        shlex.join(different),
+    )
+    return matching, not_matching
 
 
 def dump_shape(shape: Shape) -> str:
-    if isinstance(shape, CommandShape):
+    if isinstance(shape, ArgvShape):
         return json.dumps(
-            {"kind": "command", "program": shape.program, "subcommand": shape.subcommand}
+            {"kind": "argv", "argv": list(shape.argv), "prefix": shape.prefix, "rule": shape.rule}
         )
-    return json.dumps({"kind": "exact", "arguments": shape.arguments})
+    return json.dumps({"kind": "exact", "arguments": shape.arguments, "rule": shape.rule})
 
 
 def load_shape(text: str) -> Shape | None:
@@ -87,23 +187,17 @@ def load_shape(text: str) -> Shape | None:
         return None
     if not isinstance(data, dict):
         return None
-    if data.get("kind") == "command" and isinstance(data.get("program"), str):
-        sub = data.get("subcommand")
-        return CommandShape(data["program"], sub if isinstance(sub, str) else None)
-    if data.get("kind") == "exact" and isinstance(data.get("arguments"), str):
-        return ExactShape(data["arguments"])
+    rule = data.get("rule") if isinstance(data.get("rule"), str) else None
+    match data.get("kind"):
+        case "argv" if isinstance(data.get("argv"), list) and data["argv"]:
+            argv = data["argv"]
+            if all(isinstance(w, str) for w in argv):
+                return ArgvShape(tuple(argv), data.get("prefix") is True, rule)
+        case "exact" if isinstance(data.get("arguments"), str):
+            return ExactShape(data["arguments"], rule)
+        case "command" if isinstance(data.get("program"), str) and isinstance(
+            data.get("subcommand"), str
+        ):
+            # Before issue 23: program and subcommand. Read as the strict argv prefix.
+            return ArgvShape((data["program"], data["subcommand"]), True, None)
     return None
-
-
-def _program_and_subcommand(command: str) -> tuple[str, str | None] | None:
-    if any(c in _SHELL_CHARACTERS for c in command):
-        return None
-    try:
-        words = shlex.split(command, comments=False, posix=True)
-    except ValueError:  # unbalanced quotes
-        return None
-    if not words:
-        return None
-    program, rest = words[0], words[1:]
-    subcommand = next((w for w in rest if not w.startswith("-")), None)
-    return program, subcommand

@@ -7,7 +7,8 @@ The rules (see `docs/architecture.md`, "Approval semantics"):
   `allow_self_approval` says so.
 - Otherwise the channel's approvers decide: listed users, members of listed user groups, or,
   with no list, anyone in the channel who belongs to the session's workspace (in a Slack
-  Connect channel, people of another organisation must be listed by name).
+  Connect channel, people of another organisation must be listed by name). A policy rule with
+  its own `approvers` replaces the channel's for the calls it decides (`decision`).
 - A user group that cannot be looked up refuses (and says so): never allow on a failed lookup.
 
 Group membership comes from an injected async callable (Slack: `usergroups.users.list`),
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from ..policy import Policy
+from ..policy import GateDecision, Policy
 from .groups import FetchMembers, GroupResolver
 from .verdicts import Action, Allowed, Refused, Verdict, Who
 
@@ -53,12 +54,14 @@ class Approvals:
         requester: str | None,
         user_team: str | None = None,
         home_team: str | None = None,
+        decision: GateDecision | None = None,
     ) -> Verdict:
         """May `user` take `action` on a request of `requester` in `channel`?
 
         `user_team` is the actor's workspace, `home_team` the session's. With `home_team`
         given, an unknown `user_team` is refused: a request that hides its workspace must not
         skip the Slack Connect rule. With no `home_team` (the terminal) nothing is checked.
+        `decision`: the policy's verdict on the call, whose rule may name its own approvers.
         """
         if home_team is not None and not user_team:
             return Refused("unknown_workspace", action, "the actor's workspace is unknown")
@@ -67,7 +70,9 @@ class Approvals:
                 return Allowed(_REQUESTER_RULES[action])
             if not self.policy.allow_self_approval:
                 return Refused("self_approval", action, "defaults.allow_self_approval = false")
-        return await self._approver(action, channel, user, requester, user_team, home_team)
+        return await self._approver(
+            action, channel, user, requester, user_team, home_team, decision
+        )
 
     async def _approver(
         self,
@@ -77,8 +82,9 @@ class Approvals:
         requester: str | None,
         user_team: str | None,
         home_team: str | None,
+        decision: GateDecision | None,
     ) -> Verdict:
-        spec = self.policy.approvers_for(channel)
+        spec = self.policy.approvers_for(channel, decision)
         who = Who(spec.users, spec.groups, requester if action in _REQUESTER_RULES else None)
         if spec.anyone:
             if user_team and home_team and user_team != home_team:

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 
+from .policy import add_policy_parser
+
 __all__ = ["main"]
 
 
@@ -49,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     sub.add_parser("chat", help="the same agent, tools and policy in this terminal")
     sub.add_parser("migrate", help="bring the database's schema up to date (idempotent)")
+    add_policy_parser(sub)
     return parser
 
 
@@ -81,6 +84,10 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
             from .migrate import migrate_command
 
             return migrate_command
+        case "policy":
+            from .policy import explain_command
+
+            return lambda: explain_command(args)
     raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
 
 

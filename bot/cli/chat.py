@@ -19,6 +19,7 @@ from typing import TextIO
 
 from ..approvals import Allowed, Approvals, Verdict
 from ..approvals.verdicts import Action
+from ..policy import GateDecision
 from ..runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
 from ..runs.context import RunContext
 from ..settings import Settings, load_settings
@@ -120,6 +121,7 @@ class _TerminalApprovals(Approvals):
         requester: str | None,
         user_team: str | None = None,
         home_team: str | None = None,
+        decision: GateDecision | None = None,
     ) -> Verdict:
         return Allowed("terminal")
 

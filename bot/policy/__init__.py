@@ -5,8 +5,11 @@ a safety setting must stop the bot with a message naming the file and the key, n
 back to a default. Without a file, `Policy.default()` applies: `run_command` always asks, anyone
 but the requester may approve, one approval, one hour to decide.
 
-`Policy.gate` is an agent_core `ApprovalGate`; `Policy.approvers_for` names who may decide in a
-channel (the rules that apply it, and user-group lookups, are in `bot.approvals`).
+`Policy.gate` is an agent_core `ApprovalGate`; `Policy.decide` says what a call gets as a typed
+`GateDecision` (runs, waits, forbidden; the deciding rule `tools.<tool>.rules[<i>]` with its own
+approvers, quorum, ttl, allow_for and justification). `Policy.approvers_for` names who may
+decide a call in a channel (the rules that apply it, and user-group lookups, are in
+`bot.approvals`). `run_command` rules match the command's parsed shell (`parse_command`).
 
 `[tools.run_command]` also says where commands run (`workdir`), for how long at most
 (`timeout`) and how much of their output is kept (`output_limit`).
@@ -15,8 +18,10 @@ Channels can be set up for ops automation in `[channels_policy.<channel id>]`: w
 run there (`trigger`), which integrations' messages may (`allowed_bots`), extra `instructions`
 for the model, the `tools` offered, who approves, and how many runs go at once (`concurrency`).
 
-Modules: `_fields` (the value types), `_model` (the file's sections), `_load` (reading the file
-and explaining its errors), `_policy` (`Policy` and its queries), `_gate` (the approval gate),
+Modules: `_fields` (the value types), `_model` (the file's sections), `_rules` (one
+`[[tools.<name>.rules]]` entry), `_shell` (shell text to simple commands), `_wrappers`
+(peeling `sudo`, `timeout`, ...), `_load` (reading the file and explaining its errors),
+`_policy` (`Policy` and its queries), `_gate` (the approval gate and its verdict order),
 `_approvers` (who may decide, as listed), `_errors` (`PolicyError`).
 """
 
@@ -25,9 +30,11 @@ from __future__ import annotations
 from ._approvers import ApproverSpec
 from ._errors import PolicyError
 from ._fields import Trigger
-from ._gate import GateDecision
+from ._gate import GateDecision, PartVerdict
 from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
 from ._policy import Policy
+from ._rules import Rule, Tier
+from ._shell import ParsedCommand, SimpleCommand, parse_command
 
 __all__ = [
     "ApproverSpec",
@@ -35,8 +42,14 @@ __all__ = [
     "ChannelPolicy",
     "Defaults",
     "GateDecision",
+    "ParsedCommand",
+    "PartVerdict",
     "Policy",
     "PolicyError",
+    "Rule",
+    "SimpleCommand",
+    "Tier",
     "ToolPolicy",
     "Trigger",
+    "parse_command",
 ]

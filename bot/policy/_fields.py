@@ -7,6 +7,7 @@ ends up after the key's name in `PolicyError` (see `_load.explain`).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -34,6 +35,7 @@ __all__ = [
     "RejectReason",
     "ToolName",
     "Trigger",
+    "check_reachable",
     "unique",
 ]
 
@@ -137,3 +139,13 @@ DEFAULT_REJECT_REASONS: tuple[str, ...] = (
 """What the reject form offers when `[defaults]` has no `reject_reasons`."""
 Trigger = Literal["mention", "every_message"]
 """What starts a run in a channel: a mention of the bot, or every top-level message."""
+
+
+def check_reachable(approvers: Sequence[str], required: int, key: str) -> None:
+    """N approvals from fewer than N listed people (and no group) can never happen."""
+    has_group = any(GROUP_ID.fullmatch(a) for a in approvers)
+    if approvers and not has_group and required > len(approvers):
+        raise ValueError(
+            f"required_approvals = {required} but {key} lists only {len(approvers)} "
+            "person(s) and no user group"
+        )

@@ -1,7 +1,12 @@
-"""The approval gate: does one tool call wait for a human, and which rule of the policy said so.
+"""The approval gate: what one tool call gets (runs, waits for approval, never runs), under which
+rule, and with whose approvals.
 
-The answer is a `GateDecision` rather than a bare bool because the audit log records the rule
-next to every decision.
+The answer is a typed `GateDecision`, not a bool or a message: the gate, the card, the
+approvals and the audit each read the field they need (the rule's approvers, quorum, time limit,
+allowance window, justification). Verdict order: forbidden > the matching rule with the most
+required approvals > always > never; a compound shell command takes the strictest verdict of
+its parts, and under `approval = "rules"` a command that cannot be judged by its words needs
+approval at least (see `bot.policy._shell`).
 """
 
 from __future__ import annotations
@@ -9,22 +14,71 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from types import MappingProxyType
 
 from agent_core import Tool, ToolCall
 from bot.argument_rule import schema_defaults
 
-from ._model import ArgumentRule, ToolPolicy
+from ._model import ToolPolicy
+from ._rules import TIER_RANK, Rule, Tier
+from ._shell import FLAG_WORDS, ParsedCommand, parse_command
 
-__all__ = ["GateDecision", "approval_summary", "built_in_tools", "decide"]
+__all__ = [
+    "COMMAND_TOOL",
+    "GateDecision",
+    "PartVerdict",
+    "approval_summary",
+    "built_in_tools",
+    "decide",
+    "rule_name",
+]
+
+COMMAND_TOOL = "run_command"
+
+
+@dataclass(frozen=True, slots=True)
+class PartVerdict:
+    """What one simple command of a shell command got, and why (for `policy explain`)."""
+
+    text: str
+    argv: tuple[str, ...]
+    tier: Tier
+    policy_rule: str | None
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
 class GateDecision:
-    """Whether a call waits for a human, and the policy rule that said so (for the audit log)."""
+    """What a call gets and the rule that said so. The overrides are the deciding rule's
+    (None: the channel's, or the defaults', apply)."""
 
     requires_approval: bool
     rule: str
+    """In words, for the audit log's `rule` of the gate row and for `/opsgate help`."""
+    forbidden: bool = False
+    policy_rule: str | None = None
+    """`tools.<tool>.rules[<index>]` of the deciding rule (the audit's `policy_rule`)."""
+    approvers: tuple[str, ...] | None = None
+    required_approvals: int | None = None
+    ttl: timedelta | None = None
+    allow_for: timedelta | None = None
+    allow_prefix: tuple[str, ...] | None = None
+    justification: str | None = None
+    parts: tuple[PartVerdict, ...] = ()
+    """run_command: each simple command's own verdict."""
+    command: ParsedCommand | None = None
+    """run_command: the parsed command (its flags say whether an allowance may cover it)."""
+
+    @property
+    def tier(self) -> Tier:
+        if self.forbidden:
+            return "forbidden"
+        return "always" if self.requires_approval else "never"
+
+
+def rule_name(tool: str, index: int) -> str:
+    return f"tools.{tool}.rules[{index}]"
 
 
 def built_in_tools() -> Mapping[str, ToolPolicy]:
@@ -35,7 +89,7 @@ def built_in_tools() -> Mapping[str, ToolPolicy]:
             "http_request": ToolPolicy(
                 approval="rules",
                 rules=(
-                    ArgumentRule(
+                    Rule(
                         argument="method",
                         pattern=re.compile(r"^(?!\s*(?i:get|head)\s*$)"),
                         name="methods other than GET and HEAD",
@@ -63,8 +117,24 @@ def approval_summary(
         return "asks for approval"
     if config.approval == "never":
         return "runs without approval"
-    labels = [r.name or f"{r.argument} matches /{r.pattern.pattern}/" for r in config.rules]
-    return "asks for approval for " + "; ".join(labels)
+    if config.approval == "forbidden":
+        return "never runs (forbidden)"
+    asks = [_asks(r) for r in config.rules if r.approval == "always"]
+    if name == COMMAND_TOOL:
+        asks.append("commands it cannot judge (substitution, eval, sh -c, wrappers)")
+    text = "asks for approval for " + "; ".join(asks) if asks else "runs without approval"
+    never = [r.label for r in config.rules if r.approval == "forbidden"]
+    free = [r.label for r in config.rules if r.approval == "never"]
+    if never:
+        text += "; never runs " + "; ".join(never)
+    if free:
+        text += "; runs freely " + "; ".join(free)
+    return text
+
+
+def _asks(rule: Rule) -> str:
+    count = rule.required_approvals
+    return f"{rule.label} ({count} approvals)" if count and count > 1 else rule.label
 
 
 def decide(
@@ -73,7 +143,7 @@ def decide(
     tools: Mapping[str, ToolPolicy],
     built_in: Mapping[str, ToolPolicy],
 ) -> GateDecision:
-    """Whether `call` waits for a human, and which rule decided.
+    """What `call` gets, and which rule decided.
 
     Order: the file's `[tools.<name>]`, then the built-in default for built-in tools, then the
     tool's own `requires_approval()` (only known when `tool` is a `Tool`; a bare name of an
@@ -92,14 +162,113 @@ def decide(
             f"({'approval required' if risky else 'no approval'})",
         )
     if config.approval != "rules":
-        return GateDecision(config.approval == "always", f"{where}: approval = {config.approval}")
+        rule = f"{where}: approval = {config.approval}"
+        return GateDecision(config.approval != "never", rule, config.approval == "forbidden")
     try:
         arguments = call.parsed_arguments()
     except ValueError:
         return GateDecision(True, f"{where}: arguments unreadable, approval required")
     defaults = {} if isinstance(tool, str) else schema_defaults(tool.parameters)
-    for index, rule in enumerate(config.rules):
-        if rule.matches(arguments, defaults):
-            label = rule.name or f"{rule.argument} ~ /{rule.pattern.pattern}/"
-            return GateDecision(True, f"{where}.rules[{index}] ({label})")
-    return GateDecision(False, f"{where}: no rule matched")
+    command = arguments.get("command") if name == COMMAND_TOOL else None
+    if name == COMMAND_TOOL and not isinstance(command, str):
+        return GateDecision(True, f"{where}: no command text, approval required")
+    return _Judge(name, where, config.rules).call(arguments, defaults, command)
+
+
+@dataclass
+class _Candidate:
+    tier: Tier
+    quorum: int
+    rule: Rule | None
+    index: int | None
+    why: str
+
+    def key(self) -> tuple[int, int]:
+        return TIER_RANK[self.tier], self.quorum if self.tier == "always" else 0
+
+
+def _stricter(candidate: _Candidate, best: _Candidate) -> bool:
+    if candidate.key() != best.key():
+        return candidate.key() > best.key()
+    return best.rule is None and candidate.rule is not None
+
+
+class _Judge:
+    """The strictest of the candidates a call's parts and arguments produce."""
+
+    def __init__(self, tool: str, where: str, rules: tuple[Rule, ...]) -> None:
+        self.tool = tool
+        self.where = where
+        self.rules = rules
+
+    def _strictest(self, matches: list[tuple[int, Rule]]) -> _Candidate | None:
+        """The strictest of the rules that match (the first of them on a tie)."""
+        best: _Candidate | None = None
+        for index, rule in matches:
+            found = _Candidate(rule.approval, rule.required_approvals or 0, rule, index, rule.label)
+            if best is None or found.key() > best.key():
+                best = found
+        return best
+
+    def name(self, index: int) -> str:
+        return f"{self.where}.rules[{index}]"
+
+    def call(
+        self, arguments: dict[str, object], defaults: dict[str, object], command: str | None
+    ) -> GateDecision:
+        by_arguments = [
+            (i, r) for i, r in enumerate(self.rules) if r.matches_arguments(arguments, defaults)
+        ]
+        nothing = _Candidate("never", 0, None, None, "no rule matched")
+        candidates = [c for c in [self._strictest(by_arguments)] if c is not None]
+        parts: list[PartVerdict] = []
+        parsed = parse_command(command) if command is not None else None
+        for part in parsed.parts if parsed is not None else ():
+            matches = [(i, r) for i, r in enumerate(self.rules) if r.matches_command(part)]
+            chosen = self._strictest(matches) or nothing
+            unjudged = sorted(part.unjudgeable)
+            if unjudged and chosen.tier == "never":
+                words = "; ".join(FLAG_WORDS[f] for f in unjudged)
+                index = chosen.index
+                said = f" ({self.name(index)} alone would not ask)" if index is not None else ""
+                chosen = _Candidate("always", 0, None, None, f"{words}: approval required{said}")
+            candidates.append(chosen)
+            name = None if chosen.index is None else self.name(chosen.index)
+            parts.append(PartVerdict(part.text, part.argv, chosen.tier, name, chosen.why))
+        if parsed is not None and parsed.unjudgeable:
+            words = "; ".join(FLAG_WORDS[f] for f in sorted(parsed.unjudgeable))
+            candidates.append(_Candidate("always", 0, None, None, f"{words}: approval required"))
+        return self._verdict(candidates, tuple(parts), parsed)
+
+    def _verdict(
+        self,
+        candidates: list[_Candidate],
+        parts: tuple[PartVerdict, ...],
+        parsed: ParsedCommand | None,
+    ) -> GateDecision:
+        best: _Candidate | None = None
+        for candidate in candidates:  # the first of the strictest (a named rule on a tie)
+            if best is None or _stricter(candidate, best):
+                best = candidate
+        if best is None or (best.tier == "never" and best.rule is None):
+            text = f"{self.where}: no rule matched"
+            return GateDecision(False, text, parts=parts, command=parsed)
+        rule = best.rule
+        if rule is None or best.index is None:
+            text = f"{self.where}: {best.why}"
+            return GateDecision(True, text, parts=parts, command=parsed)
+        name = self.name(best.index)
+        return GateDecision(
+            best.tier != "never",
+            f"{name} ({rule.label})",
+            forbidden=best.tier == "forbidden",
+            policy_rule=name,
+            approvers=rule.approvers,
+            required_approvals=rule.required_approvals,
+            ttl=rule.ttl,
+            allow_for=rule.allow_for,
+            allow_prefix=rule.allow_prefix,
+            justification=rule.justification,
+            parts=parts,
+            command=parsed,
+        )

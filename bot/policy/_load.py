@@ -17,7 +17,8 @@ from pydantic import BaseModel, ValidationError
 from bot.tools.mcp.config import McpServerConfig, McpToolOverride
 
 from ._errors import PolicyError
-from ._model import RUN_COMMAND_ONLY, ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
+from ._model import RUN_COMMAND_ONLY, ArgumentRule, ChannelPolicy, Defaults, Rule, ToolPolicy
+from ._rules import NEEDS_MATCH
 
 __all__ = ["did_you_mean", "explain", "parse_toml", "read_policy_file"]
 
@@ -64,6 +65,8 @@ def _problem(error: Any, root: type[BaseModel]) -> str:
         return f"unknown key {key!r}{did_you_mean(str(loc[-1]), sorted(choices))}"
     if error["type"] == "missing":
         return f"missing key {key!r}"
+    if error["type"] == NEEDS_MATCH:
+        return f"missing key {key + '.argument'!r} (or `prefix`, for run_command)"
     message = str(error["msg"]).removeprefix("Value error, ")
     return f"{key}: {message}" if key else message
 
@@ -78,7 +81,7 @@ def _section(loc: tuple[int | str, ...], root: type[BaseModel]) -> type[BaseMode
         case ["tools", _]:
             return ToolPolicy
         case ["tools", _, "rules", int()]:
-            return ArgumentRule
+            return Rule
         case ["channels_policy", _]:
             return ChannelPolicy
         case ["mcp_servers", _]:

@@ -3,7 +3,6 @@ bot). `Policy` itself, the whole file, is in `_policy`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Literal
 
@@ -21,7 +20,6 @@ from bot.words import format_duration
 
 from ._fields import (
     DEFAULT_REJECT_REASONS,
-    GROUP_ID,
     AllowWindow,
     Approvals,
     ApproverId,
@@ -36,8 +34,10 @@ from ._fields import (
     RejectReason,
     ToolName,
     Trigger,
+    check_reachable,
     unique,
 )
+from ._rules import Rule
 
 __all__ = [
     "NO_OVERRIDE",
@@ -46,6 +46,7 @@ __all__ = [
     "ChannelPolicy",
     "Defaults",
     "Model",
+    "Rule",
     "ToolPolicy",
     "check_reachable",
 ]
@@ -58,12 +59,14 @@ class Model(BaseModel):
 class ToolPolicy(Model):
     """`[tools.<name>]`: when calls of one tool wait for a human.
 
+    `approval`: "always", "never" (the operator's explicit choice: never asks), "forbidden"
+    (never runs) or "rules" (the `[[tools.<name>.rules]]` decide, see `bot.policy._rules`).
     `[tools.run_command]` alone also takes `workdir`, `timeout`, `output_limit` and `run_as` (the
     policy refuses them for other tools); `approval` stays "always" unless the section says so.
     """
 
-    approval: Literal["always", "never", "rules"] = "always"
-    rules: tuple[ArgumentRule, ...] = ()
+    approval: Literal["always", "never", "rules", "forbidden"] = "always"
+    rules: tuple[Rule, ...] = ()
     workdir: Directory | None = None
     """run_command: where commands run (an existing directory); default: where the bot started."""
     timeout: Duration | None = None
@@ -144,13 +147,3 @@ NO_OVERRIDE = ChannelPolicy()
 
 RUN_COMMAND_ONLY = ("workdir", "timeout", "output_limit", "run_as")
 """Keys of `[tools.run_command]` that no other tool's section takes."""
-
-
-def check_reachable(approvers: Sequence[str], required: int, key: str) -> None:
-    """N approvals from fewer than N listed people (and no group) can never happen."""
-    has_group = any(GROUP_ID.fullmatch(a) for a in approvers)
-    if approvers and not has_group and required > len(approvers):
-        raise ValueError(
-            f"required_approvals = {required} but {key} lists only {len(approvers)} "
-            "person(s) and no user group"
-        )

@@ -16,7 +16,7 @@ from bot.tools.mcp.tool import McpTool
 from ._approvers import ApproverSpec
 from ._errors import PolicyError
 from ._fields import GROUP_ID, ChannelId, Trigger
-from ._gate import GateDecision, approval_summary, built_in_tools, decide
+from ._gate import COMMAND_TOOL, GateDecision, approval_summary, built_in_tools, decide
 from ._load import did_you_mean, explain, parse_toml, read_policy_file
 from ._mcp import (
     mcp_decision,
@@ -85,6 +85,13 @@ class Policy(Model):
             )
             required = override.required_approvals or self.defaults.required_approvals
             check_reachable(approvers, required, f"channels_policy.{channel}.approvers")
+        for name, section in self.tools.items():
+            for index, rule in enumerate(section.rules):
+                if rule.prefix is not None and name != COMMAND_TOOL:
+                    raise ValueError(
+                        f"tools.{name}.rules[{index}]: `prefix` matches shell commands, so it is "
+                        f"for [[tools.{COMMAND_TOOL}.rules]] only; use `argument` and `pattern`"
+                    )
         lists = {channel: c.tools for channel, c in self.channels_policy.items()}
         problem = unknown_wildcards(lists, self.mcp_servers) or misplaced_mcp_sections(
             self.tools, self.mcp_servers
@@ -193,9 +200,15 @@ class Policy(Model):
         found = self.channels_policy.get(channel) if channel is not None else None
         return found if found is not None else NO_OVERRIDE
 
-    def approvers_for(self, channel: str | None) -> ApproverSpec:
+    def approvers_for(
+        self, channel: str | None, decision: GateDecision | None = None
+    ) -> ApproverSpec:
+        """Who may decide a call in `channel`: the deciding rule's `approvers` when it has
+        them (they replace the channel's), else the channel's, else the defaults'."""
         own = self.channel(channel).approvers
-        if own is not None:
+        if decision is not None and decision.approvers is not None:
+            approvers, source = decision.approvers, f"{decision.policy_rule}.approvers"
+        elif own is not None:
             approvers, source = own, f"channels_policy.{channel}.approvers"
         else:
             approvers, source = self.defaults.approvers, "defaults.approvers"
@@ -205,9 +218,33 @@ class Policy(Model):
             source=source,
         )
 
-    def required_approvals_for(self, channel: str | None) -> int:
+    def required_approvals_for(
+        self, channel: str | None, decision: GateDecision | None = None
+    ) -> int:
+        if decision is not None and decision.required_approvals is not None:
+            return decision.required_approvals
         own = self.channel(channel).required_approvals
         return own if own is not None else self.defaults.required_approvals
+
+    def ttl_for(self, decision: GateDecision | None = None) -> timedelta:
+        """How long a call waits for its decision: the deciding rule's `ttl`, or the default."""
+        if decision is not None and decision.ttl is not None:
+            return decision.ttl
+        return self.defaults.ttl
+
+    def allow_window(
+        self, tool: str, channel: str | None, decision: GateDecision | None = None
+    ) -> timedelta | None:
+        """How long an "Allow for" on a card of this call lasts; None when the card offers
+        none: no `allow_for` (the rule's, else the tool's), a forbidden call, or more than one
+        approval needed."""
+        if decision is not None and decision.forbidden:
+            return None
+        if self.required_approvals_for(channel, decision) != 1:
+            return None
+        if decision is not None and decision.allow_for is not None:
+            return decision.allow_for
+        return self.tool_policy(tool).allow_for
 
     def trigger_for(self, channel: str | None) -> Trigger:
         return self.channel(channel).trigger

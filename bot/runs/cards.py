@@ -16,7 +16,8 @@ from typing import Literal
 
 from agent_core import Tool, ToolCall
 
-from ..allowances import shape_of
+from ..allowances import Shape, offered_shapes, shape_of
+from ..policy import GateDecision
 from ..store import ToolCallRow, card_state
 from ..tools import tool_summary
 from ..tools.mcp import McpTool
@@ -33,8 +34,11 @@ __all__ = [
     "CARD_RETRY_DELAYS",
     "CardRetries",
     "Cards",
+    "allow_choices",
     "allow_window",
     "audit_gate_rule",
+    "call_decision",
+    "forbidden_reason",
     "scope",
     "server_tool",
 ]
@@ -51,8 +55,9 @@ class Cards:
 
     def card_call(self, row: ToolCallRow, batch: list[ToolCallRow], channel: str) -> CardCall:
         tool = self.ctx.tools.get(row.tool)
-        window = allow_window(self.ctx, row.tool, channel)
-        approvers = self.ctx.policy.approvers_for(channel)
+        decision = call_decision(self.ctx, row)
+        window = allow_window(self.ctx, row, channel)
+        approvers = self.ctx.policy.approvers_for(channel, decision)
         return CardCall(
             ledger_id=row.id,
             tool=row.tool,
@@ -63,38 +68,58 @@ class Cards:
             requested_by=row.requested_by,
             call_id=row.call_id,
             held=tuple((r.tool, r.arguments_value()) for r in batch if not r.needs_approval),
-            required_approvals=self.ctx.policy.required_approvals_for(channel),
+            required_approvals=self.ctx.policy.required_approvals_for(channel, decision),
             approvals=tuple(row.approvals),
             server_tool=server_tool(tool),
             edited_by=row.edited_by,
             original_arguments=row.arguments_value() if row.edited_arguments else None,
             can_edit=self.ctx.policy.tool_policy(row.tool).allow_edit,
             allow_for=None if window is None else format_duration(window),
-            allow_scope=scope(row) if window is not None else "",
-            locked=row.card_locked,
+            allow_scope=scope(row, decision) if window is not None else "",
+            allow_dialog=window is not None and bool(allow_choices(self.ctx, row)),
+            locked="forbidden" if decision.forbidden else row.card_locked,
             expires_at=row.expires_at,
             approver_users=approvers.users,
             approver_groups=approvers.groups,
+            policy_rule=decision.rule if decision.policy_rule is not None else None,
+            justification=decision.justification,
         )
 
     async def link(self, row: ToolCallRow) -> CallLink:
         ref = _ref(row)
         return CallLink(row.tool, None if ref is None else await self.ctx.output.permalink(ref))
 
-    async def post_all(self, thread: Thread, session_id: str) -> None:
-        """The paused batch's cards, each with its deadline set first."""
+    async def post_all(self, thread: Thread, session_id: str) -> bool:
+        """The paused batch's cards, each with its deadline set first (the deciding rule's
+        `ttl`, else the default). A forbidden call's card has no Approve and the call is
+        rejected at once with the rule's justification; True when that happened (the batch
+        may be complete: the caller resumes it once this run has ended)."""
         store = self.ctx.store
         batch = await store.batch_calls(session_id)
-        expires_at = self.ctx.clock() + self.ctx.policy.ttl
+        refused = False
         for row in batch:
             if not row.needs_approval or row.card_ts is not None:
                 continue
+            decision = call_decision(self.ctx, row)
             if row.expires_at is None:
+                expires_at = self.ctx.clock() + self.ctx.policy.ttl_for(decision)
                 await store.set_expiry(row.id, expires_at)
                 await audit_gate_rule(self.ctx, row)
                 row = row.model_copy(update={"expires_at": expires_at})
                 self.ctx.deadline_set()
             await self.post(thread, row, batch)
+            if decision.forbidden and row.status == "pending":
+                outcome = await store.decide(
+                    row.id,
+                    "rejected",
+                    user_id="",
+                    reason=forbidden_reason(decision),
+                    rule="policy: forbidden",
+                    policy_rule=decision.policy_rule,
+                )
+                refused = refused or outcome.recorded
+                await self.refresh(outcome.row)
+        return refused
 
     async def post(
         self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow], *, adopt: bool = False
@@ -170,7 +195,8 @@ class Cards:
             batch = await self.ctx.store.batch_calls(session.id)
             row = pending.call
             if row.expires_at is None:
-                expires_at = self.ctx.clock() + self.ctx.policy.ttl
+                ttl = self.ctx.policy.ttl_for(call_decision(self.ctx, row))
+                expires_at = self.ctx.clock() + ttl
                 await self.ctx.store.set_expiry(row.id, expires_at)
                 row = row.model_copy(update={"expires_at": expires_at})
                 self.ctx.deadline_set()
@@ -254,28 +280,45 @@ class CardRetries:
 
 
 # -- gate_audit ----------------------------------------------------------------------------------
-# The audit row that says which policy rule made a call wait for a human.
+# The policy's verdict on a stored call, and the audit row that says which rule gated it.
 #
 # The store audits the request itself ("request"); the rule comes from the policy, which the
-# store does not know, so the run service adds it when it posts the call's card.
+# store does not know, so the run service adds it when it posts the call's card. The verdict
+# (`GateDecision`) is worked out again from the stored call wherever it is needed (card,
+# approvals, allowances): it depends only on the policy and the arguments that would run.
+
+
+def call_decision(ctx: RunContext, row: ToolCallRow) -> GateDecision:
+    """What the policy says of the call as it would run now (edited arguments included)."""
+    shown = row.running_arguments()
+    arguments = (row.edited_arguments or row.arguments) if isinstance(shown, dict) else str(shown)
+    call = ToolCall(id=row.call_id, name=row.tool, arguments=arguments)
+    tool = ctx.tools.get(row.tool)
+    return ctx.policy.decide(tool if tool is not None else row.tool, call)
+
+
+def forbidden_reason(decision: GateDecision) -> str:
+    """What the model (and the card) is told of a forbidden call: the rule and its reason."""
+    where = decision.policy_rule or decision.rule
+    why = decision.justification or "the policy forbids this call"
+    return f"Forbidden by the policy ({where}): {why}. It was not run and cannot be approved."
 
 
 async def audit_gate_rule(ctx: RunContext, row: ToolCallRow) -> None:
     """Audit "gate" for a gated call: the tool, the server (for an MCP tool) and the rule."""
-    shown = row.arguments_value()
-    call = ToolCall(
-        id=row.call_id,
-        name=row.tool,
-        arguments=row.arguments if isinstance(shown, dict) else str(shown),
-    )
-    tool = ctx.tools.get(row.tool)
-    decision = ctx.policy.decide(tool if tool is not None else row.tool, call)
+    decision = call_decision(ctx, row)
     await ctx.store.audit(
         "gate",
         actor=row.requested_by,
         session_id=row.session_id,
         call_id=row.call_id,
-        details={"ledger_id": row.id, "tool": row.tool, "rule": decision.rule},
+        details={
+            "ledger_id": row.id,
+            "tool": row.tool,
+            "rule": decision.rule,
+            "policy_rule": decision.policy_rule,
+            "tier": decision.tier,
+        },
     )
 
 
@@ -297,17 +340,33 @@ def server_tool(tool: Tool | None) -> ServerTool | None:
     )
 
 
-def allow_window(ctx: RunContext, tool: str, channel: str) -> timedelta | None:
-    """How long an allowance from a card of `tool` in `channel` lasts; None when the card
-    offers no "Allow for" (no `allow_for`, or more than one approval needed there)."""
-    if ctx.policy.required_approvals_for(channel) != 1:
+def allow_window(ctx: RunContext, row: ToolCallRow, channel: str) -> timedelta | None:
+    """How long an allowance from the card of `row` in `channel` lasts; None when the card
+    offers no "Allow for" (no `allow_for`, more than one approval needed, a forbidden call, or
+    one no allowance may cover: compound, redirected, substituted, wrapped)."""
+    decision = call_decision(ctx, row)
+    window = ctx.policy.allow_window(row.tool, channel, decision)
+    arguments = row.running_arguments()
+    if window is None or not isinstance(arguments, dict):
         return None
-    return ctx.policy.tool_policy(tool).allow_for
+    return window if shape_of(row.tool, arguments, decision) is not None else None
 
 
-def scope(row: ToolCallRow) -> str:
+def allow_choices(ctx: RunContext, row: ToolCallRow) -> tuple[Shape, ...]:
+    """The shapes the granter chooses from in the Allow dialog; empty when there is no choice
+    to make (one shape, or the deciding rule declares its `allow_prefix`)."""
+    decision = call_decision(ctx, row)
+    arguments = row.running_arguments()
+    if decision.allow_prefix is not None or not isinstance(arguments, dict):
+        return ()
+    shapes = offered_shapes(row.tool, arguments, decision)
+    return shapes if len(shapes) > 1 else ()
+
+
+def scope(row: ToolCallRow, decision: GateDecision | None = None) -> str:
     """The call shape an allowance granted on `row` covers, in words."""
     arguments = row.running_arguments()
     if not isinstance(arguments, dict):
         return ""
-    return shape_of(row.tool, arguments).label(row.tool)
+    shape = shape_of(row.tool, arguments, decision)
+    return "" if shape is None else shape.label(row.tool)

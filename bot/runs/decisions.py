@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from ..store import ToolCallRow, already_reason
-from .cards import Cards
+from .cards import Cards, call_decision
 from .context import RunContext, thread_of
 from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, NotApprovable, Notice, UnknownRequest
@@ -50,6 +50,7 @@ class Decisions:
                 details={"reason": "unknown approval id", "id": ledger_id, "ledger_id": ledger_id},
             )
             return UnknownRequest()
+        policy = call_decision(self.ctx, row)
         verdict = await self.ctx.approvals.check(
             "approve" if decision == "approved" else "reject",
             channel=session.channel_id,
@@ -57,6 +58,7 @@ class Decisions:
             requester=row.requested_by,
             user_team=team,
             home_team=session.team_id,
+            decision=policy,
         )
         if verdict.kind == "refused":
             await store.audit(
@@ -68,29 +70,37 @@ class Decisions:
                     "ledger_id": ledger_id,
                     "reason": verdict.reason,
                     "rule": verdict.rule,
+                    "policy_rule": policy.policy_rule,
                     "decision": decision,
                     "team_id": team,
                 },
             )
             return NotAllowed(verdict)
-        if decision == "approved" and row.card_locked is not None:
+        locked = "forbidden" if policy.forbidden else row.card_locked
+        if decision == "approved" and locked is not None:
             await store.audit(
                 "refusal",
                 actor=user,
                 session_id=row.session_id,
                 call_id=row.call_id,
-                details={"ledger_id": ledger_id, "reason": row.card_locked, "decision": decision},
+                details={
+                    "ledger_id": ledger_id,
+                    "reason": locked,
+                    "decision": decision,
+                    "policy_rule": policy.policy_rule,
+                },
             )
             await self.cards.refresh(row)
-            return NotApprovable(row.card_locked)
+            return NotApprovable(locked)
         outcome = await store.decide(
             ledger_id,
             decision,
             user_id=user,
             team_id=team,
             reason=reason,
-            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id),
+            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id, policy),
             rule=verdict.rule,
+            policy_rule=policy.policy_rule,
             digest=digest,
         )
         # Redrawn whether or not this click changed anything: a card still showing buttons
@@ -127,6 +137,7 @@ class Decisions:
             requester=row.requested_by,
             user_team=team,
             home_team=session.team_id,
+            decision=call_decision(self.ctx, row),
         )
         return NotAllowed(verdict) if verdict.kind == "refused" else None
 

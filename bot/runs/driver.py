@@ -59,10 +59,13 @@ class Driver:
         ctx: RunContext,
         cards: Cards,
         ended: Callable[[Thread, int | None], Awaitable[None]],
+        resume: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.ctx = ctx
         self.cards = cards
         self._ended = ended
+        self._resume = resume
+        """Resumes a batch the policy decided at once (a forbidden call), after the run ended."""
 
     async def drive(
         self,
@@ -134,6 +137,8 @@ class Driver:
                 await _quietly(output.react(thread, message_ts, False), "unmarking the message")
             if not stopping:
                 await self._ended(thread, item_id)
+            if shown.refused and not stopping and self._resume is not None:
+                await _quietly(self._resume(session_id), "resuming after a forbidden call")
 
     def _finished(self, outcome: RunOutcome | None) -> None:
         """Count and log a run that ended (None: it paused for approval, so it has not)."""
@@ -165,6 +170,8 @@ class _Shown:
         self.sink: TextSink | None = None
         self.outcome: RunOutcome | None = "completed"
         """How the run ended, as far as the stream says; None once it paused for approval."""
+        self.refused = False
+        """The policy refused a call of the paused batch itself (forbidden)."""
 
     async def close(self) -> None:
         if self.sink is not None:
@@ -194,7 +201,7 @@ class _Shown:
             case Finish(finish_reason=FinishReason.AWAITING_APPROVAL):
                 # The store already says awaiting_approval; the end of the run leaves it so.
                 self.outcome = None
-                await self.driver.cards.post_all(self.thread, self.session_id)
+                self.refused = await self.driver.cards.post_all(self.thread, self.session_id)
             case Finish(finish_reason=FinishReason.ERROR, error=error):
                 self.outcome = "failed"
                 if error and len(error) > ERROR_CHARS:

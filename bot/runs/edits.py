@@ -18,7 +18,15 @@ import jsonschema
 
 from agent_core import ApprovalGate, Tool, ToolCall, call_digest, canonical_arguments
 
-from ..allowances import dump_shape, load_shape, shape_of
+from ..allowances import (
+    ArgvShape,
+    Shape,
+    covers,
+    dump_shape,
+    examples_for,
+    load_shape,
+    shape_of,
+)
 from ..store import (
     AllowanceGrant,
     AllowanceRow,
@@ -29,7 +37,8 @@ from ..store import (
     ToolCallRow,
     already_reason,
 )
-from .cards import Cards, allow_window, scope
+from ..words import format_duration
+from .cards import Cards, allow_choices, allow_window, call_decision
 from .context import RunContext, thread_of
 from .metrics import note_decision
 from .notices import (
@@ -38,12 +47,13 @@ from .notices import (
     AllowanceUsed,
     DecisionNotRecorded,
     NotAllowed,
+    NotApprovable,
     NothingRevoked,
     Notice,
     UnknownRequest,
 )
 from .output import Thread
-from .views import AllowanceInfo, EditErrors, EditField, EditForm
+from .views import AllowanceInfo, AllowChoice, AllowForm, EditErrors, EditField, EditForm
 
 __all__ = [
     "COMMAND_FIELD",
@@ -93,6 +103,7 @@ class Edits:
             requester=row.requested_by,
             user_team=team,
             home_team=session.team_id if team else None,
+            decision=call_decision(self.ctx, row),
         )
         if verdict.kind == "refused":
             await store.audit(
@@ -143,13 +154,30 @@ class Edits:
             return parsed
         if canonical_arguments(parsed) == canonical_arguments(current):
             return await self._decide(ledger_id, "approved", user=user, team=team)
+        # The edited call is judged as it will run: forbidden stays forbidden, and a stricter
+        # rule's approvers and quorum apply to it.
+        edited = row.model_copy(update={"edited_arguments": canonical_arguments(parsed)})
+        decision = call_decision(self.ctx, edited)
+        if decision.forbidden:
+            return NotApprovable("forbidden")
+        verdict = await self.ctx.approvals.check(
+            "approve",
+            channel=session.channel_id,
+            user=user,
+            requester=row.requested_by,
+            user_team=team,
+            home_team=session.team_id if team else None,
+            decision=decision,
+        )
+        if verdict.kind == "refused":
+            return NotAllowed(verdict)
         outcome = await self.ctx.store.edit_call(
             ledger_id,
             canonical_arguments(parsed),
             call_digest(row.tool, parsed),
             user_id=user,
             team_id=team,
-            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id),
+            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id, decision),
             rule="edit",
         )
         if outcome.recorded and outcome.row.status == "approved":
@@ -165,33 +193,62 @@ class Edits:
 
     # -- allow -----------------------------------------------------------------------------------
 
-    async def allow(
-        self, ledger_id: str, *, user: str, team: str | None, digest: str | None = None
-    ) -> Notice | None:
-        """Approve the call and allow its shape in the channel for the policy's `allow_for`,
-        in one store transaction. `digest` is what the clicked card showed (None: unknown)."""
+    async def allow_form(
+        self, ledger_id: str, *, user: str, team: str | None
+    ) -> AllowForm | Notice | None:
+        """The Allow dialog when the granter has shapes to choose from; None when the click
+        allows at once (one shape, or the rule's `allow_prefix`); else why `user` may not."""
         found = await self._pending(ledger_id, user=user, team=team, action="allowed")
         if not isinstance(found, tuple):
             return found
         row, session = found
         if row.requested_by == user:
             return DecisionNotRecorded(SelfAllow())
-        if not self.allowances.offered(row.tool, session.channel_id):
+        return self.allowances.form(row, session.channel_id)
+
+    async def allow(
+        self,
+        ledger_id: str,
+        *,
+        user: str,
+        team: str | None,
+        digest: str | None = None,
+        choice: int | None = None,
+    ) -> Notice | None:
+        """Approve the call and allow its shape in the channel for the policy's `allow_for`,
+        in one store transaction. `digest` is what the clicked card (or the dialog) showed
+        (None: unknown); `choice` the dialog's pick among the offered shapes."""
+        found = await self._pending(ledger_id, user=user, team=team, action="allowed")
+        if not isinstance(found, tuple):
+            return found
+        row, session = found
+        if row.requested_by == user:
+            return DecisionNotRecorded(SelfAllow())
+        if not self.allowances.offered(row, session.channel_id):
             return DecisionNotRecorded(NoAllowanceOffered(row.tool))
         # The allowance's shape is read from `row`; binding the approval to `row`'s digest
         # means an edit committed since makes the store refuse rather than allow a stale shape.
+        decision = call_decision(self.ctx, row)
         if digest is not None and digest != row.running_digest:
             outcome = await self.ctx.store.decide(
-                ledger_id, "approved", user_id=user, team_id=team, rule="allow_for", digest=digest
-            )
-        else:
-            allowed = await self.ctx.store.allow_call(
                 ledger_id,
-                self.allowances.grant_for(row, session),
+                "approved",
                 user_id=user,
                 team_id=team,
-                reason=f"approved and allowed: {scope(row)}",
                 rule="allow_for",
+                policy_rule=decision.policy_rule,
+                digest=digest,
+            )
+        else:
+            grant = self.allowances.grant_for(row, session, choice)
+            allowed = await self.ctx.store.allow_call(
+                ledger_id,
+                grant,
+                user_id=user,
+                team_id=team,
+                reason=f"approved and allowed: {grant.label}",
+                rule="allow_for",
+                policy_rule=decision.policy_rule,
                 digest=row.running_digest,
             )
             outcome = allowed.decision
@@ -284,10 +341,12 @@ def _missing(exc: jsonschema.ValidationError) -> str | None:
 # Allowances in the run service: granting one from a card, the per-run gate that applies them,
 # listing and revoking.
 #
-# An allowance applies only where the policy still offers "Allow for" for the tool (`allow_for`
-# set) in a channel needing a single approval, and only to calls the policy would otherwise
-# gate: a policy that says `approval = "always"` without `allow_for` is never bypassed. Using one
-# claims nothing (two runs may use it at once); each use is audited and said in the thread.
+# An allowance applies only where the policy still offers "Allow for" for the call (`allow_for`
+# set, on its rule or its tool) when it needs a single approval, and only to calls the policy
+# would otherwise gate: a policy that says `approval = "always"` without `allow_for` is never
+# bypassed, and a forbidden call, or one a stricter rule decides, never runs under one
+# (`bot.allowances.covers`). Using one claims nothing (two runs may use it at once); each use is
+# audited and said in the thread.
 
 
 logger = logging.getLogger("opsgate.runs")
@@ -303,16 +362,37 @@ class Allowances:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
 
-    def offered(self, tool: str, channel: str) -> bool:
-        """Whether a card of `tool` in `channel` offers "Allow for <duration>"."""
-        return allow_window(self.ctx, tool, channel) is not None
+    def offered(self, row: ToolCallRow, channel: str) -> bool:
+        """Whether the card of `row` in `channel` offers "Allow for <duration>"."""
+        return allow_window(self.ctx, row, channel) is not None
 
-    def grant_for(self, row: ToolCallRow, session: SessionRow) -> AllowanceGrant:
-        """The allowance an "Allow for" click on `row` asks for (stored with its approval)."""
-        window = self.ctx.policy.tool_policy(row.tool).allow_for
-        assert window is not None
+    def choices(self, row: ToolCallRow) -> tuple[Shape, ...]:
+        return allow_choices(self.ctx, row)
+
+    def form(self, row: ToolCallRow, channel: str) -> AllowForm | None:
+        """The Allow dialog for `row`, or None when a click allows at once."""
+        shapes = self.choices(row)
+        window = allow_window(self.ctx, row, channel)
+        if not shapes or window is None:
+            return None
+        options = tuple(
+            AllowChoice(_choice_label(shape, row.tool), *examples_for(shape)) for shape in shapes
+        )
+        return AllowForm(row.id, row.tool, row.running_digest, format_duration(window), options)
+
+    def grant_for(
+        self, row: ToolCallRow, session: SessionRow, choice: int | None = None
+    ) -> AllowanceGrant:
+        """The allowance an "Allow for" click on `row` asks for (stored with its approval);
+        only for a row `offered` says yes to. `choice`: the dialog's pick among `choices`."""
+        decision = call_decision(self.ctx, row)
+        window = self.ctx.policy.allow_window(row.tool, session.channel_id, decision)
         arguments = row.running_arguments()
-        shape = shape_of(row.tool, arguments if isinstance(arguments, dict) else {})
+        shape = shape_of(row.tool, arguments if isinstance(arguments, dict) else {}, decision)
+        shapes = self.choices(row)
+        if choice is not None and 0 <= choice < len(shapes):
+            shape = shapes[choice]
+        assert window is not None and shape is not None
         return AllowanceGrant(
             channel_id=session.channel_id,
             tool=row.tool,
@@ -347,6 +427,14 @@ class Allowances:
         return AllowanceRevoked(info(row), user)
 
 
+def _choice_label(shape: Shape, tool: str) -> str:
+    """The dialog's words for a shape: `exact: kubectl get pods -n a`, `kubectl get pods …`."""
+    if isinstance(shape, ArgvShape):
+        words = " ".join(shape.argv)
+        return f"{words} …" if shape.prefix else f"exact: {words}"
+    return f"exact: {shape.label(tool)}"
+
+
 class _Gate:
     def __init__(self, owner: Allowances, thread: Thread, session_id: str) -> None:
         self.owner = owner
@@ -355,16 +443,18 @@ class _Gate:
 
     async def __call__(self, tool: Tool, call: ToolCall) -> bool:
         ctx = self.owner.ctx
-        if not ctx.policy.gate(tool, call):
+        decision = ctx.policy.decide(tool, call)
+        if not decision.requires_approval:
             return False
-        if not self.owner.offered(tool.name, self.thread.channel_id):
+        channel = self.thread.channel_id
+        if decision.forbidden or ctx.policy.allow_window(tool.name, channel, decision) is None:
             return True
         arguments = call.parsed_arguments()
-        for row in await ctx.store.active_allowances(
-            channel_id=self.thread.channel_id, now=ctx.clock()
-        ):
+        for row in await ctx.store.active_allowances(channel_id=channel, now=ctx.clock()):
             shape = load_shape(row.shape)
-            if row.tool == tool.name and shape is not None and shape.matches(arguments):
+            if row.tool != tool.name or shape is None:
+                continue
+            if covers(shape, tool.name, arguments, decision):
                 await self._used(row, call)
                 return False
         return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..store import HomeViewer
 from ..words import format_duration
-from .cards import Cards
+from .cards import Cards, call_decision
 from .context import RunContext
 from .edits import Allowances
 from .views import AllowanceInfo, CardCall, ChannelHelp, HomeView, PendingEntry
@@ -44,7 +44,8 @@ class Home:
             if row.requested_by == user:
                 waiting.append(self.cards.card_call(row, batch, where))
                 continue
-            if policy.approvers_for(where).anyone or user in row.approvals:
+            decision = call_decision(self.ctx, row)
+            if policy.approvers_for(where, decision).anyone or user in row.approvals:
                 continue
             verdict = await self.ctx.approvals.check(
                 "approve",
@@ -53,6 +54,7 @@ class Home:
                 requester=row.requested_by,
                 user_team=team,
                 home_team=session.team_id if team else None,
+                decision=decision,
             )
             if verdict.kind == "allowed":
                 channels.add(where)
@@ -170,7 +172,8 @@ class Answers:
         entries: list[PendingEntry] = []
         for pending in await self.ctx.store.pending_approvals():
             row, where = pending.call, pending.session.channel_id
-            if policy.approvers_for(where).anyone and where != channel:
+            decision = call_decision(self.ctx, row)
+            if policy.approvers_for(where, decision).anyone and where != channel:
                 continue
             if user in row.approvals or (row.expires_at is not None and row.expires_at <= now):
                 continue
@@ -181,6 +184,7 @@ class Answers:
                 requester=row.requested_by,
                 user_team=team,
                 home_team=pending.session.team_id,
+                decision=decision,
             )
             if verdict.kind == "refused":
                 continue
@@ -193,7 +197,7 @@ class Answers:
                     permalink=link.permalink,
                     expires_at=row.expires_at,
                     approvals=len(row.approvals),
-                    required_approvals=policy.required_approvals_for(where),
+                    required_approvals=policy.required_approvals_for(where, decision),
                 )
             )
         return entries

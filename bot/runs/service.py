@@ -64,7 +64,7 @@ class RunService:
         self.ctx = ctx
         self.cards = Cards(ctx)
         self.dispatcher = Dispatcher(ctx.store, ctx.policy, self._start_queued)
-        self._driver = Driver(ctx, self.cards, self._run_ended)
+        self._driver = Driver(ctx, self.cards, self._run_ended, self.maybe_resume)
         self.cancels = Cancels(ctx, self.cards)
         self.answers = Answers(ctx, self.cards)
         self.allowances = Allowances(ctx)

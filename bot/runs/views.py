@@ -14,6 +14,8 @@ from typing import Any, Literal
 from ..store.states import CardLock
 
 __all__ = [
+    "AllowChoice",
+    "AllowForm",
     "AllowanceInfo",
     "CardCall",
     "CardOutcome",
@@ -90,6 +92,8 @@ class CardCall:
     """The card offers "Allow for <allow_for>" (policy `allow_for`, one approval needed)."""
     allow_scope: str = ""
     """What that allowance would cover, for the button's confirmation."""
+    allow_dialog: bool = False
+    """"Allow for" opens a dialog to choose the shape (instead of a confirmation)."""
     locked: CardLock | None = None
     """Why the card may not be approved (no Approve button; rejecting still works)."""
     expires_at: datetime | None = None
@@ -97,6 +101,11 @@ class CardCall:
     approver_users: tuple[str, ...] = ()
     approver_groups: tuple[str, ...] = ()
     """Who may approve (policy ids); both empty: anyone in the channel."""
+    policy_rule: str | None = None
+    """The policy rule that gated the call, in words (`tools.run_command.rules[1] (kubectl
+    delete …)`); None when no rule of its own did."""
+    justification: str | None = None
+    """That rule's `justification` (the operator's words)."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +171,28 @@ class AllowanceInfo:
     label: str
     granted_by: str
     expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AllowChoice:
+    """One shape an "Allow for" may create: its fixed words, and commands it does and does not
+    cover (generated from it, for the granter to see)."""
+
+    label: str
+    matching: tuple[str, ...]
+    not_matching: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AllowForm:
+    """The Allow dialog of a pending call whose shape the granter chooses (the default
+    first). `digest` binds the choice to the call as it was when the dialog opened."""
+
+    ledger_id: str
+    tool: str
+    digest: str
+    window: str
+    choices: tuple[AllowChoice, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,7 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
     blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text="Approval needed"))]
     blocks += card_body(call, arg_limit)
     blocks += edited_note(call)
+    blocks += _policy_note(call)
     approve = ButtonElement(
         text=PlainTextObject(text="Approve"),
         action_id=ACTION_APPROVE,
@@ -140,6 +141,7 @@ def decided_card(
     blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text=_HEADERS[outcome.status]))]
     blocks += card_body(call, arg_limit)
     blocks += edited_note(call)
+    blocks += _policy_note(call)
     blocks.append(section(_outcome_text(outcome)))
     return _to_dicts(blocks)
 
@@ -161,6 +163,14 @@ def decided_text(call: CardCall, outcome: CardOutcome) -> str:
 
 
 # -- machinery ---------------------------------------------------------------------------------
+
+
+def _policy_note(call: CardCall) -> list[Block]:
+    """The policy rule that gated the call, and why (the operator's words, escaped)."""
+    if call.policy_rule is None:
+        return []
+    why = f": {escape_cut(call.justification, 300)}" if call.justification else ""
+    return [section(f":scroll: Policy {code_span(call.policy_rule, 160)}{why}")]
 
 
 def _outcome_text(outcome: CardOutcome) -> str:
@@ -428,7 +438,15 @@ def extra_buttons(call: CardCall) -> list[ButtonElement]:
                 text=PlainTextObject(text="Edit"), action_id=ACTION_EDIT, value=call.ledger_id
             )
         )
-    if call.allow_for is not None:
+    if call.allow_for is not None and call.allow_dialog:  # the dialog is the confirmation
+        buttons.append(
+            ButtonElement(
+                text=PlainTextObject(text=f"Allow for {call.allow_for}"),
+                action_id=ACTION_ALLOW,
+                value=call.ledger_id,
+            )
+        )
+    elif call.allow_for is not None:
         scope = truncate(call.allow_scope, 250)
         buttons.append(
             ButtonElement(
@@ -470,4 +488,9 @@ def lock_text(why: CardLock) -> str:
                 ":no_entry: This call cannot be approved here: its arguments are too long to "
                 "show on the card and the file holding all of them could not be attached, so "
                 "nobody could see everything that would run. Reject it, or cancel the run."
+            )
+        case "forbidden":
+            return (
+                ":no_entry: The policy forbids this call: it never runs and cannot be approved. "
+                "The model has been told why."
             )

@@ -23,6 +23,7 @@ from ..store.states import CardLock
 
 __all__ = [
     "ACTION_ALLOW",
+    "ACTION_ALLOW_SHAPE",
     "ACTION_APPROVE",
     "ACTION_CANCEL",
     "ACTION_EDIT",
@@ -32,9 +33,11 @@ __all__ = [
     "ACTION_REJECT",
     "ACTION_REVOKE",
     "BLOCK_ACTIONS",
+    "BLOCK_ALLOW_SHAPE",
     "BLOCK_REASON",
     "BLOCK_REASON_CHOICE",
     "BUTTON_VALUE_MAX",
+    "CALLBACK_ALLOW",
     "CALLBACK_EDIT",
     "CALLBACK_REJECT",
     "CARD_EVENT",
@@ -69,6 +72,10 @@ ACTION_REASON_CHOICE = "reason_choice_select"
 CALLBACK_EDIT = "opsgate_edit_modal"
 ACTION_FIELD = "value"
 """The action id of every input of the edit modal; its block id is the argument's name."""
+# The Allow dialog (the granter chooses the allowance's shape)
+CALLBACK_ALLOW = "opsgate_allow_modal"
+BLOCK_ALLOW_SHAPE = "allow_shape"
+ACTION_ALLOW_SHAPE = "allow_shape_choice"
 # manifest.yml
 SHORTCUT = "opsgate_ask"
 """The message shortcut's callback id."""

@@ -1,5 +1,5 @@
-"""Block Kit for the modals a card's buttons open: the reject modal (with its reason select) and
-the edit modal, and reading them back from a submitted view.
+"""Block Kit for the modals a card's buttons open: the reject modal (with its reason select), the
+edit modal and the Allow dialog, and reading them back from a submitted view.
 
 Buttons carry only the ledger id ("Binding" in `docs/architecture.md`); the modal's
 `private_metadata` carries it back. Prefilled values are plain text inputs, which Slack shows
@@ -13,34 +13,43 @@ from typing import Any
 
 from slack_sdk.models.blocks import (
     Block,
+    ContextBlock,
     InputBlock,
+    MarkdownTextObject,
     Option,
     PlainTextInputElement,
     PlainTextObject,
+    RadioButtonsElement,
     StaticSelectElement,
 )
 from slack_sdk.models.views import View
 
-from ..runs.views import EditForm
+from ..runs.views import AllowForm, EditForm
 from .cards import (
     section,
 )
 from .ids import (
+    ACTION_ALLOW_SHAPE,
     ACTION_FIELD,
     ACTION_REASON,
     ACTION_REASON_CHOICE,
+    BLOCK_ALLOW_SHAPE,
     BLOCK_REASON,
     BLOCK_REASON_CHOICE,
+    CALLBACK_ALLOW,
     CALLBACK_EDIT,
     CALLBACK_REJECT,
     check_ledger_id,
 )
 from .mrkdwn import (
     code_span,
+    escape_cut,
     truncate,
 )
 
 __all__ = [
+    "allow_choice",
+    "allow_modal",
     "edit_modal",
     "edit_values",
     "reason_from_view",
@@ -181,3 +190,61 @@ def reason_from_view(view: Mapping[str, Any]) -> str | None:
     text = value.strip()[:REASON_MAX] if isinstance(value, str) else ""
     label = selected_reason(values)
     return ": ".join(part for part in (label, text) if part) or None
+
+
+def allow_modal(form: AllowForm) -> dict[str, Any]:
+    """The Allow dialog: one radio choice of shapes (the default first), and what each covers
+    and does not, generated from the call. `private_metadata` is the ledger id and the digest
+    the dialog was drawn for, so a choice made on an edited call counts for nothing."""
+    options = [
+        Option(value=str(i), label=truncate(choice.label, 75))
+        for i, choice in enumerate(form.choices[:10])
+    ]
+    examples = [
+        MarkdownTextObject(
+            text=escape_cut(
+                f"{choice.label}: covers {'; '.join(choice.matching)}. "
+                f"Not: {'; '.join(choice.not_matching)}.",
+                1900,
+            )
+        )
+        for choice in form.choices[:10]
+    ]
+    blocks: list[Block] = [
+        section(
+            f"This call runs now, and in this channel calls of the shape you choose run "
+            f"without a card for {form.window}. Each run is posted and audited."
+        ),
+        InputBlock(
+            block_id=BLOCK_ALLOW_SHAPE,
+            label=PlainTextObject(text="Allow calls of"),
+            element=RadioButtonsElement(
+                action_id=ACTION_ALLOW_SHAPE, options=options, initial_option=options[0]
+            ),
+        ),
+        ContextBlock(elements=examples),
+    ]
+    view = View(
+        type="modal",
+        callback_id=CALLBACK_ALLOW,
+        private_metadata=f"{form.ledger_id} {form.digest}",
+        title=PlainTextObject(text=truncate(f"Allow for {form.window}", 24)),
+        submit=PlainTextObject(text="Allow"),
+        close=PlainTextObject(text="Back"),
+        blocks=blocks,
+    )
+    result: dict[str, Any] = view.to_dict()
+    return result
+
+
+def allow_choice(view: Mapping[str, Any]) -> tuple[str, str | None, int | None]:
+    """The ledger id, digest and chosen shape (its index) of a submitted Allow dialog."""
+    ledger_id, _, digest = str(view.get("private_metadata") or "").partition(" ")
+    state = view.get("state")
+    values = state.get("values") if isinstance(state, Mapping) else None
+    block = values.get(BLOCK_ALLOW_SHAPE) if isinstance(values, Mapping) else None
+    field = block.get(ACTION_ALLOW_SHAPE) if isinstance(block, Mapping) else None
+    option = field.get("selected_option") if isinstance(field, Mapping) else None
+    value = option.get("value") if isinstance(option, Mapping) else None
+    choice = int(value) if isinstance(value, str) and value.isdigit() else None
+    return ledger_id, digest or None, choice

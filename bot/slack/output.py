@@ -20,7 +20,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from ..runs.notices import AllowanceList, Notice
 from ..runs.output import PostFailed, TextSink, Thread
-from ..runs.views import CardCall, CardOutcome, CardRef, EditForm, HomeView
+from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
 from .cards import (
     approval_card,
     card_text,
@@ -32,7 +32,7 @@ from .cards import (
 )
 from .home import allowance_blocks, home_view
 from .ids import card_metadata, find_marked_card
-from .modals import edit_modal, reject_modal
+from .modals import allow_modal, edit_modal, reject_modal
 from .mrkdwn import escape_cut, user_mention
 from .notices import card_file, render
 from .streaming import ThreadReply
@@ -290,6 +290,10 @@ class SlackReplies:
     async def open_edit_form(self, trigger_id: str, form: EditForm) -> PostFailed | None:
         """Open the modal to edit a call's arguments (within 3 s of the click)."""
         return await self._open(trigger_id, edit_modal(form))
+
+    async def open_allow_form(self, trigger_id: str, form: AllowForm) -> PostFailed | None:
+        """Open the Allow dialog: which shape an allowance covers (within 3 s of the click)."""
+        return await self._open(trigger_id, allow_modal(form))
 
     async def _open(self, trigger_id: str, view: dict[str, Any]) -> PostFailed | None:
         try:

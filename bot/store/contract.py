@@ -187,6 +187,7 @@ class Store(Protocol):
         reason: str | None = None,
         required_approvals: int = 1,
         rule: str | None = None,
+        policy_rule: str | None = None,
         digest: str | None = None,
     ) -> DecisionOutcome:
         """Record a decision if the call is still pending: conditional, first writer wins.
@@ -195,7 +196,8 @@ class Store(Protocol):
         arguments (edited since), nothing is recorded (`ArgumentsChanged`). An approval adds
         `user_id` to the distinct approvers and approves the call once there
         are `required_approvals`; one rejection rejects it. A call past its expiry is expired
-        here instead (audited "expiry"). Audited "decision" or "refusal" (with `rule`). `why`
+        here instead (audited "expiry"). Audited "decision" or "refusal" (with `rule`, who may
+        decide, and `policy_rule`, the policy rule `tools.<tool>.rules[<i>]` that gated it). `why`
         tells a loser who won and when, or how many approvals are missing."""
 
     async def expire_due(self, now: datetime | None = None) -> list[ToolCallRow]:
@@ -275,6 +277,7 @@ class Store(Protocol):
         team_id: str | None = None,
         reason: str | None = None,
         rule: str | None = None,
+        policy_rule: str | None = None,
         digest: str | None = None,
     ) -> AllowOutcome:
         """ "Allow for": approve the call (one approval, as `decide` with `digest`) and, if that

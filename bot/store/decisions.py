@@ -78,6 +78,7 @@ class Decisions(Ledger):
         reason: str | None = None,
         required_approvals: int = 1,
         rule: str | None = None,
+        policy_rule: str | None = None,
         digest: str | None = None,
     ) -> DecisionOutcome:
         _check_decision(decision, required_approvals)
@@ -91,6 +92,7 @@ class Decisions(Ledger):
                 reason=reason,
                 required_approvals=required_approvals,
                 rule=rule,
+                policy_rule=policy_rule,
                 digest=digest,
             )
 
@@ -113,6 +115,7 @@ class Decisions(Ledger):
         reason: str | None,
         required_approvals: int,
         rule: str | None,
+        policy_rule: str | None,
         digest: str | None,
     ) -> DecisionOutcome:
         """`decide` inside the caller's transaction (`allow_call` adds the allowance to it)."""
@@ -124,6 +127,7 @@ class Decisions(Ledger):
             "digest": row.digest,
             "decision": decision,
             "rule": rule,
+            "policy_rule": policy_rule,
             "reason": reason,
             "team_id": team_id,
         }

@@ -108,6 +108,7 @@ class Edits(Decisions):
         team_id: str | None = None,
         reason: str | None = None,
         rule: str | None = None,
+        policy_rule: str | None = None,
         digest: str | None = None,
     ) -> AllowOutcome:
         async with self._db.transaction("allow_call") as tx:
@@ -120,6 +121,7 @@ class Edits(Decisions):
                 reason=reason,
                 required_approvals=1,
                 rule=rule,
+                policy_rule=policy_rule,
                 digest=digest,
             )
             if not decision.recorded or decision.row.status != "approved":

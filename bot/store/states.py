@@ -17,9 +17,10 @@ CallStatus = Literal[
 """A ledger row's status. `pending` rows with `needs_approval=False` are held siblings;
 `cancelled` rows never ran because someone cancelled the run while it waited for approval."""
 
-CardLock = Literal["arguments_not_attached"]
+CardLock = Literal["arguments_not_attached", "forbidden"]
 """Why a card may not be approved: `arguments_not_attached`, the arguments were too long to
-show on the card and the file holding them could not be attached."""
+show on the card and the file holding them could not be attached; `forbidden`, a policy rule
+forbids the call (it never runs; the model is told the rule's justification)."""
 
 QueueState = Literal["queued", "started", "done", "cancelled"]
 """A run-queue item's state: waiting for a slot, its run started, its run ended, or withdrawn."""

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from agent_core import ToolCall
 from bot.approvals import Allowed, Approvals, GroupResolver, Refused
-from bot.policy import Policy
+from bot.policy import GateDecision, Policy
 from bot.slack.answers import refusal_text
 
 ALICE, BOB, CAROL = "U0ALICE", "U0BOB", "U0CAROL"
@@ -223,3 +225,38 @@ async def test_failed_group_fetch_is_not_cached() -> None:
     fetch.fail = False
     assert await resolver.members("S1") == frozenset({"U1"})
     assert len(fetch.calls) == 2
+
+
+async def test_a_rules_approvers_replace_the_channels_for_its_calls() -> None:
+    policy = Policy.from_toml(
+        f'[defaults]\napprovers = ["{BOB}"]\n'
+        f'[channels_policy.C0OPS]\napprovers = ["{BOB}"]\n'
+        '[tools.run_command]\napproval = "rules"\n'
+        '[[tools.run_command.rules]]\nprefix = ["kubectl", "delete"]\n'
+        f'approvers = ["{CAROL}", "S0ONCALL"]\n'
+    )
+    rules = Approvals(policy, members)
+
+    def decision(command: str) -> GateDecision:
+        arguments = json.dumps({"command": command})
+        return policy.decide(
+            "run_command", ToolCall(id="c", name="run_command", arguments=arguments)
+        )
+
+    delete = decision("kubectl delete pod web")
+    refused = await rules.check(
+        "approve", channel="C0OPS", user=BOB, requester=ALICE, decision=delete
+    )
+    assert isinstance(refused, Refused) and refused.reason == "not_an_approver"
+    assert refused.rule == f"tools.run_command.rules[0].approvers: {BOB} is not an approver"
+    assert refused.who.users == (CAROL,) and refused.who.groups == ("S0ONCALL",)
+    allowed = await rules.check(
+        "approve", channel="C0OPS", user=CAROL, requester=ALICE, decision=delete
+    )
+    assert isinstance(allowed, Allowed) and "tools.run_command.rules[0]" in allowed.rule
+    # Calls no rule of its own decides keep the channel's approvers.
+    ls = decision("ls")
+    assert isinstance(
+        await rules.check("approve", channel="C0OPS", user=BOB, requester=ALICE, decision=ls),
+        Allowed,
+    )

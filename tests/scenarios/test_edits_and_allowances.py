@@ -167,7 +167,13 @@ async def test_an_invalid_edit_comes_back_as_field_errors(tmp_path: Path) -> Non
 
 # -- allow ------------------------------------------------------------------------------------
 
-ALLOW_POLICY = '[tools.run_command]\napproval = "always"\nallow_for = "1h"\n'
+# Since issue 23 an "Allow for" click allows the exact argv unless the deciding rule declares a
+# prefix (`allow_prefix`): this policy gates every echo and declares `echo hi …` allowable, so
+# that a later `echo hi two` is of the allowed shape.
+ALLOW_POLICY = (
+    '[tools.run_command]\napproval = "rules"\nallow_for = "1h"\n'
+    '[[tools.run_command.rules]]\nprefix = ["echo"]\nallow_prefix = ["echo", "hi"]\n'
+)
 
 
 async def test_an_allowance_runs_the_same_shape_without_a_card_only_there_and_then(

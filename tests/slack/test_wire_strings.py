@@ -15,15 +15,25 @@ from typing import Any
 
 import yaml
 
-from bot.runs.views import AllowanceInfo, CardCall, CardOutcome, EditField, EditForm, HomeView
+from bot.runs.views import (
+    AllowanceInfo,
+    AllowChoice,
+    AllowForm,
+    CardCall,
+    CardOutcome,
+    EditField,
+    EditForm,
+    HomeView,
+)
 from bot.slack.cards import approval_card, decided_card, minimal_blocks
 from bot.slack.home import home_view
 from bot.slack.ids import COMMAND, SHORTCUT, card_metadata
-from bot.slack.modals import edit_modal, reject_modal
+from bot.slack.modals import allow_modal, edit_modal, reject_modal
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifest.yml"
 
 ACTION_IDS = {
+    "allow_shape_choice",
     "opsgate_allow",
     "opsgate_approve",
     "opsgate_cancel",
@@ -34,8 +44,8 @@ ACTION_IDS = {
     "reason_input",
     "value",
 }
-CALLBACK_IDS = {"opsgate_edit_modal", "opsgate_reject_modal"}
-FIXED_BLOCK_IDS = {"reason", "reason_choice"}
+CALLBACK_IDS = {"opsgate_allow_modal", "opsgate_edit_modal", "opsgate_reject_modal"}
+FIXED_BLOCK_IDS = {"allow_shape", "reason", "reason_choice"}
 DIGEST = "3f2a9c0d1e7b"
 LEDGER = "led_01HX"
 CARD_EVENT = "opsgate_card"
@@ -65,6 +75,8 @@ def _rendered() -> list[Any]:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     allowance = AllowanceInfo("alw_1", "C1", "run_command", "systemctl *", "U1", now)
     form = EditForm(LEDGER, "run_command", DIGEST, (EditField("command", "ls", True),), True)
+    choice = AllowChoice("kubectl get pods …", ("kubectl get pods -n b",), ("kubectl delete",))
+    allow = AllowForm(LEDGER, "run_command", DIGEST, "1h", (choice, choice))
     return [
         approval_card(call),
         approval_card(_call(locked="arguments_not_attached")),
@@ -81,6 +93,7 @@ def _rendered() -> list[Any]:
         ),
         reject_modal(LEDGER, ["Too risky"]),
         edit_modal(form),
+        allow_modal(allow),
     ]
 
 

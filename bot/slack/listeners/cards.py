@@ -1,7 +1,8 @@
 """Clicks on approval cards and on the Home tab's copies of their buttons: Approve, Reject,
-Cancel run, Edit, "Allow for <duration>", and the two modals they open (the reject reason, the
-edit form). Every click is acknowledged before any slow work; what the clicker alone should know
-comes back as a notice, in the card's thread (`tell`).
+Cancel run, Edit, "Allow for <duration>", and the modals they open (the reject reason, the
+edit form, the Allow dialog where the granter chooses a shape). Every click is acknowledged
+before any slow work; what the clicker alone should know comes back as a notice, in the card's
+thread (`tell`).
 
 A click whose decision the database refused (full disk, read-only file) is told privately that
 it was not saved, and the write health that `/readyz` reads records it (`click_saved`): the
@@ -24,7 +25,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 from ...runs.notices import Notice, NotSaved
 from ...runs.output import PostFailed, Thread
 from ...runs.service import RunService
-from ...runs.views import EditErrors, EditForm
+from ...runs.views import AllowForm, EditErrors, EditForm
 from ...store import StoreError
 from ..ids import (
     ACTION_ALLOW,
@@ -32,11 +33,12 @@ from ..ids import (
     ACTION_CANCEL,
     ACTION_EDIT,
     ACTION_REJECT,
+    CALLBACK_ALLOW,
     CALLBACK_EDIT,
     CALLBACK_REJECT,
     shown_digest,
 )
-from ..modals import edit_values, reason_from_view
+from ..modals import allow_choice, edit_values, reason_from_view
 from ..mrkdwn import escape_mrkdwn
 from ..output import SlackThreadOutput
 
@@ -149,6 +151,15 @@ def _register_edits(app: AsyncApp, service: RunService, output: SlackThreadOutpu
     async def on_allow(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
         click = click_of(body)
+        form = await service.edits.allow_form(click.ledger_id, user=click.user, team=click.team)
+        if isinstance(form, AllowForm):  # shapes to choose from: the dialog decides
+            failed = await output.replies.open_allow_form(click.trigger_id, form)
+            if failed is not None:
+                ux_logger.warning("could not open the allow dialog: %s", failed.error)
+            return
+        if form is not None:
+            await tell(service, output, click, form)
+            return
         async with click_saved(
             service, output, user=click.user, ledger_id=click.ledger_id, thread=click.thread
         ):
@@ -210,6 +221,22 @@ def _register_modals(app: AsyncApp, service: RunService, output: SlackThreadOutp
         await republish(
             service, output, clicker=user_id, team=user.get("team_id"), ledger_id=ledger_id
         )
+
+    @app.view(CALLBACK_ALLOW)
+    async def on_allow_submitted(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
+        await ack()
+        user = body.get("user") or {}
+        user_id, team = str(user.get("id")), user.get("team_id")
+        ledger_id, digest, choice = allow_choice(view)
+        async with click_saved(service, output, user=user_id, ledger_id=ledger_id, thread=None):
+            notice = await service.edits.allow(
+                ledger_id, user=user_id, team=team, digest=digest, choice=choice
+            )
+            if notice is not None:
+                thread = await service.decisions.thread_of_call(ledger_id)
+                if thread is not None:
+                    await output.tell(thread, user_id, notice)
+        await republish(service, output, clicker=user_id, team=team, ledger_id=ledger_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,3 +180,23 @@ async def test_a_click_bound_to_the_pre_edit_digest_records_nothing(store: Store
         ledger_id, "approved", user_id="UBOB", required_approvals=2, digest=digest
     )
     assert fresh.recorded and fresh.row.status == "approved"
+
+
+async def test_decision_and_refusal_rows_carry_the_policy_rule(store: Store) -> None:
+    """Issue 23: `details.policy_rule` names the policy rule that gated the call, next to
+    `details.rule` (who may decide), on decision and refusal rows, from `decide` and
+    `allow_call` alike."""
+    _, rows = await paused_session(store)
+    first, second = [r for r in rows if r.needs_approval]
+    rule = "tools.restart_service.rules[0]"
+    await store.decide(first.id, "approved", user_id="UBOB", rule="ops", policy_rule=rule)
+    await store.decide(first.id, "approved", user_id="UCAROL", rule="ops", policy_rule=rule)
+    await store.allow_call(
+        second.id, _grant(), user_id="UBOB", rule="allow_for", policy_rule=rule, digest="0" * 64
+    )
+    audited = [a for a in await store.audit_rows() if a.event in ("decision", "refusal")]
+    assert [(a.event, a.details["rule"], a.details["policy_rule"]) for a in audited] == [
+        ("decision", "ops", rule),
+        ("refusal", "ops", rule),
+        ("refusal", "allow_for", rule),
+    ]

@@ -1,0 +1,208 @@
+"""`opsgate policy explain [--channel C] TOOL ARGS`: what the policy says of one call, run nothing.
+
+ARGS is the command text for `run_command`, a JSON object otherwise. The answer shows the parsed
+parts of a shell command and the rule that decided each, then one line starting `verdict: `
+(`forbidden ...`, `needs N approval(s) from <who>`, `runs without approval`, or `covered by
+allowance <id> ...` when an active allowance of the channel would let it run), then who may
+approve, the quorum, the time limit and the shape an "Allow for" would create. With
+`--channel`, the channel's approvers apply and its allowances are read from the configured
+database, read-only. Exits 0 whatever the verdict; 2 when the policy or the arguments are
+unusable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from agent_core import Tool, ToolCall
+
+from ..allowances import covers, examples_for, load_shape, offered_shapes, shape_of
+from ..database import DatabaseURL
+from ..errors import BotError
+from ..policy import GateDecision, Policy
+from ..settings import load_settings
+from ..store import AllowanceRow, SQLiteStore, StoreError, open_store
+from ..tools import load_tools
+from ..words import format_duration
+
+__all__ = ["add_policy_parser", "explain", "explain_command"]
+
+COMMAND_TOOL = "run_command"
+
+
+class ExplainError(BotError):
+    """The arguments given to `opsgate policy explain` cannot be read."""
+
+
+def add_policy_parser(sub: Any) -> None:
+    """`opsgate policy explain ...` on the command line's subcommands."""
+    policy = sub.add_parser("policy", help="ask the policy about a call, running nothing")
+    inner = policy.add_subparsers(dest="policy_command", required=True)
+    explain_ = inner.add_parser("explain", help="the verdict for one call (runs nothing)")
+    explain_.add_argument("--channel", default=None, help="the channel id (C...) it would run in")
+    explain_.add_argument("tool", help="the tool's name, e.g. run_command")
+    explain_.add_argument("args", nargs="+", help="run_command: the command; else JSON arguments")
+
+
+def explain_command(args: argparse.Namespace) -> int:
+    """The command line's entry: settings (the policy file, the database), then `explain`."""
+    settings = load_settings(mode="audit")
+    path = settings.opsgate_policy
+    policy = Policy.load(path) if path else Policy.default()
+    text = " ".join(args.args)
+    rows = asyncio.run(_allowances(settings.opsgate_db, args.channel)) if args.channel else []
+    return explain(policy, args.tool, text, channel=args.channel, allowances=rows, out=sys.stdout)
+
+
+async def _allowances(db: Path | DatabaseURL, channel: str) -> list[AllowanceRow]:
+    """The channel's active allowances; none when there is no database yet. Never creates a
+    database or changes its schema."""
+    try:
+        if isinstance(db, DatabaseURL):
+            async with open_store(db, migrate=False) as store:
+                return await store.active_allowances(channel_id=channel)
+        if not await asyncio.to_thread(db.is_file):
+            return []
+        async with SQLiteStore(db) as sqlite:
+            return await sqlite.active_allowances(channel_id=channel)
+    except StoreError as exc:
+        raise ExplainError(f"policy explain: cannot read the allowances: {exc}") from None
+
+
+def explain(
+    policy: Policy,
+    tool_name: str,
+    text: str,
+    *,
+    channel: str | None = None,
+    allowances: Sequence[AllowanceRow] = (),
+    out: TextIO,
+) -> int:
+    """Print what the policy says of one call of `tool_name` with `text` (see the module)."""
+    arguments = _arguments(tool_name, text)
+    tools = {t.name: t for t in load_tools(policy.tools_modules, taken=())}
+    tool: Tool | str = tools.get(tool_name, tool_name)
+    call = ToolCall(id="explain", name=tool_name, arguments=json.dumps(arguments))
+    decision = policy.decide(tool, call)
+    lines = [f"policy: {policy.source}", f"tool: {tool_name}"]
+    if tool_name == COMMAND_TOOL:
+        lines.append(f"command: {arguments.get('command')}")
+    else:
+        lines.append(f"arguments: {json.dumps(arguments, sort_keys=True)}")
+    for number, part in enumerate(decision.parts, start=1):
+        lines.append(f"part {number}: {part.text}")
+        rule = part.policy_rule or "no rule"
+        lines.append(f"  {rule}: {part.why} -> {_tier_words(part.tier)}")
+    parsed = decision.command
+    if parsed is not None:
+        whole = parsed.unjudgeable.difference(*(p.flags for p in parsed.parts))
+        if whole:  # e.g. `PATH=/tmp; ls`, text that does not parse
+            lines.append(f"the whole command: {', '.join(sorted(whole))}: approval required")
+    lines.append(f"decided by: {decision.rule}")
+    if decision.justification:
+        lines.append(f"justification: {decision.justification}")
+    covering = _covering(policy, tool_name, arguments, decision, channel, allowances)
+    lines.append(_verdict(policy, decision, channel, covering))
+    lines += _terms(policy, tool_name, arguments, decision, channel)
+    print("\n".join(lines), file=out)
+    return 0
+
+
+def _arguments(tool: str, text: str) -> dict[str, Any]:
+    if tool == COMMAND_TOOL:
+        return {"command": text}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ExplainError(
+            f"policy explain: the arguments of {tool!r} are not JSON: {exc}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ExplainError(f"policy explain: the arguments of {tool!r} must be a JSON object")
+    return value
+
+
+def _tier_words(tier: str) -> str:
+    return {"never": "runs without approval", "forbidden": "forbidden"}.get(tier, "needs approval")
+
+
+def _who(policy: Policy, decision: GateDecision, channel: str | None) -> str:
+    spec = policy.approvers_for(channel, decision)
+    if spec.anyone:
+        if policy.allow_self_approval:
+            return "anyone in the channel"
+        return "anyone in the channel but the requester"
+    return ", ".join((*spec.users, *(f"members of {g}" for g in spec.groups)))
+
+
+def _covering(
+    policy: Policy,
+    tool: str,
+    arguments: dict[str, Any],
+    decision: GateDecision,
+    channel: str | None,
+    allowances: Sequence[AllowanceRow],
+) -> AllowanceRow | None:
+    if not decision.requires_approval or decision.forbidden:
+        return None
+    if policy.allow_window(tool, channel, decision) is None:
+        return None
+    for row in allowances:
+        shape = load_shape(row.shape)
+        if row.tool == tool and shape is not None and covers(shape, tool, arguments, decision):
+            return row
+    return None
+
+
+def _verdict(
+    policy: Policy, decision: GateDecision, channel: str | None, covering: AllowanceRow | None
+) -> str:
+    if decision.forbidden:
+        why = f": {decision.justification}" if decision.justification else ""
+        return f"verdict: forbidden by {decision.policy_rule or decision.rule}{why}"
+    if not decision.requires_approval:
+        return "verdict: runs without approval"
+    if covering is not None:
+        until = covering.expires_at.strftime("%Y-%m-%d %H:%M UTC")
+        return (
+            f"verdict: covered by allowance {covering.id} (granted by {covering.granted_by}, "
+            f"until {until}): runs without a card"
+        )
+    count = policy.required_approvals_for(channel, decision)
+    noun = "approval" if count == 1 else "approvals"
+    return f"verdict: needs {count} {noun} from {_who(policy, decision, channel)}"
+
+
+def _terms(
+    policy: Policy,
+    tool: str,
+    arguments: dict[str, Any],
+    decision: GateDecision,
+    channel: str | None,
+) -> list[str]:
+    if not decision.requires_approval or decision.forbidden:
+        return []
+    spec = policy.approvers_for(channel, decision)
+    lines = [
+        f"approvers: {_who(policy, decision, channel)} ({spec.source})",
+        f"quorum: {policy.required_approvals_for(channel, decision)}",
+        f"ttl: {format_duration(policy.ttl_for(decision))}",
+    ]
+    window = policy.allow_window(tool, channel, decision)
+    shape = shape_of(tool, arguments, decision)
+    if window is None or shape is None:
+        lines.append('allow: the card offers no "Allow for" for this call')
+        return lines
+    lines.append(f'allow: "Allow for {format_duration(window)}" creates: {shape.label(tool)}')
+    offered = offered_shapes(tool, arguments, decision)
+    lines.append("  shapes offered: " + " | ".join(s.label(tool) for s in offered))
+    matching, not_matching = examples_for(shape)
+    lines.append("  covers: " + " | ".join(matching))
+    lines.append("  does not cover: " + " | ".join(not_matching))
+    return lines

@@ -1,0 +1,166 @@
+"""`[[tools.<name>.rules]]`: one rule of a tool whose `approval = "rules"`.
+
+A rule matches a call either by its parsed shell command (`prefix`, `run_command` only: the
+first words, then an optional regex on the rest) or by one argument (`argument` + `pattern`, as
+before). It says what a matched call gets (`approval`: never, always, forbidden) and may replace
+the channel's approvers, quorum, time limit and allowance window for the calls it matches. Its
+`examples` and `not_examples` are checked when the file is read, so a rule that does not match
+what its author meant stops start-up, named `tools.<tool>.rules[<index>]`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, model_validator
+from pydantic_core import PydanticCustomError
+
+from agent_core import canonical_arguments
+from bot.argument_rule import Regex
+
+from ._fields import AllowWindow, Approvals, ApproverId, Duration, check_reachable
+from ._shell import SimpleCommand, parse_command
+
+__all__ = ["NEEDS_MATCH", "TIER_RANK", "Rule", "Tier"]
+
+NEEDS_MATCH = "rule_needs_match"
+"""The error type of a rule with neither `argument` nor `prefix` (`_load` names the key)."""
+
+Tier = Literal["never", "always", "forbidden"]
+"""What a matched call gets: runs without approval, waits for approval, or never runs."""
+TIER_RANK: dict[Tier, int] = {"never": 0, "always": 1, "forbidden": 2}
+
+Word = Annotated[StrictStr, Field(min_length=1)]
+Words = Annotated[tuple[Word, ...], Field(min_length=1)]
+
+
+def _text(value: str) -> str:
+    if not value.strip():
+        raise ValueError("is empty; remove the key or write the text")
+    return value.strip()
+
+
+Text = Annotated[StrictStr, AfterValidator(_text), Field(max_length=500)]
+Example = StrictStr | dict[str, Any]
+
+
+class Rule(BaseModel):
+    """One `[[tools.<name>.rules]]` entry (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prefix: Words | None = None
+    """run_command: the command's first words (`["kubectl", "delete"]`); the program also
+    matches by its base name (`/usr/bin/kubectl`)."""
+    argument: Word | None = None
+    """Other tools (and run_command, as before): the argument `pattern` is searched in."""
+    pattern: Regex | None = None
+    """With `prefix`: searched in the words after it, shell-quoted (`shlex.join`); with
+    `argument`: searched in that argument's value."""
+    name: StrictStr | None = None
+    approval: Tier = "always"
+    justification: Text | None = None
+    """Why: shown on the card and in `policy explain`, told to the model when forbidden."""
+    approvers: tuple[ApproverId, ...] | None = None
+    """Replace the channel's approvers for the calls this rule decides."""
+    required_approvals: Approvals | None = None
+    ttl: Duration | None = None
+    allow_for: AllowWindow | None = None
+    allow_prefix: Words | None = None
+    """The argv prefix an "Allow for" on a call of this rule covers (instead of the exact argv);
+    it starts with `prefix`."""
+    examples: tuple[Example, ...] = ()
+    not_examples: tuple[Example, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Rule:
+        if self.prefix is None and self.argument is None:
+            raise PydanticCustomError(NEEDS_MATCH, "a rule needs `argument` or `prefix`")
+        if self.prefix is not None and self.argument is not None:
+            raise ValueError("a rule has either `prefix` (run_command) or `argument`, not both")
+        if self.argument is not None and self.pattern is None:
+            raise ValueError("an `argument` rule needs a `pattern`")
+        prefix = self.prefix or ()
+        if self.allow_prefix is not None and (
+            not prefix or self.allow_prefix[: len(prefix)] != prefix
+        ):
+            raise ValueError("allow_prefix must start with the rule's prefix")
+        unused = [
+            k
+            for k in ("approvers", "required_approvals", "ttl", "allow_for", "allow_prefix")
+            if getattr(self, k) is not None
+        ]
+        if self.approval != "always" and unused:
+            raise ValueError(
+                f"{', '.join(unused)} apply only to calls that wait for approval, "
+                f'but this rule says approval = "{self.approval}"'
+            )
+        if self.approvers is not None:
+            check_reachable(self.approvers, self.required_approvals or 1, "approvers")
+        self._check_examples()
+        return self
+
+    def _check_examples(self) -> None:
+        for example in self.examples:
+            if not self.matches_example(example):
+                raise ValueError(f"example {example!r} does not match this rule")
+        for example in self.not_examples:
+            if self.matches_example(example):
+                raise ValueError(f"not_example {example!r} matches this rule")
+
+    def matches_example(self, example: Example) -> bool:
+        if self.prefix is not None:
+            if not isinstance(example, str):
+                raise ValueError(f"examples of a prefix rule are commands (text), not {example!r}")
+            return any(self.matches_command(p) for p in parse_command(example).parts)
+        if not isinstance(example, dict):
+            raise ValueError(
+                f"examples of an argument rule are tables of arguments, like "
+                f'{{{self.argument} = "..."}}, not {example!r}'
+            )
+        return self.matches_arguments(example, {})
+
+    def matches_command(self, part: SimpleCommand) -> bool:
+        """Whether one simple command starts with `prefix` (and its rest matches `pattern`)."""
+        if self.prefix is None:
+            return False
+        argv, prefix = part.argv, self.prefix
+        if len(argv) < len(prefix) or not _program_is(argv[0], prefix[0]):
+            return False
+        if argv[1 : len(prefix)] != prefix[1:]:
+            return False
+        return (
+            self.pattern is None or self.pattern.search(shlex.join(argv[len(prefix) :])) is not None
+        )
+
+    def matches_arguments(self, arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
+        if self.argument is None or self.pattern is None:
+            return False
+        if self.argument in arguments:
+            value = arguments[self.argument]
+        elif self.argument in defaults:
+            value = defaults[self.argument]
+        else:
+            return False
+        text = value if isinstance(value, str) else canonical_arguments(value)
+        return self.pattern.search(text) is not None
+
+    @property
+    def label(self) -> str:
+        """How `/opsgate help`, cards and the audit name what the rule matches."""
+        if self.name:
+            return self.name
+        if self.prefix is not None:
+            words = shlex.join(self.prefix)
+            return f"{words} … matching /{self.pattern.pattern}/" if self.pattern else f"{words} …"
+        assert self.pattern is not None
+        return f"{self.argument} ~ /{self.pattern.pattern}/"
+
+
+def _program_is(program: str, name: str) -> bool:
+    """`kubectl` is `kubectl`, and so is `/usr/bin/kubectl` (a rule must not be dodged by a
+    path; matching more only ever asks more)."""
+    return program == name or ("/" in program and os.path.basename(program) == name)

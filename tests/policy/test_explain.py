@@ -1,0 +1,123 @@
+"""`opsgate policy explain`: the verdict lines as pinned, through the real command line."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from bot.cli import main
+from bot.store import AllowanceRow, SQLiteStore
+
+KUBECTL = Path(__file__).parents[1] / "fixtures" / "policies" / "kubectl.toml"
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    monkeypatch.setenv("OPSGATE_POLICY", str(KUBECTL))
+    monkeypatch.setenv("OPSGATE_DB", str(tmp_path / "opsgate.db"))
+    return tmp_path
+
+
+def explain(capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
+    assert main(["policy", "explain", *args]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def verdicts(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("verdict: ")]
+
+
+@pytest.mark.parametrize(
+    ("command", "verdict"),
+    [
+        ("kubectl get pods -n web", "verdict: runs without approval"),
+        ("kubectl delete pod web-1", "verdict: needs 2 approvals from U0SRE1, U0SRE2, U0SRE3"),
+        (
+            "kubectl delete namespace web",
+            "verdict: forbidden by tools.run_command.rules[2]: Namespaces are deleted through "
+            "Terraform, never from chat.",
+        ),
+        ("echo ok; kubectl delete ns web", "verdict: forbidden by tools.run_command.rules[2]"),
+        ('bash -c "kubectl get pods"', "verdict: needs 1 approval from U0BOB, U0CAROL"),
+        ("kubectl rollout restart deploy/web", "verdict: needs 1 approval from U0BOB, U0CAROL"),
+    ],
+)
+def test_six_commands(
+    env: Path, capsys: pytest.CaptureFixture[str], command: str, verdict: str
+) -> None:
+    lines = explain(capsys, "--channel", "C0OPS", "run_command", command)
+    [line] = verdicts(lines)
+    assert line.startswith(verdict), lines
+    assert not (env / "opsgate.db").exists()  # nothing created, nothing run
+
+
+def test_parts_rules_terms_and_the_shape_an_allow_would_create(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = explain(capsys, "run_command", "echo ok; kubectl delete pod web-1")
+    assert "part 1: echo ok" in lines and "part 2: kubectl delete pod web-1" in lines
+    assert "  no rule: no rule matched -> runs without approval" in lines
+    assert "  tools.run_command.rules[1]: kubectl delete … -> needs approval" in lines
+    assert "approvers: U0SRE1, U0SRE2, U0SRE3 (tools.run_command.rules[1].approvers)" in lines
+    assert "quorum: 2" in lines and "ttl: 15m" in lines
+    assert 'allow: the card offers no "Allow for" for this call' in lines
+    restart = explain(capsys, "run_command", "kubectl rollout restart deploy/web")
+    assert any(
+        line.startswith('allow: "Allow for 1h" creates: kubectl rollout restart …')
+        for line in restart
+    )
+    assert any(
+        line.startswith("  does not cover: kubectl rollout restart; rm -rf x") for line in restart
+    )
+
+
+def test_anyone_in_the_channel_and_json_arguments(
+    env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPSGATE_POLICY")
+    assert verdicts(explain(capsys, "run_command", "ls")) == [
+        "verdict: needs 1 approval from anyone in the channel but the requester"
+    ]
+    assert verdicts(explain(capsys, "http_request", '{"url": "http://x", "method": "GET"}')) == [
+        "verdict: runs without approval"
+    ]
+    assert main(["policy", "explain", "http_request", "not json"]) == 2
+
+
+async def _allowance(db: Path) -> AllowanceRow:
+    async with SQLiteStore(db) as store:
+        return await store.create_allowance(
+            channel_id="C0OPS",
+            tool="run_command",
+            shape='{"kind": "argv", "argv": ["kubectl", "rollout", "restart"], "prefix": true, '
+            '"rule": "tools.run_command.rules[3]"}',
+            label="kubectl rollout restart …",
+            granted_by="U0BOB",
+            ledger_id="L1",
+            expires_at=datetime.now(UTC) + timedelta(hours=1),
+        )
+
+
+def test_an_active_allowance_that_would_cover_the_call_is_named(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    row = asyncio.run(_allowance(env / "opsgate.db"))
+    [line] = verdicts(
+        explain(capsys, "--channel", "C0OPS", "run_command", "kubectl rollout restart deploy/api")
+    )
+    assert line.startswith(f"verdict: covered by allowance {row.id} (granted by U0BOB")
+    # Not in another channel, and never for a compound command.
+    [other] = verdicts(
+        explain(capsys, "--channel", "C0ELSE", "run_command", "kubectl rollout restart deploy/api")
+    )
+    assert other.startswith("verdict: needs 1 approval")
+    [compound] = verdicts(
+        explain(
+            capsys, "--channel", "C0OPS", "run_command", "kubectl rollout restart deploy/api; rm x"
+        )
+    )
+    assert compound.startswith("verdict: needs 1 approval")

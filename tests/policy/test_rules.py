@@ -1,0 +1,218 @@
+"""Command-aware policy rules: tiers, the verdict order, per-rule approvers, checked examples."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_core import ToolCall
+from bot.policy import GateDecision, Policy, PolicyError
+
+KUBECTL = Path(__file__).parents[1] / "fixtures" / "policies" / "kubectl.toml"
+
+
+@pytest.fixture
+def kubectl() -> Policy:
+    return Policy.load(KUBECTL)
+
+
+def verdict(policy: Policy, command: str, tool: str = "run_command") -> GateDecision:
+    arguments: dict[str, Any] = {"command": command} if tool == "run_command" else {}
+    return policy.decide(tool, ToolCall(id="c1", name=tool, arguments=json.dumps(arguments)))
+
+
+def rules(body: str, approval: str = "rules") -> Policy:
+    return Policy.from_toml(f'[tools.run_command]\napproval = "{approval}"\n{body}')
+
+
+ECHO_FREE = '[[tools.run_command.rules]]\nprefix = ["echo"]\napproval = "never"\n'
+RM = '[[tools.run_command.rules]]\nprefix = ["rm"]\n'
+
+
+@pytest.mark.parametrize(
+    ("command", "tier", "rule"),
+    [
+        ("kubectl get pods -n web", "never", "tools.run_command.rules[0]"),
+        ("kubectl delete pod web-1", "always", "tools.run_command.rules[1]"),
+        ("kubectl delete namespace web", "forbidden", "tools.run_command.rules[2]"),
+        ("kubectl delete ns web", "forbidden", "tools.run_command.rules[2]"),
+        ("/usr/local/bin/kubectl delete ns web", "forbidden", "tools.run_command.rules[2]"),
+        ("timeout 30 kubectl delete pod web-1", "always", "tools.run_command.rules[1]"),
+        ("sudo -u ops kubectl delete ns web", "forbidden", "tools.run_command.rules[2]"),
+        ("kubectl get pods; kubectl delete pod x", "always", "tools.run_command.rules[1]"),
+        ("kubectl delete pod x && kubectl delete ns y", "forbidden", "tools.run_command.rules[2]"),
+        ("echo $(kubectl delete ns web)", "forbidden", "tools.run_command.rules[2]"),
+        ("bash -c 'kubectl delete ns web'", "forbidden", "tools.run_command.rules[2]"),
+        ("ls -la", "never", None),
+    ],
+)
+def test_the_strictest_part_decides(
+    kubectl: Policy, command: str, tier: str, rule: str | None
+) -> None:
+    decision = verdict(kubectl, command)
+    assert (decision.tier, decision.policy_rule) == (tier, rule)
+    assert decision.requires_approval is (tier != "never")
+
+
+def test_compound_command_is_judged_by_its_rm_part() -> None:
+    policy = rules(ECHO_FREE + RM)
+    assert verdict(policy, "echo ok").requires_approval is False
+    decision = verdict(policy, "echo ok; rm -rf /srv/app/x")
+    assert decision.requires_approval and decision.policy_rule == "tools.run_command.rules[1]"
+    assert [(p.argv[0], p.tier) for p in decision.parts] == [("echo", "never"), ("rm", "always")]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        'bash -c "echo hi"',
+        "echo $(id)",
+        "echo `id`",
+        'eval "echo hi"',
+        "xargs echo",
+        "env A=1 echo hi",
+        "echo 'unterminated",
+        "echo hi > /etc/motd",
+        "X=1 echo hi",
+    ],
+)
+def test_what_cannot_be_judged_needs_approval_even_under_a_never_rule(command: str) -> None:
+    decision = verdict(rules(ECHO_FREE), command)
+    assert decision.requires_approval and not decision.forbidden, command
+    assert decision.policy_rule is None and "approval required" in decision.rule
+
+
+def test_a_tool_set_to_never_never_asks_and_forbidden_never_runs() -> None:
+    assert verdict(rules("", approval="never"), 'bash -c "rm -rf /"').requires_approval is False
+    forbidden = verdict(rules("", approval="forbidden"), "ls")
+    assert forbidden.forbidden and forbidden.rule == "tools.run_command: approval = forbidden"
+
+
+def test_no_rule_matched_runs_without_approval_as_before() -> None:
+    decision = verdict(rules(RM), "df -h /var")
+    assert decision.requires_approval is False
+    assert decision.rule == "tools.run_command: no rule matched"
+
+
+def test_the_rule_with_most_approvals_beats_always_and_its_terms_apply(kubectl: Policy) -> None:
+    policy = rules(
+        RM
+        + '[[tools.run_command.rules]]\nprefix = ["rm", "-rf"]\nrequired_approvals = 3\n'
+        + 'approvers = ["S0SRE"]\nttl = "5m"\njustification = "Recursive."\n'
+    )
+    decision = verdict(policy, "rm -rf /srv/x")
+    assert decision.policy_rule == "tools.run_command.rules[1]"
+    assert (decision.required_approvals, decision.ttl) == (3, timedelta(minutes=5))
+    assert decision.justification == "Recursive."
+    spec = policy.approvers_for("C0OPS", decision)
+    assert (spec.groups, spec.source) == (("S0SRE",), "tools.run_command.rules[1].approvers")
+    assert policy.required_approvals_for("C0OPS", decision) == 3
+    assert policy.ttl_for(decision) == timedelta(minutes=5)
+    # Without a rule of its own, the channel's (here the defaults') terms apply.
+    plain = verdict(policy, "rm /srv/x")
+    assert policy.approvers_for("C0OPS", plain).source == "defaults.approvers"
+    assert policy.required_approvals_for("C0OPS", plain) == 1
+
+
+def test_a_pattern_matches_the_rest_of_the_words() -> None:
+    policy = rules(
+        '[[tools.run_command.rules]]\nprefix = ["kubectl", "delete"]\npattern = "--all"\n'
+        'approval = "forbidden"\n'
+    )
+    assert verdict(policy, "kubectl delete pods --all").forbidden
+    assert not verdict(policy, "kubectl delete pod web").requires_approval
+    assert not verdict(policy, "kubectl get pods --all").requires_approval
+
+
+def test_argument_rules_take_the_same_keys_for_other_tools() -> None:
+    policy = Policy.from_toml(
+        '[tools.http_request]\napproval = "rules"\n'
+        '[[tools.http_request.rules]]\nargument = "method"\npattern = "^DELETE$"\n'
+        'approval = "forbidden"\njustification = "No deletes over HTTP."\n'
+        'examples = [{method = "DELETE"}]\nnot_examples = [{method = "GET"}]\n'
+        '[[tools.http_request.rules]]\nargument = "method"\npattern = "^(POST|PUT)$"\n'
+        'approvers = ["U0BOB"]\n'
+    )
+    call = ToolCall(id="c", name="http_request", arguments='{"method": "DELETE"}')
+    assert policy.decide("http_request", call).justification == "No deletes over HTTP."
+    put = ToolCall(id="c", name="http_request", arguments='{"method": "PUT"}')
+    decision = policy.decide("http_request", put)
+    assert decision.policy_rule == "tools.http_request.rules[1]"
+    assert policy.approvers_for(None, decision).users == ("U0BOB",)
+
+
+def test_old_argument_rules_of_run_command_keep_working() -> None:
+    policy = rules('[[tools.run_command.rules]]\nargument = "command"\npattern = "^rm"\n')
+    assert verdict(policy, "rm x").policy_rule == "tools.run_command.rules[0]"
+    assert not verdict(policy, "ls").requires_approval
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            '[[tools.run_command.rules]]\nprefix = ["kubectl", "get"]\n'
+            'examples = ["kubectl describe pod x"]\n',
+            "tools.run_command.rules[0]: example 'kubectl describe pod x' does not match",
+        ),
+        (
+            RM + '[[tools.run_command.rules]]\nprefix = ["kubectl", "get"]\n'
+            'not_examples = ["ls; kubectl get pods"]\n',
+            "tools.run_command.rules[1]: not_example 'ls; kubectl get pods' matches this rule",
+        ),
+        (
+            '[[tools.run_command.rules]]\nprefix = ["ls"]\napproval = "never"\n'
+            'approvers = ["U0BOB"]\n',
+            "tools.run_command.rules[0]: approvers apply only to calls that wait for approval",
+        ),
+        (
+            '[[tools.run_command.rules]]\nprefix = ["kubectl", "get"]\n'
+            'allow_prefix = ["kubectl"]\n',
+            "tools.run_command.rules[0]: allow_prefix must start with the rule's prefix",
+        ),
+        (
+            '[[tools.run_command.rules]]\nprefix = ["ls"]\napprovers = ["U0BOB"]\n'
+            "required_approvals = 2\n",
+            "required_approvals = 2 but approvers lists only 1 person(s)",
+        ),
+        (
+            '[[tools.run_command.rules]]\nprefix = ["ls"]\naproval = "never"\n',
+            "unknown key 'tools.run_command.rules[0].aproval' (did you mean 'approval'?)",
+        ),
+        (
+            '[[tools.run_command.rules]]\nprefix = ["ls"]\napproval = "sometimes"\n',
+            "tools.run_command.rules[0].approval",
+        ),
+        (
+            "[[tools.run_command.rules]]\nprefix = []\n",
+            "tools.run_command.rules[0].prefix",
+        ),
+    ],
+)
+def test_a_rule_that_is_wrong_stops_loading_naming_it(body: str, message: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        rules(body)
+    assert message in str(caught.value)
+
+
+def test_prefix_rules_are_for_run_command_only() -> None:
+    with pytest.raises(PolicyError, match=r"tools\.http_request\.rules\[0\]: `prefix`"):
+        Policy.from_toml(
+            '[tools.http_request]\napproval = "rules"\n'
+            '[[tools.http_request.rules]]\nprefix = ["GET"]\n'
+        )
+
+
+def test_help_says_the_rules_in_plain_words(kubectl: Policy) -> None:
+    assert kubectl.approval_summary("run_command") == (
+        "asks for approval for kubectl delete … (2 approvals); kubectl rollout restart …; "
+        "commands it cannot judge (substitution, eval, sh -c, wrappers); "
+        "never runs kubectl delete namespace; runs freely kubectl get …"
+    )
+    assert Policy.default().approval_summary("http_request") == (
+        "asks for approval for methods other than GET and HEAD"
+    )
