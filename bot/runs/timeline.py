@@ -12,6 +12,7 @@ resume starts a new one, seeded from the ledger with the decisions taken meanwhi
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -145,12 +146,14 @@ class Timeline:
         return tuple(self._tasks.values())
 
     async def seed(self, batch: Sequence[ToolCallRow]) -> None:
-        """A resume: the batch's calls with the decisions taken while the run was paused."""
+        """A resume: the batch's calls with the decisions taken while the run was paused (the
+        first call that will run is shown running)."""
+        seeded: list[Task] = []
         for row in batch:
             status = _SEEDED.get(row.status)
             if status is None:
                 continue
-            await self._put(
+            seeded.append(
                 Task(
                     row.call_id,
                     row.tool,
@@ -160,7 +163,11 @@ class Timeline:
                     allowance_by=self._allowances(row.call_id),
                 )
             )
-        await self._advance()
+        first = next((n for n, t in enumerate(seeded) if t.status == "pending"), None)
+        if first is not None:
+            seeded[first] = replace(seeded[first], status="in_progress")
+        for task in seeded:
+            await self._put(task)
 
     async def waiting(self, row: ToolCallRow, needed: int, link: str | None) -> None:
         """A gated call's card is posted: the task waits, linked to it."""
@@ -259,6 +266,13 @@ _OUTCOMES: dict[str, TaskStatus] = {
 
 
 def _short(arguments: str) -> str:
-    """The call's arguments in a line: the raw JSON, whitespace runs folded, cut."""
+    """The call's arguments in a line: the values of a flat object ("GET /health", "df -h"),
+    else the JSON; whitespace runs folded, cut to `ARGUMENTS_SHOWN`."""
+    try:
+        parsed = json.loads(arguments) if arguments else {}
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and all(isinstance(v, str | int | float) for v in parsed.values()):
+        arguments = " ".join(str(v) for v in parsed.values())
     line = " ".join(arguments.split())
     return line if len(line) <= ARGUMENTS_SHOWN else line[: ARGUMENTS_SHOWN - 1] + "…"
