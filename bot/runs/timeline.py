@@ -180,9 +180,8 @@ class Timeline:
     async def update(self, update: AgentResponseUpdate) -> None:
         match update:
             case ToolCallEnded(call=call):
-                running = any(t.status == "in_progress" for t in self._tasks.values())
-                status: TaskStatus = "pending" if running else "in_progress"
-                await self._put(Task(call.id, call.name, _short(call.arguments), status))
+                # Pending, not running: the gate has yet to say whether it waits for approval.
+                await self._put(Task(call.id, call.name, _short(call.arguments)))
             case ToolApprovalRequest(call_id=call_id):
                 await self._change(call_id, status="waiting")
             case ToolCallHeld(call_id=call_id):
@@ -190,7 +189,7 @@ class Timeline:
                     call_id, status="pending", allowance_by=self._allowances(call_id)
                 )
             case ToolResult(call_id=call_id, outcome=None):
-                status = "error" if update.is_error else "complete"
+                status: TaskStatus = "error" if update.is_error else "complete"
                 await self._change(
                     call_id,
                     status=status,

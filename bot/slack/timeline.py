@@ -101,7 +101,7 @@ def _details(task: Task) -> str:
             got, needed = task.approvals or (0, 1)
             parts.append(f"waiting for approval ({got} of {needed})")
         case "pending":
-            parts.append("waits for its turn")
+            parts.append("waiting to run")
         case "in_progress":
             parts.append("running")
         case "complete" | "error":
