@@ -77,7 +77,9 @@ class Driver:
         requester: str | None,
         message_ts: str | None,
         item_id: int | None = None,
+        resuming: bool = False,
     ) -> None:
+        """`resuming`: the stream answers a paused batch (the timeline starts with it)."""
         with log_context(session=session_id, thread=thread.thread_ts):
             await self._drive(
                 thread,
@@ -86,6 +88,7 @@ class Driver:
                 requester=requester,
                 message_ts=message_ts,
                 item_id=item_id,
+                resuming=resuming,
             )
 
     async def _drive(
@@ -97,12 +100,13 @@ class Driver:
         requester: str | None,
         message_ts: str | None,
         item_id: int | None,
+        resuming: bool,
     ) -> None:
         output = self.ctx.output
         if message_ts:
             await output.react(thread, message_ts, True)
         shown = _Shown(self, thread, session_id, requester)
-        await _quietly(shown.begin(), "starting the timeline")
+        await _quietly(shown.begin(resuming), "starting the timeline")
         failed = False
         stopping = False
         live: LiveRun | None = None
@@ -182,10 +186,11 @@ class _Shown:
     async def say(self, notice: Notice) -> None:
         await self.output.say(self.thread, notice)
 
-    async def begin(self) -> None:
+    async def begin(self, resuming: bool) -> None:
         """The thread shows the run working; a resume's timeline starts with its batch."""
         await self.output.status(self.thread, Working())
-        await self.timeline.seed(await self.driver.ctx.store.batch_calls(self.session_id))
+        if resuming:
+            await self.timeline.seed(await self.driver.ctx.store.batch_calls(self.session_id))
 
     async def end(self) -> None:
         await self.timeline.close()

@@ -268,6 +268,7 @@ class RunService:
                 stream,
                 requester=session.requester,
                 message_ts=card_ts,
+                resuming=True,
             ),
             name=f"resume {session_id}",
         )

@@ -111,6 +111,15 @@ async def test_two_calls_move_through_their_statuses_one_allowed_one_rejected(
         stopped = {c.params["ts"] for c in bot.slack.calls_to("chat.stopStream") if c.ok}
         assert streams <= stopped
 
+        # A later run in the same thread starts a timeline of its own: the old batch's
+        # rejected call is not shown again.
+        shown = len(task_chunks(bot.slack))
+        bot.llm.reply_text("Nothing to run.")
+        await bot.mention("anything else?", user=CAROL, thread_ts="1700000002.000100")
+        await bot.llm.wait_for_requests(5)
+        await bot.settle()
+        assert task_chunks(bot.slack)[shown:] == []
+
 
 async def test_without_streaming_the_timeline_is_one_context_block_edited_in_place(
     tmp_path: Path,
