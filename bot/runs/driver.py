@@ -236,7 +236,7 @@ class _Shown:
                 # The store already says awaiting_approval; the end of the run leaves it so.
                 self.outcome = None
                 await self.driver.cards.post_all(self.thread, self.session_id)
-                await self.paused()
+                await _quietly(self.paused(), "showing the pause")
             case Finish(finish_reason=FinishReason.ERROR, error=error):
                 self.outcome = "failed"
                 if error and len(error) > ERROR_CHARS:
