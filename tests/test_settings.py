@@ -308,6 +308,7 @@ def test_manifest_has_what_the_bot_needs() -> None:
     ]
     assert set(manifest["oauth_config"]["scopes"]["bot"]) == {
         "app_mentions:read",
+        "assistant:write",  # the AI-app container (issue 24)
         "chat:write",
         "channels:history",
         "groups:history",
@@ -326,6 +327,8 @@ def test_manifest_has_what_the_bot_needs() -> None:
         "message.im",
         "message.mpim",
         "app_home_opened",
+        "assistant_thread_started",  # the AI-app container (issue 24)
+        "assistant_thread_context_changed",
     ]
     # The Home tab and the message shortcut (issue 16).
     assert features["app_home"]["home_tab_enabled"] is True

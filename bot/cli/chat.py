@@ -22,12 +22,13 @@ from ..approvals.verdicts import Action
 from ..policy import GateDecision
 from ..runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
 from ..runs.context import RunContext
+from ..runs.timeline import AssistantStatus, Task
 from ..settings import Settings, load_settings
 from ..tools import protect_process_environment
 from ..wiring import Deps, open_deps
 from ._logging import log_from_settings
 from ._prompt import Ask, stdin_prompt
-from .notices import card_text, notice_text
+from .notices import card_text, notice_text, task_text
 
 __all__ = ["TerminalOutput", "run_chat"]
 
@@ -37,10 +38,14 @@ CHANNEL = "terminal"
 class TerminalOutput:
     """A `ThreadOutput` printing plain text; posted cards wait in `cards` for the prompt."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, *, tty: bool | None = None) -> None:
         self.out = out
         self.cards: dict[str, CardCall] = {}
         self._posted = 0
+        self.tty = out.isatty() if tty is None else tty
+        """Task lines are redrawn in place on a terminal, appended otherwise."""
+        self.lines = 0
+        """Lines printed so far (a task line is redrawn by moving up to it)."""
 
     def think(self) -> None:
         """Say the model is working, until the first output of the run comes."""
@@ -48,6 +53,7 @@ class TerminalOutput:
 
     def _print(self, text: str, end: str = "\n") -> None:
         print(text, end=end, file=self.out, flush=True)
+        self.lines += (text + end).count("\n")
 
     async def say(self, thread: Thread, notice: Notice) -> None:
         self._print(notice_text(notice))
@@ -60,6 +66,15 @@ class TerminalOutput:
 
     def stream(self, thread: Thread, requester: str | None) -> _Sink:
         return _Sink(self)
+
+    def timeline(self, thread: Thread, requester: str | None) -> _Timeline:
+        return _Timeline(self)
+
+    async def status(self, thread: Thread, status: AssistantStatus | None) -> None:
+        return None  # the prompt comes back when the run is done
+
+    async def title(self, thread: Thread, request: str) -> None:
+        return None
 
     async def post_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
         self._posted += 1
@@ -103,6 +118,32 @@ class _Sink:
 
     async def close(self) -> None:
         self.output._print("")
+
+    async def finish(self, session_id: str) -> None:
+        await self.close()
+
+
+class _Timeline:
+    """One line per task: redrawn in place on a tty (the cursor moves up to it and back),
+    a new line for each change otherwise."""
+
+    def __init__(self, output: TerminalOutput) -> None:
+        self.output = output
+        self._line: dict[str, int] = {}
+
+    async def show(self, task: Task) -> None:
+        out, text = self.output, task_text(task)
+        at = self._line.get(task.call_id)
+        if not out.tty or at is None:
+            self._line[task.call_id] = out.lines
+            out._print(text)
+            return
+        up = out.lines - at
+        out.out.write(f"\x1b[{up}F\x1b[2K{text}\x1b[{up}E")
+        out.out.flush()
+
+    async def close(self) -> None:
+        return None
 
 
 ANSWER_LABEL = "opsgate> "

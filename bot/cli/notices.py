@@ -11,6 +11,7 @@ from agent_core.outcomes import render_outcome
 
 from ..approvals import Refused
 from ..runs.notices import Notice, RunStopped
+from ..runs.timeline import Task
 from ..runs.views import CardCall, CardOutcome, ChannelHelp, PendingEntry
 from ..store import CancelReason, DecisionReason
 from ..words import count, count_verb, format_duration
@@ -20,6 +21,7 @@ __all__ = [
     "notice_text",
     "refusal_text",
     "stopped_text",
+    "task_text",
 ]
 
 
@@ -202,6 +204,57 @@ def card_text(card: CardCall, outcome: CardOutcome | None = None) -> str:
         title = f" ({st.title})" if st.title else ""
         origin = f"MCP server {st.server}, tool {st.tool}{title}: {', '.join(st.labels)}\n"
     return f"{card.tool} wants to run (digest {card.digest}){progress}:\n{origin}{shown}"
+
+
+_TASK_MARKS = {
+    "pending": "[ ]",
+    "waiting": "[?]",
+    "in_progress": "[~]",
+    "complete": "[x]",
+    "error": "[!]",
+    "rejected": "[-]",
+    "expired": "[-]",
+    "not_run": "[-]",
+}
+TASK_LINE_MAX = 120
+"""Longest task line printed (a terminal line, not wrapped)."""
+
+
+def _printable(text: str) -> str:
+    """Untrusted text on one terminal line: control characters (escape sequences) as `?`."""
+    return "".join(c if c.isprintable() else "?" for c in " ".join(text.split()))
+
+
+def task_text(task: Task) -> str:
+    """One line for one tool call of the run's timeline."""
+    status: str
+    match task.status:
+        case "waiting":
+            got, needed = task.approvals or (0, 1)
+            status = f"waiting for approval ({got} of {needed})"
+        case "in_progress":
+            status = "running"
+        case "complete" | "error":
+            took = "" if task.seconds is None else f" in {_took(task.seconds)}"
+            status = ("done" if task.status == "complete" else "failed") + took
+        case "not_run":
+            status = "not run"
+        case other:
+            status = other
+    if task.decided_by:
+        status += f" by {task.decided_by}" if task.status == "rejected" else ""
+        status += "" if task.status == "rejected" else f" (approved by {task.decided_by})"
+    if task.allowance_by:
+        status += f" (allowance of {task.allowance_by})"
+    title = _printable(f"{task.tool} {task.arguments}".strip())
+    room = max(20, TASK_LINE_MAX - len(status) - 8)
+    if len(title) > room:
+        title = title[: room - 1] + "…"
+    return f"{_TASK_MARKS[task.status]} {title}: {status}"
+
+
+def _took(seconds: float) -> str:
+    return f"{round(seconds * 1000)} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
 def _pending(entries: tuple[PendingEntry, ...]) -> str:

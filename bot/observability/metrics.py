@@ -23,6 +23,7 @@ __all__ = [
     "OTHER",
     "TOOL_BUCKETS",
     "Decision",
+    "FeedbackValue",
     "LLMErrorKind",
     "McpCallOutcome",
     "Metrics",
@@ -42,6 +43,9 @@ and "Allow for" buttons; `cancelled` is "Cancel run" while the card waited."""
 
 ToolOutcome = Literal["ok", "error", "timeout", "cancelled", "interrupted"]
 """How one tool execution ended."""
+
+FeedbackValue = Literal["good", "bad"]
+"""A click on the feedback buttons under a final answer."""
 
 McpCallOutcome = Literal["ok", "error", "timeout", "unavailable", "cancelled"]
 """How one MCP `tools/call` ended: answered (`ok`), answered with an error or a malformed result
@@ -115,6 +119,12 @@ class Metrics:
             ["method"],
             registry=r,
         )
+        self._feedback = Counter(
+            "opsgate_feedback",
+            "Feedback on final answers, by value (good or bad).",
+            ["value"],
+            registry=r,
+        )
         self._queue_depth = Gauge(
             "opsgate_queue_depth", "Runs queued, waiting for a free slot.", registry=r
         )
@@ -138,6 +148,8 @@ class Metrics:
             self._decisions.labels(decision)
         for kind in get_args(LLMErrorKind):
             self._llm_errors.labels(kind)
+        for value in get_args(FeedbackValue):
+            self._feedback.labels(value)
 
     def add_tools(self, names: Iterable[str]) -> None:
         """Give these tools their own `tool` label value (others are "other")."""
@@ -169,6 +181,9 @@ class Metrics:
 
     def llm_error(self, kind: LLMErrorKind) -> None:
         self._llm_errors.labels(kind).inc()
+
+    def feedback_given(self, value: FeedbackValue) -> None:
+        self._feedback.labels(value).inc()
 
     def slack_api_error(self, method: str) -> None:
         """Count a failed Web API call; `method` is Slack's name, e.g. "chat.postMessage"."""

@@ -129,6 +129,10 @@ AllowWindow = Annotated[timedelta, BeforeValidator(_duration), AfterValidator(_a
 """`allow_for`: how long an allowance lasts, at least one second."""
 RejectReason = Annotated[StrictStr, AfterValidator(_text), Field(max_length=75)]
 """One choice of the reject form (Slack shows at most 75 characters of an option)."""
+SuggestedPrompt = Annotated[StrictStr, AfterValidator(_text), Field(max_length=200)]
+"""One prompt the AI-app container offers when a conversation starts."""
+MAX_SUGGESTED_PROMPTS = 4
+"""Slack shows at most four suggested prompts."""
 DEFAULT_REJECT_REASONS: tuple[str, ...] = (
     "Wrong target",
     "Too risky right now",

@@ -10,6 +10,7 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Field,
     StrictBool,
     StrictStr,
     model_validator,
@@ -20,6 +21,7 @@ from bot.words import format_duration
 
 from ._fields import (
     DEFAULT_REJECT_REASONS,
+    MAX_SUGGESTED_PROMPTS,
     AllowWindow,
     Approvals,
     ApproverId,
@@ -32,6 +34,7 @@ from ._fields import (
     OsUser,
     OutputLimit,
     RejectReason,
+    SuggestedPrompt,
     ToolName,
     Trigger,
     check_reachable,
@@ -111,6 +114,13 @@ class Defaults(Model):
         DEFAULT_REJECT_REASONS
     )
     """The reasons the reject form offers to pick from (free text works too)."""
+    suggested_prompts: Annotated[
+        tuple[SuggestedPrompt, ...],
+        AfterValidator(unique),
+        Field(max_length=MAX_SUGGESTED_PROMPTS),
+    ] = ()
+    """What the AI-app container offers to ask when someone opens a conversation with the bot
+    (at most four)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Defaults:

@@ -3,9 +3,11 @@
 from .notices import Notice
 from .output import PostFailed, TextSink, Thread, ThreadOutput
 from .service import Dispatcher, RunService
+from .timeline import AssistantStatus, Task, TimelineSink
 from .views import CardCall, CardOutcome, CardRef, ChannelHelp, OutcomeStatus, PendingEntry
 
 __all__ = [
+    "AssistantStatus",
     "CardCall",
     "CardOutcome",
     "CardRef",
@@ -16,7 +18,9 @@ __all__ = [
     "PendingEntry",
     "PostFailed",
     "RunService",
+    "Task",
     "TextSink",
     "Thread",
     "ThreadOutput",
+    "TimelineSink",
 ]

@@ -38,6 +38,7 @@ from .notices import (
     ToolRan,
 )
 from .output import TextSink, Thread
+from .timeline import AllowanceUses, Timeline, Waiting, Working
 
 __all__ = ["ERROR_CHARS", "Driver", "cut_error"]
 
@@ -60,12 +61,15 @@ class Driver:
         cards: Cards,
         ended: Callable[[Thread, int | None], Awaitable[None]],
         resume: Callable[[str], Awaitable[bool]] | None = None,
+        allowance_uses: AllowanceUses | None = None,
     ) -> None:
         self.ctx = ctx
         self.cards = cards
         self._ended = ended
         self._resume = resume
         """Resumes a batch the policy decided at once (a forbidden call), after the run ended."""
+        self.allowance_uses = allowance_uses or AllowanceUses()
+        """Calls the allowance gate let through (the timeline says whose allowance it was)."""
 
     async def drive(
         self,
@@ -76,7 +80,9 @@ class Driver:
         requester: str | None,
         message_ts: str | None,
         item_id: int | None = None,
+        resuming: bool = False,
     ) -> None:
+        """`resuming`: the stream answers a paused batch (the timeline starts with it)."""
         with log_context(session=session_id, thread=thread.thread_ts):
             await self._drive(
                 thread,
@@ -85,6 +91,7 @@ class Driver:
                 requester=requester,
                 message_ts=message_ts,
                 item_id=item_id,
+                resuming=resuming,
             )
 
     async def _drive(
@@ -96,11 +103,13 @@ class Driver:
         requester: str | None,
         message_ts: str | None,
         item_id: int | None,
+        resuming: bool,
     ) -> None:
         output = self.ctx.output
         if message_ts:
             await output.react(thread, message_ts, True)
         shown = _Shown(self, thread, session_id, requester)
+        await _quietly(shown.begin(resuming), "starting the timeline")
         failed = False
         stopping = False
         live: LiveRun | None = None
@@ -127,6 +136,7 @@ class Driver:
             # (holding the channel's slot) or skip starting the next queued run.
             await stream.aclose()
             await _quietly(shown.close(), "finishing the answer")
+            await _quietly(shown.end(), "ending the timeline")
             stopped = None if stopping or live is None else live.stopped()
             if stopped is not None:
                 await _quietly(self._stop(thread, session_id, stopped), "stopping the run")
@@ -168,6 +178,8 @@ class _Shown:
         self.session_id = session_id
         self.requester = requester
         self.sink: TextSink | None = None
+        uses = driver.allowance_uses
+        self.timeline = Timeline(self.output.timeline(thread, requester), uses.granted_by)
         self.outcome: RunOutcome | None = "completed"
         """How the run ended, as far as the stream says; None once it paused for approval."""
         self.refused = False
@@ -181,7 +193,36 @@ class _Shown:
     async def say(self, notice: Notice) -> None:
         await self.output.say(self.thread, notice)
 
+    async def begin(self, resuming: bool) -> None:
+        """The thread shows the run working; a resume's timeline starts with its batch."""
+        await self.output.status(self.thread, Working())
+        if resuming:
+            await self.timeline.seed(await self.driver.ctx.store.batch_calls(self.session_id))
+
+    async def end(self) -> None:
+        await self.timeline.close()
+        if self.outcome is not None:  # a paused run keeps saying whom it waits for
+            await self.output.status(self.thread, None)
+
+    async def paused(self) -> None:
+        """The cards are posted: each gated task waits, linked to its card."""
+        ctx, channel = self.driver.ctx, self.thread.channel_id
+        needed = ctx.policy.required_approvals_for(channel)
+        for row in await ctx.store.batch_calls(self.session_id):
+            if row.needs_approval and row.status == "pending":
+                link = await self.driver.cards.link(row)
+                await self.timeline.waiting(row, needed, link.permalink)
+        approvers = ctx.policy.approvers_for(channel)
+        await self.output.status(self.thread, Waiting(approvers.users, approvers.groups))
+
     async def show(self, update: AgentResponseUpdate) -> None:
+        await self.timeline.update(update)
+        match update:
+            case Finish(finish_reason=FinishReason.STOP) if self.sink is not None:
+                sink, self.sink = self.sink, None
+                await sink.finish(self.session_id)
+            case _:
+                pass
         match update:
             case TextDelta(text=text):
                 if self.sink is None:
@@ -202,6 +243,7 @@ class _Shown:
                 # The store already says awaiting_approval; the end of the run leaves it so.
                 self.outcome = None
                 self.refused = await self.driver.cards.post_all(self.thread, self.session_id)
+                await _quietly(self.paused(), "showing the pause")
             case Finish(finish_reason=FinishReason.ERROR, error=error):
                 self.outcome = "failed"
                 if error and len(error) > ERROR_CHARS:

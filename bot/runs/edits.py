@@ -53,6 +53,7 @@ from .notices import (
     UnknownRequest,
 )
 from .output import Thread
+from .timeline import AllowanceUses
 from .views import AllowanceInfo, AllowChoice, AllowForm, EditErrors, EditField, EditForm
 
 __all__ = [
@@ -361,6 +362,8 @@ def info(row: AllowanceRow) -> AllowanceInfo:
 class Allowances:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
+        self.uses = AllowanceUses()
+        """The calls the gate let through, for the run's timeline."""
 
     def offered(self, row: ToolCallRow, channel: str) -> bool:
         """Whether the card of `row` in `channel` offers "Allow for <duration>"."""
@@ -461,6 +464,7 @@ class _Gate:
 
     async def _used(self, row: AllowanceRow, call: ToolCall) -> None:
         ctx = self.owner.ctx
+        self.owner.uses.note(call.id, row.granted_by)
         await ctx.store.audit(
             "allowance_used",
             actor=row.granted_by,

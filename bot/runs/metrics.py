@@ -18,7 +18,13 @@ from agent_core.exceptions import ChatClientError
 from agent_core.messages import ChatMessage
 
 from ..observability import classify_llm_error, log_context, log_event
-from ..observability.metrics import Decision, LLMErrorKind, RunOutcome, ToolOutcome
+from ..observability.metrics import (
+    Decision,
+    FeedbackValue,
+    LLMErrorKind,
+    RunOutcome,
+    ToolOutcome,
+)
 from ..store import ToolCallRow
 
 __all__ = ["NoObserver", "ObservedChatClient", "RunObserver", "note_decision", "note_run_ended"]
@@ -42,6 +48,10 @@ class RunObserver(Protocol):
 
     def slack_api_error(self, method: str) -> None: ...
 
+    def feedback_given(self, value: FeedbackValue) -> None:
+        """Someone clicked good or bad under a final answer."""
+        ...
+
 
 class NoObserver:
     """Observes nothing."""
@@ -61,6 +71,9 @@ class NoObserver:
         pass
 
     def slack_api_error(self, method: str) -> None:
+        pass
+
+    def feedback_given(self, value: FeedbackValue) -> None:
         pass
 
 

@@ -15,7 +15,12 @@ Contract, for implementers:
 - `say` is seen by everyone in the thread; `tell` only by `user`, and only when `user` is a
   person (an integration's bot id gets nothing).
 - `stream` returns a `TextSink` for one streamed answer: `append` pieces, then `close` (the
-  service always closes it, also on errors; closing twice is harmless).
+  service always closes it, also on errors; closing twice is harmless). The run's final answer
+  is closed with `finish(session_id)` instead, so the output can offer feedback on it.
+- `timeline` returns a `TimelineSink` for one run's tool calls (`bot.runs.timeline`): each
+  changed `Task` is `show`n, then the sink is closed (the run ended or paused).
+- `status` sets (or, with None, clears) the thread's "is working" line; it never blocks or
+  fails the run.
 - Notices carry raw text (model output, tool output, error messages): the renderer escapes it.
 - `ToolRan` output that is too long to show inline is attached as a file by the renderer.
 - `post_card` attaches the arguments as a file when the card must cut them, and marks the card
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from .notices import Notice
+from .timeline import AssistantStatus, TimelineSink
 from .views import CardCall, CardOutcome, CardRef
 
 if TYPE_CHECKING:
@@ -75,6 +81,11 @@ class TextSink(Protocol):
         """Finish the answer; idempotent."""
         ...
 
+    async def finish(self, session_id: str) -> None:
+        """Finish the answer as the run's last word (feedback is offered on it); idempotent,
+        and a no-op after `close`."""
+        ...
+
 
 class ThreadOutput(Protocol):
     """Where the run service's words go. See the module docstring for the contract."""
@@ -93,6 +104,18 @@ class ThreadOutput(Protocol):
 
     def stream(self, thread: Thread, requester: str | None) -> TextSink:
         """Start a streamed answer addressed to `requester` (None or a bot: a plain post)."""
+        ...
+
+    def timeline(self, thread: Thread, requester: str | None) -> TimelineSink:
+        """Start showing one run's tool calls as tasks (addressed like `stream`)."""
+        ...
+
+    async def status(self, thread: Thread, status: AssistantStatus | None) -> None:
+        """Show what the run is doing under the thread; None clears it."""
+        ...
+
+    async def title(self, thread: Thread, request: str) -> None:
+        """Name a conversation (the AI-app container's) after its first request (raw text)."""
         ...
 
     async def post_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:

@@ -25,10 +25,12 @@ from ..store import EnqueueOutcome, QueueItem, Store, batch_complete
 from ..words import count
 from .cancel import Cancels
 from .cards import Cards
+from .container import Container
 from .context import RunContext
 from .decisions import Decisions
 from .driver import Driver
 from .edits import Allowances, Edits
+from .feedback import Feedback
 from .inbox import Inbox
 from .metrics import note_decision, note_run_ended
 from .notices import (
@@ -64,11 +66,21 @@ class RunService:
         self.ctx = ctx
         self.cards = Cards(ctx)
         self.dispatcher = Dispatcher(ctx.store, ctx.policy, self._start_queued)
-        self._driver = Driver(ctx, self.cards, self._run_ended, self.maybe_resume)
-        self.cancels = Cancels(ctx, self.cards)
-        self.answers = Answers(ctx, self.cards)
         self.allowances = Allowances(ctx)
         """Allowances: grant, the per-run gate, list and revoke."""
+        self._driver = Driver(
+            ctx,
+            self.cards,
+            self._run_ended,
+            resume=self.maybe_resume,
+            allowance_uses=self.allowances.uses,
+        )
+        self.cancels = Cancels(ctx, self.cards)
+        self.feedback = Feedback(ctx)
+        """Good/bad clicks under final answers: audited and counted."""
+        self.container = Container(ctx.policy)
+        """Conversations in Slack's AI-app container: the channel each one looks at."""
+        self.answers = Answers(ctx, self.cards)
         self.decisions = Decisions(ctx, self.cards, self.maybe_resume)
         """Approve and Reject: who may, record once, redraw, resume."""
         self.edits = Edits(
@@ -177,14 +189,17 @@ class RunService:
             return
         thread = Thread.of(session)
         gate = self.allowances.gate(thread, session.id)
+        channel = self.container.run_channel(thread, session.id)
+        if self.container.title_once(thread):
+            await self.ctx.output.title(thread, item.text)
         options = run_options(
             self.ctx.policy,
             self.ctx.tools,
-            session.channel_id,
+            channel,
             gate=gate,
             turn_timeout=self.ctx.deadlines.turn,
         )
-        stream = self.ctx.agent.run(item.text, session_for(session.id, session.channel_id), options)
+        stream = self.ctx.agent.run(item.text, session_for(session.id, channel), options)
         await self._driver.drive(
             thread,
             session.id,
@@ -239,15 +254,16 @@ class RunService:
         await checkpoint("resume_started")
         # The same tools as the run that paused: a stored call must not become "unknown".
         gate = self.allowances.gate(Thread.of(session), session_id)
+        channel = self.container.resume_channel(Thread.of(session), session_id)
         options = run_options(
             self.ctx.policy,
             self.ctx.tools,
-            session.channel_id,
+            channel,
             responses,
             gate=gate,
             turn_timeout=self.ctx.deadlines.turn,
         )
-        stream = self.ctx.agent.run(None, session_for(session_id, session.channel_id), options)
+        stream = self.ctx.agent.run(None, session_for(session_id, channel), options)
         # Progress shows on the first card while the approved calls run.
         card_ts = next((r.card_ts for r in batch if r.needs_approval and r.card_ts), None)
         self.ctx.tasks.spawn(
@@ -257,6 +273,7 @@ class RunService:
                 stream,
                 requester=session.requester,
                 message_ts=card_ts,
+                resuming=True,
             ),
             name=f"resume {session_id}",
         )

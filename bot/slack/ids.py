@@ -27,6 +27,8 @@ __all__ = [
     "ACTION_APPROVE",
     "ACTION_CANCEL",
     "ACTION_EDIT",
+    "ACTION_FEEDBACK",
+    "ACTION_FEEDBACK_REASON",
     "ACTION_FIELD",
     "ACTION_REASON",
     "ACTION_REASON_CHOICE",
@@ -34,18 +36,24 @@ __all__ = [
     "ACTION_REVOKE",
     "BLOCK_ACTIONS",
     "BLOCK_ALLOW_SHAPE",
+    "BLOCK_FEEDBACK",
+    "BLOCK_FEEDBACK_REASON",
     "BLOCK_REASON",
     "BLOCK_REASON_CHOICE",
     "BUTTON_VALUE_MAX",
     "CALLBACK_ALLOW",
     "CALLBACK_EDIT",
+    "CALLBACK_FEEDBACK",
     "CALLBACK_REJECT",
     "CARD_EVENT",
     "COMMAND",
+    "FEEDBACK_VALUES",
     "SHORTCUT",
     "card_metadata",
     "check_ledger_id",
     "decision_block_id",
+    "feedback_block_id",
+    "feedback_session",
     "find_marked_card",
     "shown_digest",
 ]
@@ -76,6 +84,16 @@ ACTION_FIELD = "value"
 CALLBACK_ALLOW = "opsgate_allow_modal"
 BLOCK_ALLOW_SHAPE = "allow_shape"
 ACTION_ALLOW_SHAPE = "allow_shape_choice"
+# Feedback on a final answer (a `context_actions` block with `feedback_buttons`)
+ACTION_FEEDBACK = "opsgate_feedback"
+BLOCK_FEEDBACK = "opsgate_feedback"
+"""The prefix of the feedback block's id: `opsgate_feedback:<session id>`."""
+FEEDBACK_VALUES = ("good", "bad")
+"""The positive and the negative button's values."""
+CALLBACK_FEEDBACK = "opsgate_feedback_modal"
+"""The optional "what was wrong?" modal a "bad" click opens."""
+BLOCK_FEEDBACK_REASON = "feedback_reason"
+ACTION_FEEDBACK_REASON = "feedback_reason_input"
 # manifest.yml
 SHORTCUT = "opsgate_ask"
 """The message shortcut's callback id."""
@@ -101,6 +119,20 @@ def decision_block_id(digest: str, ledger_id: str | None = None) -> str:
 def shown_digest(block_id: object) -> str | None:
     """The digest a click's card showed; None for a card drawn without one."""
     found = _BOUND.match(block_id) if isinstance(block_id, str) else None
+    return found.group(1) if found else None
+
+
+def feedback_block_id(session_id: str) -> str:
+    """The feedback block's id: it names the session the answer belongs to."""
+    return f"{BLOCK_FEEDBACK}:{session_id}"
+
+
+_FEEDBACK = re.compile(rf"^{BLOCK_FEEDBACK}:([0-9A-Za-z_-]{{1,200}})$")
+
+
+def feedback_session(block_id: object) -> str | None:
+    """The session a feedback click is about; None for a block that is not ours."""
+    found = _FEEDBACK.match(block_id) if isinstance(block_id, str) else None
     return found.group(1) if found else None
 
 

@@ -13,14 +13,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import aiohttp
 from slack_bolt.async_app import AsyncRespond
-from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..runs.notices import AllowanceList, Notice
 from ..runs.output import PostFailed, TextSink, Thread
+from ..runs.timeline import AssistantStatus, TimelineSink
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
+from ._errors import SLACK_ERRORS, slack_error
 from .cards import (
     approval_card,
     card_text,
@@ -30,12 +31,14 @@ from .cards import (
     minimal_file_text,
     overflow,
 )
+from .feedback import feedback_blocks
 from .home import allowance_blocks, home_view
 from .ids import card_metadata, find_marked_card
 from .modals import allow_modal, edit_modal, reject_modal
-from .mrkdwn import escape_cut, user_mention
+from .mrkdwn import escape_cut, truncate, user_mention
 from .notices import card_file, render
 from .streaming import ThreadReply
+from .timeline import SlackTimeline, set_status
 
 __all__ = [
     "REQUEST_SHOWN_MAX",
@@ -49,17 +52,12 @@ logger = logging.getLogger("opsgate.slack.output")
 
 REQUEST_SHOWN_MAX = 3000
 """Longest request text (escaped) that `/opsgate <request>` shows in its thread root."""
-SLACK_ERRORS = (SlackClientError, aiohttp.ClientError, TimeoutError)
-"""What a Web API call can raise once slack_sdk's retries are spent."""
+TITLE_MAX = 80
+"""Longest conversation title set in the AI-app container (plain text)."""
+PROMPT_TITLE_MAX = 75
+"""Longest suggested prompt title (the whole prompt is its message)."""
 _PERSON = re.compile(r"[UW][A-Z0-9]+")
 _WORKING = "eyes"
-
-
-def slack_error(exc: BaseException) -> str:
-    """The Slack error code (e.g. "not_in_channel"), or the exception for transport errors."""
-    if isinstance(exc, SlackApiError):
-        return str(exc.response.get("error"))
-    return f"{type(exc).__name__}: {exc}"
 
 
 class SlackThreadOutput:
@@ -96,6 +94,25 @@ class SlackThreadOutput:
             await method(channel=thread.channel_id, timestamp=ts, name=_WORKING)
         except SLACK_ERRORS as exc:
             logger.debug("reaction on %s failed: %s", ts, slack_error(exc))
+
+    def timeline(self, thread: Thread, requester: str | None) -> TimelineSink:
+        """Streamed task chunks addressed to the requester (a person), else one context block
+        edited in place (`bot.slack.timeline`)."""
+        person = requester if requester and _PERSON.fullmatch(requester) else None
+        return SlackTimeline(self.client, thread, recipient_user_id=person)
+
+    async def status(self, thread: Thread, status: AssistantStatus | None) -> None:
+        await set_status(self.client, thread, status)
+
+    async def title(self, thread: Thread, request: str) -> None:
+        try:
+            await self.client.assistant_threads_setTitle(
+                channel_id=thread.channel_id,
+                thread_ts=thread.thread_ts,
+                title=truncate(" ".join(request.split()) or "OpsGate", TITLE_MAX),
+            )
+        except SLACK_ERRORS as exc:
+            logger.info("could not title %s: %s", thread.thread_ts, slack_error(exc))
 
     def stream(self, thread: Thread, requester: str | None) -> TextSink:
         # Streaming is addressed to a person; an integration's run gets a posted message.
@@ -295,12 +312,29 @@ class SlackReplies:
         """Open the Allow dialog: which shape an allowance covers (within 3 s of the click)."""
         return await self._open(trigger_id, allow_modal(form))
 
+    async def open_view(self, trigger_id: str, view: dict[str, Any]) -> PostFailed | None:
+        """Open a modal of the Slack layer's own (e.g. the feedback reason)."""
+        return await self._open(trigger_id, view)
+
     async def _open(self, trigger_id: str, view: dict[str, Any]) -> PostFailed | None:
         try:
             await self.client.views_open(trigger_id=trigger_id, view=view)
         except SLACK_ERRORS as exc:
             return PostFailed(slack_error(exc))
         return None
+
+    async def suggest_prompts(self, thread: Thread, prompts: Sequence[str]) -> None:
+        """Offer the policy's prompts at the start of a conversation in the AI-app container."""
+        if not prompts:
+            return
+        try:
+            await self.client.assistant_threads_setSuggestedPrompts(
+                channel_id=thread.channel_id,
+                thread_ts=thread.thread_ts,
+                prompts=[{"title": truncate(p, PROMPT_TITLE_MAX), "message": p} for p in prompts],
+            )
+        except SLACK_ERRORS as exc:
+            logger.warning("could not suggest prompts: %s", slack_error(exc))
 
     async def publish_home(self, home: HomeView) -> None:
         """Show `home` as its person's Home tab (`views.publish`)."""
@@ -341,5 +375,12 @@ class _QuietSink:
     async def close(self) -> None:
         try:
             await self._reply.close()
+        except SLACK_ERRORS as exc:
+            logger.warning("finishing the answer failed: %s", slack_error(exc))
+
+    async def finish(self, session_id: str) -> None:
+        """The run's final answer: it ends with the feedback buttons."""
+        try:
+            await self._reply.close(blocks=feedback_blocks(session_id))
         except SLACK_ERRORS as exc:
             logger.warning("finishing the answer failed: %s", slack_error(exc))

@@ -43,6 +43,8 @@ MAX_MESSAGES = 5
 """Messages one answer may take; the rest is in the attached file."""
 FLUSH_CHARS = 2_000
 FLUSH_SECONDS = 1.0
+SECTION_TEXT_MAX = 3000
+"""Longest text of one section block (a posted answer given closing blocks is drawn in them)."""
 MORE_IN_FILE = "\n\n_… the answer goes on in the attached file._"
 
 
@@ -55,6 +57,16 @@ def _split_point(text: str, limit: int) -> int:
             return cut
     amp = text.rfind("&", limit - 5, limit)
     return amp if amp != -1 and ";" not in text[amp:limit] else limit
+
+
+def _sections(text: str) -> list[dict[str, Any]]:
+    """Escaped mrkdwn as section blocks (a posted message is at most `MAX_MESSAGE` long)."""
+    sections: list[dict[str, Any]] = []
+    while text:
+        cut = len(text) if len(text) <= SECTION_TEXT_MAX else _split_point(text, SECTION_TEXT_MAX)
+        sections.append({"type": "section", "text": {"type": "mrkdwn", "text": text[:cut]}})
+        text = text[cut:].lstrip("\n")
+    return sections
 
 
 class ThreadReply:
@@ -93,6 +105,8 @@ class ThreadReply:
         self._full = False
         self._stream: Any = None
         self._posted_ts: str | None = None
+        self._last: tuple[str, str] | None = None
+        """The last posted (not streamed) message: its ts and text."""
         self._last_send = 0.0
         self._links = LinkGuard()
 
@@ -164,20 +178,22 @@ class ThreadReply:
         self._sent = len(self.text)
         self._last_send = self.clock()
 
-    async def _finish_message(self, note: str) -> None:
+    async def _finish_message(self, note: str, blocks: list[dict[str, Any]] | None = None) -> bool:
         """End the current message with its waiting text (and `note`); the next text starts a
-        new one."""
+        new one. True when `blocks` ended the streamed message (only a stream can take them
+        under its text)."""
         if self._stream is not None:
             stream, self._stream = self._stream, None
             try:
-                await stream.stop(markdown_text=self.text[self._sent :] + note)
+                await stream.stop(markdown_text=self.text[self._sent :] + note, blocks=blocks)
                 self._reset()
-                return
+                return blocks is not None
             except SlackApiError as exc:
                 self._fall_back(exc)
         if self.text or note:
             await self._write(self.text + note)
         self._reset()
+        return False
 
     def _reset(self) -> None:
         self._finished += 1
@@ -211,16 +227,25 @@ class ThreadReply:
             self._posted_ts = str(response["ts"])
         else:
             await self.client.chat_update(channel=self.channel, ts=self._posted_ts, text=text)
+        self._last = (self._posted_ts, text)
 
     @property
     def started(self) -> bool:
         return self._stream is not None or self._posted_ts is not None or self._finished > 0
 
-    async def close(self) -> None:
-        """Finish the answer; attach the whole of it if it did not fit. Safe to call twice."""
+    async def close(self, blocks: list[dict[str, Any]] | None = None) -> None:
+        """Finish the answer; attach the whole of it if it did not fit. Safe to call twice.
+        `blocks` end the answer (the feedback buttons): under a streamed message's text, or
+        under the last posted message's text, redrawn as section blocks."""
         await self._add(self._links.flush())
+        shown = False
         if self._stream is not None or self._sent < len(self.text):
-            await self._finish_message("")
+            shown = await self._finish_message("", blocks)
+        if blocks is not None and not shown and self._last is not None:
+            ts, text = self._last
+            await self.client.chat_update(
+                channel=self.channel, ts=ts, text=text, blocks=_sections(text) + blocks
+            )
         if self._full:
             self._full = False
             await self.client.files_upload_v2(

@@ -23,6 +23,7 @@ FAMILIES = {
     "opsgate_queue_depth": "gauge",
     "opsgate_mcp_calls": "counter",
     "opsgate_mcp_restarts": "counter",
+    "opsgate_feedback": "counter",
 }
 
 
@@ -138,3 +139,13 @@ def _caused(error: Exception, cause: BaseException) -> Exception:
 )
 def test_classify_llm_error(error: Exception, kind: str) -> None:
     assert classify_llm_error(error) == kind
+
+
+def test_feedback_is_counted_by_value_from_zero() -> None:
+    metrics = Metrics()
+    assert value(metrics, "opsgate_feedback_total", value="bad") == 0
+    metrics.feedback_given("good")
+    metrics.feedback_given("good")
+    metrics.feedback_given("bad")
+    assert value(metrics, "opsgate_feedback_total", value="good") == 2
+    assert value(metrics, "opsgate_feedback_total", value="bad") == 1

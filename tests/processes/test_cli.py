@@ -511,3 +511,40 @@ async def test_check_tools_says_when_the_model_answers_in_words(tmp_path: Path) 
         assert await run_check(out=out, settings=settings, chat=True, tools=True) == 1
         [line] = [line for line in out.getvalue().splitlines() if "plain words" in line]
         assert line.startswith("FAIL llm: ") and "chat template" in line
+
+
+class _Terminal(io.StringIO):
+    """What `opsgate chat` writes to, claiming to be a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+async def test_chat_prints_the_timeline_one_line_per_change_when_not_a_terminal(
+    tmp_path: Path,
+) -> None:
+    async with LLMStandIn() as llm:
+        llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi-timeline"})])
+        llm.reply_text("Done.")
+        out = io.StringIO()
+        async with open_deps(settings_for(tmp_path, llm.base_url), tools=make_tools(tmp_path)) as d:
+            await run_chat(deps=d, input_fn=answers("say hi", "y"), out=out)
+        lines = [line for line in out.getvalue().splitlines() if "echo hi-timeline" in line]
+        tasks = [line for line in lines if line.startswith("[")]
+        assert tasks[0] == "[ ] run_command echo hi-timeline: pending"
+        assert "[?] run_command echo hi-timeline: waiting for approval (0 of 1)" in tasks
+        assert tasks[-1].startswith("[x] run_command echo hi-timeline: done in ")
+        assert "\x1b[" not in out.getvalue()
+
+
+async def test_chat_redraws_a_task_line_in_place_on_a_terminal(tmp_path: Path) -> None:
+    async with LLMStandIn() as llm:
+        llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi-tty"})])
+        llm.reply_text("Done.")
+        out = _Terminal()
+        async with open_deps(settings_for(tmp_path, llm.base_url), tools=make_tools(tmp_path)) as d:
+            await run_chat(deps=d, input_fn=answers("say hi", "y"), out=out)
+        text = out.getvalue()
+        # The first run's line is printed once, then redrawn (cursor up, clear, back down).
+        assert text.count("[ ] run_command echo hi-tty: pending\n") == 1
+        assert "\x1b[2K[?] run_command echo hi-tty: waiting for approval (0 of 1)\x1b[" in text

@@ -16,6 +16,7 @@ from bot.policy import Policy
 from bot.runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
 from bot.runs.context import RunContext
 from bot.runs.notices import NotAllowed, RunCancelled, ToolNotRun, ToolRan
+from bot.runs.timeline import AssistantStatus, Task
 from bot.store import SQLiteStore, utc_now
 from bot.tasks import TaskSupervisor
 
@@ -32,6 +33,9 @@ class Recording:
     streamed: list[str] = field(default_factory=list)
     cards: list[CardCall] = field(default_factory=list)
     updates: list[tuple[CardRef, CardCall, CardOutcome | None]] = field(default_factory=list)
+    tasks: list[Task] = field(default_factory=list)
+    statuses: list[AssistantStatus | None] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
 
     async def say(self, thread: Thread, notice: Notice) -> None:
         self.said.append(notice)
@@ -44,6 +48,15 @@ class Recording:
 
     def stream(self, thread: Thread, requester: str | None) -> _Sink:
         return _Sink(self)
+
+    def timeline(self, thread: Thread, requester: str | None) -> _Tasks:
+        return _Tasks(self)
+
+    async def status(self, thread: Thread, status: AssistantStatus | None) -> None:
+        self.statuses.append(status)
+
+    async def title(self, thread: Thread, request: str) -> None:
+        return None
 
     async def post_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
         self.cards.append(card)
@@ -71,6 +84,20 @@ class _Sink:
 
     async def append(self, text: str) -> None:
         self.output.streamed.append(text)
+
+    async def close(self) -> None:
+        return None
+
+    async def finish(self, session_id: str) -> None:
+        self.output.finished.append(session_id)
+
+
+class _Tasks:
+    def __init__(self, output: Recording) -> None:
+        self.output = output
+
+    async def show(self, task: Task) -> None:
+        self.output.tasks.append(task)
 
     async def close(self) -> None:
         return None

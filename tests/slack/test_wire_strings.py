@@ -26,6 +26,7 @@ from bot.runs.views import (
     HomeView,
 )
 from bot.slack.cards import approval_card, decided_card, minimal_blocks
+from bot.slack.feedback import FeedbackClick, feedback_blocks, feedback_modal
 from bot.slack.home import home_view
 from bot.slack.ids import COMMAND, SHORTCUT, card_metadata
 from bot.slack.modals import allow_modal, edit_modal, reject_modal
@@ -38,14 +39,24 @@ ACTION_IDS = {
     "opsgate_approve",
     "opsgate_cancel",
     "opsgate_edit",
+    "opsgate_feedback",
     "opsgate_reject",
     "opsgate_revoke",
+    "feedback_reason_input",
     "reason_choice_select",
     "reason_input",
     "value",
 }
-CALLBACK_IDS = {"opsgate_allow_modal", "opsgate_edit_modal", "opsgate_reject_modal"}
-FIXED_BLOCK_IDS = {"allow_shape", "reason", "reason_choice"}
+CALLBACK_IDS = {
+    "opsgate_allow_modal",
+    "opsgate_edit_modal",
+    "opsgate_feedback_modal",
+    "opsgate_reject_modal",
+}
+FIXED_BLOCK_IDS = {"allow_shape", "reason", "reason_choice", "feedback_reason"}
+SESSION = "0123456789abcdef0123456789abcdef"
+FEEDBACK_BLOCK = f"opsgate_feedback:{SESSION}"
+FEEDBACK_VALUES = ("good", "bad")
 DIGEST = "3f2a9c0d1e7b"
 LEDGER = "led_01HX"
 CARD_EVENT = "opsgate_card"
@@ -94,6 +105,8 @@ def _rendered() -> list[Any]:
         reject_modal(LEDGER, ["Too risky"]),
         edit_modal(form),
         allow_modal(allow),
+        feedback_blocks(SESSION),
+        feedback_modal(FeedbackClick(SESSION, "bad", "1700000000.000100")),
     ]
 
 
@@ -124,7 +137,7 @@ def test_decision_block_ids_carry_digest_and_ledger_id() -> None:
     pattern = re.compile(r"^opsgate_decision:[0-9a-f]{1,64}(:[0-9A-Za-z_-]{1,64})?$")
     assert all(pattern.match(b) for b in decision)
     # The others: the reject modal's, and the edit modal's, which are argument names.
-    assert block_ids - decision == FIXED_BLOCK_IDS | {"command"}
+    assert block_ids - decision == FIXED_BLOCK_IDS | {"command", FEEDBACK_BLOCK}
 
 
 def test_card_metadata_event_type() -> None:
@@ -142,3 +155,19 @@ def test_shortcut_and_slash_command_match_the_manifest() -> None:
     assert [c["command"] for c in features["slash_commands"]] == [SLASH_COMMAND]
     assert SHORTCUT == SHORTCUT_ID
     assert COMMAND == SLASH_COMMAND
+
+
+def test_feedback_buttons_carry_the_shipped_values() -> None:
+    [block] = feedback_blocks(SESSION)
+    [element] = block["elements"]
+    assert (block["type"], element["type"]) == ("context_actions", "feedback_buttons")
+    shown = (element["positive_button"]["value"], element["negative_button"]["value"])
+    assert shown == FEEDBACK_VALUES
+
+
+def test_the_manifest_declares_the_assistant_view_and_its_scope_and_events() -> None:
+    manifest = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+    assert manifest["features"]["assistant_view"]["assistant_description"]
+    assert "assistant:write" in manifest["oauth_config"]["scopes"]["bot"]
+    events = manifest["settings"]["event_subscriptions"]["bot_events"]
+    assert {"assistant_thread_started", "assistant_thread_context_changed"} <= set(events)

@@ -38,6 +38,10 @@ _MAX_SECTION_TEXT = 3000
 _MAX_HEADER_TEXT = 150
 _MAX_BUTTON_VALUE = 2000
 _MAX_MESSAGE_TEXT = 40000
+_MAX_TASK_FIELD = 256
+"""Slack's longest task_update title, details or output."""
+_TASK_STATUSES = ("pending", "in_progress", "complete", "error")
+_MAX_SUGGESTED_PROMPTS = 4
 
 Answer = Mapping[str, Any] | Callable[["SlackCall"], Mapping[str, Any]]
 
@@ -133,6 +137,10 @@ class SlackAPIStandIn:
         self._reactions: set[tuple[str, str, str]] = set()
         self._users: dict[str, dict[str, Any]] = {}
         self._usergroups: dict[str, list[str]] = {}
+        self.statuses: dict[tuple[str, str], str] = {}
+        """The assistant status of each thread (channel, thread_ts), as last set ("" cleared)."""
+        self.titles: dict[tuple[str, str], str] = {}
+        self.suggested_prompts: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._channels: dict[str, dict[str, Any]] = {}
         self._pending_uploads: dict[str, dict[str, Any]] = {}
         self._upload_content: dict[str, bytes] = {}
@@ -152,6 +160,9 @@ class SlackAPIStandIn:
             "chat.startStream": self._start_stream,
             "chat.appendStream": self._append_stream,
             "chat.stopStream": self._stop_stream,
+            "assistant.threads.setStatus": self._set_status,
+            "assistant.threads.setTitle": self._set_title,
+            "assistant.threads.setSuggestedPrompts": self._set_prompts,
             "reactions.add": self._reaction_add,
             "reactions.remove": self._reaction_remove,
             "views.open": self._views_open,
@@ -507,6 +518,7 @@ class SlackAPIStandIn:
         ts = self._next_ts()
         message = self._new_message(params, ts)
         message["text"] = _stream_text(params)
+        message["chunks"] = _stream_chunks(params)
         self._messages[(channel, ts)] = message
         self._streams[(channel, ts)] = _Stream(channel, ts)
         return {"channel": channel, "ts": ts}
@@ -523,18 +535,51 @@ class SlackAPIStandIn:
 
     def _append_stream(self, params: dict[str, Any]) -> dict[str, Any]:
         stream = self._stream(params)
-        self._messages[(stream.channel, stream.ts)]["text"] += _stream_text(params)
+        chunks = _stream_chunks(params)
+        message = self._messages[(stream.channel, stream.ts)]
+        message["text"] += _stream_text(params)
+        message.setdefault("chunks", []).extend(chunks)
         return {"channel": stream.channel, "ts": stream.ts}
 
     def _stop_stream(self, params: dict[str, Any]) -> dict[str, Any]:
         stream = self._stream(params)
         _check_content({**params, "text": "-"})
         message = self._messages[(stream.channel, stream.ts)]
+        message.setdefault("chunks", []).extend(_stream_chunks(params))
         message["text"] += _stream_text(params)
         if "blocks" in params:
             message["blocks"] = params["blocks"]
         stream.active = False
         return {"channel": stream.channel, "ts": stream.ts, "message": dict(message)}
+
+    def _assistant_thread(self, params: dict[str, Any]) -> tuple[str, str]:
+        channel = _required(params, "channel_id", "channel_not_found")
+        return channel, _required(params, "thread_ts", "invalid_thread_ts")
+
+    def _set_status(self, params: dict[str, Any]) -> dict[str, Any]:
+        thread = self._assistant_thread(params)
+        status = params.get("status")
+        if not isinstance(status, str):
+            raise _SlackError("invalid_arguments")
+        self.statuses[thread] = status
+        return {}
+
+    def _set_title(self, params: dict[str, Any]) -> dict[str, Any]:
+        thread = self._assistant_thread(params)
+        self.titles[thread] = _required(params, "title", "invalid_arguments")
+        return {}
+
+    def _set_prompts(self, params: dict[str, Any]) -> dict[str, Any]:
+        thread = self._assistant_thread(params)
+        prompts = params.get("prompts")
+        if isinstance(prompts, str):
+            prompts = json.loads(prompts)
+        if not isinstance(prompts, list) or not 0 < len(prompts) <= _MAX_SUGGESTED_PROMPTS:
+            raise _SlackError("invalid_arguments")
+        if not all(isinstance(p, dict) and p.get("title") and p.get("message") for p in prompts):
+            raise _SlackError("invalid_arguments")
+        self.suggested_prompts[thread] = prompts
+        return {}
 
     def _reaction_key(self, params: dict[str, Any]) -> tuple[str, str, str]:
         channel = _required(params, "channel", "channel_not_found")
@@ -754,6 +799,29 @@ def _stream_text(params: Mapping[str, Any]) -> str:
             if isinstance(chunk, dict) and chunk.get("type") == "markdown_text":
                 parts.append(str(chunk.get("text", "")))
     return "".join(parts)
+
+
+def _stream_chunks(params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A stream call's chunks, refused (`invalid_chunks`) where Slack would refuse them: a
+    task_update without its id, title or a known status, or a field past 256 characters."""
+    chunks = params.get("chunks")
+    if chunks is None:
+        return []
+    if not isinstance(chunks, list):
+        raise _SlackError("invalid_chunks")
+    for chunk in chunks:
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("type"), str):
+            raise _SlackError("invalid_chunks")
+        if chunk["type"] != "task_update":
+            continue
+        if not chunk.get("id") or not chunk.get("title"):
+            raise _SlackError("invalid_chunks")
+        if chunk.get("status") not in _TASK_STATUSES:
+            raise _SlackError("invalid_chunks")
+        for key in ("title", "details", "output"):
+            if len(str(chunk.get(key) or "")) > _MAX_TASK_FIELD:
+                raise _SlackError("invalid_chunks")
+    return [dict(c) for c in chunks]
 
 
 def _check_content(params: Mapping[str, Any]) -> None:

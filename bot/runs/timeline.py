@@ -1,0 +1,277 @@
+"""A run as a timeline: one `Task` per tool call, its status following the call.
+
+The driver (`bot.runs.driver`) feeds every update of a run's stream to a `Timeline`, which keeps
+one typed `Task` per call and hands each change to the output's `TimelineSink`: Slack shows the
+tasks in the streamed answer (`bot.slack.timeline`), the terminal prints one line per task
+(`bot.cli.notices`). The statuses are the run's own words (waiting for approval, rejected,
+expired, not run); each output maps them to what its medium can show.
+
+A run that pauses ends its timeline with the gated calls waiting (each linked to its card); the
+resume starts a new one, seeded from the ledger with the decisions taken meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from agent_core import (
+    AgentResponseUpdate,
+    ToolApprovalRequest,
+    ToolCallEnded,
+    ToolCallHeld,
+    ToolResult,
+)
+
+if TYPE_CHECKING:
+    from ..store import ToolCallRow
+
+__all__ = [
+    "AllowanceUses",
+    "AssistantStatus",
+    "Task",
+    "TaskStatus",
+    "Timeline",
+    "TimelineSink",
+    "Waiting",
+    "Working",
+]
+
+TaskStatus = Literal[
+    "pending",
+    "waiting",
+    "in_progress",
+    "complete",
+    "error",
+    "rejected",
+    "expired",
+    "not_run",
+]
+"""Where one call is: `waiting` for approval (see `Task.approvals`); `error` ran and failed;
+`rejected`, `expired` and `not_run` (cancelled, interrupted, never started) did not run."""
+
+_FINAL: frozenset[TaskStatus] = frozenset({"complete", "error", "rejected", "expired", "not_run"})
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One tool call as the timeline shows it. `arguments` is the call's raw (untrusted) text:
+    the renderer escapes and cuts it."""
+
+    call_id: str
+    tool: str
+    arguments: str
+    status: TaskStatus = "pending"
+    approvals: tuple[int, int] | None = None
+    """While waiting: (approvals so far, approvals needed)."""
+    card_link: str | None = None
+    """A link to the call's approval card, when it has one."""
+    seconds: float | None = None
+    """How long it ran (complete or error)."""
+    decided_by: str | None = None
+    """Who approved or rejected it (a user id), when someone did."""
+    allowance_by: str | None = None
+    """Who granted the allowance it ran under, when it ran without a card thanks to one."""
+
+    @property
+    def final(self) -> bool:
+        return self.status in _FINAL
+
+
+class TimelineSink(Protocol):
+    """Where one run's timeline is shown: `show` each changed task, then `close`."""
+
+    async def show(self, task: Task) -> None: ...
+
+    async def close(self) -> None:
+        """The timeline is done (the run ended or paused); idempotent."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Working:
+    """The model is working on the thread's request."""
+
+    kind: Literal["working"] = "working"
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """The run waits for a decision from these people or user groups (none: anyone there)."""
+
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    kind: Literal["waiting"] = "waiting"
+
+
+AssistantStatus = Working | Waiting
+"""What a thread's status line says while a run is going (`ThreadOutput.status`)."""
+
+
+class AllowanceUses:
+    """Which calls the allowance gate let through, and whose allowance it was: the gate learns
+    it before the call runs, the timeline asks when it shows the call. Bounded: a run that never
+    shows its calls (stopped) leaves at most `limit` entries behind."""
+
+    def __init__(self, limit: int = 512) -> None:
+        self._by_call: OrderedDict[str, str] = OrderedDict()
+        self._limit = limit
+
+    def note(self, call_id: str, granted_by: str) -> None:
+        self._by_call[call_id] = granted_by
+        while len(self._by_call) > self._limit:
+            self._by_call.popitem(last=False)
+
+    def granted_by(self, call_id: str) -> str | None:
+        return self._by_call.get(call_id)
+
+
+ARGUMENTS_SHOWN = 80
+"""Characters of a call's arguments kept for its title (the renderer cuts to its medium)."""
+
+
+class Timeline:
+    """One run's tasks, in the model's order, updated from the run's stream."""
+
+    def __init__(self, sink: TimelineSink, allowances: Callable[[str], str | None]) -> None:
+        self._sink = sink
+        self._allowances = allowances
+        self._tasks: dict[str, Task] = {}
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        return tuple(self._tasks.values())
+
+    async def seed(self, batch: Sequence[ToolCallRow]) -> None:
+        """A resume: the batch's calls with the decisions taken while the run was paused (the
+        first call that will run is shown running)."""
+        seeded: list[Task] = []
+        for row in batch:
+            status = _SEEDED.get(row.status)
+            if status is None:
+                continue
+            seeded.append(
+                Task(
+                    row.call_id,
+                    row.tool,
+                    _short(row.arguments),
+                    status,
+                    decided_by=row.decided_by if row.needs_approval else None,
+                    allowance_by=self._allowances(row.call_id),
+                )
+            )
+        first = next((n for n, t in enumerate(seeded) if t.status == "pending"), None)
+        if first is not None:
+            seeded[first] = replace(seeded[first], status="in_progress")
+        for task in seeded:
+            await self._put(task)
+
+    async def waiting(self, row: ToolCallRow, needed: int, link: str | None) -> None:
+        """A gated call's card is posted: the task waits, linked to it."""
+        task = self._tasks.get(row.call_id)
+        if task is None:
+            task = Task(row.call_id, row.tool, _short(row.arguments))
+        got = (len(row.approvals), needed)
+        await self._put(replace(task, status="waiting", approvals=got, card_link=link))
+
+    async def update(self, update: AgentResponseUpdate) -> None:
+        match update:
+            case ToolCallEnded(call=call):
+                # Pending, not running: the gate has yet to say whether it waits for approval.
+                await self._put(Task(call.id, call.name, _short(call.arguments)))
+            case ToolApprovalRequest(call_id=call_id):
+                await self._change(call_id, status="waiting")
+            case ToolCallHeld(call_id=call_id):
+                await self._change(
+                    call_id, status="pending", allowance_by=self._allowances(call_id)
+                )
+            case ToolResult(call_id=call_id, outcome=None):
+                status: TaskStatus = "error" if update.is_error else "complete"
+                await self._change(
+                    call_id,
+                    status=status,
+                    seconds=update.seconds,
+                    allowance_by=self._allowances(call_id),
+                    name=update.name,
+                )
+                await self._advance()
+            case ToolResult(call_id=call_id, outcome=outcome) if outcome is not None:
+                status = _OUTCOMES.get(outcome.kind, "not_run")
+                await self._change(call_id, status=status, name=update.name)
+                await self._advance()
+            case _:
+                pass
+
+    async def close(self) -> None:
+        await self._sink.close()
+
+    async def _change(
+        self,
+        call_id: str,
+        *,
+        status: TaskStatus,
+        name: str | None = None,
+        approvals: tuple[int, int] | None = None,
+        seconds: float | None = None,
+        allowance_by: str | None = None,
+    ) -> None:
+        task = self._tasks.get(call_id) or Task(call_id, name or "tool", "")
+        changed = replace(
+            task,
+            status=status,
+            approvals=approvals if approvals is not None else task.approvals,
+            seconds=seconds if seconds is not None else task.seconds,
+            allowance_by=allowance_by or task.allowance_by,
+        )
+        await self._put(changed)
+
+    async def _advance(self) -> None:
+        """Calls run in the model's order: once one is answered the next waiting one runs."""
+        tasks = self._tasks.values()
+        if any(t.status == "in_progress" for t in tasks):
+            return
+        if any(t.status == "waiting" for t in tasks):
+            return  # a paused batch: nothing runs before the decisions
+        following = next((t for t in tasks if t.status == "pending"), None)
+        if following is not None:
+            await self._put(replace(following, status="in_progress"))
+
+    async def _put(self, task: Task) -> None:
+        if self._tasks.get(task.call_id) == task:
+            return
+        self._tasks[task.call_id] = task
+        await self._sink.show(task)
+
+
+_SEEDED: dict[str, TaskStatus] = {
+    "pending": "pending",
+    "approved": "pending",
+    "rejected": "rejected",
+    "expired": "expired",
+    "cancelled": "not_run",
+}
+"""A paused batch's ledger statuses at its resume, as tasks (calls already run are left out)."""
+
+_OUTCOMES: dict[str, TaskStatus] = {
+    "rejected": "rejected",
+    "expired": "expired",
+    "cancelled": "not_run",
+    "not_run": "not_run",
+    "interrupted": "not_run",
+}
+
+
+def _short(arguments: str) -> str:
+    """The call's arguments in a line: the values of a flat object ("GET /health", "df -h"),
+    else the JSON; whitespace runs folded, cut to `ARGUMENTS_SHOWN`."""
+    try:
+        parsed = json.loads(arguments) if arguments else {}
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and all(isinstance(v, str | int | float) for v in parsed.values()):
+        arguments = " ".join(str(v) for v in parsed.values())
+    line = " ".join(arguments.split())
+    return line if len(line) <= ARGUMENTS_SHOWN else line[: ARGUMENTS_SHOWN - 1] + "…"

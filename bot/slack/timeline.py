@@ -1,0 +1,271 @@
+"""A run's timeline in Slack: each tool call a task in a streamed message, or, where streaming
+is not available, one context block edited in place; and the thread's assistant status.
+
+Slack's streaming API shows `task_update` chunks as task cards (`task_display_mode=timeline`):
+each has an id, a title, a status (pending, in_progress, complete, error) and details. The run's
+own statuses (`bot.runs.timeline.TaskStatus`) map onto those, the rest is said in the details.
+Titles and details are untrusted text (tool names and arguments come from the model): they
+go through `bot.slack.mrkdwn` and are cut to Slack's sizes (`TASK_TITLE_MAX`, `TASK_DETAILS_MAX`).
+
+All the Web API calls of this module are made by `SlackTimeline` and `set_status`, so that
+they can be routed through an outbox later; like every output call they never raise.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from ..runs.output import Thread
+from ..runs.timeline import AssistantStatus, Task, Waiting, Working
+from ..words import format_duration
+from ._errors import SLACK_ERRORS, slack_error
+from .mrkdwn import escape_cut, one_line, user_mention
+
+__all__ = [
+    "CONTEXT_TEXT_MAX",
+    "TASK_DETAILS_MAX",
+    "TASK_TITLE_MAX",
+    "SlackTimeline",
+    "status_text",
+    "task_chunk",
+    "task_line",
+    "timeline_blocks",
+]
+
+logger = logging.getLogger("opsgate.slack.timeline")
+
+TASK_TITLE_MAX = 256
+"""Longest task title sent (Slack's chunk limit on a task's text fields)."""
+TASK_DETAILS_MAX = 256
+"""Longest task details sent (Slack: 256 characters)."""
+CONTEXT_TEXT_MAX = 3000
+"""Longest text of the fallback's context block element."""
+STATUS_MAX = 120
+"""Longest assistant status line sent."""
+
+_SLACK_STATUS = {
+    "pending": "pending",
+    "waiting": "pending",
+    "in_progress": "in_progress",
+    "complete": "complete",
+    "error": "error",
+    "rejected": "error",
+    "expired": "error",
+    "not_run": "error",
+}
+_MARKS = {
+    "pending": "◻️",
+    "waiting": "⏸️",
+    "in_progress": "⏳",
+    "complete": "✅",
+    "error": "❌",
+    "rejected": "🚫",
+    "expired": "⌛",
+    "not_run": "⏭️",
+}
+_STREAM_UNAVAILABLE = {
+    "unknown_method",
+    "not_allowed_token_type",
+    "missing_scope",
+    "method_deprecated",
+    "feature_not_enabled",
+    "not_authed",
+    "invalid_arguments",
+}
+
+
+def _title(task: Task, limit: int) -> str:
+    arguments = task.arguments
+    shown = f"{task.tool} {arguments}" if arguments and arguments != "{}" else task.tool
+    return one_line(shown, limit)
+
+
+def _seconds(seconds: float) -> str:
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return format_duration(timedelta(seconds=seconds), approximate=True)
+
+
+def _details(task: Task) -> str:
+    """What the task's status means, in words (mrkdwn: the mentions are Slack's markup)."""
+    parts: list[str] = []
+    match task.status:
+        case "waiting":
+            got, needed = task.approvals or (0, 1)
+            parts.append(f"waiting for approval ({got} of {needed})")
+        case "pending":
+            parts.append("waiting to run")
+        case "in_progress":
+            parts.append("running")
+        case "complete" | "error":
+            ran = "ran" if task.status == "complete" else "failed"
+            took = f" in {_seconds(task.seconds)}" if task.seconds is not None else ""
+            parts.append(f"{ran}{took}")
+        case "rejected":
+            parts.append(
+                "rejected" + (f" by {user_mention(task.decided_by)}" if task.decided_by else "")
+            )
+        case "expired":
+            parts.append("expired: nobody decided in time")
+        case "not_run":
+            parts.append("not run")
+    if task.decided_by and task.status in ("in_progress", "complete", "error", "pending"):
+        parts.append(f"approved by {user_mention(task.decided_by)}")
+    if task.allowance_by:
+        parts.append(f"under the allowance granted by {user_mention(task.allowance_by)}")
+    return "; ".join(parts)
+
+
+def task_chunk(task: Task) -> dict[str, Any]:
+    """The task as a `task_update` chunk, within Slack's sizes."""
+    chunk: dict[str, Any] = {
+        "type": "task_update",
+        "id": task.call_id[:64] or "task",
+        "title": _title(task, TASK_TITLE_MAX),
+        "status": _SLACK_STATUS[task.status],
+        "details": _details(task)[:TASK_DETAILS_MAX],
+    }
+    if task.card_link and task.status == "waiting":
+        chunk["sources"] = [{"type": "url", "url": task.card_link, "text": "approval card"}]
+    return chunk
+
+
+def task_line(task: Task) -> str:
+    """The task as one mrkdwn line of the fallback's context block."""
+    link = (
+        f" · <{task.card_link}|approval card>"
+        if task.card_link and task.status == "waiting"
+        else ""
+    )
+    return f"{_MARKS[task.status]} {_title(task, 120)} — {_details(task)}{link}"
+
+
+def timeline_blocks(tasks: list[Task]) -> list[dict[str, Any]]:
+    """The whole timeline as one context block (the fallback path), cut to its size."""
+    lines: list[str] = []
+    used = 0
+    for n, task in enumerate(tasks):
+        line = task_line(task)
+        if used + len(line) + 1 > CONTEXT_TEXT_MAX - 40:
+            lines.append(f"… and {len(tasks) - n} more")
+            break
+        lines.append(line)
+        used += len(line) + 1
+    return [{"type": "context", "elements": [{"type": "mrkdwn", "text": "\n".join(lines)}]}]
+
+
+def status_text(status: AssistantStatus) -> str:
+    """The assistant status line ("is thinking…"), within `STATUS_MAX`."""
+    match status:
+        case Working():
+            return "is working on it…"
+        case Waiting(users=users, groups=groups):
+            who = [user_mention(u) for u in users] + [f"<!subteam^{g}>" for g in groups]
+            if not who:
+                return "is waiting for approval"
+            text = "is waiting for approval from " + ", ".join(who)
+            return text if len(text) <= STATUS_MAX else "is waiting for approval"
+
+
+async def set_status(
+    client: AsyncWebClient, thread: Thread, status: AssistantStatus | None
+) -> None:
+    """`assistant.threads.setStatus`, best effort: a refusal is logged, never raised."""
+    try:
+        await client.assistant_threads_setStatus(
+            channel_id=thread.channel_id,
+            thread_ts=thread.thread_ts,
+            status="" if status is None else status_text(status),
+        )
+    except SLACK_ERRORS as exc:  # a status line never stops a run
+        logger.debug("could not set the status in %s: %s", thread.channel_id, slack_error(exc))
+
+
+class SlackTimeline:
+    """One run's timeline in a thread (a `TimelineSink`): a streamed message of task chunks
+    addressed to `recipient_user_id`, or a posted message whose context block is edited."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        thread: Thread,
+        *,
+        recipient_user_id: str | None,
+    ) -> None:
+        self.client = client
+        self.thread = thread
+        self.recipient_user_id = recipient_user_id
+        self.use_streaming = recipient_user_id is not None
+        self._tasks: dict[str, Task] = {}
+        self._ts: str | None = None
+        self._streaming_ts: str | None = None
+
+    async def show(self, task: Task) -> None:
+        self._tasks[task.call_id] = task
+        try:
+            if self.use_streaming:
+                try:
+                    await self._stream(task)
+                    return
+                except SlackApiError as exc:
+                    self._fall_back(exc)
+            await self._edit()
+        except SLACK_ERRORS as exc:
+            logger.warning("could not show the timeline: %s", slack_error(exc))
+
+    async def _stream(self, task: Task) -> None:
+        chunk = task_chunk(task)
+        if self._streaming_ts is None:
+            response = await self.client.chat_startStream(
+                channel=self.thread.channel_id,
+                thread_ts=self.thread.thread_ts,
+                recipient_user_id=self.recipient_user_id,
+                recipient_team_id=self.thread.team_id,
+                task_display_mode="timeline",
+                chunks=[chunk],
+            )
+            self._streaming_ts = str(response["ts"])
+        else:
+            await self.client.chat_appendStream(
+                channel=self.thread.channel_id, ts=self._streaming_ts, chunks=[chunk]
+            )
+
+    def _fall_back(self, exc: SlackApiError) -> None:
+        error = exc.response.get("error")
+        level = logging.INFO if error in _STREAM_UNAVAILABLE else logging.WARNING
+        logger.log(level, "timeline streaming unavailable (%s); editing a message", error)
+        self.use_streaming = False
+        # A stream already started keeps what it showed; the rest goes to a posted message.
+
+    async def _edit(self) -> None:
+        tasks = list(self._tasks.values())
+        blocks = timeline_blocks(tasks)
+        text = escape_cut(f"Steps: {len(tasks)}", 100)
+        if self._ts is None:
+            response = await self.client.chat_postMessage(
+                channel=self.thread.channel_id,
+                thread_ts=self.thread.thread_ts,
+                text=text,
+                blocks=blocks,
+            )
+            self._ts = str(response["ts"])
+        else:
+            await self.client.chat_update(
+                channel=self.thread.channel_id, ts=self._ts, text=text, blocks=blocks
+            )
+
+    async def close(self) -> None:
+        if self._streaming_ts is None:
+            return
+        ts, self._streaming_ts = self._streaming_ts, None
+        try:
+            await self.client.chat_stopStream(channel=self.thread.channel_id, ts=ts)
+        except SLACK_ERRORS as exc:
+            logger.warning("could not end the timeline: %s", slack_error(exc))

@@ -1,0 +1,201 @@
+"""Slack's agent surface, end to end: the assistant status while a run works and waits, the
+feedback buttons under a final answer, and the AI-app container (suggested prompts, the channel
+the user looks at, the conversation's title). Signed requests into the real Bolt app, the Slack
+Web API stand-in, the LLM stand-in and the real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bot.policy import Policy
+from bot.slack.ids import (
+    ACTION_FEEDBACK,
+    ACTION_FEEDBACK_REASON,
+    BLOCK_FEEDBACK_REASON,
+    CALLBACK_FEEDBACK,
+)
+from tests.scenarios.test_app import ALICE, BOB, make_tools
+from tests.support.harness import CHANNEL, TEAM, Bot, running_bot
+from tests.support.slack_requests import block_actions, interaction_body, view_submission
+
+DM = "D0ALICE"
+DB_CHANNEL = "C0DB"
+
+
+def _statuses(bot: Bot, channel: str, thread_ts: str) -> list[str]:
+    return [
+        str(c.params["status"])
+        for c in bot.slack.calls_to("assistant.threads.setStatus")
+        if c.params.get("channel_id") == channel and c.params.get("thread_ts") == thread_ts
+    ]
+
+
+async def test_the_status_says_working_then_waiting_for_whom_and_is_cleared(
+    tmp_path: Path,
+) -> None:
+    policy = Policy.from_toml(f'[defaults]\napprovers = ["{BOB}"]\n')
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_text("Done.")
+        thread = await bot.mention("go", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        assert _statuses(bot, CHANNEL, thread) == [
+            "is working on it…",
+            f"is waiting for approval from <@{BOB}>",
+        ]
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        assert _statuses(bot, CHANNEL, thread)[2:] == ["is working on it…", ""]
+        assert bot.slack.statuses[(CHANNEL, thread)] == ""
+
+
+async def test_a_refused_status_never_blocks_the_run(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        bot.slack.fail_next("assistant.threads.setStatus", error="missing_scope", times=10)
+        bot.llm.reply_text("All good.")
+        thread = await bot.mention("how are we", user=ALICE)
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        refused = bot.slack.calls_to("assistant.threads.setStatus")
+        assert refused and not any(c.ok for c in refused)
+        answer = [m for m in bot.slack.messages if m.get("thread_ts") == thread]
+        assert any("All good." in m["text"] for m in answer)
+        session = await bot.deps.store.find_session(TEAM, CHANNEL, thread)
+        assert session is not None and session.state == "idle"
+
+
+def _feedback_click(bot: Bot, value: str, *, user: str, ts: str, block_id: str) -> bytes:
+    payload = block_actions(
+        ACTION_FEEDBACK, value, user=user, channel=CHANNEL, message_ts=ts, block_id=block_id
+    )
+    return interaction_body(payload)
+
+
+async def test_feedback_on_the_final_answer_is_audited_and_counted(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        bot.llm.reply_text("Disk is 40% full.")
+        await bot.mention("disk?", user=ALICE)
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        [stop] = [c for c in bot.slack.calls_to("chat.stopStream") if c.params.get("blocks")]
+        [block] = stop.params["blocks"]
+        assert block["type"] == "context_actions"
+        [element] = block["elements"]
+        assert element["type"] == "feedback_buttons" and element["action_id"] == ACTION_FEEDBACK
+        answer_ts = str(stop.params["ts"])
+
+        body = _feedback_click(bot, "good", user=BOB, ts=answer_ts, block_id=block["block_id"])
+        assert (await bot.post(body, "application/x-www-form-urlencoded")).status_code == 200
+        body = _feedback_click(bot, "bad", user=ALICE, ts=answer_ts, block_id=block["block_id"])
+        assert (await bot.post(body, "application/x-www-form-urlencoded")).status_code == 200
+        await bot.settle()
+
+        rows = [r for r in await bot.deps.store.audit_rows() if r.event == "feedback"]
+        assert [(r.actor, r.details["value"]) for r in rows] == [(BOB, "good"), (ALICE, "bad")]
+        [session_id] = {r.session_id for r in rows}
+        assert session_id is not None and block["block_id"].endswith(session_id)
+        assert all(r.details["message_ts"] == answer_ts for r in rows)
+        text = bot.metrics.render().decode()
+        assert 'opsgate_feedback_total{value="good"} 1.0' in text
+        assert 'opsgate_feedback_total{value="bad"} 1.0' in text
+
+        # "bad" opened the optional reason modal; what it says is audited too.
+        [opened] = bot.slack.calls_to("views.open")
+        view = opened.params["view"]
+        view = json.loads(view) if isinstance(view, str) else view
+        assert view["callback_id"] == CALLBACK_FEEDBACK
+        values = {BLOCK_FEEDBACK_REASON: {ACTION_FEEDBACK_REASON: "it should have said which"}}
+        submit = view_submission(CALLBACK_FEEDBACK, view["private_metadata"], values, user=ALICE)
+        response = await bot.post(interaction_body(submit), "application/x-www-form-urlencoded")
+        assert response.status_code == 200
+        await bot.settle()
+        [reason] = [r for r in await bot.deps.store.audit_rows() if r.event == "feedback_reason"]
+        assert reason.actor == ALICE and reason.session_id == session_id
+        assert reason.details["reason"] == "it should have said which"
+
+
+def _assistant_event(kind: str, *, thread_ts: str, viewing: str | None) -> dict[str, Any]:
+    """An `assistant_thread_started` / `_context_changed` callback, shaped as Slack documents
+    them (https://docs.slack.dev/reference/events/assistant_thread_started)."""
+    context: dict[str, Any] = {"enterprise_id": None, "team_id": TEAM}
+    if viewing is not None:
+        context["channel_id"] = viewing
+    return {
+        "token": "unused",
+        "team_id": TEAM,
+        "api_app_id": "A0OPSGATE",
+        "type": "event_callback",
+        "event_id": f"Ev{uuid.uuid4().hex[:12].upper()}",
+        "event_time": 1700000100,
+        "authorizations": [
+            {"team_id": TEAM, "user_id": "UBOT", "is_bot": True, "is_enterprise_install": False}
+        ],
+        "event": {
+            "type": kind,
+            "assistant_thread": {
+                "user_id": ALICE,
+                "context": context,
+                "channel_id": DM,
+                "thread_ts": thread_ts,
+            },
+            "event_ts": "1700000100.000100",
+        },
+    }
+
+
+CONTAINER_POLICY = f"""
+[defaults]
+suggested_prompts = ["Is the disk full on web-1?", "What failed in the last deploy?"]
+
+[channels_policy.{DB_CHANNEL}]
+tools = ["echo"]
+instructions = "You look after the database cluster."
+"""
+
+
+def _tool_names(request: dict[str, Any]) -> list[str]:
+    return sorted(t["function"]["name"] for t in request.get("tools", []))
+
+
+async def test_the_container_offers_prompts_and_the_viewed_channel_applies(
+    tmp_path: Path,
+) -> None:
+    policy = Policy.from_toml(CONTAINER_POLICY)
+    root = "1700000100.000001"
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        started = _assistant_event("assistant_thread_started", thread_ts=root, viewing=CHANNEL)
+        assert (await bot.event(started)).status_code == 200
+        await bot.settle()
+        prompts = bot.slack.suggested_prompts[(DM, root)]
+        assert [p["message"] for p in prompts] == list(policy.defaults.suggested_prompts)
+
+        # Looking at C0OPS (no policy of its own): every tool, no channel instructions.
+        bot.llm.reply_text("Nothing is full.")
+        await bot.message("is anything full?", user=ALICE, channel=DM, thread_ts=root)
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        assert _tool_names(bot.llm.requests[0]) == ["echo", "run_command"]
+        assert bot.slack.titles[(DM, root)] == "is anything full?"
+
+        # The user moves to the database channel: its tools and instructions apply.
+        changed = _assistant_event(
+            "assistant_thread_context_changed", thread_ts=root, viewing=DB_CHANNEL
+        )
+        assert (await bot.event(changed)).status_code == 200
+        await bot.settle()
+        bot.llm.reply_text("Replication is fine.")
+        await bot.message("and replication?", user=ALICE, channel=DM, thread_ts=root)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        request = bot.llm.requests[1]
+        assert _tool_names(request) == ["echo"]
+        system = " ".join(m["content"] for m in request["messages"] if m["role"] == "system")
+        assert "You look after the database cluster." in system
+        # The title is the first request's; the session is the DM thread's like any other.
+        assert bot.slack.titles[(DM, root)] == "is anything full?"
+        session = await bot.deps.store.find_session(TEAM, DM, root)
+        assert session is not None and session.state == "idle"

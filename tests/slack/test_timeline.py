@@ -1,0 +1,190 @@
+"""A run's tool calls as a timeline: task_update chunks in Slack's stream, or one context block
+edited in place where Slack cannot stream; within Slack's sizes, untrusted text escaped.
+
+Through the real Bolt app (signed requests), the Slack Web API stand-in (which refuses chunks
+Slack would refuse), the LLM stand-in and a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bot.policy import Policy
+from bot.runs.timeline import Task
+from bot.slack.timeline import (
+    TASK_DETAILS_MAX,
+    TASK_TITLE_MAX,
+    task_chunk,
+    timeline_blocks,
+)
+from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools
+from tests.support.harness import Bot, running_bot
+from tests.support.slack_api import SlackAPIStandIn
+
+ALLOW_POLICY = (
+    '[tools.run_command]\napproval = "rules"\nallow_for = "1h"\n'
+    '[[tools.run_command.rules]]\nprefix = ["echo"]\nallow_prefix = ["echo", "hi"]\n'
+    '[[tools.run_command.rules]]\nprefix = ["rm"]\n'
+)
+"""Echo needs approval and an "Allow for" covers `echo hi …` (the rule's declared shape); rm
+always needs approval."""
+
+
+def task_chunks(slack: SlackAPIStandIn) -> list[dict[str, Any]]:
+    """Every task_update chunk the bot streamed, in the order sent."""
+    out: list[dict[str, Any]] = []
+    for call in slack.calls:
+        if call.method not in ("chat.startStream", "chat.appendStream", "chat.stopStream"):
+            continue
+        if not call.ok:
+            continue
+        chunks = call.params.get("chunks") or []
+        if isinstance(chunks, str):
+            chunks = json.loads(chunks)
+        out.extend(c for c in chunks if c.get("type") == "task_update")
+    return out
+
+
+def statuses(chunks: list[dict[str, Any]], task_id: str) -> list[str]:
+    return [c["status"] for c in chunks if c["id"] == task_id]
+
+
+def details(chunks: list[dict[str, Any]], task_id: str) -> list[str]:
+    return [c.get("details", "") for c in chunks if c["id"] == task_id]
+
+
+async def _allow_echo(bot: Bot) -> None:
+    """A first run in the thread whose card BOB answers with "Allow for 1h"."""
+    bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi one"})])
+    bot.llm.reply_text("Done.")
+    await bot.mention("first", user=ALICE, ts="1700000001.000100")
+    [card] = await bot.wait_cards(1)
+    await bot.click("opsgate_allow", card["ledger_id"], user=BOB)
+    await bot.llm.wait_for_requests(2)
+    await bot.settle()
+
+
+async def test_two_calls_move_through_their_statuses_one_allowed_one_rejected(
+    tmp_path: Path,
+) -> None:
+    policy = Policy.from_toml(ALLOW_POLICY)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        await _allow_echo(bot)
+        [allowance] = await bot.deps.store.active_allowances()
+        before = len(task_chunks(bot.slack))
+
+        # One turn, two calls: the first runs under BOB's allowance, the second waits.
+        bot.llm.reply_tool_calls(
+            [
+                ("call_2", "run_command", {"command": "echo hi two"}),
+                ("call_3", "run_command", {"command": "rm -rf /srv/cache"}),
+            ]
+        )
+        bot.llm.reply_text("The echo ran; the removal was refused.")
+        await bot.mention("second", user=CAROL, ts="1700000002.000100")
+        [_, card] = await bot.wait_cards(2)
+        await bot.click("opsgate_reject", card["ledger_id"], user=BOB)
+        await bot.submit_reject(card["ledger_id"], "not now", user=BOB)
+        await bot.llm.wait_for_requests(4)
+        await bot.settle()
+
+        chunks = task_chunks(bot.slack)[before:]
+        # The allowed call: pending while the batch waits (under the allowance), then run
+        # after the decision.
+        assert statuses(chunks, "call_2") == ["pending", "pending", "in_progress", "complete"]
+        assert "allowance granted by" in details(chunks, "call_2")[1]
+        assert f"allowance granted by <@{BOB}>" in details(chunks, "call_2")[-1]
+        assert details(chunks, "call_2")[-1].startswith("ran in ")
+        assert allowance.granted_by == BOB
+        # The gated call: waiting for approval (0 of 1) and linked to its card, then rejected.
+        assert statuses(chunks, "call_3")[-1] == "error"
+        waiting = [c for c in chunks if c["id"] == "call_3" and "waiting" in c["details"]]
+        assert waiting and waiting[-1]["details"] == "waiting for approval (0 of 1)"
+        [source] = waiting[-1]["sources"]
+        assert source["url"].startswith("https://opsgate-test.slack.com/archives/")
+        assert details(chunks, "call_3")[-1] == f"rejected by <@{BOB}>"
+        titles = {c["id"]: c["title"] for c in chunks}
+        assert titles["call_3"] == "run_command rm -rf /srv/cache"
+        # Every timeline stream was started in timeline mode and stopped.
+        started = [
+            c
+            for c in bot.slack.calls_to("chat.startStream")
+            if any(k.get("type") == "task_update" for k in c.params.get("chunks") or [])
+        ]
+        assert started and all(c.params["task_display_mode"] == "timeline" for c in started)
+        streams = {c.response["ts"] for c in started}
+        stopped = {c.params["ts"] for c in bot.slack.calls_to("chat.stopStream") if c.ok}
+        assert streams <= stopped
+
+        # A later run in the same thread starts a timeline of its own: the old batch's
+        # rejected call is not shown again.
+        shown = len(task_chunks(bot.slack))
+        bot.llm.reply_text("Nothing to run.")
+        await bot.mention("anything else?", user=CAROL, thread_ts="1700000002.000100")
+        await bot.llm.wait_for_requests(5)
+        await bot.settle()
+        assert task_chunks(bot.slack)[shown:] == []
+
+
+async def test_without_streaming_the_timeline_is_one_context_block_edited_in_place(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.slack.set_streaming_supported(False)
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_text("Done.")
+        await bot.mention("go", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+
+        def is_timeline(call: Any) -> bool:
+            blocks = call.params.get("blocks") or []
+            return bool(blocks) and blocks[0].get("type") == "context"
+
+        posted = [c for c in bot.slack.calls_to("chat.postMessage") if is_timeline(c)]
+        edited = [c for c in bot.slack.calls_to("chat.update") if is_timeline(c)]
+        # One message per run segment (the run that paused, the resume), each edited in place.
+        assert len(posted) == 2
+        posted_ts = {c.response["ts"] for c in posted}
+        assert {c.params["ts"] for c in edited} <= posted_ts
+        paused = bot.slack.message(posted[0].params["channel"], posted[0].response["ts"])
+        assert paused is not None
+        text = paused["blocks"][0]["elements"][0]["text"]
+        assert "waiting for approval (0 of 1)" in text and "|approval card>" in text
+        resumed = bot.slack.message(posted[1].params["channel"], posted[1].response["ts"])
+        assert resumed is not None
+        last = resumed["blocks"][0]["elements"][0]["text"]
+        assert last.startswith("✅ run_command") and f"approved by <@{BOB}>" in last
+        assert len(resumed["blocks"]) == 1
+
+
+def test_titles_and_details_are_escaped_and_within_slacks_sizes() -> None:
+    hostile = "<!channel> & <@U0ALICE> " + "x" * 2000 + "\u202e"
+    task = Task(
+        "call_1",
+        "run_command",
+        hostile,
+        "waiting",
+        approvals=(1, 2),
+        allowance_by="U0BOB",
+    )
+    chunk = task_chunk(task)
+    assert len(chunk["title"]) <= TASK_TITLE_MAX
+    assert len(chunk["details"]) <= TASK_DETAILS_MAX
+    assert "<!channel>" not in chunk["title"] and "&lt;!channel&gt;" in chunk["title"]
+    assert "&amp;" in chunk["title"]
+    assert "\u202e" not in chunk["title"]
+    assert chunk["status"] == "pending"
+    assert chunk["details"].startswith("waiting for approval (1 of 2)")
+
+
+def test_the_context_block_stays_within_its_size_for_many_tasks() -> None:
+    long = "y" * 300
+    tasks = [Task(f"call_{n}", "http_request", long, "complete") for n in range(80)]
+    [block] = timeline_blocks(tasks)
+    text = block["elements"][0]["text"]
+    assert len(text) <= 3000
+    assert text.endswith("more")
