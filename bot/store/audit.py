@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from .chain import GENESIS
 from .core import StoreCore
 from .db import aware
 from .models import AuditRow, HomeViewer
@@ -36,16 +37,31 @@ class Audit(StoreCore):
                 tx, event, actor=actor, session_id=session_id, call_id=call_id, details=details
             )
 
-    async def audit_rows(self, *, since: datetime | None = None) -> list[AuditRow]:
+    async def audit_rows(
+        self,
+        *,
+        since: datetime | None = None,
+        after_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[AuditRow]:
+        where, params = ["1 = 1"], dict[str, Any]()
+        if after_seq is not None:
+            where.append("seq > :after")
+            params["after"] = after_seq
+        if since is not None:
+            where.append("at >= :since")
+            params["since"] = self._db.time_in(aware(since))
+        tail = "" if limit is None else f" LIMIT {int(limit)}"
         async with self._db.reading("audit_rows") as tx:
-            if since is None:
-                rows = await tx.fetch_all("SELECT * FROM audit ORDER BY id")
-            else:
-                rows = await tx.fetch_all(
-                    "SELECT * FROM audit WHERE at >= :since ORDER BY id",
-                    {"since": self._db.time_in(aware(since))},
-                )
+            rows = await tx.fetch_all(
+                f"SELECT * FROM audit WHERE {' AND '.join(where)} ORDER BY id{tail}", params
+            )
         return [self._audit_model(row) for row in rows]
+
+    async def audit_chain_head(self) -> tuple[int, str]:
+        async with self._db.reading("audit_chain_head") as tx:
+            head = await tx.fetch_one("SELECT seq, hash FROM audit_chain")
+        return (0, GENESIS) if head is None else (int(head["seq"]), str(head["hash"]))
 
     async def first_sighting(self, event_id: str) -> bool:
         moment = self._moment()

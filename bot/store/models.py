@@ -160,6 +160,10 @@ class AuditRow(BaseModel):
     call_id: str | None = None
     """The provider's call id; `details["ledger_id"]` names the ledger row."""
     details: dict[str, Any]
+    seq: int
+    """Gap-free position in the database's one audit chain, from 1 (`bot/store/chain.py`)."""
+    prev_hash: str
+    hash: str
 
 
 class DecisionOutcome(BaseModel):
