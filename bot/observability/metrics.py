@@ -130,6 +130,16 @@ class Metrics:
             ["server"],
             registry=r,
         )
+        self._audit_export_lag = Gauge(
+            "opsgate_audit_export_lag_seconds",
+            "Age of the oldest audit row the webhook has not acknowledged (0: caught up).",
+            registry=r,
+        )
+        self._audit_export_failures = Counter(
+            "opsgate_audit_export_failures",
+            "Failed deliveries of audit rows to the webhook.",
+            registry=r,
+        )
         # Every fixed label value exists from the start, so a rate() over a family that has
         # not happened yet is 0, not "no data".
         for outcome in get_args(RunOutcome):
@@ -188,6 +198,12 @@ class Metrics:
 
     def mcp_restart(self, server: str) -> None:
         self._mcp_restarts.labels(server).inc()
+
+    def audit_export_failed(self) -> None:
+        self._audit_export_failures.inc()
+
+    def set_audit_export_lag(self, seconds: float) -> None:
+        self._audit_export_lag.set(seconds)
 
     def set_pending_approvals(self, count: int) -> None:
         self._pending.set(count)

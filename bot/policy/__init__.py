@@ -17,12 +17,14 @@ for the model, the `tools` offered, who approves, and how many runs go at once (
 
 Modules: `_fields` (the value types), `_model` (the file's sections), `_load` (reading the file
 and explaining its errors), `_policy` (`Policy` and its queries), `_gate` (the approval gate),
-`_approvers` (who may decide, as listed), `_errors` (`PolicyError`).
+`_approvers` (who may decide, as listed), `_audit` (`[audit]`: the webhook the audit log is
+exported to), `_errors` (`PolicyError`).
 """
 
 from __future__ import annotations
 
 from ._approvers import ApproverSpec
+from ._audit import AuditPolicy
 from ._errors import PolicyError
 from ._fields import Trigger
 from ._gate import GateDecision
@@ -32,6 +34,7 @@ from ._policy import Policy
 __all__ = [
     "ApproverSpec",
     "ArgumentRule",
+    "AuditPolicy",
     "ChannelPolicy",
     "Defaults",
     "GateDecision",

@@ -365,6 +365,16 @@ class Store(Protocol):
     async def audit_chain_head(self) -> tuple[int, str]:
         """The seq and hash the chain head records (0 and 64 zeros for an empty log)."""
 
+    async def claim_audit_export(self, holder: str, lease: timedelta) -> int | None:
+        """Hold (or renew) the audit export for `lease`, so one process delivers at a time;
+        the last delivered seq, or None while another holder's lease runs."""
+
+    async def audit_exported(self, holder: str, seq: int) -> bool:
+        """Move the export cursor forward to `seq`; False if `holder` no longer holds it."""
+
+    async def release_audit_export(self, holder: str) -> None:
+        """Give the export up (shutdown), so another replica takes it at once."""
+
     async def first_sighting(self, event_id: str) -> bool:
         """True the first time an event id is seen, across all stores; forgets after
         `SEEN_EVENT_TTL`."""

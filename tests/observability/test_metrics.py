@@ -23,6 +23,8 @@ FAMILIES = {
     "opsgate_queue_depth": "gauge",
     "opsgate_mcp_calls": "counter",
     "opsgate_mcp_restarts": "counter",
+    "opsgate_audit_export_lag_seconds": "gauge",
+    "opsgate_audit_export_failures": "counter",
 }
 
 

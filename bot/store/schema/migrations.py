@@ -43,6 +43,26 @@ class Migration:
         return self.sqlite if dialect == "sqlite" else self.postgres
 
 
+# The audit export's durable cursor: the last seq the webhook acknowledged, and which replica
+# delivers (a lease, so replicas do not post the same rows side by side).
+_EXPORT_SQLITE = """
+    CREATE TABLE audit_export (
+        singleton     INTEGER PRIMARY KEY CHECK (singleton = 1),
+        delivered_seq INTEGER NOT NULL,
+        holder        TEXT,
+        held_until    TEXT
+    )
+"""
+_EXPORT_POSTGRES = """
+    CREATE TABLE audit_export (
+        singleton     integer PRIMARY KEY CHECK (singleton = 1),
+        delivered_seq bigint NOT NULL,
+        holder        text,
+        held_until    timestamptz
+    )
+"""
+_EXPORT_START = "INSERT INTO audit_export (singleton, delivered_seq) VALUES (1, 0)"
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         9,
@@ -81,7 +101,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         # replicas append one at a time without locking the table. Ids are given by the
         # append (the hash covers the id), so PostgreSQL's identity becomes BY DEFAULT. The
         # rows already written are chained here, with the update trigger lifted for it only.
-        "the tamper-evident audit chain",
+        # And the export's cursor.
+        "the tamper-evident audit chain and its export cursor",
         sqlite=(
             "ALTER TABLE audit ADD COLUMN seq INTEGER",
             "ALTER TABLE audit ADD COLUMN prev_hash TEXT",
@@ -101,6 +122,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: rows cannot be updated'); END
             """,
             "CREATE UNIQUE INDEX audit_by_seq ON audit (seq)",
+            _EXPORT_SQLITE,
+            _EXPORT_START,
         ),
         postgres=(
             "ALTER TABLE audit ADD COLUMN seq bigint, ADD COLUMN prev_hash text, "
@@ -132,6 +155,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             CREATE TRIGGER audit_appended AFTER INSERT ON audit
             FOR EACH ROW EXECUTE FUNCTION opsgate_audit_appended()
             """,
+            _EXPORT_POSTGRES,
+            _EXPORT_START,
         ),
     ),
 )
