@@ -24,6 +24,7 @@ from .observability import HealthServerError, Metrics, serve_health
 from .observability.audit_export import AuditExporter
 from .observability.health import ReadinessCheck
 from .observability.readiness import add_operations_routes, operations_app
+from .observability.tracing import configure_tracing
 from .runs.replicas import start_replica_duties
 from .runs.service import RunService
 from .runs.timer import ExpiryTimer
@@ -138,6 +139,17 @@ async def serve(settings: Settings, *, http: bool, port: int) -> None:
     protect_process_environment()
     stop = _stop_on_signals()
     metrics = Metrics()
+    traces = configure_tracing()
+    try:
+        await _serve(settings, http=http, port=port, stop=stop, metrics=metrics)
+    finally:
+        if traces is not None:
+            await asyncio.to_thread(traces.shutdown)  # the last spans, flushed
+
+
+async def _serve(
+    settings: Settings, *, http: bool, port: int, stop: asyncio.Event, metrics: Metrics
+) -> None:
     async with (
         open_deps(settings, person=user_mention, observer=metrics) as deps,
         started(settings, deps, shutdown_grace=settings.opsgate_shutdown_grace) as bot,

@@ -40,8 +40,10 @@ Decision = Literal["approved", "edited", "allowed", "rejected", "expired", "canc
 """What became of an approval card. `edited` and `allowed` are approvals given with the Edit
 and "Allow for" buttons; `cancelled` is "Cancel run" while the card waited."""
 
-ToolOutcome = Literal["ok", "error", "timeout", "cancelled", "interrupted"]
-"""How one tool execution ended."""
+ToolOutcome = Literal["ok", "error", "timeout", "interrupted", "rejected", "expired", "cancelled"]
+"""How one tool call ended: it ran (`ok`, `error`, `timeout`), the process stopped under it or
+before it began (`interrupted`), or it never ran (`rejected`, `expired`, `cancelled`: those are
+observed at 0 seconds, so the histogram's count holds every call)."""
 
 McpCallOutcome = Literal["ok", "error", "timeout", "unavailable", "cancelled"]
 """How one MCP `tools/call` ended: answered (`ok`), answered with an error or a malformed result

@@ -257,6 +257,7 @@ class RunService:
                 stream,
                 requester=session.requester,
                 message_ts=card_ts,
+                resumed_from=batch,
             ),
             name=f"resume {session_id}",
         )

@@ -365,6 +365,9 @@ class Store(Protocol):
     async def audit_chain_head(self) -> tuple[int, str]:
         """The seq and hash the chain head records (0 and 64 zeros for an empty log)."""
 
+    async def note_trace(self, session_id: str, trace_id: str, span_id: str) -> None:
+        """Store the paused run's span ids with the calls of the session's current batch."""
+
     async def claim_audit_export(self, holder: str, lease: timedelta) -> int | None:
         """Hold (or renew) the audit export for `lease`, so one process delivers at a time;
         the last delivered seq, or None while another holder's lease runs."""

@@ -101,8 +101,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         # replicas append one at a time without locking the table. Ids are given by the
         # append (the hash covers the id), so PostgreSQL's identity becomes BY DEFAULT. The
         # rows already written are chained here, with the update trigger lifted for it only.
-        # And the export's cursor.
-        "the tamper-evident audit chain and its export cursor",
+        # And the export's cursor, and the paused run's span ids on its calls (traces).
+        "the tamper-evident audit chain, its export cursor, span ids on calls",
         sqlite=(
             "ALTER TABLE audit ADD COLUMN seq INTEGER",
             "ALTER TABLE audit ADD COLUMN prev_hash TEXT",
@@ -124,6 +124,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE UNIQUE INDEX audit_by_seq ON audit (seq)",
             _EXPORT_SQLITE,
             _EXPORT_START,
+            "ALTER TABLE tool_calls ADD COLUMN trace_id TEXT",
+            "ALTER TABLE tool_calls ADD COLUMN span_id TEXT",
         ),
         postgres=(
             "ALTER TABLE audit ADD COLUMN seq bigint, ADD COLUMN prev_hash text, "
@@ -157,6 +159,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
             _EXPORT_POSTGRES,
             _EXPORT_START,
+            "ALTER TABLE tool_calls ADD COLUMN trace_id text, ADD COLUMN span_id text",
         ),
     ),
 )
