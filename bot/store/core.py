@@ -179,9 +179,10 @@ class StoreCore:
         details: Mapping[str, Any] | None = None,
     ) -> None:
         """Append one row to the chain (`bot/store/chain.py`): lock the one-row chain head
-        (PostgreSQL; SQLite's write transaction is already the only one), write the row with
-        the next seq and id and its hash, and advance the head, all in the caller's
-        transaction, so replicas append one at a time and a rolled-back write leaves no gap."""
+        (PostgreSQL; SQLite's write transaction is already the only one) and write the row
+        with the next seq and id and its hash; the insert's trigger advances the head (and
+        refuses a row that is not the next link), all in the caller's transaction, so
+        replicas append one at a time and a rolled-back write leaves no gap."""
         head = await tx.fetch_one(
             "SELECT seq, hash, last_id FROM audit_chain" + self._db.for_update
         )
@@ -212,12 +213,6 @@ class StoreCore:
                 "hash": digest,
             },
         )
-        moved = await tx.execute(
-            "UPDATE audit_chain SET seq = :seq, hash = :hash, last_id = :id WHERE seq = :prev",
-            {"seq": row.seq, "hash": digest, "id": row.id, "prev": head["seq"]},
-        )
-        if moved != 1:
-            raise StoreError(f"the audit chain of {self._db.name!r} moved during an append")
 
     async def _audit_call(
         self, tx: Tx, event: str, row: ToolCallRow, details: Mapping[str, Any], *, actor: str | None

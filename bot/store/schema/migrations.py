@@ -97,8 +97,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         10,
         # The audit chain (`bot/store/chain.py`): each row's seq, prev_hash and hash, and a
-        # one-row chain head that every append locks and advances in its own transaction, so
-        # replicas append one at a time without locking the table. Ids are given by the
+        # one-row chain head that every append locks and a trigger advances (refusing a row
+        # that is not the next link) in the append's transaction, so replicas append one at
+        # a time without locking the table. Ids are given by the
         # append (the hash covers the id), so PostgreSQL's identity becomes BY DEFAULT. The
         # rows already written are chained here, with the update trigger lifted for it only.
         # And the export's cursor, and the paused run's span ids on its calls (traces).
@@ -122,6 +123,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: rows cannot be updated'); END
             """,
             "CREATE UNIQUE INDEX audit_by_seq ON audit (seq)",
+            """
+            CREATE TRIGGER audit_chain_advance AFTER INSERT ON audit
+            BEGIN
+                SELECT RAISE(ABORT, 'the audit chain moved: the row is not its next link')
+                WHERE NOT EXISTS (SELECT 1 FROM audit_chain
+                                  WHERE seq = NEW.seq - 1 AND hash = NEW.prev_hash);
+                UPDATE audit_chain SET seq = NEW.seq, hash = NEW.hash, last_id = NEW.id;
+            END
+            """,
             _EXPORT_SQLITE,
             _EXPORT_START,
             "ALTER TABLE tool_calls ADD COLUMN trace_id TEXT",
@@ -145,6 +155,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE audit ALTER COLUMN seq SET NOT NULL, "
             "ALTER COLUMN prev_hash SET NOT NULL, ALTER COLUMN hash SET NOT NULL",
             "CREATE UNIQUE INDEX audit_by_seq ON audit (seq)",
+            """
+            CREATE FUNCTION opsgate_audit_chain() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                UPDATE audit_chain SET seq = NEW.seq, hash = NEW.hash, last_id = NEW.id
+                WHERE seq = NEW.seq - 1 AND hash = NEW.prev_hash;
+                IF NOT FOUND THEN
+                    RAISE EXCEPTION 'the audit chain moved: seq % is not its next link', NEW.seq;
+                END IF;
+                RETURN NULL;
+            END
+            $$
+            """,
+            """
+            CREATE TRIGGER audit_chain_advance AFTER INSERT ON audit
+            FOR EACH ROW EXECUTE FUNCTION opsgate_audit_chain()
+            """,
             f"""
             CREATE FUNCTION opsgate_audit_appended() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
