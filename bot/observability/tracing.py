@@ -45,6 +45,7 @@ __all__ = [
     "message_texts",
     "run_span",
     "tool_span",
+    "tracing_on",
 ]
 
 logger = logging.getLogger("opsgate")
@@ -60,6 +61,14 @@ def _tracer() -> trace.Tracer:
     """Looked up once: before `configure_tracing` it is the API's proxy, which delegates to the
     provider once one is installed (a fresh lookup per span costs a third of the span)."""
     return trace.get_tracer(_TRACER)
+
+
+_state = {"on": False}
+
+
+def tracing_on() -> bool:
+    """Whether this process exports spans (hooks skip work that only a span would use)."""
+    return _state["on"]
 
 
 def capture_content(env: Mapping[str, str] | None = None) -> bool:
@@ -97,6 +106,7 @@ def configure_tracing(env: Mapping[str, str] | None = None) -> TracingSetup | No
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
+    _state["on"] = True
     logger.info("OpenTelemetry traces on (OTLP/HTTP)")
     return TracingSetup(provider)
 

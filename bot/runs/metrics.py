@@ -7,6 +7,7 @@ it, and `NoObserver` is what a front end without metrics (the terminal) gets.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -25,6 +26,8 @@ from ..policy import Policy
 from ..store import ToolCallRow
 
 __all__ = ["NoObserver", "ObservedChatClient", "RunObserver", "note_decision", "note_run_ended"]
+
+logger = logging.getLogger("opsgate.runs")
 
 
 class RunObserver(Protocol):
@@ -90,20 +93,28 @@ def note_decision(ctx: _Observed, row: ToolCallRow, decision: Decision) -> None:
     and the approval's span in the paused run's trace."""
     now = ctx.clock()
     ctx.observer.decision_since(decision, row.created_at, now=now)
-    tracing.approval_span(
-        row.name,
-        parent=(row.trace_id, row.span_id) if row.trace_id and row.span_id else None,
-        asked_at=row.created_at,
-        decided_at=row.decided_at or now,
-        decision=decision,
-        approvers=row.approvals or ((row.decided_by,) if row.decided_by else ()),
-        required=ctx.policy.required_approvals_for(row.card_channel),
-        rule=ctx.policy.rule_for(
-            row.name, ToolCall(id=row.call_id, name=row.name, arguments=row.arguments)
-        ),
-    )
+    if tracing.tracing_on():
+        _approval_span(ctx, row, decision, now)
     with log_context(session=row.session_id, call=row.call_id):
         log_event("decision", decision=decision, tool=row.name, by=row.decided_by)
+
+
+def _approval_span(ctx: _Observed, row: ToolCallRow, decision: Decision, now: datetime) -> None:
+    """The approval's span; a failure here is logged, never the decision's."""
+    try:
+        call = ToolCall(id=row.call_id, name=row.name, arguments=row.arguments)
+        tracing.approval_span(
+            row.name,
+            parent=(row.trace_id, row.span_id) if row.trace_id and row.span_id else None,
+            asked_at=row.created_at,
+            decided_at=row.decided_at or now,
+            decision=decision,
+            approvers=row.approvals or ((row.decided_by,) if row.decided_by else ()),
+            required=ctx.policy.required_approvals_for(row.card_channel),
+            rule=ctx.policy.rule_for(row.name, call),
+        )
+    except Exception:
+        logger.exception("the approval span of %s could not be written", row.id)
 
 
 def note_run_ended(ctx: _Observed, session_id: str, outcome: RunOutcome) -> None:
