@@ -199,3 +199,10 @@ async def test_follow_on_postgresql_is_woken_at_once(postgres_url: str) -> None:
         for n in range(3):
             await _write(postgres_url, f"U{n}", 1)
             assert await follower.rows(1, timeout=2) == [(f"U{n}", n + 2)]
+
+
+async def test_three_processes_writing_at_once_keep_the_chain(database: str) -> None:
+    await _write(database, "U0", 1)  # migrated once, before the race
+    await asyncio.gather(*(_write(database, f"U{n}", 20) for n in range(1, 4)))
+    ok = await asyncio.to_thread(_opsgate, database, "audit", "verify")
+    assert ok.returncode == 0 and ok.stdout.startswith("ok: 61 rows, head "), ok.stdout
