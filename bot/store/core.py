@@ -45,6 +45,16 @@ def message_body(message: ChatMessage) -> str:
         return ChatMessage.model_validate(replace_lone_surrogates_in(raw)).to_json()
 
 
+def _has_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_float(v) for v in value)
+    return False
+
+
 class StoreCore:
     """The database, the clock and the shared steps; an async context manager (entering opens
     the database and migrates it, leaving closes it)."""
@@ -189,6 +199,11 @@ class StoreCore:
         if head is None:
             raise StoreError(f"the audit chain of {self._db.name!r} has no head (migrate it)")
         # The row as it will read back: UTC time, details through the JSON the column stores.
+        stored = json.loads(json_text(dict(details or {})))
+        if self._db.dialect == "postgresql" and _has_float(stored):
+            # jsonb keeps numbers as numeric and prints 1e16 as 10000000000000000: hash what
+            # it will give back (one more round trip, only when a float is there).
+            stored = await tx.fetch_value("SELECT CAST(:details AS jsonb)", {"details": stored})
         row = AuditRow(
             id=int(head["last_id"]) + 1,
             at=self._moment().astimezone(UTC),
@@ -196,7 +211,7 @@ class StoreCore:
             actor=actor,
             session_id=session_id,
             call_id=call_id,
-            details=json.loads(json_text(dict(details or {}))),
+            details=stored,
             seq=int(head["seq"]) + 1,
             prev_hash=head["hash"],
             hash="",

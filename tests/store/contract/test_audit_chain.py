@@ -164,3 +164,9 @@ async def test_since_and_after_seq_select_rows(store: Store) -> None:
     await _three(store)
     assert [r.seq for r in await store.audit_rows(after_seq=1)] == [2, 3]
     assert [r.seq for r in await store.audit_rows(after_seq=0, limit=2)] == [1, 2]
+
+
+async def test_numbers_in_details_read_back_as_they_were_hashed(store: Store) -> None:
+    """jsonb keeps numbers as numeric: a float it prints differently must not break the chain."""
+    await store.audit("x", actor=None, details={"big": 1e16, "tiny": 1e-7, "one": 1.0, "n": 10**20})
+    assert isinstance(await _verdict(store), Intact)
