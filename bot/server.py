@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -21,7 +21,10 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 
 from .observability import HealthServerError, Metrics, serve_health
+from .observability.audit_export import AuditExporter
+from .observability.health import ReadinessCheck
 from .observability.readiness import add_operations_routes, operations_app
+from .observability.tracing import configure_tracing
 from .runs.replicas import start_replica_duties
 from .runs.service import RunService
 from .runs.timer import ExpiryTimer
@@ -49,6 +52,7 @@ def http_app(
     store: Store | None = None,
     metrics: Metrics | None = None,
     health: WriteHealth | None = None,
+    checks: Mapping[str, ReadinessCheck] | None = None,
 ) -> web.Application:
     """Slack's events and interactivity on one endpoint, beside `/healthz`, `/readyz` and
     `/metrics` (given the store they check and the metrics they serve)."""
@@ -60,7 +64,7 @@ def http_app(
     web_app = web.Application()
     web_app.add_routes([web.post("/slack/events", slack_events)])
     if store is not None:
-        add_operations_routes(web_app, store, metrics or Metrics(), health)
+        add_operations_routes(web_app, store, metrics or Metrics(), health, checks)
     return web_app
 
 
@@ -71,6 +75,8 @@ class Started:
     app: AsyncApp
     service: RunService
     metrics: Metrics
+    checks: Mapping[str, ReadinessCheck] = field(default_factory=dict)
+    """Readiness checks beyond the database's (the audit export's, when configured)."""
 
 
 @contextlib.asynccontextmanager
@@ -102,8 +108,13 @@ async def started(
     await service.recover()
     deps.tasks.spawn(timer.run(service.expire_due), name="expiry", service=True)
     start_replica_duties(deps.tasks, service, interval=settings.opsgate_heartbeat_seconds)
+    checks: dict[str, ReadinessCheck] = {}
+    if deps.policy.audit.webhook is not None:
+        exporter = AuditExporter(deps.store, deps.policy.audit, metrics, clock=deps.clock)
+        deps.tasks.spawn(exporter.run(), name="audit export", service=True)
+        checks["audit_export"] = exporter.readiness()
     try:
-        yield Started(app, service, metrics)
+        yield Started(app, service, metrics, checks)
     finally:
         await deps.tasks.aclose(grace=shutdown_grace)
 
@@ -128,6 +139,17 @@ async def serve(settings: Settings, *, http: bool, port: int) -> None:
     protect_process_environment()
     stop = _stop_on_signals()
     metrics = Metrics()
+    traces = configure_tracing()
+    try:
+        await _serve(settings, http=http, port=port, stop=stop, metrics=metrics)
+    finally:
+        if traces is not None:
+            await asyncio.to_thread(traces.shutdown)  # the last spans, flushed
+
+
+async def _serve(
+    settings: Settings, *, http: bool, port: int, stop: asyncio.Event, metrics: Metrics
+) -> None:
     async with (
         open_deps(settings, person=user_mention, observer=metrics) as deps,
         started(settings, deps, shutdown_grace=settings.opsgate_shutdown_grace) as bot,
@@ -140,7 +162,13 @@ async def serve(settings: Settings, *, http: bool, port: int) -> None:
 
 async def _serve_http(bot: Started, deps: Deps, port: int, stop: asyncio.Event) -> None:
     runner = web.AppRunner(
-        http_app(bot.app, store=deps.store, metrics=bot.metrics, health=deps.write_health),
+        http_app(
+            bot.app,
+            store=deps.store,
+            metrics=bot.metrics,
+            health=deps.write_health,
+            checks=bot.checks,
+        ),
         access_log=None,
     )
     await runner.setup()
@@ -165,7 +193,9 @@ async def _serve_socket_mode(
     """Socket Mode: Slack over a WebSocket; the port serves only health and metrics."""
     assert settings.slack_app_token is not None
     handler = AsyncSocketModeHandler(bot.app, settings.slack_app_token.get_secret_value())
-    health = operations_app(deps.store, bot.metrics, handler.client, deps.write_health)
+    health = operations_app(
+        deps.store, bot.metrics, handler.client, deps.write_health, checks=bot.checks
+    )
     async with serve_health(port=port, app=health):
         await handler.connect_async()  # type: ignore[no-untyped-call]
         logger.info("OpsGate connected to Slack (Socket Mode)")

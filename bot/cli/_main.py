@@ -49,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="print the audit log")
     audit.add_argument("--since", default=None, help="ISO date/time, or a duration like 2h, 7d")
     audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    audit.add_argument(
+        "action", nargs="?", choices=["verify"], help="verify: check the hash chain, exit 0 / 1"
+    )
+    audit.add_argument("--head", default=None, help="with verify: a head printed earlier")
+    audit.add_argument(
+        "--follow", action="store_true", help="keep printing rows as they are written"
+    )
     sub.add_parser("chat", help="the same agent, tools and policy in this terminal")
     sub.add_parser("migrate", help="bring the database's schema up to date (idempotent)")
     add_policy_parser(sub)
@@ -75,7 +82,13 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
         case "audit":
             from .audit import audit_command
 
-            return lambda: audit_command(since=args.since, as_json=args.json)
+            return lambda: audit_command(
+                since=args.since,
+                as_json=args.json,
+                action=args.action,
+                head=args.head,
+                follow=args.follow,
+            )
         case "chat":
             from .chat import run_chat
 

@@ -1,4 +1,6 @@
-"""`opsgate audit [--since WHEN] [--json]`: print the audit log, as a table or as JSON lines.
+"""`opsgate audit [--since WHEN] [--json]`: print the audit log, as a table or as JSON lines;
+`opsgate audit --follow [--json]`: keep printing rows as they are written; `opsgate audit verify
+[--head H]`: walk the chain (`bot/store/chain.py`).
 
 Audit rows hold untrusted text (tool arguments, rejection reasons), so the table escapes anything
 a terminal could interpret; JSON lines are pure ASCII for the same reason.
@@ -12,6 +14,8 @@ import json
 import os
 import re
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -19,9 +23,16 @@ from typing import Any, TextIO
 from ..database import DatabaseURL
 from ..settings import load_settings
 from ..store import AuditRow, SQLiteStore, Store, StoreError, open_store
-from ._audit_table import audit_table
+from ..store.chain import Broken, Intact, audit_key, printed, verify_chain
+from ._audit_table import audit_table, details_json, printable
 
-__all__ = ["audit_command", "parse_since", "run_audit"]
+__all__ = ["audit_command", "parse_since", "run_audit", "run_follow", "run_verify"]
+
+_POLL = 0.5
+"""How often `--follow` looks at an SQLite file (PostgreSQL wakes it at once: LISTEN)."""
+_POSTGRES_POLL = 5.0
+"""The look `--follow` takes on PostgreSQL even without a notification (one may be missed)."""
+_RETRY = (0.5, 1.0, 2.0, 5.0)
 
 _RELATIVE = re.compile(r"(\d+)\s*([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -47,7 +58,7 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
 
 
 def _as_json(row: AuditRow) -> str:
-    data: dict[str, Any] = row.model_dump(mode="json")
+    data: dict[str, Any] = printed(row)
     return json.dumps(data, ensure_ascii=True, sort_keys=True)
 
 
@@ -67,6 +78,100 @@ def _width(out: TextIO) -> int:
         return os.get_terminal_size(out.fileno()).columns if out.isatty() else 100
     except (OSError, ValueError, io.UnsupportedOperation):
         return 100
+
+
+@asynccontextmanager
+async def _reader(db_path: Path | DatabaseURL) -> AsyncIterator[Store]:
+    """The database opened for reading: never created, never migrated past what it is."""
+    if isinstance(db_path, DatabaseURL):
+        async with open_store(db_path, migrate=False) as store:
+            if await store.schema_version() == 0:  # type: ignore[attr-defined]
+                raise StoreError(
+                    f"database {str(db_path)!r} holds no OpsGate data (run `opsgate migrate`)"
+                )
+            yield store
+    elif not await asyncio.to_thread(db_path.is_file):
+        raise StoreError(f"no database at {str(db_path)!r} (set OPSGATE_DB)")
+    else:
+        async with SQLiteStore(db_path) as store:
+            yield store
+
+
+async def run_verify(
+    db_path: Path | DatabaseURL, *, head: str | None, out: TextIO, err: TextIO | None = None
+) -> int:
+    """Walk the chain; `ok: N rows, head H` and 0, or the first bad seq and why, and 1."""
+    err = err or sys.stderr
+    try:
+        async with _reader(db_path) as store:
+            rows = await store.audit_rows()
+            chain_seq, _ = await store.audit_chain_head()
+    except StoreError as exc:
+        print(f"opsgate audit verify: {exc}", file=err)
+        return 1
+    verdict = verify_chain(rows, key=audit_key(), head=head, chain_seq=chain_seq)
+    match verdict:
+        case Intact(rows=rows_checked, head=last):
+            print(f"ok: {rows_checked} rows, head {last}", file=out)
+            return 0
+        case Broken(seq=seq, why=why):
+            print(f"seq {seq}: {why}", file=out)
+            return 1
+
+
+async def run_follow(
+    db_path: Path | DatabaseURL, *, as_json: bool, out: TextIO, err: TextIO | None = None
+) -> int:
+    """Print each row written after the start, as it is written, until interrupted. A lost
+    database (the bot restarting, PostgreSQL failing over) is retried from the same cursor."""
+    err = err or sys.stderr
+    cursor: int | None = None
+    failures = 0
+    while True:
+        try:
+            async with _reader(db_path) as store:
+                if cursor is None:
+                    cursor, _ = await store.audit_chain_head()
+                    print(f"opsgate audit: following from seq {cursor + 1}", file=err, flush=True)
+                failures = 0
+                cursor = await _follow(store, cursor, as_json=as_json, out=out)
+        except StoreError as exc:
+            if cursor is None:
+                print(f"opsgate audit --follow: {exc}", file=err)
+                return 1
+            wait = _RETRY[min(failures, len(_RETRY) - 1)]
+            failures += 1
+            print(f"opsgate audit --follow: {exc}; again in {wait:g}s", file=err)
+            await asyncio.sleep(wait)
+
+
+async def _follow(store: Store, cursor: int, *, as_json: bool, out: TextIO) -> int:
+    listen = getattr(store, "audit_appended", None)
+    if listen is None:
+        appended, poll = asyncio.Event(), _POLL
+        return await _tail(store, cursor, appended, poll, as_json=as_json, out=out)
+    async with listen() as appended:
+        return await _tail(store, cursor, appended, _POSTGRES_POLL, as_json=as_json, out=out)
+
+
+async def _tail(
+    store: Store, cursor: int, appended: asyncio.Event, poll: float, *, as_json: bool, out: TextIO
+) -> int:
+    while True:
+        appended.clear()
+        for row in await store.audit_rows(after_seq=cursor, limit=500):
+            print(_as_json(row) if as_json else _line(row), file=out, flush=True)
+            cursor = row.seq
+        with suppress(TimeoutError):
+            await asyncio.wait_for(appended.wait(), poll)
+
+
+def _line(row: AuditRow) -> str:
+    """One row of `--follow` without `--json`: the table's cells, on one line."""
+    return printable(
+        f"{row.seq}  {row.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  {row.event}  "
+        f"{row.actor or '-'}  {row.call_id or '-'}  {details_json(row.details)}"
+    )
 
 
 async def run_audit(
@@ -115,8 +220,22 @@ async def _postgres_rows(
         return rows, {} if as_json else await _threads(store, rows)
 
 
-def audit_command(*, since: str | None, as_json: bool) -> int:
-    """The command line's entry: read `--since` and the database's path, then `run_audit`."""
+def audit_command(
+    *,
+    since: str | None,
+    as_json: bool,
+    action: str | None = None,
+    head: str | None = None,
+    follow: bool = False,
+) -> int:
+    """The command line's entry: read `--since` and the database's path, then `run_audit`
+    (or `run_verify`, `run_follow`)."""
+    if action == "verify":
+        db = load_settings(mode="audit").opsgate_db
+        return asyncio.run(run_verify(db, head=head, out=sys.stdout))
+    if follow:
+        db = load_settings(mode="audit").opsgate_db
+        return asyncio.run(run_follow(db, as_json=as_json, out=sys.stdout))
     try:
         since_at = parse_since(since) if since else None
     except ValueError as exc:

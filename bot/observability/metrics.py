@@ -41,8 +41,10 @@ Decision = Literal["approved", "edited", "allowed", "rejected", "expired", "canc
 """What became of an approval card. `edited` and `allowed` are approvals given with the Edit
 and "Allow for" buttons; `cancelled` is "Cancel run" while the card waited."""
 
-ToolOutcome = Literal["ok", "error", "timeout", "cancelled", "interrupted"]
-"""How one tool execution ended."""
+ToolOutcome = Literal["ok", "error", "timeout", "interrupted", "rejected", "expired", "cancelled"]
+"""How one tool call ended: it ran (`ok`, `error`, `timeout`), the process stopped under it or
+before it began (`interrupted`), or it never ran (`rejected`, `expired`, `cancelled`: those are
+observed at 0 seconds, so the histogram's count holds every call)."""
 
 FeedbackValue = Literal["good", "bad"]
 """A click on the feedback buttons under a final answer."""
@@ -140,6 +142,16 @@ class Metrics:
             ["server"],
             registry=r,
         )
+        self._audit_export_lag = Gauge(
+            "opsgate_audit_export_lag_seconds",
+            "Age of the oldest audit row the webhook has not acknowledged (0: caught up).",
+            registry=r,
+        )
+        self._audit_export_failures = Counter(
+            "opsgate_audit_export_failures",
+            "Failed deliveries of audit rows to the webhook.",
+            registry=r,
+        )
         # Every fixed label value exists from the start, so a rate() over a family that has
         # not happened yet is 0, not "no data".
         for outcome in get_args(RunOutcome):
@@ -203,6 +215,12 @@ class Metrics:
 
     def mcp_restart(self, server: str) -> None:
         self._mcp_restarts.labels(server).inc()
+
+    def audit_export_failed(self) -> None:
+        self._audit_export_failures.inc()
+
+    def set_audit_export_lag(self, seconds: float) -> None:
+        self._audit_export_lag.set(seconds)
 
     def set_pending_approvals(self, count: int) -> None:
         self._pending.set(count)

@@ -78,19 +78,27 @@ def gauges_refresh(store: Store, metrics: Metrics) -> Refresh:
 
 
 def _checks(
-    store: Store, socket: SocketModeConnection | None, health: WriteHealth | None
+    store: Store,
+    socket: SocketModeConnection | None,
+    health: WriteHealth | None,
+    more: Mapping[str, ReadinessCheck] | None = None,
 ) -> Mapping[str, ReadinessCheck]:
-    checks = {"database": database_check(store, health)}
+    checks = {"database": database_check(store, health), **(more or {})}
     if socket is not None:
         checks["slack"] = socket_mode_check(socket)
     return checks
 
 
 def add_operations_routes(
-    web_app: web.Application, store: Store, metrics: Metrics, health: WriteHealth | None = None
+    web_app: web.Application,
+    store: Store,
+    metrics: Metrics,
+    health: WriteHealth | None = None,
+    more: Mapping[str, ReadinessCheck] | None = None,
 ) -> None:
-    """HTTP mode: `/healthz`, `/readyz` and `/metrics` beside `POST /slack/events`."""
-    checks = _checks(store, None, health)
+    """HTTP mode: `/healthz`, `/readyz` and `/metrics` beside `POST /slack/events`; `more`:
+    readiness checks beyond the database's (the audit export's)."""
+    checks = _checks(store, None, health, more)
     add_health_routes(web_app, metrics, checks, refresh=gauges_refresh(store, metrics))
 
 
@@ -99,7 +107,9 @@ def operations_app(
     metrics: Metrics,
     socket: SocketModeConnection,
     health: WriteHealth | None = None,
+    *,
+    checks: Mapping[str, ReadinessCheck] | None = None,
 ) -> web.Application:
     """Socket Mode: an app with only the three endpoints; ready needs the connection up."""
-    checks = _checks(store, socket, health)
+    checks = _checks(store, socket, health, checks)
     return health_app(metrics, checks, refresh=gauges_refresh(store, metrics))

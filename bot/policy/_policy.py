@@ -14,6 +14,7 @@ from bot.tools.mcp.config import McpServerConfig, McpServerName
 from bot.tools.mcp.tool import McpTool
 
 from ._approvers import ApproverSpec
+from ._audit import AuditPolicy
 from ._errors import PolicyError
 from ._fields import GROUP_ID, ChannelId, Trigger
 from ._gate import COMMAND_TOOL, GateDecision, approval_summary, built_in_tools, decide
@@ -48,6 +49,8 @@ class Policy(Model):
     channels_policy: dict[ChannelId, ChannelPolicy] = Field(default_factory=dict)
     mcp_servers: dict[McpServerName, McpServerConfig] = Field(default_factory=dict)
     """`[mcp_servers.NAME]`: MCP tool servers whose tools are offered as `NAME__TOOL`."""
+    audit: AuditPolicy = AuditPolicy()
+    """`[audit]`: the audit log's export (a webhook)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any
 
 from agent_core import (
@@ -22,9 +22,11 @@ from agent_core import (
     TextDelta,
     ToolResult,
 )
+from agent_core.outcomes import CallOutcome, Cancelled, Expired, Interrupted, NotRun, Rejected
 
-from ..observability import log_context, log_event
+from ..observability import log_context, log_event, tracing
 from ..observability.metrics import RunOutcome, ToolOutcome
+from ..store import ToolCallRow
 from .cards import Cards
 from .context import LiveRun, RunContext
 from .notices import (
@@ -40,7 +42,7 @@ from .notices import (
 from .output import TextSink, Thread
 from .timeline import AllowanceUses, Timeline, Waiting, Working
 
-__all__ = ["ERROR_CHARS", "Driver", "cut_error"]
+__all__ = ["ERROR_CHARS", "Driver", "conversation_id", "cut_error"]
 
 
 logger = logging.getLogger("opsgate.runs")
@@ -81,9 +83,15 @@ class Driver:
         message_ts: str | None,
         item_id: int | None = None,
         resuming: bool = False,
+        resumed_from: Sequence[ToolCallRow] = (),
     ) -> None:
-        """`resuming`: the stream answers a paused batch (the timeline starts with it)."""
-        with log_context(session=session_id, thread=thread.thread_ts):
+        """`resuming`: the stream answers a paused batch (the timeline starts with it);
+        `resumed_from`: that paused batch (its span is linked to)."""
+        links = tracing.links_to((row.trace_id, row.span_id) for row in resumed_from)
+        with (
+            log_context(session=session_id, thread=thread.thread_ts),
+            tracing.run_span(conversation_id(thread), links),
+        ):
             await self._drive(
                 thread,
                 session_id,
@@ -238,10 +246,13 @@ class _Shown:
                 result = ToolRan(update.name, update.call_id, update.content, update.is_error)
                 await self.say(result)
             case ToolResult(outcome=outcome) if outcome is not None:
+                self.driver.ctx.observer.tool_finished(update.name, _not_run(outcome), 0.0)
                 await self.say(ToolNotRun(update.name, outcome))
             case Finish(finish_reason=FinishReason.AWAITING_APPROVAL):
                 # The store already says awaiting_approval; the end of the run leaves it so.
                 self.outcome = None
+                if (ids := tracing.current_ids()) is not None:
+                    await self.driver.ctx.store.note_trace(self.session_id, *ids)
                 self.refused = await self.driver.cards.post_all(self.thread, self.session_id)
                 await _quietly(self.paused(), "showing the pause")
             case Finish(finish_reason=FinishReason.ERROR, error=error):
@@ -259,6 +270,7 @@ def _tool_ran(ctx: RunContext, result: ToolResult, seconds: float) -> None:
     """Count and log one tool execution (a call answered without running is not one)."""
     outcome: ToolOutcome = "error" if result.is_error else "ok"
     ctx.observer.tool_finished(result.name, outcome, seconds)
+    tracing.tool_span(result.name, result.call_id, seconds, is_error=result.is_error)
     log_event(
         "tool.executed",
         call=result.call_id,
@@ -266,6 +278,24 @@ def _tool_ran(ctx: RunContext, result: ToolResult, seconds: float) -> None:
         outcome=outcome,
         seconds=round(seconds, 3),
     )
+
+
+def _not_run(outcome: CallOutcome) -> ToolOutcome:
+    """The `opsgate_tool_seconds` outcome of a call answered without running."""
+    match outcome:
+        case Rejected():
+            return "rejected"
+        case Expired():
+            return "expired"
+        case Cancelled() | NotRun(cancelled_by=str()):
+            return "cancelled"
+        case NotRun() | Interrupted():
+            return "interrupted"
+
+
+def conversation_id(thread: Thread) -> str:
+    """`gen_ai.conversation.id`: the thread, as Slack names it."""
+    return f"{thread.channel_id}/{thread.thread_ts}"
 
 
 def _outcome(shown: RunOutcome | None, live: LiveRun | None) -> RunOutcome | None:

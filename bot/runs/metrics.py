@@ -7,17 +7,20 @@ it, and `NoObserver` is what a front end without metrics (the terminal) gets.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from agent_core import Tool
+from opentelemetry.trace import Span, Status, StatusCode
+
+from agent_core import Tool, ToolCall
 from agent_core.chat_client import ChatClient, ChatOptions
-from agent_core.events import ChatUpdate
+from agent_core.events import ChatUpdate, Finish, TextDelta
 from agent_core.exceptions import ChatClientError
 from agent_core.messages import ChatMessage
 
-from ..observability import classify_llm_error, log_context, log_event
+from ..observability import classify_llm_error, log_context, log_event, tracing
 from ..observability.metrics import (
     Decision,
     FeedbackValue,
@@ -25,9 +28,12 @@ from ..observability.metrics import (
     RunOutcome,
     ToolOutcome,
 )
+from ..policy import Policy
 from ..store import ToolCallRow
 
 __all__ = ["NoObserver", "ObservedChatClient", "RunObserver", "note_decision", "note_run_ended"]
+
+logger = logging.getLogger("opsgate.runs")
 
 
 class RunObserver(Protocol):
@@ -91,12 +97,37 @@ class _Observed(Protocol):
     @property
     def clock(self) -> Callable[[], datetime]: ...
 
+    @property
+    def policy(self) -> Policy: ...
+
 
 def note_decision(ctx: _Observed, row: ToolCallRow, decision: Decision) -> None:
-    """A card's call was decided (or expired, or cancelled); latency from when it was asked."""
-    ctx.observer.decision_since(decision, row.created_at, now=ctx.clock())
+    """A card's call was decided (or expired, or cancelled); latency from when it was asked,
+    and the approval's span in the paused run's trace."""
+    now = ctx.clock()
+    ctx.observer.decision_since(decision, row.created_at, now=now)
+    if tracing.tracing_on():
+        _approval_span(ctx, row, decision, now)
     with log_context(session=row.session_id, call=row.call_id):
         log_event("decision", decision=decision, tool=row.name, by=row.decided_by)
+
+
+def _approval_span(ctx: _Observed, row: ToolCallRow, decision: Decision, now: datetime) -> None:
+    """The approval's span; a failure here is logged, never the decision's."""
+    try:
+        call = ToolCall(id=row.call_id, name=row.name, arguments=row.arguments)
+        tracing.approval_span(
+            row.name,
+            parent=(row.trace_id, row.span_id) if row.trace_id and row.span_id else None,
+            asked_at=row.created_at,
+            decided_at=row.decided_at or now,
+            decision=decision,
+            approvers=row.approvals or ((row.decided_by,) if row.decided_by else ()),
+            required=ctx.policy.required_approvals_for(row.card_channel),
+            rule=ctx.policy.rule_for(row.name, call),
+        )
+    except Exception:
+        logger.exception("the approval span of %s could not be written", row.id)
 
 
 def note_run_ended(ctx: _Observed, session_id: str, outcome: RunOutcome) -> None:
@@ -129,13 +160,40 @@ class ObservedChatClient:
         tools: Sequence[Tool] = (),
         options: ChatOptions | None = None,
     ) -> AsyncIterator[ChatUpdate]:
+        model = str(getattr(self.client, "model", "") or "model")
+        span = tracing.chat_span(model)
+        content = span.is_recording() and tracing.capture_content()
+        if content:
+            span.set_attribute("gen_ai.input.messages", tracing.message_texts(messages))
+        answer: list[str] = []
         updates = self.client.stream(messages, tools=tools, options=options)
         try:
             async for update in updates:
+                if isinstance(update, Finish):
+                    _finished_chat(span, model, update)
+                    if content:
+                        reply = ChatMessage.assistant("".join(answer))
+                        span.set_attribute("gen_ai.output.messages", tracing.message_texts([reply]))
+                elif content and isinstance(update, TextDelta):
+                    answer.append(update.text)
                 yield update
         except ChatClientError as exc:
-            self.observer.llm_error(classify_llm_error(exc))
+            kind = classify_llm_error(exc)
+            self.observer.llm_error(kind)
+            span.set_status(Status(StatusCode.ERROR))
+            span.set_attribute("error.type", kind)
             raise
         finally:
+            span.end()
             if (aclose := getattr(updates, "aclose", None)) is not None:
                 await aclose()
+
+
+def _finished_chat(span: Span, model: str, finish: Finish) -> None:
+    if not span.is_recording():
+        return
+    span.set_attribute("gen_ai.response.model", model)
+    span.set_attribute("gen_ai.response.finish_reasons", [str(finish.finish_reason)])
+    if finish.usage is not None:
+        span.set_attribute("gen_ai.usage.input_tokens", finish.usage.prompt_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", finish.usage.completion_tokens)

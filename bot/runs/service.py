@@ -274,6 +274,7 @@ class RunService:
                 requester=session.requester,
                 message_ts=card_ts,
                 resuming=True,
+                resumed_from=batch,
             ),
             name=f"resume {session_id}",
         )

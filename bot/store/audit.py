@@ -8,9 +8,10 @@ shared by every process and replica on the database.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from .chain import GENESIS
 from .core import StoreCore
 from .db import aware
 from .models import AuditRow, HomeViewer
@@ -36,16 +37,68 @@ class Audit(StoreCore):
                 tx, event, actor=actor, session_id=session_id, call_id=call_id, details=details
             )
 
-    async def audit_rows(self, *, since: datetime | None = None) -> list[AuditRow]:
+    async def audit_rows(
+        self,
+        *,
+        since: datetime | None = None,
+        after_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[AuditRow]:
+        where, params = ["1 = 1"], dict[str, Any]()
+        if after_seq is not None:
+            where.append("seq > :after")
+            params["after"] = after_seq
+        if since is not None:
+            where.append("at >= :since")
+            params["since"] = self._db.time_in(aware(since))
+        tail = "" if limit is None else f" LIMIT {int(limit)}"
         async with self._db.reading("audit_rows") as tx:
-            if since is None:
-                rows = await tx.fetch_all("SELECT * FROM audit ORDER BY id")
-            else:
-                rows = await tx.fetch_all(
-                    "SELECT * FROM audit WHERE at >= :since ORDER BY id",
-                    {"since": self._db.time_in(aware(since))},
-                )
+            rows = await tx.fetch_all(
+                f"SELECT * FROM audit WHERE {' AND '.join(where)} ORDER BY id{tail}", params
+            )
         return [self._audit_model(row) for row in rows]
+
+    async def audit_chain_head(self) -> tuple[int, str]:
+        async with self._db.reading("audit_chain_head") as tx:
+            head = await tx.fetch_one("SELECT seq, hash FROM audit_chain")
+        return (0, GENESIS) if head is None else (int(head["seq"]), str(head["hash"]))
+
+    # -- the export's cursor (`bot/observability/audit_export.py`) --------------------------------
+
+    async def claim_audit_export(self, holder: str, lease: timedelta) -> int | None:
+        """Hold (or renew) the export for `lease`; the last delivered seq, or None while
+        another holder's lease runs."""
+        moment = self._moment()
+        async with self._db.transaction("claim_audit_export") as tx:
+            touched = await tx.execute(
+                "UPDATE audit_export SET holder = :holder, held_until = :until "
+                "WHERE holder IS NULL OR holder = :holder OR held_until < :now",
+                {
+                    "holder": holder,
+                    "until": self._db.time_in(moment + lease),
+                    "now": self._db.time_in(moment),
+                },
+            )
+            if touched != 1:
+                return None
+            return int(await tx.fetch_value("SELECT delivered_seq FROM audit_export"))
+
+    async def audit_exported(self, holder: str, seq: int) -> bool:
+        """Move the cursor forward to `seq` (delivered); False if `holder` lost the export."""
+        async with self._db.transaction("audit_exported") as tx:
+            touched = await tx.execute(
+                "UPDATE audit_export SET delivered_seq = :seq "
+                "WHERE holder = :holder AND delivered_seq < :seq",
+                {"seq": seq, "holder": holder},
+            )
+        return touched == 1
+
+    async def release_audit_export(self, holder: str) -> None:
+        async with self._db.transaction("release_audit_export") as tx:
+            await tx.execute(
+                "UPDATE audit_export SET holder = NULL, held_until = NULL WHERE holder = :holder",
+                {"holder": holder},
+            )
 
     async def first_sighting(self, event_id: str) -> bool:
         moment = self._moment()

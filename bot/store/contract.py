@@ -352,10 +352,34 @@ class Store(Protocol):
         call_id: str | None = None,
         details: Mapping[str, Any] | None = None,
     ) -> None:
-        """Append one row to the audit log, which is append-only."""
+        """Append one row to the audit log, which is append-only and chained: the row gets
+        the next `seq` and its `hash` (`bot/store/chain.py`), in the caller's transaction."""
 
-    async def audit_rows(self, *, since: datetime | None = None) -> list[AuditRow]:
-        """Audit rows in the order written, from `since` on if given."""
+    async def audit_rows(
+        self,
+        *,
+        since: datetime | None = None,
+        after_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[AuditRow]:
+        """Audit rows in the order written, from `since` on if given, past `after_seq` (the
+        follower's and the exporter's cursor), at most `limit`."""
+
+    async def audit_chain_head(self) -> tuple[int, str]:
+        """The seq and hash the chain head records (0 and 64 zeros for an empty log)."""
+
+    async def note_trace(self, session_id: str, trace_id: str, span_id: str) -> None:
+        """Store the paused run's span ids with the calls of the session's current batch."""
+
+    async def claim_audit_export(self, holder: str, lease: timedelta) -> int | None:
+        """Hold (or renew) the audit export for `lease`, so one process delivers at a time;
+        the last delivered seq, or None while another holder's lease runs."""
+
+    async def audit_exported(self, holder: str, seq: int) -> bool:
+        """Move the export cursor forward to `seq`; False if `holder` no longer holds it."""
+
+    async def release_audit_export(self, holder: str) -> None:
+        """Give the export up (shutdown), so another replica takes it at once."""
 
     async def first_sighting(self, event_id: str) -> bool:
         """True the first time an event id is seen, across all stores; forgets after

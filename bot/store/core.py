@@ -10,9 +10,10 @@ concern (`sessions`, `ledger`, `decisions`, `edits`, `queue`, `recovery`, `audit
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -21,8 +22,9 @@ from pydantic_core import PydanticSerializationError
 from agent_core import replace_lone_surrogates, replace_lone_surrogates_in
 from agent_core.messages import ChatMessage
 
-from .db import Db, Row, Tx, aware
-from .errors import UnknownCall, UnknownSession
+from .chain import audit_key, row_hash
+from .db import Db, Row, Tx, aware, json_text
+from .errors import StoreError, UnknownCall, UnknownSession
 from .models import AuditRow, QueueItem, SessionRow, ToolCallRow
 from .rules import Person
 
@@ -41,6 +43,16 @@ def message_body(message: ChatMessage) -> str:
         logger.warning("a %s message held lone surrogates; replaced by U+FFFD", message.role)
         raw = message.model_dump(mode="python", exclude_defaults=True)
         return ChatMessage.model_validate(replace_lone_surrogates_in(raw)).to_json()
+
+
+def _has_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_float(v) for v in value)
+    return False
 
 
 class StoreCore:
@@ -176,16 +188,44 @@ class StoreCore:
         call_id: str | None = None,
         details: Mapping[str, Any] | None = None,
     ) -> None:
+        """Append one row to the chain (`bot/store/chain.py`): lock the one-row chain head
+        (PostgreSQL; SQLite's write transaction is already the only one) and write the row
+        with the next seq and id and its hash; the insert's trigger advances the head (and
+        refuses a row that is not the next link), all in the caller's transaction, so
+        replicas append one at a time and a rolled-back write leaves no gap."""
+        head = await tx.fetch_one(
+            "SELECT seq, hash, last_id FROM audit_chain" + self._db.for_update
+        )
+        if head is None:
+            raise StoreError(f"the audit chain of {self._db.name!r} has no head (migrate it)")
+        # The row as it will read back: UTC time, details through the JSON the column stores.
+        stored = json.loads(json_text(dict(details or {})))
+        if self._db.dialect == "postgresql" and _has_float(stored):
+            # jsonb keeps numbers as numeric and prints 1e16 as 10000000000000000: hash what
+            # it will give back (one more round trip, only when a float is there).
+            stored = await tx.fetch_value("SELECT CAST(:details AS jsonb)", {"details": stored})
+        row = AuditRow(
+            id=int(head["last_id"]) + 1,
+            at=self._moment().astimezone(UTC),
+            event=event,
+            actor=actor,
+            session_id=session_id,
+            call_id=call_id,
+            details=stored,
+            seq=int(head["seq"]) + 1,
+            prev_hash=head["hash"],
+            hash="",
+        )
+        digest = row_hash(row, audit_key())
         await tx.execute(
-            "INSERT INTO audit (at, event, actor, session_id, call_id, details) "
-            "VALUES (:at, :event, :actor, :session_id, :call_id, :details)",
+            "INSERT INTO audit (id, at, event, actor, session_id, call_id, details, seq, "
+            "prev_hash, hash) VALUES (:id, :at, :event, :actor, :session_id, :call_id, "
+            ":details, :seq, :prev_hash, :hash)",
             {
-                "at": self._now(),
-                "event": event,
-                "actor": actor,
-                "session_id": session_id,
-                "call_id": call_id,
-                "details": self._db.json_in(dict(details or {})),
+                **row.model_dump(exclude={"at", "details", "hash"}),
+                "at": self._db.time_in(row.at),
+                "details": self._db.json_in(row.details),
+                "hash": digest,
             },
         )
 

@@ -277,6 +277,14 @@ class Ledger(Sessions):
 
     # -- expiry and reminders ----------------------------------------------------------------------
 
+    async def note_trace(self, session_id: str, trace_id: str, span_id: str) -> None:
+        async with self._db.transaction("note_trace") as tx:
+            await tx.execute(
+                "UPDATE tool_calls SET trace_id = :trace_id, span_id = :span_id WHERE batch_id = "
+                "(SELECT batch_id FROM sessions WHERE id = :id)",
+                {"trace_id": trace_id, "span_id": span_id, "id": session_id},
+            )
+
     async def set_expiry(
         self, ledger_id: str, expires_at: datetime, *, ttl: str | None = None
     ) -> None:

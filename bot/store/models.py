@@ -113,6 +113,10 @@ class ToolCallRow(BaseModel):
     """The time limit in words ("15m"), for the model's "Expired: ..." message."""
     approvals: tuple[str, ...] = ()
     """Distinct Slack user ids that approved so far (policies may need more than one)."""
+    trace_id: str | None = None
+    span_id: str | None = None
+    """The paused run's span (hex ids), when traces are on: the resumed run links to it and
+    the approval span joins its trace (`bot/observability/tracing.py`)."""
     created_at: datetime
     reminded_at: datetime | None = None
     started_at: datetime | None = None
@@ -160,6 +164,10 @@ class AuditRow(BaseModel):
     call_id: str | None = None
     """The provider's call id; `details["ledger_id"]` names the ledger row."""
     details: dict[str, Any]
+    seq: int
+    """Gap-free position in the database's one audit chain, from 1 (`bot/store/chain.py`)."""
+    prev_hash: str
+    hash: str
 
 
 class DecisionOutcome(BaseModel):

@@ -102,6 +102,10 @@ class Recovery(Ledger, Queue):
             )
             started = {row.session_id for row in executing}
             waiting = [row[0] for row in stuck if row[0] not in started]
+            # Every session first, in order, then the audit chain's head (the first audit row
+            # locks it): the order every other writer takes, so none waits on us in a cycle.
+            for session_id in sorted(started | {row[0] for row in stuck}):
+                await self._session(tx, session_id, lock=True)
             reclaimed = {sid for sid in waiting if await self._reclaim_resume(tx, sid)}
             for session_id in sorted(started | {row[0] for row in stuck} - reclaimed):
                 mine_here = [row for row in executing if row.session_id == session_id]

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ValidationError
 from .core import StoreCore
 from .errors import StoreError
 from .rules import new_id
-from .schema import WAKE_CHANNEL
+from .schema import AUDIT_CHANNEL, WAKE_CHANNEL
 
 if TYPE_CHECKING:
     from .db.postgres import PostgresDb
@@ -168,6 +168,31 @@ class Replicas(StoreCore):
             conn.add_termination_listener(on_lost)
             await conn.add_listener(WAKE_CHANNEL, on_notify)
             yield self._drain(heard)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), _CLOSE_TIMEOUT)
+
+    def audit_appended(self) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An event set whenever any process appends an audit row (or the listening
+        connection is lost: look again), while the context is open; `opsgate audit --follow`
+        clears it and reads."""
+        return self._audit_listening()
+
+    @contextlib.asynccontextmanager
+    async def _audit_listening(self) -> AsyncIterator[asyncio.Event]:
+        import asyncpg
+
+        appended = asyncio.Event()
+        try:
+            conn = await asyncpg.connect(
+                self._pg.url, server_settings={"application_name": f"{self._pg.origin} follow"}
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(f"cannot listen for audit rows on {self._pg.name!r}: {exc}") from exc
+        try:
+            conn.add_termination_listener(lambda _conn: appended.set())
+            await conn.add_listener(AUDIT_CHANNEL, lambda *_: appended.set())
+            yield appended
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), _CLOSE_TIMEOUT)

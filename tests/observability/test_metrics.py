@@ -24,6 +24,8 @@ FAMILIES = {
     "opsgate_mcp_calls": "counter",
     "opsgate_mcp_restarts": "counter",
     "opsgate_feedback": "counter",
+    "opsgate_audit_export_lag_seconds": "gauge",
+    "opsgate_audit_export_failures": "counter",
 }
 
 

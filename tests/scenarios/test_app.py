@@ -483,3 +483,26 @@ async def test_a_huge_provider_error_is_cut_before_it_is_posted(tmp_path: Path) 
         text = all_text(bot)
         assert "upstream exploded" in text and "more characters cut" in text
         assert len(text) < 3_000
+
+
+async def test_tool_seconds_count_calls_that_never_ran_by_outcome(tmp_path: Path) -> None:
+    """`opsgate_tool_seconds{tool,outcome}`: a rejected call is counted (at 0 s), not only the
+    calls that ran."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo no"})])
+        bot.llm.reply_text("Fine.")
+        await bot.mention("run it")
+        [card] = await bot.wait_cards(1)
+        await bot.submit_reject(card["ledger_id"], "no", user=BOB)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        text = bot.metrics.render().decode()
+    counts = {
+        (s.labels["tool"], s.labels["outcome"]): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "opsgate_tool_seconds_count"
+    }
+    assert counts == {("run_command", "rejected"): 1}

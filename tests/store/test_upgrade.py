@@ -260,3 +260,18 @@ async def test_a_fresh_postgres_database_has_the_upgraded_schema(
     finally:
         for url in (upgraded, fresh):
             await postgres_cluster.drop_database(url)
+
+
+async def test_the_old_release_audit_rows_are_chained_by_the_migration(old: Opener) -> None:
+    """Rows written before the chain get seq 1..N in id order and verify; new rows follow."""
+    from bot.store.chain import Intact, verify_chain
+
+    async with old() as store:
+        before = await store.audit_rows()
+        assert before and [row.seq for row in before] == list(range(1, len(before) + 1))
+        await store.audit("request", actor="UNEW")
+        rows = await store.audit_rows()
+        assert rows[-1].seq == len(before) + 1 and rows[-1].prev_hash == before[-1].hash
+        chain_seq, head = await store.audit_chain_head()
+        verdict = verify_chain(rows, key=None, chain_seq=chain_seq)
+        assert verdict == Intact("intact", len(rows), head)

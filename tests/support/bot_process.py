@@ -103,8 +103,7 @@ async def bot_process(
         OPENAI_BASE_URL=llm.base_url,
         OPENAI_API_KEY="sk-test",
         OPSGATE_MODEL="test-model",
-        OPSGATE_DB=str(tmp_path / "opsgate.db"),
-        **env,
+        **{"OPSGATE_DB": str(tmp_path / "opsgate.db"), **env},
     )
     process = await asyncio.create_subprocess_exec(
         str(OPSGATE),

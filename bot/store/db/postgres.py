@@ -158,7 +158,10 @@ class PostgresDb:
                 raise PostgresSchemaTooNew(self.name, current, SCHEMA_VERSION)
             for _version, statements in steps("postgresql", current):
                 for statement in statements:
-                    await tx.conn.execute(statement)
+                    if isinstance(statement, str):
+                        await tx.conn.execute(statement)
+                    else:
+                        await statement(tx)
             if current < SCHEMA_VERSION:
                 await tx.execute(
                     "INSERT INTO schema_version (singleton, version) VALUES (true, :version) "

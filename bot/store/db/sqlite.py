@@ -191,7 +191,10 @@ class SQLiteDb:
                     return
                 version, statements = todo[0]
                 for statement in statements:
-                    await conn.execute(statement)
+                    if isinstance(statement, str):
+                        await conn.execute(statement)
+                    else:
+                        await statement(_Tx(conn))
                 await conn.execute(f"PRAGMA user_version = {version}")
                 await conn.execute("COMMIT")
                 logger.info("migrated %s to schema version %d", self.path, version)

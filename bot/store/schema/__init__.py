@@ -5,13 +5,15 @@ Versions 1 to 8 (SQLite) and 1 to 7 (PostgreSQL) are the two lines as they shipp
 step with its SQLite and its PostgreSQL statements side by side.
 """
 
-from .migrations import MIGRATIONS, SCHEMA_VERSION, Migration, steps
+from .migrations import AUDIT_CHANNEL, MIGRATIONS, SCHEMA_VERSION, Migration, Statement, steps
 from .postgres import VERSION_TABLE, WAKE_CHANNEL
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
+    "AUDIT_CHANNEL",
     "MIGRATIONS",
     "Migration",
     "SCHEMA_VERSION",
+    "Statement",
     "VERSION_TABLE",
     "WAKE_CHANNEL",
     "steps",

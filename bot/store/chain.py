@@ -1,0 +1,142 @@
+"""The audit chain: each audit row's `hash` covers the row and the previous row's hash, so an
+edit, a deletion, a reordering or (against a head kept elsewhere) a truncation shows.
+
+Pinned (outside checks recompute it): `hash` = hex SHA-256, or hex HMAC-SHA-256 with
+`OPSGATE_AUDIT_KEY` when that is set, of the row's canonical JSON (the row as
+`opsgate audit --json` prints it, without `hash`: keys sorted, no spaces, UTF-8) followed by
+`prev_hash`; the first row's `prev_hash` is 64 zeros. The row printed and the row hashed are
+the same dict (`printed`), so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .db import Tx
+from .models import AuditRow
+
+__all__ = [
+    "GENESIS",
+    "KEY_VARIABLE",
+    "Broken",
+    "Intact",
+    "Verdict",
+    "audit_key",
+    "chain_existing_rows",
+    "printed",
+    "row_hash",
+    "verify_chain",
+]
+
+GENESIS = "0" * 64
+"""The `prev_hash` of the first row."""
+
+KEY_VARIABLE = "OPSGATE_AUDIT_KEY"
+
+
+def audit_key() -> bytes | None:
+    """The HMAC key from the environment, read where it is used: the writer, the migration and
+    `opsgate audit verify` must all see the same one, and none of them keeps it elsewhere."""
+    key = os.environ.get(KEY_VARIABLE, "")
+    return key.encode() if key else None
+
+
+def printed(row: AuditRow) -> dict[str, Any]:
+    """The row as `opsgate audit --json` prints it."""
+    return row.model_dump(mode="json")
+
+
+def row_hash(row: AuditRow, key: bytes | None) -> str:
+    """The row's hash as pinned (its own `hash` field is left out)."""
+    data = printed(row)
+    data.pop("hash", None)
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    payload = text.encode() + row.prev_hash.encode()
+    if key is None:
+        return hashlib.sha256(payload).hexdigest()
+    return hmac.new(key, payload, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Intact:
+    kind: Literal["intact"]
+    rows: int
+    head: str
+    """The last row's hash (GENESIS for an empty log)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Broken:
+    kind: Literal["broken"]
+    seq: int
+    """The first row that fails (or the first missing one)."""
+    why: str
+
+
+Verdict = Intact | Broken
+
+
+def verify_chain(
+    rows: Sequence[AuditRow],
+    *,
+    key: bytes | None,
+    head: str | None = None,
+    chain_seq: int | None = None,
+) -> Verdict:
+    """Walk `rows` (in the order the log lists them); the first failure wins. `head`: a hash
+    printed earlier that must still be in the chain; `chain_seq`: the seq the database's chain
+    head records (rows cut off the end show against it, unless it was rewritten too)."""
+    prev, expected = GENESIS, 1
+    seqs = {row.seq for row in rows}
+    for row in rows:
+        if row.seq != expected:
+            if row.seq < expected or expected in seqs:
+                return Broken(
+                    "broken", expected, f"reordered: seq {row.seq} is listed in its place"
+                )
+            return Broken("broken", expected, f"deleted: the next row is seq {row.seq}")
+        if row.prev_hash != prev:
+            why = "its prev_hash is not the hash of the row before it (that row was rewritten)"
+            return Broken("broken", row.seq, why)
+        if row_hash(row, key) != row.hash:
+            why = "edited: its hash does not match its content" + (
+                " (or the key is not the one it was written with)" if key else ""
+            )
+            return Broken("broken", row.seq, why)
+        prev, expected = row.hash, expected + 1
+    if chain_seq is not None and chain_seq >= expected:
+        why = f"truncated: the chain head is at seq {chain_seq}, the log ends at seq {expected - 1}"
+        return Broken("broken", expected, why)
+    if head is not None and head != GENESIS and head not in {row.hash for row in rows}:
+        why = f"truncated: head {head} is no longer in the chain"
+        return Broken("broken", expected, why)
+    return Intact("intact", len(rows), prev)
+
+
+async def chain_existing_rows(tx: Tx) -> None:
+    """Migration step: give the rows written before the chain their `seq`, `prev_hash` and
+    `hash`, in id order, and start the chain head after them (inside the migration's
+    transaction, with the update trigger lifted around it by the step's DDL)."""
+    key, prev, seq, last_id = audit_key(), GENESIS, 0, 0
+    for raw in await tx.fetch_all("SELECT * FROM audit ORDER BY id"):
+        data = dict(raw)
+        if isinstance(data["details"], str):
+            data["details"] = json.loads(data["details"])
+        seq += 1
+        row = AuditRow.model_validate({**data, "seq": seq, "prev_hash": prev, "hash": ""})
+        digest = row_hash(row, key)
+        await tx.execute(
+            "UPDATE audit SET seq = :seq, prev_hash = :prev, hash = :hash WHERE id = :id",
+            {"seq": seq, "prev": prev, "hash": digest, "id": row.id},
+        )
+        prev, last_id = digest, row.id
+    await tx.execute(
+        "INSERT INTO audit_chain (singleton, seq, hash, last_id) VALUES (1, :seq, :hash, :id)",
+        {"seq": seq, "hash": prev, "id": last_id},
+    )
