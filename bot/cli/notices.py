@@ -106,6 +106,8 @@ def _decision_text(notice: Notice) -> str | None:
             return f"Nothing changed: {_decision_reason(notice.why)}."
         case "not_approvable":
             return "This call cannot be approved: its full arguments could not be shown."
+        case "not_editable":
+            return f"{notice.field} is too long ({notice.length} characters) to edit here."
         case "pending_list":
             return _pending(notice.entries)
         case "help":
@@ -181,6 +183,8 @@ def refusal_text(refusal: Refused) -> str:
             return f"You are not a listed approver, and {groups} could not be looked up."
         case "not_an_approver":
             return f"Only the approvers may {refusal.action} this."
+        case "card_locked":
+            return "Its arguments could not be shown whole, so it cannot be approved."
 
 
 def card_text(card: CardCall, outcome: CardOutcome | None = None) -> str:

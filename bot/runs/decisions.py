@@ -7,11 +7,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
+from ..approvals import GateAction
 from ..store import ToolCallRow, already_reason
 from .cards import Cards
 from .context import RunContext, thread_of
+from .gate import authorize_on, refusal_notice
 from .metrics import note_decision
-from .notices import DecisionNotRecorded, NotAllowed, NotApprovable, Notice, UnknownRequest
+from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .output import Thread
 
 __all__ = ["Decisions"]
@@ -50,13 +52,9 @@ class Decisions:
                 details={"reason": "unknown approval id", "id": ledger_id, "ledger_id": ledger_id},
             )
             return UnknownRequest()
-        verdict = await self.ctx.approvals.check(
-            "approve" if decision == "approved" else "reject",
-            channel=session.channel_id,
-            user=user,
-            requester=row.requested_by,
-            user_team=team,
-            home_team=session.team_id,
+        action: GateAction = "approve" if decision == "approved" else "reject"
+        verdict = await authorize_on(
+            self.ctx, action, user=user, team=team, session=session, row=row
         )
         if verdict.kind == "refused":
             await store.audit(
@@ -66,23 +64,17 @@ class Decisions:
                 call_id=row.call_id,
                 details={
                     "ledger_id": ledger_id,
-                    "reason": verdict.reason,
+                    "reason": verdict.reason
+                    if verdict.reason != "card_locked"
+                    else row.card_locked,
                     "rule": verdict.rule,
                     "decision": decision,
                     "team_id": team,
                 },
             )
-            return NotAllowed(verdict)
-        if decision == "approved" and row.card_locked is not None:
-            await store.audit(
-                "refusal",
-                actor=user,
-                session_id=row.session_id,
-                call_id=row.call_id,
-                details={"ledger_id": ledger_id, "reason": row.card_locked, "decision": decision},
-            )
-            await self.cards.refresh(row)
-            return NotApprovable(row.card_locked)
+            if verdict.reason == "card_locked":
+                await self.cards.refresh(row)
+            return refusal_notice(verdict, row)
         outcome = await store.decide(
             ledger_id,
             decision,
@@ -120,13 +112,8 @@ class Decisions:
         if row.status != "pending":
             await self.cards.refresh(row)
             return DecisionNotRecorded(already_reason(row))
-        verdict = await self.ctx.approvals.check(
-            "reject",
-            channel=session.channel_id,
-            user=user,
-            requester=row.requested_by,
-            user_team=team,
-            home_team=session.team_id,
+        verdict = await authorize_on(
+            self.ctx, "reject", user=user, team=team, session=session, row=row
         )
         return NotAllowed(verdict) if verdict.kind == "refused" else None
 

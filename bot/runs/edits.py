@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 
@@ -31,13 +31,14 @@ from ..store import (
 )
 from .cards import Cards, allow_window, scope
 from .context import RunContext, thread_of
+from .gate import authorize_on, refusal_notice
 from .metrics import note_decision
 from .notices import (
     AllowanceGranted,
     AllowanceRevoked,
     AllowanceUsed,
     DecisionNotRecorded,
-    NotAllowed,
+    NotEditable,
     NothingRevoked,
     Notice,
     UnknownRequest,
@@ -46,7 +47,10 @@ from .output import Thread
 from .views import AllowanceInfo, EditErrors, EditField, EditForm
 
 __all__ = [
+    "ARGUMENTS_FIELD",
     "COMMAND_FIELD",
+    "EDIT_FIELDS_MAX",
+    "EDIT_TEXT_MAX",
     "Allowances",
     "Edits",
     "info",
@@ -54,6 +58,15 @@ __all__ = [
 
 
 COMMAND_FIELD = "command"
+ARGUMENTS_FIELD = "arguments"
+"""The one field of a JSON edit form (a tool with more than `EDIT_FIELDS_MAX` arguments)."""
+EDIT_TEXT_MAX = 3000
+"""The longest value an edit field holds whole (Slack's plain-text input limit). A call with a
+longer value gets no form: a form cannot show it, and a cut value would run cut."""
+EDIT_FIELDS_MAX = 40
+"""Most fields in a form (a Slack modal holds 100 blocks); beyond, one JSON field."""
+_DECISION = {"edit": "edited", "allow": "allowed"}
+"""The audit's word for each action (as before the one gate)."""
 _COMMAND_TOOL = "run_command"
 
 Decide = Callable[..., Awaitable[Notice | None]]
@@ -75,7 +88,7 @@ class Edits:
         self._resume = resume
 
     async def _pending(
-        self, ledger_id: str, *, user: str, team: str | None, action: str
+        self, ledger_id: str, *, user: str, team: str | None, action: Literal["edit", "allow"]
     ) -> tuple[ToolCallRow, SessionRow] | Notice:
         """The call and its session if `user` may approve it now; else what to tell them."""
         store = self.ctx.store
@@ -86,13 +99,8 @@ class Edits:
         if row.status != "pending" or not row.needs_approval:
             await self.cards.refresh(row)
             return DecisionNotRecorded(already_reason(row))
-        verdict = await self.ctx.approvals.check(
-            "approve",
-            channel=session.channel_id,
-            user=user,
-            requester=row.requested_by,
-            user_team=team,
-            home_team=session.team_id if team else None,
+        verdict = await authorize_on(
+            self.ctx, action, user=user, team=team, session=session, row=row
         )
         if verdict.kind == "refused":
             await store.audit(
@@ -100,16 +108,21 @@ class Edits:
                 actor=user,
                 session_id=row.session_id,
                 call_id=row.call_id,
-                details={"reason": verdict.reason, "rule": verdict.rule, "decision": action},
+                details={
+                    "reason": verdict.reason,
+                    "rule": verdict.rule,
+                    "decision": _DECISION[action],
+                    "team_id": team,
+                },
             )
-            return NotAllowed(verdict)
+            return refusal_notice(verdict, row)
         return row, session
 
     # -- edit ------------------------------------------------------------------------------------
 
     async def form(self, ledger_id: str, *, user: str, team: str | None) -> EditForm | Notice:
         """The prefilled edit form, or why `user` may not edit the call."""
-        found = await self._pending(ledger_id, user=user, team=team, action="edited")
+        found = await self._pending(ledger_id, user=user, team=team, action="edit")
         if not isinstance(found, tuple):
             return found
         row, _ = found
@@ -117,19 +130,18 @@ class Edits:
             return DecisionNotRecorded(EditNotAllowed(row.tool))
         arguments = row.running_arguments()
         arguments = arguments if isinstance(arguments, dict) else {}
-        if row.tool == _COMMAND_TOOL:
-            command = arguments.get(COMMAND_FIELD)
-            text = command if isinstance(command, str) else ""
-            field = EditField(COMMAND_FIELD, text, required=True)
-            return EditForm(row.id, row.tool, row.running_digest, (field,), command=True)
-        return EditForm(row.id, row.tool, row.running_digest, _fields(self._tool(row), arguments))
+        form = _form(row, self._tool(row), arguments)
+        for field in form.fields:
+            if len(field.value) > EDIT_TEXT_MAX:
+                return NotEditable(row.tool, field.name, len(field.value), EDIT_TEXT_MAX)
+        return form
 
     async def submit(
         self, ledger_id: str, values: Mapping[str, str | None], *, user: str, team: str | None
     ) -> EditErrors | Notice | None:
         """Approve the call with the submitted arguments. `EditErrors` when they do not fit
         the tool's schema (nothing recorded); a notice for `user` alone when nothing changed."""
-        found = await self._pending(ledger_id, user=user, team=team, action="edited")
+        found = await self._pending(ledger_id, user=user, team=team, action="edit")
         if not isinstance(found, tuple):
             return found
         row, session = found
@@ -138,7 +150,10 @@ class Edits:
         current = row.running_arguments()
         current = current if isinstance(current, dict) else {}
         tool = self._tool(row)
-        parsed = _parse(tool, row.tool, current, values)
+        if ARGUMENTS_FIELD in values and len(values) == 1 and row.tool != _COMMAND_TOOL:
+            parsed = _json_arguments(tool, values[ARGUMENTS_FIELD])
+        else:
+            parsed = _parse(tool, row.tool, current, values)
         if isinstance(parsed, EditErrors):
             return parsed
         if canonical_arguments(parsed) == canonical_arguments(current):
@@ -170,7 +185,7 @@ class Edits:
     ) -> Notice | None:
         """Approve the call and allow its shape in the channel for the policy's `allow_for`,
         in one store transaction. `digest` is what the clicked card showed (None: unknown)."""
-        found = await self._pending(ledger_id, user=user, team=team, action="allowed")
+        found = await self._pending(ledger_id, user=user, team=team, action="allow")
         if not isinstance(found, tuple):
             return found
         row, session = found
@@ -205,6 +220,39 @@ class Edits:
         if not outcome.recorded:
             return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
         return None
+
+
+def _form(row: ToolCallRow, tool: Tool | None, arguments: dict[str, Any]) -> EditForm:
+    """The form for `row`: the command alone, a field per argument, or one JSON field."""
+    if row.tool == _COMMAND_TOOL:
+        command = arguments.get(COMMAND_FIELD)
+        text = command if isinstance(command, str) else ""
+        field = EditField(COMMAND_FIELD, text, required=True)
+        return EditForm(row.id, row.tool, row.running_digest, (field,), command=True)
+    fields = _fields(tool, arguments)
+    if len(fields) <= EDIT_FIELDS_MAX:
+        return EditForm(row.id, row.tool, row.running_digest, fields)
+    text = json.dumps(arguments, indent=1, ensure_ascii=False)
+    field = EditField(ARGUMENTS_FIELD, text, required=True, description="a JSON object")
+    return EditForm(row.id, row.tool, row.running_digest, (field,), as_json=True)
+
+
+def _json_arguments(tool: Tool | None, text: str | None) -> dict[str, Any] | EditErrors:
+    """A JSON form's object, validated against the tool's schema."""
+    try:
+        value = json.loads(text or "")
+    except ValueError as exc:
+        return EditErrors({ARGUMENTS_FIELD: f"Not JSON: {exc}"[:150]})
+    if not isinstance(value, dict):
+        return EditErrors({ARGUMENTS_FIELD: "Write a JSON object of the arguments."})
+    schema = tool.parameters if tool is not None else {}
+    try:
+        jsonschema.validate(value, schema or {"type": "object"})
+    except jsonschema.ValidationError as exc:
+        return EditErrors({ARGUMENTS_FIELD: exc.message[:150]})
+    except jsonschema.SchemaError:
+        pass  # the tool's own schema is broken: the tool itself validates what it gets
+    return value
 
 
 def _fields(tool: Tool | None, arguments: Mapping[str, Any]) -> tuple[EditField, ...]:
@@ -337,10 +385,16 @@ class Allowances:
         if row is None or not row.active(self.ctx.clock()):
             return NothingRevoked("that allowance has already ended")
         if user != row.granted_by:
-            verdict = await self.ctx.approvals.check(
-                "approve", channel=row.channel_id, user=user, requester=None, user_team=team
+            call = await store.get_call(row.ledger_id)
+            session = None if call is None else await store.get_session(call.session_id)
+            verdict = (
+                None
+                if session is None
+                else await authorize_on(
+                    self.ctx, "revoke", user=user, team=team, session=session, no_requester=True
+                )
             )
-            if verdict.kind == "refused":
+            if verdict is None or verdict.kind == "refused":
                 return NothingRevoked("only its granter or an approver of its channel may")
         if not await store.revoke_allowance(allowance_id, user_id=user):
             return NothingRevoked("someone revoked it first")

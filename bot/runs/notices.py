@@ -34,6 +34,7 @@ __all__ = [
     "Help",
     "NotAllowed",
     "NotApprovable",
+    "NotEditable",
     "NotSaved",
     "NothingCancelled",
     "NothingRevoked",
@@ -283,6 +284,19 @@ class NotApprovable:
     kind: Literal["not_approvable"] = "not_approvable"
 
 
+@dataclass(frozen=True, slots=True)
+class NotEditable:
+    """An Edit click on a call whose arguments the form cannot hold whole (`length` characters
+    in one field, over `limit`): no form is opened (a cut value would run cut); the full text
+    is in the card's attached file."""
+
+    tool: str
+    field: str
+    length: int
+    limit: int
+    kind: Literal["not_editable"] = "not_editable"
+
+
 # --- notices: answers to commands ----------------------------------------------------------
 
 
@@ -371,6 +385,7 @@ Notice = (
     | UnknownRequest
     | DecisionNotRecorded
     | NotApprovable
+    | NotEditable
     | PendingList
     | Help
     | AllowanceUsed
@@ -381,6 +396,6 @@ Notice = (
 )
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,
-`NotApprovable`,
+`NotApprovable`, `NotEditable`,
 `RootPostFailed`, `NotSaved` (a click), `ChannelNotAllowed` (from `/opsgate`), `PendingList`
 and `Help`."""

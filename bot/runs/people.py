@@ -9,11 +9,13 @@ channel answers. Channels with approver lists show to the people on them.
 
 from __future__ import annotations
 
+from ..approvals import Actor, GatedCall, authorize
 from ..store import HomeViewer
 from ..words import format_duration
 from .cards import Cards
 from .context import RunContext
 from .edits import Allowances
+from .gate import authorize_on
 from .views import AllowanceInfo, CardCall, ChannelHelp, HomeView, PendingEntry
 
 __all__ = ["REPUBLISH_MAX", "Answers", "Home"]
@@ -46,15 +48,12 @@ class Home:
                 continue
             if policy.approvers_for(where).anyone or user in row.approvals:
                 continue
-            verdict = await self.ctx.approvals.check(
-                "approve",
-                channel=where,
-                user=user,
-                requester=row.requested_by,
-                user_team=team,
-                home_team=session.team_id if team else None,
+            verdict = await authorize_on(
+                self.ctx, "show", user=user, team=team, session=session, row=row
             )
-            if verdict.kind == "allowed":
+            # A locked call is listed still (it may be rejected); the Home tab draws it with no
+            # Approve or Edit (`bot.slack.home`).
+            if verdict.kind == "allowed" or verdict.reason == "card_locked":
                 channels.add(where)
                 to_decide.append(self.cards.card_call(row, batch, where))
         allowances = [a for a in await self.allowances.active() if await self._sees(a, user, team)]
@@ -72,9 +71,8 @@ class Home:
             return True
         if self.ctx.policy.approvers_for(allowance.channel).anyone:
             return False
-        verdict = await self.ctx.approvals.check(
-            "approve", channel=allowance.channel, user=user, requester=None, user_team=team
-        )
+        call = GatedCall(allowance.channel, workspace=None)
+        verdict = await authorize(self.ctx.approvals, Actor(user, team), call, "revoke")
         return verdict.kind == "allowed"
 
     async def opened(self, user: str, *, team: str | None) -> HomeView:
@@ -174,15 +172,10 @@ class Answers:
                 continue
             if user in row.approvals or (row.expires_at is not None and row.expires_at <= now):
                 continue
-            verdict = await self.ctx.approvals.check(
-                "approve",
-                channel=where,
-                user=user,
-                requester=row.requested_by,
-                user_team=team,
-                home_team=pending.session.team_id,
+            verdict = await authorize_on(
+                self.ctx, "show", user=user, team=team, session=pending.session, row=row
             )
-            if verdict.kind == "refused":
+            if verdict.kind == "refused" and verdict.reason != "card_locked":
                 continue
             link = await self.cards.link(row)
             entries.append(

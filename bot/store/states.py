@@ -24,5 +24,5 @@ show on the card and the file holding them could not be attached."""
 QueueState = Literal["queued", "started", "done", "cancelled"]
 """A run-queue item's state: waiting for a slot, its run started, its run ended, or withdrawn."""
 
-InboxKind = Literal["message", "slash"]
+InboxKind = Literal["message", "slash", "request"]
 """What an inbox row holds: a message to the bot (mention, DM, thread reply) or `/opsgate`."""
