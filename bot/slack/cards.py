@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -228,7 +228,8 @@ def _warning(arguments: Any) -> str | None:
     """What a careful reader must be told about the arguments before approving."""
     raw = _as_text(arguments)
     notes = []
-    if hidden := hidden_characters(raw):
+    # The strings themselves, not their JSON: JSON writes a control character as `\u0007`.
+    if hidden := hidden_characters("".join(_strings(arguments))):
         listed = ", ".join(hidden[:8]) + (", …" if len(hidden) > 8 else "")
         notes.append(f"invisible or direction-changing characters ({listed}), shown as `⟦U+…⟧`")
     if mark_whitespace(raw)[1]:
@@ -353,6 +354,19 @@ def _inline_text(arguments: Mapping[str, Any]) -> str | None:
 
 def as_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in `value` (keys too), however deep."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
 
 
 def _as_text(value: Any) -> str:
