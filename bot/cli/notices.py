@@ -229,6 +229,11 @@ def stopped_text(
     and `tool` mark up a user id and a tool name (the terminal shows them as they are)."""
     if notice.why == "cancelled":
         text = f"Run stopped by {person(notice.by or 'someone')}."
+    elif notice.why == "answer_too_long":
+        text = (
+            f"I stopped this answer at {notice.chars or 0:,} characters, the limit for one "
+            "answer: what came is above."
+        )
     else:
         limit = format_duration(timedelta(seconds=notice.seconds or 0))
         text = f"I stopped this run: it went on longer than {limit}, the limit for one run."

@@ -163,6 +163,8 @@ class _Shown:
         self.session_id = session_id
         self.requester = requester
         self.sink: TextSink | None = None
+        self.chars = 0
+        """Characters of answer streamed so far (bounded by `Deadlines.answer_chars`)."""
         self.outcome: RunOutcome | None = "completed"
         """How the run ended, as far as the stream says; None once it paused for approval."""
 
@@ -174,12 +176,25 @@ class _Shown:
     async def say(self, notice: Notice) -> None:
         await self.output.say(self.thread, notice)
 
+    async def _append(self, text: str) -> None:
+        """Stream `text`, up to the answer's limit: past it the run is stopped (its stream
+        closed, so neither the provider's bytes nor the answer grow any further)."""
+        limit = self.driver.ctx.deadlines.answer_chars
+        if limit is not None and self.chars + len(text) > limit:
+            text = text[: max(0, limit - self.chars)]
+            if self.driver.ctx.live.cut_answer(self.session_id, limit):
+                logger.warning("run %s: answer past %d characters, stopped", self.session_id, limit)
+        if not text or (limit is not None and self.chars >= limit):
+            return
+        self.chars += len(text)
+        if self.sink is None:
+            self.sink = self.output.stream(self.thread, self.requester)
+        await self.sink.append(text)
+
     async def show(self, update: AgentResponseUpdate) -> None:
         match update:
             case TextDelta(text=text):
-                if self.sink is None:
-                    self.sink = self.output.stream(self.thread, self.requester)
-                await self.sink.append(text)
+                await self._append(text)
                 return
             case _:
                 await self.close()

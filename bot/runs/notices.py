@@ -220,12 +220,14 @@ class RunCancelled:
 
 @dataclass(frozen=True, slots=True)
 class RunStopped:
-    """A run that was going was stopped: `cancelled` by `by`, or past its `deadline` (the
-    per-run limit, `seconds`). `interrupted` tools were running then: never run again."""
+    """A run that was going was stopped: `cancelled` by `by`, past its `deadline` (the
+    per-run limit, `seconds`), or because its answer grew past `chars` characters (what came
+    was kept). `interrupted` tools were running then: never run again."""
 
-    why: Literal["cancelled", "deadline"]
+    why: Literal["cancelled", "deadline", "answer_too_long"]
     by: str | None = None
     seconds: float | None = None
+    chars: int | None = None
     interrupted: tuple[str, ...] = ()
     kind: Literal["run_stopped"] = "run_stopped"
 

@@ -356,6 +356,11 @@ def _stopped_text(notice: RunStopped) -> str:
     """Why a going run was stopped, and what that means for a tool it was running."""
     if notice.why == "cancelled":
         text = f"Run stopped by {user_mention(notice.by or 'someone')}."
+    elif notice.why == "answer_too_long":
+        text = (
+            f"I stopped this answer at {notice.chars or 0:,} characters, the limit for one "
+            "answer: what came is above."
+        )
     else:
         limit = format_duration(timedelta(seconds=notice.seconds or 0))
         text = f"I stopped this run: it went on longer than {limit}, the limit for one run."
