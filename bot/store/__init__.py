@@ -12,6 +12,7 @@ from .contract import Store
 from .db import utc_now
 from .errors import (
     DatabaseLocked,
+    DatabaseReplaced,
     DatabaseUnwritable,
     InvalidTransition,
     SchemaTooNew,
@@ -76,6 +77,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "CancelReason",
     "CardLock",
     "DatabaseLocked",
+    "DatabaseReplaced",
     "DatabaseUnwritable",
     "DecisionOutcome",
     "DecisionReason",

@@ -12,6 +12,7 @@ from bot.errors import BotError
 
 __all__ = [
     "DatabaseLocked",
+    "DatabaseReplaced",
     "DatabaseUnwritable",
     "InvalidTransition",
     "PostgresSchemaTooNew",
@@ -50,6 +51,19 @@ class DatabaseUnwritable(StoreError):
 
     def __init__(self, cause: BaseException) -> None:
         super().__init__(f"the database does not take writes, so OpsGate will not start: {cause}")
+
+
+class DatabaseReplaced(StoreError):
+    """The SQLite file the store opened was deleted or replaced under it: its writes would go
+    to a file nobody will read again (an unlinked inode), so every write is refused until the
+    bot is restarted on the right file."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(
+            f"the database file {str(path)!r} {why} since OpsGate opened it: nothing more is "
+            "written (it would be lost); restore the file and restart OpsGate"
+        )
+        self.path = path
 
 
 class SchemaTooNew(StoreError):
