@@ -22,6 +22,7 @@ lookup gets no options. See docs/architecture.md, "One intake".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -39,7 +40,7 @@ from ..runs.inbox import RequestDelivery
 from ..runs.notices import NotSaved
 from ..runs.output import Thread
 from ..runs.service import RunService
-from ..store import StoreError
+from ..store import InboxItem, StoreError
 from .notices import render
 from .output import SlackThreadOutput
 
@@ -109,9 +110,7 @@ def install(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> No
         key = request_key(body)
         delivery = RequestDelivery(kind=kind, body=body)
         try:
-            saved = await asyncio.wait_for(
-                service.inbox.save_request(delivery, keys=[key] if key else []), SAVE_SECONDS
-            )
+            saved = await _save_in_time(service, delivery, key)
         except (StoreError, TimeoutError) as exc:
             failure = exc if isinstance(exc, StoreError) else StoreError("the database is slow")
             service.ctx.health.failed(f"saving a {_what(kind)}", failure)
@@ -139,6 +138,37 @@ def install(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> No
         logger.info("a %s request saved before the restart: %d", delivery.kind, response.status)
 
     service.inbox.replay = replay
+
+
+async def _save_in_time(
+    service: RunService, delivery: RequestDelivery, key: str | None
+) -> InboxItem | None:
+    """The row, or `TimeoutError` after `SAVE_SECONDS`. A save that does not answer (a
+    PostgreSQL outage) is not waited for, even to cancel it: a cancelled asyncpg query may hang
+    too. It goes on as owned work; should it commit after all, its row is marked done at once,
+    so the request the person was told is not saved is never handled later."""
+    keys = [key] if key else []
+    try:
+        task = service.ctx.tasks.spawn(
+            service.inbox.save_request(delivery, keys=keys), name="saving a request"
+        )
+    except RuntimeError:  # stopping: no owner for it, so wait as long as it takes
+        return await service.inbox.save_request(delivery, keys=keys)
+    done, _ = await asyncio.wait({task}, timeout=SAVE_SECONDS)
+    if task in done:
+        saved: InboxItem | None = task.result()
+        return saved
+
+    async def forget() -> None:
+        with contextlib.suppress(Exception):
+            late = await task
+            if late is not None:
+                await service.inbox.done(late.id)
+
+    task.cancel()
+    with contextlib.suppress(RuntimeError):
+        service.ctx.tasks.spawn(forget(), name="forgetting a late request")
+    raise TimeoutError(f"the request was not saved in {SAVE_SECONDS} s")
 
 
 class _MarkDone(AsyncListenerCompletionHandler):

@@ -400,9 +400,8 @@ async def running_bot(
             openai_base_url=llm_url or llm.base_url,
             openai_api_key="sk-test",
             opsgate_model="test-model",
-            opsgate_db=str(tmp_path / "opsgate.db"),
             _env_file=None,
-            **overrides,
+            **{"opsgate_db": str(tmp_path / "opsgate.db"), **overrides},
         )
         deps = await stack.enter_async_context(
             open_deps(
