@@ -25,6 +25,7 @@ from agent_core import (
 
 from ..observability import log_context, log_event
 from ..observability.metrics import RunOutcome, ToolOutcome
+from ..store import LateResult
 from .cards import Cards
 from .context import LiveRun, RunContext
 from .notices import (
@@ -108,6 +109,10 @@ class Driver:
         except asyncio.CancelledError:
             stopping = True  # recovery reports the run as interrupted at the next start-up
             raise
+        except LateResult as exc:
+            # Another replica took the run over while this one stalled and told the thread; the
+            # result is audited. Nothing more to say, and no traceback: nothing is broken here.
+            logger.warning("run %s: %s", session_id, exc)
         except AgentCoreError as exc:
             logger.warning("run %s refused: %s", session_id, exc)
             self._finished("failed")

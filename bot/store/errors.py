@@ -15,6 +15,7 @@ __all__ = [
     "DatabaseReplaced",
     "DatabaseUnwritable",
     "InvalidTransition",
+    "LateResult",
     "PostgresSchemaTooNew",
     "SchemaTooNew",
     "StoreError",
@@ -64,6 +65,21 @@ class DatabaseReplaced(StoreError):
             "written (it would be lost); restore the file and restart OpsGate"
         )
         self.path = path
+
+
+class LateResult(StoreError):
+    """A tool call finished on a replica that had stalled, after another replica reported it
+    interrupted (its lease had lapsed): the result and an audit row were written, the call
+    stays `interrupted` (the thread and the model were told so), and this run goes no further."""
+
+    def __init__(self, call_id: str, session_id: str) -> None:
+        super().__init__(
+            f"tool call {call_id!r} of session {session_id!r} is interrupted, not executing "
+            "(another replica reported it while it ran): its late result is audited, the run "
+            "goes no further here"
+        )
+        self.call_id = call_id
+        self.session_id = session_id
 
 
 class SchemaTooNew(StoreError):
