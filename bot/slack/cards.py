@@ -48,7 +48,6 @@ from .mrkdwn import (
     one_line,
     preformatted,
     requester_text,
-    truncate,
     user_mention,
 )
 
@@ -433,6 +432,10 @@ def server_tool_text(tool: ServerTool) -> str:
     return f"{warning}{named}{hints}"
 
 
+_ALLOW_SCOPE_MAX = 180
+"""Longest allowance scope the "Allow for" confirmation shows whole (its text holds 300)."""
+
+
 def extra_buttons(call: CardCall) -> list[ButtonElement]:
     """ "Edit" and "Allow for <duration>", where the policy enables them (in that order)."""
     buttons = []
@@ -442,8 +445,9 @@ def extra_buttons(call: CardCall) -> list[ButtonElement]:
                 text=PlainTextObject(text="Edit"), action_id=ACTION_EDIT, value=call.ledger_id
             )
         )
-    if call.allow_for is not None:
-        scope = truncate(call.allow_scope, 250)
+    # "Allow for" is offered only where its dialog can show the whole scope it would allow.
+    if call.allow_for is not None and len(call.allow_scope) <= _ALLOW_SCOPE_MAX:
+        scope = call.allow_scope
         buttons.append(
             ButtonElement(
                 text=PlainTextObject(text=f"Allow for {call.allow_for}"),
