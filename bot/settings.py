@@ -126,6 +126,9 @@ class Settings(BaseSettings):
     """One model turn, however the provider keeps its stream alive."""
     opsgate_run_timeout: float = Field(default=1800.0, gt=0)
     """One run (or one resume after a decision): past it the run is stopped."""
+    opsgate_max_answer_chars: int = Field(default=4_000_000, gt=0)
+    """Longest answer one run may stream (characters): past it the stream is stopped, what
+    came is kept and the thread is told. Bounds a run's memory, whatever the provider sends."""
     opsgate_lease_seconds: float = Field(default=30.0, gt=0)
     """Replicas (PostgreSQL): how long a replica's lease lasts without a heartbeat; a survivor
     reports a dead replica's running calls at most this long (plus one heartbeat) after."""

@@ -206,7 +206,11 @@ async def open_deps(
             person=person,
             slack_http=slack_http,
             observer=observer,
-            deadlines=Deadlines(settings.opsgate_turn_timeout, settings.opsgate_run_timeout),
+            deadlines=Deadlines(
+                settings.opsgate_turn_timeout,
+                settings.opsgate_run_timeout,
+                settings.opsgate_max_answer_chars,
+            ),
         )
         try:
             yield deps

@@ -20,11 +20,13 @@ RefusalReason = Literal[
     "other_workspace",
     "not_an_approver",
     "groups_unavailable",
+    "card_locked",
 ]
 """Why not. `unknown_workspace`: the request did not say which workspace the person belongs to,
 so the Slack Connect rule cannot be applied (refused, whatever else holds).
 `groups_unavailable`: the person is not listed and a user group that might hold
-them could not be looked up (try again later)."""
+them could not be looked up (try again later). `card_locked`: the call's arguments could not be
+shown whole, or the policy forbids it, so nothing may approve it (`bot.approvals.gate`)."""
 
 
 @dataclass(frozen=True, slots=True)

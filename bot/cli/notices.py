@@ -108,6 +108,8 @@ def _decision_text(notice: Notice) -> str | None:
             return f"Nothing changed: {_decision_reason(notice.why)}."
         case "not_approvable":
             return "This call cannot be approved: its full arguments could not be shown."
+        case "not_editable":
+            return f"{notice.field} is too long ({notice.length} characters) to edit here."
         case "pending_list":
             return _pending(notice.entries)
         case "help":
@@ -183,6 +185,8 @@ def refusal_text(refusal: Refused) -> str:
             return f"You are not a listed approver, and {groups} could not be looked up."
         case "not_an_approver":
             return f"Only the approvers may {refusal.action} this."
+        case "card_locked":
+            return "Its arguments could not be shown whole, so it cannot be approved."
 
 
 def card_text(card: CardCall, outcome: CardOutcome | None = None) -> str:
@@ -278,6 +282,11 @@ def stopped_text(
     and `tool` mark up a user id and a tool name (the terminal shows them as they are)."""
     if notice.why == "cancelled":
         text = f"Run stopped by {person(notice.by or 'someone')}."
+    elif notice.why == "answer_too_long":
+        text = (
+            f"I stopped this answer at {notice.chars or 0:,} characters, the limit for one "
+            "answer: what came is above."
+        )
     else:
         limit = format_duration(timedelta(seconds=notice.seconds or 0))
         text = f"I stopped this run: it went on longer than {limit}, the limit for one run."

@@ -10,6 +10,7 @@ from typing import Literal
 from ..store import NotWaiting, SessionRow
 from .cards import Cards
 from .context import RunContext
+from .gate import authorize_on
 from .metrics import note_decision, note_run_ended
 from .notices import (
     CancelledBeforeStart,
@@ -40,14 +41,7 @@ class Cancels:
         batch_id: str | None = None,
     ) -> Notice | None:
         store = self.ctx.store
-        verdict = await self.ctx.approvals.check(
-            "cancel",
-            channel=session.channel_id,
-            user=user,
-            requester=session.requester,
-            user_team=team,
-            home_team=session.team_id,
-        )
+        verdict = await authorize_on(self.ctx, "cancel", user=user, team=team, session=session)
         if verdict.kind == "refused":
             await store.audit(
                 "refusal",
@@ -114,13 +108,8 @@ class Cancels:
         if session is None or queued is None:
             await output.tell(thread, user, NothingToCancel())
             return
-        verdict = await self.ctx.approvals.check(
-            "withdraw",
-            channel=session.channel_id,
-            user=user,
-            requester=queued.requester,
-            user_team=team,
-            home_team=session.team_id,
+        verdict = await authorize_on(
+            self.ctx, "withdraw", user=user, team=team, session=session, requester=queued.requester
         )
         if verdict.kind == "refused":
             await output.tell(thread, user, NotAllowed(verdict))

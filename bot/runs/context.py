@@ -37,6 +37,8 @@ class Deadlines:
 
     turn: float | None = None
     run: float | None = None
+    answer_chars: int | None = None
+    """And how long one run's streamed answer may grow (characters; None: unbounded)."""
 
 
 @dataclass
@@ -46,11 +48,15 @@ class LiveRun:
     deadline: asyncio.Timeout
     seconds: float | None
     cancelled_by: str | None = None
+    answer_cut: int | None = None
+    """Set when the answer grew past its limit (that many characters were kept)."""
 
     def stopped(self) -> RunStopped | None:
         """Why the run was stopped (None: it was not, it ended on its own)."""
         if self.cancelled_by is not None:
             return RunStopped("cancelled", by=self.cancelled_by)
+        if self.answer_cut is not None:
+            return RunStopped("answer_too_long", chars=self.answer_cut)
         if self.deadline.expired():
             return RunStopped("deadline", seconds=self.seconds)
         return None
@@ -87,6 +93,15 @@ class LiveRuns:
         if live is None or live.stopped() is not None:
             return False
         live.cancelled_by = by
+        live.deadline.reschedule(asyncio.get_running_loop().time())
+        return True
+
+    def cut_answer(self, session_id: str, chars: int) -> bool:
+        """Stop the session's run because its answer reached `chars` (see `cancel`)."""
+        live = self._runs.get(session_id)
+        if live is None or live.stopped() is not None:
+            return False
+        live.answer_cut = chars
         live.deadline.reschedule(asyncio.get_running_loop().time())
         return True
 

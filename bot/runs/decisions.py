@@ -7,11 +7,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
+from ..approvals import GateAction
 from ..store import ToolCallRow, already_reason
 from .cards import Cards, call_decision
 from .context import RunContext, thread_of
+from .gate import authorize_on, call_lock, refusal_notice
 from .metrics import note_decision
-from .notices import DecisionNotRecorded, NotAllowed, NotApprovable, Notice, UnknownRequest
+from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .output import Thread
 
 __all__ = ["Decisions"]
@@ -51,14 +53,9 @@ class Decisions:
             )
             return UnknownRequest()
         policy = call_decision(self.ctx, row)
-        verdict = await self.ctx.approvals.check(
-            "approve" if decision == "approved" else "reject",
-            channel=session.channel_id,
-            user=user,
-            requester=row.requested_by,
-            user_team=team,
-            home_team=session.team_id,
-            decision=policy,
+        action: GateAction = "approve" if decision == "approved" else "reject"
+        verdict = await authorize_on(
+            self.ctx, action, user=user, team=team, session=session, row=row, decision=policy
         )
         if verdict.kind == "refused":
             await store.audit(
@@ -68,30 +65,18 @@ class Decisions:
                 call_id=row.call_id,
                 details={
                     "ledger_id": ledger_id,
-                    "reason": verdict.reason,
+                    "reason": verdict.reason
+                    if verdict.reason != "card_locked"
+                    else call_lock(row, policy),
                     "rule": verdict.rule,
                     "policy_rule": policy.policy_rule,
                     "decision": decision,
                     "team_id": team,
                 },
             )
-            return NotAllowed(verdict)
-        locked = "forbidden" if policy.forbidden else row.card_locked
-        if decision == "approved" and locked is not None:
-            await store.audit(
-                "refusal",
-                actor=user,
-                session_id=row.session_id,
-                call_id=row.call_id,
-                details={
-                    "ledger_id": ledger_id,
-                    "reason": locked,
-                    "decision": decision,
-                    "policy_rule": policy.policy_rule,
-                },
-            )
-            await self.cards.refresh(row)
-            return NotApprovable(locked)
+            if verdict.reason == "card_locked":
+                await self.cards.refresh(row)
+            return refusal_notice(verdict, row, policy)
         outcome = await store.decide(
             ledger_id,
             decision,
@@ -130,13 +115,13 @@ class Decisions:
         if row.status != "pending":
             await self.cards.refresh(row)
             return DecisionNotRecorded(already_reason(row))
-        verdict = await self.ctx.approvals.check(
+        verdict = await authorize_on(
+            self.ctx,
             "reject",
-            channel=session.channel_id,
             user=user,
-            requester=row.requested_by,
-            user_team=team,
-            home_team=session.team_id,
+            team=team,
+            session=session,
+            row=row,
             decision=call_decision(self.ctx, row),
         )
         return NotAllowed(verdict) if verdict.kind == "refused" else None

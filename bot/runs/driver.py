@@ -26,7 +26,7 @@ from agent_core.outcomes import CallOutcome, Cancelled, Expired, Interrupted, No
 
 from ..observability import log_context, log_event, tracing
 from ..observability.metrics import RunOutcome, ToolOutcome
-from ..store import ToolCallRow
+from ..store import LateResult, ToolCallRow
 from .cards import Cards
 from .context import LiveRun, RunContext
 from .notices import (
@@ -128,6 +128,10 @@ class Driver:
         except asyncio.CancelledError:
             stopping = True  # recovery reports the run as interrupted at the next start-up
             raise
+        except LateResult as exc:
+            # Another replica took the run over while this one stalled and told the thread; the
+            # result is audited. Nothing more to say, and no traceback: nothing is broken here.
+            logger.warning("run %s: %s", session_id, exc)
         except AgentCoreError as exc:
             logger.warning("run %s refused: %s", session_id, exc)
             self._finished("failed")
@@ -188,6 +192,8 @@ class _Shown:
         self.sink: TextSink | None = None
         uses = driver.allowance_uses
         self.timeline = Timeline(self.output.timeline(thread, requester), uses.granted_by)
+        self.chars = 0
+        """Characters of answer streamed so far (bounded by `Deadlines.answer_chars`)."""
         self.outcome: RunOutcome | None = "completed"
         """How the run ended, as far as the stream says; None once it paused for approval."""
         self.refused = False
@@ -223,6 +229,21 @@ class _Shown:
         approvers = ctx.policy.approvers_for(channel)
         await self.output.status(self.thread, Waiting(approvers.users, approvers.groups))
 
+    async def _append(self, text: str) -> None:
+        """Stream `text`, up to the answer's limit: past it the run is stopped (its stream
+        closed, so neither the provider's bytes nor the answer grow any further)."""
+        limit = self.driver.ctx.deadlines.answer_chars
+        if limit is not None and self.chars + len(text) > limit:
+            text = text[: max(0, limit - self.chars)]
+            if self.driver.ctx.live.cut_answer(self.session_id, limit):
+                logger.warning("run %s: answer past %d characters, stopped", self.session_id, limit)
+        if not text or (limit is not None and self.chars >= limit):
+            return
+        self.chars += len(text)
+        if self.sink is None:
+            self.sink = self.output.stream(self.thread, self.requester)
+        await self.sink.append(text)
+
     async def show(self, update: AgentResponseUpdate) -> None:
         await self.timeline.update(update)
         match update:
@@ -233,9 +254,7 @@ class _Shown:
                 pass
         match update:
             case TextDelta(text=text):
-                if self.sink is None:
-                    self.sink = self.output.stream(self.thread, self.requester)
-                await self.sink.append(text)
+                await self._append(text)
                 return
             case _:
                 await self.close()

@@ -9,12 +9,9 @@ and, once the approval is final, creates an allowance (`bot.runs.edits`).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
-
-import jsonschema
+from typing import Literal
 
 from agent_core import ApprovalGate, Tool, ToolCall, call_digest, canonical_arguments
 
@@ -40,32 +37,46 @@ from ..store import (
 from ..words import format_duration
 from .cards import Cards, allow_choices, allow_window, call_decision
 from .context import RunContext, thread_of
+from .edit_form import (
+    ARGUMENTS_FIELD,
+    COMMAND_FIELD,
+    COMMAND_TOOL,
+    EDIT_FIELDS_MAX,
+    EDIT_TEXT_MAX,
+    edit_form,
+    json_arguments,
+    parse_form,
+)
+from .gate import authorize_on, refusal_notice
 from .metrics import note_decision
 from .notices import (
     AllowanceGranted,
     AllowanceRevoked,
     AllowanceUsed,
     DecisionNotRecorded,
-    NotAllowed,
     NotApprovable,
+    NotEditable,
     NothingRevoked,
     Notice,
     UnknownRequest,
 )
 from .output import Thread
 from .timeline import AllowanceUses
-from .views import AllowanceInfo, AllowChoice, AllowForm, EditErrors, EditField, EditForm
+from .views import AllowanceInfo, AllowChoice, AllowForm, EditErrors, EditForm
 
 __all__ = [
+    "ARGUMENTS_FIELD",
     "COMMAND_FIELD",
+    "EDIT_FIELDS_MAX",
+    "EDIT_TEXT_MAX",
     "Allowances",
     "Edits",
     "info",
 ]
 
 
-COMMAND_FIELD = "command"
-_COMMAND_TOOL = "run_command"
+_DECISION = {"edit": "edited", "allow": "allowed"}
+"""The audit's word for each action (as before the one gate)."""
 
 Decide = Callable[..., Awaitable[Notice | None]]
 
@@ -86,7 +97,7 @@ class Edits:
         self._resume = resume
 
     async def _pending(
-        self, ledger_id: str, *, user: str, team: str | None, action: str
+        self, ledger_id: str, *, user: str, team: str | None, action: Literal["edit", "allow"]
     ) -> tuple[ToolCallRow, SessionRow] | Notice:
         """The call and its session if `user` may approve it now; else what to tell them."""
         store = self.ctx.store
@@ -97,14 +108,9 @@ class Edits:
         if row.status != "pending" or not row.needs_approval:
             await self.cards.refresh(row)
             return DecisionNotRecorded(already_reason(row))
-        verdict = await self.ctx.approvals.check(
-            "approve",
-            channel=session.channel_id,
-            user=user,
-            requester=row.requested_by,
-            user_team=team,
-            home_team=session.team_id if team else None,
-            decision=call_decision(self.ctx, row),
+        decision = call_decision(self.ctx, row)
+        verdict = await authorize_on(
+            self.ctx, action, user=user, team=team, session=session, row=row, decision=decision
         )
         if verdict.kind == "refused":
             await store.audit(
@@ -112,16 +118,22 @@ class Edits:
                 actor=user,
                 session_id=row.session_id,
                 call_id=row.call_id,
-                details={"reason": verdict.reason, "rule": verdict.rule, "decision": action},
+                details={
+                    "reason": verdict.reason,
+                    "rule": verdict.rule,
+                    "policy_rule": decision.policy_rule,
+                    "decision": _DECISION[action],
+                    "team_id": team,
+                },
             )
-            return NotAllowed(verdict)
+            return refusal_notice(verdict, row, decision)
         return row, session
 
     # -- edit ------------------------------------------------------------------------------------
 
     async def form(self, ledger_id: str, *, user: str, team: str | None) -> EditForm | Notice:
         """The prefilled edit form, or why `user` may not edit the call."""
-        found = await self._pending(ledger_id, user=user, team=team, action="edited")
+        found = await self._pending(ledger_id, user=user, team=team, action="edit")
         if not isinstance(found, tuple):
             return found
         row, _ = found
@@ -129,19 +141,18 @@ class Edits:
             return DecisionNotRecorded(EditNotAllowed(row.tool))
         arguments = row.running_arguments()
         arguments = arguments if isinstance(arguments, dict) else {}
-        if row.tool == _COMMAND_TOOL:
-            command = arguments.get(COMMAND_FIELD)
-            text = command if isinstance(command, str) else ""
-            field = EditField(COMMAND_FIELD, text, required=True)
-            return EditForm(row.id, row.tool, row.running_digest, (field,), command=True)
-        return EditForm(row.id, row.tool, row.running_digest, _fields(self._tool(row), arguments))
+        form = edit_form(row, self._tool(row), arguments)
+        for field in form.fields:
+            if len(field.value) > EDIT_TEXT_MAX:
+                return NotEditable(row.tool, field.name, len(field.value), EDIT_TEXT_MAX)
+        return form
 
     async def submit(
         self, ledger_id: str, values: Mapping[str, str | None], *, user: str, team: str | None
     ) -> EditErrors | Notice | None:
         """Approve the call with the submitted arguments. `EditErrors` when they do not fit
         the tool's schema (nothing recorded); a notice for `user` alone when nothing changed."""
-        found = await self._pending(ledger_id, user=user, team=team, action="edited")
+        found = await self._pending(ledger_id, user=user, team=team, action="edit")
         if not isinstance(found, tuple):
             return found
         row, session = found
@@ -150,7 +161,10 @@ class Edits:
         current = row.running_arguments()
         current = current if isinstance(current, dict) else {}
         tool = self._tool(row)
-        parsed = _parse(tool, row.tool, current, values)
+        if ARGUMENTS_FIELD in values and len(values) == 1 and row.tool != COMMAND_TOOL:
+            parsed = json_arguments(tool, values[ARGUMENTS_FIELD])
+        else:
+            parsed = parse_form(tool, row.tool, current, values)
         if isinstance(parsed, EditErrors):
             return parsed
         if canonical_arguments(parsed) == canonical_arguments(current):
@@ -161,17 +175,11 @@ class Edits:
         decision = call_decision(self.ctx, edited)
         if decision.forbidden:
             return NotApprovable("forbidden")
-        verdict = await self.ctx.approvals.check(
-            "approve",
-            channel=session.channel_id,
-            user=user,
-            requester=row.requested_by,
-            user_team=team,
-            home_team=session.team_id if team else None,
-            decision=decision,
+        verdict = await authorize_on(
+            self.ctx, "edit", user=user, team=team, session=session, row=edited, decision=decision
         )
         if verdict.kind == "refused":
-            return NotAllowed(verdict)
+            return refusal_notice(verdict, edited, decision)
         outcome = await self.ctx.store.edit_call(
             ledger_id,
             canonical_arguments(parsed),
@@ -199,7 +207,7 @@ class Edits:
     ) -> AllowForm | Notice | None:
         """The Allow dialog when the granter has shapes to choose from; None when the click
         allows at once (one shape, or the rule's `allow_prefix`); else why `user` may not."""
-        found = await self._pending(ledger_id, user=user, team=team, action="allowed")
+        found = await self._pending(ledger_id, user=user, team=team, action="allow")
         if not isinstance(found, tuple):
             return found
         row, session = found
@@ -219,7 +227,7 @@ class Edits:
         """Approve the call and allow its shape in the channel for the policy's `allow_for`,
         in one store transaction. `digest` is what the clicked card (or the dialog) showed
         (None: unknown); `choice` the dialog's pick among the offered shapes."""
-        found = await self._pending(ledger_id, user=user, team=team, action="allowed")
+        found = await self._pending(ledger_id, user=user, team=team, action="allow")
         if not isinstance(found, tuple):
             return found
         row, session = found
@@ -263,79 +271,6 @@ class Edits:
         if not outcome.recorded:
             return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
         return None
-
-
-def _fields(tool: Tool | None, arguments: Mapping[str, Any]) -> tuple[EditField, ...]:
-    """One field per argument of the tool's schema (and any the model sent beyond it)."""
-    schema = tool.parameters if tool is not None else {}
-    properties = schema.get("properties")
-    properties = properties if isinstance(properties, dict) else {}
-    required = set(schema.get("required") or ())
-    names = list(properties) + [n for n in arguments if n not in properties]
-    fields = []
-    for name in names:
-        spec = properties.get(name)
-        spec = spec if isinstance(spec, dict) else {}
-        value = arguments.get(name)
-        text = (
-            "" if name not in arguments else value if isinstance(value, str) else json.dumps(value)
-        )
-        description = spec.get("description")
-        fields.append(
-            EditField(
-                name,
-                text,
-                required=name in required,
-                description=description if isinstance(description, str) else "",
-            )
-        )
-    return tuple(fields)
-
-
-def _parse(
-    tool: Tool | None, name: str, current: Mapping[str, Any], values: Mapping[str, str | None]
-) -> dict[str, Any] | EditErrors:
-    """The submitted form as arguments, validated against the tool's schema."""
-    schema = tool.parameters if tool is not None else {}
-    properties = schema.get("properties")
-    properties = properties if isinstance(properties, dict) else {}
-    errors: dict[str, str] = {}
-    if name == _COMMAND_TOOL:
-        parsed: dict[str, Any] = dict(current)
-        command = values.get(COMMAND_FIELD)
-        if command is None or not command.strip():
-            return EditErrors({COMMAND_FIELD: "Write the command to run."})
-        parsed[COMMAND_FIELD] = command
-    else:
-        parsed = {}
-        for field, text in values.items():
-            if text is None or text == "":
-                continue
-            spec = properties.get(field)
-            if isinstance(spec, dict) and spec.get("type") == "string":
-                parsed[field] = text
-                continue
-            try:
-                parsed[field] = json.loads(text)
-            except ValueError:
-                parsed[field] = text  # a bare word for a string-or-else field; the schema judges
-    try:
-        jsonschema.validate(parsed, schema or {"type": "object"})
-    except jsonschema.ValidationError as exc:
-        where = str(exc.path[0]) if exc.path else _missing(exc) or next(iter(values), "")
-        errors[where] = exc.message[:150]
-    except jsonschema.SchemaError:
-        pass  # the tool's own schema is broken: the tool itself validates what it gets
-    return EditErrors(errors) if errors else parsed
-
-
-def _missing(exc: jsonschema.ValidationError) -> str | None:
-    """The field a "required" error names."""
-    if exc.validator == "required" and isinstance(exc.instance, dict):
-        for wanted in exc.validator_value or ():
-            if wanted not in exc.instance:
-                return str(wanted)
-    return None
 
 
 # -- allow ---------------------------------------------------------------------------------------
@@ -420,10 +355,16 @@ class Allowances:
         if row is None or not row.active(self.ctx.clock()):
             return NothingRevoked("that allowance has already ended")
         if user != row.granted_by:
-            verdict = await self.ctx.approvals.check(
-                "approve", channel=row.channel_id, user=user, requester=None, user_team=team
+            call = await store.get_call(row.ledger_id)
+            session = None if call is None else await store.get_session(call.session_id)
+            verdict = (
+                None
+                if session is None
+                else await authorize_on(
+                    self.ctx, "revoke", user=user, team=team, session=session, no_requester=True
+                )
             )
-            if verdict.kind == "refused":
+            if verdict is None or verdict.kind == "refused":
                 return NothingRevoked("only its granter or an approver of its channel may")
         if not await store.revoke_allowance(allowance_id, user_id=user):
             return NothingRevoked("someone revoked it first")

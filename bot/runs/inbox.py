@@ -25,7 +25,7 @@ from .context import RunContext
 from .notices import Notice
 from .output import Thread
 
-__all__ = ["Inbox", "MessageDelivery", "SlashDelivery"]
+__all__ = ["Inbox", "MessageDelivery", "Replay", "RequestDelivery", "SlashDelivery"]
 
 logger = logging.getLogger("opsgate.inbox")
 
@@ -62,6 +62,19 @@ class SlashDelivery(BaseModel):
     text: str
 
 
+class RequestDelivery(BaseModel):
+    """Any request Slack sent (an event, a click, a form, a shortcut, a command, an options
+    lookup), as the front end received it: saved by the one intake before its 200 and, if the
+    process died before the request was handled, handed back to the front end (`replay`) at
+    the next start-up. Slack-free here: `body` is opaque to the run service."""
+
+    model_config = _FROZEN
+
+    kind: str
+    body: dict[str, Any]
+
+
+Replay = Callable[[RequestDelivery], Awaitable[None]]
 OnMessage = Callable[..., Awaitable[None]]
 OnSlash = Callable[..., Awaitable[Notice | None]]
 
@@ -73,6 +86,8 @@ class Inbox:
         self.ctx = ctx
         self._on_message = on_message
         self._on_slash = on_slash
+        self.replay: Replay | None = None
+        """How the front end handles a saved request again (set by `bot.slack.intake`)."""
 
     async def save_message(
         self, delivery: MessageDelivery, *, keys: Sequence[str]
@@ -87,6 +102,16 @@ class Inbox:
     ) -> InboxItem | None:
         """Save before the 200; None for an invocation seen before (under any of `keys`)."""
         return await self._save("slash", delivery, keys)
+
+    async def save_request(
+        self, delivery: RequestDelivery, *, keys: Sequence[str] = ()
+    ) -> InboxItem | None:
+        """Save before the 200; None for a request seen before (under any of `keys`)."""
+        return await self._save("request", delivery, keys)
+
+    async def done(self, item_id: int) -> None:
+        """The request's handler finished: the row is not handed back at the next start."""
+        await self.ctx.store.inbox_done(item_id)
 
     async def _save(self, kind: Any, delivery: BaseModel, keys: Sequence[str]) -> InboxItem | None:
         payload = delivery.model_dump()
@@ -133,6 +158,13 @@ class Inbox:
                 notice = await self._on_slash(
                     team=slash.team, channel=slash.channel, user=slash.user, text=slash.text
                 )
+            case "request":
+                # Marked done first: a request that fails again at every start must not be
+                # handed back for ever (its effects are conditional writes: at most once).
+                await self.ctx.store.inbox_done(item.id)
+                if self.replay is not None:
+                    await self.replay(RequestDelivery.model_validate(item.payload))
+                return None
         await self.ctx.store.inbox_done(item.id)
         return notice
 

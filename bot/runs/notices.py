@@ -34,6 +34,7 @@ __all__ = [
     "Help",
     "NotAllowed",
     "NotApprovable",
+    "NotEditable",
     "NotSaved",
     "NothingCancelled",
     "NothingRevoked",
@@ -219,12 +220,14 @@ class RunCancelled:
 
 @dataclass(frozen=True, slots=True)
 class RunStopped:
-    """A run that was going was stopped: `cancelled` by `by`, or past its `deadline` (the
-    per-run limit, `seconds`). `interrupted` tools were running then: never run again."""
+    """A run that was going was stopped: `cancelled` by `by`, past its `deadline` (the
+    per-run limit, `seconds`), or because its answer grew past `chars` characters (what came
+    was kept). `interrupted` tools were running then: never run again."""
 
-    why: Literal["cancelled", "deadline"]
+    why: Literal["cancelled", "deadline", "answer_too_long"]
     by: str | None = None
     seconds: float | None = None
+    chars: int | None = None
     interrupted: tuple[str, ...] = ()
     kind: Literal["run_stopped"] = "run_stopped"
 
@@ -281,6 +284,19 @@ class NotApprovable:
 
     why: CardLock
     kind: Literal["not_approvable"] = "not_approvable"
+
+
+@dataclass(frozen=True, slots=True)
+class NotEditable:
+    """An Edit click on a call whose arguments the form cannot hold whole (`length` characters
+    in one field, over `limit`): no form is opened (a cut value would run cut); the full text
+    is in the card's attached file."""
+
+    tool: str
+    field: str
+    length: int
+    limit: int
+    kind: Literal["not_editable"] = "not_editable"
 
 
 # --- notices: answers to commands ----------------------------------------------------------
@@ -371,6 +387,7 @@ Notice = (
     | UnknownRequest
     | DecisionNotRecorded
     | NotApprovable
+    | NotEditable
     | PendingList
     | Help
     | AllowanceUsed
@@ -381,6 +398,6 @@ Notice = (
 )
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,
-`NotApprovable`,
+`NotApprovable`, `NotEditable`,
 `RootPostFailed`, `NotSaved` (a click), `ChannelNotAllowed` (from `/opsgate`), `PendingList`
 and `Help`."""

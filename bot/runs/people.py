@@ -9,11 +9,13 @@ channel answers. Channels with approver lists show to the people on them.
 
 from __future__ import annotations
 
+from ..approvals import Actor, GatedCall, authorize
 from ..store import HomeViewer
 from ..words import format_duration
 from .cards import Cards, call_decision
 from .context import RunContext
 from .edits import Allowances
+from .gate import authorize_on
 from .views import AllowanceInfo, CardCall, ChannelHelp, HomeView, PendingEntry
 
 __all__ = ["REPUBLISH_MAX", "Answers", "Home"]
@@ -47,16 +49,18 @@ class Home:
             decision = call_decision(self.ctx, row)
             if policy.approvers_for(where, decision).anyone or user in row.approvals:
                 continue
-            verdict = await self.ctx.approvals.check(
-                "approve",
-                channel=where,
+            verdict = await authorize_on(
+                self.ctx,
+                "show",
                 user=user,
-                requester=row.requested_by,
-                user_team=team,
-                home_team=session.team_id if team else None,
+                team=team,
+                session=session,
+                row=row,
                 decision=decision,
             )
-            if verdict.kind == "allowed":
+            # A locked call is listed still (it may be rejected); the Home tab draws it with no
+            # Approve or Edit (`bot.slack.home`).
+            if verdict.kind == "allowed" or verdict.reason == "card_locked":
                 channels.add(where)
                 to_decide.append(self.cards.card_call(row, batch, where))
         allowances = [a for a in await self.allowances.active() if await self._sees(a, user, team)]
@@ -74,9 +78,8 @@ class Home:
             return True
         if self.ctx.policy.approvers_for(allowance.channel).anyone:
             return False
-        verdict = await self.ctx.approvals.check(
-            "approve", channel=allowance.channel, user=user, requester=None, user_team=team
-        )
+        call = GatedCall(allowance.channel, workspace=None)
+        verdict = await authorize(self.ctx.approvals, Actor(user, team), call, "revoke")
         return verdict.kind == "allowed"
 
     async def opened(self, user: str, *, team: str | None) -> HomeView:
@@ -100,16 +103,17 @@ class Home:
             viewers = await self.ctx.store.home_viewers()
         if not viewers:
             return []  # nobody to republish for: spare the call and session reads
-        requester = None
+        requester, decision = None, None
         if ledger_id is not None:
             row = await self.ctx.store.get_call(ledger_id)
             session = None if row is None else await self.ctx.store.get_session(row.session_id)
             if row is None or session is None:
                 return []
             requester, channel = row.requested_by, session.channel_id
+            decision = call_decision(self.ctx, row)  # a rule's own approvers see its call
         if channel is None:
             return []
-        listed = not self.ctx.policy.approvers_for(channel).anyone
+        listed = not self.ctx.policy.approvers_for(channel, decision).anyone
         out: list[HomeViewer] = []
         for viewer in viewers:
             if len(out) >= REPUBLISH_MAX:
@@ -119,12 +123,12 @@ class Home:
                 continue
             if not listed:
                 continue  # such channels are not on anyone's Home tab (see the docstring)
-            verdict = await self.ctx.approvals.check(
-                "approve",
-                channel=channel,
-                user=viewer.user_id,
-                requester=None,
-                user_team=viewer.team_id,
+            verdict = await authorize(
+                self.ctx.approvals,
+                Actor(viewer.user_id, viewer.team_id),
+                GatedCall(channel, workspace=None),
+                "show",
+                decision=decision,
             )
             if verdict.kind == "allowed":
                 out.append(viewer)
@@ -177,16 +181,16 @@ class Answers:
                 continue
             if user in row.approvals or (row.expires_at is not None and row.expires_at <= now):
                 continue
-            verdict = await self.ctx.approvals.check(
-                "approve",
-                channel=where,
+            verdict = await authorize_on(
+                self.ctx,
+                "show",
                 user=user,
-                requester=row.requested_by,
-                user_team=team,
-                home_team=pending.session.team_id,
+                team=team,
+                session=pending.session,
+                row=row,
                 decision=decision,
             )
-            if verdict.kind == "refused":
+            if verdict.kind == "refused" and verdict.reason != "card_locked":
                 continue
             link = await self.cards.link(row)
             entries.append(

@@ -217,6 +217,9 @@ class EditForm:
     fields: tuple[EditField, ...]
     command: bool = False
     """True for `run_command`: one plain text field holding exactly the command."""
+    as_json: bool = False
+    """True for a tool with more arguments than a form shows fields: one field holding all the
+    arguments as a JSON object (`ARGUMENTS_FIELD`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,11 @@ def refusal_text(refusal: Refused) -> str:
     match refusal.reason:
         case "unknown_workspace":
             return _UNKNOWN_WORKSPACE
+        case "card_locked":
+            return (
+                "Its arguments could not be shown whole, so it cannot be approved, edited or "
+                "allowed. Reject it, or ask again with shorter arguments."
+            )
         case "self_approval":
             return (
                 "You asked for this, so you cannot approve it yourself: someone else has to. "

@@ -29,7 +29,7 @@ from ..approvals import FetchMembers
 from ..policy import Policy
 from ..runs.service import RunService
 from ..settings import Settings
-from . import listeners
+from . import intake, listeners
 from .output import SlackThreadOutput
 
 __all__ = [
@@ -82,8 +82,8 @@ def create_app(
     policy: Policy,
 ) -> AsyncApp:
     """The app on `output`'s client, its listeners calling `service`.
-    Each event and each slash request is saved once, deduplicated in the same transaction, by
-    the listeners' intake middleware before the acknowledgement (`bot.runs.inbox`).
+    Every request of every kind is saved once, deduplicated in the same transaction, by the one
+    intake middleware before any listener acknowledges it (`bot.slack.intake`).
     """
     secret = settings.slack_signing_secret
     with _no_env_token():
@@ -92,6 +92,7 @@ def create_app(
             signing_secret=secret.get_secret_value() if secret else "",
             logger=logging.getLogger("opsgate.bolt"),
         )
+    intake.install(app, service, output)  # before any listener: the one intake
     listeners.register(app, service, output, policy=policy)
     return app
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -48,7 +48,6 @@ from .mrkdwn import (
     one_line,
     preformatted,
     requester_text,
-    truncate,
     user_mention,
 )
 
@@ -238,7 +237,8 @@ def _warning(arguments: Any) -> str | None:
     """What a careful reader must be told about the arguments before approving."""
     raw = _as_text(arguments)
     notes = []
-    if hidden := hidden_characters(raw):
+    # The strings themselves, not their JSON: JSON writes a control character as `\u0007`.
+    if hidden := hidden_characters("".join(_strings(arguments))):
         listed = ", ".join(hidden[:8]) + (", …" if len(hidden) > 8 else "")
         notes.append(f"invisible or direction-changing characters ({listed}), shown as `⟦U+…⟧`")
     if mark_whitespace(raw)[1]:
@@ -365,6 +365,19 @@ def as_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in `value` (keys too), however deep."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
@@ -429,6 +442,10 @@ def server_tool_text(tool: ServerTool) -> str:
     return f"{warning}{named}{hints}"
 
 
+_ALLOW_SCOPE_MAX = 180
+"""Longest allowance scope the "Allow for" confirmation shows whole (its text holds 300)."""
+
+
 def extra_buttons(call: CardCall) -> list[ButtonElement]:
     """ "Edit" and "Allow for <duration>", where the policy enables them (in that order)."""
     buttons = []
@@ -438,7 +455,12 @@ def extra_buttons(call: CardCall) -> list[ButtonElement]:
                 text=PlainTextObject(text="Edit"), action_id=ACTION_EDIT, value=call.ledger_id
             )
         )
-    if call.allow_for is not None and call.allow_dialog:  # the dialog is the confirmation
+    # "Allow for" is offered only where what confirms it can show the whole scope it would
+    # allow. With shapes to choose from, the Allow dialog is the confirmation (its choices are
+    # only the shapes it shows whole, `bot.slack.modals.allow_modal`); else the button's own.
+    if call.allow_for is None or len(call.allow_scope) > _ALLOW_SCOPE_MAX:
+        return buttons
+    if call.allow_dialog:
         buttons.append(
             ButtonElement(
                 text=PlainTextObject(text=f"Allow for {call.allow_for}"),
@@ -446,8 +468,8 @@ def extra_buttons(call: CardCall) -> list[ButtonElement]:
                 value=call.ledger_id,
             )
         )
-    elif call.allow_for is not None:
-        scope = truncate(call.allow_scope, 250)
+    else:
+        scope = call.allow_scope
         buttons.append(
             ButtonElement(
                 text=PlainTextObject(text=f"Allow for {call.allow_for}"),

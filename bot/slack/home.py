@@ -23,7 +23,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from ..runs.views import AllowanceInfo, CardCall, HomeView
-from .cards import card_body, section
+from .cards import card_body, overflow, section
 from .ids import (
     ACTION_APPROVE,
     ACTION_EDIT,
@@ -52,7 +52,7 @@ def home_view(home: HomeView) -> dict[str, Any]:
         blocks.append(_note("Nothing waits for your decision right now."))
     for call in home.to_decide[:_SHOWN_MAX]:
         blocks += card_body(call, _ARG_LIMIT)
-        blocks.append(_decision_buttons(call))
+        blocks += _decision_buttons(call)
         blocks.append(DividerBlock())
     blocks.append(section("*Your requests waiting for approval*"))
     if not home.waiting:
@@ -87,14 +87,18 @@ def allowance_blocks(allowances: Sequence[AllowanceInfo]) -> list[Block]:
     return blocks
 
 
-def _decision_buttons(call: CardCall) -> ActionsBlock:
+def _decision_buttons(call: CardCall) -> list[Block]:
+    """Approve, Reject, Edit; only Reject (and a line saying why) when the tab cannot show the
+    whole call: what is approved must be what was shown, here as on the card."""
+    shown_whole = call.locked is None and overflow(call, _ARG_LIMIT) is None
+    approve = ButtonElement(
+        text=PlainTextObject(text="Approve"),
+        action_id=ACTION_APPROVE,
+        value=call.ledger_id,
+        style="primary",
+    )
     buttons = [
-        ButtonElement(
-            text=PlainTextObject(text="Approve"),
-            action_id=ACTION_APPROVE,
-            value=call.ledger_id,
-            style="primary",
-        ),
+        *([approve] if shown_whole else []),
         ButtonElement(
             text=PlainTextObject(text="Reject"),
             action_id=ACTION_REJECT,
@@ -102,13 +106,23 @@ def _decision_buttons(call: CardCall) -> ActionsBlock:
             style="danger",
         ),
     ]
-    if call.can_edit:
+    if call.can_edit and shown_whole:
         buttons.append(
             ButtonElement(
                 text=PlainTextObject(text="Edit"), action_id=ACTION_EDIT, value=call.ledger_id
             )
         )
-    return ActionsBlock(block_id=decision_block_id(call.digest, call.ledger_id), elements=buttons)
+    block_id = decision_block_id(call.digest, call.ledger_id)
+    actions = ActionsBlock(block_id=block_id, elements=buttons)
+    if shown_whole:
+        return [actions]
+    return [_note(_NOT_SHOWN_WHOLE), actions]
+
+
+_NOT_SHOWN_WHOLE = (
+    ":no_entry: Its arguments are too long to show here whole: approve or edit it on the card "
+    "in its thread, where they are attached in full."
+)
 
 
 def _note(text: str) -> ContextBlock:

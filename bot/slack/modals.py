@@ -77,9 +77,10 @@ def edit_modal(form: EditForm) -> dict[str, Any]:
             action_id=ACTION_FIELD,
             multiline=not form.command,
             max_length=_INPUT_MAX,
-            initial_value=field.value[:_INPUT_MAX] or None,
+            # Never cut: the run service offers no form for a longer value (`EDIT_TEXT_MAX`).
+            initial_value=field.value or None,
         )
-        label = "Command" if form.command else field.name
+        label = "Command" if form.command else "Arguments (JSON)" if form.as_json else field.name
         blocks.append(
             InputBlock(
                 block_id=field.name,

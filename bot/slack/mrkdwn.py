@@ -4,10 +4,12 @@ Slack turns `<...>` into links and mentions (`<!channel>`, `<@U..>`, `<https://x
 `&`, `<` and `>` are escaped and nothing else: other characters are not control characters
 in mrkdwn and escaping them would show as literal entities.
 
-What a person reads must be what the text says: bidirectional controls and zero-width
-characters (which can reorder or hide what follows) are shown as visible `⟦U+202E⟧` marks
-(`reveal`), and cards flag them (`hidden_characters`); long runs of whitespace that could push
-a command's tail out of sight are shown as `⟦N spaces⟧` (`mark_whitespace`). Markdown links
+What a person reads must be what the text says: every character not known to show as itself
+(an allowlist of printable, non-blank-rendering characters: bidi controls, zero-width and tag
+characters, C0/C1 controls, fillers such as U+2800 and U+3164 are not on it) is shown as a
+visible `⟦U+202E⟧` mark, a run of one as `⟦400 × U+2800⟧` (`reveal`), and cards flag them
+(`hidden_characters`); long runs of whitespace that could push a command's tail out of sight
+are shown as `⟦N spaces⟧` (`mark_whitespace`). Markdown links
 and images in streamed answers are neutralised (`neutralise_links`, `LinkGuard`): the URL is
 shown, never hidden behind a label. See `docs/architecture.md`, "What a card shows".
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import unicodedata
 
 from agent_core.outcomes import CallOutcome, render_outcome
 
@@ -46,17 +49,62 @@ _BACKTICK_AFTER_BACKTICK = re.compile(r"(?<=`)`")
 _USER_ID = re.compile(r"[UW][A-Z0-9]{1,20}")
 _BOT_ID = re.compile(r"[BA][A-Z0-9]{1,20}")
 _WHITESPACE = re.compile(r"\s+")
-_INVISIBLE = re.compile(
-    "[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
-)
-"""Bidi controls (U+202A–U+202E, U+2066–U+2069, U+200E/U+200F, U+061C), zero-width and
-invisible characters (U+200B–U+200D, U+2060–U+2064, U+FEFF, U+180E) and the soft hyphen."""
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+"""Controls (C0, C1), format characters (bidi controls, zero-width, tags, soft hyphen),
+surrogates, private-use and unassigned code points, line and paragraph separators."""
+_BLANK_LETTERS = frozenset({0x115F, 0x1160, 0x17B4, 0x17B5, 0x2800, 0x3164, 0xFFA0})
+"""Characters that render blank yet are letters or symbols, not whitespace, to any pattern:
+Hangul fillers, Khmer inherent vowels, the blank Braille pattern."""
+_SHOWN_AS_IS = "\t\n"
+
+
+def _hidden_ranges() -> list[tuple[int, int]]:
+    """The code points shown as marks: everything outside printable, non-blank-rendering
+    characters (an allowlist: a character is shown as is only if it is known to show). Planes
+    4 to 13 and the rest of 14 and up are unassigned or private: marked whole, unscanned."""
+    found: list[tuple[int, int]] = []
+
+    def add(cp: int, last: int) -> None:
+        if found and found[-1][1] == cp - 1:
+            found[-1] = (found[-1][0], last)
+        else:
+            found.append((cp, last))
+
+    for first, last in ((0, 0x3FFFF), (0xE0000, 0xE01FF)):
+        if first == 0xE0000:
+            add(0x40000, 0xDFFFF)
+        for cp in range(first, last + 1):
+            char = chr(cp)
+            if cp in _BLANK_LETTERS or (
+                unicodedata.category(char) in _HIDDEN_CATEGORIES and char not in _SHOWN_AS_IS
+            ):
+                add(cp, cp)
+    add(0xE0200, 0x10FFFF)
+    return found
+
+
+def _char_class(ranges: list[tuple[int, int]]) -> str:
+    def one(cp: int) -> str:
+        return f"\\U{cp:08x}"
+
+    return "".join(one(a) if a == b else f"{one(a)}-{one(b)}" for a, b in ranges)
+
+
+_HIDDEN_CLASS = f"[{_char_class(_hidden_ranges())}]"
+_INVISIBLE = re.compile(_HIDDEN_CLASS)
+"""What `reveal` marks and `hidden_characters` reports (see `_hidden_ranges`): bidi controls,
+zero-width and invisible characters, tag characters, C0/C1 controls, blank-rendering fillers
+such as U+2800 and U+3164, … — anything not known to show as itself."""
+_INVISIBLE_RUN = re.compile(f"({_HIDDEN_CLASS})\\1{{3,}}")
+"""Four or more of the same hidden character: one mark with the count, so a run cannot push
+what follows out of sight."""
 _LONG_BLANK = re.compile(r"[^\S\n]{16,}")
 _LONG_BREAKS = re.compile(r"(?:[^\S\n]*\n){5,}")
 
 
 def reveal(text: str) -> str:
     """Invisible and direction-changing characters as visible marks, e.g. `⟦U+202E⟧`."""
+    text = _INVISIBLE_RUN.sub(lambda m: f"⟦{len(m.group())} × U+{ord(m.group(1)):04X}⟧", text)
     return _INVISIBLE.sub(lambda m: _mark(m.group()), text)
 
 
@@ -281,4 +329,4 @@ def outcome_text(outcome: CallOutcome) -> str:
     person = str(getattr(outcome, field))
     stand_in: CallOutcome = dataclasses.replace(outcome, **{field: _PERSON})  # type: ignore[arg-type]
     text = escape_mrkdwn(render_outcome(stand_in))
-    return text.replace(_PERSON, person_text(person))
+    return text.replace(escape_mrkdwn(_PERSON), person_text(person))  # NUL is shown as a mark

@@ -26,6 +26,7 @@ from ..runs.notices import (
     Help,
     NotAllowed,
     NotApprovable,
+    NotEditable,
     NothingCancelled,
     NothingRevoked,
     NothingToCancel,
@@ -249,6 +250,7 @@ def _answer_text(
     | UnknownRequest
     | DecisionNotRecorded
     | NotApprovable
+    | NotEditable
     | PendingList
     | Help,
 ) -> str:
@@ -274,6 +276,13 @@ def _answer_text(
             return decision_reason_text(why)
         case NotApprovable(why=why):
             return lock_text(why)
+        case NotEditable(tool=tool, field=field, length=length, limit=limit):
+            return (
+                f":no_entry: {_code(field)} of {_code(tool)} is {length:,} characters long, "
+                f"more than an edit form holds ({limit:,}), so it cannot be edited here: a cut "
+                "value would run cut. The full arguments are in the file attached to the card; "
+                "approve or reject the call as it is, or ask again with the change."
+            )
         case PendingList(entries=entries):
             return pending_text(entries)
         case Help(info=info):
@@ -347,6 +356,11 @@ def _stopped_text(notice: RunStopped) -> str:
     """Why a going run was stopped, and what that means for a tool it was running."""
     if notice.why == "cancelled":
         text = f"Run stopped by {user_mention(notice.by or 'someone')}."
+    elif notice.why == "answer_too_long":
+        text = (
+            f"I stopped this answer at {notice.chars or 0:,} characters, the limit for one "
+            "answer: what came is above."
+        )
     else:
         limit = format_duration(timedelta(seconds=notice.seconds or 0))
         text = f"I stopped this run: it went on longer than {limit}, the limit for one run."

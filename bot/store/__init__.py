@@ -12,8 +12,10 @@ from .contract import Store
 from .db import utc_now
 from .errors import (
     DatabaseLocked,
+    DatabaseReplaced,
     DatabaseUnwritable,
     InvalidTransition,
+    LateResult,
     SchemaTooNew,
     StoreError,
     UnknownCall,
@@ -76,6 +78,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "CancelReason",
     "CardLock",
     "DatabaseLocked",
+    "DatabaseReplaced",
     "DatabaseUnwritable",
     "DecisionOutcome",
     "DecisionReason",
@@ -86,6 +89,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "InboxItem",
     "InboxKind",
     "InvalidTransition",
+    "LateResult",
     "LeaseHolder",
     "MoreApprovalsNeeded",
     "NeedsNoApproval",

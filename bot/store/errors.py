@@ -12,8 +12,10 @@ from bot.errors import BotError
 
 __all__ = [
     "DatabaseLocked",
+    "DatabaseReplaced",
     "DatabaseUnwritable",
     "InvalidTransition",
+    "LateResult",
     "PostgresSchemaTooNew",
     "SchemaTooNew",
     "StoreError",
@@ -50,6 +52,34 @@ class DatabaseUnwritable(StoreError):
 
     def __init__(self, cause: BaseException) -> None:
         super().__init__(f"the database does not take writes, so OpsGate will not start: {cause}")
+
+
+class DatabaseReplaced(StoreError):
+    """The SQLite file the store opened was deleted or replaced under it: its writes would go
+    to a file nobody will read again (an unlinked inode), so every write is refused until the
+    bot is restarted on the right file."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(
+            f"the database file {str(path)!r} {why} since OpsGate opened it: nothing more is "
+            "written (it would be lost); restore the file and restart OpsGate"
+        )
+        self.path = path
+
+
+class LateResult(StoreError):
+    """A tool call finished on a replica that had stalled, after another replica reported it
+    interrupted (its lease had lapsed): the result and an audit row were written, the call
+    stays `interrupted` (the thread and the model were told so), and this run goes no further."""
+
+    def __init__(self, call_id: str, session_id: str) -> None:
+        super().__init__(
+            f"tool call {call_id!r} of session {session_id!r} is interrupted, not executing "
+            "(another replica reported it while it ran): its late result is audited, the run "
+            "goes no further here"
+        )
+        self.call_id = call_id
+        self.session_id = session_id
 
 
 class SchemaTooNew(StoreError):

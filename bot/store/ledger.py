@@ -18,7 +18,7 @@ from agent_core.messages import ChatMessage, ToolCall, call_digest, canonical_ar
 from bot.words import format_duration
 
 from .db import Row, Tx, aware
-from .errors import StoreError, UnknownCall
+from .errors import LateResult, StoreError, UnknownCall
 from .models import ToolCallRow
 from .rules import card_state, expiry_ttl, new_id, start_audit
 from .sessions import Sessions
@@ -180,6 +180,7 @@ class Ledger(Sessions):
     async def finish_tool_call(
         self, session_id: str, call: ToolCall, message: ChatMessage, *, is_error: bool
     ) -> None:
+        late = False
         async with self._db.transaction("finish_tool_call") as tx:
             session = await self._session(tx, session_id, lock=True)
             row = await tx.fetch_one(
@@ -189,35 +190,68 @@ class Ledger(Sessions):
             if row is None:
                 raise UnknownCall(call.id, session_id)
             current = self._call_model(row)
-            if current.status != "executing":
+            if current.status == "interrupted":
+                await self._late_result(tx, session, current, message, is_error=is_error)
+                late = True
+            elif current.status != "executing":
                 raise StoreError(
                     f"tool call {call.id!r} of session {session_id!r} is {current.status}, "
                     "not executing; its result was not recorded"
                 )
-            await tx.execute(
-                "UPDATE tool_calls SET status = 'done', result = :result, is_error = :is_error, "
-                "finished_at = :now WHERE id = :id",
-                {
-                    "result": message.content,
-                    "is_error": is_error,
-                    "now": self._now(),
-                    "id": current.id,
-                },
-            )
-            await self._append(tx, session_id, [message])
-            await self._write_audit(
-                tx,
-                "execution_end",
-                actor=session["requester"],
-                session_id=session_id,
-                call_id=call.id,
-                details={
-                    "ledger_id": current.id,
-                    "tool": current.name,
-                    "is_error": is_error,
-                    "result_chars": len(message.content or ""),
-                },
-            )
+            else:
+                await self._finish(tx, session, current, message, is_error=is_error)
+        if late:
+            raise LateResult(call.id, session_id)
+
+    async def _late_result(
+        self, tx: Any, session: Any, current: ToolCallRow, message: ChatMessage, *, is_error: bool
+    ) -> None:
+        """Keep what a stalled replica's call returned after it was reported interrupted: the
+        result on the row (its status stays `interrupted`) and an audit row; the session's
+        history already answers the call as interrupted, so nothing is appended."""
+        await tx.execute(
+            "UPDATE tool_calls SET result = :result, is_error = :is_error, finished_at = :now "
+            "WHERE id = :id",
+            {"result": message.content, "is_error": is_error, "now": self._now(), "id": current.id},
+        )
+        await self._write_audit(
+            tx,
+            "execution_end",
+            actor=session["requester"],
+            session_id=current.session_id,
+            call_id=current.call_id,
+            details={
+                "ledger_id": current.id,
+                "tool": current.name,
+                "is_error": is_error,
+                "result_chars": len(message.content or ""),
+                "late": True,
+                "status": "interrupted",
+            },
+        )
+
+    async def _finish(
+        self, tx: Any, session: Any, current: ToolCallRow, message: ChatMessage, *, is_error: bool
+    ) -> None:
+        await tx.execute(
+            "UPDATE tool_calls SET status = 'done', result = :result, is_error = :is_error, "
+            "finished_at = :now WHERE id = :id",
+            {"result": message.content, "is_error": is_error, "now": self._now(), "id": current.id},
+        )
+        await self._append(tx, current.session_id, [message])
+        await self._write_audit(
+            tx,
+            "execution_end",
+            actor=session["requester"],
+            session_id=current.session_id,
+            call_id=current.call_id,
+            details={
+                "ledger_id": current.id,
+                "tool": current.name,
+                "is_error": is_error,
+                "result_chars": len(message.content or ""),
+            },
+        )
 
     # -- reading the ledger ------------------------------------------------------------------------
 

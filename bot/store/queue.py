@@ -237,6 +237,14 @@ class Queue(Sessions):
                     "now": now,
                 },
             )
+            if kind == "request":
+                # Every request Slack sends is a row (the one intake): done ones are kept for a
+                # while to look at, then deleted as new ones come (the (state, id) index finds
+                # them; their dedupe keys live on in seen_events for SEEN_EVENT_TTL).
+                await tx.execute(
+                    "DELETE FROM inbox WHERE state = 'done' AND id <= :oldest AND kind = 'request'",
+                    {"oldest": int(item_id) - REQUESTS_KEPT},
+                )
             return int(item_id)
 
     async def inbox_done(self, item_id: int) -> None:
@@ -245,6 +253,10 @@ class Queue(Sessions):
                 "UPDATE inbox SET state = 'done', done_at = :now WHERE id = :id",
                 {"now": self._now(), "id": item_id},
             )
+
+
+REQUESTS_KEPT = 10_000
+"""Done `request` rows kept (the newest); older ones are deleted as requests come in."""
 
 
 class _Seen(Exception):

@@ -25,5 +25,5 @@ forbids the call (it never runs; the model is told the rule's justification)."""
 QueueState = Literal["queued", "started", "done", "cancelled"]
 """A run-queue item's state: waiting for a slot, its run started, its run ended, or withdrawn."""
 
-InboxKind = Literal["message", "slash"]
+InboxKind = Literal["message", "slash", "request"]
 """What an inbox row holds: a message to the bot (mention, DM, thread reply) or `/opsgate`."""

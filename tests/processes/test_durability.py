@@ -144,3 +144,37 @@ def _approve_value(params: dict[str, object]) -> str:
             if element.get("action_id") == "opsgate_approve":
                 return str(element["value"])
     raise AssertionError("no Approve button on the card")
+
+
+async def test_a_shortcut_killed_right_after_its_200_is_answered_after_restart(
+    tmp_path: Path,
+) -> None:
+    """The one intake saved it before the 200: the next start hands it back to the app."""
+    from tests.scenarios.test_edits_and_allowances import _message_action
+
+    message = {"type": "message", "user": "U0ALICE", "ts": "1700000050.000200", "text": "disk?"}
+    body = interaction_body(_message_action("U0CAROL", message))
+    async with (
+        LLMStandIn() as llm,
+        SlackAPIStandIn() as slack,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        llm.reply_text("Looked into it.")
+        async with bot_process(tmp_path, llm, slack, OPSGATE_FAULT_HOLD="shortcut") as bot:
+            response = await http.post(
+                f"{bot.url}/slack/events",
+                content=body,
+                headers={
+                    "Content-Type": "application/x-www-form-urlencoded",
+                    **sign(SECRET, body),
+                },
+            )
+            assert response.status_code == 200
+            await bot.wait_for_line("holding at shortcut")
+            assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert llm.requests == []  # nothing was acted on before the kill
+        async with bot_process(tmp_path, llm, slack) as bot:
+            await llm.wait_for_requests(1, timeout=30)
+            await _ended(slack, {"1700000050.000200"})
+            assert await bot.stop(signal.SIGTERM) == 0
+        assert _user_texts(llm) == ["disk?"]

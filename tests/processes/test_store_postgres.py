@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from agent_core import ChatMessage, ToolCallAlreadyStarted
-from bot.store import AlreadyDecided, StoreError, open_store
+from bot.store import AlreadyDecided, LateResult, StoreError, open_store
 from bot.store.postgres import SCHEMA_VERSION, PostgresStore
 from tests.store.contract.helpers import RESTART, STATUS, Clock, mention, paused_session
 from tests.support.postgres import postgres_cluster, postgres_url
@@ -220,3 +220,36 @@ async def test_the_inbox_of_a_live_replica_is_spared_and_a_lapsed_ones_claimed_o
         assert await other.inbox_recover() == []
         await winner.release()
         assert sorted(i.id for i in await other.inbox_recover()) == saved
+
+
+async def test_a_stalled_replica_that_wakes_with_a_result_audits_it_and_the_call_stays_interrupted(
+    two: tuple[PostgresStore, PostgresStore], clock: Clock
+) -> None:
+    a, b = two
+    await a.register_instance(lease=timedelta(seconds=10), name="a")
+    await b.register_instance(lease=timedelta(seconds=10), name="b")
+    session_id, rows = await paused_session(a)
+    for row in rows:
+        if row.needs_approval:
+            await a.decide(row.id, "approved", user_id="UA")
+    assert await a.claim_resume(session_id)
+    await a.resume_started(session_id)
+    await a.start_tool_call(session_id, RESTART)
+    clock.advance(seconds=11)  # a stalls past its lease; b takes over
+    assert await b.heartbeat()
+    [recovered] = await b.recover()
+    assert [c.call_id for c in recovered.interrupted] == [RESTART.id]
+
+    # a wakes with the finished command's result: kept and audited, not a crash.
+    with pytest.raises(LateResult):
+        await a.finish_tool_call(
+            session_id, RESTART, ChatMessage.tool("restarted fine", RESTART.id), is_error=False
+        )
+    row = await b.find_call(session_id, RESTART.id)
+    assert row is not None and row.status == "interrupted" and row.result == "restarted fine"
+    events = [
+        (e.event, e.details.get("late"))
+        for e in await b.audit_rows()
+        if e.call_id == RESTART.id and e.event in ("interrupted", "execution_end")
+    ]
+    assert ("interrupted", None) in events and ("execution_end", True) in events

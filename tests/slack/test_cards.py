@@ -430,3 +430,15 @@ def test_card_says_who_may_approve_and_when_it_expires() -> None:
     assert (
         f"expires <!date^{stamp}^{{date_short_pretty}} at {{time}}|2026-03-02 10:30 UTC>" in context
     )
+
+
+def test_allow_is_offered_only_where_its_dialog_shows_the_whole_scope() -> None:
+    def actions(card: CardCall) -> list[str]:
+        blocks = approval_card(card)
+        return [e["action_id"] for b in blocks if b["type"] == "actions" for e in b["elements"]]
+
+    short = make_call(allow_for="1h", allow_scope="`kubectl get …`")
+    assert "opsgate_allow" in actions(short)
+    long = make_call(allow_for="1h", allow_scope="`" + "k" * 400 + " …`")
+    assert "opsgate_allow" not in actions(long)
+    assert "opsgate_approve" in actions(long)

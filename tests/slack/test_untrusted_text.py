@@ -100,3 +100,39 @@ async def test_a_card_whose_arguments_cannot_be_attached_cannot_be_approved(
                 if block["type"] == "actions":
                     assert "opsgate_approve" not in json.dumps(block)
         assert not marker.exists() and len(bot.llm.requests) == 1
+
+
+BLANK_KINDS = {
+    "U+2800": "\u2800",  # braille blank
+    "U+3164": "\u3164",  # hangul filler
+    "U+115F": "\u115f",  # hangul choseong filler
+    "U+E0041": "\U000e0041",  # tag latin capital A
+    "U+0007": "\x07",  # C0 control
+    "U+0085": "\x85",  # C1 control
+    "U+2028": "\u2028",  # line separator
+    "U+FFA0": "\uffa0",  # halfwidth hangul filler
+}
+
+
+async def test_every_blank_rendering_kind_is_marked_on_the_card_with_the_warning(
+    tmp_path: Path,
+) -> None:
+    """An allowlist: each kind that renders blank without being whitespace to a pattern is
+    shown as a mark and raises the warning; a run of 400 cannot push the command's tail out of
+    sight."""
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        calls = [
+            (f"call_{i}", "run_command", {"command": f"echo {name}{char}; rm -rf DATA/x{i}"})
+            for i, (name, char) in enumerate(BLANK_KINDS.items())
+        ]
+        calls.append(("call_run", "run_command", {"command": "echo" + "\u2800" * 400 + "; rm x"}))
+        bot.llm.reply_tool_calls(calls)
+        await bot.mention("run them")
+        cards = await bot.wait_cards(len(calls))
+        for i, (name, _) in enumerate(BLANK_KINDS.items()):
+            [card] = [c for c in cards if f"DATA/x{i}" in json.dumps(c["params"]["blocks"])]
+            text = json.dumps(card["params"]["blocks"], ensure_ascii=False)
+            assert f"⟦{name}⟧; rm -rf DATA/x{i}" in text, name
+            assert "Check before approving" in text and name in text, name
+        shown = [json.dumps(c["params"]["blocks"], ensure_ascii=False) for c in cards]
+        assert any("echo⟦400 × U+2800⟧; rm x" in text for text in shown)

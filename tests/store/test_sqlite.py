@@ -329,3 +329,28 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_store_usa
             await waiting
         await store.audit("after", actor="U1")
         assert [a.event for a in await store.audit_rows()] == ["after"]
+
+
+async def test_done_request_rows_are_deleted_once_newer_ones_pass_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one intake writes a row per request; done ones do not pile up for ever."""
+    from bot.store import queue
+
+    monkeypatch.setattr(queue, "REQUESTS_KEPT", 2)
+    path = tmp_path / "opsgate.db"
+    async with SQLiteStore(path) as store:
+        first = await store.inbox_add("request", {"kind": "event_callback", "body": {"n": 0}})
+        second = await store.inbox_add("request", {"kind": "event_callback", "body": {"n": 1}})
+        message = await store.inbox_add("message", {"text": "kept"})
+        assert first is not None and second is not None and message is not None
+        await store.inbox_done(first)
+        await store.inbox_done(message)
+        for n in range(2, 6):
+            await store.inbox_add("request", {"kind": "event_callback", "body": {"n": n}})
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute("SELECT id, kind, state FROM inbox ORDER BY id").fetchall()
+    ids = [r[0] for r in rows]
+    assert first not in ids  # done and old: deleted
+    assert second in ids  # old but not done: kept for recovery
+    assert message in ids  # other kinds are not touched

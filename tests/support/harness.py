@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 from aiohttp import web
+from slack_bolt.async_app import AsyncApp
 
 from agent_core import Tool
 from bot.observability import Metrics
@@ -56,6 +57,8 @@ class Bot:
     would trigger)."""
     metrics: Metrics
     """What `/metrics` serves (also `deps.observer`)."""
+    app: AsyncApp | None = None
+    """The Bolt app itself (tests that enumerate its listeners)."""
     _events: int = field(default=0)
 
     async def post(self, body: bytes, content_type: str, **headers: str) -> httpx.Response:
@@ -397,9 +400,8 @@ async def running_bot(
             openai_base_url=llm_url or llm.base_url,
             openai_api_key="sk-test",
             opsgate_model="test-model",
-            opsgate_db=str(tmp_path / "opsgate.db"),
             _env_file=None,
-            **overrides,
+            **{"opsgate_db": str(tmp_path / "opsgate.db"), **overrides},
         )
         deps = await stack.enter_async_context(
             open_deps(
@@ -421,4 +423,4 @@ async def running_bot(
         )
         stack.push_async_callback(web_runner.cleanup)
         http = await stack.enter_async_context(httpx.AsyncClient(timeout=10))
-        yield Bot(base_url, llm, slack, deps, http, running.service, running.metrics)
+        yield Bot(base_url, llm, slack, deps, http, running.service, running.metrics, running.app)

@@ -146,6 +146,14 @@ def _register_edits(app: AsyncApp, service: RunService, output: SlackThreadOutpu
         failed = await output.replies.open_edit_form(click.trigger_id, form)
         if failed is not None:
             ux_logger.warning("could not open the edit form: %s", failed.error)
+            thread = click.thread or await service.decisions.thread_of_call(click.ledger_id)
+            if thread is not None:  # the clicker must not be left waiting for a form
+                await output.replies.tell_mrkdwn(
+                    thread,
+                    click.user,
+                    f"I couldn't open the edit form ({escape_mrkdwn(failed.error)}); "
+                    "click Edit again, or approve or reject the call as it is.",
+                )
 
     @app.action(ACTION_ALLOW)
     async def on_allow(ack: AsyncAck, body: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
+from ...faults import checkpoint
 from ...runs.output import Thread
 from ...runs.service import RunService
 from ..ids import ACTION_REVOKE, SHORTCUT
@@ -50,6 +51,7 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
     @app.shortcut(SHORTCUT)
     async def on_shortcut(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
+        await checkpoint("shortcut")  # crash tests: acknowledged (and saved), not yet acted on
         message = body.get("message") or {}
         channel = str((body.get("channel") or {}).get("id") or "")
         team = str((body.get("team") or {}).get("id") or "")

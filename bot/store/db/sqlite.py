@@ -24,7 +24,7 @@ from typing import Any
 
 import aiosqlite
 
-from ..errors import DatabaseLocked, SchemaTooNew, StoreError
+from ..errors import DatabaseLocked, DatabaseReplaced, SchemaTooNew, StoreError
 from ..schema import SCHEMA_VERSION, steps
 from .seam import Dialect, Params, Row, json_text, to_text
 
@@ -41,7 +41,7 @@ def _take_lock(path: Path, lock_path: Path) -> int:
     only to name it in the error.
     """
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:
         raise StoreError(f"cannot open lock file {str(lock_path)!r}: {exc}") from exc
     try:
@@ -124,11 +124,15 @@ class SQLiteDb:
         self._busy_timeout_ms = int(busy_timeout * 1000)
         self._conn: aiosqlite.Connection | None = None
         self._lock_fd: int | None = None
+        self._identity: dict[str, tuple[int, int]] = {}
+        """(device, inode) of the file and of its WAL as opened: checked before every write."""
+        self._replaced: DatabaseReplaced | None = None
         self.lock = asyncio.Lock()
 
     async def open(self) -> None:
         if self._conn is not None:
             raise StoreError(f"store {self.name!r} is already open")
+        _create_private(self.path)
         lock_fd = _take_lock(self.path, self.lock_path) if self.exclusive else None
         try:
             try:
@@ -145,6 +149,35 @@ class SQLiteDb:
                 _release_lock(lock_fd)
             raise
         self._conn, self._lock_fd = conn, lock_fd
+        self._identity = {
+            name: identity
+            for name, file in (("file", self.path), ("WAL", self._wal))
+            if (identity := _identity(file)) is not None
+        }
+
+    @property
+    def _wal(self) -> Path:
+        return self.path.with_name(self.path.name + "-wal")
+
+    def check_identity(self) -> None:
+        """`DatabaseReplaced` if the file (or its WAL) is no longer the one opened: deleted,
+        or another file put in its place. Once found, every later write is refused too."""
+        if self._replaced is not None:
+            raise self._replaced
+        for name, file in (("file", self.path), ("WAL", self._wal)):
+            opened = self._identity.get(name)
+            now = _identity(file)
+            if opened is None:  # a WAL SQLite had not made yet when the store opened
+                if now is not None:
+                    self._identity[name] = now
+                continue
+            if now != opened:
+                what = "was deleted" if now is None else "was replaced by another file"
+                self._replaced = DatabaseReplaced(
+                    self.path, what if name == "file" else f"(its WAL) {what}"
+                )
+                logger.error("%s", self._replaced)
+                raise self._replaced
 
     async def close(self) -> None:
         """Close the file, then release the exclusive lock (if taken): in that order, so a
@@ -233,6 +266,7 @@ class SQLiteDb:
     async def transaction(self, what: str) -> AsyncIterator[_Tx]:
         async with self.lock:
             conn = self.connection()
+            self.check_identity()
             await self._begin(conn, what)
             try:
                 yield _Tx(conn)
@@ -274,6 +308,26 @@ class SQLiteDb:
 
     def list_out(self, value: Any) -> tuple[str, ...]:
         return tuple(json.loads(value))
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _create_private(path: Path) -> None:
+    """A new database file is created readable by its owner only (0600), in a directory made
+    0700 if the bot creates it: a command run as another user (`run_as`) must not read it,
+    whatever the umask. SQLite gives its WAL and shared-memory files the file's mode."""
+    if path.exists():
+        return
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 async def _user_version(conn: aiosqlite.Connection) -> int:

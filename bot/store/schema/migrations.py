@@ -188,6 +188,38 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE tool_calls ADD COLUMN trace_id text, ADD COLUMN span_id text",
         ),
     ),
+    Migration(
+        11,
+        # The one intake (`bot.slack.intake`) saves every request Slack sends, of whatever
+        # kind, as an inbox row of kind 'request' before its acknowledgement. SQLite cannot
+        # alter a CHECK: the table is rebuilt with its rows (same ids, so AUTOINCREMENT goes
+        # on from where it was).
+        "inbox rows of kind 'request': every request Slack sends",
+        sqlite=(
+            """
+            CREATE TABLE inbox_v11 (
+                id          INTEGER PRIMARY KEY AUTOINCREMENT,
+                kind        TEXT NOT NULL CHECK (kind IN ('message','slash','request')),
+                payload     TEXT NOT NULL,
+                state       TEXT NOT NULL DEFAULT 'received'
+                            CHECK (state IN ('received','claimed','done')),
+                received_at TEXT NOT NULL,
+                done_at     TEXT,
+                instance_id TEXT
+            )
+            """,
+            "INSERT INTO inbox_v11 (id, kind, payload, state, received_at, done_at, instance_id)"
+            " SELECT id, kind, payload, state, received_at, done_at, instance_id FROM inbox",
+            "DROP TABLE inbox",
+            "ALTER TABLE inbox_v11 RENAME TO inbox",
+            "CREATE INDEX inbox_by_state ON inbox (state, id)",
+        ),
+        postgres=(
+            "ALTER TABLE inbox DROP CONSTRAINT inbox_kind_check",
+            "ALTER TABLE inbox ADD CONSTRAINT inbox_kind_check"
+            " CHECK (kind IN ('message','slash','request'))",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -1,0 +1,249 @@
+"""The one durable intake: every request Slack sends is saved, with its dedupe key, before any
+listener can acknowledge it.
+
+Events, block actions, view submissions and closes, shortcuts, slash commands and options
+lookups all pass one global Bolt middleware (installed by `create_app`, after Bolt's signature
+check), which saves the request as an inbox row of kind `request` (`Inbox.save_request`) in
+the transaction that claims its key. A key seen before (a replay within Slack's signature
+window, a retry, a second copy of a shortcut) is answered 200 and handled no further. The row
+is marked done when Bolt says its listener finished (a listener completion handler); a row left
+behind by a kill -9 after the 200 is handed back to the app at the next start-up
+(`replay`), which runs it through the same listeners. Listeners' own rows (a message's, a
+`/opsgate` request's) keep their own keys, so a replayed request repeats nothing they did.
+
+A database that does not save the request in `SAVE_SECONDS` (refusing writes, or a
+PostgreSQL outage) leaves Slack's 3 s to answer: a click, a form or a shortcut is answered 200
+and the person is told privately that nothing was saved (try again); a slash command is
+answered with the same words; an event goes on to its listener unsaved (a message's own save
+then fails the same way and tells its author; the 500 makes Slack deliver it again); an options
+lookup gets no options. See docs/architecture.md, "One intake".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal
+
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.listener.async_listener_completion_handler import (
+    AsyncListenerCompletionHandler,
+)
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
+
+from ..runs.inbox import RequestDelivery
+from ..runs.notices import NotSaved
+from ..runs.output import Thread
+from ..runs.service import RunService
+from ..store import InboxItem, StoreError
+from .notices import render
+from .output import SlackThreadOutput
+
+__all__ = ["SAVE_SECONDS", "install", "request_key", "request_kind"]
+
+logger = logging.getLogger("opsgate.slack.intake")
+
+SAVE_SECONDS = 2.0
+"""Longest wait for the request's row: Slack wants its answer within 3 s."""
+
+_ROW = "opsgate_request_row"
+"""The context key holding the request's inbox row id (marked done when its listener ends)."""
+_REPLAYED = "opsgate_replayed"
+"""Set on a request handed back at start-up: its row exists (and is done) already."""
+
+Next = Callable[[], Awaitable[None]]
+
+
+def request_kind(body: Mapping[str, Any]) -> str:
+    """What Slack sent: `command`, `event_callback`, `block_actions`, `view_submission`,
+    `view_closed`, `shortcut`, `message_action`, `block_suggestion`, …"""
+    if "command" in body and "type" not in body:
+        return "command"
+    return str(body.get("type") or "unknown")
+
+
+def request_key(body: Mapping[str, Any]) -> str | None:
+    """What names one request of any kind, for dedupe; None for a lookup with no identity
+    (options), which is saved but never deduplicated."""
+    kind = request_kind(body)
+    team = _team(body)
+    match kind:
+        case "event_callback":
+            name = body.get("event_id")
+        case "command":
+            name = body.get("trigger_id") or body.get("response_url")
+        case "block_actions":
+            actions = body.get("actions") or [{}]
+            first = actions[0] if isinstance(actions[0], Mapping) else {}
+            name = _joined(body.get("trigger_id"), first.get("action_ts"))
+        case "view_submission" | "view_closed":
+            view = body.get("view") or {}
+            name = _digest(
+                body.get("trigger_id"),
+                view.get("id"),
+                view.get("hash"),
+                view.get("private_metadata"),
+                (body.get("user") or {}).get("id"),
+                view.get("state"),
+            )
+        case "shortcut" | "message_action":
+            name = _joined(body.get("trigger_id"), body.get("action_ts"))
+        case _:
+            name = None
+    return f"request:{kind}:{team}:{name}" if name else None
+
+
+def install(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
+    """The intake middleware, the completion handler that marks rows done, and the replay."""
+
+    async def intake(req: AsyncBoltRequest, resp: BoltResponse, next: Next) -> BoltResponse:
+        if req.context.get(_REPLAYED):
+            await next()
+            return resp
+        body: dict[str, Any] = req.body
+        kind = request_kind(body)
+        key = request_key(body)
+        delivery = RequestDelivery(kind=kind, body=body)
+        try:
+            saved = await _save_in_time(service, delivery, key)
+        except (StoreError, TimeoutError) as exc:
+            failure = exc if isinstance(exc, StoreError) else StoreError("the database is slow")
+            service.ctx.health.failed(f"saving a {_what(kind)}", failure)
+            logger.error("a %s request was not saved: %s", kind, exc or "timed out")
+            if kind == "event_callback":
+                await next()  # its listener's own save reports it (see the docstring)
+                return resp
+            return await _not_saved(service, output, kind, body)
+        if saved is None:
+            logger.info("a %s request seen before (%s) was not handled again", kind, key)
+            return BoltResponse(status=200, body="")
+        req.context[_ROW] = saved.id
+        await next()
+        return resp
+
+    app.use(intake)
+    runner = app._async_listener_runner  # Bolt offers no public setter for this handler
+    runner.listener_completion_handler = _MarkDone(service, runner.listener_completion_handler)
+
+    async def replay(delivery: RequestDelivery) -> None:
+        request = AsyncBoltRequest(
+            body=delivery.body, mode="socket_mode", context={_REPLAYED: True}
+        )
+        response = await app.async_dispatch(request)
+        logger.info("a %s request saved before the restart: %d", delivery.kind, response.status)
+
+    service.inbox.replay = replay
+
+
+async def _save_in_time(
+    service: RunService, delivery: RequestDelivery, key: str | None
+) -> InboxItem | None:
+    """The row, or `TimeoutError` after `SAVE_SECONDS`. A save that does not answer (a
+    PostgreSQL outage) is not waited for, even to cancel it: a cancelled asyncpg query may hang
+    too. It goes on as owned work; should it commit after all, its row is marked done at once,
+    so the request the person was told is not saved is never handled later."""
+    keys = [key] if key else []
+    try:
+        task = service.ctx.tasks.spawn(
+            service.inbox.save_request(delivery, keys=keys), name="saving a request"
+        )
+    except RuntimeError:  # stopping: no owner for it, so wait as long as it takes
+        return await service.inbox.save_request(delivery, keys=keys)
+    done, _ = await asyncio.wait({task}, timeout=SAVE_SECONDS)
+    if task in done:
+        saved: InboxItem | None = task.result()
+        return saved
+
+    async def forget() -> None:
+        with contextlib.suppress(Exception):
+            late = await task
+            if late is not None:
+                await service.inbox.done(late.id)
+
+    task.cancel()
+    with contextlib.suppress(RuntimeError):
+        service.ctx.tasks.spawn(forget(), name="forgetting a late request")
+    raise TimeoutError(f"the request was not saved in {SAVE_SECONDS} s")
+
+
+class _MarkDone(AsyncListenerCompletionHandler):
+    """Marks the request's row done when its listener ended (acknowledged and finished)."""
+
+    def __init__(self, service: RunService, then: AsyncListenerCompletionHandler) -> None:
+        self.service = service
+        self.then = then
+
+    async def handle(self, request: AsyncBoltRequest, response: BoltResponse | None) -> None:
+        row = request.context.get(_ROW)
+        if isinstance(row, int):
+            try:
+                await self.service.inbox.done(row)
+            except StoreError as exc:  # handed back at the next start: its writes are once-only
+                logger.warning("could not mark request %d done: %s", row, exc)
+        await self.then.handle(request=request, response=response)
+
+
+async def _not_saved(
+    service: RunService, output: SlackThreadOutput, kind: str, body: Mapping[str, Any]
+) -> BoltResponse:
+    """Answer within Slack's 3 s; tell the person nothing was saved."""
+    notice = NotSaved(_what(kind))
+    if kind == "command":
+        text = render(notice).text
+        return BoltResponse(
+            status=200,
+            body=json.dumps({"text": text}),
+            headers={"content-type": ["application/json;charset=utf-8"]},
+        )
+    if kind == "block_suggestion":
+        return BoltResponse(status=200, body=json.dumps({"options": []}))
+    user = str((body.get("user") or {}).get("id") or "")
+    thread = await _thread_of(service, body)
+    if thread is not None and user:
+        await output.tell(thread, user, notice)
+    return BoltResponse(status=200, body="")
+
+
+async def _thread_of(service: RunService, body: Mapping[str, Any]) -> Thread | None:
+    """Where to tell the person: the clicked message's thread, else the call's card's."""
+    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
+        "channel_id"
+    )
+    message = body.get("message") or {}
+    ts = message.get("thread_ts") or message.get("ts")
+    if channel and ts:
+        return Thread(_team(body), str(channel), str(ts))
+    actions = body.get("actions") or []
+    ledger_id = (
+        actions[0].get("value") if actions and isinstance(actions[0], Mapping) else None
+    ) or ((body.get("view") or {}).get("private_metadata"))
+    if not ledger_id:
+        return None
+    try:
+        return await service.decisions.thread_of_call(str(ledger_id))
+    except StoreError:
+        return None  # reading fails too: nowhere to answer
+
+
+def _what(kind: str) -> Literal["click", "message"]:
+    """The person's word for the request: a click (buttons, forms) or a message."""
+    return "click" if kind.startswith(("block_", "view_")) else "message"
+
+
+def _team(body: Mapping[str, Any]) -> str:
+    team = body.get("team_id") or (body.get("team") or {}).get("id")
+    return str(team or (body.get("user") or {}).get("team_id") or "")
+
+
+def _joined(*parts: Any) -> str | None:
+    return ":".join(str(p) for p in parts if p) or None
+
+
+def _digest(*parts: Any) -> str:
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
