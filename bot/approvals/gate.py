@@ -1,9 +1,10 @@
 """`authorize`: the one path every entry point takes to ask "may this person do this here?".
 
 Cards, the Home tab, modals, slash commands and messages all decide, edit, allow, cancel,
-withdraw, revoke and show buttons through this function, so a rule (the workspace, Slack
-Connect, approvers, groups, self-approval, the policy's verdict on the call, the card lock) is
-applied the same way whichever surface the click came from (docs/architecture.md, "One gate"). It is thin on purpose: the
+withdraw, revoke, show buttons and take feedback through this function, so a rule (the
+workspace, Slack Connect, approvers, groups, self-approval, the policy's verdict on the call,
+the card lock) is applied the same way whichever
+surface the click came from (docs/architecture.md, "One gate"). It is thin on purpose: the
 rules live in `Approvals.check`; this adds only what every caller used to do for itself (the
 session's workspace always given, the action mapped to its rule, the lock).
 """
@@ -19,8 +20,11 @@ from .verdicts import Action, Refused, Verdict
 
 __all__ = ["Actor", "GateAction", "GatedCall", "authorize"]
 
-GateAction = Literal["approve", "reject", "edit", "allow", "cancel", "withdraw", "revoke", "show"]
-"""What the person tries. `show`: be offered the call's buttons (the Home tab, `pending`)."""
+GateAction = Literal[
+    "approve", "reject", "edit", "allow", "cancel", "withdraw", "revoke", "show", "feedback"
+]
+"""What the person tries. `show`: be offered the call's buttons (the Home tab, `pending`);
+`feedback`: rate a run's answer."""
 
 _RULE: dict[GateAction, Action] = {
     "approve": "approve",
@@ -31,6 +35,7 @@ _RULE: dict[GateAction, Action] = {
     "revoke": "approve",  # anyone who may approve in the channel (or the granter)
     "cancel": "cancel",
     "withdraw": "withdraw",
+    "feedback": "feedback",
 }
 _SHOWS_ARGUMENTS = frozenset({"approve", "edit", "allow", "show"})
 """Actions that approve what the person was shown: refused while it cannot be shown whole."""

@@ -9,6 +9,7 @@ The rules (see `docs/architecture.md`, "Approval semantics"):
   with no list, anyone in the channel who belongs to the session's workspace (in a Slack
   Connect channel, people of another organisation must be listed by name). A policy rule with
   its own `approvers` replaces the channel's for the calls it decides (`decision`).
+- Feedback on a run's answer: anyone whose workspace is known.
 - A user group that cannot be looked up refuses (and says so): never allow on a failed lookup.
 
 Group membership comes from an injected async callable (Slack: `usergroups.users.list`),
@@ -65,6 +66,8 @@ class Approvals:
         """
         if home_team is not None and not user_team:
             return Refused("unknown_workspace", action, "the actor's workspace is unknown")
+        if action == "feedback":
+            return Allowed("anyone may give feedback on an answer")
         if requester is not None and user == requester:
             if action in _REQUESTER_RULES:
                 return Allowed(_REQUESTER_RULES[action])

@@ -11,8 +11,9 @@ from typing import Literal
 
 __all__ = ["Action", "Allowed", "RefusalReason", "Refused", "Verdict", "Who"]
 
-Action = Literal["approve", "reject", "cancel", "withdraw"]
-"""What someone tried: decide a card (approve/reject), cancel a run, withdraw a queued message."""
+Action = Literal["approve", "reject", "cancel", "withdraw", "feedback"]
+"""What someone tried: decide a card (approve/reject), cancel a run, withdraw a queued message,
+give feedback on an answer."""
 
 RefusalReason = Literal[
     "unknown_workspace",

@@ -19,19 +19,28 @@ from slack_bolt.response import BoltResponse
 from bot.policy import Policy
 from bot.slack.ids import (
     ACTION_ALLOW,
+    ACTION_ALLOW_SHAPE,
     ACTION_APPROVE,
     ACTION_CANCEL,
     ACTION_EDIT,
+    ACTION_FEEDBACK,
+    ACTION_FEEDBACK_REASON,
     ACTION_FIELD,
     ACTION_REASON,
     ACTION_REJECT,
     ACTION_REVOKE,
+    BLOCK_ALLOW_SHAPE,
+    BLOCK_FEEDBACK_REASON,
     BLOCK_REASON,
+    CALLBACK_ALLOW,
     CALLBACK_EDIT,
+    CALLBACK_FEEDBACK,
     CALLBACK_REJECT,
     SHORTCUT,
+    feedback_block_id,
 )
 from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools
+from tests.scenarios.test_assistant import _assistant_event
 from tests.scenarios.test_edits_and_allowances import ALLOW_POLICY, _message_action
 from tests.support.harness import CHANNEL, TEAM, Bot, running_bot
 from tests.support.slack_requests import (
@@ -109,6 +118,20 @@ async def test_every_action_and_modal_handler_refuses_a_click_with_no_workspace(
 
         edit_values = {COMMAND: {ACTION_FIELD: "ls /"}}
         reason = {BLOCK_REASON: {ACTION_REASON: "no"}}
+        # The Allow dialog's submission, and feedback on the session's answer (a "bad" click
+        # would open the reason modal: a refused one must not).
+        picked = {"type": "radio_buttons", "selected_option": {"value": "0"}}
+        shape = {BLOCK_ALLOW_SHAPE: {ACTION_ALLOW_SHAPE: picked}}
+        feedback = block_actions(
+            ACTION_FEEDBACK,
+            "bad",
+            user=CAROL,
+            channel=CHANNEL,
+            message_ts=str(row.card_ts),
+            block_id=feedback_block_id(row.session_id),
+        )
+        said = json.dumps({"session": row.session_id, "ts": str(row.card_ts)})
+        why = {BLOCK_FEEDBACK_REASON: {ACTION_FEEDBACK_REASON: "wrong"}}
         requests: dict[tuple[str, str], dict[str, Any]] = {
             ("action", ACTION_APPROVE): click(ACTION_APPROVE, ledger_id),
             ("action", ACTION_REJECT): click(ACTION_REJECT, ledger_id),
@@ -121,6 +144,13 @@ async def test_every_action_and_modal_handler_refuses_a_click_with_no_workspace(
             ),
             ("view_submission", CALLBACK_REJECT): view_submission(
                 CALLBACK_REJECT, ledger_id, reason, user=CAROL
+            ),
+            ("view_submission", CALLBACK_ALLOW): view_submission(
+                CALLBACK_ALLOW, f"{ledger_id} {row.running_digest}", shape, user=CAROL
+            ),
+            ("action", ACTION_FEEDBACK): feedback,
+            ("view_submission", CALLBACK_FEEDBACK): view_submission(
+                CALLBACK_FEEDBACK, said, why, user=CAROL
             ),
         }
         clicks = {
@@ -141,7 +171,9 @@ async def test_every_action_and_modal_handler_refuses_a_click_with_no_workspace(
         assert [a.id for a in await bot.deps.store.active_allowances()] == [allowance.id]
         session = await bot.deps.store.get_session(after.session_id)
         assert session is not None and session.state == "awaiting_approval"
-        assert not bot.slack.calls_to("views.open")  # neither form was opened
+        assert not bot.slack.calls_to("views.open")  # no form was opened
+        audited = {r.event for r in await bot.deps.store.audit_rows()}
+        assert not audited & {"feedback", "feedback_reason"}
         told = [c.params["text"] for c in bot.slack.calls_to("chat.postEphemeral")]
         refused = [t for t in told if "did not say which workspace" in t]
         # Revoke answers where it was clicked (its response_url), in its own words.
@@ -183,6 +215,10 @@ async def test_every_kind_of_request_is_saved_before_its_listener_runs(tmp_path:
         bot.llm.reply_text("Looked.")
         bot.llm.reply_text("Looked again.")
         message = {"type": "message", "user": ALICE, "ts": "1700000050.000200", "text": "disk"}
+        started = _assistant_event("assistant_thread_started", thread_ts="1.5", viewing=CHANNEL)
+        changed = _assistant_event(
+            "assistant_thread_context_changed", thread_ts="1.5", viewing=None
+        )
         sent: dict[str, tuple[bytes, str]] = {
             "event": (
                 event_body(
@@ -196,6 +232,9 @@ async def test_every_kind_of_request_is_saved_before_its_listener_runs(tmp_path:
                 ),
                 "application/json",
             ),
+            # The AI-app container's events (issue 24), each its own listener.
+            "event:assistant_thread_started": (event_body(started), "application/json"),
+            "event:assistant_thread_context_changed": (event_body(changed), "application/json"),
             "command": (slash_command("help", user=BOB, channel=CHANNEL), FORM),
             "shortcut": (interaction_body(_message_action(BOB, message)), FORM),
             "message_shortcut": (interaction_body(_message_action(BOB, message)), FORM),
@@ -213,9 +252,38 @@ async def test_every_kind_of_request_is_saved_before_its_listener_runs(tmp_path:
                 ),
                 FORM,
             ),
+            # The feedback button and its modal (issue 24), the Allow dialog (issue 23).
+            "action:feedback": (
+                interaction_body(
+                    block_actions(
+                        ACTION_FEEDBACK,
+                        "good",
+                        user=BOB,
+                        channel=CHANNEL,
+                        message_ts="1.3",
+                        block_id=feedback_block_id("nothing"),
+                    )
+                ),
+                FORM,
+            ),
+            "view_submission:feedback": (
+                interaction_body(view_submission(CALLBACK_FEEDBACK, "{}", {}, user=BOB, team=TEAM)),
+                FORM,
+            ),
+            "view_submission:allow": (
+                interaction_body(
+                    view_submission(CALLBACK_ALLOW, "nothing", {}, user=BOB, team=TEAM)
+                ),
+                FORM,
+            ),
         }
-        assert kinds <= set(sent), f"a listener kind this test does not send: {kinds - set(sent)}"
-        for body, content_type in {v for k, v in sent.items() if k in kinds}:
+        listed = {k.partition(":")[0] for k in sent}
+        assert kinds <= listed, f"a listener kind this test does not send: {kinds - listed}"
+        events = {n for k, n in registered(bot.app) if k == "event" and isinstance(n, str)}
+        named = {"app_mention", "message", "app_home_opened", "assistant_thread_started"}
+        named |= {"assistant_thread_context_changed", ".*"}
+        assert events <= named, f"an event listener this test does not know: {events - named}"
+        for body, content_type in {v for k, v in sent.items() if k.partition(":")[0] in kinds}:
             response = await bot.post(body, content_type)
             assert response.status_code == 200, response.text
         await bot.settle()

@@ -1,6 +1,7 @@
 """The feedback buttons under a final answer, and the "what was wrong?" modal a "bad" click
-opens. Acknowledged first; the modal opens at once (its `trigger_id` lasts 3 seconds), then the
-click is recorded (`RunService.feedback`)."""
+opens. Acknowledged first; the click is asked of the one gate and recorded
+(`RunService.feedback`: one read and one write), then the modal opens (its `trigger_id` lasts
+3 seconds). A refused click (one that hides its workspace) opens nothing and is told why."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp
 
+from ...runs.notices import Notice, UnknownRequest
 from ...runs.service import RunService
 from ..feedback import feedback_click, feedback_modal, feedback_reason
 from ..ids import ACTION_FEEDBACK, CALLBACK_FEEDBACK
@@ -31,15 +33,24 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         if click is None or not user:
             logger.warning("a feedback click without its session or value; ignored")
             return
+        team = (body.get("user") or {}).get("team_id") or (body.get("team") or {}).get("id")
+        notice = await service.feedback.give(
+            click.session_id,
+            user=user,
+            team=str(team) if team else None,
+            value=click.value,
+            message_ts=click.message_ts,
+        )
+        if isinstance(notice, UnknownRequest):
+            logger.info("feedback on unknown session %s ignored", click.session_id)
+            return
+        if notice is not None:
+            await _tell(service, output, click.session_id, user, notice)
+            return
         if click.value == "bad" and (trigger := body.get("trigger_id")):
             failed = await output.replies.open_view(str(trigger), feedback_modal(click))
             if failed is not None:
                 logger.info("could not open the feedback modal: %s", failed.error)
-        recorded = await service.feedback.give(
-            click.session_id, user=user, value=click.value, message_ts=click.message_ts
-        )
-        if not recorded:
-            logger.info("feedback on unknown session %s ignored", click.session_id)
 
     @app.view(CALLBACK_FEEDBACK)
     async def on_feedback_reason(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
@@ -49,4 +60,18 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         if read is None or not user:
             return
         session_id, ts, reason = read
-        await service.feedback.explain(session_id, user=user, message_ts=ts, reason=reason)
+        team = (body.get("user") or {}).get("team_id") or (body.get("team") or {}).get("id")
+        notice = await service.feedback.explain(
+            session_id, user=user, team=str(team) if team else None, message_ts=ts, reason=reason
+        )
+        if notice is not None and not isinstance(notice, UnknownRequest):
+            await _tell(service, output, session_id, user, notice)
+
+
+async def _tell(
+    service: RunService, output: SlackThreadOutput, session_id: str, user: str, notice: Notice
+) -> None:
+    """`notice` for `user` alone, in the thread of the answer."""
+    thread = await service.feedback.thread(session_id)
+    if thread is not None:
+        await output.tell(thread, user, notice)
