@@ -193,13 +193,22 @@ def reason_from_view(view: Mapping[str, Any]) -> str | None:
     return ": ".join(part for part in (label, text) if part) or None
 
 
+_CHOICE_MAX = 75
+"""The longest shape a choice of the Allow dialog shows whole (a radio option's text)."""
+
+
 def allow_modal(form: AllowForm) -> dict[str, Any]:
     """The Allow dialog: one radio choice of shapes (the default first), and what each covers
     and does not, generated from the call. `private_metadata` is the ledger id and the digest
     the dialog was drawn for, so a choice made on an edited call counts for nothing."""
+    # Only the shapes a choice shows whole are offered (what is allowed must be what was
+    # shown); each keeps its index among the form's choices. The card offers the dialog only
+    # where its scope fits (`bot.slack.cards.extra_buttons`); should no shape fit, the first
+    # is offered cut rather than no dialog at all.
+    shown = [(i, c) for i, c in enumerate(form.choices) if len(c.label) <= _CHOICE_MAX][:10]
+    shown = shown or [(0, form.choices[0])]
     options = [
-        Option(value=str(i), label=truncate(choice.label, 75))
-        for i, choice in enumerate(form.choices[:10])
+        Option(value=str(i), label=truncate(choice.label, _CHOICE_MAX)) for i, choice in shown
     ]
     examples = [
         MarkdownTextObject(
@@ -209,7 +218,7 @@ def allow_modal(form: AllowForm) -> dict[str, Any]:
                 1900,
             )
         )
-        for choice in form.choices[:10]
+        for _, choice in shown
     ]
     blocks: list[Block] = [
         section(
