@@ -4,23 +4,20 @@ other front ends). No markup, so nothing needs escaping."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from datetime import timedelta
 
 from agent_core.outcomes import render_outcome
 
 from ..approvals import Refused
-from ..runs.notices import Notice, RunStopped
+from ..runs.notices import Notice, stopped_text
 from ..runs.timeline import Task
 from ..runs.views import CardCall, CardOutcome, ChannelHelp, PendingEntry
 from ..store import CancelReason, DecisionReason
-from ..words import count, count_verb, format_duration
+from ..words import count, count_verb
 
 __all__ = [
     "card_text",
     "notice_text",
     "refusal_text",
-    "stopped_text",
     "task_text",
 ]
 
@@ -273,27 +270,3 @@ def _help(info: ChannelHelp) -> str:
         f"{count(info.required_approvals, 'approval')} needed; decisions expire after {info.ttl}.\n"
         f"Tools: {tools}\nPolicy: {info.policy_source}"
     )
-
-
-def stopped_text(
-    notice: RunStopped, *, person: Callable[[str], str] = str, tool: Callable[[str], str] = str
-) -> str:
-    """Why a going run was stopped, and what that means for a tool it was running. `person`
-    and `tool` mark up a user id and a tool name (the terminal shows them as they are)."""
-    if notice.why == "cancelled":
-        text = f"Run stopped by {person(notice.by or 'someone')}."
-    elif notice.why == "answer_too_long":
-        text = (
-            f"I stopped this answer at {notice.chars or 0:,} characters, the limit for one "
-            "answer: what came is above."
-        )
-    else:
-        limit = format_duration(timedelta(seconds=notice.seconds or 0))
-        text = f"I stopped this run: it went on longer than {limit}, the limit for one run."
-    if notice.interrupted:
-        names = ", ".join(tool(t) for t in notice.interrupted)
-        text += (
-            f" {names} was running then: its outcome is unknown and it will not run again; "
-            "check the system before retrying."
-        )
-    return text + " The conversation is saved: send a message to continue."

@@ -7,8 +7,9 @@ for the interface that takes them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from agent_core.outcomes import CallOutcome
@@ -16,6 +17,7 @@ from agent_core.outcomes import CallOutcome
 from ..approvals.verdicts import Refused
 from ..store.reasons import CancelReason, DecisionReason
 from ..store.states import CardLock
+from ..words import format_duration
 from .views import AllowanceInfo, ChannelHelp, PendingEntry
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "ToolNotRun",
     "ToolRan",
     "UnknownRequest",
+    "stopped_text",
 ]
 
 
@@ -401,3 +404,28 @@ Notice = (
 `NotApprovable`, `NotEditable`,
 `RootPostFailed`, `NotSaved` (a click), `ChannelNotAllowed` (from `/opsgate`), `PendingList`
 and `Help`."""
+
+
+def stopped_text(
+    notice: RunStopped, *, person: Callable[[str], str] = str, tool: Callable[[str], str] = str
+) -> str:
+    """Why a going run was stopped, and what that means for a tool it was running. `person`
+    and `tool` mark up a user id and a tool name (the terminal shows them as they are;
+    Slack as mentions and code). Written once for every output."""
+    if notice.why == "cancelled":
+        text = f"Run stopped by {person(notice.by or 'someone')}."
+    elif notice.why == "answer_too_long":
+        text = (
+            f"I stopped this answer at {notice.chars or 0:,} characters, the limit for one "
+            "answer: what came is above."
+        )
+    else:
+        limit = format_duration(timedelta(seconds=notice.seconds or 0))
+        text = f"I stopped this run: it went on longer than {limit}, the limit for one run."
+    if notice.interrupted:
+        names = ", ".join(tool(t) for t in notice.interrupted)
+        text += (
+            f" {names} was running then: its outcome is unknown and it will not run again; "
+            "check the system before retrying."
+        )
+    return text + " The conversation is saved: send a message to continue."

@@ -8,7 +8,6 @@ only through `bot.slack.mrkdwn`. The wording is the bot's voice in Slack; the te
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 
 from ..runs.notices import (
     AllowanceGranted,
@@ -46,9 +45,10 @@ from ..runs.notices import (
     ToolNotRun,
     ToolRan,
     UnknownRequest,
+    stopped_text,
 )
 from ..runs.views import AllowanceInfo
-from ..words import count_verb, format_duration
+from ..words import count_verb
 from .answers import cancel_reason_text, decision_reason_text, help_text, pending_text, refusal_text
 from .cards import lock_text, slack_date
 from .mrkdwn import code_span, escape_mrkdwn, outcome_text, preformatted, user_mention
@@ -110,7 +110,9 @@ def render(notice: Notice) -> Rendered:
         ):
             return Rendered(_intake_text(notice))
         case RunStopped():
-            return Rendered(":octagonal_sign: " + _stopped_text(notice))
+            return Rendered(
+                ":octagonal_sign: " + stopped_text(notice, person=user_mention, tool=_code)
+            )
         case NotSaved(what=what):
             return Rendered(
                 f":warning: I couldn't save your {what}: my database refuses writes right now, "
@@ -350,24 +352,3 @@ def ux_text(notice: UxNotice) -> str:
             return f"{user_mention(by)} revoked {allowance_line(allowance)}."
         case NothingRevoked(why=why):
             return f"Nothing revoked: {escape_mrkdwn(why)}."
-
-
-def _stopped_text(notice: RunStopped) -> str:
-    """Why a going run was stopped, and what that means for a tool it was running."""
-    if notice.why == "cancelled":
-        text = f"Run stopped by {user_mention(notice.by or 'someone')}."
-    elif notice.why == "answer_too_long":
-        text = (
-            f"I stopped this answer at {notice.chars or 0:,} characters, the limit for one "
-            "answer: what came is above."
-        )
-    else:
-        limit = format_duration(timedelta(seconds=notice.seconds or 0))
-        text = f"I stopped this run: it went on longer than {limit}, the limit for one run."
-    if notice.interrupted:
-        names = ", ".join(_code(t) for t in notice.interrupted)
-        text += (
-            f" {names} was running then: its outcome is unknown and it will not run again; "
-            "check the system before retrying."
-        )
-    return text + " The conversation is saved: send a message to continue."
