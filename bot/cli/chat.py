@@ -239,6 +239,10 @@ async def _chat(deps: Deps, ask: Ask, out: TextIO) -> int:
     # As `opsgate run` does: runs an earlier chat left going are reported, and calls it left
     # waiting are offered again (below, before the first prompt).
     await service.recover()
+    # A terminal keeps no card on screen: recovery redraws only stale cards (what Slack shows
+    # already), so the cards of calls still waiting are drawn here again, as prompts.
+    for session in await deps.store.sessions_awaiting_approval():
+        await service.cards.redraw_batch(session.id)
     await deps.tasks.wait_idle()
     sent = 0
     try:

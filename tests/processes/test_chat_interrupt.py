@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pty
+import select
 import signal
 import sys
 from pathlib import Path
@@ -28,6 +29,8 @@ class _Terminal:
         async with asyncio.timeout(timeout):
             while text not in self.seen:
                 chunk = await asyncio.to_thread(_read, self.master)
+                if chunk is None:
+                    continue
                 if not chunk:
                     raise AssertionError(
                         f"the chat closed its terminal before {text!r}: {self.seen}"
@@ -38,10 +41,15 @@ class _Terminal:
         os.write(self.master, line.encode() + b"\n")
 
 
-def _read(fd: int) -> str:
+def _read(fd: int) -> str | None:
+    """What the chat printed next; None when nothing came within half a second, so that no
+    reading thread outlives a failed test (the event loop's shutdown would wait on it)."""
     try:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if not ready:
+            return None
         return os.read(fd, 4096).decode(errors="replace")
-    except OSError:  # EIO: the other side is gone
+    except OSError:  # EIO or a closed descriptor: the other side is gone
         return ""
 
 
