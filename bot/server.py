@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import signal
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -23,15 +24,17 @@ from slack_bolt.async_app import AsyncApp
 from .observability import HealthServerError, Metrics, serve_health
 from .observability.audit_export import AuditExporter
 from .observability.health import ReadinessCheck
-from .observability.readiness import add_operations_routes, operations_app
+from .observability.readiness import add_operations_routes, operations_app, outbox_check
 from .observability.tracing import configure_tracing
-from .runs.replicas import start_replica_duties
+from .runs.replicas import replica_name, start_replica_duties
 from .runs.service import RunService
 from .runs.timer import ExpiryTimer
 from .settings import Settings
 from .slack import SlackThreadOutput, create_app, group_members, slack_client
 from .slack.app import wait_for_listeners
 from .slack.mrkdwn import user_mention
+from .slack.outbox import SlackOutbox
+from .slack.pacing import Pacer
 from .store import Store, WriteHealth, require_writable
 from .tools import protect_process_environment
 from .wiring import Deps, open_deps, run_service
@@ -77,6 +80,8 @@ class Started:
     metrics: Metrics
     checks: Mapping[str, ReadinessCheck] = field(default_factory=dict)
     """Readiness checks beyond the database's (the audit export's, when configured)."""
+    outbox: SlackOutbox | None = None
+    """The Slack outbox (`/readyz` says when it is stuck)."""
 
 
 @contextlib.asynccontextmanager
@@ -86,6 +91,7 @@ async def started(
     *,
     expiry_interval: float = EXPIRY_INTERVAL,
     shutdown_grace: float = SHUTDOWN_GRACE,
+    pacer: Pacer | None = None,
 ) -> AsyncIterator[Started]:
     """The app with its start-up work done: interrupted runs recovered, expiry running.
 
@@ -93,8 +99,16 @@ async def started(
     await require_writable(deps.store)  # a read-only or full database: refuse to start
     metrics = deps.observer if isinstance(deps.observer, Metrics) else Metrics()
     metrics.add_tools(deps.tools)
-    client = slack_client(settings, deps.slack_http, on_error=deps.observer.slack_api_error)
-    output = SlackThreadOutput(client)
+    # Tests pass a pacer at the stand-in's speed.
+    pacer = pacer or Pacer(
+        share=settings.opsgate_slack_share, deadline=settings.opsgate_slack_write_deadline
+    )
+    pacer.on_ratelimited = metrics.slack_ratelimited
+    client = slack_client(
+        settings, deps.slack_http, on_error=deps.observer.slack_api_error, pacer=pacer
+    )
+    outbox = SlackOutbox(deps.store, client, claimer=_outbox_claimer(deps), observer=metrics)
+    output = SlackThreadOutput(client, outbox)
     timer = ExpiryTimer(
         deps.store,
         clock=deps.clock,
@@ -113,10 +127,33 @@ async def started(
         exporter = AuditExporter(deps.store, deps.policy.audit, metrics, clock=deps.clock)
         deps.tasks.spawn(exporter.run(), name="audit export", service=True)
         checks["audit_export"] = exporter.readiness()
+    checks["outbox"] = outbox_check(outbox.stuck_for)
+    # The outbox's sender is owned here: it outlives the runs (their last words are in it) and
+    # is stopped, after a short drain, once they have stopped; what is left is sent next start.
+    sender = asyncio.create_task(outbox.run(), name="outbox sender")
     try:
-        yield Started(app, service, metrics, checks)
+        yield Started(app, service, metrics, checks, outbox)
     finally:
-        await deps.tasks.aclose(grace=shutdown_grace)
+        try:
+            await deps.tasks.aclose(grace=shutdown_grace)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(OUTBOX_DRAIN):
+                    await outbox.wait_idle()
+        finally:
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+
+
+OUTBOX_DRAIN = 5.0
+"""Seconds a stopping bot keeps sending what its outbox holds (the rest is sent next start)."""
+
+
+def _outbox_claimer(deps: Deps) -> str:
+    """Who claims outbox rows: the one process of an SQLite file takes the same name at every
+    start (so it takes back what a kill left claimed); a replica a name of its own."""
+    if getattr(deps.store, "exclusive", False):
+        return "local"
+    return f"{replica_name()} {secrets.token_hex(4)}"
 
 
 def _stop_on_signals() -> asyncio.Event:

@@ -109,6 +109,12 @@ class Settings(BaseSettings):
     """On SIGTERM: how long work in flight may finish before it is cut (and recovered)."""
     opsgate_slack_timeout: float = Field(default=30.0, gt=0)
     """Every Slack Web API call."""
+    opsgate_slack_share: float = Field(default=1.0, gt=0, le=1)
+    """This process's share of the workspace's Slack rate limits (1 / replicas), so replicas
+    together stay under them (`bot.slack.pacing`)."""
+    opsgate_slack_write_deadline: float = Field(default=600.0, gt=0)
+    """Seconds a write to Slack keeps waiting out rate limits before it is given up (and its
+    thread told)."""
     opsgate_log_format: Literal["text", "json"] = "text"
     opsgate_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

@@ -9,7 +9,7 @@ process (or a test) can hold several side by side.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Final, Literal, get_args
 
@@ -75,6 +75,9 @@ DECISION_BUCKETS: Final = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600
 TOOL_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 """Seconds one tool execution took."""
 
+DropReason = Literal["ratelimited", "slack_error", "store"]
+OUTBOX_PRIORITIES: Final = ("0", "1", "2", "3")
+"""The outbox's priorities (`bot.slack.outbox`): cards, answers, notices, Home tabs/reactions."""
 _SLACK_METHOD = re.compile(r"[a-z]+(?:\.[a-zA-Z]+){1,3}")
 
 
@@ -127,6 +130,30 @@ class Metrics:
             ["value"],
             registry=r,
         )
+        # Issue 20: the outbox of Slack writes and what Slack's rate limits cost.
+        self._ratelimited = Counter(
+            "opsgate_slack_ratelimited",
+            "HTTP 429s from Slack (waited out, not failures), by method.",
+            ["method"],
+            registry=r,
+        )
+        self._dropped = Counter(
+            "opsgate_slack_writes_dropped",
+            "Writes to Slack given up (should stay 0), by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self._outbox_depth = Gauge(
+            "opsgate_outbox_depth",
+            "Writes waiting in the outbox, by priority.",
+            ["priority"],
+            registry=r,
+        )
+        self._outbox_oldest = Gauge(
+            "opsgate_outbox_oldest_seconds",
+            "Age of the oldest write waiting in the outbox.",
+            registry=r,
+        )
         self._queue_depth = Gauge(
             "opsgate_queue_depth", "Runs queued, waiting for a free slot.", registry=r
         )
@@ -162,6 +189,10 @@ class Metrics:
             self._llm_errors.labels(kind)
         for value in get_args(FeedbackValue):
             self._feedback.labels(value)
+        for reason in get_args(DropReason):
+            self._dropped.labels(reason)
+        for priority in OUTBOX_PRIORITIES:
+            self._outbox_depth.labels(priority)
 
     def add_tools(self, names: Iterable[str]) -> None:
         """Give these tools their own `tool` label value (others are "other")."""
@@ -201,6 +232,21 @@ class Metrics:
         """Count a failed Web API call; `method` is Slack's name, e.g. "chat.postMessage"."""
         label = method if _SLACK_METHOD.fullmatch(method) else OTHER
         self._slack_errors.labels(label).inc()
+
+    def slack_ratelimited(self, method: str) -> None:
+        """Slack answered 429 to `method` (the paced client waits and tries again)."""
+        label = method if _SLACK_METHOD.fullmatch(method) else OTHER
+        self._ratelimited.labels(label).inc()
+
+    def slack_write_dropped(self, reason: str) -> None:
+        """A write to Slack was given up: "ratelimited" (past the deadline), "store" (could
+        not be stored), or "slack_error" (Slack refused it for good)."""
+        self._dropped.labels(reason if reason in get_args(DropReason) else "slack_error").inc()
+
+    def outbox_depth(self, depth: Mapping[int, int], oldest_seconds: float) -> None:
+        for priority in OUTBOX_PRIORITIES:
+            self._outbox_depth.labels(priority).set(depth.get(int(priority), 0))
+        self._outbox_oldest.set(max(0.0, oldest_seconds))
 
     def add_mcp_servers(self, names: Iterable[str]) -> None:
         """Every outcome of these configured servers exists from the start (at 0)."""

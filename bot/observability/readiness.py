@@ -8,7 +8,7 @@ up) and where the gauges come from (the database, the truth when replicas share 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
@@ -28,6 +28,7 @@ __all__ = [
     "database_check",
     "gauges_refresh",
     "operations_app",
+    "outbox_check",
 ]
 
 
@@ -75,6 +76,22 @@ def gauges_refresh(store: Store, metrics: Metrics) -> Refresh:
         metrics.set_queue_depth(len(await store.queue_items(states=("queued",))))
 
     return refresh
+
+
+OUTBOX_STUCK_SECONDS = 300.0
+"""Not ready when writes wait in the outbox and none was finished for this long (issue 20)."""
+
+
+def outbox_check(stuck_for: Callable[[], float]) -> ReadinessCheck:
+    """`stuck_for()`: seconds the outbox's sender has made no progress with writes waiting."""
+
+    async def check() -> str | None:
+        seconds = stuck_for()
+        if seconds > OUTBOX_STUCK_SECONDS:
+            return f"the Slack outbox has sent nothing for {seconds:.0f} s with writes waiting"
+        return None
+
+    return check
 
 
 def _checks(

@@ -297,8 +297,9 @@ class RunService:
 
     async def recover(self) -> None:
         """After a restart: requeue runs that had not begun, tell each thread whose run was cut
-        short, redraw the cards of paused runs, and start what was queued before."""
+        short, start what was queued before, then redraw the cards that show a stale state."""
         store = self.ctx.store
+        started = await store.queue_items(states=["started"])
         requeued = await store.requeue_interrupted()
         if requeued:
             logger.info(
@@ -307,19 +308,24 @@ class RunService:
         for recovered in await store.recover():
             note_run_ended(self.ctx, recovered.session.id, "interrupted")
             tools = tuple(r.tool for r in recovered.interrupted)
-            await self.ctx.output.say(Thread.of(recovered.session), Recovered(tools))
-            await self.cards.redraw_batch(recovered.session.id)
+            thread = Thread.of(recovered.session)
+            await self.ctx.output.say(thread, Recovered(tools))
+            # The run cut short never unmarked its message (issue 20: no 👀 left behind).
+            for item in started:
+                if item.session_id == recovered.session.id and item.message_ts:
+                    await self.ctx.output.react(thread, item.message_ts, False)
         await self.cards.repost_missing()
-        await self.cards.redraw_stale()
         for session in await store.sessions_awaiting_approval():
-            # A decision may be recorded with its card not yet redrawn, or its resume not
-            # yet claimed: redraw, then resume what is decided.
-            await self.cards.redraw_batch(session.id)
+            # A decision may be recorded with its resume not yet claimed.
             await self.maybe_resume(session.id)
-        # Last: what was saved but never processed starts runs, which the steps above must
-        # not mistake for runs cut short.
+        # What was saved but never processed starts runs, which the steps above must not
+        # mistake for runs cut short.
         await self.inbox.recover()
         await self.dispatcher.kick_all()
+        # Last (issue 20): redraw only the cards whose drawn state differs from their call's
+        # (a decision, an interruption or a cancel recorded before its redraw), once saved
+        # deliveries and queued runs have started; unchanged cards cost no call.
+        await self.cards.redraw_stale()
 
     # -- answers --------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -20,7 +21,6 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
-    AsyncRateLimitErrorRetryHandler,
 )
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
@@ -31,6 +31,7 @@ from ..runs.service import RunService
 from ..settings import Settings
 from . import intake, listeners
 from .output import SlackThreadOutput
+from .pacing import Pacer
 
 __all__ = [
     "CountingWebClient",
@@ -46,17 +47,17 @@ def slack_client(
     session: aiohttp.ClientSession | None,
     *,
     on_error: Callable[[str], None] | None = None,
+    pacer: Pacer | None = None,
 ) -> AsyncWebClient:
-    """The Web API client: talks to `SLACK_API_URL` over `session` and retries rate limits;
+    """The Web API client: talks to `SLACK_API_URL` over `session`, paced at Slack's tiers and
+    waiting out rate limits (`bot.slack.pacing`: a 429 is never a dropped write);
     `on_error(method)` hears of every call that failed (metrics)."""
     return CountingWebClient(
         on_error=on_error or (lambda method: None),
+        pacer=pacer or Pacer(),
         token=settings.slack_bot_token.get_secret_value(),
         base_url=settings.slack_api_url,
-        retry_handlers=[
-            AsyncConnectionErrorRetryHandler(max_retry_count=2),
-            AsyncRateLimitErrorRetryHandler(max_retry_count=3),
-        ],
+        retry_handlers=[AsyncConnectionErrorRetryHandler(max_retry_count=2)],
         logger=logging.getLogger("opsgate.slack"),
         session=session,
         timeout=int(max(1, settings.opsgate_slack_timeout)),
@@ -120,19 +121,33 @@ _TOKEN_VARIABLE = "SLACK_BOT_TOKEN"
 
 
 class CountingWebClient(AsyncWebClient):
-    """`AsyncWebClient` calling `on_error(method)` when Slack answers `ok: false` or cannot be
-    reached (after slack_sdk's own retries), before the error propagates as usual."""
+    """`AsyncWebClient` whose every call waits its turn at `pacer` (429s waited out, see
+    `bot.slack.pacing`), calling `on_error(method)` when Slack answers `ok: false` or cannot be
+    reached (after the retries), before the error propagates as usual."""
 
-    def __init__(self, *, on_error: Callable[[str], None], **kwargs: Any) -> None:
+    def __init__(
+        self, *, on_error: Callable[[str], None], pacer: Pacer | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self._on_error = on_error
+        self.pacer = pacer or Pacer()
 
     async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+        send = functools.partial(super().api_call, api_method, **kwargs)
         try:
-            return await super().api_call(api_method, **kwargs)
+            return await self.pacer.call(api_method, _channel_of(kwargs), send)
         except (SlackApiError, aiohttp.ClientError, TimeoutError):
             self._on_error(api_method)
             raise
+
+
+def _channel_of(kwargs: dict[str, Any]) -> str | None:
+    """The `channel` argument of a Web API call, wherever slack_sdk put it."""
+    for part in ("json", "data", "params"):
+        value = kwargs.get(part)
+        if isinstance(value, dict) and value.get("channel"):
+            return str(value["channel"])
+    return None
 
 
 # -- inflight ------------------------------------------------------------------------------------

@@ -205,7 +205,8 @@ async def _not_saved(
     user = str((body.get("user") or {}).get("id") or "")
     thread = await _thread_of(service, body)
     if thread is not None and user:
-        await output.tell(thread, user, notice)
+        # Not through the outbox: the database that did not take the request is where it lives.
+        await output.replies.tell_mrkdwn(thread, user, render(notice).text, direct=True)
     return BoltResponse(status=200, body="")
 
 

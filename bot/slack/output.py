@@ -3,13 +3,18 @@
 This is the only code that calls the Web API for a thread (posts, ephemeral replies, reactions,
 streamed answers, cards, uploads, permalinks). Every call is best effort: a Slack error is
 logged and the run's own bookkeeping goes on (see the contract in `bot.runs.output`).
+
+With an `outbox` (`bot.slack.outbox`, as the server wires it) the writes that need no answer
+from Slack (notices, card redraws, reactions, Home tabs, ephemeral replies, files) are stored
+there and sent by its sender, paced and in priority order, surviving restarts; card posts and
+streamed answers are made here, through the same paced client (429s waited out).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +26,7 @@ from ..runs.notices import AllowanceList, Notice
 from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.timeline import AssistantStatus, TimelineSink
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
+from ..store import OutboxEntry
 from ._errors import SLACK_ERRORS, slack_error
 from .cards import (
     approval_card,
@@ -37,6 +43,8 @@ from .ids import card_metadata, find_marked_card
 from .modals import allow_modal, edit_modal, reject_modal
 from .mrkdwn import escape_cut, truncate, user_mention
 from .notices import card_file, render
+from .outbox import CARD, HOME, NOTICE, REACTION, UPLOAD, SlackOutbox
+from .pacing import Pacer
 from .streaming import ThreadReply
 from .timeline import SlackTimeline, set_status
 
@@ -65,15 +73,22 @@ class SlackThreadOutput:
     mrkdwn (`bot.slack.notices`), cards Block Kit (`bot.slack.cards`). The Slack-only calls of
     the listeners are `replies` (`SlackReplies`)."""
 
-    def __init__(self, client: AsyncWebClient) -> None:
+    def __init__(self, client: AsyncWebClient, outbox: SlackOutbox | None = None) -> None:
         self.client = client
-        self.replies = SlackReplies(client)
+        self.outbox = outbox
+        self.replies = SlackReplies(client, outbox)
         """The Slack-only calls the listeners make (the run service never does)."""
         self._team_id: str | None = None
         self._bot_id: str | None = None
 
     async def say(self, thread: Thread, notice: Notice) -> None:
         rendered = render(notice)
+        if self.outbox is not None:
+            entries = [_post(thread, rendered.text)]
+            if (file := rendered.attachment) is not None:
+                entries.append(_upload(thread, file.filename, file.content))
+            await self.outbox.put(entries)
+            return
         try:
             await self.client.chat_postMessage(
                 channel=thread.channel_id, thread_ts=thread.thread_ts, text=rendered.text
@@ -89,6 +104,18 @@ class SlackThreadOutput:
         await self.replies.tell_mrkdwn(thread, user, render(notice).text)
 
     async def react(self, thread: Thread, ts: str, on: bool) -> None:
+        if self.outbox is not None:
+            # Added and removed before it was sent: neither is (the removal cancels).
+            entry = OutboxEntry(
+                "reactions.add" if on else "reactions.remove",
+                {"channel": thread.channel_id, "timestamp": ts, "name": _WORKING},
+                REACTION,
+                channel_id=thread.channel_id,
+                key=f"reaction:{thread.channel_id}:{ts}",
+                cancels=not on,
+            )
+            await self.outbox.put([entry])
+            return
         method = self.client.reactions_add if on else self.client.reactions_remove
         try:
             await method(channel=thread.channel_id, timestamp=ts, name=_WORKING)
@@ -124,12 +151,22 @@ class SlackThreadOutput:
                 thread_ts=thread.thread_ts,
                 recipient_user_id=person,
                 recipient_team_id=thread.team_id,
+                before_start=self._settled(thread),
+                short=_pacer_short(self.client),
             )
         )
+
+    def _settled(self, thread: Thread) -> Callable[[], Awaitable[None]] | None:
+        outbox = self.outbox
+        if outbox is None:
+            return None
+        return lambda: outbox.settled(thread.channel_id, thread.thread_ts)
 
     async def post_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
         """Post the card. Arguments too long for it are attached first: when that fails the
         card goes out without its Approve button (nobody could read what would run)."""
+        if self.outbox is not None:
+            await self.outbox.settled(thread.channel_id, thread.thread_ts)
         if (full := overflow(card)) is not None:
             name = card_file(card.tool, card.call_id)
             if not await self._upload(thread, name, full):
@@ -187,6 +224,21 @@ class SlackThreadOutput:
             blocks, text = approval_card(card), card_text(card)
         else:
             blocks, text = decided_card(card, outcome), decided_text(card, outcome)
+        if self.outbox is not None:
+            # Only the latest redraw of a card is sent (the key), before anything else.
+            name = card_file(card.tool, card.call_id)
+            fallback = minimal_blocks(card, name) if outcome is None else []
+            params = {"channel": ref.channel_id, "ts": ref.ts, "text": text}
+            entry = OutboxEntry(
+                "chat.update",
+                {**params, "blocks": blocks},
+                CARD,
+                channel_id=ref.channel_id,
+                key=f"card:{ref.channel_id}:{ref.ts}",
+                meta={"fallback": {**params, "blocks": fallback}},
+            )
+            await self.outbox.put([entry])
+            return None
         try:
             try:
                 await self.client.chat_update(
@@ -207,6 +259,9 @@ class SlackThreadOutput:
         return None
 
     async def upload(self, thread: Thread, filename: str, content: str) -> None:
+        if self.outbox is not None:
+            await self.outbox.put([_upload(thread, filename, content)])
+            return
         await self._upload(thread, filename, content)
 
     async def _upload(self, thread: Thread, filename: str, content: str) -> bool:
@@ -260,12 +315,26 @@ class SlackReplies:
     Slack layer's own words), slash-command answers, the reject and edit modals, the Home tab.
     """
 
-    def __init__(self, client: AsyncWebClient) -> None:
+    def __init__(self, client: AsyncWebClient, outbox: SlackOutbox | None = None) -> None:
         self.client = client
+        self.outbox = outbox
 
-    async def tell_mrkdwn(self, thread: Thread, user: str, text: str) -> None:
-        """`tell` for the Slack layer's own words (`text` is mrkdwn, already escaped)."""
+    async def tell_mrkdwn(
+        self, thread: Thread, user: str, text: str, *, direct: bool = False
+    ) -> None:
+        """`tell` for the Slack layer's own words (`text` is mrkdwn, already escaped).
+        `direct`: sent now, not through the outbox (to say the database did not answer)."""
         if not _PERSON.fullmatch(user):
+            return
+        if self.outbox is not None and not direct:
+            params = {
+                "channel": thread.channel_id,
+                "user": user,
+                "thread_ts": thread.thread_ts,
+                "text": text,
+            }
+            entry = OutboxEntry("chat.postEphemeral", params, NOTICE, channel_id=thread.channel_id)
+            await self.outbox.put([entry])
             return
         try:
             await self.client.chat_postEphemeral(
@@ -337,7 +406,14 @@ class SlackReplies:
             logger.warning("could not suggest prompts: %s", slack_error(exc))
 
     async def publish_home(self, home: HomeView) -> None:
-        """Show `home` as its person's Home tab (`views.publish`)."""
+        """Show `home` as its person's Home tab (`views.publish`); through the outbox, one
+        publish per person per burst (the latest view)."""
+        if self.outbox is not None:
+            params = {"user_id": home.user, "view": home_view(home)}
+            await self.outbox.put(
+                [OutboxEntry("views.publish", params, HOME, key=f"home:{home.user}")]
+            )
+            return
         try:
             await self.client.views_publish(user_id=home.user, view=home_view(home))
         except SLACK_ERRORS as exc:
@@ -358,6 +434,36 @@ class SlackReplies:
                 )
         except Exception:  # best effort, like every answer
             logger.warning("could not list allowances for %s", user, exc_info=True)
+
+
+def _pacer_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
+    """The paced client's "bucket is short" test, when the client is paced."""
+    pacer = getattr(client, "pacer", None)
+    if not isinstance(pacer, Pacer):
+        return None
+    return lambda method: pacer.short(method)
+
+
+def _post(thread: Thread, text: str) -> OutboxEntry:
+    params = {"channel": thread.channel_id, "thread_ts": thread.thread_ts, "text": text}
+    late = {**params, "text": _LATE}
+    return OutboxEntry(
+        "chat.postMessage", params, NOTICE, channel_id=thread.channel_id, meta={"late": late}
+    )
+
+
+def _upload(thread: Thread, filename: str, content: str) -> OutboxEntry:
+    params = {
+        "channel": thread.channel_id,
+        "thread_ts": thread.thread_ts,
+        "filename": filename,
+        "content": content,
+        "title": filename,
+    }
+    return OutboxEntry(UPLOAD, params, NOTICE, channel_id=thread.channel_id)
+
+
+_LATE = "_A message for this thread could not be posted: Slack kept asking me to slow down._"
 
 
 class _QuietSink:

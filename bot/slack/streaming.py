@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -45,6 +45,8 @@ FLUSH_CHARS = 2_000
 FLUSH_SECONDS = 1.0
 SECTION_TEXT_MAX = 3000
 """Longest text of one section block (a posted answer given closing blocks is drawn in them)."""
+BUSY_FACTOR = 4
+"""How much bigger (and rarer) the pieces are while the Web API method's bucket is short."""
 MORE_IN_FILE = "\n\n_… the answer goes on in the attached file._"
 
 
@@ -85,6 +87,8 @@ class ThreadReply:
         flush_chars: int = FLUSH_CHARS,
         max_messages: int = MAX_MESSAGES,
         clock: Callable[[], float] = time.monotonic,
+        before_start: Callable[[], Awaitable[None]] | None = None,
+        short: Callable[[str], bool] | None = None,
     ) -> None:
         self.client = client
         self.channel = channel
@@ -96,6 +100,10 @@ class ThreadReply:
         self.flush_chars = flush_chars
         self.max_messages = max_messages
         self.clock = clock
+        self.before_start = before_start
+        self.short = short
+        """`short(method)`: the pacer has no call of `method` to spend right now."""
+        """Awaited before the answer's first message (what was said before it is sent first)."""
         self.raw: list[str] = []
         """The whole answer as the model wrote it: the attached file when it is too long."""
         self.text = ""
@@ -123,6 +131,8 @@ class ThreadReply:
         await self._add(self._links.feed(raw))
 
     async def _add(self, shown: str) -> None:
+        if not self._full and self._finished >= self.max_messages:
+            self._full = True  # a cut-off stream used the last message: the rest is the file
         if self._full or not shown:
             return
         self.text += escape_mrkdwn(shown)
@@ -136,20 +146,32 @@ class ThreadReply:
                 await self._finish_message(MORE_IN_FILE)
                 return
             await self._finish_message("")
+            if self._finished >= self.max_messages:  # a cut-off stream took the last one
+                self._full = True
+                return
             self.text = rest
         waiting = len(self.text) - self._sent
-        due = self.clock() - self._last_send >= self.flush_seconds
-        if waiting >= self.flush_chars or (waiting > 0 and (due or not self.started)):
+        # Slack's bucket for the next call is short: send bigger pieces, less often, instead of
+        # queueing small ones behind it (issue 20).
+        method = "chat.appendStream" if self.use_streaming else "chat.update"
+        busy = self.started and self.short is not None and self.short(method)
+        flush_chars = self.flush_chars * (BUSY_FACTOR if busy else 1)
+        due = self.clock() - self._last_send >= self.flush_seconds * (BUSY_FACTOR if busy else 1)
+        if waiting >= flush_chars or (waiting > 0 and (due or not self.started)):
             await self._send()
 
     async def _send(self) -> None:
         """Give Slack the current message's waiting text."""
+        if not self.started and self.before_start is not None:
+            before, self.before_start = self.before_start, None
+            await before()
         if self.use_streaming:
+            shown = self._stream is not None and self._sent > 0
             try:
                 await self._stream_send()
                 return
             except SlackApiError as exc:
-                self._fall_back(exc)
+                self._fall_back(exc, left_behind=shown)
                 while len(self.text) > MAX_MESSAGE:  # what was one streamed message
                     cut = _split_point(self.text, MAX_MESSAGE)
                     rest = self.text[cut:].lstrip("\n")
@@ -189,7 +211,7 @@ class ThreadReply:
                 self._reset()
                 return blocks is not None
             except SlackApiError as exc:
-                self._fall_back(exc)
+                self._fall_back(exc, left_behind=True)
         if self.text or note:
             await self._write(self.text + note)
         self._reset()
@@ -200,8 +222,12 @@ class ThreadReply:
         self.text, self._sent, self._posted_ts = "", 0, None
         self._last_send = self.clock()
 
-    def _fall_back(self, exc: SlackApiError) -> None:
-        """Streaming failed: from now on post-and-edit, starting with the current message."""
+    def _fall_back(self, exc: SlackApiError, *, left_behind: bool) -> None:
+        """Streaming failed: from now on post-and-edit, starting with the current message.
+        `left_behind`: the cut-off streamed message stays in the thread and counts against
+        the cap (its text is posted again)."""
+        if left_behind:
+            self._finished += 1
         error = exc.response.get("error")
         if error in _STREAM_UNAVAILABLE:
             logger.info("streaming unavailable (%s); editing a message instead", error)
@@ -213,9 +239,14 @@ class ThreadReply:
 
     async def _write(self, text: str) -> None:
         while len(text) > MAX_MESSAGE:  # a streamed message is longer than a posted one
+            if self._finished + 1 >= self.max_messages:  # the cap holds here too
+                cut = _split_point(text, MAX_MESSAGE - len(MORE_IN_FILE))
+                text, self._full = text[:cut] + MORE_IN_FILE, True
+                break
             cut = _split_point(text, MAX_MESSAGE)
             await self._write_one(text[:cut])
             self._posted_ts = None
+            self._finished += 1
             text = text[cut:].lstrip("\n")
         await self._write_one(text)
 

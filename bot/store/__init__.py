@@ -40,6 +40,7 @@ from .models import (
     ToolCallRow,
     batch_complete,
 )
+from .outbox import OutboxEntry, OutboxRow, OutboxStats
 from .reasons import (
     AlreadyApprovedByYou,
     AlreadyDecided,
@@ -95,6 +96,9 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "NeedsNoApproval",
     "NoAllowanceOffered",
     "NotWaiting",
+    "OutboxEntry",
+    "OutboxRow",
+    "OutboxStats",
     "PendingApproval",
     "QueueItem",
     "QueueState",

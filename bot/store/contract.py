@@ -35,6 +35,7 @@ from .models import (
     SessionRow,
     ToolCallRow,
 )
+from .outbox import OutboxEntry, OutboxRow, OutboxStats
 from .states import CardLock, InboxKind
 
 __all__ = ["Store"]
@@ -424,3 +425,31 @@ class Store(Protocol):
     async def remember_context_window(self, model: str, tokens: int) -> None:
         """Remember `model`'s context window (tokens > 0) for every process and replica;
         the last writer wins."""
+
+    # -- the outbox of Slack writes (`bot.store.outbox`) ----------------------------------------
+
+    async def put_outbox(self, entries: Sequence[OutboxEntry]) -> list[str]:
+        """Store writes owed to Slack, before they are tried (one transaction). A row with a
+        `key` deletes the unclaimed rows of that key (the newest is sent); one that `cancels`
+        and found such a row is not stored. Returns the ids stored."""
+
+    async def claim_outbox(self, claimer: str, *, limit: int, lease: timedelta) -> list[OutboxRow]:
+        """Conditional: up to `limit` due rows nobody holds (or whose lease lapsed), best
+        priority then oldest first, held by `claimer` for `lease`; one row per key at a time.
+        Each row is claimed by one caller, however many claim (replicas: SKIP LOCKED)."""
+
+    async def outbox_sent(self, row_id: str) -> None:
+        """The row is done (Slack applied it, or refused it for good): deleted."""
+
+    async def outbox_later(self, row_id: str, not_before: datetime, error: str) -> None:
+        """Release a claimed row, due again at `not_before`."""
+
+    async def outbox_stats(self) -> OutboxStats:
+        """Rows waiting per priority and when the oldest was stored."""
+
+    async def renew_outbox(self, claimer: str, row_ids: Sequence[str], lease: timedelta) -> None:
+        """Extend `claimer`'s hold on rows it is still sending (rows it no longer holds are
+        left alone)."""
+
+    async def release_outbox(self, claimer: str) -> int:
+        """Release every row `claimer` holds (a restarted sender taking its name again)."""

@@ -26,6 +26,10 @@ FAMILIES = {
     "opsgate_feedback": "counter",
     "opsgate_audit_export_lag_seconds": "gauge",
     "opsgate_audit_export_failures": "counter",
+    "opsgate_slack_ratelimited": "counter",
+    "opsgate_slack_writes_dropped": "counter",
+    "opsgate_outbox_depth": "gauge",
+    "opsgate_outbox_oldest_seconds": "gauge",
 }
 
 

@@ -215,7 +215,8 @@ async def test_a_burst_of_mentions_in_one_channel_at_slacks_limits(tmp_path: Pat
     12/12 answers; 429s: chat.postMessage 19, chat.startStream 13; given up: 2 "Queued" notices.
     20 mentions: 20/20 answers; given up: 10 of 18 "Queued" notices and 1 chat.startStream
     (that answer was posted instead). 12 mentions over 12 channels: 12/12; 4 chat.startStream
-    given up (posted instead). The losses issue 20 reports need its larger storms."""
+    given up (posted instead). The losses issue 20 reports need its larger storms. Since
+    issue 20 the bot paces its calls at these limits (`bot.slack.pacing`)."""
     rate_limits = RateLimits()
     async with SlackAPIStandIn(rate_limits=rate_limits) as slack, LLMStandIn() as llm:
         for _ in range(BURST):
@@ -232,6 +233,8 @@ async def test_a_burst_of_mentions_in_one_channel_at_slacks_limits(tmp_path: Pat
             for message in slack.messages
         )
     ]
-    assert rate_limits.refused["chat.startStream"] > 0  # the burst did meet the limits
-    assert rate_limits.refused["chat.postMessage"] > 0
+    # The burst did meet the limits; since issue 20 the bot paces itself under them, so Slack
+    # refuses little or nothing (each refusal is waited out, never given up).
+    assert rate_limits.admitted["chat.startStream"] > TIER_2.burst
+    assert sum(rate_limits.refused.values()) <= 2
     assert len(answered) == BURST  # every answer whole, in its own thread

@@ -24,6 +24,7 @@ from bot.runs.service import RunService
 from bot.server import http_app, started
 from bot.settings import Settings
 from bot.slack.mrkdwn import user_mention
+from bot.slack.pacing import Pacer
 from bot.store import utc_now
 from bot.wiring import Deps, open_deps
 from tests.support.llm_server import LLMStandIn, sse_bytes
@@ -229,9 +230,21 @@ class Bot:
                 if runs and self.deps.tasks.running:
                     await self.deps.tasks.wait_idle()
                     continue
+                # What the runs said is in the outbox (issue 20) until its sender sent it.
+                outbox = getattr(self.service.ctx.output, "outbox", None)
+                if outbox is not None and not outbox.idle:
+                    await outbox.wait_idle()
+                    continue
                 return
 
         await asyncio.wait_for(_settle(), timeout)
+
+
+def pacer_for(slack: SlackAPIStandIn) -> Pacer:
+    """Slack's pace as the stand-in keeps it: its speed when it enforces the tiers, else so
+    fast that pacing never slows a test (429s it answers are still waited out)."""
+    limits = slack.rate_limits
+    return Pacer(speed=limits.speed if limits is not None else 1000.0)
 
 
 def cancel_values(blocks: Sequence[dict[str, Any]]) -> list[str]:
@@ -414,7 +427,7 @@ async def running_bot(
             )
         )
         running = await stack.enter_async_context(
-            started(settings_, deps, expiry_interval=3600, shutdown_grace=0)
+            started(settings_, deps, expiry_interval=3600, shutdown_grace=0, pacer=pacer_for(slack))
         )
         web_runner, base_url = await serve_on_loopback(
             http_app(

@@ -220,6 +220,54 @@ MIGRATIONS: tuple[Migration, ...] = (
             " CHECK (kind IN ('message','slash','request'))",
         ),
     ),
+    Migration(
+        12,
+        # Every write the bot owes Slack, stored before it is tried (`bot.store.outbox`):
+        # claimed for a lease by the sender of whichever replica is alive, deleted once sent.
+        "the outbox of Slack writes",
+        sqlite=(
+            """
+            CREATE TABLE outbox (
+                id            TEXT PRIMARY KEY,
+                priority      INTEGER NOT NULL,
+                method        TEXT NOT NULL,
+                channel_id    TEXT,
+                key           TEXT,
+                params        TEXT NOT NULL,
+                meta          TEXT NOT NULL,
+                created_at    TEXT NOT NULL,
+                not_before    TEXT NOT NULL,
+                claimed_by    TEXT,
+                claimed_until TEXT,
+                attempts      INTEGER NOT NULL DEFAULT 0,
+                last_error    TEXT
+            )
+            """,
+            "CREATE INDEX outbox_due ON outbox (priority, created_at)",
+            "CREATE INDEX outbox_key ON outbox (key)",
+        ),
+        postgres=(
+            """
+            CREATE TABLE outbox (
+                id            text PRIMARY KEY,
+                priority      integer NOT NULL,
+                method        text NOT NULL,
+                channel_id    text,
+                key           text,
+                params        jsonb NOT NULL,
+                meta          jsonb NOT NULL,
+                created_at    timestamptz NOT NULL,
+                not_before    timestamptz NOT NULL,
+                claimed_by    text,
+                claimed_until timestamptz,
+                attempts      integer NOT NULL DEFAULT 0,
+                last_error    text
+            )
+            """,
+            "CREATE INDEX outbox_due ON outbox (priority, created_at)",
+            "CREATE INDEX outbox_key ON outbox (key)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -1,0 +1,326 @@
+"""The durable sender: delivers the outbox's rows (`bot.store.outbox`) to Slack, exactly once.
+
+`SlackThreadOutput` puts a row for each write it owes Slack (notices, card redraws, reactions,
+Home tabs, ephemeral replies, files) and returns; this sender, one owned task per process,
+claims rows best priority first (cards and their redraws, then answers, notices, Home tabs and
+reactions), sends each through the paced client (`bot.slack.pacing`: its turn at Slack's tier,
+429s waited out), and deletes the row once Slack said ok. Rows left by a restart, or by a
+replica that died (its lease lapsed), are sent by whoever is alive. Real errors
+(`channel_not_found`, `not_in_channel`, ...) are not retried: the row is dropped and counted; a
+write still rate limited past the pacer's deadline is dropped too, and its thread told once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from ..store import OutboxEntry, OutboxRow, OutboxStats
+from .pacing import RateLimited
+
+__all__ = [
+    "ANSWER",
+    "CARD",
+    "HOME",
+    "NOTICE",
+    "REACTION",
+    "UPLOAD",
+    "OutboxObserver",
+    "OutboxStore",
+    "SlackOutbox",
+]
+
+logger = logging.getLogger("opsgate.slack.outbox")
+
+CARD = 0
+"""Approval cards' redraws: a decided card must lose its buttons first."""
+ANSWER = 1
+NOTICE = 2
+HOME = 3
+REACTION = 3
+
+UPLOAD = "files.upload_v2"
+"""The outbox method of a file upload (slack_sdk's three-step `files_upload_v2`)."""
+
+PUT_SECONDS = 2.0
+"""How long storing a write may take before it is sent at once instead (a database that does
+not answer must not keep a "not saved" notice from the person it is for)."""
+
+_DONE_ANYWAY = {"already_reacted", "no_reaction", "message_not_found", "cant_update_message"}
+"""Errors that mean the write has nothing left to do (it was applied, or cannot be)."""
+_TRANSPORT = (aiohttp.ClientError, TimeoutError, SlackClientError)
+
+
+def _ordered(
+    channel: str | None, key: str | None, priority: int, params: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """The thread when a row is one of its messages that a card or a streamed answer made
+    after it must follow (a keyed row may be superseded, and so never sent: not these)."""
+    if channel is None or key is not None or priority > NOTICE:
+        return None
+    return channel, str(params.get("thread_ts") or "")
+
+
+class OutboxStore(Protocol):
+    """The outbox operations of `bot.store.Store` this sender uses."""
+
+    async def put_outbox(self, entries: Sequence[OutboxEntry]) -> list[str]: ...
+
+    async def claim_outbox(
+        self, claimer: str, *, limit: int, lease: timedelta
+    ) -> list[OutboxRow]: ...
+
+    async def outbox_sent(self, row_id: str) -> None: ...
+
+    async def outbox_later(self, row_id: str, not_before: datetime, error: str) -> None: ...
+
+    async def outbox_stats(self) -> OutboxStats: ...
+
+    async def release_outbox(self, claimer: str) -> int: ...
+
+    async def renew_outbox(
+        self, claimer: str, row_ids: Sequence[str], lease: timedelta
+    ) -> None: ...
+
+
+class OutboxObserver(Protocol):
+    """Metrics for the outbox (`bot.observability.Metrics`)."""
+
+    def slack_write_dropped(self, reason: str) -> None: ...
+
+    def outbox_depth(self, depth: Mapping[int, int], oldest_seconds: float) -> None: ...
+
+
+@dataclass
+class _Quiet:
+    def slack_write_dropped(self, reason: str) -> None:
+        return None
+
+    def outbox_depth(self, depth: Mapping[int, int], oldest_seconds: float) -> None:
+        return None
+
+
+class SlackOutbox:
+    """Puts writes in the store and sends them; `run()` is the sender (an owned task)."""
+
+    def __init__(
+        self,
+        store: OutboxStore,
+        client: AsyncWebClient,
+        *,
+        claimer: str,
+        observer: OutboxObserver | None = None,
+        lease: timedelta = timedelta(seconds=60),
+        poll: float = 2.0,
+        concurrency: int = 32,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.claimer = claimer
+        self.observer: OutboxObserver = observer or _Quiet()
+        self.lease = lease
+        self.poll = poll
+        """Seconds between looks when nothing woke the sender (rows of other replicas)."""
+        self.concurrency = concurrency
+        self.clock = clock
+        self.dropped: dict[str, int] = {}
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._inflight: dict[asyncio.Task[None], str] = {}
+        """Sends in flight and their rows' ids (claims renewed while they last)."""
+        self._renewed = clock()
+        self._last_progress = clock()
+        self._puts = 0
+        self._put_in: dict[tuple[str, str], int] = {}
+        self._done_in: dict[tuple[str, str], int] = {}
+        """Rows this process put and finished, per thread (what `settled` waits on)."""
+        self._done = asyncio.Condition()
+        self._reported = clock()
+
+    async def put(self, entries: Sequence[OutboxEntry]) -> None:
+        """Store `entries` durably, then wake the sender. When the database refuses the write
+        (read-only, full) or does not answer within `PUT_SECONDS` (an outage), they are sent at
+        once instead, best effort as before: telling people that their click was not saved
+        must not depend on saving."""
+        try:
+            async with asyncio.timeout(PUT_SECONDS):
+                await self.store.put_outbox(entries)
+        except Exception:
+            logger.exception("could not store %d Slack writes; sending them now", len(entries))
+            for entry in entries:
+                try:
+                    await self._send(entry.method, entry.params, entry.meta)
+                except (SlackApiError, *_TRANSPORT) as exc:
+                    logger.error("%s to %s failed: %s", entry.method, entry.channel_id, exc)
+                    self._drop("store")
+            return
+        self._puts += 1
+        for entry in entries:
+            if thread := _ordered(entry.channel_id, entry.key, entry.priority, entry.params):
+                self._put_in[thread] = self._put_in.get(thread, 0) + 1
+        self._idle.clear()
+        self._wake.set()
+
+    async def settled(self, channel: str, thread_ts: str, timeout: float = 10.0) -> None:
+        """Wait (up to `timeout`) until as many messages of the thread are done as this process
+        had put in it, so that a card or a streamed answer made directly comes after the
+        notices said before it."""
+        thread = (channel, thread_ts)
+        owed = self._put_in.get(thread, 0)
+
+        async def done() -> None:
+            async with self._done:
+                await self._done.wait_for(lambda: self._done_in.get(thread, 0) >= owed)
+
+        if self._done_in.get(thread, 0) < owed:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await done()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is owed that this sender knows of."""
+        return self._idle.is_set()
+
+    async def wait_idle(self) -> None:
+        """Until nothing is owed (tests; a graceful stop)."""
+        await self._idle.wait()
+
+    def stuck_for(self) -> float:
+        """Seconds since the sender last made progress while rows wait (0 when idle)."""
+        if self._idle.is_set():
+            return 0.0
+        return (self.clock() - self._last_progress).total_seconds()
+
+    async def run(self) -> None:
+        """Claim and send until cancelled; in-flight sends are cancelled with it (their rows
+        stay claimed until the lease lapses, then are sent again: Slack applies a redraw or a
+        Home tab twice harmlessly; a post of a notice may repeat, never vanish)."""
+        try:
+            await self.store.release_outbox(self.claimer)
+        except Exception:
+            logger.exception("could not release the outbox rows of an earlier start")
+        try:
+            while True:
+                self._wake.clear()
+                puts = self._puts
+                room = self.concurrency - len(self._inflight)
+                rows = await self._claim(room) if room > 0 else []
+                for row in rows:
+                    task = asyncio.create_task(self._deliver(row), name=f"outbox {row.id}")
+                    self._inflight[task] = row.id
+                    task.add_done_callback(self._finished)
+                await self._renew()
+                idle = not rows and not self._inflight
+                if idle or (self.clock() - self._reported).total_seconds() >= 1.0:
+                    await self._report()
+                if idle and puts == self._puts:
+                    self._idle.set()
+                # `asyncio.timeout`, not `wait_for`: on 3.11 a cancel that arrives as the wait
+                # ends can be swallowed by `wait_for`, and the sender would never stop.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll):
+                        await self._wake.wait()
+        finally:
+            for task in self._inflight:
+                task.cancel()
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+
+    async def _renew(self) -> None:
+        """Every third of a lease, hold the rows still in flight for another lease."""
+        now = self.clock()
+        if not self._inflight or now - self._renewed < self.lease / 3:
+            return
+        self._renewed = now
+        try:
+            await self.store.renew_outbox(self.claimer, list(self._inflight.values()), self.lease)
+        except Exception:
+            logger.exception("could not renew the outbox claims")
+
+    async def _claim(self, room: int) -> list[OutboxRow]:
+        try:
+            return await self.store.claim_outbox(self.claimer, limit=room, lease=self.lease)
+        except Exception:
+            logger.exception("could not claim outbox rows")
+            return []
+
+    async def _report(self) -> None:
+        self._reported = self.clock()
+        try:
+            stats = await self.store.outbox_stats()
+            now = self.clock()
+            oldest = 0.0 if stats.oldest is None else (now - stats.oldest).total_seconds()
+            self.observer.outbox_depth(stats.depth, oldest)
+        except Exception:
+            logger.exception("could not read the outbox depth")
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._inflight.pop(task, None)
+        self._last_progress = self.clock()
+        self._wake.set()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.error("an outbox send failed", exc_info=exc)
+
+    async def _deliver(self, row: OutboxRow) -> None:
+        try:
+            await self._deliver_once(row)
+        finally:
+            if thread := _ordered(row.channel_id, row.key, row.priority, row.params):
+                self._done_in[thread] = self._done_in.get(thread, 0) + 1
+                async with self._done:
+                    self._done.notify_all()
+
+    async def _deliver_once(self, row: OutboxRow) -> None:
+        try:
+            await self._send(row.method, row.params, row.meta)
+        except RateLimited:
+            logger.error("%s for %s rate limited past the deadline", row.method, row.channel_id)
+            self._drop("ratelimited")
+            await self._tell_late(row)
+        except SlackApiError as exc:
+            error = str(exc.response.get("error"))
+            if error not in _DONE_ANYWAY:
+                logger.error("%s to %s failed: %s", row.method, row.channel_id, error)
+                self._drop("slack_error")
+        except _TRANSPORT as exc:
+            later = self.clock() + timedelta(seconds=min(60, 2**row.attempts))
+            logger.warning("%s to %s failed (%s); trying again", row.method, row.channel_id, exc)
+            await self.store.outbox_later(row.id, later, f"{type(exc).__name__}: {exc}")
+            return
+        await self.store.outbox_sent(row.id)
+
+    async def _send(self, method: str, params: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        if method == UPLOAD:
+            await self.client.files_upload_v2(**params)
+            return
+        try:
+            await self.client.api_call(method, json=dict(params))
+        except SlackApiError as exc:
+            fallback = meta.get("fallback")
+            if exc.response.get("error") != "invalid_blocks" or not isinstance(fallback, dict):
+                raise
+            # A card posted minimal (Slack refused its blocks) is redrawn minimal.
+            await self.client.api_call(method, json=fallback)
+
+    async def _tell_late(self, row: OutboxRow) -> None:
+        """Tell the thread once that a write could not be made (`meta["late"]`: the words)."""
+        late = row.meta.get("late")
+        if isinstance(late, dict):
+            try:
+                await self.client.api_call("chat.postMessage", json=late)
+            except (SlackApiError, *_TRANSPORT):
+                logger.error("could not tell %s about a lost write", row.channel_id)
+
+    def _drop(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        self.observer.slack_write_dropped(reason)

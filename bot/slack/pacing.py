@@ -1,0 +1,230 @@
+"""Pacing Slack Web API calls: token buckets at Slack's tiers, and waiting out a 429.
+
+Slack limits each method per app per workspace by tier, and `chat.postMessage` to about one
+message per second per channel with short bursts; a call over the limit is answered HTTP 429
+with `Retry-After` and is not applied. slack_sdk's retry handler waits `Retry-After` a few times
+and then the call is dropped: in a storm that loses answers and leaves buttons on decided cards.
+Here a call first takes a token from its bucket (so a storm is spread out instead of refused),
+and a 429 makes the bucket wait `Retry-After` and the call is tried again, until
+`deadline` seconds have passed (minutes): a write waits until it is applied. Real errors
+(`channel_not_found`, `invalid_blocks`, `not_in_channel`) are raised at once, as before.
+
+Buckets are per method (one bot token is one workspace), and per channel for
+`chat.postMessage`. A replica takes `share` of each budget (1 / replicas), so replicas together
+stay under the workspace's limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+__all__ = [
+    "METHOD_TIERS",
+    "POST_MESSAGE_PER_CHANNEL",
+    "Pacer",
+    "RateLimited",
+    "Tier",
+    "retry_after",
+]
+
+logger = logging.getLogger("opsgate.slack.pacing")
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """A bucket's shape: `burst` calls at once, `per_minute` on average."""
+
+    per_minute: float
+    burst: int
+
+
+TIER_2 = Tier(20, 5)
+TIER_3 = Tier(50, 10)
+TIER_4 = Tier(100, 20)
+POST_MESSAGE_PER_CHANNEL = Tier(60, 3)
+"""`chat.postMessage`: about one message per second per channel, bursts of 3."""
+
+METHOD_TIERS: Mapping[str, Tier] = MappingProxyType(
+    {
+        "chat.startStream": TIER_2,
+        "chat.stopStream": TIER_2,
+        "usergroups.users.list": TIER_2,
+        "chat.update": TIER_3,
+        "chat.delete": TIER_3,
+        "reactions.add": TIER_3,
+        "reactions.remove": TIER_3,
+        "conversations.info": TIER_3,
+        "conversations.replies": TIER_3,
+        "users.conversations": TIER_3,
+        "conversations.members": TIER_4,
+        "chat.appendStream": TIER_4,
+        "chat.postEphemeral": TIER_4,
+        "chat.getPermalink": TIER_4,
+        "views.open": TIER_4,
+        "views.update": TIER_4,
+        "views.publish": TIER_4,
+        "users.info": TIER_4,
+        "files.getUploadURLExternal": TIER_4,
+        "files.completeUploadExternal": TIER_4,
+    }
+)
+"""Slack's published tier of each method the bot calls (docs.slack.dev, "Rate limits")."""
+
+
+class RateLimited(SlackApiError):
+    """Slack kept answering 429 for `method` past the pacer's deadline (the thread is told)."""
+
+    def __init__(self, method: str, response: AsyncSlackResponse) -> None:
+        super().__init__(  # type: ignore[no-untyped-call]
+            f"{method!r} was rate limited past the deadline", response
+        )
+        self.method = method
+
+
+def retry_after(exc: SlackApiError) -> float | None:
+    """The seconds a 429 asks to wait, or None when `exc` is not a rate limit."""
+    response = exc.response
+    if getattr(response, "status_code", None) != 429 and response.get("error") != "ratelimited":
+        return None
+    headers: Mapping[str, Any] = getattr(response, "headers", None) or {}
+    for key, value in headers.items():
+        if key.lower() == "retry-after":
+            try:
+                return max(0.0, float(value))
+            except (TypeError, ValueError):
+                break
+    return 1.0
+
+
+MARGIN = 0.9
+"""The share of a tier's rate the buckets spend, and one call of each burst kept back: Slack's
+bucket starts when our first call arrives, later than ours, so spending all of it would be
+refused now and then."""
+
+
+class _Bucket:
+    """Reservations against a refilling budget: a taker that finds it short waits its turn
+    (first come, first served), so concurrent callers are spread, never refused here."""
+
+    def __init__(self, tier: Tier, share: float, now: float) -> None:
+        self.rate = tier.per_minute * share * MARGIN / 60.0
+        self.burst = max(1.0, tier.burst * share)
+        self.tokens = self.burst - 1.0 if self.burst > 1 else self.burst
+        self.at = now
+        self.paused_until = 0.0
+
+    def _refill(self, now: float) -> None:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+
+    def reserve(self, now: float) -> float:
+        """Take a token; the seconds to wait before using it."""
+        self._refill(now)
+        self.tokens -= 1.0
+        wait = 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+        return max(wait, self.paused_until - now)
+
+    def short(self, now: float) -> bool:
+        """Nothing left to spend right now (streaming sends bigger pieces then)."""
+        return self.tokens + (now - self.at) * self.rate < 1.0 or self.paused_until > now
+
+    def pause(self, now: float, seconds: float) -> None:
+        """Slack said wait: no call before `seconds`, and the budget starts empty after."""
+        self._refill(now)
+        self.paused_until = max(self.paused_until, now + seconds)
+        self.tokens = min(self.tokens, 0.0)
+
+
+class Pacer:
+    """The buckets of one bot token, and the waiting; `observer(method)` hears of each 429."""
+
+    def __init__(
+        self,
+        *,
+        tiers: Mapping[str, Tier] = METHOD_TIERS,
+        post_message: Tier = POST_MESSAGE_PER_CHANNEL,
+        share: float = 1.0,
+        speed: float = 1.0,
+        deadline: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_ratelimited: Callable[[str], None] | None = None,
+    ) -> None:
+        self.tiers = tiers
+        self.post_message = post_message
+        self.share = share
+        self.speed = speed
+        """Bucket seconds per clock second (tests run Slack's pace faster, like the stand-in)."""
+        self.deadline = deadline
+        """Seconds a write keeps waiting out 429s before `RateLimited` is raised."""
+        self.clock = clock
+        self.on_ratelimited = on_ratelimited or (lambda method: None)
+        self.limited: dict[str, int] = {}
+        """429s seen, per method."""
+        self._buckets: dict[tuple[str, str], _Bucket] = {}
+
+    def _bucket(self, method: str, channel: str | None) -> _Bucket | None:
+        if method == "chat.postMessage":
+            tier, key = self.post_message, (method, channel or "")
+        elif method in self.tiers:
+            tier, key = self.tiers[method], (method, "")
+        else:
+            return None
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(tier, self.share, self._now())
+        return bucket
+
+    def _now(self) -> float:
+        return self.clock() * self.speed
+
+    async def take(self, method: str, channel: str | None = None) -> None:
+        """Wait for `method`'s (and the channel's) turn."""
+        bucket = self._bucket(method, channel)
+        if bucket is not None and (wait := bucket.reserve(self._now())) > 0:
+            await asyncio.sleep(wait / self.speed)
+
+    def short(self, method: str, channel: str | None = None) -> bool:
+        bucket = self._bucket(method, channel)
+        return bucket is not None and bucket.short(self._now())
+
+    def limited_by_slack(self, method: str, channel: str | None, seconds: float) -> None:
+        """Slack answered 429: count it and hold the bucket for `seconds` (clock seconds)."""
+        self.limited[method] = self.limited.get(method, 0) + 1
+        self.on_ratelimited(method)
+        bucket = self._bucket(method, channel)
+        if bucket is not None:
+            bucket.pause(self._now(), seconds * self.speed)
+        logger.info("%s rate limited; waiting %.1f s", method, seconds)
+
+    async def call(
+        self,
+        method: str,
+        channel: str | None,
+        send: Callable[[], Any],
+    ) -> AsyncSlackResponse:
+        """`send()` (one Web API call) in its turn, again after each 429, until it is applied
+        or `deadline` passes (then `RateLimited`). Other errors propagate at once."""
+        started = self.clock()
+        while True:
+            await self.take(method, channel)
+            try:
+                response: AsyncSlackResponse = await send()
+                return response
+            except SlackApiError as exc:
+                wait = retry_after(exc)
+                if wait is None:
+                    raise
+                self.limited_by_slack(method, channel, wait)
+                if self.clock() - started + wait > self.deadline:
+                    raise RateLimited(method, exc.response) from exc
+                if self._bucket(method, channel) is None:
+                    await asyncio.sleep(wait)

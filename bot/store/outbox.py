@@ -1,0 +1,191 @@
+"""The outbox: every write the bot owes Slack, stored before it is tried, sent by whoever is alive.
+
+A write (a notice, a card's redraw, a reaction, a Home tab, an ephemeral reply) is a row here,
+committed before it is attempted, so a restart or the death of a replica loses none: the sender
+(`bot.slack.outbox`) claims rows for a lease (`claimed_until`; on PostgreSQL with
+`FOR UPDATE SKIP LOCKED`, so replicas never take the same row), and deletes a row once Slack said
+ok. A sender that dies leaves its rows claimed until the lease lapses; then anyone takes them.
+
+Writes that supersede each other share a `key`: putting a row deletes the unclaimed rows with
+that key (only the latest redraw of a card, the latest Home tab of a person is sent), and a row
+that `cancels` (a reaction removed) deletes its unsent opposite and is itself not stored. Rows of
+one key are claimed one at a time, in order. Plain storage: the payload is the Web API method and
+its arguments, which the store does not read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from .core import StoreCore
+from .db import Row, Tx, aware
+from .rules import new_id
+
+__all__ = ["Outbox", "OutboxEntry", "OutboxRow", "OutboxStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """A write to put in the outbox. `priority`: lower is sent first."""
+
+    method: str
+    params: Mapping[str, Any]
+    priority: int
+    channel_id: str | None = None
+    key: str | None = None
+    """Rows with the same key supersede each other (the newest is sent)."""
+    cancels: bool = False
+    """With an unsent row of the same key, both vanish (a reaction added, then removed)."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """What the sender needs besides the call (a fallback for refused blocks, who to tell)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    id: str
+    method: str
+    params: dict[str, Any]
+    meta: dict[str, Any]
+    priority: int
+    channel_id: str | None
+    key: str | None
+    created_at: datetime
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxStats:
+    """Rows waiting per priority, and the age of the oldest (None when empty)."""
+
+    depth: dict[int, int]
+    oldest: datetime | None
+
+
+class Outbox(StoreCore):
+    """The outbox operations of `bot.store.Store`."""
+
+    async def put_outbox(self, entries: Sequence[OutboxEntry]) -> list[str]:
+        """Store `entries` (one transaction); the ids of the rows stored."""
+        async with self._db.transaction("put outbox rows") as tx:
+            return await self._put_outbox(tx, entries)
+
+    async def _put_outbox(self, tx: Tx, entries: Sequence[OutboxEntry]) -> list[str]:
+        """Inside a transaction: the step a state change and the write reporting it share."""
+        now = self._now()
+        ids: list[str] = []
+        for entry in entries:
+            if entry.key is not None:
+                dropped = await tx.execute(
+                    "DELETE FROM outbox WHERE key = :key AND claimed_until IS NULL",
+                    {"key": entry.key},
+                )
+                if entry.cancels and dropped:
+                    continue
+            row_id = new_id()
+            await tx.execute(
+                "INSERT INTO outbox (id, priority, method, channel_id, key, params, meta,"
+                " created_at, not_before, attempts)"
+                " VALUES (:id, :priority, :method, :channel, :key, :params, :meta, :now, :now, 0)",
+                {
+                    "id": row_id,
+                    "priority": entry.priority,
+                    "method": entry.method,
+                    "channel": entry.channel_id,
+                    "key": entry.key,
+                    "params": self._db.json_in(dict(entry.params)),
+                    "meta": self._db.json_in(dict(entry.meta)),
+                    "now": now,
+                },
+            )
+            ids.append(row_id)
+        return ids
+
+    async def claim_outbox(self, claimer: str, *, limit: int, lease: timedelta) -> list[OutboxRow]:
+        """Up to `limit` due rows nobody holds, best priority first, held by `claimer` for
+        `lease`; a row whose key has an earlier row in flight waits for it."""
+        now = self._moment()
+        async with self._db.transaction("claim outbox rows") as tx:
+            rows = await tx.fetch_all(
+                "SELECT * FROM outbox WHERE not_before <= :now"
+                " AND (claimed_until IS NULL OR claimed_until < :now)"
+                " AND NOT EXISTS (SELECT 1 FROM outbox AS o WHERE o.key = outbox.key"
+                " AND o.id <> outbox.id AND (o.claimed_until >= :now OR o.created_at"
+                " < outbox.created_at))"
+                " ORDER BY priority, created_at, id LIMIT :limit" + self._db.skip_locked,
+                {"now": self._db.time_in(now), "limit": limit},
+            )
+            if rows:
+                await tx.execute_many(
+                    "UPDATE outbox SET claimed_by = :claimer, claimed_until = :until,"
+                    " attempts = attempts + 1 WHERE id = :id",
+                    [
+                        {
+                            "claimer": claimer,
+                            "until": self._db.time_in(now + lease),
+                            "id": row["id"],
+                        }
+                        for row in rows
+                    ],
+                )
+        return [self._outbox_model(row, claimed=True) for row in rows]
+
+    async def outbox_sent(self, row_id: str) -> None:
+        """Slack applied the row's write (or refused it for good): it is done."""
+        async with self._db.transaction("finish an outbox row") as tx:
+            await tx.execute("DELETE FROM outbox WHERE id = :id", {"id": row_id})
+
+    async def outbox_later(self, row_id: str, not_before: datetime, error: str) -> None:
+        """Not applied yet: release the row, due again at `not_before`."""
+        async with self._db.transaction("release an outbox row") as tx:
+            await tx.execute(
+                "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL,"
+                " not_before = :at, last_error = :error WHERE id = :id",
+                {"id": row_id, "at": self._db.time_in(not_before), "error": error[:500]},
+            )
+
+    async def renew_outbox(self, claimer: str, row_ids: Sequence[str], lease: timedelta) -> None:
+        """Keep holding rows still being sent (a write waiting out 429s outlives a lease); a
+        row another sender took meanwhile is left to it."""
+        until = self._db.time_in(self._moment() + lease)
+        async with self._db.transaction("renew outbox claims") as tx:
+            await tx.execute_many(
+                "UPDATE outbox SET claimed_until = :until WHERE id = :id AND claimed_by = :claimer",
+                [{"until": until, "id": i, "claimer": claimer} for i in row_ids],
+            )
+
+    async def release_outbox(self, claimer: str) -> int:
+        """At a sender's start: what `claimer` held before (a process killed mid-send, whose
+        name its restart takes again) is due at once instead of when its lease lapses."""
+        async with self._db.transaction("release outbox rows") as tx:
+            return await tx.execute(
+                "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL"
+                " WHERE claimed_by = :claimer",
+                {"claimer": claimer},
+            )
+
+    async def outbox_stats(self) -> OutboxStats:
+        async with self._db.reading("outbox depth") as tx:
+            rows = await tx.fetch_all(
+                "SELECT priority, COUNT(*) AS n, MIN(created_at) AS oldest"
+                " FROM outbox GROUP BY priority"
+            )
+        depth = {int(row["priority"]): int(row["n"]) for row in rows}
+        times = [t for row in rows if (t := self._db.time_out(row["oldest"])) is not None]
+        return OutboxStats(depth, min(times) if times else None)
+
+    def _outbox_model(self, row: Row, *, claimed: bool = False) -> OutboxRow:
+        created = self._db.time_out(row["created_at"])
+        return OutboxRow(
+            id=str(row["id"]),
+            method=str(row["method"]),
+            params=dict(self._db.json_out(row["params"]) or {}),
+            meta=dict(self._db.json_out(row["meta"]) or {}),
+            priority=int(row["priority"]),
+            channel_id=row["channel_id"],
+            key=row["key"],
+            created_at=aware(created) if created is not None else self._moment(),
+            attempts=int(row["attempts"]) + (1 if claimed else 0),
+        )

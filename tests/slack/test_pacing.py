@@ -1,0 +1,97 @@
+"""Pacing (issue 20): the bot's Web API client takes turns at Slack's tiers, so a storm is spread
+out instead of refused, waits out every 429 (`Retry-After`) until the call is applied, and still
+fails fast on real errors. Against the stand-in enforcing the same tiers, run faster (`speed`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from slack_sdk.errors import SlackApiError
+
+from bot.slack.app import CountingWebClient
+from bot.slack.pacing import Pacer, RateLimited
+from tests.support.slack_api import SlackAPIStandIn
+from tests.support.slack_ratelimits import RateLimits
+
+TOKEN = "xoxb-test-token"
+SPEED = 20.0
+"""Slack's minute passes in 3 s, on both sides."""
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[SlackAPIStandIn]:
+    async with SlackAPIStandIn(rate_limits=RateLimits(speed=SPEED)) as standin:
+        yield standin
+
+
+def paced(slack: SlackAPIStandIn, pacer: Pacer, errors: list[str]) -> CountingWebClient:
+    return CountingWebClient(
+        on_error=errors.append, pacer=pacer, token=TOKEN, base_url=slack.url, retry_handlers=[]
+    )
+
+
+async def test_a_storm_of_updates_is_applied_whole_without_a_429(slack: SlackAPIStandIn) -> None:
+    errors: list[str] = []
+    client = paced(slack, Pacer(speed=SPEED), errors)
+    posted = await client.chat_postMessage(channel="C1", text="card")
+    started = time.monotonic()
+    await asyncio.gather(
+        *(client.chat_update(channel="C1", ts=posted["ts"], text=f"v{i}") for i in range(25))
+    )
+    elapsed = time.monotonic() - started
+    assert slack.rate_limits is not None
+    assert slack.rate_limits.refused["chat.update"] == 0
+    assert len([c for c in slack.calls_to("chat.update") if c.ok]) == 25
+    assert errors == []
+    # 10 at once, then 50 a minute: 15 more take 18 bucket seconds (0.9 s at SPEED).
+    assert 0.7 < elapsed < 5
+
+
+async def test_posts_are_paced_per_channel(slack: SlackAPIStandIn) -> None:
+    client = paced(slack, Pacer(speed=SPEED), [])
+    await asyncio.gather(
+        *(client.chat_postMessage(channel=f"C{i % 4}", text=f"m{i}") for i in range(24))
+    )
+    assert slack.rate_limits is not None
+    assert slack.rate_limits.refused["chat.postMessage"] == 0
+    assert len(slack.messages) == 24
+
+
+async def test_a_429_is_waited_out_never_given_up(slack: SlackAPIStandIn) -> None:
+    limited: list[str] = []
+    errors: list[str] = []
+    client = paced(slack, Pacer(speed=SPEED, on_ratelimited=limited.append), errors)
+    slack.fail_next("chat.postMessage", status=429, retry_after=0, times=6)
+    posted = await client.chat_postMessage(channel="C1", text="still arrives")
+    assert posted["ok"]
+    assert limited == ["chat.postMessage"] * 6
+    assert errors == []  # a 429 waited out is not a failed call
+
+
+async def test_past_the_deadline_the_caller_hears_it(slack: SlackAPIStandIn) -> None:
+    errors: list[str] = []
+    client = paced(slack, Pacer(deadline=0.5), errors)
+    slack.fail_next("reactions.add", status=429, retry_after=1, times=3)
+    with pytest.raises(RateLimited, match=r"'reactions\.add'"):
+        await client.reactions_add(channel="C1", timestamp="1.0", name="eyes")
+    assert errors == ["reactions.add"]
+
+
+async def test_real_errors_fail_fast(slack: SlackAPIStandIn) -> None:
+    client = paced(slack, Pacer(), [])
+    slack.fail_next("chat.postMessage", error="channel_not_found")
+    with pytest.raises(SlackApiError) as caught:
+        await client.chat_postMessage(channel="C9", text="nowhere")
+    assert caught.value.response["error"] == "channel_not_found"
+    assert len(slack.calls_to("chat.postMessage")) == 1
+
+
+def test_a_replica_takes_its_share_of_the_budget() -> None:
+    pacer = Pacer(share=0.5, clock=lambda: 0.0)
+    for _ in range(4):  # chat.update: bursts of 10, halved, one kept back
+        assert not pacer.short("chat.update")
+        pacer._bucket("chat.update", None).reserve(0.0)  # type: ignore[union-attr]
+    assert pacer.short("chat.update")

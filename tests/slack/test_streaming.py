@@ -1,0 +1,93 @@
+"""Streaming answers under Slack's limits (issue 20): an answer takes at most five messages (the
+whole of it attached as a file) on every path, streaming or post-and-edit, and a 429 on
+`chat.startStream` is waited out instead of turning streaming off."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.slack.app import CountingWebClient
+from bot.slack.pacing import Pacer
+from bot.slack.streaming import MAX_MESSAGES, ThreadReply
+from tests.support.slack_api import SlackAPIStandIn
+
+TOKEN = "xoxb-test-token"
+PIECE = "word " * 400  # 2,000 characters
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[SlackAPIStandIn]:
+    async with SlackAPIStandIn() as standin:
+        yield standin
+
+
+def reply(slack: SlackAPIStandIn, *, person: str | None) -> ThreadReply:
+    client = CountingWebClient(
+        on_error=lambda method: None,
+        pacer=Pacer(speed=1000.0),
+        token=TOKEN,
+        base_url=slack.url,
+        retry_handlers=[],
+    )
+    return ThreadReply(
+        client,
+        channel="C1",
+        thread_ts="1700000000.000100",
+        recipient_user_id=person,
+        recipient_team_id="T1",
+    )
+
+
+def messages(slack: SlackAPIStandIn) -> int:
+    posted = [c for c in slack.calls_to("chat.postMessage") if c.ok]
+    started = [c for c in slack.calls_to("chat.startStream") if c.ok]
+    return len(posted) + len(started)
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming falls back", "posted"])
+async def test_a_huge_answer_is_five_messages_and_a_file_on_every_path(
+    slack: SlackAPIStandIn, streaming: bool
+) -> None:
+    slack.set_streaming_supported(not streaming)  # the fallback path: streaming refused
+    answer = reply(slack, person="UREQ" if streaming else None)
+    for _ in range(100):  # 200,000 characters
+        await answer.append(PIECE)
+    await answer.close()
+    assert messages(slack) <= MAX_MESSAGES
+    [upload] = [c for c in slack.calls_to("files.completeUploadExternal") if c.ok]
+    assert upload
+
+
+async def test_the_cap_holds_when_stopping_a_stream_fails(slack: SlackAPIStandIn) -> None:
+    slack.fail_next("chat.stopStream", error="internal_error", times=10)
+    answer = reply(slack, person="UREQ")
+    for _ in range(100):
+        await answer.append(PIECE)
+    await answer.close()
+    assert messages(slack) <= MAX_MESSAGES
+    assert [c for c in slack.calls_to("files.completeUploadExternal") if c.ok]
+
+
+async def test_a_429_on_start_stream_waits_and_streams(slack: SlackAPIStandIn) -> None:
+    slack.fail_next("chat.startStream", status=429, retry_after=0, times=2)
+    answer = reply(slack, person="UREQ")
+    await answer.append("All checks passed.")
+    await answer.close()
+    assert [c.ok for c in slack.calls_to("chat.startStream")] == [False, False, True]
+    assert [c for c in slack.calls_to("chat.postMessage") if c.ok] == []
+
+
+@pytest.mark.parametrize(("short", "most"), [(False, 12), (True, 4)], ids=["free", "short"])
+async def test_appends_grow_while_the_bucket_is_short(
+    slack: SlackAPIStandIn, short: bool, most: int
+) -> None:
+    answer = reply(slack, person="UREQ")
+    answer.short = lambda method: short
+    for _ in range(20):
+        await answer.append("word " * 200)  # 1,000 characters each
+    await answer.close()
+    appends = [c for c in slack.calls_to("chat.appendStream") if c.ok]
+    assert len(appends) <= most
+    assert short or len(appends) >= 8
