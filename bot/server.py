@@ -141,7 +141,25 @@ async def started(
                     await outbox.wait_idle()
         finally:
             sender.cancel()
-            await asyncio.gather(sender, return_exceptions=True)
+            await _stopped(sender, deps.store)
+
+
+async def _stopped(task: asyncio.Task[None], store: Store) -> None:
+    """Wait for a cancelled task; if a query it was in cannot be cancelled because the database
+    does not answer (asyncpg waits on the server for that), drop the connections under it."""
+    done, _ = await asyncio.wait({task}, timeout=STOP_BOUND)
+    if not done:
+        logger.error(
+            "%s did not stop in %.0f s: the database does not answer; dropping its connections",
+            task.get_name(),
+            STOP_BOUND,
+        )
+        await store.abort()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+STOP_BOUND = 5.0
+"""Seconds a cancelled task may take to stop before the database connections are dropped."""
 
 
 OUTBOX_DRAIN = 5.0

@@ -59,6 +59,11 @@ class Store(Protocol):
         tb: TracebackType | None,
     ) -> None: ...
 
+    async def abort(self) -> None:
+        """Drop the connections now, without waiting on the database (a stop while it does
+        not answer); the store is closed after it."""
+        ...
+
     # -- sessions and run states ---------------------------------------------------------------
 
     async def get_or_create_session(

@@ -84,6 +84,9 @@ class StoreCore:
     async def close(self) -> None:
         await self._db.close()
 
+    async def abort(self) -> None:
+        await self._db.abort()
+
     def _moment(self) -> datetime:
         return aware(self._clock())
 

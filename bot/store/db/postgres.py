@@ -128,6 +128,11 @@ class PostgresDb:
         if pool is not None:
             await pool.close()
 
+    async def abort(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.terminate()
+
     def _require_pool(self) -> asyncpg.Pool:
         if self._pool is None:
             raise StoreError(

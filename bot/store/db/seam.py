@@ -80,6 +80,11 @@ class Db(Protocol):
 
     async def close(self) -> None: ...
 
+    async def abort(self) -> None:
+        """Drop every connection now, without waiting on the server: a stop while the
+        database does not answer (a query's cancel would wait on it forever)."""
+        ...
+
     def transaction(self, what: str) -> AbstractAsyncContextManager[Tx]:
         """One write transaction, committed when the block ends, rolled back on error; driver
         errors become `StoreError` naming `what` and the database."""

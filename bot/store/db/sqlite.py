@@ -191,6 +191,10 @@ class SQLiteDb:
             if lock_fd is not None:
                 _release_lock(lock_fd)
 
+    async def abort(self) -> None:
+        """A local file always answers: closing it is the quickest stop."""
+        await self.close()
+
     async def _prepare(self, conn: aiosqlite.Connection) -> None:
         conn.row_factory = sqlite3.Row
         try:
