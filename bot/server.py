@@ -30,7 +30,7 @@ from .runs.replicas import replica_name, start_replica_duties
 from .runs.service import RunService
 from .runs.timer import ExpiryTimer
 from .settings import Settings
-from .slack import SlackThreadOutput, create_app, group_members, slack_client
+from .slack import SlackThreadOutput, channel_members, create_app, group_members, slack_client
 from .slack.app import wait_for_listeners
 from .slack.mrkdwn import user_mention
 from .slack.outbox import SlackOutbox
@@ -116,7 +116,11 @@ async def started(
         longest=expiry_interval,
     )
     service = run_service(
-        deps, output, members=group_members(output.client), deadline_set=timer.poke
+        deps,
+        output,
+        members=group_members(output.client),
+        channel_members=channel_members(output.client),
+        deadline_set=timer.poke,
     )
     app = create_app(settings, service, output, policy=deps.policy)
     await service.recover()

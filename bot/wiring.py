@@ -223,14 +223,17 @@ def run_service(
     output: ThreadOutput,
     *,
     members: FetchMembers | None = None,
+    channel_members: FetchMembers | None = None,
     deadline_set: Callable[[], None] | None = None,
 ) -> RunService:
     """The run service on `deps`, writing to `output`.
 
     `members` looks up a user group's members (Slack: `usergroups.users.list`; without it a
-    policy naming groups refuses their members, and says why).
+    policy naming groups refuses their members, and says why); `channel_members` a channel's
+    (Slack: `conversations.members`; without it the Home tab lists no call of a channel where
+    anyone approves).
     """
-    approvals = Approvals(deps.policy, members)
+    approvals = Approvals(deps.policy, members, channel_members=channel_members)
     return RunService(
         RunContext(
             store=deps.store,

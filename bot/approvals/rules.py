@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from datetime import timedelta
 
 from ..policy import GateDecision, Policy
 from .groups import FetchMembers, GroupResolver
@@ -39,12 +40,31 @@ _REQUESTER_RULES: dict[Action, str] = {
 class Approvals:
     """Answers "may `user` do `action` here?" with a typed `Verdict`."""
 
-    def __init__(self, policy: Policy, members: FetchMembers | GroupResolver | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        members: FetchMembers | GroupResolver | None = None,
+        *,
+        channel_members: FetchMembers | None = None,
+    ) -> None:
         self.policy = policy
         if isinstance(members, GroupResolver):
             self.groups = members
         else:
             self.groups = GroupResolver(members or _no_groups)
+        self.channels = GroupResolver(channel_members or _no_channels, ttl=CHANNEL_MEMBERS_TTL)
+        """Channel members (Slack: `conversations.members`), for the places that list calls
+        outside their channel (the Home tab) where "anyone in the channel" approves; forgotten
+        on `member_joined_channel` / `member_left_channel`."""
+
+    async def in_channel(self, channel: str, user: str) -> bool:
+        """Is `user` a member of `channel`? A lookup that fails answers no (and is retried
+        next time): a call is never shown outside its channel on a guess."""
+        try:
+            return await self.channels.is_member(channel, user)
+        except Exception:
+            logger.warning("could not list the members of channel %s", channel, exc_info=True)
+            return False
 
     async def check(
         self,
@@ -112,3 +132,12 @@ class Approvals:
 
 async def _no_groups(group_id: str) -> Iterable[str]:
     raise LookupError(f"no way to look up the members of user group {group_id!r}")
+
+
+async def _no_channels(channel_id: str) -> Iterable[str]:
+    raise LookupError(f"no way to look up the members of channel {channel_id!r}")
+
+
+CHANNEL_MEMBERS_TTL = timedelta(minutes=2)
+"""How long a channel's member list is trusted between join/leave events (a missed event
+shows a call to a person who just left for at most this long; a click is still checked)."""

@@ -2,14 +2,16 @@
 the allowances of their channels and the policy in a paragraph), `/opsgate pending` and
 `/opsgate help`.
 
-Channel membership is not known here, so a channel where "anyone in the channel" approves is
-not listed (its requests could leak to people outside it): there, `/opsgate pending` in the
-channel answers. Channels with approver lists show to the people on them.
+Where "anyone in the channel" approves, a call is listed outside its channel only to the
+channel's members (`Approvals.in_channel`: Slack's `conversations.members`, cached briefly and
+forgotten on join and leave events); a lookup that fails lists nothing. Channels with approver
+lists show to the people on them.
 """
 
 from __future__ import annotations
 
 from ..approvals import Actor, GatedCall, authorize
+from ..policy import GateDecision
 from ..store import HomeViewer
 from ..words import format_duration
 from .cards import Cards, call_decision
@@ -32,7 +34,7 @@ class Home:
         self.allowances = allowances
 
     async def view(self, user: str, *, team: str | None) -> HomeView:
-        store, policy = self.ctx.store, self.ctx.policy
+        store = self.ctx.store
         now = self.ctx.clock()
         to_decide: list[CardCall] = []
         waiting: list[CardCall] = []
@@ -47,7 +49,7 @@ class Home:
                 waiting.append(self.cards.card_call(row, batch, where))
                 continue
             decision = call_decision(self.ctx, row)
-            if policy.approvers_for(where, decision).anyone or user in row.approvals:
+            if user in row.approvals or not await self._may_see(where, user, decision):
                 continue
             verdict = await authorize_on(
                 self.ctx,
@@ -76,11 +78,19 @@ class Home:
     async def _sees(self, allowance: AllowanceInfo, user: str, team: str | None) -> bool:
         if allowance.granted_by == user:
             return True
-        if self.ctx.policy.approvers_for(allowance.channel).anyone:
+        if not await self._may_see(allowance.channel, user):
             return False
         call = GatedCall(allowance.channel, workspace=None)
         verdict = await authorize(self.ctx.approvals, Actor(user, team), call, "revoke")
         return verdict.kind == "allowed"
+
+    async def _may_see(self, channel: str, user: str, decision: GateDecision | None = None) -> bool:
+        """Whether `channel`'s calls may be shown to `user` away from the channel: always
+        where approvers are listed (the gate then decides), only to members where anyone in
+        the channel approves."""
+        if not self.ctx.policy.approvers_for(channel, decision).anyone:
+            return True
+        return await self.ctx.approvals.in_channel(channel, user)
 
     async def opened(self, user: str, *, team: str | None) -> HomeView:
         """`user` opened the Home tab: remember them (to republish it after decisions they
@@ -113,7 +123,6 @@ class Home:
             decision = call_decision(self.ctx, row)  # a rule's own approvers see its call
         if channel is None:
             return []
-        listed = not self.ctx.policy.approvers_for(channel, decision).anyone
         out: list[HomeViewer] = []
         for viewer in viewers:
             if len(out) >= REPUBLISH_MAX:
@@ -121,8 +130,8 @@ class Home:
             if viewer.user_id == requester:
                 out.append(viewer)
                 continue
-            if not listed:
-                continue  # such channels are not on anyone's Home tab (see the docstring)
+            if not await self._may_see(channel, viewer.user_id, decision):
+                continue
             verdict = await authorize(
                 self.ctx.approvals,
                 Actor(viewer.user_id, viewer.team_id),
@@ -168,16 +177,16 @@ class Answers:
         self.cards = cards
 
     async def pending(self, user: str, *, channel: str, team: str | None) -> list[PendingEntry]:
-        """Where the policy lets anyone in a channel approve, only `channel` (where the person
-        asked) is listed: channel membership is not checked here, so other channels' requests
-        are not shown to people who may not be in them."""
+        """Where the policy lets anyone in a channel approve, other channels' calls are listed
+        only to their members."""
         policy = self.ctx.policy
         now = self.ctx.clock()
         entries: list[PendingEntry] = []
         for pending in await self.ctx.store.pending_approvals():
             row, where = pending.call, pending.session.channel_id
             decision = call_decision(self.ctx, row)
-            if policy.approvers_for(where, decision).anyone and where != channel:
+            anyone = policy.approvers_for(where, decision).anyone
+            if anyone and where != channel and not await self.ctx.approvals.in_channel(where, user):
                 continue
             if user in row.approvals or (row.expires_at is not None and row.expires_at <= now):
                 continue

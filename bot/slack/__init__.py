@@ -7,7 +7,13 @@ Nothing outside this package calls the Slack Web API for a thread.
 
 from __future__ import annotations
 
-from .app import create_app, group_members, slack_client
+from .app import channel_members, create_app, group_members, slack_client
 from .output import SlackThreadOutput
 
-__all__ = ["SlackThreadOutput", "create_app", "group_members", "slack_client"]
+__all__ = [
+    "SlackThreadOutput",
+    "channel_members",
+    "create_app",
+    "group_members",
+    "slack_client",
+]

@@ -35,6 +35,7 @@ from .pacing import Pacer
 
 __all__ = [
     "CountingWebClient",
+    "channel_members",
     "create_app",
     "group_members",
     "slack_client",
@@ -71,6 +72,25 @@ def group_members(client: AsyncWebClient) -> FetchMembers:
         response = await client.usergroups_users_list(usergroup=group_id)
         users: list[Any] = response.get("users") or []
         return [str(user) for user in users]
+
+    return members
+
+
+def channel_members(client: AsyncWebClient) -> FetchMembers:
+    """Who is in a channel (`conversations.members`, every page): the Home tab lists a call
+    where anyone in its channel approves only to the channel's members."""
+
+    async def members(channel_id: str) -> Iterable[str]:
+        users: list[str] = []
+        cursor = ""
+        while True:
+            response = await client.conversations_members(
+                channel=channel_id, cursor=cursor or None, limit=1000
+            )
+            users.extend(str(user) for user in response.get("members") or [])
+            cursor = str((response.get("response_metadata") or {}).get("next_cursor") or "")
+            if not cursor:
+                return users
 
     return members
 

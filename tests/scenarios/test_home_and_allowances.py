@@ -320,3 +320,75 @@ async def test_the_shortcut_in_a_thread_awaiting_approval_answers_as_a_message_w
         said += [str(c.params.get("text")) for c in bot.slack.calls_to("chat.postMessage")]
         pointers = [t for t in said if "This thread is waiting for a decision" in t]
         assert len(pointers) >= 2, said
+
+
+# -- "anyone in the channel" calls on members' Home tabs ---------------------------------------
+
+
+def _membership_event(kind: str, user: str, n: int) -> bytes:
+    """`member_joined_channel` / `member_left_channel` as Slack sends them (Events API)."""
+    body = {
+        "type": "event_callback",
+        "token": "legacy-verification-token",
+        "team_id": TEAM,
+        "api_app_id": "ATEST",
+        "event_id": f"Ev0MEMBER{n}",
+        "event_time": 1700000200,
+        "event": {
+            "type": kind,
+            "user": user,
+            "channel": CHANNEL,
+            "channel_type": "C",
+            "team": TEAM,
+            "event_ts": f"1700000200.00020{n}",
+        },
+    }
+    return event_body(body)
+
+
+async def test_calls_where_anyone_approves_are_on_the_home_tabs_of_the_channels_members(
+    tmp_path: Path,
+) -> None:
+    # The default policy: anyone in the channel but the requester approves.
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.slack.set_channel_members(CHANNEL, [ALICE, BOB, CAROL])  # two pages of members
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo members"})])
+        bot.llm.reply_text("Done.")
+        await bot.mention("run", user=ALICE)
+        [card] = await bot.wait_cards(1)
+
+        bob = await _open_home(bot, BOB, 1)
+        assert "echo members" in json.dumps(bob["blocks"])
+        assert "Approve" in _buttons(bob["blocks"])
+        dave = await _open_home(bot, DAVE, 2)  # not in the channel
+        assert "echo members" not in json.dumps(dave["blocks"])
+
+        # Bob leaves: the event drops the cached member list, and his tab no longer lists it.
+        bot.slack.set_channel_members(CHANNEL, [ALICE, CAROL])
+        await bot.post(_membership_event("member_left_channel", BOB, 1), "application/json")
+        await bot.settle(runs=False)
+        assert "echo members" not in json.dumps((await _open_home(bot, BOB, 3))["blocks"])
+
+        # Dave joins: his tab lists it now, and Carol's approval republishes it without it.
+        bot.slack.set_channel_members(CHANNEL, [ALICE, CAROL, DAVE])
+        await bot.post(_membership_event("member_joined_channel", DAVE, 2), "application/json")
+        await bot.settle(runs=False)
+        assert "echo members" in json.dumps((await _open_home(bot, DAVE, 4))["blocks"])
+        published = len(_homes(bot, DAVE))
+        await bot.click("opsgate_approve", card["ledger_id"], user=CAROL)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        assert len(_homes(bot, DAVE)) == published + 1
+        assert "echo members" not in json.dumps(_homes(bot, DAVE)[-1]["blocks"])
+        assert "echo members" not in json.dumps(_homes(bot, BOB)[-1]["blocks"])
+
+
+async def test_a_failed_member_lookup_lists_nothing_where_anyone_approves(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        # No member list: conversations.members answers channel_not_found.
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo unknown"})])
+        await bot.mention("run", user=ALICE)
+        await bot.wait_cards(1)
+        bob = await _open_home(bot, BOB, 1)
+        assert "echo unknown" not in json.dumps(bob["blocks"])
+        assert bot.slack.calls_to("conversations.members")

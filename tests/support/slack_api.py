@@ -137,6 +137,7 @@ class SlackAPIStandIn:
         self._reactions: set[tuple[str, str, str]] = set()
         self._users: dict[str, dict[str, Any]] = {}
         self._usergroups: dict[str, list[str]] = {}
+        self._members: dict[str, list[str]] = {}
         self.statuses: dict[tuple[str, str], str] = {}
         """The assistant status of each thread (channel, thread_ts), as last set ("" cleared)."""
         self.titles: dict[tuple[str, str], str] = {}
@@ -171,6 +172,7 @@ class SlackAPIStandIn:
             "users.info": self._users_info,
             "usergroups.users.list": self._usergroup_users,
             "conversations.info": self._conversations_info,
+            "conversations.members": self._conversations_members,
             "conversations.replies": self._conversations_replies,
             "files.getUploadURLExternal": self._upload_url,
             "files.completeUploadExternal": self._complete_upload,
@@ -266,6 +268,10 @@ class SlackAPIStandIn:
 
     def set_usergroup_members(self, usergroup_id: str, members: list[str]) -> None:
         self._usergroups[usergroup_id] = list(members)
+
+    def set_channel_members(self, channel_id: str, members: list[str]) -> None:
+        """Who conversations.members says is in `channel_id` (unset: `channel_not_found`)."""
+        self._members[channel_id] = list(members)
 
     def set_channel(self, channel_id: str, **fields: Any) -> None:
         """What conversations.info answers for `channel_id` (merged over generated fields)."""
@@ -655,6 +661,20 @@ class SlackAPIStandIn:
         if group not in self._usergroups:
             raise _SlackError("no_such_subteam")
         return {"users": list(self._usergroups[group])}
+
+    def _conversations_members(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Pages of two members (Slack pages by `limit`; two shows that every page is read)."""
+        channel = _required(params, "channel", "channel_not_found")
+        if channel not in self._members:
+            raise _SlackError("channel_not_found")
+        start = int(params.get("cursor") or 0)
+        members = self._members[channel]
+        page = members[start : start + 2]
+        more = start + 2 < len(members)
+        return {
+            "members": page,
+            "response_metadata": {"next_cursor": str(start + 2) if more else ""},
+        }
 
     def _conversations_info(self, params: dict[str, Any]) -> dict[str, Any]:
         channel_id = _required(params, "channel", "channel_not_found")

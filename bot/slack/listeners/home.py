@@ -48,6 +48,13 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
             team = body.get("team_id")
             await output.replies.publish_home(await service.home.opened(user, team=team))
 
+    @app.event("member_joined_channel")
+    @app.event("member_left_channel")
+    async def on_membership(event: dict[str, Any]) -> None:
+        # Who is in a channel decides whose Home tab lists its calls where anyone approves.
+        if channel := str(event.get("channel") or ""):
+            service.ctx.approvals.channels.forget(channel)
+
     @app.shortcut(SHORTCUT)
     async def on_shortcut(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
