@@ -9,7 +9,9 @@ lock for its transaction on PostgreSQL, where SQLite's `BEGIN IMMEDIATE` already
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .db import Row, Tx
@@ -210,42 +212,57 @@ class Queue(Sessions):
     async def inbox_add(
         self, kind: InboxKind, payload: Mapping[str, Any], *, keys: Sequence[str] = ()
     ) -> int | None:
-        try:
-            return await self._add(kind, payload, keys)
-        except _Seen:
-            return None
+        # Deliveries that arrive while one is being saved are saved together, in one
+        # transaction: a burst of mentions costs a few fsyncs, not one each.
+        group = self.__dict__.get("_inbox_group")
+        if group is None:
+            group = self.__dict__["_inbox_group"] = _GroupCommit(self._add_all)
+        return await group.submit((kind, dict(payload), tuple(keys)))
 
-    async def _add(self, kind: InboxKind, payload: Mapping[str, Any], keys: Sequence[str]) -> int:
+    async def _add_all(self, adds: Sequence[_Add]) -> list[int | None]:
         moment = self._moment()
         now = self._db.time_in(moment)
+        ids: list[int | None] = []
         async with self._db.transaction("inbox_add") as tx:
             await tx.execute(
                 "DELETE FROM seen_events WHERE seen_at < :before",
                 {"before": self._db.time_in(moment - SEEN_EVENT_TTL)},
             )
-            for key in keys:
-                if await tx.execute(_FIRST_SIGHTING, {"key": key, "now": now}) != 1:
-                    # Seen before: the rollback also releases the keys claimed above.
-                    raise _Seen
-            item_id = await tx.fetch_value(
-                "INSERT INTO inbox (kind, payload, instance_id, received_at) "
-                "VALUES (:kind, :payload, :instance, :now) RETURNING id",
-                {
-                    "kind": kind,
-                    "payload": self._db.json_in(dict(payload)),
-                    "instance": self._instance_id,
-                    "now": now,
-                },
-            )
-            if kind == "request":
+            for kind, payload, keys in adds:
+                ids.append(await self._add_one(tx, kind, payload, keys, now))
+            saved = [i for i in ids if i is not None]
+            if saved and any(kind == "request" for kind, _, _ in adds):
                 # Every request Slack sends is a row (the one intake): done ones are kept for a
                 # while to look at, then deleted as new ones come (the (state, id) index finds
                 # them; their dedupe keys live on in seen_events for SEEN_EVENT_TTL).
                 await tx.execute(
                     "DELETE FROM inbox WHERE state = 'done' AND id <= :oldest AND kind = 'request'",
-                    {"oldest": int(item_id) - REQUESTS_KEPT},
+                    {"oldest": max(saved) - REQUESTS_KEPT},
                 )
-            return int(item_id)
+        return ids
+
+    async def _add_one(
+        self, tx: Tx, kind: InboxKind, payload: dict[str, Any], keys: Sequence[str], now: Any
+    ) -> int | None:
+        """One delivery of a group: None (and its keys released) if any key was seen before."""
+        claimed: list[str] = []
+        for key in keys:
+            if await tx.execute(_FIRST_SIGHTING, {"key": key, "now": now}) != 1:
+                for mine in claimed:  # as a rollback of this delivery alone would
+                    await tx.execute("DELETE FROM seen_events WHERE event_id = :key", {"key": mine})
+                return None
+            claimed.append(key)
+        item_id = await tx.fetch_value(
+            "INSERT INTO inbox (kind, payload, instance_id, received_at) "
+            "VALUES (:kind, :payload, :instance, :now) RETURNING id",
+            {
+                "kind": kind,
+                "payload": self._db.json_in(payload),
+                "instance": self._instance_id,
+                "now": now,
+            },
+        )
+        return int(item_id)
 
     async def inbox_done(self, item_id: int) -> None:
         async with self._db.transaction("inbox_done") as tx:
@@ -259,5 +276,69 @@ REQUESTS_KEPT = 10_000
 """Done `request` rows kept (the newest); older ones are deleted as requests come in."""
 
 
-class _Seen(Exception):
-    """A dedupe key was seen before: roll the transaction back, save nothing."""
+_Add = tuple[InboxKind, dict[str, Any], tuple[str, ...]]
+"""One delivery to save: its kind, payload and dedupe keys."""
+
+
+@dataclass
+class _Waiting:
+    add: _Add
+    result: int | None = None
+    error: Exception | None = None
+    done: bool = False
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class _GroupCommit:
+    """Group commit: whoever holds the lock saves every delivery waiting, its own among
+    them, in one transaction; the others find theirs saved when they get the lock.
+
+    Cancelled while waiting in line, a delivery leaves the line. Cancelled while another
+    caller's transaction holds it, it waits for that transaction: a delivery that was saved
+    is answered with its id even so (a caller that gave up must learn that it was saved, to
+    mark it done); one that was not re-raises the cancellation. A transaction cut short rolled
+    back, so the others' deliveries go back in the line."""
+
+    def __init__(self, commit: Callable[[Sequence[_Add]], Awaitable[list[int | None]]]) -> None:
+        self._commit = commit
+        self._lock = asyncio.Lock()
+        self._waiting: list[_Waiting] = []
+
+    async def submit(self, add: _Add) -> int | None:
+        mine = _Waiting(add)
+        self._waiting.append(mine)
+        try:
+            async with self._lock:
+                if not mine.done:
+                    await self._save_waiting(mine)
+        except asyncio.CancelledError:
+            if mine in self._waiting:
+                self._waiting.remove(mine)
+                raise
+            await asyncio.shield(mine.settled.wait())
+            if mine in self._waiting:  # that transaction was cut short: nothing saved
+                self._waiting.remove(mine)
+            if mine.result is None:
+                raise
+        if mine.error is not None:
+            raise mine.error
+        return mine.result
+
+    async def _save_waiting(self, mine: _Waiting) -> None:
+        group, self._waiting = self._waiting, []
+        try:
+            results = await self._commit([w.add for w in group])
+        except Exception as exc:
+            for waiting in group:
+                waiting.error, waiting.done = exc, True
+                waiting.settled.set()
+            return
+        except BaseException:
+            again = [w for w in group if w is not mine]
+            self._waiting[:0] = again
+            for waiting in again:  # back in line; one cancelled meanwhile leaves it
+                waiting.settled.set()
+            raise
+        for waiting, result in zip(group, results, strict=True):
+            waiting.result, waiting.done = result, True
+            waiting.settled.set()

@@ -57,3 +57,32 @@ async def test_concurrent_recoveries_claim_each_row_once(new_store: StoreFactory
     ids = [item.id for claim in claims for item in claim]
     assert sorted(ids) == sorted(i for i in added if i is not None)
     assert len(ids) == len(set(ids)) == 20
+
+
+async def test_a_burst_saved_together_is_deduplicated_delivery_by_delivery(
+    new_store: StoreFactory,
+) -> None:
+    """Deliveries arriving at once share transactions (group commit); each still claims its
+    keys alone: a repeat inside the burst is refused and claims none of its other keys."""
+    async with new_store() as dead:
+        burst = [
+            dead.inbox_add("message", {**MENTION, "ts": f"{n}.0"}, keys=[f"Ev{n}", f"m:{n}"])
+            for n in range(30)
+        ]
+        # The same messages again, under new event ids (as `message` after `app_mention`).
+        burst += [
+            dead.inbox_add("message", {**MENTION, "ts": f"{n}.0"}, keys=[f"EvAgain{n}", f"m:{n}"])
+            for n in range(0, 30, 3)
+        ]
+        ids = await asyncio.gather(*burst)
+        saved = [i for i in ids if i is not None]
+        assert len(saved) == len(set(saved)) == 30
+        assert ids[:30] == saved  # the first sighting of each message is the one saved
+        assert all(
+            await asyncio.gather(*(dead.first_sighting(f"EvAgain{n}") for n in range(0, 30, 3)))
+        )
+    async with new_store() as survivor:
+        recovered = await survivor.inbox_recover()
+        assert sorted(item.payload["ts"] for item in recovered) == sorted(
+            f"{n}.0" for n in range(30)
+        )
