@@ -72,6 +72,8 @@ class _Thread:
     """The card's ledger id and message ts, once it is posted."""
     answered: asyncio.Event = field(default_factory=asyncio.Event)
     stream_ts: list[str] = field(default_factory=list)
+    answer_stream: bool = False
+    """A stream was started after the card (the resumed run's answer)."""
     mentioned_at: float = 0.0
     mention_acked_at: float = 0.0
     card_at: float = 0.0
@@ -106,10 +108,13 @@ class _WatchedSlack(SlackAPIStandIn):
             thread = self.threads.get(str(params.get("thread_ts")))
             if thread is not None:
                 thread.stream_ts.append(str(call.response["ts"]))
+                thread.answer_stream = thread.answer_stream or thread.card.done()
                 self.stream_threads[str(call.response["ts"])] = thread
         elif call.method == "chat.stopStream" and call.ok:
+            # A run's first turn streams its task timeline too (before the card): the answer
+            # is a stream started after the card.
             thread = self.stream_threads.get(str(params.get("ts")))
-            if thread is not None and not thread.answered.is_set():
+            if thread is not None and thread.answer_stream and not thread.answered.is_set():
                 thread.answered_at = now
                 thread.answered.set()
 
@@ -248,7 +253,7 @@ async def _check(bot: Bot, slack: _WatchedSlack, ledger: Path, checks: Checks) -
                 f"Deployed {thread.ticket}"
             )
     checks.check(
-        all(len(t.stream_ts) == 1 and answers[t.ticket] == 1 for t in threads),
+        all(answers[t.ticket] == 1 for t in threads),
         f"every thread got exactly one answer ({sum(answers.values())} for {THREADS} threads)",
     )
     strays = [
