@@ -231,8 +231,9 @@ def task_text(task: Task) -> str:
     status: str
     match task.status:
         case "waiting":
-            got, needed = task.approvals or (0, 1)
-            status = f"waiting for approval ({got} of {needed})"
+            # The count is known once the card is posted (before: "waiting for approval").
+            got = f" ({task.approvals[0]} of {task.approvals[1]})" if task.approvals else ""
+            status = f"waiting for approval{got}"
         case "in_progress":
             status = "running"
         case "complete" | "error":

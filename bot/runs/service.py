@@ -81,7 +81,7 @@ class RunService:
         self.container = Container(ctx)
         """Conversations in Slack's AI-app container: the channel each one looks at."""
         self.answers = Answers(ctx, self.cards)
-        self.decisions = Decisions(ctx, self.cards, self.maybe_resume)
+        self.decisions = Decisions(ctx, self.cards, self.maybe_resume, self._driver.paused)
         """Approve and Reject: who may, record once, redraw, resume."""
         self.edits = Edits(
             ctx, self.cards, self.allowances, self.decisions.decide, self.maybe_resume

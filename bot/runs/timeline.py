@@ -6,8 +6,10 @@ tasks in the streamed answer (`bot.slack.timeline`), the terminal prints one lin
 (`bot.cli.notices`). The statuses are the run's own words (waiting for approval, rejected,
 expired, not run); each output maps them to what its medium can show.
 
-A run that pauses ends its timeline with the gated calls waiting (each linked to its card); the
-resume starts a new one, seeded from the ledger with the decisions taken meanwhile.
+A run that pauses leaves its timeline open with the gated calls waiting (each linked to its card,
+with its count of approvals): `PausedTimelines` keeps it, so that a decision that is not yet the
+last one ("1 of 2") redraws its task. The next run of the session (the resume) closes it and
+starts a new one, seeded from the ledger with the decisions taken meanwhile.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AllowanceUses",
     "AssistantStatus",
+    "PausedTimelines",
     "Task",
     "TaskStatus",
     "Timeline",
@@ -177,6 +180,13 @@ class Timeline:
         got = (len(row.approvals), needed)
         await self._put(replace(task, status="waiting", approvals=got, card_link=link))
 
+    async def approved(self, row: ToolCallRow, needed: int) -> None:
+        """A decision on a waiting call that is not the last it needs (N of M): its count
+        moves on. Nothing for a call the timeline does not show waiting."""
+        task = self._tasks.get(row.call_id)
+        if task is not None and task.status == "waiting":
+            await self._put(replace(task, approvals=(len(row.approvals), needed)))
+
     async def update(self, update: AgentResponseUpdate) -> None:
         match update:
             case ToolCallEnded(call=call):
@@ -244,6 +254,33 @@ class Timeline:
             return
         self._tasks[task.call_id] = task
         await self._sink.show(task)
+
+
+class PausedTimelines:
+    """The timelines of paused runs, still open, by session: a partial decision redraws its
+    task there; the session's next run closes it. In this process and bounded (the oldest is
+    closed past `limit`): after a restart, or on another replica, a partial decision redraws
+    only the card, and the resume's timeline shows the decisions."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self._by_session: OrderedDict[str, Timeline] = OrderedDict()
+        self._limit = limit
+
+    async def keep(self, session_id: str, timeline: Timeline) -> None:
+        self._by_session[session_id] = timeline
+        self._by_session.move_to_end(session_id)
+        while len(self._by_session) > self._limit:
+            _, oldest = self._by_session.popitem(last=False)
+            await oldest.close()
+
+    def get(self, session_id: str) -> Timeline | None:
+        return self._by_session.get(session_id)
+
+    async def close(self, session_id: str) -> None:
+        """The session's paused timeline is over (its run resumes or another starts)."""
+        timeline = self._by_session.pop(session_id, None)
+        if timeline is not None:
+            await timeline.close()
 
 
 _SEEDED: dict[str, TaskStatus] = {

@@ -98,8 +98,9 @@ def _details(task: Task) -> str:
     parts: list[str] = []
     match task.status:
         case "waiting":
-            got, needed = task.approvals or (0, 1)
-            parts.append(f"waiting for approval ({got} of {needed})")
+            # The count is known once the card is posted (before: "waiting for approval").
+            got = f" ({task.approvals[0]} of {task.approvals[1]})" if task.approvals else ""
+            parts.append(f"waiting for approval{got}")
         case "pending":
             parts.append("waiting to run")
         case "in_progress":

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.policy import Policy
 from bot.runs.timeline import Task
 from bot.slack.timeline import (
@@ -188,3 +190,57 @@ def test_the_context_block_stays_within_its_size_for_many_tasks() -> None:
     text = block["elements"][0]["text"]
     assert len(text) <= 3000
     assert text.endswith("more")
+
+
+def _timeline_texts(bot: Bot) -> list[str]:
+    """The fallback's context block texts, as posted and edited, in order."""
+    out: list[str] = []
+    for call in bot.slack.calls:
+        if call.method not in ("chat.postMessage", "chat.update") or not call.ok:
+            continue
+        blocks = call.params.get("blocks") or []
+        if isinstance(blocks, str):
+            blocks = json.loads(blocks)
+        if blocks and blocks[0].get("type") == "context":
+            out.append(blocks[0]["elements"][0]["text"])
+    return out
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["stream", "fallback"])
+async def test_a_partial_approval_moves_the_waiting_count_on(
+    tmp_path: Path, streaming: bool
+) -> None:
+    policy = Policy.from_toml("[defaults]\nrequired_approvals = 2\n")
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.slack.set_streaming_supported(streaming)
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_text("Done.")
+        await bot.mention("go", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        await bot.settle()
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
+        await bot.settle()
+        if streaming:
+            waiting = [d for d in details(task_chunks(bot.slack), "call_1") if "approval" in d]
+            # Waiting (the count unknown until the card is posted), then the count moves on.
+            assert waiting == [
+                "waiting for approval",
+                "waiting for approval (0 of 2)",
+                "waiting for approval (1 of 2)",
+            ]
+            # The paused run's stream stays open for the count (the resume stops it).
+            assert not bot.slack.calls_to("chat.stopStream")
+        else:
+            shown = [t for t in _timeline_texts(bot) if "waiting for approval" in t]
+            assert "(0 of 2)" in shown[-2] and "(1 of 2)" in shown[-1]
+        await bot.click("opsgate_approve", card["ledger_id"], user=CAROL)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        if streaming:
+            chunks = task_chunks(bot.slack)
+            assert statuses(chunks, "call_1")[-2:] == ["in_progress", "complete"]
+            started = {c.response["ts"] for c in bot.slack.calls_to("chat.startStream")}
+            stopped = {c.params["ts"] for c in bot.slack.calls_to("chat.stopStream") if c.ok}
+            assert started <= stopped
+        else:
+            assert _timeline_texts(bot)[-1].startswith("✅ run_command echo hi")
