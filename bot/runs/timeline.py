@@ -10,11 +10,16 @@ A run that pauses leaves its timeline open with the gated calls waiting (each li
 with its count of approvals): `PausedTimelines` keeps it, so that a decision that is not yet the
 last one ("1 of 2") redraws its task. The next run of the session (the resume) closes it and
 starts a new one, seeded from the ledger with the decisions taken meanwhile.
+
+The plan: where the model numbers its steps in the text it writes before its tool calls
+(`plan_steps`: a list "1. … 2. …" of two steps or more), the sink shows them (`TimelineSink.plan`)
+above the tasks; a later turn with another list shows that one instead.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from agent_core import (
     AgentResponseUpdate,
+    TextDelta,
     ToolApprovalRequest,
     ToolCallEnded,
     ToolCallHeld,
@@ -41,6 +47,7 @@ __all__ = [
     "TimelineSink",
     "Waiting",
     "Working",
+    "plan_steps",
 ]
 
 TaskStatus = Literal[
@@ -85,9 +92,12 @@ class Task:
 
 
 class TimelineSink(Protocol):
-    """Where one run's timeline is shown: `show` each changed task, then `close`."""
+    """Where one run's timeline is shown: `show` each changed task (and `plan` the model's
+    steps, raw untrusted text), then `close`."""
 
     async def show(self, task: Task) -> None: ...
+
+    async def plan(self, steps: tuple[str, ...]) -> None: ...
 
     async def close(self) -> None:
         """The timeline is done (the run ended or paused); idempotent."""
@@ -134,6 +144,33 @@ class AllowanceUses:
 
 ARGUMENTS_SHOWN = 80
 """Characters of a call's arguments kept for its title (the renderer cuts to its medium)."""
+PLAN_STEPS = 12
+"""Most steps of a plan kept (a longer list is a list, not a plan)."""
+PLAN_TEXT_KEPT = 8_000
+"""Characters of a turn's text before its calls kept to look for a plan in."""
+_STEP = re.compile(r"^\s{0,3}(\d{1,2})[.)]\s+(\S.*)$")
+
+
+def plan_steps(text: str) -> tuple[str, ...]:
+    """The model's steps in `text`: the last list of lines numbered 1, 2, … in order ("1." or
+    "1)" at a line's start), when it has two to `PLAN_STEPS` items; else (). Only an item's
+    first line is kept; other lines between items are allowed (a step's details)."""
+    steps: list[str] = []
+    found: list[str] = []
+    for line in text.splitlines():
+        match = _STEP.match(line)
+        if match is None:
+            continue
+        number, step = int(match.group(1)), match.group(2).strip()
+        if number == 1:
+            if len(steps) >= 2:
+                found = steps
+            steps = [step]
+        elif number == len(steps) + 1 and steps:
+            steps.append(step)
+    if len(steps) >= 2:
+        found = steps
+    return tuple(found) if 2 <= len(found) <= PLAN_STEPS else ()
 
 
 class Timeline:
@@ -143,6 +180,9 @@ class Timeline:
         self._sink = sink
         self._allowances = allowances
         self._tasks: dict[str, Task] = {}
+        self._said = ""
+        """The current turn's text so far (where its plan is)."""
+        self._plan: tuple[str, ...] = ()
 
     @property
     def tasks(self) -> tuple[Task, ...]:
@@ -189,7 +229,10 @@ class Timeline:
 
     async def update(self, update: AgentResponseUpdate) -> None:
         match update:
+            case TextDelta(text=text):
+                self._said = (self._said + text)[-PLAN_TEXT_KEPT:]
             case ToolCallEnded(call=call):
+                await self._planned()
                 # Pending, not running: the gate has yet to say whether it waits for approval.
                 await self._put(Task(call.id, call.name, _short(call.arguments)))
             case ToolApprovalRequest(call_id=call_id):
@@ -217,6 +260,14 @@ class Timeline:
 
     async def close(self) -> None:
         await self._sink.close()
+
+    async def _planned(self) -> None:
+        """The turn's text is over (its calls come): show the plan it gives, if a new one."""
+        said, self._said = self._said, ""
+        steps = plan_steps(said) if said else ()
+        if steps and steps != self._plan:
+            self._plan = steps
+            await self._sink.plan(steps)
 
     async def _change(
         self,

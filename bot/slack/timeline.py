@@ -6,6 +6,9 @@ each has an id, a title, a status (pending, in_progress, complete, error) and de
 own statuses (`bot.runs.timeline.TaskStatus`) map onto those, the rest is said in the details.
 Titles and details are untrusted text (tool names and arguments come from the model): they
 go through `bot.slack.mrkdwn` and are cut to Slack's sizes (`TASK_TITLE_MAX`, `TASK_DETAILS_MAX`).
+The model's plan (`bot.runs.timeline.plan_steps`) is a `plan_update` chunk (slack_sdk's
+`PlanUpdateChunk`: a title, "Plan: 1. … · 2. …", within `PLAN_TITLE_MAX`), or the first line
+of the fallback's context block.
 
 All the Web API calls of this module are made by `SlackTimeline` and `set_status`, so that
 they can be routed through an outbox later; like every output call they never raise.
@@ -18,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
+from slack_sdk.models.messages.chunk import PlanUpdateChunk
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..runs.output import Thread
@@ -28,9 +32,12 @@ from .mrkdwn import escape_cut, one_line, user_mention
 
 __all__ = [
     "CONTEXT_TEXT_MAX",
+    "PLAN_TITLE_MAX",
     "TASK_DETAILS_MAX",
     "TASK_TITLE_MAX",
     "SlackTimeline",
+    "plan_chunk",
+    "plan_title",
     "status_text",
     "task_chunk",
     "task_line",
@@ -43,6 +50,8 @@ TASK_TITLE_MAX = 256
 """Longest task title sent (Slack's chunk limit on a task's text fields)."""
 TASK_DETAILS_MAX = 256
 """Longest task details sent (Slack: 256 characters)."""
+PLAN_TITLE_MAX = 256
+"""Longest plan title sent (a `plan_update` chunk's title, like a task's)."""
 CONTEXT_TEXT_MAX = 3000
 """Longest text of the fallback's context block element."""
 STATUS_MAX = 120
@@ -148,10 +157,22 @@ def task_line(task: Task) -> str:
     return f"{_MARKS[task.status]} {_title(task, 120)} — {_details(task)}{link}"
 
 
-def timeline_blocks(tasks: list[Task]) -> list[dict[str, Any]]:
-    """The whole timeline as one context block (the fallback path), cut to its size."""
-    lines: list[str] = []
-    used = 0
+def plan_title(steps: tuple[str, ...], limit: int = PLAN_TITLE_MAX) -> str:
+    """The model's steps as one escaped line of at most `limit` characters."""
+    return one_line("Plan: " + " · ".join(f"{n}. {s}" for n, s in enumerate(steps, 1)), limit)
+
+
+def plan_chunk(steps: tuple[str, ...]) -> dict[str, Any]:
+    """The plan as a `plan_update` chunk."""
+    chunk: dict[str, Any] = PlanUpdateChunk(title=plan_title(steps)).to_dict()
+    return chunk
+
+
+def timeline_blocks(tasks: list[Task], plan: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The whole timeline as one context block (the fallback path), cut to its size; the
+    plan, when the model gave one, is its first line."""
+    lines: list[str] = [f"🗒️ {plan_title(plan, 600)}"] if plan else []
+    used = len(lines[0]) + 1 if lines else 0
     for n, task in enumerate(tasks):
         line = task_line(task)
         if used + len(line) + 1 > CONTEXT_TEXT_MAX - 40:
@@ -205,15 +226,23 @@ class SlackTimeline:
         self.recipient_user_id = recipient_user_id
         self.use_streaming = recipient_user_id is not None
         self._tasks: dict[str, Task] = {}
+        self._plan: tuple[str, ...] = ()
         self._ts: str | None = None
         self._streaming_ts: str | None = None
 
     async def show(self, task: Task) -> None:
         self._tasks[task.call_id] = task
+        await self._send(task_chunk(task))
+
+    async def plan(self, steps: tuple[str, ...]) -> None:
+        self._plan = steps
+        await self._send(plan_chunk(steps))
+
+    async def _send(self, chunk: dict[str, Any]) -> None:
         try:
             if self.use_streaming:
                 try:
-                    await self._stream(task)
+                    await self._stream(chunk)
                     return
                 except SlackApiError as exc:
                     self._fall_back(exc)
@@ -221,8 +250,7 @@ class SlackTimeline:
         except SLACK_ERRORS as exc:
             logger.warning("could not show the timeline: %s", slack_error(exc))
 
-    async def _stream(self, task: Task) -> None:
-        chunk = task_chunk(task)
+    async def _stream(self, chunk: dict[str, Any]) -> None:
         if self._streaming_ts is None:
             response = await self.client.chat_startStream(
                 channel=self.thread.channel_id,
@@ -247,7 +275,7 @@ class SlackTimeline:
 
     async def _edit(self) -> None:
         tasks = list(self._tasks.values())
-        blocks = timeline_blocks(tasks)
+        blocks = timeline_blocks(tasks, self._plan)
         text = escape_cut(f"Steps: {len(tasks)}", 100)
         if self._ts is None:
             response = await self.client.chat_postMessage(

@@ -3,20 +3,24 @@ from the ledger, and the allowance uses it reads kept bounded."""
 
 from __future__ import annotations
 
-from agent_core import ToolApprovalRequest, ToolCallEnded, ToolCallHeld, ToolResult
+from agent_core import TextDelta, ToolApprovalRequest, ToolCallEnded, ToolCallHeld, ToolResult
 from agent_core.messages import ToolCall
 from agent_core.outcomes import Expired
-from bot.cli.notices import task_text
-from bot.runs.timeline import AllowanceUses, Task, Timeline
+from bot.cli.notices import plan_text, task_text
+from bot.runs.timeline import AllowanceUses, Task, Timeline, plan_steps
 
 
 class _Shown:
     def __init__(self) -> None:
         self.tasks: list[Task] = []
+        self.plans: list[tuple[str, ...]] = []
         self.closed = 0
 
     async def show(self, task: Task) -> None:
         self.tasks.append(task)
+
+    async def plan(self, steps: tuple[str, ...]) -> None:
+        self.plans.append(steps)
 
     async def close(self) -> None:
         self.closed += 1
@@ -68,3 +72,38 @@ def test_a_task_line_in_the_terminal_shows_no_control_characters() -> None:
     assert line == "[x] run_command echo ?[2Jgone?: done in 12 ms"
     waiting = Task("c2", "run_command", "df -h", "waiting", approvals=(1, 2))
     assert task_text(waiting) == "[?] run_command df -h: waiting for approval (1 of 2)"
+
+
+def test_a_plan_is_a_numbered_list_of_two_steps_or_more() -> None:
+    text = (
+        "I will:\n1. Check the disk on web-1\n   (df -h)\n2) Clear the cache\n3. Check again\n"
+        "That's it."
+    )
+    assert plan_steps(text) == ("Check the disk on web-1", "Clear the cache", "Check again")
+    assert plan_steps("1. Only one step") == ()
+    assert plan_steps("Let me check the disk.") == ()
+    assert plan_steps("2. starts late\n3. and goes on") == ()
+    # A second list in the same text is the plan; numbering that skips ends the list.
+    assert plan_steps("1. a\n2. b\nthen\n1. c\n2. d\n4. skipped") == ("c", "d")
+    assert plan_steps("\n".join(f"{n}. step" for n in range(1, 20))) == ()
+
+
+async def test_the_plan_before_a_turns_calls_is_shown_once() -> None:
+    shown = _Shown()
+    timeline = Timeline(shown, lambda call_id: None)
+    await timeline.update(TextDelta("Plan:\n1. Check the disk\n2. Cle"))
+    await timeline.update(TextDelta("ar the cache\n"))
+    await timeline.update(ToolCallEnded(ToolCall(id="a", name="echo", arguments="{}")))
+    await timeline.update(ToolCallEnded(ToolCall(id="b", name="echo", arguments="{}")))
+    assert shown.plans == [("Check the disk", "Clear the cache")]
+    # The next turn says the same plan again: not shown twice; a final answer is no plan.
+    await timeline.update(ToolResult("a", "echo", "ok"))
+    await timeline.update(TextDelta("1. Check the disk\n2. Clear the cache"))
+    await timeline.update(ToolCallEnded(ToolCall(id="c", name="echo", arguments="{}")))
+    await timeline.update(TextDelta("Done:\n1. disk checked\n2. cache cleared"))
+    assert shown.plans == [("Check the disk", "Clear the cache")]
+
+
+def test_a_plan_line_in_the_terminal_shows_no_control_characters() -> None:
+    line = plan_text(("check \x1b[2Jthe disk", "clear\nthe cache"))
+    assert line == "plan: 1. check ?[2Jthe disk · 2. clear the cache"

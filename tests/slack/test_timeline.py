@@ -244,3 +244,52 @@ async def test_a_partial_approval_moves_the_waiting_count_on(
             assert started <= stopped
         else:
             assert _timeline_texts(bot)[-1].startswith("✅ run_command echo hi")
+
+
+def _plan_chunks(slack: SlackAPIStandIn) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for call in slack.calls:
+        if call.method in ("chat.startStream", "chat.appendStream") and call.ok:
+            out.extend(c for c in call.params.get("chunks") or [] if c["type"] == "plan_update")
+    return out
+
+
+PLAN_TEXT = (
+    "Here is the plan:\n1. Check the disk <!channel> & friends\n2. Clear the cache "
+    + "z" * 400
+    + "\n3. Check the disk again\n"
+)
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["stream", "fallback"])
+async def test_the_models_numbered_steps_are_the_plan(tmp_path: Path, streaming: bool) -> None:
+    policy = Policy.from_toml('[tools.run_command]\napproval = "never"\n')
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.slack.set_streaming_supported(streaming)
+        bot.llm.reply_tool_calls(
+            [("call_1", "run_command", {"command": "echo df"})], text=PLAN_TEXT
+        )
+        bot.llm.reply_text("The disk is fine:\n1. 40% used\n2. nothing to clear")
+        await bot.mention("is the disk full?", user=ALICE)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        if streaming:
+            # One plan chunk, first in the timeline's stream (before its task), escaped and cut;
+            # the final answer's numbered list is no plan.
+            [plan] = _plan_chunks(bot.slack)
+            title = plan["title"]
+            assert title.startswith("Plan: 1. Check the disk &lt;!channel&gt; &amp; friends · 2.")
+            assert len(title) <= TASK_TITLE_MAX and title.endswith("…")
+            [start] = [
+                c
+                for c in bot.slack.calls_to("chat.startStream")
+                if any(k["type"] == "plan_update" for k in c.params.get("chunks") or [])
+            ]
+            assert [k["type"] for k in start.params["chunks"]] == ["plan_update"]
+            assert statuses(task_chunks(bot.slack), "call_1")[-1] == "complete"
+        else:
+            [text] = {t for t in _timeline_texts(bot) if "✅" in t}
+            first, task = text.split("\n")
+            assert first.startswith("🗒️ Plan: 1. Check the disk &lt;!channel&gt; &amp; friends")
+            assert "3. Check the disk again" in first and "<!channel>" not in first
+            assert task.startswith("✅ run_command echo df")
