@@ -32,6 +32,7 @@ from agent_core import (
     ToolCallEnded,
     ToolCallHeld,
     ToolResult,
+    ToolRunning,
 )
 
 if TYPE_CHECKING:
@@ -189,8 +190,7 @@ class Timeline:
         return tuple(self._tasks.values())
 
     async def seed(self, batch: Sequence[ToolCallRow]) -> None:
-        """A resume: the batch's calls with the decisions taken while the run was paused (the
-        first call that will run is shown running)."""
+        """A resume: the batch's calls with the decisions taken while the run was paused."""
         seeded: list[Task] = []
         for row in batch:
             status = _SEEDED.get(row.status)
@@ -206,9 +206,6 @@ class Timeline:
                     allowance_by=self._allowances(row.call_id),
                 )
             )
-        first = next((n for n, t in enumerate(seeded) if t.status == "pending"), None)
-        if first is not None:
-            seeded[first] = replace(seeded[first], status="in_progress")
         for task in seeded:
             await self._put(task)
 
@@ -241,6 +238,10 @@ class Timeline:
                 await self._change(
                     call_id, status="pending", allowance_by=self._allowances(call_id)
                 )
+            case ToolRunning(call_id=call_id, name=name):
+                await self._change(
+                    call_id, status="in_progress", allowance_by=self._allowances(call_id), name=name
+                )
             case ToolResult(call_id=call_id, outcome=None):
                 status: TaskStatus = "error" if update.is_error else "complete"
                 await self._change(
@@ -250,11 +251,9 @@ class Timeline:
                     allowance_by=self._allowances(call_id),
                     name=update.name,
                 )
-                await self._advance()
             case ToolResult(call_id=call_id, outcome=outcome) if outcome is not None:
                 status = _OUTCOMES.get(outcome.kind, "not_run")
                 await self._change(call_id, status=status, name=update.name)
-                await self._advance()
             case _:
                 pass
 
@@ -288,17 +287,6 @@ class Timeline:
             allowance_by=allowance_by or task.allowance_by,
         )
         await self._put(changed)
-
-    async def _advance(self) -> None:
-        """Calls run in the model's order: once one is answered the next waiting one runs."""
-        tasks = self._tasks.values()
-        if any(t.status == "in_progress" for t in tasks):
-            return
-        if any(t.status == "waiting" for t in tasks):
-            return  # a paused batch: nothing runs before the decisions
-        following = next((t for t in tasks if t.status == "pending"), None)
-        if following is not None:
-            await self._put(replace(following, status="in_progress"))
 
     async def _put(self, task: Task) -> None:
         if self._tasks.get(task.call_id) == task:

@@ -3,7 +3,14 @@ from the ledger, and the allowance uses it reads kept bounded."""
 
 from __future__ import annotations
 
-from agent_core import TextDelta, ToolApprovalRequest, ToolCallEnded, ToolCallHeld, ToolResult
+from agent_core import (
+    TextDelta,
+    ToolApprovalRequest,
+    ToolCallEnded,
+    ToolCallHeld,
+    ToolResult,
+    ToolRunning,
+)
 from agent_core.messages import ToolCall
 from agent_core.outcomes import Expired
 from bot.cli.notices import plan_text, task_text
@@ -30,18 +37,22 @@ def _statuses(shown: _Shown, call_id: str) -> list[str]:
     return [t.status for t in shown.tasks if t.call_id == call_id]
 
 
-async def test_an_unpaused_batch_runs_in_the_models_order() -> None:
+async def test_a_task_is_in_progress_when_its_tool_starts_running() -> None:
     shown, uses = _Shown(), AllowanceUses()
     timeline = Timeline(shown, uses.granted_by)
     for n in (1, 2, 3):
         await timeline.update(ToolCallEnded(ToolCall(id=f"c{n}", name="echo", arguments="{}")))
     uses.note("c2", "U0ANA")
+    await timeline.update(ToolRunning("c1", "echo"))
     await timeline.update(ToolResult("c1", "echo", "ok", seconds=0.08))
+    # c2 is not shown running before its tool starts (the model's order is not a guess).
+    assert _statuses(shown, "c2") == ["pending"]
+    await timeline.update(ToolRunning("c2", "echo"))
     await timeline.update(ToolResult("c2", "echo", "boom", is_error=True, seconds=1.5))
     await timeline.update(ToolResult("c3", "echo", "Expired", outcome=Expired("1h")))
-    assert _statuses(shown, "c1") == ["pending", "complete"]
+    assert _statuses(shown, "c1") == ["pending", "in_progress", "complete"]
     assert _statuses(shown, "c2") == ["pending", "in_progress", "error"]
-    assert _statuses(shown, "c3") == ["pending", "in_progress", "expired"]
+    assert _statuses(shown, "c3") == ["pending", "expired"]
     [failed] = [t for t in shown.tasks if t.call_id == "c2" and t.status == "error"]
     assert (failed.seconds, failed.allowance_by) == (1.5, "U0ANA")
 

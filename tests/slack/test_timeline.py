@@ -92,9 +92,15 @@ async def test_two_calls_move_through_their_statuses_one_allowed_one_rejected(
         await bot.settle()
 
         chunks = task_chunks(bot.slack)[before:]
-        # The allowed call: pending while the batch waits (under the allowance), then run
-        # after the decision.
-        assert statuses(chunks, "call_2") == ["pending", "pending", "in_progress", "complete"]
+        # The allowed call: pending while the batch waits (under the allowance), pending again
+        # in the resume's timeline, running when its tool starts, then complete.
+        assert statuses(chunks, "call_2") == [
+            "pending",
+            "pending",
+            "pending",
+            "in_progress",
+            "complete",
+        ]
         assert "allowance granted by" in details(chunks, "call_2")[1]
         assert f"allowance granted by <@{BOB}>" in details(chunks, "call_2")[-1]
         assert details(chunks, "call_2")[-1].startswith("ran in ")
