@@ -145,6 +145,9 @@ class _Timeline:
     async def plan(self, steps: tuple[str, ...]) -> None:
         self.output._print(plan_text(steps))
 
+    async def flush(self) -> None:
+        return None  # every change is printed as it comes
+
     async def close(self) -> None:
         return None
 

@@ -11,6 +11,11 @@ with its count of approvals): `PausedTimelines` keeps it, so that a decision tha
 last one ("1 of 2") redraws its task. The next run of the session (the resume) closes it and
 starts a new one, seeded from the ledger with the decisions taken meanwhile.
 
+Changes are shown when the run waits (`TimelineSink.flush`): when a tool starts, when a batch
+is answered, when the run pauses, when it ends. What changed in between (five calls written,
+gated, one answered and the next started) reaches the output together, the latest state of
+each task only, so a run costs Slack about one write per tool, not one per status change.
+
 The plan: where the model numbers its steps in the text it writes before its tool calls
 (`plan_steps`: a list "1. … 2. …" of two steps or more), the sink shows them (`TimelineSink.plan`)
 above the tasks; a later turn with another list shows that one instead.
@@ -94,14 +99,21 @@ class Task:
 
 class TimelineSink(Protocol):
     """Where one run's timeline is shown: `show` each changed task (and `plan` the model's
-    steps, raw untrusted text), then `close`."""
+    steps, raw untrusted text), `flush` when the run waits, then `close`.
+
+    An output may hold what `show` and `plan` give it until `flush` (or `close`) and then send
+    only the latest state of each task, in one write (Slack: one `appendStream`)."""
 
     async def show(self, task: Task) -> None: ...
 
     async def plan(self, steps: tuple[str, ...]) -> None: ...
 
+    async def flush(self) -> None:
+        """Send what is held: the run now waits (a tool runs, the model or a person decides)."""
+        ...
+
     async def close(self) -> None:
-        """The timeline is done (the run ended or paused); idempotent."""
+        """The timeline is done (the run ended); sends what is held first; idempotent."""
         ...
 
 
@@ -223,6 +235,7 @@ class Timeline:
         task = self._tasks.get(row.call_id)
         if task is not None and task.status == "waiting":
             await self._put(replace(task, approvals=(len(row.approvals), needed)))
+            await self._sink.flush()
 
     async def update(self, update: AgentResponseUpdate) -> None:
         match update:
@@ -256,9 +269,27 @@ class Timeline:
                 await self._change(call_id, status=status, name=update.name)
             case _:
                 pass
+        if self._waits_after(update):
+            await self._sink.flush()
+
+    async def flush(self) -> None:
+        """Show what changed now (the run pauses: it waits for people)."""
+        await self._sink.flush()
 
     async def close(self) -> None:
         await self._sink.close()
+
+    def _waits_after(self, update: AgentResponseUpdate) -> bool:
+        """Whether the run now waits on something outside, so the changes held are shown: a
+        tool starts running, or a batch is answered (the model is asked next). Changes in
+        between (calls written, gated, answered one after another) go out together."""
+        match update:
+            case ToolRunning():
+                return True
+            case ToolResult():
+                return not any(t.status in ("pending", "in_progress") for t in self._tasks.values())
+            case _:
+                return False
 
     async def _planned(self) -> None:
         """The turn's text is over (its calls come): show the plan it gives, if a new one."""
@@ -306,6 +337,8 @@ class PausedTimelines:
         self._limit = limit
 
     async def keep(self, session_id: str, timeline: Timeline) -> None:
+        """The session's run paused: its timeline shows the waiting calls, and stays open."""
+        await timeline.flush()
         self._by_session[session_id] = timeline
         self._by_session.move_to_end(session_id)
         while len(self._by_session) > self._limit:

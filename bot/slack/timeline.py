@@ -12,6 +12,9 @@ of the fallback's context block.
 
 All the Web API calls of this module are made by `SlackTimeline` and `set_status`, so that
 they can be routed through an outbox later; like every output call they never raise.
+`SlackTimeline` holds the changes it is shown until the run's timeline flushes them
+(`bot.runs.timeline`: when the run waits) and sends them coalesced: one `appendStream` (or one
+edit) with the latest chunk of each task.
 """
 
 from __future__ import annotations
@@ -227,22 +230,28 @@ class SlackTimeline:
         self.use_streaming = recipient_user_id is not None
         self._tasks: dict[str, Task] = {}
         self._plan: tuple[str, ...] = ()
+        self._held: dict[str, dict[str, Any]] = {}
+        """Chunks not sent yet, by task id ("" for the plan): the latest of each only."""
         self._ts: str | None = None
         self._streaming_ts: str | None = None
 
     async def show(self, task: Task) -> None:
         self._tasks[task.call_id] = task
-        await self._send(task_chunk(task))
+        self._held[task.call_id] = task_chunk(task)
 
     async def plan(self, steps: tuple[str, ...]) -> None:
         self._plan = steps
-        await self._send(plan_chunk(steps))
+        self._held[""] = plan_chunk(steps)
 
-    async def _send(self, chunk: dict[str, Any]) -> None:
+    async def flush(self) -> None:
+        """What changed since the last flush, in one Web API call."""
+        if not self._held:
+            return
+        chunks, self._held = list(self._held.values()), {}
         try:
             if self.use_streaming:
                 try:
-                    await self._stream(chunk)
+                    await self._stream(chunks)
                     return
                 except SlackApiError as exc:
                     self._fall_back(exc)
@@ -250,7 +259,7 @@ class SlackTimeline:
         except SLACK_ERRORS as exc:
             logger.warning("could not show the timeline: %s", slack_error(exc))
 
-    async def _stream(self, chunk: dict[str, Any]) -> None:
+    async def _stream(self, chunks: list[dict[str, Any]]) -> None:
         if self._streaming_ts is None:
             response = await self.client.chat_startStream(
                 channel=self.thread.channel_id,
@@ -258,12 +267,12 @@ class SlackTimeline:
                 recipient_user_id=self.recipient_user_id,
                 recipient_team_id=self.thread.team_id,
                 task_display_mode="timeline",
-                chunks=[chunk],
+                chunks=chunks,
             )
             self._streaming_ts = str(response["ts"])
         else:
             await self.client.chat_appendStream(
-                channel=self.thread.channel_id, ts=self._streaming_ts, chunks=[chunk]
+                channel=self.thread.channel_id, ts=self._streaming_ts, chunks=chunks
             )
 
     def _fall_back(self, exc: SlackApiError) -> None:
@@ -291,6 +300,7 @@ class SlackTimeline:
             )
 
     async def close(self) -> None:
+        await self.flush()
         if self._streaming_ts is None:
             return
         ts, self._streaming_ts = self._streaming_ts, None

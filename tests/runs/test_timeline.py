@@ -21,6 +21,8 @@ class _Shown:
     def __init__(self) -> None:
         self.tasks: list[Task] = []
         self.plans: list[tuple[str, ...]] = []
+        self.flushed: list[int] = []
+        """How many task changes had been shown at each flush."""
         self.closed = 0
 
     async def show(self, task: Task) -> None:
@@ -28,6 +30,9 @@ class _Shown:
 
     async def plan(self, steps: tuple[str, ...]) -> None:
         self.plans.append(steps)
+
+    async def flush(self) -> None:
+        self.flushed.append(len(self.tasks))
 
     async def close(self) -> None:
         self.closed += 1
@@ -118,3 +123,19 @@ async def test_the_plan_before_a_turns_calls_is_shown_once() -> None:
 def test_a_plan_line_in_the_terminal_shows_no_control_characters() -> None:
     line = plan_text(("check \x1b[2Jthe disk", "clear\nthe cache"))
     assert line == "plan: 1. check ?[2Jthe disk · 2. clear the cache"
+
+
+async def test_changes_are_flushed_when_the_run_waits() -> None:
+    shown = _Shown()
+    timeline = Timeline(shown, lambda call_id: None)
+    for name in ("a", "b", "c"):
+        await timeline.update(ToolCallEnded(ToolCall(id=name, name="echo", arguments="{}")))
+    assert shown.flushed == []  # the calls are being written: nothing waits yet
+    await timeline.update(ToolRunning("a", "echo"))
+    assert shown.flushed == [4]  # a tool starts: the three pending and a's start go out
+    await timeline.update(ToolResult("a", "echo", "ok"))
+    await timeline.update(ToolResult("b", "echo", "Error: unknown tool", is_error=True))
+    assert shown.flushed == [4]  # c is still to run: its start flushes these with it
+    await timeline.update(ToolRunning("c", "echo"))
+    await timeline.update(ToolResult("c", "echo", "ok"))
+    assert shown.flushed == [4, 7, 8]  # the batch answered: the model is asked next

@@ -92,16 +92,11 @@ async def test_two_calls_move_through_their_statuses_one_allowed_one_rejected(
         await bot.settle()
 
         chunks = task_chunks(bot.slack)[before:]
-        # The allowed call: pending while the batch waits (under the allowance), pending again
-        # in the resume's timeline, running when its tool starts, then complete.
-        assert statuses(chunks, "call_2") == [
-            "pending",
-            "pending",
-            "pending",
-            "in_progress",
-            "complete",
-        ]
-        assert "allowance granted by" in details(chunks, "call_2")[1]
+        # The allowed call: pending while the batch waits (under the allowance; written and
+        # held, one chunk), then in the resume's timeline running as its tool starts (its
+        # seeded "pending" coalesced away), then complete.
+        assert statuses(chunks, "call_2") == ["pending", "in_progress", "complete"]
+        assert "allowance granted by" in details(chunks, "call_2")[0]
         assert f"allowance granted by <@{BOB}>" in details(chunks, "call_2")[-1]
         assert details(chunks, "call_2")[-1].startswith("ran in ")
         assert allowance.granted_by == BOB
@@ -228,12 +223,9 @@ async def test_a_partial_approval_moves_the_waiting_count_on(
         await bot.settle()
         if streaming:
             waiting = [d for d in details(task_chunks(bot.slack), "call_1") if "approval" in d]
-            # Waiting (the count unknown until the card is posted), then the count moves on.
-            assert waiting == [
-                "waiting for approval",
-                "waiting for approval (0 of 2)",
-                "waiting for approval (1 of 2)",
-            ]
+            # Waiting once its card is posted (the count-less state before is coalesced
+            # away), then the count moves on.
+            assert waiting == ["waiting for approval (0 of 2)", "waiting for approval (1 of 2)"]
             # The paused run's stream stays open for the count (the resume stops it).
             assert not bot.slack.calls_to("chat.stopStream")
         else:
@@ -280,7 +272,7 @@ async def test_the_models_numbered_steps_are_the_plan(tmp_path: Path, streaming:
         await bot.llm.wait_for_requests(2)
         await bot.settle()
         if streaming:
-            # One plan chunk, first in the timeline's stream (before its task), escaped and cut;
+            # One plan chunk, first in the timeline's stream (with its task), escaped and cut;
             # the final answer's numbered list is no plan.
             [plan] = _plan_chunks(bot.slack)
             title = plan["title"]
@@ -291,7 +283,7 @@ async def test_the_models_numbered_steps_are_the_plan(tmp_path: Path, streaming:
                 for c in bot.slack.calls_to("chat.startStream")
                 if any(k["type"] == "plan_update" for k in c.params.get("chunks") or [])
             ]
-            assert [k["type"] for k in start.params["chunks"]] == ["plan_update"]
+            assert [k["type"] for k in start.params["chunks"]] == ["plan_update", "task_update"]
             assert statuses(task_chunks(bot.slack), "call_1")[-1] == "complete"
         else:
             [text] = {t for t in _timeline_texts(bot) if "✅" in t}
@@ -299,3 +291,34 @@ async def test_the_models_numbered_steps_are_the_plan(tmp_path: Path, streaming:
             assert first.startswith("🗒️ Plan: 1. Check the disk &lt;!channel&gt; &amp; friends")
             assert "3. Check the disk again" in first and "<!channel>" not in first
             assert task.startswith("✅ run_command echo df")
+
+
+async def test_task_changes_before_a_flush_go_out_as_one_append(tmp_path: Path) -> None:
+    """A 5-call run: the changes between two moments the run waits (a tool starting, the batch
+    answered) are one call with the latest state of each task. Before coalescing, this run
+    cost 15 chunks in 15 calls (one per change); now 14 chunks in 6 calls."""
+    policy = Policy.from_toml('[tools.run_command]\napproval = "never"\n')
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        calls = [(f"call_{n}", "run_command", {"command": f"echo {n}"}) for n in range(1, 6)]
+        bot.llm.reply_tool_calls(calls)
+        bot.llm.reply_text("Done.")
+        await bot.mention("go", user=ALICE)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        sent = [
+            [(c["id"], c["status"]) for c in call.params.get("chunks") or []]
+            for call in bot.slack.calls
+            if call.ok and call.method in ("chat.startStream", "chat.appendStream")
+            if any(c["type"] == "task_update" for c in call.params.get("chunks") or [])
+        ]
+        # The five calls written and the first started: one startStream (call_1's "pending"
+        # is replaced by its "in_progress"); then each answer with the next start; then the
+        # last answer.
+        assert sent[0] == [("call_1", "in_progress")] + [
+            (f"call_{n}", "pending") for n in (2, 3, 4, 5)
+        ]
+        for n in (1, 2, 3, 4):
+            assert sent[n] == [(f"call_{n}", "complete"), (f"call_{n + 1}", "in_progress")]
+        assert sent[5] == [("call_5", "complete")]
+        assert len(sent) == 6 and sum(len(s) for s in sent) == 14
+        assert len(bot.slack.calls_to("chat.appendStream")) == 5
