@@ -75,7 +75,7 @@ class RunService:
             resume=self.maybe_resume,
             allowance_uses=self.allowances.uses,
         )
-        self.cancels = Cancels(ctx, self.cards)
+        self.cancels = Cancels(ctx, self.cards, self._driver.paused)
         self.feedback = Feedback(ctx)
         """Good/bad clicks under final answers: audited and counted."""
         self.container = Container(ctx)

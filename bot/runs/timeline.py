@@ -237,6 +237,13 @@ class Timeline:
             await self._put(replace(task, approvals=(len(row.approvals), needed)))
             await self._sink.flush()
 
+    async def settled(self, batch: Sequence[ToolCallRow]) -> None:
+        """A paused batch closed without a resume (cancelled): its calls as they ended."""
+        for row in batch:
+            task, status = self._tasks.get(row.call_id), _SEEDED.get(row.status)
+            if task is not None and status is not None and status != "pending":
+                await self._put(replace(task, status=status, decided_by=None))
+
     async def update(self, update: AgentResponseUpdate) -> None:
         match update:
             case TextDelta(text=text):
@@ -348,10 +355,12 @@ class PausedTimelines:
     def get(self, session_id: str) -> Timeline | None:
         return self._by_session.get(session_id)
 
-    async def close(self, session_id: str) -> None:
-        """The session's paused timeline is over (its run resumes or another starts)."""
+    async def close(self, session_id: str, batch: Sequence[ToolCallRow] = ()) -> None:
+        """The session's paused timeline is over: its run resumes or another starts, or the
+        run was cancelled (`batch`: the calls as they ended, shown before it closes)."""
         timeline = self._by_session.pop(session_id, None)
         if timeline is not None:
+            await timeline.settled(batch)
             await timeline.close()
 
 

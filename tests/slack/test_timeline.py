@@ -322,3 +322,23 @@ async def test_task_changes_before_a_flush_go_out_as_one_append(tmp_path: Path) 
         assert sent[5] == [("call_5", "complete")]
         assert len(sent) == 6 and sum(len(s) for s in sent) == 14
         assert len(bot.slack.calls_to("chat.appendStream")) == 5
+
+
+async def test_a_cancelled_pause_shows_its_calls_not_run_and_ends_its_stream(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        root = await bot.mention("go", user=ALICE)
+        await bot.wait_cards(1)
+        await bot.settle()
+        assert not bot.slack.calls_to("chat.stopStream")  # paused: open for the count
+        await bot.message("cancel", user=ALICE, thread_ts=root)
+        await bot.settle()
+        chunks = task_chunks(bot.slack)
+        assert statuses(chunks, "call_1")[-1] == "error"
+        assert details(chunks, "call_1")[-1] == "not run"
+        [stopped] = [c for c in bot.slack.calls_to("chat.stopStream") if c.ok]
+        [started] = bot.slack.calls_to("chat.startStream")
+        assert stopped.params["ts"] == started.response["ts"]
+        assert len(bot.llm.requests) == 1
