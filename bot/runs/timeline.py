@@ -233,9 +233,12 @@ class Timeline:
         """A decision on a waiting call that is not the last it needs (N of M): its count
         moves on. Nothing for a call the timeline does not show waiting."""
         task = self._tasks.get(row.call_id)
-        if task is not None and task.status == "waiting":
-            await self._put(replace(task, approvals=(len(row.approvals), needed)))
-            await self._sink.flush()
+        if task is None or task.status != "waiting":
+            return
+        if task.approvals is not None and task.approvals[0] >= len(row.approvals):
+            return  # a later decision's redraw came first: counts only go up
+        await self._put(replace(task, approvals=(len(row.approvals), needed)))
+        await self._sink.flush()
 
     async def settled(self, batch: Sequence[ToolCallRow]) -> None:
         """A paused batch closed without a resume (cancelled): its calls as they ended."""

@@ -3,6 +3,8 @@ from the ledger, and the allowance uses it reads kept bounded."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from agent_core import (
     TextDelta,
     ToolApprovalRequest,
@@ -15,6 +17,7 @@ from agent_core.messages import ToolCall
 from agent_core.outcomes import Expired
 from bot.cli.notices import plan_text, task_text
 from bot.runs.timeline import AllowanceUses, Task, Timeline, plan_steps
+from bot.store import ToolCallRow
 
 
 class _Shown:
@@ -139,3 +142,34 @@ async def test_changes_are_flushed_when_the_run_waits() -> None:
     await timeline.update(ToolRunning("c", "echo"))
     await timeline.update(ToolResult("c", "echo", "ok"))
     assert shown.flushed == [4, 7, 8]  # the batch answered: the model is asked next
+
+
+async def test_a_waiting_count_only_goes_up() -> None:
+    def row(approvals: tuple[str, ...]) -> ToolCallRow:
+        now = datetime(2026, 1, 1, tzinfo=UTC)
+        return ToolCallRow.model_validate(
+            {
+                "id": "L1",
+                "session_id": "S1",
+                "batch_id": "B1",
+                "message_seq": 0,
+                "position": 0,
+                "call_id": "b",
+                "name": "run_command",
+                "arguments": "{}",
+                "digest": "d1",
+                "needs_approval": True,
+                "status": "pending",
+                "approvals": approvals,
+                "created_at": now,
+            }
+        )
+
+    shown = _Shown()
+    timeline = Timeline(shown, lambda call_id: None)
+    await timeline.update(ToolCallEnded(ToolCall(id="b", name="run_command", arguments="{}")))
+    await timeline.waiting(row(()), 3, None)
+    await timeline.approved(row(("U1", "U2")), 3)
+    await timeline.approved(row(("U1",)), 3)  # the earlier decision's redraw, late
+    assert [t.approvals for t in shown.tasks if t.status == "waiting"] == [(0, 3), (2, 3)]
+    assert shown.flushed == [3]
