@@ -80,6 +80,7 @@ _MARKS = {
     "expired": "⌛",
     "not_run": "⏭️",
 }
+_STREAM_EXPIRED = "message_not_in_streaming_state"
 _STREAM_UNAVAILABLE = {
     "unknown_method",
     "not_allowed_token_type",
@@ -277,9 +278,15 @@ class SlackTimeline:
 
     def _fall_back(self, exc: SlackApiError) -> None:
         error = exc.response.get("error")
+        self.use_streaming = False
+        if error == _STREAM_EXPIRED and self._streaming_ts is not None:
+            # Slack ends a stream that has had no appends for a while (a pause waiting for
+            # people): the same message is edited from now on, as the fallback's block.
+            logger.info("the timeline's stream expired; editing its message")
+            self._ts, self._streaming_ts = self._streaming_ts, None
+            return
         level = logging.INFO if error in _STREAM_UNAVAILABLE else logging.WARNING
         logger.log(level, "timeline streaming unavailable (%s); editing a message", error)
-        self.use_streaming = False
         # A stream already started keeps what it showed; the rest goes to a posted message.
 
     async def _edit(self) -> None:

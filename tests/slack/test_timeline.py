@@ -342,3 +342,29 @@ async def test_a_cancelled_pause_shows_its_calls_not_run_and_ends_its_stream(
         [started] = bot.slack.calls_to("chat.startStream")
         assert stopped.params["ts"] == started.response["ts"]
         assert len(bot.llm.requests) == 1
+
+
+async def test_a_paused_stream_that_slack_expired_is_edited_in_place(tmp_path: Path) -> None:
+    """Slack ends a stream without appends after a while; a pause can be longer. The partial
+    approval's count then edits the same message (as the fallback's block), no new one."""
+    policy = Policy.from_toml("[defaults]\nrequired_approvals = 2\n")
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_text("Done.")
+        await bot.mention("go", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        await bot.settle()
+        [started] = bot.slack.calls_to("chat.startStream")
+        timeline_ts = started.response["ts"]
+        bot.slack.expire_streams()
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
+        await bot.settle()
+        [edit] = [c for c in bot.slack.calls_to("chat.update") if c.params["ts"] == timeline_ts]
+        assert "waiting for approval (1 of 2)" in edit.params["blocks"][0]["elements"][0]["text"]
+        assert not [t for t in _timeline_texts(bot) if "(1 of 2)" not in t]  # no new message
+        await bot.click("opsgate_approve", card["ledger_id"], user=CAROL)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        # The resume's timeline is a stream of its own, stopped at its end.
+        assert statuses(task_chunks(bot.slack), "call_1")[-1] == "complete"
+        assert [c.ok for c in bot.slack.calls_to("chat.stopStream")][-1]

@@ -256,6 +256,13 @@ class SlackAPIStandIn:
         """Answer `method` with a fixed body, or with `answer(call)` (params already parsed)."""
         self._answers[method] = answer
 
+    def expire_streams(self) -> None:
+        """Slack ends the streaming state of every open stream (as it does after a while
+        without appends): appending to one, or stopping it, answers
+        `message_not_in_streaming_state`; the message stays, and can be updated."""
+        for stream in self._streams.values():
+            stream.active = False
+
     def set_streaming_supported(self, flag: bool) -> None:
         """When False, chat.startStream/appendStream/stopStream answer `unknown_method`."""
         self._streaming = flag
