@@ -42,6 +42,7 @@ from .events import (
     ToolCallHeld,
     ToolCallStarted,
     ToolResult,
+    ToolRunning,
     Usage,
 )
 from .exceptions import (
@@ -124,6 +125,7 @@ __all__ = [
     "ToolCallStarted",
     "ToolError",
     "ToolResult",
+    "ToolRunning",
     "Usage",
     "call_digest",
     "canonical_arguments",

@@ -36,6 +36,7 @@ from .events import (
     ToolCallHeld,
     ToolCallStarted,
     ToolResult,
+    ToolRunning,
     Usage,
 )
 from .exceptions import (
@@ -431,6 +432,7 @@ class FunctionInvokingChatClient:
             edit = _edit_of(response, arguments)
             if edit is not None:
                 arguments = edit.arguments
+            yield ToolRunning(call.id, call.name)
             content, is_error, seconds = await _run_tool(call, tool, arguments)
             if edit is not None:
                 content = edited_result(edit, content)

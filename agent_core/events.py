@@ -1,7 +1,8 @@
 """What a run streams to its consumer: a discriminated union of frozen dataclasses.
 
 Consumers `match` on the classes (or on `kind`). The chat client produces the first few kinds;
-the tool loop adds tool results, approval requests and the final `Finish`.
+the tool loop adds tool results, approval requests, the start of each tool's run and the final
+`Finish`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "ToolCallHeld",
     "ToolCallStarted",
     "ToolResult",
+    "ToolRunning",
     "Usage",
 ]
 
@@ -92,6 +94,16 @@ class ToolCallEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolRunning:
+    """The call's tool starts running now (it is claimed: marked started in the journal).
+    Not `ToolCallStarted`, which is the model starting to write a call."""
+
+    call_id: str
+    name: str
+    kind: Literal["tool_running"] = "tool_running"
+
+
+@dataclass(frozen=True, slots=True)
 class ToolResult:
     """The answer to one call, as the model reads it in the call's `tool` message.
 
@@ -151,6 +163,7 @@ AgentResponseUpdate = (
     | ToolCallStarted
     | ToolCallArgumentsDelta
     | ToolCallEnded
+    | ToolRunning
     | ToolResult
     | ToolApprovalRequest
     | ToolCallHeld

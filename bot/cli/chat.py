@@ -28,7 +28,7 @@ from ..tools import protect_process_environment
 from ..wiring import Deps, open_deps
 from ._logging import log_from_settings
 from ._prompt import Ask, stdin_prompt
-from .notices import card_text, notice_text, task_text
+from .notices import card_text, notice_text, plan_text, task_text
 
 __all__ = ["TerminalOutput", "run_chat"]
 
@@ -141,6 +141,12 @@ class _Timeline:
         up = out.lines - at
         out.out.write(f"\x1b[{up}F\x1b[2K{text}\x1b[{up}E")
         out.out.flush()
+
+    async def plan(self, steps: tuple[str, ...]) -> None:
+        self.output._print(plan_text(steps))
+
+    async def flush(self) -> None:
+        return None  # every change is printed as it comes
 
     async def close(self) -> None:
         return None

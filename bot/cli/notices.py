@@ -17,6 +17,7 @@ from ..words import count, count_verb
 __all__ = [
     "card_text",
     "notice_text",
+    "plan_text",
     "refusal_text",
     "task_text",
 ]
@@ -231,8 +232,9 @@ def task_text(task: Task) -> str:
     status: str
     match task.status:
         case "waiting":
-            got, needed = task.approvals or (0, 1)
-            status = f"waiting for approval ({got} of {needed})"
+            # The count is known once the card is posted (before: "waiting for approval").
+            got = f" ({task.approvals[0]} of {task.approvals[1]})" if task.approvals else ""
+            status = f"waiting for approval{got}"
         case "in_progress":
             status = "running"
         case "complete" | "error":
@@ -252,6 +254,12 @@ def task_text(task: Task) -> str:
     if len(title) > room:
         title = title[: room - 1] + "…"
     return f"{_TASK_MARKS[task.status]} {title}: {status}"
+
+
+def plan_text(steps: tuple[str, ...]) -> str:
+    """The model's plan (untrusted text) on one line, above its tasks."""
+    text = _printable("plan: " + " · ".join(f"{n}. {s}" for n, s in enumerate(steps, 1)))
+    return text if len(text) <= TASK_LINE_MAX else text[: TASK_LINE_MAX - 1] + "…"
 
 
 def _took(seconds: float) -> str:

@@ -22,14 +22,19 @@ from .notices import (
     UnknownRequest,
 )
 from .output import Thread
+from .timeline import PausedTimelines
 
 __all__ = ["Cancels"]
 
 
 class Cancels:
-    def __init__(self, ctx: RunContext, cards: Cards) -> None:
+    def __init__(
+        self, ctx: RunContext, cards: Cards, timelines: PausedTimelines | None = None
+    ) -> None:
         self.ctx = ctx
         self.cards = cards
+        self.timelines = timelines or PausedTimelines()
+        """Paused runs' timelines: a cancelled one shows its calls not run, and closes."""
 
     async def cancel(
         self,
@@ -70,6 +75,7 @@ class Cancels:
             if row.needs_approval and row.status == "cancelled":
                 note_decision(self.ctx, row, "cancelled")
                 await self.cards.refresh(row)
+        await self.timelines.close(session.id, outcome.rows)
         thread = Thread.of(session)
         await self.ctx.output.say(thread, RunCancelled(user))
         return None

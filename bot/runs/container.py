@@ -4,80 +4,74 @@ looking at, the prompts it offers at the start, and its title from the first req
 A conversation in the container is a DM thread and a session like any other thread: the same
 approvals, cards and audit. What the container adds is context: the user tells Slack which
 channel they are looking at, and a run in that conversation then gets that channel's
-instructions and tool set (`run_channel`), if the bot acts in that channel at all. Approvals
+instructions and tool set (`run_start`), if the bot acts in that channel at all. Approvals
 stay those of the thread where the cards are posted.
 
-The context is kept in this process (bounded): after a restart a conversation has its DM's own
-policy until the user moves to a channel again. A run pins the channel it started with, and its
+The context is kept in the store (`Store.note_assistant_thread`), so it holds across restarts
+and across the processes sharing a database. A run pins the channel it started with, and its
 resume uses the same one (a resume offered other tools would answer a stored call "unknown").
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import TypeVar
+from dataclasses import dataclass
 
-from ..policy import Policy
+from .context import RunContext
 from .output import Thread
 
-__all__ = ["Container"]
+__all__ = ["Container", "RunStart"]
 
-K = TypeVar("K")
-V = TypeVar("V")
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """What a new run of a thread starts with: the channel whose policy applies, and whether
+    it is the conversation's first request (which names it)."""
+
+    channel: str
+    first: bool = False
 
 
 class Container:
-    """What the service knows about conversations in the AI-app container."""
+    """What the service knows about conversations in the AI-app container (kept in the store)."""
 
-    def __init__(self, policy: Policy, limit: int = 10_000) -> None:
-        self.policy = policy
-        self._limit = limit
-        self._viewing: OrderedDict[Thread, str] = OrderedDict()
-        self._pinned: OrderedDict[str, str] = OrderedDict()
-        self._titled: OrderedDict[Thread, None] = OrderedDict()
-        self._threads: OrderedDict[Thread, None] = OrderedDict()
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
 
     @property
     def suggested_prompts(self) -> tuple[str, ...]:
         """`[defaults] suggested_prompts`, at most four."""
-        return self.policy.defaults.suggested_prompts
+        return self.ctx.policy.defaults.suggested_prompts
 
-    def started(self, thread: Thread, viewing: str | None) -> tuple[str, ...]:
+    async def started(self, thread: Thread, viewing: str | None) -> tuple[str, ...]:
         """A conversation opened in the container (looking at `viewing`, when Slack says):
         the prompts to offer."""
-        self._keep(self._threads, thread, None)
-        self.viewing(thread, viewing)
+        await self.viewing(thread, viewing)
         return self.suggested_prompts
 
-    def viewing(self, thread: Thread, channel: str | None) -> None:
-        """The user of a container conversation now looks at `channel` (None: no channel)."""
-        self._keep(self._threads, thread, None)
-        if channel and channel != thread.channel_id and self.policy.allows_channel(channel):
-            self._keep(self._viewing, thread, channel)
-        else:
-            self._viewing.pop(thread, None)
+    async def viewing(self, thread: Thread, channel: str | None) -> None:
+        """The user of a container conversation now looks at `channel` (None: no channel);
+        one the bot does not act in counts as none (the DM's own policy applies)."""
+        elsewhere = bool(channel) and channel != thread.channel_id
+        if not (elsewhere and channel and self.ctx.policy.allows_channel(channel)):
+            channel = None
+        await self.ctx.store.note_assistant_thread(*_key(thread), viewing=channel)
 
-    def run_channel(self, thread: Thread, session_id: str) -> str:
+    async def run_start(self, thread: Thread) -> RunStart:
         """The channel whose instructions and tools a new run of the thread gets: the one its
         user looks at in the container, else the thread's own. Pinned for the resume."""
-        channel = self._viewing.get(thread, thread.channel_id)
-        self._keep(self._pinned, session_id, channel)
-        return channel
+        found = await self.ctx.store.assistant_thread(*_key(thread))
+        if found is None:  # not a container conversation: one read, nothing written
+            return RunStart(thread.channel_id)
+        channel = found.viewing_channel or thread.channel_id
+        first = await self.ctx.store.pin_assistant_run(*_key(thread), run_channel=channel)
+        return RunStart(channel, first)
 
-    def resume_channel(self, thread: Thread, session_id: str) -> str:
+    async def resume_channel(self, thread: Thread) -> str:
         """The channel the paused run started with (the thread's own when not known)."""
-        return self._pinned.get(session_id, thread.channel_id)
+        found = await self.ctx.store.assistant_thread(*_key(thread))
+        pinned = found.run_channel if found is not None else None
+        return pinned or thread.channel_id
 
-    def title_once(self, thread: Thread) -> bool:
-        """True the first time a container conversation's request is seen: it names the
-        conversation. Threads outside the container are never titled."""
-        if thread not in self._threads or thread in self._titled:
-            return False
-        self._keep(self._titled, thread, None)
-        return True
 
-    def _keep(self, into: OrderedDict[K, V], key: K, value: V) -> None:
-        into[key] = value
-        into.move_to_end(key)
-        while len(into) > self._limit:
-            into.popitem(last=False)
+def _key(thread: Thread) -> tuple[str, str, str]:
+    return thread.team_id, thread.channel_id, thread.thread_ts

@@ -15,6 +15,7 @@ from .gate import authorize_on, call_lock, refusal_notice
 from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .output import Thread
+from .timeline import PausedTimelines
 
 __all__ = ["Decisions"]
 
@@ -23,11 +24,17 @@ class Decisions:
     """The decision steps of `RunService` (see the module docstring)."""
 
     def __init__(
-        self, ctx: RunContext, cards: Cards, resume: Callable[[str], Awaitable[bool]]
+        self,
+        ctx: RunContext,
+        cards: Cards,
+        resume: Callable[[str], Awaitable[bool]],
+        timelines: PausedTimelines | None = None,
     ) -> None:
         self.ctx = ctx
         self.cards = cards
         self.maybe_resume = resume
+        self.timelines = timelines or PausedTimelines()
+        """Paused runs' timelines: a partial approval moves its task's count on."""
 
     async def decide(
         self,
@@ -77,13 +84,14 @@ class Decisions:
             if verdict.reason == "card_locked":
                 await self.cards.refresh(row)
             return refusal_notice(verdict, row, policy)
+        needed = self.ctx.policy.required_approvals_for(session.channel_id, policy)
         outcome = await store.decide(
             ledger_id,
             decision,
             user_id=user,
             team_id=team,
             reason=reason,
-            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id, policy),
+            required_approvals=needed,
             rule=verdict.rule,
             policy_rule=policy.policy_rule,
             digest=digest,
@@ -92,12 +100,21 @@ class Decisions:
         # for a decided (or just expired) call must lose them. In the background: the
         # approved call must not wait for Slack to redraw a card.
         self._redraw_soon(outcome.row)
+        if outcome.recorded and outcome.row.status == "pending":
+            self._count_soon(outcome.row, needed)
         if outcome.recorded and outcome.row.status in ("approved", "rejected"):
             note_decision(self.ctx, outcome.row, outcome.row.status)
         await self.maybe_resume(row.session_id)
         if not outcome.recorded:
             return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
         return None
+
+    def _count_soon(self, row: ToolCallRow, needed: int) -> None:
+        """A partial approval: the paused run's timeline shows the new count (background,
+        like the card's redraw)."""
+        timeline = self.timelines.get(row.session_id)
+        if timeline is not None and not self.ctx.tasks.closed:
+            self.ctx.tasks.spawn(timeline.approved(row, needed), name=f"count {row.id}")
 
     def _redraw_soon(self, row: ToolCallRow) -> None:
         if self.ctx.tasks.closed:

@@ -40,7 +40,7 @@ from .notices import (
     ToolRan,
 )
 from .output import TextSink, Thread
-from .timeline import AllowanceUses, Timeline, Waiting, Working
+from .timeline import AllowanceUses, PausedTimelines, Timeline, Waiting, Working
 
 __all__ = ["ERROR_CHARS", "Driver", "conversation_id", "cut_error"]
 
@@ -72,6 +72,8 @@ class Driver:
         """Resumes a batch the policy decided at once (a forbidden call), after the run ended."""
         self.allowance_uses = allowance_uses or AllowanceUses()
         """Calls the allowance gate let through (the timeline says whose allowance it was)."""
+        self.paused = PausedTimelines()
+        """Paused runs' timelines, open for the counts of partial decisions."""
 
     async def drive(
         self,
@@ -116,6 +118,7 @@ class Driver:
         output = self.ctx.output
         if message_ts:
             await output.react(thread, message_ts, True)
+        await _quietly(self.paused.close(session_id), "ending the paused timeline")
         shown = _Shown(self, thread, session_id, requester)
         await _quietly(shown.begin(resuming), "starting the timeline")
         failed = False
@@ -214,9 +217,11 @@ class _Shown:
             await self.timeline.seed(await self.driver.ctx.store.batch_calls(self.session_id))
 
     async def end(self) -> None:
+        if self.outcome is None:  # paused: open for partial decisions, still saying whom
+            await self.driver.paused.keep(self.session_id, self.timeline)  # it waits for
+            return
         await self.timeline.close()
-        if self.outcome is not None:  # a paused run keeps saying whom it waits for
-            await self.output.status(self.thread, None)
+        await self.output.status(self.thread, None)
 
     async def paused(self) -> None:
         """The cards are posted: each gated task waits, linked to its card."""

@@ -75,13 +75,13 @@ class RunService:
             resume=self.maybe_resume,
             allowance_uses=self.allowances.uses,
         )
-        self.cancels = Cancels(ctx, self.cards)
+        self.cancels = Cancels(ctx, self.cards, self._driver.paused)
         self.feedback = Feedback(ctx)
         """Good/bad clicks under final answers: audited and counted."""
-        self.container = Container(ctx.policy)
+        self.container = Container(ctx)
         """Conversations in Slack's AI-app container: the channel each one looks at."""
         self.answers = Answers(ctx, self.cards)
-        self.decisions = Decisions(ctx, self.cards, self.maybe_resume)
+        self.decisions = Decisions(ctx, self.cards, self.maybe_resume, self._driver.paused)
         """Approve and Reject: who may, record once, redraw, resume."""
         self.edits = Edits(
             ctx, self.cards, self.allowances, self.decisions.decide, self.maybe_resume
@@ -189,8 +189,9 @@ class RunService:
             return
         thread = Thread.of(session)
         gate = self.allowances.gate(thread, session.id)
-        channel = self.container.run_channel(thread, session.id)
-        if self.container.title_once(thread):
+        start = await self.container.run_start(thread)
+        channel = start.channel
+        if start.first:
             await self.ctx.output.title(thread, item.text)
         options = run_options(
             self.ctx.policy,
@@ -254,7 +255,7 @@ class RunService:
         await checkpoint("resume_started")
         # The same tools as the run that paused: a stored call must not become "unknown".
         gate = self.allowances.gate(Thread.of(session), session_id)
-        channel = self.container.resume_channel(Thread.of(session), session_id)
+        channel = await self.container.resume_channel(Thread.of(session))
         options = run_options(
             self.ctx.policy,
             self.ctx.tools,

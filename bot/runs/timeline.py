@@ -6,13 +6,25 @@ tasks in the streamed answer (`bot.slack.timeline`), the terminal prints one lin
 (`bot.cli.notices`). The statuses are the run's own words (waiting for approval, rejected,
 expired, not run); each output maps them to what its medium can show.
 
-A run that pauses ends its timeline with the gated calls waiting (each linked to its card); the
-resume starts a new one, seeded from the ledger with the decisions taken meanwhile.
+A run that pauses leaves its timeline open with the gated calls waiting (each linked to its card,
+with its count of approvals): `PausedTimelines` keeps it, so that a decision that is not yet the
+last one ("1 of 2") redraws its task. The next run of the session (the resume) closes it and
+starts a new one, seeded from the ledger with the decisions taken meanwhile.
+
+Changes are shown when the run waits (`TimelineSink.flush`): when a tool starts, when a batch
+is answered, when the run pauses, when it ends. What changed in between (five calls written,
+gated, one answered and the next started) reaches the output together, the latest state of
+each task only, so a run costs Slack about one write per tool, not one per status change.
+
+The plan: where the model numbers its steps in the text it writes before its tool calls
+(`plan_steps`: a list "1. … 2. …" of two steps or more), the sink shows them (`TimelineSink.plan`)
+above the tasks; a later turn with another list shows that one instead.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -20,10 +32,12 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from agent_core import (
     AgentResponseUpdate,
+    TextDelta,
     ToolApprovalRequest,
     ToolCallEnded,
     ToolCallHeld,
     ToolResult,
+    ToolRunning,
 )
 
 if TYPE_CHECKING:
@@ -32,12 +46,14 @@ if TYPE_CHECKING:
 __all__ = [
     "AllowanceUses",
     "AssistantStatus",
+    "PausedTimelines",
     "Task",
     "TaskStatus",
     "Timeline",
     "TimelineSink",
     "Waiting",
     "Working",
+    "plan_steps",
 ]
 
 TaskStatus = Literal[
@@ -82,12 +98,22 @@ class Task:
 
 
 class TimelineSink(Protocol):
-    """Where one run's timeline is shown: `show` each changed task, then `close`."""
+    """Where one run's timeline is shown: `show` each changed task (and `plan` the model's
+    steps, raw untrusted text), `flush` when the run waits, then `close`.
+
+    An output may hold what `show` and `plan` give it until `flush` (or `close`) and then send
+    only the latest state of each task, in one write (Slack: one `appendStream`)."""
 
     async def show(self, task: Task) -> None: ...
 
+    async def plan(self, steps: tuple[str, ...]) -> None: ...
+
+    async def flush(self) -> None:
+        """Send what is held: the run now waits (a tool runs, the model or a person decides)."""
+        ...
+
     async def close(self) -> None:
-        """The timeline is done (the run ended or paused); idempotent."""
+        """The timeline is done (the run ended); sends what is held first; idempotent."""
         ...
 
 
@@ -131,6 +157,33 @@ class AllowanceUses:
 
 ARGUMENTS_SHOWN = 80
 """Characters of a call's arguments kept for its title (the renderer cuts to its medium)."""
+PLAN_STEPS = 12
+"""Most steps of a plan kept (a longer list is a list, not a plan)."""
+PLAN_TEXT_KEPT = 8_000
+"""Characters of a turn's text before its calls kept to look for a plan in."""
+_STEP = re.compile(r"^\s{0,3}(\d{1,2})[.)]\s+(\S.*)$")
+
+
+def plan_steps(text: str) -> tuple[str, ...]:
+    """The model's steps in `text`: the last list of lines numbered 1, 2, … in order ("1." or
+    "1)" at a line's start), when it has two to `PLAN_STEPS` items; else (). Only an item's
+    first line is kept; other lines between items are allowed (a step's details)."""
+    steps: list[str] = []
+    found: list[str] = []
+    for line in text.splitlines():
+        match = _STEP.match(line)
+        if match is None:
+            continue
+        number, step = int(match.group(1)), match.group(2).strip()
+        if number == 1:
+            if len(steps) >= 2:
+                found = steps
+            steps = [step]
+        elif number == len(steps) + 1 and steps:
+            steps.append(step)
+    if len(steps) >= 2:
+        found = steps
+    return tuple(found) if 2 <= len(found) <= PLAN_STEPS else ()
 
 
 class Timeline:
@@ -140,14 +193,16 @@ class Timeline:
         self._sink = sink
         self._allowances = allowances
         self._tasks: dict[str, Task] = {}
+        self._said = ""
+        """The current turn's text so far (where its plan is)."""
+        self._plan: tuple[str, ...] = ()
 
     @property
     def tasks(self) -> tuple[Task, ...]:
         return tuple(self._tasks.values())
 
     async def seed(self, batch: Sequence[ToolCallRow]) -> None:
-        """A resume: the batch's calls with the decisions taken while the run was paused (the
-        first call that will run is shown running)."""
+        """A resume: the batch's calls with the decisions taken while the run was paused."""
         seeded: list[Task] = []
         for row in batch:
             status = _SEEDED.get(row.status)
@@ -163,9 +218,6 @@ class Timeline:
                     allowance_by=self._allowances(row.call_id),
                 )
             )
-        first = next((n for n, t in enumerate(seeded) if t.status == "pending"), None)
-        if first is not None:
-            seeded[first] = replace(seeded[first], status="in_progress")
         for task in seeded:
             await self._put(task)
 
@@ -177,9 +229,30 @@ class Timeline:
         got = (len(row.approvals), needed)
         await self._put(replace(task, status="waiting", approvals=got, card_link=link))
 
+    async def approved(self, row: ToolCallRow, needed: int) -> None:
+        """A decision on a waiting call that is not the last it needs (N of M): its count
+        moves on. Nothing for a call the timeline does not show waiting."""
+        task = self._tasks.get(row.call_id)
+        if task is None or task.status != "waiting":
+            return
+        if task.approvals is not None and task.approvals[0] >= len(row.approvals):
+            return  # a later decision's redraw came first: counts only go up
+        await self._put(replace(task, approvals=(len(row.approvals), needed)))
+        await self._sink.flush()
+
+    async def settled(self, batch: Sequence[ToolCallRow]) -> None:
+        """A paused batch closed without a resume (cancelled): its calls as they ended."""
+        for row in batch:
+            task, status = self._tasks.get(row.call_id), _SEEDED.get(row.status)
+            if task is not None and status is not None and status != "pending":
+                await self._put(replace(task, status=status, decided_by=None))
+
     async def update(self, update: AgentResponseUpdate) -> None:
         match update:
+            case TextDelta(text=text):
+                self._said = (self._said + text)[-PLAN_TEXT_KEPT:]
             case ToolCallEnded(call=call):
+                await self._planned()
                 # Pending, not running: the gate has yet to say whether it waits for approval.
                 await self._put(Task(call.id, call.name, _short(call.arguments)))
             case ToolApprovalRequest(call_id=call_id):
@@ -187,6 +260,10 @@ class Timeline:
             case ToolCallHeld(call_id=call_id):
                 await self._change(
                     call_id, status="pending", allowance_by=self._allowances(call_id)
+                )
+            case ToolRunning(call_id=call_id, name=name):
+                await self._change(
+                    call_id, status="in_progress", allowance_by=self._allowances(call_id), name=name
                 )
             case ToolResult(call_id=call_id, outcome=None):
                 status: TaskStatus = "error" if update.is_error else "complete"
@@ -197,16 +274,40 @@ class Timeline:
                     allowance_by=self._allowances(call_id),
                     name=update.name,
                 )
-                await self._advance()
             case ToolResult(call_id=call_id, outcome=outcome) if outcome is not None:
                 status = _OUTCOMES.get(outcome.kind, "not_run")
                 await self._change(call_id, status=status, name=update.name)
-                await self._advance()
             case _:
                 pass
+        if self._waits_after(update):
+            await self._sink.flush()
+
+    async def flush(self) -> None:
+        """Show what changed now (the run pauses: it waits for people)."""
+        await self._sink.flush()
 
     async def close(self) -> None:
         await self._sink.close()
+
+    def _waits_after(self, update: AgentResponseUpdate) -> bool:
+        """Whether the run now waits on something outside, so the changes held are shown: a
+        tool starts running, or a batch is answered (the model is asked next). Changes in
+        between (calls written, gated, answered one after another) go out together."""
+        match update:
+            case ToolRunning():
+                return True
+            case ToolResult():
+                return not any(t.status in ("pending", "in_progress") for t in self._tasks.values())
+            case _:
+                return False
+
+    async def _planned(self) -> None:
+        """The turn's text is over (its calls come): show the plan it gives, if a new one."""
+        said, self._said = self._said, ""
+        steps = plan_steps(said) if said else ()
+        if steps and steps != self._plan:
+            self._plan = steps
+            await self._sink.plan(steps)
 
     async def _change(
         self,
@@ -228,22 +329,42 @@ class Timeline:
         )
         await self._put(changed)
 
-    async def _advance(self) -> None:
-        """Calls run in the model's order: once one is answered the next waiting one runs."""
-        tasks = self._tasks.values()
-        if any(t.status == "in_progress" for t in tasks):
-            return
-        if any(t.status == "waiting" for t in tasks):
-            return  # a paused batch: nothing runs before the decisions
-        following = next((t for t in tasks if t.status == "pending"), None)
-        if following is not None:
-            await self._put(replace(following, status="in_progress"))
-
     async def _put(self, task: Task) -> None:
         if self._tasks.get(task.call_id) == task:
             return
         self._tasks[task.call_id] = task
         await self._sink.show(task)
+
+
+class PausedTimelines:
+    """The timelines of paused runs, still open, by session: a partial decision redraws its
+    task there; the session's next run closes it. In this process and bounded (the oldest is
+    closed past `limit`): after a restart, or on another replica, a partial decision redraws
+    only the card, and the resume's timeline shows the decisions."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self._by_session: OrderedDict[str, Timeline] = OrderedDict()
+        self._limit = limit
+
+    async def keep(self, session_id: str, timeline: Timeline) -> None:
+        """The session's run paused: its timeline shows the waiting calls, and stays open."""
+        await timeline.flush()
+        self._by_session[session_id] = timeline
+        self._by_session.move_to_end(session_id)
+        while len(self._by_session) > self._limit:
+            _, oldest = self._by_session.popitem(last=False)
+            await oldest.close()
+
+    def get(self, session_id: str) -> Timeline | None:
+        return self._by_session.get(session_id)
+
+    async def close(self, session_id: str, batch: Sequence[ToolCallRow] = ()) -> None:
+        """The session's paused timeline is over: its run resumes or another starts, or the
+        run was cancelled (`batch`: the calls as they ended, shown before it closes)."""
+        timeline = self._by_session.pop(session_id, None)
+        if timeline is not None:
+            await timeline.settled(batch)
+            await timeline.close()
 
 
 _SEEDED: dict[str, TaskStatus] = {

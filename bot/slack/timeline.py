@@ -6,9 +6,15 @@ each has an id, a title, a status (pending, in_progress, complete, error) and de
 own statuses (`bot.runs.timeline.TaskStatus`) map onto those, the rest is said in the details.
 Titles and details are untrusted text (tool names and arguments come from the model): they
 go through `bot.slack.mrkdwn` and are cut to Slack's sizes (`TASK_TITLE_MAX`, `TASK_DETAILS_MAX`).
+The model's plan (`bot.runs.timeline.plan_steps`) is a `plan_update` chunk (slack_sdk's
+`PlanUpdateChunk`: a title, "Plan: 1. … · 2. …", within `PLAN_TITLE_MAX`), or the first line
+of the fallback's context block.
 
 All the Web API calls of this module are made by `SlackTimeline` and `set_status`, so that
 they can be routed through an outbox later; like every output call they never raise.
+`SlackTimeline` holds the changes it is shown until the run's timeline flushes them
+(`bot.runs.timeline`: when the run waits) and sends them coalesced: one `appendStream` (or one
+edit) with the latest chunk of each task.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
+from slack_sdk.models.messages.chunk import PlanUpdateChunk
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..runs.output import Thread
@@ -28,9 +35,12 @@ from .mrkdwn import escape_cut, one_line, user_mention
 
 __all__ = [
     "CONTEXT_TEXT_MAX",
+    "PLAN_TITLE_MAX",
     "TASK_DETAILS_MAX",
     "TASK_TITLE_MAX",
     "SlackTimeline",
+    "plan_chunk",
+    "plan_title",
     "status_text",
     "task_chunk",
     "task_line",
@@ -43,6 +53,8 @@ TASK_TITLE_MAX = 256
 """Longest task title sent (Slack's chunk limit on a task's text fields)."""
 TASK_DETAILS_MAX = 256
 """Longest task details sent (Slack: 256 characters)."""
+PLAN_TITLE_MAX = 256
+"""Longest plan title sent (a `plan_update` chunk's title, like a task's)."""
 CONTEXT_TEXT_MAX = 3000
 """Longest text of the fallback's context block element."""
 STATUS_MAX = 120
@@ -68,6 +80,7 @@ _MARKS = {
     "expired": "⌛",
     "not_run": "⏭️",
 }
+_STREAM_EXPIRED = "message_not_in_streaming_state"
 _STREAM_UNAVAILABLE = {
     "unknown_method",
     "not_allowed_token_type",
@@ -98,8 +111,9 @@ def _details(task: Task) -> str:
     parts: list[str] = []
     match task.status:
         case "waiting":
-            got, needed = task.approvals or (0, 1)
-            parts.append(f"waiting for approval ({got} of {needed})")
+            # The count is known once the card is posted (before: "waiting for approval").
+            got = f" ({task.approvals[0]} of {task.approvals[1]})" if task.approvals else ""
+            parts.append(f"waiting for approval{got}")
         case "pending":
             parts.append("waiting to run")
         case "in_progress":
@@ -147,10 +161,22 @@ def task_line(task: Task) -> str:
     return f"{_MARKS[task.status]} {_title(task, 120)} — {_details(task)}{link}"
 
 
-def timeline_blocks(tasks: list[Task]) -> list[dict[str, Any]]:
-    """The whole timeline as one context block (the fallback path), cut to its size."""
-    lines: list[str] = []
-    used = 0
+def plan_title(steps: tuple[str, ...], limit: int = PLAN_TITLE_MAX) -> str:
+    """The model's steps as one escaped line of at most `limit` characters."""
+    return one_line("Plan: " + " · ".join(f"{n}. {s}" for n, s in enumerate(steps, 1)), limit)
+
+
+def plan_chunk(steps: tuple[str, ...]) -> dict[str, Any]:
+    """The plan as a `plan_update` chunk."""
+    chunk: dict[str, Any] = PlanUpdateChunk(title=plan_title(steps)).to_dict()
+    return chunk
+
+
+def timeline_blocks(tasks: list[Task], plan: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The whole timeline as one context block (the fallback path), cut to its size; the
+    plan, when the model gave one, is its first line."""
+    lines: list[str] = [f"🗒️ {plan_title(plan, 600)}"] if plan else []
+    used = len(lines[0]) + 1 if lines else 0
     for n, task in enumerate(tasks):
         line = task_line(task)
         if used + len(line) + 1 > CONTEXT_TEXT_MAX - 40:
@@ -204,15 +230,29 @@ class SlackTimeline:
         self.recipient_user_id = recipient_user_id
         self.use_streaming = recipient_user_id is not None
         self._tasks: dict[str, Task] = {}
+        self._plan: tuple[str, ...] = ()
+        self._held: dict[str, dict[str, Any]] = {}
+        """Chunks not sent yet, by task id ("" for the plan): the latest of each only."""
         self._ts: str | None = None
         self._streaming_ts: str | None = None
 
     async def show(self, task: Task) -> None:
         self._tasks[task.call_id] = task
+        self._held[task.call_id] = task_chunk(task)
+
+    async def plan(self, steps: tuple[str, ...]) -> None:
+        self._plan = steps
+        self._held[""] = plan_chunk(steps)
+
+    async def flush(self) -> None:
+        """What changed since the last flush, in one Web API call."""
+        if not self._held:
+            return
+        chunks, self._held = list(self._held.values()), {}
         try:
             if self.use_streaming:
                 try:
-                    await self._stream(task)
+                    await self._stream(chunks)
                     return
                 except SlackApiError as exc:
                     self._fall_back(exc)
@@ -220,8 +260,7 @@ class SlackTimeline:
         except SLACK_ERRORS as exc:
             logger.warning("could not show the timeline: %s", slack_error(exc))
 
-    async def _stream(self, task: Task) -> None:
-        chunk = task_chunk(task)
+    async def _stream(self, chunks: list[dict[str, Any]]) -> None:
         if self._streaming_ts is None:
             response = await self.client.chat_startStream(
                 channel=self.thread.channel_id,
@@ -229,24 +268,30 @@ class SlackTimeline:
                 recipient_user_id=self.recipient_user_id,
                 recipient_team_id=self.thread.team_id,
                 task_display_mode="timeline",
-                chunks=[chunk],
+                chunks=chunks,
             )
             self._streaming_ts = str(response["ts"])
         else:
             await self.client.chat_appendStream(
-                channel=self.thread.channel_id, ts=self._streaming_ts, chunks=[chunk]
+                channel=self.thread.channel_id, ts=self._streaming_ts, chunks=chunks
             )
 
     def _fall_back(self, exc: SlackApiError) -> None:
         error = exc.response.get("error")
+        self.use_streaming = False
+        if error == _STREAM_EXPIRED and self._streaming_ts is not None:
+            # Slack ends a stream that has had no appends for a while (a pause waiting for
+            # people): the same message is edited from now on, as the fallback's block.
+            logger.info("the timeline's stream expired; editing its message")
+            self._ts, self._streaming_ts = self._streaming_ts, None
+            return
         level = logging.INFO if error in _STREAM_UNAVAILABLE else logging.WARNING
         logger.log(level, "timeline streaming unavailable (%s); editing a message", error)
-        self.use_streaming = False
         # A stream already started keeps what it showed; the rest goes to a posted message.
 
     async def _edit(self) -> None:
         tasks = list(self._tasks.values())
-        blocks = timeline_blocks(tasks)
+        blocks = timeline_blocks(tasks, self._plan)
         text = escape_cut(f"Steps: {len(tasks)}", 100)
         if self._ts is None:
             response = await self.client.chat_postMessage(
@@ -262,6 +307,7 @@ class SlackTimeline:
             )
 
     async def close(self) -> None:
+        await self.flush()
         if self._streaming_ts is None:
             return
         ts, self._streaming_ts = self._streaming_ts, None

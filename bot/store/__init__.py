@@ -1,10 +1,10 @@
 """The bot's durable state: sessions, messages, the tool-call ledger, the run queue, the audit log.
 
 `Store` (in `contract.py`) is the one interface. Its operations are written once (`sessions`,
-`ledger`, `decisions`, `edits`, `queue`, `recovery`, `audit`) over a thin database seam
-(`db/`) with two adapters: `SQLiteStore` (one file) and `PostgresStore` (`bot.store.postgres`,
-for replicas); `open_store` picks one from a path or URL. Plain storage: it knows Slack ids only
-as strings and never imports a Slack library.
+`ledger`, `decisions`, `edits`, `queue`, `recovery`, `audit`, `assistant_threads`) over a thin
+database seam (`db/`) with two adapters: `SQLiteStore` (one file) and `PostgresStore`
+(`bot.store.postgres`, for replicas); `open_store` picks one from a path or URL. Plain storage:
+it knows Slack ids only as strings and never imports a Slack library.
 """
 
 from .backends import open_store
@@ -26,6 +26,7 @@ from .models import (
     AllowanceGrant,
     AllowanceRow,
     AllowOutcome,
+    AssistantThread,
     AuditEvent,
     AuditRow,
     CancelOutcome,
@@ -70,6 +71,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AlreadyApprovedByYou",
     "AlreadyDecided",
     "ArgumentsChanged",
+    "AssistantThread",
     "AuditEvent",
     "AuditRow",
     "BatchMovedOn",

@@ -23,6 +23,7 @@ from .models import (
     AllowanceGrant,
     AllowanceRow,
     AllowOutcome,
+    AssistantThread,
     AuditRow,
     CancelOutcome,
     DecisionOutcome,
@@ -458,3 +459,24 @@ class Store(Protocol):
 
     async def release_outbox(self, claimer: str) -> int:
         """Release every row `claimer` holds (a restarted sender taking its name again)."""
+
+    # -- conversations in Slack's AI-app container ----------------------------------------------
+
+    async def note_assistant_thread(
+        self, team_id: str, channel_id: str, thread_ts: str, *, viewing: str | None
+    ) -> None:
+        """The conversation (a DM thread) is in the AI-app container and its user now looks at
+        `viewing` (None: at no channel that counts); created on first use, the last writer
+        wins. Seen by every store on the database, and after a restart."""
+
+    async def assistant_thread(
+        self, team_id: str, channel_id: str, thread_ts: str
+    ) -> AssistantThread | None:
+        """The container conversation of that thread; None for a thread outside it."""
+
+    async def pin_assistant_run(
+        self, team_id: str, channel_id: str, thread_ts: str, *, run_channel: str
+    ) -> bool:
+        """A run of the conversation starts with `run_channel`'s policy (its resume reads it
+        back). True for the first run of the conversation only, across all stores: it names
+        the conversation. A thread outside the container: nothing is written, False."""

@@ -17,6 +17,7 @@ __all__ = [
     "AllowOutcome",
     "AllowanceGrant",
     "AllowanceRow",
+    "AssistantThread",
     "AuditEvent",
     "AuditRow",
     "CancelOutcome",
@@ -327,3 +328,19 @@ class HomeViewer(BaseModel):
 
     user_id: str
     team_id: str | None = None
+
+
+class AssistantThread(BaseModel):
+    """A conversation in Slack's AI-app container (a DM thread): the channel its user looks
+    at (None: none the bot acts in), the channel its last run started with, and when its first
+    request named it (None: not yet)."""
+
+    model_config = _FROZEN
+
+    team_id: str
+    channel_id: str
+    thread_ts: str
+    viewing_channel: str | None = None
+    run_channel: str | None = None
+    titled_at: datetime | None = None
+    updated_at: datetime

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from bot.database import redact_url as redact
 
+from .assistant_threads import AssistantThreads
 from .audit import Audit
 from .db import utc_now
 from .db.postgres import PostgresDb
@@ -28,7 +29,7 @@ from .schema import SCHEMA_VERSION
 __all__ = ["DEFAULT_LEASE", "SCHEMA_VERSION", "PostgresSchemaTooNew", "PostgresStore", "redact"]
 
 
-class PostgresStore(Edits, Recovery, Audit, Outbox, Replicas):
+class PostgresStore(Edits, Recovery, Audit, Outbox, AssistantThreads, Replicas):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 
     Use it as an async context manager: entering opens an asyncpg pool and applies pending

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from .assistant_threads import AssistantThreads
 from .audit import Audit
 from .db import utc_now
 from .db.sqlite import SQLiteDb
@@ -23,7 +24,7 @@ from .rules import Person
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Edits, Recovery, Audit, Outbox):
+class SQLiteStore(Edits, Recovery, Audit, Outbox, AssistantThreads):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`). Use it as an async context manager.
 

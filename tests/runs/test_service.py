@@ -99,6 +99,12 @@ class _Tasks:
     async def show(self, task: Task) -> None:
         self.output.tasks.append(task)
 
+    async def plan(self, steps: tuple[str, ...]) -> None:
+        return None
+
+    async def flush(self) -> None:
+        return None
+
     async def close(self) -> None:
         return None
 

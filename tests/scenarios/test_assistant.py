@@ -199,3 +199,45 @@ async def test_the_container_offers_prompts_and_the_viewed_channel_applies(
         assert bot.slack.titles[(DM, root)] == "is anything full?"
         session = await bot.deps.store.find_session(TEAM, DM, root)
         assert session is not None and session.state == "idle"
+
+
+async def test_the_viewed_channel_holds_across_a_restart(tmp_path: Path) -> None:
+    """The context is in the database: a new app on the same file gives the conversation the
+    channel its user moved to, and does not name the conversation again."""
+    from tests.support.llm_server import LLMStandIn
+    from tests.support.slack_api import SlackAPIStandIn
+
+    policy = Policy.from_toml(CONTAINER_POLICY)
+    root = "1700000100.000001"
+    async with LLMStandIn() as llm, SlackAPIStandIn() as slack:
+        async with running_bot(
+            tmp_path, tools=make_tools(tmp_path), policy=policy, llm=llm, slack=slack
+        ) as bot:
+            started = _assistant_event("assistant_thread_started", thread_ts=root, viewing=None)
+            assert (await bot.event(started)).status_code == 200
+            changed = _assistant_event(
+                "assistant_thread_context_changed", thread_ts=root, viewing=DB_CHANNEL
+            )
+            assert (await bot.event(changed)).status_code == 200
+            await bot.settle()
+            bot.llm.reply_text("Replication is fine.")
+            await bot.message("and replication?", user=ALICE, channel=DM, thread_ts=root)
+            await bot.llm.wait_for_requests(1)
+            await bot.settle()
+            assert _tool_names(llm.requests[0]) == ["echo"]
+        # The first app is gone; a new one opens the same SQLite file.
+        async with running_bot(
+            tmp_path, tools=make_tools(tmp_path), policy=policy, llm=llm, slack=slack
+        ) as bot:
+            bot.llm.reply_text("Still fine.")
+            await bot.message(
+                "and now?", user=ALICE, channel=DM, thread_ts=root, ts="1700000200.000200"
+            )
+            await bot.llm.wait_for_requests(2)
+            await bot.settle()
+            request = llm.requests[1]
+            assert _tool_names(request) == ["echo"]
+            system = " ".join(m["content"] for m in request["messages"] if m["role"] == "system")
+            assert "You look after the database cluster." in system
+            assert len(slack.calls_to("assistant.threads.setTitle")) == 1
+            assert slack.titles[(DM, root)] == "and replication?"

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.policy import Policy
 from bot.runs.timeline import Task
 from bot.slack.timeline import (
@@ -90,10 +92,11 @@ async def test_two_calls_move_through_their_statuses_one_allowed_one_rejected(
         await bot.settle()
 
         chunks = task_chunks(bot.slack)[before:]
-        # The allowed call: pending while the batch waits (under the allowance), then run
-        # after the decision.
-        assert statuses(chunks, "call_2") == ["pending", "pending", "in_progress", "complete"]
-        assert "allowance granted by" in details(chunks, "call_2")[1]
+        # The allowed call: pending while the batch waits (under the allowance; written and
+        # held, one chunk), then in the resume's timeline running as its tool starts (its
+        # seeded "pending" coalesced away), then complete.
+        assert statuses(chunks, "call_2") == ["pending", "in_progress", "complete"]
+        assert "allowance granted by" in details(chunks, "call_2")[0]
         assert f"allowance granted by <@{BOB}>" in details(chunks, "call_2")[-1]
         assert details(chunks, "call_2")[-1].startswith("ran in ")
         assert allowance.granted_by == BOB
@@ -188,3 +191,180 @@ def test_the_context_block_stays_within_its_size_for_many_tasks() -> None:
     text = block["elements"][0]["text"]
     assert len(text) <= 3000
     assert text.endswith("more")
+
+
+def _timeline_texts(bot: Bot) -> list[str]:
+    """The fallback's context block texts, as posted and edited, in order."""
+    out: list[str] = []
+    for call in bot.slack.calls:
+        if call.method not in ("chat.postMessage", "chat.update") or not call.ok:
+            continue
+        blocks = call.params.get("blocks") or []
+        if isinstance(blocks, str):
+            blocks = json.loads(blocks)
+        if blocks and blocks[0].get("type") == "context":
+            out.append(blocks[0]["elements"][0]["text"])
+    return out
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["stream", "fallback"])
+async def test_a_partial_approval_moves_the_waiting_count_on(
+    tmp_path: Path, streaming: bool
+) -> None:
+    policy = Policy.from_toml("[defaults]\nrequired_approvals = 2\n")
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.slack.set_streaming_supported(streaming)
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_text("Done.")
+        await bot.mention("go", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        await bot.settle()
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
+        await bot.settle()
+        if streaming:
+            waiting = [d for d in details(task_chunks(bot.slack), "call_1") if "approval" in d]
+            # Waiting once its card is posted (the count-less state before is coalesced
+            # away), then the count moves on.
+            assert waiting == ["waiting for approval (0 of 2)", "waiting for approval (1 of 2)"]
+            # The paused run's stream stays open for the count (the resume stops it).
+            assert not bot.slack.calls_to("chat.stopStream")
+        else:
+            shown = [t for t in _timeline_texts(bot) if "waiting for approval" in t]
+            assert "(0 of 2)" in shown[-2] and "(1 of 2)" in shown[-1]
+        await bot.click("opsgate_approve", card["ledger_id"], user=CAROL)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        if streaming:
+            chunks = task_chunks(bot.slack)
+            assert statuses(chunks, "call_1")[-2:] == ["in_progress", "complete"]
+            started = {c.response["ts"] for c in bot.slack.calls_to("chat.startStream")}
+            stopped = {c.params["ts"] for c in bot.slack.calls_to("chat.stopStream") if c.ok}
+            assert started <= stopped
+        else:
+            assert _timeline_texts(bot)[-1].startswith("✅ run_command echo hi")
+
+
+def _plan_chunks(slack: SlackAPIStandIn) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for call in slack.calls:
+        if call.method in ("chat.startStream", "chat.appendStream") and call.ok:
+            out.extend(c for c in call.params.get("chunks") or [] if c["type"] == "plan_update")
+    return out
+
+
+PLAN_TEXT = (
+    "Here is the plan:\n1. Check the disk <!channel> & friends\n2. Clear the cache "
+    + "z" * 400
+    + "\n3. Check the disk again\n"
+)
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["stream", "fallback"])
+async def test_the_models_numbered_steps_are_the_plan(tmp_path: Path, streaming: bool) -> None:
+    policy = Policy.from_toml('[tools.run_command]\napproval = "never"\n')
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.slack.set_streaming_supported(streaming)
+        bot.llm.reply_tool_calls(
+            [("call_1", "run_command", {"command": "echo df"})], text=PLAN_TEXT
+        )
+        bot.llm.reply_text("The disk is fine:\n1. 40% used\n2. nothing to clear")
+        await bot.mention("is the disk full?", user=ALICE)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        if streaming:
+            # One plan chunk, first in the timeline's stream (with its task), escaped and cut;
+            # the final answer's numbered list is no plan.
+            [plan] = _plan_chunks(bot.slack)
+            title = plan["title"]
+            assert title.startswith("Plan: 1. Check the disk &lt;!channel&gt; &amp; friends · 2.")
+            assert len(title) <= TASK_TITLE_MAX and title.endswith("…")
+            [start] = [
+                c
+                for c in bot.slack.calls_to("chat.startStream")
+                if any(k["type"] == "plan_update" for k in c.params.get("chunks") or [])
+            ]
+            assert [k["type"] for k in start.params["chunks"]] == ["plan_update", "task_update"]
+            assert statuses(task_chunks(bot.slack), "call_1")[-1] == "complete"
+        else:
+            [text] = {t for t in _timeline_texts(bot) if "✅" in t}
+            first, task = text.split("\n")
+            assert first.startswith("🗒️ Plan: 1. Check the disk &lt;!channel&gt; &amp; friends")
+            assert "3. Check the disk again" in first and "<!channel>" not in first
+            assert task.startswith("✅ run_command echo df")
+
+
+async def test_task_changes_before_a_flush_go_out_as_one_append(tmp_path: Path) -> None:
+    """A 5-call run: the changes between two moments the run waits (a tool starting, the batch
+    answered) are one call with the latest state of each task. Before coalescing, this run
+    cost 15 chunks in 15 calls (one per change); now 14 chunks in 6 calls."""
+    policy = Policy.from_toml('[tools.run_command]\napproval = "never"\n')
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        calls = [(f"call_{n}", "run_command", {"command": f"echo {n}"}) for n in range(1, 6)]
+        bot.llm.reply_tool_calls(calls)
+        bot.llm.reply_text("Done.")
+        await bot.mention("go", user=ALICE)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        sent = [
+            [(c["id"], c["status"]) for c in call.params.get("chunks") or []]
+            for call in bot.slack.calls
+            if call.ok and call.method in ("chat.startStream", "chat.appendStream")
+            if any(c["type"] == "task_update" for c in call.params.get("chunks") or [])
+        ]
+        # The five calls written and the first started: one startStream (call_1's "pending"
+        # is replaced by its "in_progress"); then each answer with the next start; then the
+        # last answer.
+        assert sent[0] == [("call_1", "in_progress")] + [
+            (f"call_{n}", "pending") for n in (2, 3, 4, 5)
+        ]
+        for n in (1, 2, 3, 4):
+            assert sent[n] == [(f"call_{n}", "complete"), (f"call_{n + 1}", "in_progress")]
+        assert sent[5] == [("call_5", "complete")]
+        assert len(sent) == 6 and sum(len(s) for s in sent) == 14
+        assert len(bot.slack.calls_to("chat.appendStream")) == 5
+
+
+async def test_a_cancelled_pause_shows_its_calls_not_run_and_ends_its_stream(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        root = await bot.mention("go", user=ALICE)
+        await bot.wait_cards(1)
+        await bot.settle()
+        assert not bot.slack.calls_to("chat.stopStream")  # paused: open for the count
+        await bot.message("cancel", user=ALICE, thread_ts=root)
+        await bot.settle()
+        chunks = task_chunks(bot.slack)
+        assert statuses(chunks, "call_1")[-1] == "error"
+        assert details(chunks, "call_1")[-1] == "not run"
+        [stopped] = [c for c in bot.slack.calls_to("chat.stopStream") if c.ok]
+        [started] = bot.slack.calls_to("chat.startStream")
+        assert stopped.params["ts"] == started.response["ts"]
+        assert len(bot.llm.requests) == 1
+
+
+async def test_a_paused_stream_that_slack_expired_is_edited_in_place(tmp_path: Path) -> None:
+    """Slack ends a stream without appends after a while; a pause can be longer. The partial
+    approval's count then edits the same message (as the fallback's block), no new one."""
+    policy = Policy.from_toml("[defaults]\nrequired_approvals = 2\n")
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_text("Done.")
+        await bot.mention("go", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        await bot.settle()
+        [started] = bot.slack.calls_to("chat.startStream")
+        timeline_ts = started.response["ts"]
+        bot.slack.expire_streams()
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
+        await bot.settle()
+        [edit] = [c for c in bot.slack.calls_to("chat.update") if c.params["ts"] == timeline_ts]
+        assert "waiting for approval (1 of 2)" in edit.params["blocks"][0]["elements"][0]["text"]
+        assert not [t for t in _timeline_texts(bot) if "(1 of 2)" not in t]  # no new message
+        await bot.click("opsgate_approve", card["ledger_id"], user=CAROL)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        # The resume's timeline is a stream of its own, stopped at its end.
+        assert statuses(task_chunks(bot.slack), "call_1")[-1] == "complete"
+        assert [c.ok for c in bot.slack.calls_to("chat.stopStream")][-1]

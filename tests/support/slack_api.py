@@ -258,6 +258,13 @@ class SlackAPIStandIn:
         """Answer `method` with a fixed body, or with `answer(call)` (params already parsed)."""
         self._answers[method] = answer
 
+    def expire_streams(self) -> None:
+        """Slack ends the streaming state of every open stream (as it does after a while
+        without appends): appending to one, or stopping it, answers
+        `message_not_in_streaming_state`; the message stays, and can be updated."""
+        for stream in self._streams.values():
+            stream.active = False
+
     def set_streaming_supported(self, flag: bool) -> None:
         """When False, chat.startStream/appendStream/stopStream answer `unknown_method`."""
         self._streaming = flag
@@ -823,7 +830,8 @@ def _stream_text(params: Mapping[str, Any]) -> str:
 
 def _stream_chunks(params: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A stream call's chunks, refused (`invalid_chunks`) where Slack would refuse them: a
-    task_update without its id, title or a known status, or a field past 256 characters."""
+    task_update without its id, title or a known status, or a field past 256 characters; a
+    plan_update without its title, or one past 256 characters."""
     chunks = params.get("chunks")
     if chunks is None:
         return []
@@ -832,6 +840,11 @@ def _stream_chunks(params: Mapping[str, Any]) -> list[dict[str, Any]]:
     for chunk in chunks:
         if not isinstance(chunk, dict) or not isinstance(chunk.get("type"), str):
             raise _SlackError("invalid_chunks")
+        if chunk["type"] == "plan_update":
+            title = chunk.get("title")
+            if not isinstance(title, str) or not title or len(title) > _MAX_TASK_FIELD:
+                raise _SlackError("invalid_chunks")
+            continue
         if chunk["type"] != "task_update":
             continue
         if not chunk.get("id") or not chunk.get("title"):

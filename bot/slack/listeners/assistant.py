@@ -43,11 +43,11 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
             logger.warning("assistant_thread_started without its thread; ignored")
             return
         thread, viewing = found
-        prompts = service.container.started(thread, viewing)
+        prompts = await service.container.started(thread, viewing)
         await output.replies.suggest_prompts(thread, prompts)
 
     @app.event("assistant_thread_context_changed")
     async def on_context_changed(event: dict[str, Any], body: dict[str, Any]) -> None:
         found = _thread_of(event, body)
         if found is not None:
-            service.container.viewing(*found)
+            await service.container.viewing(*found)

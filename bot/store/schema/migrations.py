@@ -268,6 +268,42 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX outbox_key ON outbox (key)",
         ),
     ),
+    Migration(
+        13,
+        # Conversations in Slack's AI-app container (`bot/store/assistant_threads.py`): the
+        # channel the user looks at, the channel the last run started with (its resume gets
+        # the same tools) and when the conversation was titled, shared by restarts and by
+        # every process on the database.
+        "AI-app container conversations: the channel each looks at",
+        sqlite=(
+            """
+            CREATE TABLE assistant_threads (
+                team_id         TEXT NOT NULL,
+                channel_id      TEXT NOT NULL,
+                thread_ts       TEXT NOT NULL,
+                viewing_channel TEXT,
+                run_channel     TEXT,
+                titled_at       TEXT,
+                updated_at      TEXT NOT NULL,
+                PRIMARY KEY (team_id, channel_id, thread_ts)
+            ) WITHOUT ROWID
+            """,
+        ),
+        postgres=(
+            """
+            CREATE TABLE assistant_threads (
+                team_id         text NOT NULL,
+                channel_id      text NOT NULL,
+                thread_ts       text NOT NULL,
+                viewing_channel text,
+                run_channel     text,
+                titled_at       timestamptz,
+                updated_at      timestamptz NOT NULL,
+                PRIMARY KEY (team_id, channel_id, thread_ts)
+            )
+            """,
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
