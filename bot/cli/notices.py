@@ -159,6 +159,8 @@ def _decision_reason(why: DecisionReason) -> str:
                 f"the arguments changed since this card was drawn ({why.shown} -> {why.now}); "
                 "decide again on the redrawn card"
             )
+        case "preview_changed":
+            return "the preview changed: look again (approvals so far were reset)"
 
 
 def _cancel_reason(why: CancelReason) -> str:

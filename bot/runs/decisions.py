@@ -15,6 +15,7 @@ from .gate import authorize_on, call_lock, refusal_notice
 from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .output import Thread
+from .previews import Previews
 
 __all__ = ["Decisions"]
 
@@ -28,6 +29,8 @@ class Decisions:
         self.ctx = ctx
         self.cards = cards
         self.maybe_resume = resume
+        self.previews = Previews(ctx, cards)
+        """The preview bound to an approval, and "Re-run preview"."""
 
     async def decide(
         self,
@@ -38,10 +41,12 @@ class Decisions:
         team: str | None,
         reason: str | None = None,
         digest: str | None = None,
+        preview_digest: str | None = None,
     ) -> Notice | None:
         """Record a decision. Returns a notice for the decider alone when nothing changed.
         `digest` is what the clicked card showed: a click on a card drawn before an edit does
-        not count toward the edited call (the store checks it, in the decision's transaction)."""
+        not count toward the edited call (the store checks it, in the decision's transaction);
+        `preview_digest` the same for the preview's output (see `previews.py`)."""
         store = self.ctx.store
         row = await store.get_call(ledger_id)
         session = None if row is None else await store.get_session(row.session_id)
@@ -77,6 +82,10 @@ class Decisions:
             if verdict.reason == "card_locked":
                 await self.cards.refresh(row)
             return refusal_notice(verdict, row, policy)
+        if decision == "approved":
+            stale = await self.previews.before_approval(row, policy, session.channel_id, user)
+            if stale is not None:
+                return stale
         outcome = await store.decide(
             ledger_id,
             decision,
@@ -87,6 +96,7 @@ class Decisions:
             rule=verdict.rule,
             policy_rule=policy.policy_rule,
             digest=digest,
+            preview_digest=preview_digest,
         )
         # Redrawn whether or not this click changed anything: a card still showing buttons
         # for a decided (or just expired) call must lose them. In the background: the

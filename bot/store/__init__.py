@@ -37,6 +37,7 @@ from .models import (
     QueueItem,
     RecoveredSession,
     SessionRow,
+    StoredPreview,
     ToolCallRow,
     batch_complete,
 )
@@ -53,6 +54,7 @@ from .reasons import (
     NeedsNoApproval,
     NoAllowanceOffered,
     NotWaiting,
+    PreviewChanged,
     SelfAllow,
 )
 from .replicas import LeaseHolder, Wake, WakeSource
@@ -96,6 +98,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "NoAllowanceOffered",
     "NotWaiting",
     "PendingApproval",
+    "PreviewChanged",
     "QueueItem",
     "QueueState",
     "RecoveredSession",
@@ -108,6 +111,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "SessionRow",
     "Store",
     "StoreError",
+    "StoredPreview",
     "ToolCallRow",
     "UnknownCall",
     "UnknownSession",
