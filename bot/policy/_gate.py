@@ -137,7 +137,8 @@ def approval_summary(
 
 def _asks(rule: Rule) -> str:
     count = rule.required_approvals
-    return f"{rule.label} ({count} approvals)" if count and count > 1 else rule.label
+    text = f"{rule.label} ({count} approvals)" if count and count > 1 else rule.label
+    return text + (f" (preview: {rule.preview})" if rule.preview else "")
 
 
 def decide(
