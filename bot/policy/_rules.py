@@ -125,6 +125,11 @@ class Rule(BaseModel):
             return
         if self.prefix is None:
             raise ValueError("a `preview` is built from a parsed command: it needs `prefix`")
+        if self.allow_for is not None or self.allow_prefix is not None:
+            raise ValueError(
+                'a rule with a `preview` offers no "Allow for" (an allowed call would run '
+                "without its preview): remove allow_for / allow_prefix"
+            )
         PreviewTemplate.parse(self.preview)
 
     def preview_for(self, part: SimpleCommand) -> PreviewPlan | None:

@@ -117,6 +117,19 @@ def test_preview_keys_are_checked(extra: str, message: str) -> None:
     assert message in str(caught.value)
 
 
+def test_a_previewed_call_is_never_allowed_for_a_while() -> None:
+    with pytest.raises(PolicyError, match='offers no "Allow for"'):
+        _policy(["rm"], "ls -ld {operands}", 'allow_for = "1h"')
+    # The tool's own allow_for does not reach calls the previewed rule decides.
+    policy = Policy.from_toml(
+        '[tools.run_command]\napproval = "rules"\nallow_for = "1h"\n'
+        '[[tools.run_command.rules]]\nprefix = ["rm"]\npreview = "ls -ld {operands}"\n'
+        '[[tools.run_command.rules]]\nprefix = ["touch"]\n'
+    )
+    assert policy.allow_window("run_command", None, _decide(policy, "rm x")) is None
+    assert policy.allow_window("run_command", None, _decide(policy, "touch x")) is not None
+
+
 def test_preview_ttl_needs_a_preview_and_a_preview_needs_a_prefix() -> None:
     with pytest.raises(PolicyError, match="preview_ttl needs a `preview`"):
         Policy.from_toml(
