@@ -13,6 +13,7 @@ from typing import Any
 from bot.policy import Policy
 from bot.slack.ids import ACTION_RERUN_PREVIEW
 from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools
+from tests.scenarios.test_home_and_allowances import _open_home
 from tests.support.harness import Bot, running_bot
 
 SRE1, SRE2 = "U0SRE1", "U0SRE2"
@@ -26,12 +27,15 @@ class Clock:
         return self.now
 
 
+POLICY = (
+    '[tools.run_command]\napproval = "rules"\n'
+    '[[tools.run_command.rules]]\nprefix = ["kubectl", "apply"]\n'
+    'preview = "cat {arg:-f}"\njustification = "Applying changes the cluster."\n'
+)
+
+
 def _policy(extra: str = "") -> Policy:
-    return Policy.from_toml(
-        '[tools.run_command]\napproval = "rules"\n'
-        '[[tools.run_command.rules]]\nprefix = ["kubectl", "apply"]\n'
-        'preview = "cat {arg:-f}"\njustification = "Applying changes the cluster."\n' + extra
-    )
+    return Policy.from_toml(POLICY + extra)
 
 
 def _blocks(params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -92,6 +96,19 @@ async def test_the_previews_output_is_on_the_card_and_bound_to_the_decision(
         [decision] = await _audit(bot, "decision")
         assert decision["preview_digest"] == digest and decision["final"] is True
         assert len(await _audit(bot, "preview")) == 1, "a fresh preview is not run again"
+
+
+async def test_the_home_tab_offers_no_approve_for_a_previewed_call(tmp_path: Path) -> None:
+    manifest = tmp_path / "app.yaml"
+    manifest.write_text("replicas: 3\n")
+    policy = Policy.from_toml(f'[defaults]\napprovers = ["{BOB}", "{CAROL}"]\n' + POLICY)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        card = await _paused(bot, manifest)
+        home = await _open_home(bot, BOB, 1)  # it cannot show the preview: Reject only
+        [actions] = [b for b in home["blocks"] if b.get("type") == "actions"]
+        assert _buttons([actions]) == ["Reject"]
+        assert actions["elements"][0]["value"] == card["ledger_id"]
+        assert "approve or edit it on the card" in json.dumps(home["blocks"])
 
 
 async def test_a_stale_preview_is_run_again_when_the_last_approval_arrives(
