@@ -426,7 +426,9 @@ def minimal_blocks(card: CardCall, filename: str) -> list[dict[str, Any]]:
     kept = [b for b in full if b.get("type") == "actions"]
     if card.locked is not None:  # the lock's explanation is the section before the buttons
         kept = full[-2:]
-    return [{"type": "section", "text": {"type": "mrkdwn", "text": text, "verbatim": True}}, *kept]
+    section_ = {"type": "section", "text": {"type": "mrkdwn", "text": text, "verbatim": True}}
+    # The preview stays: Approve binds to it (issue 23).
+    return [section_, *_to_dicts(preview_blocks(card)), *kept]
 
 
 # -- server_tool ---------------------------------------------------------------------------------
