@@ -83,7 +83,9 @@ class Decisions:
                 await self.cards.refresh(row)
             return refusal_notice(verdict, row, policy)
         if decision == "approved":
-            stale = await self.previews.before_approval(row, policy, session.channel_id, user)
+            stale = await self.previews.before_approval(
+                row, policy, session.channel_id, user, rule=verdict.rule
+            )
             if stale is not None:
                 return stale
         outcome = await store.decide(

@@ -30,11 +30,17 @@ class Previews:
         self.cards = cards
 
     async def before_approval(
-        self, row: ToolCallRow, decision: GateDecision, channel: str, user: str
+        self,
+        row: ToolCallRow,
+        decision: GateDecision,
+        channel: str,
+        user: str,
+        rule: str | None = None,
     ) -> Notice | None:
         """Before recording `user`'s approval of `row`: if it is the last one needed and the
         preview is older than its `preview_ttl`, run it again; a changed output refuses the
-        approval (a notice for `user`) and resets the approvals so far."""
+        approval (a notice for `user`, a refusal row with `rule`, who may decide) and resets
+        the approvals so far."""
         plan = decision.preview
         if plan is None or row.status != "pending" or user in row.approvals:
             return None
@@ -55,6 +61,7 @@ class Previews:
                 "ledger_id": row.id,
                 "decision": "approved",
                 "why": "preview_changed",
+                "rule": rule,
                 "policy_rule": decision.policy_rule,
                 "shown_preview_digest": None if stored is None else stored.digest,
             },

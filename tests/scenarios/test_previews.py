@@ -160,7 +160,8 @@ async def test_a_changed_preview_refuses_the_approval_and_resets_the_approvals(
         stale = (await _audit(bot, "preview"))[-1]
         assert stale["why"] == "stale" and stale["approvals_reset"] == [SRE1]
         [refusal] = [r for r in await _audit(bot, "refusal") if r.get("why") == "preview_changed"]
-        assert refusal["ledger_id"] == ledger_id
+        assert refusal["ledger_id"] == ledger_id and refusal["policy_rule"].endswith("rules[0]")
+        assert refusal["rule"]  # who may decide, as on every refusal row
         redrawn = json.dumps(_drawn(bot, ledger_id), ensure_ascii=False)
         assert "replicas: 30" in redrawn and "0 of 2 approvals" in redrawn
 
