@@ -21,10 +21,19 @@ from .verdicts import Action, Refused, Verdict
 __all__ = ["Actor", "GateAction", "GatedCall", "authorize"]
 
 GateAction = Literal[
-    "approve", "reject", "edit", "allow", "cancel", "withdraw", "revoke", "show", "feedback"
+    "approve",
+    "reject",
+    "edit",
+    "allow",
+    "cancel",
+    "withdraw",
+    "revoke",
+    "show",
+    "feedback",
+    "preview",
 ]
 """What the person tries. `show`: be offered the call's buttons (the Home tab, `pending`);
-`feedback`: rate a run's answer."""
+`feedback`: rate a run's answer; `preview`: run a call's preview again ("Re-run preview")."""
 
 _RULE: dict[GateAction, Action] = {
     "approve": "approve",
@@ -36,6 +45,7 @@ _RULE: dict[GateAction, Action] = {
     "cancel": "cancel",
     "withdraw": "withdraw",
     "feedback": "feedback",
+    "preview": "approve",  # who may approve the call may refresh what they decide on
 }
 _SHOWS_ARGUMENTS = frozenset({"approve", "edit", "allow", "show"})
 """Actions that approve what the person was shown: refused while it cannot be shown whole."""

@@ -160,6 +160,8 @@ def _decision_reason(why: DecisionReason) -> str:
                 f"the arguments changed since this card was drawn ({why.shown} -> {why.now}); "
                 "decide again on the redrawn card"
             )
+        case "preview_changed":
+            return "the preview changed: look again (approvals so far were reset)"
 
 
 def _cancel_reason(why: CancelReason) -> str:
@@ -205,7 +207,28 @@ def card_text(card: CardCall, outcome: CardOutcome | None = None) -> str:
         st = card.server_tool
         title = f" ({st.title})" if st.title else ""
         origin = f"MCP server {st.server}, tool {st.tool}{title}: {', '.join(st.labels)}\n"
-    return f"{card.tool} wants to run (digest {card.digest}){progress}:\n{origin}{shown}"
+    head = f"{card.tool} wants to run (digest {card.digest}){progress}:\n{origin}{shown}"
+    return head + _preview_text(card)
+
+
+_PREVIEW_LINES = 10
+
+
+def _preview_text(card: CardCall) -> str:
+    """The deciding rule's preview (issue 23): what ran, how it ended, its first lines."""
+    preview = card.preview
+    if preview is None:
+        return ""
+    ended = f"preview failed: {preview.failed}" if preview.failed else f"exit {preview.exit_status}"
+    lines = preview.output.rstrip("\n").split("\n")
+    shown = [f"  | {_printable(line)}" for line in lines[:_PREVIEW_LINES]]
+    if len(lines) > _PREVIEW_LINES:
+        shown.append(f"  | ... {len(lines) - _PREVIEW_LINES} more lines cut")
+    when = preview.ran_at.strftime("%H:%M:%S UTC")
+    return (
+        f"\npreview: {_printable(preview.command)} ({ended}, ran {when}, "
+        f"preview digest {preview.digest[:12]})\n" + "\n".join(shown)
+    )
 
 
 _TASK_MARKS = {

@@ -4,7 +4,8 @@ ARGS is the command text for `run_command`, a JSON object otherwise. The answer 
 parts of a shell command and the rule that decided each, then one line starting `verdict: `
 (`forbidden ...`, `needs N approval(s) from <who>`, `runs without approval`, or `covered by
 allowance <id> ...` when an active allowance of the channel would let it run), then who may
-approve, the quorum, the time limit and the shape an "Allow for" would create. With
+approve, the quorum, the time limit, the shape an "Allow for" would create and the deciding
+rule's preview (the command it would run, never run here). With
 `--channel`, the channel's approvers apply and its allowances are read from the configured
 database, read-only. Exits 0 whatever the verdict; 2 when the policy or the arguments are
 unusable.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -110,8 +112,21 @@ def explain(
     covering = _covering(policy, tool_name, arguments, decision, channel, allowances)
     lines.append(_verdict(policy, decision, channel, covering))
     lines += _terms(policy, tool_name, arguments, decision, channel)
+    lines += _preview(decision)
     print("\n".join(lines), file=out)
     return 0
+
+
+def _preview(decision: GateDecision) -> list[str]:
+    """The deciding rule's preview (issue 23): the template and the argv it would run (not
+    run here), or why it would fail."""
+    plan = decision.preview
+    if plan is None:
+        return []
+    ttl = format_duration(plan.ttl)
+    if plan.argv is None:
+        return [f"preview: {plan.template} -> would fail: {plan.missing} (preview_ttl {ttl})"]
+    return [f"preview: {plan.template} -> would run: {shlex.join(plan.argv)} (preview_ttl {ttl})"]
 
 
 def _arguments(tool: str, text: str) -> dict[str, Any]:

@@ -21,7 +21,8 @@ for the model, the `tools` offered, who approves, and how many runs go at once (
 Modules: `_fields` (the value types), `_model` (the file's sections), `_rules` (one
 `[[tools.<name>.rules]]` entry), `_shell` (shell text to simple commands), `_wrappers`
 (peeling `sudo`, `timeout`, ...), `_load` (reading the file and explaining its errors),
-`_policy` (`Policy` and its queries), `_gate` (the approval gate and its verdict order),
+`_policy` (`Policy` and its queries), `_preview` (a rule's preview template), `_gate` (the
+approval gate and its verdict order),
 `_approvers` (who may decide, as listed), `_audit` (`[audit]`: the webhook the audit log is
 exported to), `_errors` (`PolicyError`).
 """
@@ -35,20 +36,23 @@ from ._fields import Trigger
 from ._gate import GateDecision, PartVerdict
 from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
 from ._policy import Policy
+from ._preview import DEFAULT_PREVIEW_TTL, PreviewPlan
 from ._rules import Rule, Tier
 from ._shell import ParsedCommand, SimpleCommand, parse_command
 
-__all__ = [
+__all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "ApproverSpec",
     "ArgumentRule",
     "AuditPolicy",
     "ChannelPolicy",
+    "DEFAULT_PREVIEW_TTL",
     "Defaults",
     "GateDecision",
     "ParsedCommand",
     "PartVerdict",
     "Policy",
     "PolicyError",
+    "PreviewPlan",
     "Rule",
     "SimpleCommand",
     "Tier",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from types import MappingProxyType
 
@@ -21,8 +21,9 @@ from agent_core import Tool, ToolCall
 from bot.argument_rule import schema_defaults
 
 from ._model import ToolPolicy
+from ._preview import PreviewPlan
 from ._rules import TIER_RANK, Rule, Tier
-from ._shell import FLAG_WORDS, ParsedCommand, parse_command
+from ._shell import FLAG_WORDS, ParsedCommand, SimpleCommand, parse_command
 
 __all__ = [
     "COMMAND_TOOL",
@@ -69,6 +70,8 @@ class GateDecision:
     """run_command: each simple command's own verdict."""
     command: ParsedCommand | None = None
     """run_command: the parsed command (its flags say whether an allowance may cover it)."""
+    preview: PreviewPlan | None = None
+    """The deciding rule's `preview`, built from the simple command it matched."""
 
     @property
     def tier(self) -> Tier:
@@ -134,7 +137,8 @@ def approval_summary(
 
 def _asks(rule: Rule) -> str:
     count = rule.required_approvals
-    return f"{rule.label} ({count} approvals)" if count and count > 1 else rule.label
+    text = f"{rule.label} ({count} approvals)" if count and count > 1 else rule.label
+    return text + (f" (preview: {rule.preview})" if rule.preview else "")
 
 
 def decide(
@@ -182,6 +186,8 @@ class _Candidate:
     rule: Rule | None
     index: int | None
     why: str
+    part: SimpleCommand | None = None
+    """The simple command the rule matched (its preview is built from it)."""
 
     def key(self) -> tuple[int, int]:
         return TIER_RANK[self.tier], self.quorum if self.tier == "always" else 0
@@ -225,7 +231,7 @@ class _Judge:
         parsed = parse_command(command) if command is not None else None
         for part in parsed.parts if parsed is not None else ():
             matches = [(i, r) for i, r in enumerate(self.rules) if r.matches_command(part)]
-            chosen = self._strictest(matches) or nothing
+            chosen = replace(self._strictest(matches) or nothing, part=part)
             unjudged = sorted(part.unjudgeable)
             if unjudged and chosen.tier == "never":
                 words = "; ".join(FLAG_WORDS[f] for f in unjudged)
@@ -271,4 +277,5 @@ class _Judge:
             justification=rule.justification,
             parts=parts,
             command=parsed,
+            preview=None if best.part is None else rule.preview_for(best.part),
         )

@@ -239,9 +239,9 @@ class Policy(Model):
         self, tool: str, channel: str | None, decision: GateDecision | None = None
     ) -> timedelta | None:
         """How long an "Allow for" on a card of this call lasts; None when the card offers
-        none: no `allow_for` (the rule's, else the tool's), a forbidden call, or more than one
-        approval needed."""
-        if decision is not None and decision.forbidden:
+        none: no `allow_for` (the rule's, else the tool's), a forbidden call, more than one
+        approval needed, or a rule with a `preview` (an allowed call would run unpreviewed)."""
+        if decision is not None and (decision.forbidden or decision.preview is not None):
             return None
         if self.required_approvals_for(channel, decision) != 1:
             return None

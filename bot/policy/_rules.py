@@ -22,6 +22,7 @@ from agent_core import canonical_arguments
 from bot.argument_rule import Regex
 
 from ._fields import AllowWindow, Approvals, ApproverId, Duration, check_reachable
+from ._preview import PreviewPlan, PreviewTemplate
 from ._shell import SimpleCommand, parse_command
 
 __all__ = ["NEEDS_MATCH", "TIER_RANK", "Rule", "Tier"]
@@ -74,6 +75,11 @@ class Rule(BaseModel):
     it starts with `prefix`."""
     examples: tuple[Example, ...] = ()
     not_examples: tuple[Example, ...] = ()
+    preview: StrictStr | None = None
+    """run_command: a read-only command template run before the card is posted, its output
+    shown on the card and bound to the approval (`bot.policy._preview`)."""
+    preview_ttl: Duration | None = None
+    """How old the preview may be when the last approval arrives (default 10m)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Rule:
@@ -90,7 +96,15 @@ class Rule(BaseModel):
             raise ValueError("allow_prefix must start with the rule's prefix")
         unused = [
             k
-            for k in ("approvers", "required_approvals", "ttl", "allow_for", "allow_prefix")
+            for k in (
+                "approvers",
+                "required_approvals",
+                "ttl",
+                "allow_for",
+                "allow_prefix",
+                "preview",
+                "preview_ttl",
+            )
             if getattr(self, k) is not None
         ]
         if self.approval != "always" and unused:
@@ -100,8 +114,29 @@ class Rule(BaseModel):
             )
         if self.approvers is not None:
             check_reachable(self.approvers, self.required_approvals or 1, "approvers")
+        self._check_preview()
         self._check_examples()
         return self
+
+    def _check_preview(self) -> None:
+        if self.preview is None:
+            if self.preview_ttl is not None:
+                raise ValueError("preview_ttl needs a `preview`")
+            return
+        if self.prefix is None:
+            raise ValueError("a `preview` is built from a parsed command: it needs `prefix`")
+        if self.allow_for is not None or self.allow_prefix is not None:
+            raise ValueError(
+                'a rule with a `preview` offers no "Allow for" (an allowed call would run '
+                "without its preview): remove allow_for / allow_prefix"
+            )
+        PreviewTemplate.parse(self.preview)
+
+    def preview_for(self, part: SimpleCommand) -> PreviewPlan | None:
+        """The preview of `part` (a simple command this rule matched); None without one."""
+        if self.preview is None or self.prefix is None:
+            return None
+        return PreviewTemplate.parse(self.preview).expand(part, self.prefix, self.preview_ttl)
 
     def _check_examples(self) -> None:
         for example in self.examples:

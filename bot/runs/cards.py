@@ -22,6 +22,7 @@ from ..store import ToolCallRow, card_state
 from ..tools import tool_summary
 from ..tools.mcp import McpTool
 from ..words import format_duration
+from ._preview_run import card_preview, ensure_preview
 from .context import RunContext
 from .notices import (
     CallLink,
@@ -83,6 +84,7 @@ class Cards:
             approver_groups=approvers.groups,
             policy_rule=decision.rule if decision.policy_rule is not None else None,
             justification=decision.justification,
+            preview=card_preview(row, decision),
         )
 
     async def link(self, row: ToolCallRow) -> CallLink:
@@ -129,6 +131,8 @@ class Cards:
         next start-up tries again too. `adopt`: a card may already be in the thread (see
         `_adopt_or_post`)."""
         post = self._adopt_or_post if adopt else self._post_once
+        # The deciding rule's preview runs before the card is posted (issue 23).
+        row = await ensure_preview(self.ctx, row, call_decision(self.ctx, row))
         error = await post(thread, row, batch)
         if error is not None:
             await self.ctx.output.say(thread, CardNotPosted(row.tool, error))

@@ -16,6 +16,7 @@ from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .output import Thread
 from .timeline import PausedTimelines
+from .previews import Previews
 
 __all__ = ["Decisions"]
 
@@ -35,6 +36,8 @@ class Decisions:
         self.maybe_resume = resume
         self.timelines = timelines or PausedTimelines()
         """Paused runs' timelines: a partial approval moves its task's count on."""
+        self.previews = Previews(ctx, cards)
+        """The preview bound to an approval, and "Re-run preview"."""
 
     async def decide(
         self,
@@ -45,10 +48,12 @@ class Decisions:
         team: str | None,
         reason: str | None = None,
         digest: str | None = None,
+        preview_digest: str | None = None,
     ) -> Notice | None:
         """Record a decision. Returns a notice for the decider alone when nothing changed.
         `digest` is what the clicked card showed: a click on a card drawn before an edit does
-        not count toward the edited call (the store checks it, in the decision's transaction)."""
+        not count toward the edited call (the store checks it, in the decision's transaction);
+        `preview_digest` the same for the preview's output (see `previews.py`)."""
         store = self.ctx.store
         row = await store.get_call(ledger_id)
         session = None if row is None else await store.get_session(row.session_id)
@@ -84,6 +89,12 @@ class Decisions:
             if verdict.reason == "card_locked":
                 await self.cards.refresh(row)
             return refusal_notice(verdict, row, policy)
+        if decision == "approved":
+            stale = await self.previews.before_approval(
+                row, policy, session.channel_id, user, rule=verdict.rule
+            )
+            if stale is not None:
+                return stale
         needed = self.ctx.policy.required_approvals_for(session.channel_id, policy)
         outcome = await store.decide(
             ledger_id,
@@ -95,6 +106,7 @@ class Decisions:
             rule=verdict.rule,
             policy_rule=policy.policy_rule,
             digest=digest,
+            preview_digest=preview_digest,
         )
         # Redrawn whether or not this click changed anything: a card still showing buttons
         # for a decided (or just expired) call must lose them. In the background: the

@@ -35,6 +35,7 @@ from ..store import (
     already_reason,
 )
 from ..words import format_duration
+from ._preview_run import ensure_preview
 from .cards import Cards, allow_choices, allow_window, call_decision
 from .context import RunContext, thread_of
 from .edit_form import (
@@ -191,7 +192,8 @@ class Edits:
         )
         if outcome.recorded and outcome.row.status == "approved":
             note_decision(self.ctx, outcome.row, "edited")
-        await self.cards.refresh(outcome.row)
+        # The edited call's own preview, for the approvals still to come (issue 23).
+        await self.cards.refresh(await ensure_preview(self.ctx, outcome.row, decision))
         await self._resume(row.session_id)
         if not outcome.recorded:
             return DecisionNotRecorded(outcome.why or already_reason(outcome.row))

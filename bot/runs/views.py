@@ -19,6 +19,7 @@ __all__ = [
     "AllowanceInfo",
     "CardCall",
     "CardOutcome",
+    "CardPreview",
     "CardRef",
     "ChannelHelp",
     "EditErrors",
@@ -58,6 +59,21 @@ class ServerTool:
     """Its annotations in words, e.g. ("destructive", "open world")."""
     destructive: bool
     """The server annotated it `destructiveHint: true`: the card says so prominently."""
+
+
+@dataclass(frozen=True)
+class CardPreview:
+    """The deciding rule's preview as a card shows it: the read-only command that ran, its
+    output (untrusted), exit status, when it ran and the digest the approval is bound to."""
+
+    command: str
+    """What ran, shell-quoted (or the template, when nothing could run)."""
+    output: str
+    exit_status: int | None
+    failed: str | None
+    """Why the card says "preview failed" (None: it did not fail)."""
+    ran_at: datetime
+    digest: str
 
 
 @dataclass(frozen=True)
@@ -106,6 +122,8 @@ class CardCall:
     delete …)`); None when no rule of its own did."""
     justification: str | None = None
     """That rule's `justification` (the operator's words)."""
+    preview: CardPreview | None = None
+    """The deciding rule's preview (issue 23); None when its rule declares none."""
 
 
 @dataclass(frozen=True)

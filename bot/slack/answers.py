@@ -107,6 +107,11 @@ def decision_reason_text(why: DecisionReason) -> str:
                 f"(it showed digest `{escape_mrkdwn(why.shown)}`, the call is now "
                 f"`{escape_mrkdwn(why.now)}`). The card is redrawn; check it and decide again."
             )
+        case "preview_changed":
+            return (
+                "Nothing recorded: the preview changed: look again. The card shows the new "
+                "preview; the approvals given on the old one were reset."
+            )
 
 
 def cancel_reason_text(why: CancelReason) -> str:

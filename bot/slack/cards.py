@@ -50,6 +50,7 @@ from .mrkdwn import (
     requester_text,
     user_mention,
 )
+from .previews import preview_blocks, preview_digest_text, rerun_button
 
 __all__ = [
     "SECTION_TEXT_MAX",
@@ -92,6 +93,7 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
     blocks += card_body(call, arg_limit)
     blocks += edited_note(call)
     blocks += _policy_note(call)
+    blocks += preview_blocks(call)
     approve = ButtonElement(
         text=PlainTextObject(text="Approve"),
         action_id=ACTION_APPROVE,
@@ -102,7 +104,9 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
         blocks.append(section(lock_text(call.locked)))
     blocks.append(
         ActionsBlock(
-            block_id=decision_block_id(call.digest),
+            block_id=decision_block_id(
+                call.digest, preview_digest=call.preview.digest if call.preview else None
+            ),
             elements=[
                 *([approve] if call.locked is None else []),
                 ButtonElement(
@@ -113,6 +117,7 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
                 ),
                 # Edit and Allow approve too: a card that may not be approved offers neither.
                 *(extra_buttons(call) if call.locked is None else []),
+                *(rerun_button(call) if call.locked is None else []),
                 ButtonElement(
                     text=PlainTextObject(text="Cancel run"),
                     action_id=ACTION_CANCEL,
@@ -141,6 +146,7 @@ def decided_card(
     blocks += card_body(call, arg_limit)
     blocks += edited_note(call)
     blocks += _policy_note(call)
+    blocks += preview_blocks(call)
     blocks.append(section(_outcome_text(outcome)))
     return _to_dicts(blocks)
 
@@ -257,6 +263,8 @@ def _context_text(call: CardCall) -> str:
     if call.requested_by:
         parts.append(f"Requested by {requester_text(call.requested_by)}")
     parts.append(f"digest {code_span(call.digest, 64)}")
+    if (preview := preview_digest_text(call)) is not None:
+        parts.append(preview)
     if call.required_approvals > 1:
         progress = f"{len(call.approvals)} of {call.required_approvals} approvals"
         if call.approvals:
@@ -418,7 +426,9 @@ def minimal_blocks(card: CardCall, filename: str) -> list[dict[str, Any]]:
     kept = [b for b in full if b.get("type") == "actions"]
     if card.locked is not None:  # the lock's explanation is the section before the buttons
         kept = full[-2:]
-    return [{"type": "section", "text": {"type": "mrkdwn", "text": text, "verbatim": True}}, *kept]
+    section_ = {"type": "section", "text": {"type": "mrkdwn", "text": text, "verbatim": True}}
+    # The preview stays: Approve binds to it (issue 23).
+    return [section_, *_to_dicts(preview_blocks(card)), *kept]
 
 
 # -- server_tool ---------------------------------------------------------------------------------

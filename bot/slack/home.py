@@ -90,7 +90,9 @@ def allowance_blocks(allowances: Sequence[AllowanceInfo]) -> list[Block]:
 def _decision_buttons(call: CardCall) -> list[Block]:
     """Approve, Reject, Edit; only Reject (and a line saying why) when the tab cannot show the
     whole call: what is approved must be what was shown, here as on the card."""
-    shown_whole = call.locked is None and overflow(call, _ARG_LIMIT) is None
+    # A previewed call is approved on its card, where the preview is shown (issue 23).
+    previewed = call.preview is not None
+    shown_whole = call.locked is None and overflow(call, _ARG_LIMIT) is None and not previewed
     approve = ButtonElement(
         text=PlainTextObject(text="Approve"),
         action_id=ACTION_APPROVE,
@@ -116,9 +118,13 @@ def _decision_buttons(call: CardCall) -> list[Block]:
     actions = ActionsBlock(block_id=block_id, elements=buttons)
     if shown_whole:
         return [actions]
-    return [_note(_NOT_SHOWN_WHOLE), actions]
+    return [_note(_PREVIEW_ON_CARD if previewed else _NOT_SHOWN_WHOLE), actions]
 
 
+_PREVIEW_ON_CARD = (
+    ":mag: Its rule shows a preview of what it would do: approve or edit it on the card in its "
+    "thread, where the preview is."
+)
 _NOT_SHOWN_WHOLE = (
     ":no_entry: Its arguments are too long to show here whole: approve or edit it on the card "
     "in its thread, where they are attached in full."

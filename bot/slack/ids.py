@@ -33,6 +33,7 @@ __all__ = [
     "ACTION_REASON",
     "ACTION_REASON_CHOICE",
     "ACTION_REJECT",
+    "ACTION_RERUN_PREVIEW",
     "ACTION_REVOKE",
     "BLOCK_ACTIONS",
     "BLOCK_ALLOW_SHAPE",
@@ -56,6 +57,7 @@ __all__ = [
     "feedback_session",
     "find_marked_card",
     "shown_digest",
+    "shown_preview_digest",
 ]
 
 
@@ -67,7 +69,10 @@ ACTION_CANCEL = "opsgate_cancel"
 ACTION_EDIT = "opsgate_edit"
 ACTION_ALLOW = "opsgate_allow"
 BLOCK_ACTIONS = "opsgate_decision"
-"""The prefix of a card's actions block id: `opsgate_decision:<digest>[:<ledger id>]`."""
+"""The prefix of a card's actions block id: `opsgate_decision:<digest>[.<preview digest>]
+[:<ledger id>]` (the preview digest on cards whose rule declares a preview, issue 23)."""
+ACTION_RERUN_PREVIEW = "opsgate_rerun_preview"
+"""A card's "Re-run preview" button: run the deciding rule's preview again and redraw."""
 ACTION_REVOKE = "opsgate_revoke"
 """An allowance's Revoke button (Home tab, `/opsgate allowances`)."""
 # The reject modal
@@ -107,19 +112,30 @@ BUTTON_VALUE_MAX = 2000
 
 # -- decision block ids ------------------------------------------------------------------------
 _PREFIX = BLOCK_ACTIONS
-_BOUND = re.compile(rf"^{_PREFIX}:([0-9a-f]{{1,64}})(?::[0-9A-Za-z_-]{{1,64}})?$")
+_BOUND = re.compile(
+    rf"^{_PREFIX}:([0-9a-f]{{1,64}})(?:\.([0-9a-f]{{1,64}}))?(?::[0-9A-Za-z_-]{{1,64}})?$"
+)
 
 
-def decision_block_id(digest: str, ledger_id: str | None = None) -> str:
-    """The block id of a card's buttons: the digest it shows, and on the Home tab (many cards
-    in one view, block ids unique) the ledger id too."""
-    return f"{_PREFIX}:{digest}" + (f":{ledger_id}" if ledger_id else "")
+def decision_block_id(
+    digest: str, ledger_id: str | None = None, *, preview_digest: str | None = None
+) -> str:
+    """The block id of a card's buttons: the digest it shows (and its preview's), and on the
+    Home tab (many cards in one view, block ids unique) the ledger id too."""
+    shown = digest + (f".{preview_digest}" if preview_digest else "")
+    return f"{_PREFIX}:{shown}" + (f":{ledger_id}" if ledger_id else "")
 
 
 def shown_digest(block_id: object) -> str | None:
     """The digest a click's card showed; None for a card drawn without one."""
     found = _BOUND.match(block_id) if isinstance(block_id, str) else None
     return found.group(1) if found else None
+
+
+def shown_preview_digest(block_id: object) -> str | None:
+    """The preview digest a click's card showed; None for a card without a preview."""
+    found = _BOUND.match(block_id) if isinstance(block_id, str) else None
+    return found.group(2) if found else None
 
 
 def feedback_block_id(session_id: str) -> str:

@@ -38,6 +38,7 @@ from .models import (
     QueueItem,
     RecoveredSession,
     SessionRow,
+    StoredPreview,
     ToolCallRow,
     batch_complete,
 )
@@ -55,6 +56,7 @@ from .reasons import (
     NeedsNoApproval,
     NoAllowanceOffered,
     NotWaiting,
+    PreviewChanged,
     SelfAllow,
 )
 from .replicas import LeaseHolder, Wake, WakeSource
@@ -102,6 +104,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "OutboxRow",
     "OutboxStats",
     "PendingApproval",
+    "PreviewChanged",
     "QueueItem",
     "QueueState",
     "RecoveredSession",
@@ -114,6 +117,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "SessionRow",
     "Store",
     "StoreError",
+    "StoredPreview",
     "ToolCallRow",
     "UnknownCall",
     "UnknownSession",

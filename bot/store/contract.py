@@ -34,6 +34,7 @@ from .models import (
     QueueItem,
     RecoveredSession,
     SessionRow,
+    StoredPreview,
     ToolCallRow,
 )
 from .outbox import OutboxEntry, OutboxRow, OutboxStats
@@ -196,16 +197,31 @@ class Store(Protocol):
         rule: str | None = None,
         policy_rule: str | None = None,
         digest: str | None = None,
+        preview_digest: str | None = None,
     ) -> DecisionOutcome:
         """Record a decision if the call is still pending: conditional, first writer wins.
 
         `digest` is what the decider's card showed: if the pending call now runs other
-        arguments (edited since), nothing is recorded (`ArgumentsChanged`). An approval adds
-        `user_id` to the distinct approvers and approves the call once there
-        are `required_approvals`; one rejection rejects it. A call past its expiry is expired
+        arguments (edited since), nothing is recorded (`ArgumentsChanged`); `preview_digest`
+        likewise for its preview's output (`PreviewChanged`: run again since, and changed). An
+        approval adds `user_id` to the distinct approvers and approves the call once there are
+        `required_approvals`; one rejection rejects it. A call past its expiry is expired
         here instead (audited "expiry"). Audited "decision" or "refusal" (with `rule`, who may
         decide, and `policy_rule`, the policy rule `tools.<tool>.rules[<i>]` that gated it). `why`
         tells a loser who won and when, or how many approvals are missing."""
+
+    async def set_preview(
+        self,
+        ledger_id: str,
+        preview: StoredPreview,
+        *,
+        why: str,
+        actor: str | None = None,
+        reset_approvals: bool = False,
+    ) -> ToolCallRow | None:
+        """Store a run of the call's preview and audit it ("preview": digest, exit status,
+        duration, `why` it ran); `reset_approvals` drops the approvals so far (they were
+        given on another preview). None when the call is no longer pending (nothing stored)."""
 
     async def expire_due(self, now: datetime | None = None) -> list[ToolCallRow]:
         """Expire every undecided gated call whose time is up (audited "expiry" each)."""

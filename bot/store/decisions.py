@@ -15,8 +15,21 @@ from agent_core.batches import close_batch
 
 from .db import Row, Tx
 from .ledger import Ledger
-from .models import CancelOutcome, DecisionOutcome, PendingApproval, SessionRow, ToolCallRow
-from .reasons import AlreadyApprovedByYou, DecisionReason, MoreApprovalsNeeded, NeedsNoApproval
+from .models import (
+    CancelOutcome,
+    DecisionOutcome,
+    PendingApproval,
+    SessionRow,
+    StoredPreview,
+    ToolCallRow,
+)
+from .reasons import (
+    AlreadyApprovedByYou,
+    DecisionReason,
+    MoreApprovalsNeeded,
+    NeedsNoApproval,
+    PreviewChanged,
+)
 from .rules import already, arguments_changed, cancel_outcome, cancel_refusal, responses
 
 __all__ = ["Decisions"]
@@ -53,6 +66,15 @@ def _check_decision(decision: str, required_approvals: int) -> None:
         raise ValueError(f"required_approvals must be at least 1, not {required_approvals!r}")
 
 
+def _preview_changed(row: ToolCallRow, decision: str, shown: str | None) -> PreviewChanged | None:
+    """An approval from a card that showed preview digest `shown` while the call's preview is
+    now another (run again since): it must not count."""
+    stored = row.preview_run()
+    if decision != "approved" or shown is None or stored is None or shown == stored.digest:
+        return None
+    return PreviewChanged()
+
+
 class Decisions(Ledger):
     async def _refusal(
         self, tx: Tx, row: ToolCallRow, decision: str, user_id: str
@@ -80,6 +102,7 @@ class Decisions(Ledger):
         rule: str | None = None,
         policy_rule: str | None = None,
         digest: str | None = None,
+        preview_digest: str | None = None,
     ) -> DecisionOutcome:
         _check_decision(decision, required_approvals)
         async with self._db.transaction("decide") as tx:
@@ -94,6 +117,7 @@ class Decisions(Ledger):
                 rule=rule,
                 policy_rule=policy_rule,
                 digest=digest,
+                preview_digest=preview_digest,
             )
 
     async def _locked_call(self, tx: Tx, ledger_id: str) -> ToolCallRow:
@@ -117,10 +141,16 @@ class Decisions(Ledger):
         rule: str | None,
         policy_rule: str | None,
         digest: str | None,
+        preview_digest: str | None = None,
     ) -> DecisionOutcome:
         """`decide` inside the caller's transaction (`allow_call` adds the allowance to it)."""
         row = await self._locked_call(tx, ledger_id)
-        why = await self._refusal(tx, row, decision, user_id) or arguments_changed(row, digest)
+        why = (
+            await self._refusal(tx, row, decision, user_id)
+            or arguments_changed(row, digest)
+            or _preview_changed(row, decision, preview_digest)
+        )
+        stored = row.preview_run()
         common: dict[str, Any] = {
             "ledger_id": ledger_id,
             "tool": row.name,
@@ -128,6 +158,7 @@ class Decisions(Ledger):
             "decision": decision,
             "rule": rule,
             "policy_rule": policy_rule,
+            "preview_digest": None if stored is None else stored.digest,
             "reason": reason,
             "team_id": team_id,
         }
@@ -166,6 +197,46 @@ class Decisions(Ledger):
         details = {**common, **counts, "required_approvals": required_approvals}
         await self._audit_call(tx, "decision", row, details, actor=user_id)
         return DecisionOutcome(recorded=True, row=await self._call(tx, ledger_id), why=why)
+
+    # -- previews ----------------------------------------------------------------------------------
+
+    async def set_preview(
+        self,
+        ledger_id: str,
+        preview: StoredPreview,
+        *,
+        why: str,
+        actor: str | None = None,
+        reset_approvals: bool = False,
+    ) -> ToolCallRow | None:
+        async with self._db.transaction("set_preview") as tx:
+            row = await self._locked_call(tx, ledger_id)
+            if row.status != "pending":
+                return None
+            dropped = list(row.approvals) if reset_approvals else []
+            await tx.execute(
+                "UPDATE tool_calls SET preview = :preview"
+                + (", approvals = :approvals" if reset_approvals else "")
+                + " WHERE id = :id AND status = 'pending'",
+                {
+                    "preview": preview.model_dump_json(),
+                    "id": ledger_id,
+                    **({"approvals": self._db.list_in([])} if reset_approvals else {}),
+                },
+            )
+            details: dict[str, Any] = {
+                "ledger_id": ledger_id,
+                "tool": row.name,
+                "digest": preview.digest,
+                "exit_status": preview.exit_status,
+                "seconds": round(preview.seconds, 3),
+                "failed": preview.failed,
+                "argv": list(preview.argv),
+                "why": why,
+                "approvals_reset": dropped,
+            }
+            await self._audit_call(tx, "preview", row, details, actor=actor)
+            return await self._call(tx, ledger_id)
 
     # -- what a resume and the pending list read ---------------------------------------------------
 

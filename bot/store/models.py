@@ -29,6 +29,7 @@ __all__ = [
     "QueueItem",
     "RecoveredSession",
     "SessionRow",
+    "StoredPreview",
     "ToolCallRow",
     "batch_complete",
 ]
@@ -127,6 +128,11 @@ class ToolCallRow(BaseModel):
     runs. `arguments` keeps the model's own."""
     edited_digest: str | None = None
     edited_by: str | None = None
+    preview: str | None = None
+    """The last run of the deciding rule's preview, as `StoredPreview` JSON (`preview_run`)."""
+
+    def preview_run(self) -> StoredPreview | None:
+        return None if self.preview is None else StoredPreview.model_validate_json(self.preview)
 
     @property
     def tool(self) -> str:
@@ -146,6 +152,23 @@ class ToolCallRow(BaseModel):
     def running_digest(self) -> str:
         """The digest a card shows: of the edited call once edited."""
         return self.edited_digest or self.digest
+
+
+class StoredPreview(BaseModel):
+    """One run of a call's preview (a rule's read-only command): what the card shows and the
+    approval is bound to (`digest`, the SHA-256 of `output`)."""
+
+    model_config = _FROZEN
+
+    argv: tuple[str, ...]
+    """What ran (empty when a placeholder had no value and nothing could run)."""
+    output: str
+    exit_status: int | None
+    failed: str | None
+    """Why the card says "preview failed" (None: it did not fail)."""
+    ran_at: datetime
+    seconds: float
+    digest: str
 
 
 # --- why the store changed nothing: typed, worded by the front ends ---------------------------

@@ -24,6 +24,7 @@ __all__ = [
     "NeedsNoApproval",
     "NoAllowanceOffered",
     "NotWaiting",
+    "PreviewChanged",
     "SelfAllow",
 ]
 
@@ -118,9 +119,19 @@ class ArgumentsChanged:
     kind: Literal["arguments_changed"] = "arguments_changed"
 
 
+@dataclass(frozen=True, slots=True)
+class PreviewChanged:
+    """The call's preview (its read-only command's output) is not what the clicked card showed:
+    it was run again and changed, or the card was drawn before. The click counts for nothing;
+    the card shows the new preview."""
+
+    kind: Literal["preview_changed"] = "preview_changed"
+
+
 DecisionReason = (
     AlreadyDecided
     | ArgumentsChanged
+    | PreviewChanged
     | CallExpired
     | NeedsNoApproval
     | AlreadyApprovedByYou

@@ -18,7 +18,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,9 +33,11 @@ __all__ = [
     "DEFAULT_OUTPUT_LIMIT",
     "DEFAULT_TIMEOUT",
     "SECRET_PREFIXES",
+    "Finished",
     "dotenv_names",
     "make_run_command",
     "protect_process_environment",
+    "run_argv",
     "scrubbed_environment",
 ]
 
@@ -176,20 +179,15 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _report(
-    returncode: int | None,
-    stdout: _Capture,
-    stderr: _Capture,
-    *,
-    timed_out: float | None,
-) -> str:
-    if timed_out is not None:
-        status = f"timed out after {timed_out:g}s; the process group was killed"
+def _report(finished: Finished, time_limit: float) -> str:
+    returncode = finished.returncode
+    if finished.timed_out:
+        status = f"timed out after {time_limit:g}s; the process group was killed"
     elif returncode is not None and returncode < 0:
         status = f"killed by signal {-returncode}"
     else:
         status = f"exit code: {returncode}"
-    return f"{status}\n--- stdout ---\n{stdout.text()}\n--- stderr ---\n{stderr.text()}"
+    return f"{status}\n--- stdout ---\n{finished.stdout}\n--- stderr ---\n{finished.stderr}"
 
 
 async def _settle(proc: asyncio.subprocess.Process, tasks: Collection[asyncio.Task[Any]]) -> None:
@@ -209,20 +207,31 @@ async def _settle(proc: asyncio.subprocess.Process, tasks: Collection[asyncio.Ta
             await asyncio.gather(*leftover, return_exceptions=True)
 
 
-async def _run(
-    command: str,
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """How a child ended: its exit status (negative: a signal), whether it was killed at its
+    time limit, and what it wrote (head and tail kept, the middle cut)."""
+
+    returncode: int | None
+    timed_out: bool
+    stdout: str
+    stderr: str
+
+
+async def run_argv(
+    argv: Sequence[str],
     *,
     workdir: Path,
     env: dict[str, str],
     time_limit: float,
     output_limit: int,
     run_as: RunAs | None,
-) -> str:
+) -> Finished:
+    """Run `argv` (no shell unless it is one) in its own process group, fenced as the module
+    docstring says; `run_command` runs `/bin/sh -c`, a rule's preview its argv as built."""
     spawn = run_as.spawn_options() if run_as is not None else {}
     proc = await asyncio.create_subprocess_exec(
-        "/bin/sh",
-        "-c",
-        command,
+        *argv,
         cwd=workdir,
         env=env,
         stdin=asyncio.subprocess.DEVNULL,
@@ -251,7 +260,7 @@ async def _run(
         _kill_group(proc.pid)
         await _settle(proc, tasks)
     await asyncio.gather(*tasks, return_exceptions=True)
-    return _report(proc.returncode, stdout, stderr, timed_out=time_limit if timed_out else None)
+    return Finished(proc.returncode, timed_out, stdout.text(), stderr.text())
 
 
 def make_run_command(
@@ -300,13 +309,14 @@ def make_run_command(
         child_env = fixed_env if fixed_env is not None else scrubbed_environment(os.environ, hidden)
         if run_as is not None:
             child_env = run_as.environment(child_env)
-        return await _run(
-            command,
+        finished = await run_argv(
+            ("/bin/sh", "-c", command),
             workdir=workdir,
             env=child_env,
             time_limit=limit,
             output_limit=output_limit,
             run_as=run_as,
         )
+        return _report(finished, limit)
 
     return run_command

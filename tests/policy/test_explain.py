@@ -121,3 +121,20 @@ def test_an_active_allowance_that_would_cover_the_call_is_named(
         )
     )
     assert compound.startswith("verdict: needs 1 approval")
+
+
+def test_the_preview_that_would_run_is_named_not_run(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = explain(capsys, "--channel", "C0OPS", "run_command", "kubectl apply -f web.yaml")
+    assert verdicts(lines) == ["verdict: needs 1 approval from U0BOB, U0CAROL"]
+    assert lines[-1] == (
+        "preview: kubectl diff -f {arg:-f|--filename} -> would run: kubectl diff -f web.yaml "
+        "(preview_ttl 5m)"
+    )
+    lines = explain(capsys, "run_command", "kubectl apply -k overlays/prod")
+    assert lines[-1] == (
+        "preview: kubectl diff -f {arg:-f|--filename} -> would fail: no value for "
+        "{arg:-f|--filename} in this command (preview_ttl 5m)"
+    )
+    assert not (env / "opsgate.db").exists()

@@ -210,6 +210,7 @@ def test_prefix_rules_are_for_run_command_only() -> None:
 def test_help_says_the_rules_in_plain_words(kubectl: Policy) -> None:
     assert kubectl.approval_summary("run_command") == (
         "asks for approval for kubectl delete … (2 approvals); kubectl rollout restart …; "
+        "kubectl apply … (preview: kubectl diff -f {arg:-f|--filename}); "
         "commands it cannot judge (substitution, eval, sh -c, wrappers); "
         "never runs kubectl delete namespace; runs freely kubectl get …"
     )

@@ -182,3 +182,26 @@ async def test_check_warns_once_for_each_way_commands_reach_the_bots_files(
     assert any(f"workdir '{data}' is the directory of the bot's database" in line for line in lines)
     # The recommended deployment: an unprivileged user in a directory of its own.
     assert await check_lines(tmp_path, policy_text(unprivileged.pw_name, shared_dir)) == []
+
+
+@as_root
+async def test_a_preview_runs_as_run_as_too(
+    tmp_path: Path, unprivileged: pwd.struct_passwd, shared_dir: Path
+) -> None:
+    """Issue 23: a rule's preview runs before the card as `run_as`, in `workdir`, unapproved:
+    it cannot read what the bot's user alone may."""
+    policy = Policy.from_toml(
+        f'[tools.run_command]\napproval = "rules"\nrun_as = "{unprivileged.pw_name}"\n'
+        f'workdir = "{shared_dir}"\n'
+        '[[tools.run_command.rules]]\nprefix = ["cp"]\npreview = "cat {operands}"\n'
+    )
+    async with running_bot(tmp_path, policy=policy) as bot:
+        command = "cp public.txt secret.txt"
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": command})])
+        await bot.mention("copy it")
+        await bot.wait_cards(1)
+        row = (await bot.deps.store.pending_approvals())[0].call
+    stored = row.preview_run()
+    assert stored is not None and stored.argv == ("cat", "public.txt", "secret.txt")
+    assert "public words" in stored.output and "Permission denied" in stored.output
+    assert SECRET not in stored.output and stored.failed == "exit status 1"

@@ -28,6 +28,7 @@ from bot.slack.ids import (
     ACTION_FIELD,
     ACTION_REASON,
     ACTION_REJECT,
+    ACTION_RERUN_PREVIEW,
     ACTION_REVOKE,
     BLOCK_ALLOW_SHAPE,
     BLOCK_FEEDBACK_REASON,
@@ -139,6 +140,7 @@ async def test_every_action_and_modal_handler_refuses_a_click_with_no_workspace(
             ("action", ACTION_EDIT): click(ACTION_EDIT, ledger_id),
             ("action", ACTION_ALLOW): click(ACTION_ALLOW, ledger_id),
             ("action", ACTION_REVOKE): click(ACTION_REVOKE, allowance.id),
+            ("action", ACTION_RERUN_PREVIEW): click(ACTION_RERUN_PREVIEW, ledger_id),
             ("view_submission", CALLBACK_EDIT): view_submission(
                 CALLBACK_EDIT, ledger_id, edit_values, user=CAROL
             ),

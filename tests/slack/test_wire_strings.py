@@ -21,6 +21,7 @@ from bot.runs.views import (
     AllowForm,
     CardCall,
     CardOutcome,
+    CardPreview,
     EditField,
     EditForm,
     HomeView,
@@ -41,6 +42,7 @@ ACTION_IDS = {
     "opsgate_edit",
     "opsgate_feedback",
     "opsgate_reject",
+    "opsgate_rerun_preview",
     "opsgate_revoke",
     "feedback_reason_input",
     "reason_choice_select",
@@ -58,6 +60,7 @@ SESSION = "0123456789abcdef0123456789abcdef"
 FEEDBACK_BLOCK = f"opsgate_feedback:{SESSION}"
 FEEDBACK_VALUES = ("good", "bad")
 DIGEST = "3f2a9c0d1e7b"
+PREVIEW_DIGEST = "ab" * 32
 LEDGER = "led_01HX"
 CARD_EVENT = "opsgate_card"
 SHORTCUT_ID = "opsgate_ask"
@@ -88,8 +91,10 @@ def _rendered() -> list[Any]:
     form = EditForm(LEDGER, "run_command", DIGEST, (EditField("command", "ls", True),), True)
     choice = AllowChoice("kubectl get pods …", ("kubectl get pods -n b",), ("kubectl delete",))
     allow = AllowForm(LEDGER, "run_command", DIGEST, "1h", (choice, choice))
+    preview = CardPreview("ls -ld /srv/x", "drwxr-x--- /srv/x", 0, None, now, PREVIEW_DIGEST)
     return [
         approval_card(call),
+        approval_card(_call(preview=preview)),
         approval_card(_call(locked="arguments_not_attached")),
         decided_card(call, CardOutcome("approved", "U1", now, "fine")),
         minimal_blocks(call, "args.json"),
@@ -133,8 +138,14 @@ def test_callback_ids_are_the_shipped_ones() -> None:
 def test_decision_block_ids_carry_digest_and_ledger_id() -> None:
     block_ids = _collect(_rendered(), "block_id", set())
     decision = {b for b in block_ids if b.startswith("opsgate_decision")}
-    assert decision == {f"opsgate_decision:{DIGEST}", f"opsgate_decision:{DIGEST}:{LEDGER}"}
-    pattern = re.compile(r"^opsgate_decision:[0-9a-f]{1,64}(:[0-9A-Za-z_-]{1,64})?$")
+    assert decision == {
+        f"opsgate_decision:{DIGEST}",
+        f"opsgate_decision:{DIGEST}:{LEDGER}",
+        f"opsgate_decision:{DIGEST}.{PREVIEW_DIGEST}",  # a card with a preview (issue 23)
+    }
+    pattern = re.compile(
+        r"^opsgate_decision:[0-9a-f]{1,64}(\.[0-9a-f]{1,64})?(:[0-9A-Za-z_-]{1,64})?$"
+    )
     assert all(pattern.match(b) for b in decision)
     # The others: the reject modal's, and the edit modal's, which are argument names.
     assert block_ids - decision == FIXED_BLOCK_IDS | {"command", FEEDBACK_BLOCK}

@@ -37,6 +37,7 @@ from ..ids import (
     CALLBACK_EDIT,
     CALLBACK_REJECT,
     shown_digest,
+    shown_preview_digest,
 )
 from ..modals import allow_choice, edit_values, reason_from_view
 from ..mrkdwn import escape_mrkdwn
@@ -88,6 +89,7 @@ def _register_decisions(app: AsyncApp, service: RunService, output: SlackThreadO
                     user=click.user,
                     team=click.team,
                     digest=click.digest,
+                    preview_digest=click.preview_digest,
                 ),
             )
         await republish(
@@ -261,6 +263,8 @@ class Click:
     trigger_id: str
     digest: str | None = None
     """The digest the clicked card showed (its buttons' block id); None if it does not say."""
+    preview_digest: str | None = None
+    """Its preview's digest, on a card that showed a preview."""
 
 
 def click_of(body: dict[str, Any]) -> Click:
@@ -280,6 +284,7 @@ def click_of(body: dict[str, Any]) -> Click:
         thread=thread,
         trigger_id=str(body.get("trigger_id") or ""),
         digest=shown_digest(body["actions"][0].get("block_id")),
+        preview_digest=shown_preview_digest(body["actions"][0].get("block_id")),
     )
 
 

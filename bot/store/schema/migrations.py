@@ -304,6 +304,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        15,
+        # Issue 23's previews: the last run of a gated call's preview (JSON text on both
+        # databases), shown on its card and bound to its approval.
+        "the last preview run of a gated call",
+        sqlite=("ALTER TABLE tool_calls ADD COLUMN preview TEXT",),
+        postgres=("ALTER TABLE tool_calls ADD COLUMN preview text",),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

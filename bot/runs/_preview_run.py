@@ -1,0 +1,87 @@
+"""Running a call's preview and what its card shows of it (the machinery of `previews.py`,
+which `cards.py` uses before it posts a card; it imports nothing of the card or the gate)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from ..policy import GateDecision, PreviewPlan
+from ..store import StoredPreview, ToolCallRow
+from ..tools import RunAsError, dotenv_names, resolve_run_as
+from ..tools.preview import PREVIEW_TIMEOUT, PreviewResult, failed_preview, run_preview
+from .context import RunContext
+from .views import CardPreview
+
+__all__ = ["card_preview", "current_preview", "ensure_preview", "run_plan"]
+
+
+async def run_plan(ctx: RunContext, plan: PreviewPlan) -> StoredPreview:
+    """Run a preview once, as `[tools.run_command]` says (`run_as`, `workdir`), under the
+    preview's own bounds; a placeholder without a value runs nothing and fails."""
+    ran_at = ctx.clock()
+    if plan.argv is None:
+        result = failed_preview(plan.missing or "nothing to run")
+    else:
+        result = await _run(ctx, plan.argv)
+    return StoredPreview(
+        argv=plan.argv or (),
+        output=result.output,
+        exit_status=result.exit_status,
+        failed=result.failed,
+        ran_at=ran_at,
+        seconds=result.seconds,
+        digest=result.digest,
+    )
+
+
+async def _run(ctx: RunContext, argv: tuple[str, ...]) -> PreviewResult:
+    config = ctx.policy.tool_policy("run_command")
+    try:
+        run_as = resolve_run_as(config.run_as) if config.run_as else None
+    except RunAsError as exc:
+        return failed_preview(f"cannot run as {config.run_as!r}: {exc}")
+    timeout = PREVIEW_TIMEOUT
+    if config.timeout is not None:
+        timeout = min(timeout, config.timeout.total_seconds())
+    return await run_preview(
+        argv,
+        workdir=config.workdir or Path.cwd(),
+        run_as=run_as,
+        timeout=timeout,
+        secret_names=dotenv_names(Path(".env")),
+    )
+
+
+def current_preview(row: ToolCallRow, plan: PreviewPlan) -> StoredPreview | None:
+    """The stored preview if it is of this plan (an edit changes what the preview runs)."""
+    stored = row.preview_run()
+    if stored is None or stored.argv != (plan.argv or ()):
+        return None
+    return stored
+
+
+async def ensure_preview(ctx: RunContext, row: ToolCallRow, decision: GateDecision) -> ToolCallRow:
+    """Before a card is posted: run the deciding rule's preview unless the call has one."""
+    plan = decision.preview
+    if plan is None or row.status != "pending" or current_preview(row, plan) is not None:
+        return row
+    stored = await run_plan(ctx, plan)
+    updated = await ctx.store.set_preview(row.id, stored, why="card", actor=row.requested_by)
+    return updated or row
+
+
+def card_preview(row: ToolCallRow, decision: GateDecision) -> CardPreview | None:
+    """What the card shows of the preview (None: the rule has none, or it has not run)."""
+    plan = decision.preview
+    stored = None if plan is None else current_preview(row, plan)
+    if plan is None or stored is None:
+        return None
+    return CardPreview(
+        command=shlex.join(stored.argv) if stored.argv else plan.template,
+        output=stored.output,
+        exit_status=stored.exit_status,
+        failed=stored.failed,
+        ran_at=stored.ran_at,
+        digest=stored.digest,
+    )

@@ -1,0 +1,96 @@
+"""The preview on an approval card (issue 23): what the deciding rule's read-only command
+printed, its exit status, when it ran, and the "Re-run preview" button.
+
+The output is untrusted (a command's) and reaches mrkdwn only through `bot.slack.mrkdwn`. The
+card shows its first lines; the rest is cut with a note (the digest covers the whole output, and
+the audit's `preview` row names it). A failed preview says "preview failed" and keeps Approve:
+the person deciding sees the warning and the output.
+"""
+
+from __future__ import annotations
+
+from slack_sdk.models.blocks import Block, ButtonElement, PlainTextObject, SectionBlock
+from slack_sdk.models.blocks.basic_components import MarkdownTextObject
+
+from ..runs.views import CardCall, CardPreview
+from ..words import count
+from .ids import ACTION_RERUN_PREVIEW
+from .mrkdwn import code_span, escape_cut, preformatted
+
+__all__ = ["PREVIEW_LINES", "preview_blocks", "preview_digest_text", "rerun_button"]
+
+PREVIEW_LINES = 20
+"""Lines of the preview's output a card shows at most."""
+_OUTPUT_BUDGET = 2400
+_SECTION_MAX = 3000
+
+
+def preview_blocks(call: CardCall) -> list[Block]:
+    """The preview's blocks (none when the call has no preview)."""
+    preview = call.preview
+    if preview is None:
+        return []
+    blocks: list[Block] = [_section(_heading(preview))]
+    shown, hidden = _first_lines(preview.output)
+    if shown:
+        blocks.append(_section(shown))
+    if hidden:
+        blocks.append(
+            _section(
+                f"_… {count(hidden, 'more line')} of the preview cut; its digest "
+                f"{code_span(preview.digest[:12], 12)} covers the whole output._"
+            )
+        )
+    return blocks
+
+
+def preview_digest_text(call: CardCall) -> str | None:
+    """The preview's digest for the card's context line, beside the call's digest."""
+    return None if call.preview is None else f"preview digest {code_span(call.preview.digest[:12])}"
+
+
+def rerun_button(call: CardCall) -> list[ButtonElement]:
+    """ "Re-run preview", on a pending card whose call has a preview."""
+    if call.preview is None:
+        return []
+    return [
+        ButtonElement(
+            text=PlainTextObject(text="Re-run preview"),
+            action_id=ACTION_RERUN_PREVIEW,
+            value=call.ledger_id,
+        )
+    ]
+
+
+def _heading(preview: CardPreview) -> str:
+    ran = preview.ran_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    command = code_span(preview.command, 300)
+    if preview.failed is not None:
+        return (
+            f":warning: *preview failed* ({escape_cut(preview.failed, 300)}): {command} · "
+            f"ran {ran}\nApprove is still offered: read the output before approving."
+        )
+    return f":mag: *Preview* {command} · exit {preview.exit_status} · ran {ran}"
+
+
+def _first_lines(output: str) -> tuple[str, int]:
+    """The first lines of `output` as a code block within the card's budget, and how many
+    lines were left out."""
+    lines = output.rstrip("\n").split("\n") if output.strip() else []
+    if not lines:
+        return "", 0
+    kept = 0
+    block = ""
+    for end in range(1, min(len(lines), PREVIEW_LINES) + 1):
+        candidate, cut = preformatted("\n".join(lines[:end]), _SECTION_MAX - 100)
+        if cut or len(candidate) > _OUTPUT_BUDGET:
+            break
+        kept, block = end, candidate
+    if kept == 0:  # one very long first line: cut it
+        block, _ = preformatted(lines[0][:400], _SECTION_MAX - 100)
+        kept = 1
+    return block, len(lines) - kept
+
+
+def _section(text: str) -> SectionBlock:
+    return SectionBlock(text=MarkdownTextObject(text=text[:_SECTION_MAX], verbatim=True))

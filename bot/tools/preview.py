@@ -1,0 +1,93 @@
+"""Running a rule's preview: a read-only command whose output is shown on a card.
+
+It is not a tool call: no approval, no ledger row of its own. It runs as the policy's `run_as`,
+in `workdir`, with the same scrubbed environment as `run_command`, but as an argv (never through
+a shell) and under its own, shorter bounds, so a slow or chatty preview cannot hold a card back.
+The digest is the SHA-256 of the output as shown: the approval is bound to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._run_as import RunAs
+from .command import run_argv, scrubbed_environment
+
+__all__ = [
+    "PREVIEW_OUTPUT_LIMIT",
+    "PREVIEW_TIMEOUT",
+    "PreviewResult",
+    "failed_preview",
+    "preview_digest",
+    "run_preview",
+]
+
+PREVIEW_TIMEOUT = 10.0
+"""Seconds a preview may run (or the tool's own `timeout`, when shorter)."""
+PREVIEW_OUTPUT_LIMIT = 8_000
+"""Characters kept of each of the preview's stdout and stderr."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewResult:
+    """What one preview run gave: the output shown, its exit status, why it failed (None: it
+    did not), how long it took and the digest of the output."""
+
+    output: str
+    exit_status: int | None
+    failed: str | None
+    seconds: float
+    digest: str
+
+
+def preview_digest(output: str) -> str:
+    return hashlib.sha256(output.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def failed_preview(why: str) -> PreviewResult:
+    """A preview that could not be run at all (a placeholder without a value)."""
+    return PreviewResult(why, None, why, 0.0, preview_digest(why))
+
+
+async def run_preview(
+    argv: Sequence[str],
+    *,
+    workdir: Path,
+    run_as: RunAs | None,
+    timeout: float = PREVIEW_TIMEOUT,
+    output_limit: int = PREVIEW_OUTPUT_LIMIT,
+    secret_names: Collection[str] = (),
+) -> PreviewResult:
+    """Run `argv` once; a timeout, a non-zero exit or a program that cannot start is a failed
+    preview (its output says what happened), never an exception."""
+    env = scrubbed_environment(os.environ, secret_names)
+    if run_as is not None:
+        env = run_as.environment(env)
+    started = time.monotonic()
+    try:
+        finished = await run_argv(
+            argv,
+            workdir=workdir,
+            env=env,
+            time_limit=timeout,
+            output_limit=output_limit,
+            run_as=run_as,
+        )
+    except OSError as exc:  # not found, not executable, no such workdir
+        why = f"could not start {argv[0]!r}: {exc.strerror or exc}"
+        return PreviewResult(why, None, why, time.monotonic() - started, preview_digest(why))
+    seconds = time.monotonic() - started
+    output = finished.stdout
+    if finished.stderr:
+        output += ("\n" if output and not output.endswith("\n") else "") + finished.stderr
+    failed = None
+    if finished.timed_out:
+        failed = f"timed out after {timeout:g}s"
+    elif finished.returncode != 0:
+        failed = f"exit status {finished.returncode}"
+    return PreviewResult(output, finished.returncode, failed, seconds, preview_digest(output))
