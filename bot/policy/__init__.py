@@ -22,8 +22,8 @@ Modules: `_fields` (the value types), `_model` (the file's sections), `_rules` (
 `[[tools.<name>.rules]]` entry), `_shell` (shell text to simple commands), `_wrappers`
 (peeling `sudo`, `timeout`, ...), `_load` (reading the file and explaining its errors),
 `_policy` (`Policy` and its queries), `_gate` (the approval gate and its verdict order),
-`_approvers` (who may decide, as listed), `_audit` (`[audit]`: the webhook the audit log is
-exported to), `_errors` (`PolicyError`).
+`_approvers` (who may decide, as listed), `_freezes` (`[[freezes]]`: change freezes),
+`_audit` (`[audit]`: the webhook the audit log is exported to), `_errors` (`PolicyError`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from ._approvers import ApproverSpec
 from ._audit import AuditPolicy
 from ._errors import PolicyError
 from ._fields import Trigger
+from ._freezes import ActiveFreeze, FreezeSpec
 from ._gate import GateDecision, PartVerdict
 from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
 from ._policy import Policy
@@ -39,11 +40,13 @@ from ._rules import Rule, Tier
 from ._shell import ParsedCommand, SimpleCommand, parse_command
 
 __all__ = [
+    "ActiveFreeze",
     "ApproverSpec",
     "ArgumentRule",
     "AuditPolicy",
     "ChannelPolicy",
     "Defaults",
+    "FreezeSpec",
     "GateDecision",
     "ParsedCommand",
     "PartVerdict",

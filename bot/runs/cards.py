@@ -23,6 +23,7 @@ from ..tools import tool_summary
 from ..tools.mcp import McpTool
 from ..words import format_duration
 from .context import RunContext
+from .freezes import with_freeze
 from .notices import (
     CallLink,
     CardNotPosted,
@@ -137,7 +138,9 @@ class Cards:
     async def _post_once(
         self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]
     ) -> str | None:
-        card = self.card_call(row, batch, thread.channel_id)
+        card = await with_freeze(
+            self.ctx, self.card_call(row, batch, thread.channel_id), row, thread.channel_id
+        )
         posted = await self.ctx.output.post_card(thread, card)
         match posted:
             case PostFailed(error=error):
@@ -170,7 +173,9 @@ class Cards:
         if ref is None:
             return
         batch = await self.ctx.store.batch_calls(row.session_id)
-        card = self.card_call(row, batch, ref.channel_id)
+        card = await with_freeze(
+            self.ctx, self.card_call(row, batch, ref.channel_id), row, ref.channel_id
+        )
         outcome = None
         if row.status != "pending":
             status = _card_status(row.status)

@@ -30,6 +30,7 @@ from slack_sdk.models.blocks import (
 
 from ..runs.views import CardCall, CardOutcome, OutcomeStatus, ServerTool
 from ..store import CardLock
+from .freezes import break_glass_button, frozen_blocks, review_blocks
 from .ids import (
     ACTION_ALLOW,
     ACTION_APPROVE,
@@ -100,11 +101,13 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
     )
     if call.locked is not None:
         blocks.append(section(lock_text(call.locked)))
+    blocks += frozen_blocks(call)  # a change freeze: no Approve, Edit or Allow (freezes.py)
+    approvable = call.locked is None and call.frozen is None
     blocks.append(
         ActionsBlock(
             block_id=decision_block_id(call.digest),
             elements=[
-                *([approve] if call.locked is None else []),
+                *([approve] if approvable else []),
                 ButtonElement(
                     text=PlainTextObject(text="Reject"),
                     action_id=ACTION_REJECT,
@@ -112,7 +115,8 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
                     style="danger",
                 ),
                 # Edit and Allow approve too: a card that may not be approved offers neither.
-                *(extra_buttons(call) if call.locked is None else []),
+                *(extra_buttons(call) if approvable else []),
+                *break_glass_button(call),
                 ButtonElement(
                     text=PlainTextObject(text="Cancel run"),
                     action_id=ACTION_CANCEL,
@@ -142,6 +146,7 @@ def decided_card(
     blocks += edited_note(call)
     blocks += _policy_note(call)
     blocks.append(section(_outcome_text(outcome)))
+    blocks += review_blocks(call)  # a break-glass use: "Mark reviewed" until then
     return _to_dicts(blocks)
 
 

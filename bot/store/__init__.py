@@ -21,6 +21,7 @@ from .errors import (
     UnknownCall,
     UnknownSession,
 )
+from .freezes import BreakGlassRow, FreezeRow
 from .health import WriteHealth, require_writable
 from .models import (
     AllowanceGrant,
@@ -72,6 +73,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AuditEvent",
     "AuditRow",
     "BatchMovedOn",
+    "BreakGlassRow",
     "CallExpired",
     "CallStatus",
     "CancelOutcome",
@@ -84,6 +86,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "DecisionReason",
     "EditNotAllowed",
     "EnqueueOutcome",
+    "FreezeRow",
     "HOME_VIEWERS_KEPT",
     "HomeViewer",
     "InboxItem",

@@ -16,13 +16,14 @@ from .audit import Audit
 from .db import utc_now
 from .db.sqlite import SQLiteDb
 from .edits import Edits
+from .freezes import Freezes
 from .recovery import Recovery
 from .rules import Person
 
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Edits, Recovery, Audit):
+class SQLiteStore(Edits, Recovery, Audit, Freezes):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`). Use it as an async context manager.
 

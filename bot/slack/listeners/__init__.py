@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import assistant, cards, commands, feedback, home, messages
+from . import assistant, break_glass, cards, commands, feedback, home, messages
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp
@@ -27,6 +27,7 @@ def register(
     """Every listener of the app, in the order Bolt tries them (the catch-all event last)."""
     home.register(app, service, output)
     cards.register(app, service, output)
+    break_glass.register(app, service, output)
     feedback.register(app, service, output)
     assistant.register(app, service, output)
     messages.register(app, service, policy=policy)
