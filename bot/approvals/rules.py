@@ -95,16 +95,16 @@ class Approvals:
             return Refused("self_approval", "approve", "defaults.allow_self_approval = false")
         spec = self.policy.break_glass_approvers(decision)
         if spec.anyone:
-            return Refused("not_an_approver", "approve", f"{spec.source}: nobody is listed")
+            return Refused("not_an_approver", "break_glass", f"{spec.source}: nobody is listed")
         swapped = GateDecision(True, decision.rule, approvers=(*spec.users, *spec.groups))
         verdict = await self._approver(
-            "approve", channel, user, requester, user_team, home_team, swapped
+            "break_glass", channel, user, requester, user_team, home_team, swapped
         )
         if verdict.kind == "allowed":
             return Allowed(f"{spec.source}: {user} may break glass")
         return Refused(
             verdict.reason,
-            "approve",
+            "break_glass",
             f"{spec.source}: {user} may not break glass",
             verdict.who,
             verdict.unresolved_groups,

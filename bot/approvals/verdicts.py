@@ -11,9 +11,9 @@ from typing import Literal
 
 __all__ = ["Action", "Allowed", "RefusalReason", "Refused", "Verdict", "Who"]
 
-Action = Literal["approve", "reject", "cancel", "withdraw", "feedback"]
+Action = Literal["approve", "reject", "cancel", "withdraw", "feedback", "break_glass"]
 """What someone tried: decide a card (approve/reject), cancel a run, withdraw a queued message,
-give feedback on an answer."""
+give feedback on an answer, break glass on a card a change freeze blocks."""
 
 RefusalReason = Literal[
     "unknown_workspace",

@@ -138,8 +138,9 @@ class Cards:
     async def _post_once(
         self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]
     ) -> str | None:
+        card = self.card_call(row, batch, thread.channel_id)
         card = await with_freeze(
-            self.ctx, self.card_call(row, batch, thread.channel_id), row, thread.channel_id
+            self.ctx, card, row, thread.channel_id, call_decision(self.ctx, row)
         )
         posted = await self.ctx.output.post_card(thread, card)
         match posted:
@@ -173,9 +174,8 @@ class Cards:
         if ref is None:
             return
         batch = await self.ctx.store.batch_calls(row.session_id)
-        card = await with_freeze(
-            self.ctx, self.card_call(row, batch, ref.channel_id), row, ref.channel_id
-        )
+        card = self.card_call(row, batch, ref.channel_id)
+        card = await with_freeze(self.ctx, card, row, ref.channel_id, call_decision(self.ctx, row))
         outcome = None
         if row.status != "pending":
             status = _card_status(row.status)

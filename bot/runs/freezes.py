@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from ..policy import ActiveFreeze
+from ..policy import ActiveFreeze, GateDecision
 from ..store import FreezeRow, ToolCallRow
 from .context import RunContext
 from .notices import FreezeAnnounced
@@ -103,19 +103,19 @@ async def glass_info(ctx: RunContext, ledger_id: str) -> GlassInfo | None:
     )
 
 
-async def with_freeze(ctx: RunContext, card: CardCall, row: ToolCallRow, channel: str) -> CardCall:
+async def with_freeze(
+    ctx: RunContext, card: CardCall, row: ToolCallRow, channel: str, decision: GateDecision
+) -> CardCall:
     """The card as a freeze (and a break-glass use) changes it: a pending gated call under a
     freeze says which and until when, offers no Approve (and "Break glass" where the policy
-    says so); a call whose glass was broken keeps "Mark reviewed" until it is reviewed."""
-    from .cards import call_decision  # cards imports this module
-
+    says so); a call whose glass was broken keeps "Mark reviewed" until it is reviewed.
+    `decision`: the policy's verdict on the call (`call_decision`)."""
     glass = await glass_info(ctx, row.id)
     if row.status != "pending" or not row.needs_approval:
         return dataclasses.replace(card, glass=glass) if glass is not None else card
     freeze = await freeze_for(ctx, channel, row.tool)
     if freeze is None:
         return dataclasses.replace(card, glass=glass) if glass is not None else card
-    decision = call_decision(ctx, row)
     return dataclasses.replace(
         card,
         frozen=freeze.label,

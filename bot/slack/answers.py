@@ -63,6 +63,13 @@ def refusal_text(refusal: Refused) -> str:
                 "Only members of this workspace may decide here. To let people from another "
                 "organisation approve, list them in the policy's approvers."
             )
+        case _ if refusal.action == "break_glass":
+            if who.anyone:
+                return "Nobody may break glass here: the policy lists no break_glass_approvers."
+            return (
+                f"Only {approvers_text(who.users, who.groups)} may break glass on this call "
+                "(defaults.break_glass_approvers, or the rule's approvers)."
+            )
         case _:
             text = f"Only {approvers_text(who.users, who.groups)} may approve this."
             if refusal.unresolved_groups:

@@ -13,7 +13,6 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from slack_sdk.models.blocks import (
@@ -49,6 +48,7 @@ from .mrkdwn import (
     one_line,
     preformatted,
     requester_text,
+    slack_date,
     user_mention,
 )
 
@@ -297,14 +297,6 @@ def _held_text(held: Sequence[tuple[str, Any]]) -> str:
     if len(held) > shown:
         lines.append(f"• … and {len(held) - shown} more")
     return "\n".join(lines)
-
-
-def slack_date(moment: datetime) -> str:
-    """Shown in each reader's time zone; the fallback (UTC) where Slack cannot format it."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    fallback = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} at {{time}}|{fallback}>"
 
 
 def arguments_blocks(arguments: Any, arg_limit: int) -> Arguments:

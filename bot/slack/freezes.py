@@ -32,7 +32,7 @@ from .ids import (
     CALLBACK_BREAK_GLASS,
     check_ledger_id,
 )
-from .mrkdwn import code_span, escape_cut, user_mention
+from .mrkdwn import code_span, escape_cut, slack_date, user_mention
 
 __all__ = [
     "REASON_MAX",
@@ -49,17 +49,11 @@ __all__ = [
 REASON_MAX = 1000
 
 
-def _date(moment: Any) -> str:
-    from .cards import slack_date  # cards calls in here
-
-    return slack_date(moment)
-
-
 def frozen_blocks(call: CardCall) -> list[Block]:
     """What a frozen card says instead of its Approve: which freeze, until when, why."""
     if call.frozen is None:
         return []
-    until = f" until {_date(call.frozen_until)}" if call.frozen_until is not None else ""
+    until = f" until {slack_date(call.frozen_until)}" if call.frozen_until is not None else ""
     why = f": {escape_cut(call.freeze_message, 500)}" if call.freeze_message else ""
     text = (
         f":snowflake: *Change freeze* {code_span(call.frozen)}{until}{why}. Nothing may be "
@@ -152,7 +146,7 @@ def freeze_notice_text(notice: FreezeAnnounced | BreakGlassUsed | FreezeAnswer) 
             why = f": {escape_cut(notice.message, 500)}" if notice.message else ""
             return (
                 f":snowflake: *Change freeze started*{by}: {code_span(notice.label)} until "
-                f"{_date(notice.until)}{why}. Gated calls get no Approve until then."
+                f"{slack_date(notice.until)}{why}. Gated calls get no Approve until then."
             )
         case FreezeAnnounced():
             return (
@@ -175,7 +169,7 @@ def freeze_lines(freezes: Sequence[FreezeInfo]) -> list[str]:
     lines = []
     for freeze in freezes:
         why = f": {escape_cut(freeze.message, 300)}" if freeze.message else ""
-        lines.append(f":snowflake: {code_span(freeze.label)} until {_date(freeze.until)}{why}")
+        lines.append(f":snowflake: {code_span(freeze.label)} until {slack_date(freeze.until)}{why}")
     return lines
 
 
