@@ -32,7 +32,7 @@ from ._approvers import ApproverSpec
 from ._audit import AuditPolicy
 from ._errors import PolicyError
 from ._fields import Trigger
-from ._freezes import ActiveFreeze, FreezeSpec
+from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import GateDecision, PartVerdict
 from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
 from ._policy import Policy
@@ -57,5 +57,6 @@ __all__ = [
     "Tier",
     "ToolPolicy",
     "Trigger",
+    "freeze_name",
     "parse_command",
 ]

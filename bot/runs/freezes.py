@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from ..policy import ActiveFreeze, GateDecision
+from ..policy import ActiveFreeze, GateDecision, Policy, freeze_name
 from ..store import FreezeRow, ToolCallRow
 from .context import RunContext
 from .notices import FreezeAnnounced
@@ -29,6 +29,7 @@ __all__ = [
     "active_freezes",
     "freeze_for",
     "freeze_info",
+    "freeze_summary",
     "freeze_words",
     "glass_info",
     "tick",
@@ -124,6 +125,26 @@ async def with_freeze(
         break_glass=decision.break_glass and not decision.forbidden and card.locked is None,
         glass=glass,
     )
+
+
+def freeze_summary(policy: Policy) -> str:
+    """The policy's freezes and break-glass in plain words, for the Home tab's paragraph
+    ("" when the file has none of them)."""
+    parts = []
+    for index, spec in enumerate(policy.freezes):
+        where = f" in {', '.join(spec.channels)}" if spec.channels is not None else ""
+        tools = f" for {', '.join(spec.tools)}" if spec.tools is not None else ""
+        parts.append(f"{freeze_name(index)} ({spec.words()}{where}{tools})")
+    text = f" Change freezes: {'; '.join(parts)}." if parts else ""
+    admins = policy.defaults.freeze_admins
+    if admins:
+        text += f" Ad hoc freezes (/opsgate freeze) by: {', '.join(admins)}."
+    breakers = policy.defaults.break_glass_approvers
+    if breakers:
+        text += (
+            f" Break glass during a freeze (where break_glass is set) by: {', '.join(breakers)}."
+        )
+    return text
 
 
 # -- announcements ---------------------------------------------------------------------------

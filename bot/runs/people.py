@@ -15,7 +15,7 @@ from ..words import format_duration
 from .cards import Cards, call_decision
 from .context import RunContext
 from .edits import Allowances
-from .freezes import active_freezes, freeze_info
+from .freezes import active_freezes, freeze_info, freeze_summary
 from .gate import authorize_on
 from .views import (
     AllowanceInfo,
@@ -177,7 +177,7 @@ class Home:
         text += (
             f"Allowances may be granted for: {', '.join(allows)}." if allows else "No allowances."
         )
-        return text
+        return text + freeze_summary(policy)
 
 
 # -- answers -------------------------------------------------------------------------------------

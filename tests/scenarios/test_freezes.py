@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.policy import Policy
+from bot.slack.home import home_view
 from bot.slack.ids import (
     ACTION_ALLOW,
     ACTION_APPROVE,
@@ -135,6 +136,11 @@ async def test_a_scheduled_freeze_blocks_approve_and_allowances_until_it_ends(
         assert "change freeze freezes[0]" in told
         refusals = [a for a in await bot.deps.store.audit_rows() if a.event == "refusal"]
         assert refusals[-1].details["reason"] == "frozen"
+        home = await bot.service.home.view(BOB, team="T0TEST")
+        assert [f.label for f in home.freezes] == ["freezes[0]"]
+        assert "Change freezes: freezes[0] (cron '0 17 * * 5' (UTC) for 1h in C0OPS)" in home.policy
+        drawn_home = json.dumps(home_view(home))
+        assert "Change freezes in force" in drawn_home and "Friday evening" in drawn_home
 
         # 18:00: the freeze ends; the card gets its buttons back and Approve works.
         clock.now = datetime(2026, 12, 4, 18, 1, tzinfo=UTC)
@@ -254,6 +260,8 @@ async def test_break_glass_runs_the_call_and_leaves_a_review_item(tmp_path: Path
         assert audited.details["reason"] == "payments down, rollback needed"
         home = await bot.service.home.view(BOB, team="T0TEST")
         assert [g.ledger_id for g in home.unreviewed] == [ledger_id]
+        assert "Break-glass uses to review" in json.dumps(home_view(home))
+        assert "Break glass during a freeze (where break_glass is set) by: U0DAVE" in home.policy
 
         # The decided card keeps "Mark reviewed": not for the breaker, yes for another approver.
         assert ACTION_REVIEWED in _buttons(_drawn(bot, row.card_channel, row.card_ts))
