@@ -45,9 +45,8 @@ def refusal_text(refusal: Refused) -> str:
             )
         case "frozen":
             return (
-                f"A {escape_mrkdwn(refusal.rule)} is in force: nothing may be approved, edited "
-                "or allowed until it ends (where the policy allows it, a break-glass approver "
-                "may break glass)."
+                f"Nothing may be approved, edited or allowed now: {escape_mrkdwn(refusal.rule)} "
+                "is in force (where the policy allows it, a break-glass approver may break glass)."
             )
         case "not_breakable":
             return f"Glass cannot be broken here: {escape_mrkdwn(refusal.rule)}."
