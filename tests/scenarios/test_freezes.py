@@ -11,12 +11,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from bot.policy import Policy
 from bot.slack.home import home_view
 from bot.slack.ids import (
     ACTION_ALLOW,
     ACTION_APPROVE,
     ACTION_BREAK_GLASS,
+    ACTION_EDIT,
     ACTION_GLASS_REASON,
     ACTION_REVIEWED,
     BLOCK_GLASS_REASON,
@@ -136,6 +139,9 @@ async def test_a_scheduled_freeze_blocks_approve_and_allowances_until_it_ends(
         assert "change freeze freezes[0]" in told
         refusals = [a for a in await bot.deps.store.audit_rows() if a.event == "refusal"]
         assert refusals[-1].details["reason"] == "frozen"
+        await bot.click(ACTION_EDIT, ledger_id, user=BOB)  # Edit approves too: refused
+        await bot.settle()
+        assert not bot.slack.calls_to("views.open")
         home = await bot.service.home.view(BOB, team="T0TEST")
         assert [f.label for f in home.freezes] == ["freezes[0]"]
         assert "Change freezes: freezes[0] (cron '0 17 * * 5' (UTC) for 1h in C0OPS)" in home.policy
@@ -210,7 +216,7 @@ break_glass = true
 """
 
 
-async def _break_glass(bot: Bot, ledger_id: str, user: str, reason: str) -> None:
+async def _break_glass(bot: Bot, ledger_id: str, user: str, reason: str) -> httpx.Response:
     row = await bot.deps.store.get_call(ledger_id)
     assert row is not None
     values = {
@@ -221,6 +227,7 @@ async def _break_glass(bot: Bot, ledger_id: str, user: str, reason: str) -> None
     )
     response = await bot.post(interaction_body(payload), FORM)
     assert response.status_code == 200
+    return response
 
 
 async def test_break_glass_runs_the_call_and_leaves_a_review_item(tmp_path: Path) -> None:
@@ -246,6 +253,10 @@ async def test_break_glass_runs_the_call_and_leaves_a_review_item(tmp_path: Path
         await bot.settle()
         [opened] = bot.slack.calls_to("views.open")
         assert opened.params["view"]["callback_id"] == CALLBACK_BREAK_GLASS
+        no_reason = await _break_glass(bot, ledger_id, DAVE, "   ")
+        assert no_reason.json()["response_action"] == "errors"
+        still = await bot.deps.store.get_call(ledger_id)
+        assert still is not None and still.status == "pending"
         bot.llm.reply_text("Ran under break-glass.")
         await _break_glass(bot, ledger_id, DAVE, "payments down, rollback needed")
         await bot.llm.wait_for_requests(2)
