@@ -57,11 +57,14 @@ def _ad_hoc(row: FreezeRow) -> ActiveFreeze:
     )
 
 
-async def active_freezes(ctx: RunContext, now: datetime | None = None) -> list[ActiveFreeze]:
-    """Every freeze in force at `now` (the clock's): the policy's, then the ad hoc ones."""
+async def active_freezes(
+    ctx: RunContext, now: datetime | None = None, *, channel: str | None = None
+) -> list[ActiveFreeze]:
+    """Every freeze in force at `now` (the clock's): the policy's, then the ad hoc ones (only
+    `channel`'s, when given: ad hoc freezes are per channel)."""
     moment = now or ctx.clock()
     found = ctx.policy.active_freezes(moment)
-    for row in await ctx.store.ad_hoc_freezes(ending_after=moment):
+    for row in await ctx.store.ad_hoc_freezes(ending_after=moment, channel_id=channel):
         if row.starts_at <= moment:
             found.append(_ad_hoc(row))
     return found
@@ -70,7 +73,8 @@ async def active_freezes(ctx: RunContext, now: datetime | None = None) -> list[A
 async def freeze_for(ctx: RunContext, channel: str, tool: str) -> ActiveFreeze | None:
     """The freeze that blocks a gated call of `tool` in `channel` now (the one lasting
     longest, when several do), or None."""
-    covering = [f for f in await active_freezes(ctx) if f.covers(channel, tool)]
+    found = await active_freezes(ctx, channel=channel)
+    covering = [f for f in found if f.covers(channel, tool)]
     return max(covering, key=lambda f: f.until) if covering else None
 
 

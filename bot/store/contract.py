@@ -305,8 +305,10 @@ class Store(Protocol):
     async def end_freezes(self, *, channel_id: str, ended_by: str) -> list[FreezeRow]:
         """End the channel's ad hoc freezes in force now; conditional (each ends once)."""
 
-    async def ad_hoc_freezes(self, *, ending_after: datetime) -> list[FreezeRow]:
-        """Ad hoc freezes that end after `ending_after`."""
+    async def ad_hoc_freezes(
+        self, *, ending_after: datetime, channel_id: str | None = None
+    ) -> list[FreezeRow]:
+        """Ad hoc freezes that end after `ending_after` (of one channel, when given)."""
 
     async def claim_freeze_notice(
         self,

@@ -105,12 +105,18 @@ class Freezes(StoreCore):
                     ended.append(self._freeze(found))
         return ended
 
-    async def ad_hoc_freezes(self, *, ending_after: datetime) -> list[FreezeRow]:
-        """Ad hoc freezes that end after `ending_after` (in force, or ended since then)."""
+    async def ad_hoc_freezes(
+        self, *, ending_after: datetime, channel_id: str | None = None
+    ) -> list[FreezeRow]:
+        """Ad hoc freezes that end after `ending_after` (in force, or ended since then), of
+        one channel when `channel_id` is given."""
+        sql = "SELECT * FROM freezes WHERE ends_at > :after"
+        if channel_id is not None:
+            sql += " AND channel_id = :channel"
         async with self._db.reading("ad_hoc_freezes") as tx:
             rows = await tx.fetch_all(
-                "SELECT * FROM freezes WHERE ends_at > :after ORDER BY starts_at, id",
-                {"after": self._db.time_in(aware(ending_after))},
+                sql + " ORDER BY starts_at, id",
+                {"after": self._db.time_in(aware(ending_after)), "channel": channel_id},
             )
         return [self._freeze(r) for r in rows]
 

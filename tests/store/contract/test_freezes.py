@@ -26,6 +26,8 @@ async def test_an_ad_hoc_freeze_is_seen_by_another_store_and_ends_once(
         )
         [seen] = await second.ad_hoc_freezes(ending_after=clock.now)
         assert seen.id == row.id and seen.reason == "deploy" and seen.ends_at == row.ends_at
+        assert await second.ad_hoc_freezes(ending_after=clock.now, channel_id="C0ELSE") == []
+        assert len(await second.ad_hoc_freezes(ending_after=clock.now, channel_id="C0OPS")) == 1
         clock.advance(minutes=5)
         ended = await asyncio.gather(
             first.end_freezes(channel_id="C0OPS", ended_by="U0CAROL"),
