@@ -311,7 +311,9 @@ def test_manifest_has_what_the_bot_needs() -> None:
         "assistant:write",  # the AI-app container (issue 24)
         "chat:write",
         "channels:history",
+        "channels:read",  # the Home tab: who is in a channel where anyone approves (issue 20)
         "groups:history",
+        "groups:read",
         "im:history",
         "mpim:history",
         "reactions:write",
@@ -329,6 +331,8 @@ def test_manifest_has_what_the_bot_needs() -> None:
         "app_home_opened",
         "assistant_thread_started",  # the AI-app container (issue 24)
         "assistant_thread_context_changed",
+        "member_joined_channel",  # the Home tab's channel members (issue 20)
+        "member_left_channel",
     ]
     # The Home tab and the message shortcut (issue 16).
     assert features["app_home"]["home_tab_enabled"] is True

@@ -97,6 +97,39 @@ class Approvals:
             action, channel, user, requester, user_team, home_team, decision
         )
 
+    async def check_break_glass(
+        self,
+        *,
+        channel: str,
+        user: str,
+        requester: str | None,
+        user_team: str | None,
+        home_team: str | None,
+        decision: GateDecision,
+    ) -> Verdict:
+        """May `user` break glass on a call: listed in `defaults.break_glass_approvers` (or
+        the deciding rule's `approvers`), never its requester; an empty list lets nobody."""
+        if home_team is not None and not user_team:
+            return Refused("unknown_workspace", "approve", "the actor's workspace is unknown")
+        if requester is not None and user == requester and not self.policy.allow_self_approval:
+            return Refused("self_approval", "approve", "defaults.allow_self_approval = false")
+        spec = self.policy.break_glass_approvers(decision)
+        if spec.anyone:
+            return Refused("not_an_approver", "break_glass", f"{spec.source}: nobody is listed")
+        swapped = GateDecision(True, decision.rule, approvers=(*spec.users, *spec.groups))
+        verdict = await self._approver(
+            "break_glass", channel, user, requester, user_team, home_team, swapped
+        )
+        if verdict.kind == "allowed":
+            return Allowed(f"{spec.source}: {user} may break glass")
+        return Refused(
+            verdict.reason,
+            "break_glass",
+            f"{spec.source}: {user} may not break glass",
+            verdict.who,
+            verdict.unresolved_groups,
+        )
+
     async def _approver(
         self,
         action: Action,

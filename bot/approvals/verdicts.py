@@ -11,9 +11,9 @@ from typing import Literal
 
 __all__ = ["Action", "Allowed", "RefusalReason", "Refused", "Verdict", "Who"]
 
-Action = Literal["approve", "reject", "cancel", "withdraw", "feedback"]
+Action = Literal["approve", "reject", "cancel", "withdraw", "feedback", "break_glass"]
 """What someone tried: decide a card (approve/reject), cancel a run, withdraw a queued message,
-give feedback on an answer."""
+give feedback on an answer, break glass on a card a change freeze blocks."""
 
 RefusalReason = Literal[
     "unknown_workspace",
@@ -22,12 +22,18 @@ RefusalReason = Literal[
     "not_an_approver",
     "groups_unavailable",
     "card_locked",
+    "frozen",
+    "not_breakable",
+    "own_break_glass",
 ]
 """Why not. `unknown_workspace`: the request did not say which workspace the person belongs to,
 so the Slack Connect rule cannot be applied (refused, whatever else holds).
 `groups_unavailable`: the person is not listed and a user group that might hold
 them could not be looked up (try again later). `card_locked`: the call's arguments could not be
-shown whole, or the policy forbids it, so nothing may approve it (`bot.approvals.gate`)."""
+shown whole, or the policy forbids it, so nothing may approve it (`bot.approvals.gate`).
+`frozen`: a change freeze is in force (`rule` names it and until when); `not_breakable`: no
+"Break glass" here (no freeze, or neither the tool nor the rule sets `break_glass`);
+`own_break_glass`: the breaker may not mark their own break-glass use reviewed."""
 
 
 @dataclass(frozen=True, slots=True)

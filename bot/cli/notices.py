@@ -133,6 +133,17 @@ def _ux_text(notice: Notice) -> str | None:
             return f"{notice.by} revoked allowance {notice.allowance.id}"
         case "nothing_revoked":
             return f"Nothing revoked: {notice.why}."
+        case "freeze_announced":
+            state = "started" if notice.started else "ended"
+            until = f"{notice.until:%Y-%m-%d %H:%M} UTC"
+            return f"Change freeze {notice.label} {state} (until {until})"
+        case "break_glass_used":
+            return (
+                f"BREAK GLASS: {notice.by} approved {notice.tool} during {notice.freeze}: "
+                f"{notice.reason}"
+            )
+        case "freeze_answer":
+            return notice.text
     return None
 
 
@@ -187,6 +198,12 @@ def refusal_text(refusal: Refused) -> str:
             return f"Only the approvers may {refusal.action} this."
         case "card_locked":
             return "Its arguments could not be shown whole, so it cannot be approved."
+        case "frozen":
+            return f"A change freeze is in force ({refusal.rule}): nothing may be approved now."
+        case "not_breakable":
+            return f"Glass cannot be broken here: {refusal.rule}."
+        case "own_break_glass":
+            return "You broke glass on this call, so someone else must review it."
 
 
 def card_text(card: CardCall, outcome: CardOutcome | None = None) -> str:

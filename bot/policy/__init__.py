@@ -22,9 +22,9 @@ Modules: `_fields` (the value types), `_model` (the file's sections), `_rules` (
 `[[tools.<name>.rules]]` entry), `_shell` (shell text to simple commands), `_wrappers`
 (peeling `sudo`, `timeout`, ...), `_load` (reading the file and explaining its errors),
 `_policy` (`Policy` and its queries), `_preview` (a rule's preview template), `_gate` (the
-approval gate and its verdict order),
-`_approvers` (who may decide, as listed), `_audit` (`[audit]`: the webhook the audit log is
-exported to), `_errors` (`PolicyError`).
+approval gate and its verdict order), `_approvers` (who may decide, as listed), `_freezes`
+(`[[freezes]]`: change freezes), `_audit` (`[audit]`: the webhook the audit log is exported
+to), `_errors` (`PolicyError`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from ._approvers import ApproverSpec
 from ._audit import AuditPolicy
 from ._errors import PolicyError
 from ._fields import Trigger
+from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import GateDecision, PartVerdict
 from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
 from ._policy import Policy
@@ -41,12 +42,14 @@ from ._rules import Rule, Tier
 from ._shell import ParsedCommand, SimpleCommand, parse_command
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
+    "ActiveFreeze",
     "ApproverSpec",
     "ArgumentRule",
     "AuditPolicy",
     "ChannelPolicy",
     "DEFAULT_PREVIEW_TTL",
     "Defaults",
+    "FreezeSpec",
     "GateDecision",
     "ParsedCommand",
     "PartVerdict",
@@ -58,5 +61,6 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "Tier",
     "ToolPolicy",
     "Trigger",
+    "freeze_name",
     "parse_command",
 ]

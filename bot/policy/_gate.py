@@ -72,6 +72,9 @@ class GateDecision:
     """run_command: the parsed command (its flags say whether an allowance may cover it)."""
     preview: PreviewPlan | None = None
     """The deciding rule's `preview`, built from the simple command it matched."""
+    break_glass: bool = False
+    """During a freeze, the card offers "Break glass" (the rule's or the tool's
+    `break_glass`; never for a forbidden call)."""
 
     @property
     def tier(self) -> Tier:
@@ -167,7 +170,13 @@ def decide(
         )
     if config.approval != "rules":
         rule = f"{where}: approval = {config.approval}"
-        return GateDecision(config.approval != "never", rule, config.approval == "forbidden")
+        forbidden = config.approval == "forbidden"
+        return GateDecision(
+            config.approval != "never",
+            rule,
+            forbidden,
+            break_glass=config.break_glass and not forbidden,
+        )
     try:
         arguments = call.parsed_arguments()
     except ValueError:
@@ -176,7 +185,8 @@ def decide(
     command = arguments.get("command") if name == COMMAND_TOOL else None
     if name == COMMAND_TOOL and not isinstance(command, str):
         return GateDecision(True, f"{where}: no command text, approval required")
-    return _Judge(name, where, config.rules).call(arguments, defaults, command)
+    judge = _Judge(name, where, config.rules, break_glass=config.break_glass)
+    return judge.call(arguments, defaults, command)
 
 
 @dataclass
@@ -202,10 +212,14 @@ def _stricter(candidate: _Candidate, best: _Candidate) -> bool:
 class _Judge:
     """The strictest of the candidates a call's parts and arguments produce."""
 
-    def __init__(self, tool: str, where: str, rules: tuple[Rule, ...]) -> None:
+    def __init__(
+        self, tool: str, where: str, rules: tuple[Rule, ...], *, break_glass: bool = False
+    ) -> None:
         self.tool = tool
         self.where = where
         self.rules = rules
+        self.break_glass = break_glass
+        """The tool's own `break_glass` (a rule may set it too)."""
 
     def _strictest(self, matches: list[tuple[int, Rule]]) -> _Candidate | None:
         """The strictest of the rules that match (the first of them on a tie)."""
@@ -262,7 +276,8 @@ class _Judge:
         rule = best.rule
         if rule is None or best.index is None:
             text = f"{self.where}: {best.why}"
-            return GateDecision(True, text, parts=parts, command=parsed)
+            glass = self.break_glass
+            return GateDecision(True, text, parts=parts, command=parsed, break_glass=glass)
         name = self.name(best.index)
         return GateDecision(
             best.tier != "never",
@@ -278,4 +293,5 @@ class _Judge:
             parts=parts,
             command=parsed,
             preview=None if best.part is None else rule.preview_for(best.part),
+            break_glass=best.tier == "always" and (rule.break_glass or self.break_glass),
         )

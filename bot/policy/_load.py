@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from bot.tools.mcp.config import McpServerConfig, McpToolOverride
 
 from ._errors import PolicyError
+from ._freezes import FreezeSpec
 from ._model import RUN_COMMAND_ONLY, ArgumentRule, ChannelPolicy, Defaults, Rule, ToolPolicy
 from ._rules import NEEDS_MATCH
 
@@ -84,6 +85,8 @@ def _section(loc: tuple[int | str, ...], root: type[BaseModel]) -> type[BaseMode
             return Rule
         case ["channels_policy", _]:
             return ChannelPolicy
+        case ["freezes", int()]:
+            return FreezeSpec
         case ["mcp_servers", _]:
             return McpServerConfig
         case ["mcp_servers", _, "tools", _]:

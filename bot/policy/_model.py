@@ -85,6 +85,8 @@ class ToolPolicy(Model):
     allow_for: AllowWindow | None = None
     """Cards of this tool offer "Allow for <allow_for>": approve, and let the same call shape
     run without a card in that channel for that long (absent: no such button)."""
+    break_glass: StrictBool = False
+    """During a change freeze, this tool's cards offer "Break glass" (its rules may too)."""
 
     @model_validator(mode="after")
     def _rules_fit_approval(self) -> ToolPolicy:
@@ -121,6 +123,10 @@ class Defaults(Model):
     ] = ()
     """What the AI-app container offers to ask when someone opens a conversation with the bot
     (at most four)."""
+    freeze_admins: Annotated[tuple[ApproverId, ...], AfterValidator(unique)] = ()
+    """Who may start and end ad hoc freezes (`/opsgate freeze`, `/opsgate unfreeze`)."""
+    break_glass_approvers: Annotated[tuple[ApproverId, ...], AfterValidator(unique)] = ()
+    """Who may break glass on a card a freeze blocks (with a rule's own `approvers`)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Defaults:

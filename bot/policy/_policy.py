@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,6 +17,7 @@ from ._approvers import ApproverSpec
 from ._audit import AuditPolicy
 from ._errors import PolicyError
 from ._fields import GROUP_ID, ChannelId, Trigger
+from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import COMMAND_TOOL, GateDecision, approval_summary, built_in_tools, decide
 from ._load import did_you_mean, explain, parse_toml, read_policy_file
 from ._mcp import (
@@ -51,6 +52,8 @@ class Policy(Model):
     """`[mcp_servers.NAME]`: MCP tool servers whose tools are offered as `NAME__TOOL`."""
     audit: AuditPolicy = AuditPolicy()
     """`[audit]`: the audit log's export (a webhook)."""
+    freezes: tuple[FreezeSpec, ...] = ()
+    """`[[freezes]]`: change freezes (`bot.policy._freezes`)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)
@@ -152,6 +155,8 @@ class Policy(Model):
         places = [(f"[tools.{name}]", name) for name in self.tools]
         for channel, override in self.channels_policy.items():
             places += [(f"channels_policy.{channel}.tools", name) for name in override.tools or ()]
+        for index, freeze in enumerate(self.freezes):
+            places += [(f"{freeze_name(index)}.tools", name) for name in freeze.tools or ()]
         for where, name in places:
             if name.endswith("__*") or server_of(name) in unchecked_servers:
                 continue
@@ -293,6 +298,57 @@ class Policy(Model):
     def gate(self, tool: Tool, call: ToolCall) -> bool:
         """agent_core's `ApprovalGate`: pass `policy.gate` as `approval_gate=`."""
         return self.decide(tool, call).requires_approval
+
+    # freezes and break-glass
+
+    def active_freezes(self, now: datetime) -> list[ActiveFreeze]:
+        """The file's freezes in force at `now` (ad hoc ones are in the store)."""
+        found = []
+        for index, spec in enumerate(self.freezes):
+            window = spec.window_at(now)
+            if window is not None and window[0] <= now < window[1]:
+                found.append(self._active(index, spec, window))
+        return found
+
+    def ended_freezes(self, now: datetime) -> list[ActiveFreeze]:
+        """Each file freeze's latest window that has ended by `now` (to announce its end)."""
+        found = []
+        for index, spec in enumerate(self.freezes):
+            window = spec.window_at(now)
+            if window is not None and window[1] <= now:
+                found.append(self._active(index, spec, window))
+            elif window is not None and spec.schedule is not None:
+                earlier = spec.window_at(window[0] - timedelta(seconds=1))
+                if earlier is not None and earlier[1] <= now:
+                    found.append(self._active(index, spec, earlier))
+        return found
+
+    def _active(
+        self, index: int, spec: FreezeSpec, window: tuple[datetime, datetime]
+    ) -> ActiveFreeze:
+        return ActiveFreeze(
+            key=freeze_name(index),
+            label=freeze_name(index),
+            started_at=window[0],
+            until=window[1],
+            message=spec.message,
+            channels=spec.channels,
+            tools=spec.tools,
+        )
+
+    def break_glass_approvers(self, decision: GateDecision | None = None) -> ApproverSpec:
+        """Who may break glass on a call: `defaults.break_glass_approvers`, and the deciding
+        rule's own `approvers` when it names them (nobody when neither lists anyone)."""
+        listed = list(self.defaults.break_glass_approvers)
+        source = "defaults.break_glass_approvers"
+        if decision is not None and decision.approvers is not None:
+            listed += [a for a in decision.approvers if a not in listed]
+            source += f" and {decision.policy_rule}.approvers"
+        return ApproverSpec(
+            users=tuple(a for a in listed if not GROUP_ID.fullmatch(a)),
+            groups=tuple(a for a in listed if GROUP_ID.fullmatch(a)),
+            source=source,
+        )
 
     def rule_for(self, tool_name: Tool | str, call: ToolCall) -> str:
         """A human-readable name of the rule that applies to `call`, for the audit log."""

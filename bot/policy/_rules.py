@@ -15,7 +15,15 @@ import shlex
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from agent_core import canonical_arguments
@@ -73,6 +81,8 @@ class Rule(BaseModel):
     allow_prefix: Words | None = None
     """The argv prefix an "Allow for" on a call of this rule covers (instead of the exact argv);
     it starts with `prefix`."""
+    break_glass: StrictBool = False
+    """During a change freeze, cards of the calls this rule decides offer "Break glass"."""
     examples: tuple[Example, ...] = ()
     not_examples: tuple[Example, ...] = ()
     preview: StrictStr | None = None
@@ -112,6 +122,8 @@ class Rule(BaseModel):
                 f"{', '.join(unused)} apply only to calls that wait for approval, "
                 f'but this rule says approval = "{self.approval}"'
             )
+        if self.break_glass and self.approval == "forbidden":
+            raise ValueError("break_glass: a forbidden call is never run, so it cannot be broken")
         if self.approvers is not None:
             check_reachable(self.approvers, self.required_approvals or 1, "approvers")
         self._check_preview()

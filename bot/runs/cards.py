@@ -24,6 +24,7 @@ from ..tools.mcp import McpTool
 from ..words import format_duration
 from ._preview_run import card_preview, ensure_preview
 from .context import RunContext
+from .freezes import with_freeze
 from .notices import (
     CallLink,
     CardNotPosted,
@@ -142,6 +143,9 @@ class Cards:
         self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]
     ) -> str | None:
         card = self.card_call(row, batch, thread.channel_id)
+        card = await with_freeze(
+            self.ctx, card, row, thread.channel_id, call_decision(self.ctx, row)
+        )
         posted = await self.ctx.output.post_card(thread, card)
         match posted:
             case PostFailed(error=error):
@@ -175,6 +179,7 @@ class Cards:
             return
         batch = await self.ctx.store.batch_calls(row.session_id)
         card = self.card_call(row, batch, ref.channel_id)
+        card = await with_freeze(self.ctx, card, row, ref.channel_id, call_decision(self.ctx, row))
         outcome = None
         if row.status != "pending":
             status = _card_status(row.status)

@@ -15,8 +15,8 @@ from .gate import authorize_on, call_lock, refusal_notice
 from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .output import Thread
-from .timeline import PausedTimelines
 from .previews import Previews
+from .timeline import PausedTimelines
 
 __all__ = ["Decisions"]
 

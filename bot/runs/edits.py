@@ -48,6 +48,7 @@ from .edit_form import (
     json_arguments,
     parse_form,
 )
+from .freezes import freeze_for
 from .gate import authorize_on, refusal_notice
 from .metrics import note_decision
 from .notices import (
@@ -395,6 +396,8 @@ class _Gate:
         channel = self.thread.channel_id
         if decision.forbidden or ctx.policy.allow_window(tool.name, channel, decision) is None:
             return True
+        if await freeze_for(ctx, channel, tool.name) is not None:
+            return True  # a change freeze: no allowance covers a call (the card says why)
         arguments = call.parsed_arguments()
         for row in await ctx.store.active_allowances(channel_id=channel, now=ctx.clock()):
             shape = load_shape(row.shape)

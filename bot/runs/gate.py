@@ -10,9 +10,13 @@ from ..policy import GateDecision
 from ..store import CardLock, SessionRow, ToolCallRow
 from .cards import call_decision
 from .context import RunContext
+from .freezes import freeze_for, freeze_words
 from .notices import NotAllowed, NotApprovable, Notice
 
 __all__ = ["authorize_on", "call_lock", "refusal_notice"]
+
+_FROZEN_ACTIONS = frozenset({"approve", "edit", "allow", "show", "break_glass"})
+"""What a change freeze refuses (all but `break_glass`, which needs one)."""
 
 
 async def authorize_on(
@@ -36,11 +40,20 @@ async def authorize_on(
         requester = row.requested_by if row is not None else session.requester
     if decision is None and row is not None:
         decision = call_decision(ctx, row)
+    frozen = broken_by = None
+    if row is not None and action in _FROZEN_ACTIONS and row.needs_approval:
+        freeze = await freeze_for(ctx, session.channel_id, row.tool)
+        frozen = None if freeze is None else freeze_words(freeze)
+    if row is not None and action == "review":
+        glass = await ctx.store.break_glass_of(row.id)
+        broken_by = None if glass is None else glass.broken_by
     call = GatedCall(
         channel=session.channel_id,
         workspace=session.team_id,
         requester=requester,
         locked=call_lock(row, decision),
+        frozen=frozen,
+        broken_by=broken_by,
     )
     return await authorize(ctx.approvals, Actor(user, team), call, action, decision=decision)
 

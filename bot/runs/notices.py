@@ -26,6 +26,7 @@ __all__ = [
     "AllowanceRevoked",
     "AllowanceUsed",
     "AwaitingDecision",
+    "BreakGlassUsed",
     "CallLink",
     "CancelledBeforeStart",
     "CardNotPosted",
@@ -33,6 +34,8 @@ __all__ = [
     "DecisionNotRecorded",
     "EarlierQueued",
     "FinishNote",
+    "FreezeAnnounced",
+    "FreezeAnswer",
     "Help",
     "NotAllowed",
     "NotApprovable",
@@ -364,6 +367,43 @@ class NothingRevoked:
     kind: Literal["nothing_revoked"] = "nothing_revoked"
 
 
+# -- freezes ------------------------------------------------------------------------------------
+# Change freezes and break-glass (issue 23): what is announced in the channels a freeze covers,
+# and the answers to `/opsgate freeze`, `/opsgate unfreeze` and "Mark reviewed".
+
+
+@dataclass(frozen=True, slots=True)
+class FreezeAnnounced:
+    """A freeze window began (`started`) or ended, announced in each channel it covers."""
+
+    label: str
+    until: datetime
+    started: bool
+    message: str | None = None
+    started_by: str | None = None
+    kind: Literal["freeze_announced"] = "freeze_announced"
+
+
+@dataclass(frozen=True, slots=True)
+class BreakGlassUsed:
+    """The loud notice: `by` broke glass on a call of `tool` during `freeze`, because `reason`."""
+
+    tool: str
+    by: str
+    reason: str
+    freeze: str
+    permalink: str | None = None
+    kind: Literal["break_glass_used"] = "break_glass_used"
+
+
+@dataclass(frozen=True, slots=True)
+class FreezeAnswer:
+    """A private answer about freezes or break-glass, in plain words (escaped when drawn)."""
+
+    text: str
+    kind: Literal["freeze_answer"] = "freeze_answer"
+
+
 Notice = (
     ChannelNotAllowed
     | Queued
@@ -398,6 +438,9 @@ Notice = (
     | AllowanceList
     | AllowanceRevoked
     | NothingRevoked
+    | FreezeAnnounced
+    | BreakGlassUsed
+    | FreezeAnswer
 )
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,

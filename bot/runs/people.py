@@ -17,8 +17,17 @@ from ..words import format_duration
 from .cards import Cards, call_decision
 from .context import RunContext
 from .edits import Allowances
+from .freezes import active_freezes, freeze_info, freeze_summary
 from .gate import authorize_on
-from .views import AllowanceInfo, CardCall, ChannelHelp, HomeView, PendingEntry
+from .views import (
+    AllowanceInfo,
+    CardCall,
+    ChannelHelp,
+    FreezeInfo,
+    GlassInfo,
+    HomeView,
+    PendingEntry,
+)
 
 __all__ = ["REPUBLISH_MAX", "Answers", "Home"]
 
@@ -66,6 +75,7 @@ class Home:
                 channels.add(where)
                 to_decide.append(self.cards.card_call(row, batch, where))
         allowances = [a for a in await self.allowances.active() if await self._sees(a, user, team)]
+        freezes, unreviewed = await self._freezes()
         return HomeView(
             user=user,
             to_decide=tuple(to_decide),
@@ -73,7 +83,19 @@ class Home:
             allowances=tuple(allowances),
             policy=self.summary(),
             channels=tuple(sorted(channels)),
+            freezes=freezes,
+            unreviewed=unreviewed,
         )
+
+    async def _freezes(self) -> tuple[tuple[FreezeInfo, ...], tuple[GlassInfo, ...]]:
+        """The change freezes in force and the break-glass uses nobody reviewed yet."""
+        found = await active_freezes(self.ctx)
+        rows = await self.ctx.store.unreviewed_break_glass()
+        glass = tuple(
+            GlassInfo(r.ledger_id, r.channel_id, r.broken_by, r.reason, r.freeze_key, r.broken_at)
+            for r in rows
+        )
+        return tuple(freeze_info(f) for f in found), glass
 
     async def _sees(self, allowance: AllowanceInfo, user: str, team: str | None) -> bool:
         if allowance.granted_by == user:
@@ -164,7 +186,7 @@ class Home:
         text += (
             f"Allowances may be granted for: {', '.join(allows)}." if allows else "No allowances."
         )
-        return text
+        return text + freeze_summary(policy)
 
 
 # -- answers -------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ Runs start only through the run queue (`Dispatcher`, below), which keeps each ch
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from ..faults import checkpoint
 from ..policy import Policy
 from ..store import EnqueueOutcome, QueueItem, Store, batch_complete
 from ..words import count
+from .break_glass import FreezeDesk
 from .cancel import Cancels
 from .cards import Cards
 from .container import Container
@@ -82,6 +84,8 @@ class RunService:
         """Conversations in Slack's AI-app container: the channel each one looks at."""
         self.answers = Answers(ctx, self.cards)
         self.decisions = Decisions(ctx, self.cards, self.maybe_resume, self._driver.paused)
+        self.freezes = FreezeDesk(ctx, self.cards, self.maybe_resume)
+        """Change freezes and break-glass (`bot.runs.break_glass`)."""
         """Approve and Reject: who may, record once, redraw, resume."""
         self.edits = Edits(
             ctx, self.cards, self.allowances, self.decisions.decide, self.maybe_resume
@@ -287,6 +291,7 @@ class RunService:
         """Remind about calls that expire soon; expire those past their time limit, redraw their
         cards and resume their runs."""
         store = self.ctx.store
+        await self.freezes.tick()
         await send_reminders(self.ctx, self.cards)
         expired = await store.expire_due(self.ctx.clock())
         for row in expired:
@@ -335,9 +340,11 @@ class RunService:
         entries: list[PendingEntry] = await self.answers.pending(user, channel=channel, team=team)
         return PendingList(tuple(entries))
 
-    def help_for(self, channel: str) -> Help:
-        """Usage, and the policy of `channel`."""
-        return Help(self.answers.channel_help(channel))
+    async def help_for(self, channel: str) -> Help:
+        """Usage, the policy of `channel`, and the change freezes in force there."""
+        info = self.answers.channel_help(channel)
+        freezes = await self.freezes.freezes_now(channel)
+        return Help(dataclasses.replace(info, freezes=freezes) if freezes else info)
 
 
 # -- queue ---------------------------------------------------------------------------------------

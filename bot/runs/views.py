@@ -25,6 +25,8 @@ __all__ = [
     "EditErrors",
     "EditField",
     "EditForm",
+    "FreezeInfo",
+    "GlassInfo",
     "HomeView",
     "OutcomeStatus",
     "PendingEntry",
@@ -124,6 +126,39 @@ class CardCall:
     """That rule's `justification` (the operator's words)."""
     preview: CardPreview | None = None
     """The deciding rule's preview (issue 23); None when its rule declares none."""
+    # -- change freezes and break-glass (`bot.runs.freezes`) --
+    frozen: str | None = None
+    """The change freeze that blocks the call, in words; then no Approve, Edit or Allow."""
+    frozen_until: datetime | None = None
+    freeze_message: str | None = None
+    break_glass: bool = False
+    """The frozen card offers "Break glass" (the policy's `break_glass`)."""
+    glass: GlassInfo | None = None
+    """Someone broke glass on this call: the decided card keeps "Mark reviewed" until then."""
+
+
+@dataclass(frozen=True, slots=True)
+class GlassInfo:
+    """A break-glass use on a call: who, why, and who reviewed it (None: not yet)."""
+
+    ledger_id: str
+    channel: str
+    broken_by: str
+    reason: str
+    freeze: str
+    broken_at: datetime
+    reviewed_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FreezeInfo:
+    """A change freeze in force: its name, until when, why, where."""
+
+    label: str
+    until: datetime
+    message: str | None = None
+    channels: tuple[str, ...] | None = None
+    started_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +203,8 @@ class ChannelHelp:
     concurrency: int
     has_instructions: bool
     policy_source: str
+    freezes: tuple[FreezeInfo, ...] = ()
+    """Change freezes in force in the channel now."""
 
 
 # -- ux ------------------------------------------------------------------------------------------
@@ -261,3 +298,7 @@ class HomeView:
     """One paragraph: what needs approval and who decides."""
     channels: tuple[str, ...] = field(default=())
     """The channels the allowances and approvals were gathered from."""
+    freezes: tuple[FreezeInfo, ...] = ()
+    """Change freezes in force now."""
+    unreviewed: tuple[GlassInfo, ...] = ()
+    """Break-glass uses nobody has reviewed yet."""

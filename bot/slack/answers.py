@@ -10,6 +10,7 @@ from ..runs.views import ChannelHelp, PendingEntry
 from ..store import CancelReason, DecisionReason
 from ..words import count
 from .cards import approvers_text, slack_date
+from .freezes import freeze_lines
 from .mrkdwn import code_span, escape_mrkdwn, requester_text, user_mention
 
 __all__ = [
@@ -42,6 +43,15 @@ def refusal_text(refusal: Refused) -> str:
                 "Its arguments could not be shown whole, so it cannot be approved, edited or "
                 "allowed. Reject it, or ask again with shorter arguments."
             )
+        case "frozen":
+            return (
+                f"Nothing may be approved, edited or allowed now: {escape_mrkdwn(refusal.rule)} "
+                "is in force (where the policy allows it, a break-glass approver may break glass)."
+            )
+        case "not_breakable":
+            return f"Glass cannot be broken here: {escape_mrkdwn(refusal.rule)}."
+        case "own_break_glass":
+            return "You broke glass on this call, so someone else must review it."
         case "self_approval":
             return (
                 "You asked for this, so you cannot approve it yourself: someone else has to. "
@@ -51,6 +61,13 @@ def refusal_text(refusal: Refused) -> str:
             return (
                 "Only members of this workspace may decide here. To let people from another "
                 "organisation approve, list them in the policy's approvers."
+            )
+        case _ if refusal.action == "break_glass":
+            if who.anyone:
+                return "Nobody may break glass here: the policy lists no break_glass_approvers."
+            return (
+                f"Only {approvers_text(who.users, who.groups)} may break glass on this call "
+                "(defaults.break_glass_approvers, or the rule's approvers)."
             )
         case _:
             text = f"Only {approvers_text(who.users, who.groups)} may approve this."
@@ -151,6 +168,8 @@ _USAGE = (
     "• `/opsgate <request>`: start a run here (your request becomes a new thread)",
     "• `/opsgate pending`: approvals waiting for your decision, with links to their cards",
     "• `/opsgate help`: this help",
+    "• `/opsgate freeze <duration> <reason>`, `/opsgate unfreeze`: start or end a change "
+    "freeze of this channel (freeze admins only)",
     "• Mention me in a channel, or write to me in a DM; reply in the thread to go on",
     "• Write `cancel` in a thread waiting for approval (or click *Cancel run* on a card) "
     "to end the run without running anything: the requester or an approver may",
@@ -191,5 +210,8 @@ def help_text(info: ChannelHelp) -> str:
     ]
     if info.has_instructions:
         policy.append("• This channel has its own instructions for me")
+    if info.freezes:
+        policy.append("• *Change freezes in force* (no Approve until they end):")
+        policy += [f"  {line}" for line in freeze_lines(info.freezes)]
     policy.append(f"_Policy: {escape_mrkdwn(info.policy_source)}_")
     return "\n".join([*_USAGE, *policy])

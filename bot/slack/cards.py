@@ -13,7 +13,6 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from slack_sdk.models.blocks import (
@@ -30,6 +29,7 @@ from slack_sdk.models.blocks import (
 
 from ..runs.views import CardCall, CardOutcome, OutcomeStatus, ServerTool
 from ..store import CardLock
+from .freezes import break_glass_button, frozen_blocks, review_blocks
 from .ids import (
     ACTION_ALLOW,
     ACTION_APPROVE,
@@ -48,6 +48,7 @@ from .mrkdwn import (
     one_line,
     preformatted,
     requester_text,
+    slack_date,
     user_mention,
 )
 from .previews import preview_blocks, preview_digest_text, rerun_button
@@ -102,13 +103,15 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
     )
     if call.locked is not None:
         blocks.append(section(lock_text(call.locked)))
+    blocks += frozen_blocks(call)  # a change freeze: no Approve, Edit or Allow (freezes.py)
+    approvable = call.locked is None and call.frozen is None
     blocks.append(
         ActionsBlock(
             block_id=decision_block_id(
                 call.digest, preview_digest=call.preview.digest if call.preview else None
             ),
             elements=[
-                *([approve] if call.locked is None else []),
+                *([approve] if approvable else []),
                 ButtonElement(
                     text=PlainTextObject(text="Reject"),
                     action_id=ACTION_REJECT,
@@ -116,8 +119,9 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
                     style="danger",
                 ),
                 # Edit and Allow approve too: a card that may not be approved offers neither.
-                *(extra_buttons(call) if call.locked is None else []),
+                *(extra_buttons(call) if approvable else []),
                 *(rerun_button(call) if call.locked is None else []),
+                *break_glass_button(call),
                 ButtonElement(
                     text=PlainTextObject(text="Cancel run"),
                     action_id=ACTION_CANCEL,
@@ -148,6 +152,7 @@ def decided_card(
     blocks += _policy_note(call)
     blocks += preview_blocks(call)
     blocks.append(section(_outcome_text(outcome)))
+    blocks += review_blocks(call)  # a break-glass use: "Mark reviewed" until then
     return _to_dicts(blocks)
 
 
@@ -300,14 +305,6 @@ def _held_text(held: Sequence[tuple[str, Any]]) -> str:
     if len(held) > shown:
         lines.append(f"• … and {len(held) - shown} more")
     return "\n".join(lines)
-
-
-def slack_date(moment: datetime) -> str:
-    """Shown in each reader's time zone; the fallback (UTC) where Slack cannot format it."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    fallback = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} at {{time}}|{fallback}>"
 
 
 def arguments_blocks(arguments: Any, arg_limit: int) -> Arguments:

@@ -24,6 +24,7 @@ from slack_sdk.models.views import View
 
 from ..runs.views import AllowanceInfo, CardCall, HomeView
 from .cards import card_body, overflow, section
+from .freezes import freeze_lines, unreviewed_lines
 from .ids import (
     ACTION_APPROVE,
     ACTION_EDIT,
@@ -61,6 +62,7 @@ def home_view(home: HomeView) -> dict[str, Any]:
         blocks += card_body(call, _ARG_LIMIT)
     blocks.append(section("*Active allowances*"))
     blocks += allowance_blocks(home.allowances) or [_note("No allowances are active.")]
+    blocks += _freeze_blocks(home)
     blocks.append(section("*Policy*\n" + escape_cut(home.policy, 2500)))
     view = View(type="home", blocks=blocks[:100])
     result: dict[str, Any] = view.to_dict()
@@ -133,3 +135,16 @@ _NOT_SHOWN_WHOLE = (
 
 def _note(text: str) -> ContextBlock:
     return ContextBlock(elements=[MarkdownTextObject(text=text)])
+
+
+def _freeze_blocks(home: HomeView) -> list[Block]:
+    """Change freezes in force and break-glass uses to review (`bot.slack.freezes`)."""
+    blocks: list[Block] = []
+    if home.freezes:
+        blocks.append(
+            section("*Change freezes in force*\n" + "\n".join(freeze_lines(home.freezes)))
+        )
+    if home.unreviewed:
+        lines = unreviewed_lines(home.unreviewed[:20])
+        blocks.append(section("*Break-glass uses to review*\n" + "\n".join(lines)))
+    return blocks

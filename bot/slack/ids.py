@@ -25,24 +25,29 @@ __all__ = [
     "ACTION_ALLOW",
     "ACTION_ALLOW_SHAPE",
     "ACTION_APPROVE",
+    "ACTION_BREAK_GLASS",
     "ACTION_CANCEL",
     "ACTION_EDIT",
     "ACTION_FEEDBACK",
     "ACTION_FEEDBACK_REASON",
     "ACTION_FIELD",
+    "ACTION_GLASS_REASON",
     "ACTION_REASON",
     "ACTION_REASON_CHOICE",
     "ACTION_REJECT",
     "ACTION_RERUN_PREVIEW",
+    "ACTION_REVIEWED",
     "ACTION_REVOKE",
     "BLOCK_ACTIONS",
     "BLOCK_ALLOW_SHAPE",
     "BLOCK_FEEDBACK",
     "BLOCK_FEEDBACK_REASON",
+    "BLOCK_GLASS_REASON",
     "BLOCK_REASON",
     "BLOCK_REASON_CHOICE",
     "BUTTON_VALUE_MAX",
     "CALLBACK_ALLOW",
+    "CALLBACK_BREAK_GLASS",
     "CALLBACK_EDIT",
     "CALLBACK_FEEDBACK",
     "CALLBACK_REJECT",
@@ -75,6 +80,12 @@ ACTION_RERUN_PREVIEW = "opsgate_rerun_preview"
 """A card's "Re-run preview" button: run the deciding rule's preview again and redraw."""
 ACTION_REVOKE = "opsgate_revoke"
 """An allowance's Revoke button (Home tab, `/opsgate allowances`)."""
+# Change freezes: "Break glass" on a frozen card, its reason modal, "Mark reviewed" after
+ACTION_BREAK_GLASS = "opsgate_break_glass"
+ACTION_REVIEWED = "opsgate_mark_reviewed"
+CALLBACK_BREAK_GLASS = "opsgate_break_glass_modal"
+BLOCK_GLASS_REASON = "glass_reason"
+ACTION_GLASS_REASON = "glass_reason_input"
 # The reject modal
 CALLBACK_REJECT = "opsgate_reject_modal"
 BLOCK_REASON = "reason"

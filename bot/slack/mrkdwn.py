@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import unicodedata
+from datetime import UTC, datetime
 
 from agent_core.outcomes import CallOutcome, render_outcome
 
@@ -36,6 +37,7 @@ __all__ = [
     "preformatted",
     "requester_text",
     "reveal",
+    "slack_date",
     "truncate",
     "user_mention",
 ]
@@ -330,3 +332,11 @@ def outcome_text(outcome: CallOutcome) -> str:
     stand_in: CallOutcome = dataclasses.replace(outcome, **{field: _PERSON})  # type: ignore[arg-type]
     text = escape_mrkdwn(render_outcome(stand_in))
     return text.replace(escape_mrkdwn(_PERSON), person_text(person))  # NUL is shown as a mark
+
+
+def slack_date(moment: datetime) -> str:
+    """Shown in each reader's time zone; the fallback (UTC) where Slack cannot format it."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    fallback = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} at {{time}}|{fallback}>"

@@ -15,6 +15,7 @@ from ..runs.notices import (
     AllowanceRevoked,
     AllowanceUsed,
     AwaitingDecision,
+    BreakGlassUsed,
     CallLink,
     CancelledBeforeStart,
     CardNotPosted,
@@ -22,6 +23,8 @@ from ..runs.notices import (
     DecisionNotRecorded,
     EarlierQueued,
     FinishNote,
+    FreezeAnnounced,
+    FreezeAnswer,
     Help,
     NotAllowed,
     NotApprovable,
@@ -51,6 +54,7 @@ from ..runs.views import AllowanceInfo
 from ..words import count_verb
 from .answers import cancel_reason_text, decision_reason_text, help_text, pending_text, refusal_text
 from .cards import lock_text, slack_date
+from .freezes import freeze_notice_text
 from .mrkdwn import code_span, escape_mrkdwn, outcome_text, preformatted, user_mention
 
 __all__ = [
@@ -138,6 +142,8 @@ def render(notice: Notice) -> Rendered:
             | NothingRevoked()
         ):
             return Rendered(ux_text(notice))
+        case FreezeAnnounced() | BreakGlassUsed() | FreezeAnswer():
+            return Rendered(freeze_notice_text(notice))
         case _:
             return Rendered(_answer_text(notice))
 

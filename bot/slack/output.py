@@ -91,7 +91,10 @@ class SlackThreadOutput:
             return
         try:
             await self.client.chat_postMessage(
-                channel=thread.channel_id, thread_ts=thread.thread_ts, text=rendered.text
+                # A thread_ts of "" is the channel's top level (freeze announcements).
+                channel=thread.channel_id,
+                thread_ts=thread.thread_ts or None,
+                text=rendered.text,
             )
         except SLACK_ERRORS as exc:
             logger.error("could not post to %s: %s", thread.channel_id, slack_error(exc))

@@ -21,6 +21,7 @@ from .errors import (
     UnknownCall,
     UnknownSession,
 )
+from .freezes import BreakGlassRow, FreezeRow
 from .health import WriteHealth, require_writable
 from .models import (
     AllowanceGrant,
@@ -77,6 +78,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AuditEvent",
     "AuditRow",
     "BatchMovedOn",
+    "BreakGlassRow",
     "CallExpired",
     "CallStatus",
     "CancelOutcome",
@@ -89,6 +91,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "DecisionReason",
     "EditNotAllowed",
     "EnqueueOutcome",
+    "FreezeRow",
     "HOME_VIEWERS_KEPT",
     "HomeViewer",
     "InboxItem",

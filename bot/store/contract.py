@@ -19,6 +19,7 @@ from agent_core.events import ToolApprovalRequest, ToolCallHeld
 from agent_core.messages import ChatMessage, ToolCall
 from agent_core.sessions import StoredContext, Summary
 
+from .freezes import BreakGlassRow, FreezeRow
 from .models import (
     AllowanceGrant,
     AllowanceRow,
@@ -316,6 +317,54 @@ class Store(Protocol):
 
     async def revoke_allowance(self, allowance_id: str, *, user_id: str) -> bool:
         """End an allowance now; conditional (False if already revoked or unknown)."""
+
+    # -- change freezes and break-glass (`bot/store/freezes.py`) ---------------------------------
+
+    async def start_freeze(
+        self, *, channel_id: str, started_by: str, reason: str, ends_at: datetime
+    ) -> FreezeRow:
+        """A new ad hoc freeze of the channel, from now until `ends_at`."""
+
+    async def end_freezes(self, *, channel_id: str, ended_by: str) -> list[FreezeRow]:
+        """End the channel's ad hoc freezes in force now; conditional (each ends once)."""
+
+    async def ad_hoc_freezes(
+        self, *, ending_after: datetime, channel_id: str | None = None
+    ) -> list[FreezeRow]:
+        """Ad hoc freezes that end after `ending_after` (of one channel, when given)."""
+
+    async def claim_freeze_notice(
+        self,
+        key: str,
+        event: str,
+        *,
+        details: Mapping[str, Any],
+        after: str | None = None,
+    ) -> bool:
+        """Claim announcement `key` and audit `event`, in one transaction; conditional (one
+        caller across replicas gets True). `after`: only once that key was claimed."""
+
+    async def record_break_glass(
+        self,
+        ledger_id: str,
+        *,
+        channel_id: str,
+        user_id: str,
+        reason: str,
+        freeze: str,
+        session_id: str | None,
+        call_id: str | None,
+        details: Mapping[str, Any],
+    ) -> bool:
+        """Record a break-glass use and audit `break_glass`; conditional (once per call)."""
+
+    async def break_glass_of(self, ledger_id: str) -> BreakGlassRow | None: ...
+
+    async def review_break_glass(self, ledger_id: str, *, user_id: str) -> BreakGlassRow | None:
+        """Mark a break-glass use reviewed (never by its breaker), audit
+        `break_glass_reviewed`; conditional (None when reviewed already)."""
+
+    async def unreviewed_break_glass(self) -> list[BreakGlassRow]: ...
 
     # -- the Home tab ----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from .db import utc_now
 from .db.postgres import PostgresDb
 from .edits import Edits
 from .errors import PostgresSchemaTooNew
+from .freezes import Freezes
 from .outbox import Outbox
 from .recovery import Recovery
 from .replicas import DEFAULT_LEASE, Replicas
@@ -29,7 +30,7 @@ from .schema import SCHEMA_VERSION
 __all__ = ["DEFAULT_LEASE", "SCHEMA_VERSION", "PostgresSchemaTooNew", "PostgresStore", "redact"]
 
 
-class PostgresStore(Edits, Recovery, Audit, Outbox, AssistantThreads, Replicas):
+class PostgresStore(Edits, Recovery, Audit, Outbox, AssistantThreads, Replicas, Freezes):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 
     Use it as an async context manager: entering opens an asyncpg pool and applies pending

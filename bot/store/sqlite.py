@@ -17,6 +17,7 @@ from .audit import Audit
 from .db import utc_now
 from .db.sqlite import SQLiteDb
 from .edits import Edits
+from .freezes import Freezes
 from .outbox import Outbox
 from .recovery import Recovery
 from .rules import Person
@@ -24,7 +25,7 @@ from .rules import Person
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Edits, Recovery, Audit, Outbox, AssistantThreads):
+class SQLiteStore(Edits, Recovery, Audit, Outbox, AssistantThreads, Freezes):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`). Use it as an async context manager.
 

@@ -21,19 +21,24 @@ from bot.slack.ids import (
     ACTION_ALLOW,
     ACTION_ALLOW_SHAPE,
     ACTION_APPROVE,
+    ACTION_BREAK_GLASS,
     ACTION_CANCEL,
     ACTION_EDIT,
     ACTION_FEEDBACK,
     ACTION_FEEDBACK_REASON,
     ACTION_FIELD,
+    ACTION_GLASS_REASON,
     ACTION_REASON,
     ACTION_REJECT,
     ACTION_RERUN_PREVIEW,
+    ACTION_REVIEWED,
     ACTION_REVOKE,
     BLOCK_ALLOW_SHAPE,
     BLOCK_FEEDBACK_REASON,
+    BLOCK_GLASS_REASON,
     BLOCK_REASON,
     CALLBACK_ALLOW,
+    CALLBACK_BREAK_GLASS,
     CALLBACK_EDIT,
     CALLBACK_FEEDBACK,
     CALLBACK_REJECT,
@@ -150,6 +155,15 @@ async def test_every_action_and_modal_handler_refuses_a_click_with_no_workspace(
             ("view_submission", CALLBACK_ALLOW): view_submission(
                 CALLBACK_ALLOW, f"{ledger_id} {row.running_digest}", shape, user=CAROL
             ),
+            # Change freezes (issue 23): "Break glass", its reason form, "Mark reviewed".
+            ("action", ACTION_BREAK_GLASS): click(ACTION_BREAK_GLASS, ledger_id),
+            ("view_submission", CALLBACK_BREAK_GLASS): view_submission(
+                CALLBACK_BREAK_GLASS,
+                f"{ledger_id} {row.running_digest}",
+                {BLOCK_GLASS_REASON: {ACTION_GLASS_REASON: {"value": "outage"}}},
+                user=CAROL,
+            ),
+            ("action", ACTION_REVIEWED): click(ACTION_REVIEWED, ledger_id),
             ("action", ACTION_FEEDBACK): feedback,
             ("view_submission", CALLBACK_FEEDBACK): view_submission(
                 CALLBACK_FEEDBACK, said, why, user=CAROL
@@ -175,7 +189,7 @@ async def test_every_action_and_modal_handler_refuses_a_click_with_no_workspace(
         assert session is not None and session.state == "awaiting_approval"
         assert not bot.slack.calls_to("views.open")  # no form was opened
         audited = {r.event for r in await bot.deps.store.audit_rows()}
-        assert not audited & {"feedback", "feedback_reason"}
+        assert not audited & {"feedback", "feedback_reason", "break_glass", "break_glass_reviewed"}
         told = [c.params["text"] for c in bot.slack.calls_to("chat.postEphemeral")]
         refused = [t for t in told if "did not say which workspace" in t]
         # Revoke answers where it was clicked (its response_url), in its own words.

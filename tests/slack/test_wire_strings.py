@@ -24,10 +24,12 @@ from bot.runs.views import (
     CardPreview,
     EditField,
     EditForm,
+    GlassInfo,
     HomeView,
 )
 from bot.slack.cards import approval_card, decided_card, minimal_blocks
 from bot.slack.feedback import FeedbackClick, feedback_blocks, feedback_modal
+from bot.slack.freezes import break_glass_modal
 from bot.slack.home import home_view
 from bot.slack.ids import COMMAND, SHORTCUT, card_metadata
 from bot.slack.modals import allow_modal, edit_modal, reject_modal
@@ -48,14 +50,19 @@ ACTION_IDS = {
     "reason_choice_select",
     "reason_input",
     "value",
+    # Change freezes (issue 23)
+    "opsgate_break_glass",
+    "opsgate_mark_reviewed",
+    "glass_reason_input",
 }
 CALLBACK_IDS = {
     "opsgate_allow_modal",
     "opsgate_edit_modal",
     "opsgate_feedback_modal",
     "opsgate_reject_modal",
+    "opsgate_break_glass_modal",
 }
-FIXED_BLOCK_IDS = {"allow_shape", "reason", "reason_choice", "feedback_reason"}
+FIXED_BLOCK_IDS = {"allow_shape", "reason", "reason_choice", "feedback_reason", "glass_reason"}
 SESSION = "0123456789abcdef0123456789abcdef"
 FEEDBACK_BLOCK = f"opsgate_feedback:{SESSION}"
 FEEDBACK_VALUES = ("good", "bad")
@@ -112,7 +119,33 @@ def _rendered() -> list[Any]:
         allow_modal(allow),
         feedback_blocks(SESSION),
         feedback_modal(FeedbackClick(SESSION, "bad", "1700000000.000100")),
+        *_freeze_rendered(now),
     ]
+
+
+def _freeze_rendered(now: datetime) -> list[Any]:
+    """A frozen card offering "Break glass", its reason form, a decided card to review."""
+    frozen = _call(frozen="freezes[0]", frozen_until=now, break_glass=True)
+    glass = GlassInfo(LEDGER, "C1", "U2", "outage", "freezes[0]", now)
+    return [
+        approval_card(frozen),
+        break_glass_modal(LEDGER, DIGEST),
+        decided_card(_call(glass=glass), CardOutcome("approved", "U2", now, "break glass")),
+    ]
+
+
+def test_the_freeze_buttons_say_what_they_do_and_never_approve_reject_or_cancel() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    labels = {
+        str(e["text"]["text"])
+        for blocks in _freeze_rendered(now)[::2]
+        for b in blocks
+        if b.get("type") == "actions"
+        for e in b["elements"]
+    }
+    new = labels - {"Reject", "Cancel run"}
+    assert new == {"Break glass", "Mark reviewed"}
+    assert not any(w in label.lower() for label in new for w in ("approve", "reject", "cancel"))
 
 
 def _collect(node: Any, key: str, into: set[str]) -> set[str]:

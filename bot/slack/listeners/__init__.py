@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import assistant, cards, commands, feedback, home, messages, previews
+from . import assistant, break_glass, cards, commands, feedback, home, messages, previews
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp
@@ -28,6 +28,7 @@ def register(
     home.register(app, service, output)
     cards.register(app, service, output)
     previews.register(app, service, output)
+    break_glass.register(app, service, output)
     feedback.register(app, service, output)
     assistant.register(app, service, output)
     messages.register(app, service, policy=policy)

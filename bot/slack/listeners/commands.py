@@ -2,7 +2,9 @@
 
 `/opsgate <request>` starts a run in the channel, `/opsgate pending` lists the approvals the
 caller may decide, `/opsgate allowances` lists the channel's active allowances (with Revoke),
-`/opsgate help` (or nothing) explains usage and the channel's policy.
+`/opsgate help` (or nothing) explains usage and the channel's policy, `/opsgate freeze
+<duration> <reason>` and `/opsgate unfreeze` start and end an ad hoc change freeze of the
+channel (freeze admins only).
 
 A signed request replayed within Slack's five-minute signature window verifies again, so each
 invocation is claimed once in the store by its `trigger_id` (unique per invocation; the
@@ -33,6 +35,8 @@ __all__ = [
 _HELP_WORDS = frozenset({"", "help", "?", "-h", "--help"})
 _ANSWERED_AT_ONCE = _HELP_WORDS | {"pending", "cancel", "allowances"}
 """Words that only read: everything else is a request, saved before it is acknowledged."""
+_FREEZE_WORDS = frozenset({"freeze", "unfreeze"})
+"""`/opsgate freeze <duration> <reason>` and `/opsgate unfreeze` (freeze admins only)."""
 _CANCEL_HINT = (
     "To cancel a run that waits for approval, write `cancel` in its thread or click "
     "*Cancel run* on one of its cards."
@@ -59,6 +63,20 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
         team = str(command.get("team_id") or "")
         hook = respond if command.get("response_url") else None
         saved = None
+        first = word.split(" ", 1)[0]
+        if first in _FREEZE_WORDS:
+            await ack()
+            key = invocation_key(command)
+            if key is None or await service.ctx.store.first_sighting(key):
+                desk = service.freezes
+                rest = text[len(first) :].strip()
+                notice = await (
+                    desk.freeze(channel, user=user, text=rest)
+                    if first == "freeze"
+                    else desk.unfreeze(channel, user=user)
+                )
+                await output.replies.answer_command(hook, channel=channel, user=user, notice=notice)
+            return
         if word not in _ANSWERED_AT_ONCE:
             # A request is saved before the acknowledgement (docs/architecture.md), in the same
             # transaction as its invocation key: a replay within Slack's signature window
@@ -81,7 +99,7 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
             await output.replies.answer_command(hook, channel=channel, user=user, notice=notice)
 
         if word in _HELP_WORDS:
-            await answer(service.help_for(channel))
+            await answer(await service.help_for(channel))
         elif word == "allowances":
             entries = tuple(await service.allowances.active(channel))
             await output.replies.answer_allowances(

@@ -305,6 +305,78 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(
+        14,
+        # Change freezes and break-glass (issue 23). Ad hoc freezes (`/opsgate freeze`) must hold
+        # on every replica, so they are rows; each start and end of a freeze is announced and
+        # audited once across replicas by claiming its key here; a break-glass use is a row
+        # until an approver other than the breaker marks it reviewed.
+        "ad hoc freezes, freeze announcements claimed once, break-glass uses to review",
+        sqlite=(
+            """
+            CREATE TABLE freezes (
+                id         TEXT PRIMARY KEY,
+                channel_id TEXT NOT NULL,
+                started_by TEXT NOT NULL,
+                reason     TEXT NOT NULL,
+                starts_at  TEXT NOT NULL,
+                ends_at    TEXT NOT NULL,
+                ended_by   TEXT
+            )
+            """,
+            "CREATE INDEX freezes_by_end ON freezes (ends_at)",
+            """
+            CREATE TABLE freeze_notices (
+                key        TEXT PRIMARY KEY,
+                claimed_at TEXT NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE break_glass (
+                ledger_id   TEXT PRIMARY KEY,
+                channel_id  TEXT NOT NULL,
+                broken_by   TEXT NOT NULL,
+                reason      TEXT NOT NULL,
+                freeze_key  TEXT NOT NULL,
+                broken_at   TEXT NOT NULL,
+                reviewed_by TEXT,
+                reviewed_at TEXT
+            )
+            """,
+        ),
+        postgres=(
+            """
+            CREATE TABLE freezes (
+                id         text PRIMARY KEY,
+                channel_id text NOT NULL,
+                started_by text NOT NULL,
+                reason     text NOT NULL,
+                starts_at  timestamptz NOT NULL,
+                ends_at    timestamptz NOT NULL,
+                ended_by   text
+            )
+            """,
+            "CREATE INDEX freezes_by_end ON freezes (ends_at)",
+            """
+            CREATE TABLE freeze_notices (
+                key        text PRIMARY KEY,
+                claimed_at timestamptz NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE break_glass (
+                ledger_id   text PRIMARY KEY,
+                channel_id  text NOT NULL,
+                broken_by   text NOT NULL,
+                reason      text NOT NULL,
+                freeze_key  text NOT NULL,
+                broken_at   timestamptz NOT NULL,
+                reviewed_by text,
+                reviewed_at timestamptz
+            )
+            """,
+        ),
+    ),
+    Migration(
         15,
         # Issue 23's previews: the last run of a gated call's preview (JSON text on both
         # databases), shown on its card and bound to its approval.
