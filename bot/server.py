@@ -139,7 +139,7 @@ async def started(
         yield Started(app, service, metrics, checks, outbox)
     finally:
         try:
-            await deps.tasks.aclose(grace=shutdown_grace)
+            await deps.tasks.aclose(grace=shutdown_grace, stuck=deps.store.abort)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(OUTBOX_DRAIN):
                     await outbox.wait_idle()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 __all__ = [
@@ -62,11 +62,20 @@ class TaskSupervisor:
         """Wait until no task is running (tests and graceful shutdown use this)."""
         await self._idle.wait()
 
-    async def aclose(self, *, grace: float = 0.0) -> None:
+    async def aclose(
+        self,
+        *,
+        grace: float = 0.0,
+        stuck: Callable[[], Awaitable[None]] | None = None,
+        stuck_after: float = 5.0,
+    ) -> None:
         """Stop: let runs in flight finish for up to `grace` seconds, then cancel the rest.
 
         A run cancelled inside a tool leaves that call `executing`; the next start-up reports
-        it as interrupted and never runs it again.
+        it as interrupted and never runs it again. A task that does not stop within
+        `stuck_after` seconds of its cancel is waiting on something that does not answer (an
+        asyncpg query's cancel waits on the server): `stuck` is called (the store drops its
+        connections) and the tasks are awaited again.
         """
         self._closed = True
         if grace > 0 and self._tasks:
@@ -74,4 +83,12 @@ class TaskSupervisor:
         tasks = [*self._tasks, *self._services]
         for task in tasks:
             task.cancel()
+        if tasks and stuck is not None:
+            _, pending = await asyncio.wait(tasks, timeout=stuck_after)
+            if pending:
+                names = ", ".join(sorted(t.get_name() for t in pending))
+                logger.error(
+                    "%s did not stop in %.0f s; dropping what they wait on", names, stuck_after
+                )
+                await stuck()
         await asyncio.gather(*tasks, return_exceptions=True)

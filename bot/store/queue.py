@@ -334,9 +334,10 @@ class _GroupCommit:
                 waiting.settled.set()
             return
         except BaseException:
-            again = [w for w in group if w is not mine]
-            self._waiting[:0] = again
-            for waiting in again:  # back in line; one cancelled meanwhile leaves it
+            # Cut short (cancelled): rolled back. The others go back in line (one cancelled
+            # meanwhile leaves it when it wakes); `mine` is the caller's and goes nowhere.
+            self._waiting[:0] = [w for w in group if w is not mine]
+            for waiting in group:
                 waiting.settled.set()
             raise
         for waiting, result in zip(group, results, strict=True):
