@@ -158,8 +158,10 @@ def chat_span(model: str, conversation: str | None = None) -> Span:
     return _tracer().start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
 
 
-def tool_span(tool: str, call_id: str, seconds: float, *, is_error: bool) -> None:
-    """`execute_tool {tool}`, written when the result arrives (it ran for `seconds`)."""
+def tool_span(tool: str, call_id: str, seconds: float, *, outcome: str = "ok") -> None:
+    """`execute_tool {tool}`, written when the result arrives (it ran for `seconds`);
+    `outcome` as `opsgate_tool_seconds` counts it ("error" or "timeout": the span's status is
+    an error, of `error.type` tool_error or timeout)."""
     end = time.time_ns()
     span = _tracer().start_span(
         f"execute_tool {tool}",
@@ -171,9 +173,9 @@ def tool_span(tool: str, call_id: str, seconds: float, *, is_error: bool) -> Non
             "gen_ai.tool.call.id": call_id,
         },
     )
-    if is_error:
+    if outcome != "ok":
         span.set_status(Status(StatusCode.ERROR))
-        span.set_attribute("error.type", "tool_error")
+        span.set_attribute("error.type", "timeout" if outcome == "timeout" else "tool_error")
     span.end(end_time=end)
 
 

@@ -32,7 +32,7 @@ from .driver import Driver
 from .edits import Allowances, Edits
 from .feedback import Feedback
 from .inbox import Inbox
-from .metrics import note_decision, note_run_ended
+from .metrics import note_decision, note_recovered
 from .notices import (
     AwaitingDecision,
     ChannelNotAllowed,
@@ -305,7 +305,7 @@ class RunService:
                 "requeued %s that had not begun before the restart", count(len(requeued), "run")
             )
         for recovered in await store.recover():
-            note_run_ended(self.ctx, recovered.session.id, "interrupted")
+            note_recovered(self.ctx, recovered)
             tools = tuple(r.tool for r in recovered.interrupted)
             await self.ctx.output.say(Thread.of(recovered.session), Recovered(tools))
             await self.cards.redraw_batch(recovered.session.id)

@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from agent_core import FunctionTool, ToolError, tool
+from agent_core import FunctionTool, ToolError, ToolTimeout, tool
 
 from ._run_as import RunAs
 
@@ -251,7 +251,10 @@ async def _run(
         _kill_group(proc.pid)
         await _settle(proc, tasks)
     await asyncio.gather(*tasks, return_exceptions=True)
-    return _report(proc.returncode, stdout, stderr, timed_out=time_limit if timed_out else None)
+    report = _report(proc.returncode, stdout, stderr, timed_out=time_limit if timed_out else None)
+    if timed_out:  # the model reads the report all the same, as an error result
+        raise ToolTimeout(report, time_limit)
+    return report
 
 
 def make_run_command(
