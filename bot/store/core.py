@@ -237,7 +237,8 @@ class StoreCore:
             await self._write_unchained(tx, event, actor, session_id, call_id, details)
             return
         # The row as it will read back: UTC time, details through the JSON the column stores.
-        stored = json.loads(json_text(dict(details or {})))
+        text = json_text(dict(details or {}))
+        stored = json.loads(text)
         if self._db.dialect == "postgresql" and _has_float(stored):
             # jsonb keeps numbers as numeric and prints 1e16 as 10000000000000000: hash what
             # it will give back (one more round trip, only when a float is there).
@@ -251,7 +252,9 @@ class StoreCore:
             "call_id": call_id,
             "details": stored,
         }
-        columns = {"at": self._db.time_in(at), "details": self._db.json_in(stored)}
+        # SQLite stores the text itself (encoding what it decodes to gives the same text).
+        column = text if self._db.dialect == "sqlite" else self._db.json_in(stored)
+        columns = {"at": self._db.time_in(at), "details": column}
         append = _APPEND[self._db.dialect]
         known = self._known_head(tx)
         if known is not None and await self._try_append(tx, append, known, fields, columns):

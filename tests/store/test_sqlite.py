@@ -354,3 +354,19 @@ async def test_done_request_rows_are_deleted_once_newer_ones_pass_the_limit(
     assert first not in ids  # done and old: deleted
     assert second in ids  # old but not done: kept for recovery
     assert message in ids  # other kinds are not touched
+
+
+async def test_an_audit_append_after_a_known_head_is_one_statement(db: Path) -> None:
+    """Once the store has appended, the next append is the conditional insert alone: no read
+    of the chain head (the insert's trigger checks and advances it)."""
+    async with SQLiteStore(db) as store:
+        await store.audit("request", actor="U1", details={"n": 0})
+        statements: list[str] = []
+        await store._connection().set_trace_callback(statements.append)
+        await store.audit("request", actor="U1", details={"n": 1})
+        await store._connection().set_trace_callback(None)
+        # (sqlite3 traces the insert again for each statement of its trigger.)
+        ours = {s.split(" (")[0] for s in statements} - {"BEGIN IMMEDIATE", "COMMIT"}
+        assert ours == {"INSERT INTO audit"}, statements
+        [_, row] = await store.audit_rows()
+        assert row.seq == 2
