@@ -370,3 +370,19 @@ async def test_an_audit_append_after_a_known_head_is_one_statement(db: Path) -> 
         assert ours == {"INSERT INTO audit"}, statements
         [_, row] = await store.audit_rows()
         assert row.seq == 2
+
+
+async def test_an_unchained_store_writes_audit_rows_as_before_the_chain(db: Path) -> None:
+    """`chained=False` (the benchmark's floor only): one plain insert, no seq and no hash, on a
+    database whose chain trigger was dropped (it refuses such rows)."""
+    async with SQLiteStore(db, chained=False) as store:
+        with pytest.raises(StoreError, match="not its next link"):
+            await store.audit("request", actor="U1", details={"n": 0})
+        await store._connection().execute("DROP TRIGGER audit_chain_advance")
+        await store.audit("request", actor="U1", details={"n": 1})
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute("SELECT seq, prev_hash, hash, details FROM audit").fetchall()
+    finally:
+        conn.close()
+    assert rows == [(None, None, None, '{"n": 1}')]
