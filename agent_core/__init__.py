@@ -13,6 +13,7 @@ Exceptions (catch `AgentCoreError` to catch them all):
     │   └── PendingApprovalError  new messages for a session still waiting for decisions
     ├── ToolCallAlreadyStarted    the store says the call started already; never run twice
     └── ToolError                 raised by a tool: a clean error message for the model
+        └── ToolTimeout           the tool ran past its time limit and was stopped
 """
 
 from ._loop import ApprovalGate, FunctionInvokingChatClient, RequestView, RunJournal
@@ -54,6 +55,7 @@ from .exceptions import (
     StreamError,
     ToolCallAlreadyStarted,
     ToolError,
+    ToolTimeout,
 )
 from .messages import ChatMessage, Role, ToolCall, call_digest, canonical_arguments
 from .openai import OpenAIChatClient
@@ -126,6 +128,7 @@ __all__ = [
     "ToolError",
     "ToolResult",
     "ToolRunning",
+    "ToolTimeout",
     "Usage",
     "call_digest",
     "canonical_arguments",

@@ -45,6 +45,7 @@ from .exceptions import (
     ResumeError,
     ToolCallAlreadyStarted,
     ToolError,
+    ToolTimeout,
 )
 from .messages import ChatMessage, ToolCall, call_digest
 from .outcomes import CallOutcome, Edited, edited_result, render_outcome
@@ -433,13 +434,19 @@ class FunctionInvokingChatClient:
             if edit is not None:
                 arguments = edit.arguments
             yield ToolRunning(call.id, call.name)
-            content, is_error, seconds = await _run_tool(call, tool, arguments)
-            if edit is not None:
-                content = edited_result(edit, content)
+            ran = await _run_tool(call, tool, arguments)
+            content = ran.content if edit is None else edited_result(edit, ran.content)
             message = ChatMessage.tool(content, call.id)
-            await journal.finish_tool_call(call, message, is_error=is_error)
+            await journal.finish_tool_call(call, message, is_error=ran.is_error)
             history.append(message)
-            yield ToolResult(call.id, call.name, content, is_error=is_error, seconds=seconds)
+            yield ToolResult(
+                call.id,
+                call.name,
+                content,
+                is_error=ran.is_error,
+                seconds=ran.seconds,
+                timed_out=ran.timed_out,
+            )
         for item in deferred:
             yield await _answer_unrun(journal, history, item)
 
@@ -496,20 +503,27 @@ async def _answer_unrun(
     return ToolResult(call.id, call.name, unrun.content, unrun.is_error, unrun.outcome)
 
 
-async def _run_tool(
-    call: ToolCall, tool: Tool, arguments: dict[str, Any]
-) -> tuple[str, bool, float]:
+@dataclass(frozen=True, slots=True)
+class _Ran:
+    content: str
+    is_error: bool
+    seconds: float
+    timed_out: bool = False
+
+
+async def _run_tool(call: ToolCall, tool: Tool, arguments: dict[str, Any]) -> _Ran:
     """Run the tool (`current_call_id` names the call meanwhile); whatever it raises becomes an
-    error result for the model. Also returns the seconds it ran."""
+    error result for the model (`ToolTimeout`: a timed-out one). Also says how long it ran."""
     token, started = current_call_id.set(call.id), time.monotonic()
+    timed_out = False
     try:
         result: object = await tool.invoke(arguments)
         content, is_error = _to_text(result), False  # _to_text also replaces lone surrogates
     except ToolError as exc:
-        content, is_error = f"Error: {exc}", True
+        content, is_error, timed_out = f"Error: {exc}", True, isinstance(exc, ToolTimeout)
     except Exception as exc:
         logger.exception("tool %r raised", call.name)
         content, is_error = f"Error: tool {call.name!r} failed: {type(exc).__name__}: {exc}", True
     finally:
         current_call_id.reset(token)
-    return _to_text(content), is_error, time.monotonic() - started
+    return _Ran(_to_text(content), is_error, time.monotonic() - started, timed_out)

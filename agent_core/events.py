@@ -119,6 +119,9 @@ class ToolResult:
     outcome: CallOutcome | None = None
     seconds: float | None = field(default=None, compare=False)
     """How long the tool ran (monotonic clock; not part of equality); None if it did not run."""
+    timed_out: bool = False
+    """The tool ran past its time limit and was stopped (it raised `ToolTimeout`); `is_error`
+    is set too."""
     kind: Literal["tool_result"] = "tool_result"
 
 

@@ -13,6 +13,7 @@ __all__ = [
     "StreamError",
     "ToolCallAlreadyStarted",
     "ToolError",
+    "ToolTimeout",
 ]
 
 
@@ -102,6 +103,16 @@ class PendingApprovalError(ResumeError):
 
 class ToolError(AgentCoreError):
     """Raise inside a tool to send a clean error message back to the model."""
+
+
+class ToolTimeout(ToolError):
+    """Raise inside a tool that ran past its time limit and was stopped: the model reads the
+    message (with whatever output there was), and the result says `timed_out`, so metrics and
+    traces count a timeout apart from other errors."""
+
+    def __init__(self, message: str, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds
 
 
 class ToolCallAlreadyStarted(AgentCoreError):

@@ -21,6 +21,7 @@ in another process and carry an approval, so the few spans are written here dire
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
@@ -158,8 +159,10 @@ def chat_span(model: str, conversation: str | None = None) -> Span:
     return _tracer().start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
 
 
-def tool_span(tool: str, call_id: str, seconds: float, *, is_error: bool) -> None:
-    """`execute_tool {tool}`, written when the result arrives (it ran for `seconds`)."""
+def tool_span(tool: str, call_id: str, seconds: float, *, outcome: str = "ok") -> None:
+    """`execute_tool {tool}`, written when the result arrives (it ran for `seconds`);
+    `outcome` as `opsgate_tool_seconds` counts it ("error" or "timeout": the span's status is
+    an error, of `error.type` tool_error or timeout)."""
     end = time.time_ns()
     span = _tracer().start_span(
         f"execute_tool {tool}",
@@ -171,9 +174,9 @@ def tool_span(tool: str, call_id: str, seconds: float, *, is_error: bool) -> Non
             "gen_ai.tool.call.id": call_id,
         },
     )
-    if is_error:
+    if outcome != "ok":
         span.set_status(Status(StatusCode.ERROR))
-        span.set_attribute("error.type", "tool_error")
+        span.set_attribute("error.type", "timeout" if outcome == "timeout" else "tool_error")
     span.end(end_time=end)
 
 
@@ -189,26 +192,47 @@ def approval_span(
     rule: str,
 ) -> None:
     """`approval {tool}` from the card to its decision, in the paused run's trace (`parent`:
-    its stored trace and span ids) when known."""
-    context = None
-    if parent is not None and (remote := _span_context(*parent)) is not None:
-        context = trace.set_span_in_context(trace.NonRecordingSpan(remote))
-    wait = max(0.0, (decided_at - asked_at).total_seconds())
-    span = _tracer().start_span(
-        f"approval {tool}",
-        context=context,
-        kind=SpanKind.INTERNAL,
-        start_time=int(asked_at.timestamp() * 1e9),
-        attributes={
-            "gen_ai.tool.name": tool,
-            "opsgate.approval.decision": decision,
-            "opsgate.approval.approvers": list(approvers),
-            "opsgate.approval.required": required,
-            "opsgate.approval.rule": rule,
-            "opsgate.approval.wait_seconds": wait,
-        },
-    )
-    span.end(end_time=int(decided_at.timestamp() * 1e9))
+    its stored trace and span ids) when known. The span is whole when asked for (both ends
+    are known), so inside an event loop it is written just after the caller's step: building
+    it (tens of microseconds in the SDK) then never holds up the store transaction that was
+    waiting for this decision's to end."""
+    attributes = {
+        "gen_ai.tool.name": tool,
+        "opsgate.approval.decision": decision,
+        "opsgate.approval.approvers": tuple(approvers),
+        "opsgate.approval.required": required,
+        "opsgate.approval.rule": rule,
+        "opsgate.approval.wait_seconds": max(0.0, (decided_at - asked_at).total_seconds()),
+    }
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        _write_approval(tool, parent, asked_at, decided_at, attributes)
+    else:
+        loop.call_soon(_write_approval, tool, parent, asked_at, decided_at, attributes)
+
+
+def _write_approval(
+    tool: str,
+    parent: tuple[str, str] | None,
+    asked_at: datetime,
+    decided_at: datetime,
+    attributes: dict[str, Any],
+) -> None:
+    try:
+        context = None
+        if parent is not None and (remote := _span_context(*parent)) is not None:
+            context = trace.set_span_in_context(trace.NonRecordingSpan(remote))
+        span = _tracer().start_span(
+            f"approval {tool}",
+            context=context,
+            kind=SpanKind.INTERNAL,
+            start_time=int(asked_at.timestamp() * 1e9),
+            attributes=attributes,
+        )
+        span.end(end_time=int(decided_at.timestamp() * 1e9))
+    except Exception:  # a span never fails the decision it describes
+        logger.exception("the approval span of %r could not be written", tool)
 
 
 # -- ids across a pause ---------------------------------------------------------------------------

@@ -72,6 +72,8 @@ class Cancels:
             return NothingCancelled(outcome.why or NotWaiting(session.state))
         note_run_ended(self.ctx, session.id, "cancelled")
         for row in outcome.rows:
+            if row.status == "cancelled":  # answered without running, as a resumed run would
+                self.ctx.observer.tool_finished(row.name, "cancelled", 0.0)
             if row.needs_approval and row.status == "cancelled":
                 note_decision(self.ctx, row, "cancelled")
                 await self.cards.refresh(row)

@@ -292,9 +292,9 @@ class _Shown:
 
 def _tool_ran(ctx: RunContext, result: ToolResult, seconds: float) -> None:
     """Count and log one tool execution (a call answered without running is not one)."""
-    outcome: ToolOutcome = "error" if result.is_error else "ok"
+    outcome: ToolOutcome = "timeout" if result.timed_out else "error" if result.is_error else "ok"
     ctx.observer.tool_finished(result.name, outcome, seconds)
-    tracing.tool_span(result.name, result.call_id, seconds, is_error=result.is_error)
+    tracing.tool_span(result.name, result.call_id, seconds, outcome=outcome)
     log_event(
         "tool.executed",
         call=result.call_id,

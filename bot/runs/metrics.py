@@ -29,9 +29,16 @@ from ..observability.metrics import (
     ToolOutcome,
 )
 from ..policy import Policy
-from ..store import ToolCallRow
+from ..store import RecoveredSession, ToolCallRow
 
-__all__ = ["NoObserver", "ObservedChatClient", "RunObserver", "note_decision", "note_run_ended"]
+__all__ = [
+    "NoObserver",
+    "ObservedChatClient",
+    "RunObserver",
+    "note_decision",
+    "note_recovered",
+    "note_run_ended",
+]
 
 logger = logging.getLogger("opsgate.runs")
 
@@ -135,6 +142,14 @@ def note_run_ended(ctx: _Observed, session_id: str, outcome: RunOutcome) -> None
     ctx.observer.run_finished(outcome)
     with log_context(session=session_id):
         log_event("run.finished", outcome=outcome)
+
+
+def note_recovered(ctx: _Observed, recovered: RecoveredSession) -> None:
+    """A run cut short by a restart (this process's or a lapsed replica's): it ended
+    interrupted, and so did each call that was running (its outcome is unknown)."""
+    note_run_ended(ctx, recovered.session.id, "interrupted")
+    for row in recovered.interrupted:
+        ctx.observer.tool_finished(row.name, "interrupted", 0.0)
 
 
 # -- observed ------------------------------------------------------------------------------------

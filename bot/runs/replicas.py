@@ -24,7 +24,7 @@ from datetime import timedelta
 
 from ..store import LeaseHolder, Store, StoreError, Wake, WakeSource
 from ..tasks import TaskSupervisor
-from .metrics import note_run_ended
+from .metrics import note_recovered
 from .notices import Recovered
 from .output import Thread
 from .service import RunService
@@ -62,7 +62,7 @@ async def take_over_lapsed(service: RunService) -> None:
         logger.info("requeued %d run(s) of a lapsed replica", len(requeued))
     for recovered in await store.recover():
         session = recovered.session
-        note_run_ended(ctx, session.id, "interrupted")
+        note_recovered(ctx, recovered)
         tools = tuple(r.tool for r in recovered.interrupted)
         thread = Thread.of(session)
         await ctx.output.say(thread, Recovered(tools))

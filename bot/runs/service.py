@@ -34,7 +34,7 @@ from .driver import Driver
 from .edits import Allowances, Edits
 from .feedback import Feedback
 from .inbox import Inbox
-from .metrics import note_decision, note_run_ended
+from .metrics import note_decision, note_recovered
 from .notices import (
     AwaitingDecision,
     ChannelNotAllowed,
@@ -312,7 +312,7 @@ class RunService:
                 "requeued %s that had not begun before the restart", count(len(requeued), "run")
             )
         for recovered in await store.recover():
-            note_run_ended(self.ctx, recovered.session.id, "interrupted")
+            note_recovered(self.ctx, recovered)
             tools = tuple(r.tool for r in recovered.interrupted)
             thread = Thread.of(recovered.session)
             await self.ctx.output.say(thread, Recovered(tools))

@@ -16,7 +16,10 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
+
+from pydantic import TypeAdapter
 
 from .db import Tx
 from .models import AuditRow
@@ -25,11 +28,14 @@ __all__ = [
     "GENESIS",
     "KEY_VARIABLE",
     "Broken",
+    "ChainHead",
     "Intact",
     "Verdict",
     "audit_key",
+    "canonical_hash",
     "chain_existing_rows",
     "printed",
+    "printed_time",
     "row_hash",
     "verify_chain",
 ]
@@ -52,15 +58,38 @@ def printed(row: AuditRow) -> dict[str, Any]:
     return row.model_dump(mode="json")
 
 
+_TIME = TypeAdapter(datetime)
+
+
+def printed_time(at: datetime) -> str:
+    """`at` as `printed` gives it (pydantic's JSON form), for an append that hashes its row
+    from the values in hand instead of building the model and dumping it."""
+    return str(_TIME.dump_python(at, mode="json"))
+
+
+def canonical_hash(data: dict[str, Any], key: bytes | None) -> str:
+    """The pinned hash of a printed row given without its `hash` (it holds `prev_hash`)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    payload = text.encode() + str(data["prev_hash"]).encode()
+    if key is None:
+        return hashlib.sha256(payload).hexdigest()
+    return hmac.new(key, payload, hashlib.sha256).hexdigest()
+
+
 def row_hash(row: AuditRow, key: bytes | None) -> str:
     """The row's hash as pinned (its own `hash` field is left out)."""
     data = printed(row)
     data.pop("hash", None)
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    payload = text.encode() + row.prev_hash.encode()
-    if key is None:
-        return hashlib.sha256(payload).hexdigest()
-    return hmac.new(key, payload, hashlib.sha256).hexdigest()
+    return canonical_hash(data, key)
+
+
+@dataclass(frozen=True, slots=True)
+class ChainHead:
+    """The chain's last link as a store last saw it: where the next append goes."""
+
+    seq: int
+    hash: str
+    last_id: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from pydantic_core import PydanticSerializationError
 from agent_core import replace_lone_surrogates, replace_lone_surrogates_in
 from agent_core.messages import ChatMessage
 
-from .chain import audit_key, row_hash
+from .chain import ChainHead, audit_key, canonical_hash, printed_time
 from .db import Db, Row, Tx, aware, json_text
 from .errors import StoreError, UnknownCall, UnknownSession
 from .models import AuditRow, QueueItem, SessionRow, ToolCallRow
@@ -31,6 +31,23 @@ from .rules import Person
 __all__ = ["StoreCore", "message_body"]
 
 logger = logging.getLogger("opsgate.store")
+
+_ROW = (
+    "INSERT INTO audit (id, at, event, actor, session_id, call_id, details, seq, prev_hash, "
+    "hash) SELECT :id, :at, :event, :actor, :session_id, :call_id, :details, :seq, "
+    ":prev_hash, :hash FROM {head} WHERE head.seq = :after AND head.hash = :prev_hash"
+)
+_APPEND = {
+    # Not a CTE on SQLite: Python's sqlite3 counts rows only for statements that begin with
+    # INSERT, UPDATE, DELETE or REPLACE.
+    "sqlite": _ROW.format(head="audit_chain AS head"),
+    "postgresql": "WITH head AS MATERIALIZED (SELECT seq, hash FROM audit_chain FOR UPDATE) "
+    + _ROW.format(head="head"),
+}
+"""The next link, inserted only if the head is still the one it follows (else nothing:
+the store then reads the head, locked, and appends after it). On PostgreSQL the head row is
+locked first whatever it holds (materialized, so the comparison sees the head after any wait,
+not the one from before it)."""
 
 
 def message_body(message: ChatMessage) -> str:
@@ -55,15 +72,34 @@ def _has_float(value: Any) -> bool:
     return False
 
 
+def _link(head: ChainHead, fields: dict[str, Any], columns: dict[str, Any]) -> dict[str, Any]:
+    """The append's parameters for the row after `head`: hashed as printed, stored as the
+    columns take it (`columns`: time and details in the database's form)."""
+    link = {**fields, "id": head.last_id + 1, "seq": head.seq + 1, "prev_hash": head.hash}
+    return {**link, **columns, "hash": canonical_hash(link, audit_key()), "after": head.seq}
+
+
 class StoreCore:
     """The database, the clock and the shared steps; an async context manager (entering opens
     the database and migrates it, leaving closes it)."""
 
-    def __init__(self, db: Db, *, clock: Callable[[], datetime], person: Person) -> None:
+    def __init__(
+        self,
+        db: Db,
+        *,
+        clock: Callable[[], datetime],
+        person: Person,
+        chained: bool = True,
+    ) -> None:
         self._db = db
         self._clock = clock
         self._person = person
         self._instance_id: str | None = None
+        self._chained = chained
+        """False only for `bench/audit_chain.py`'s floor: audit rows as before the chain (no
+        seq, no hash), on a database whose chain trigger the benchmark dropped."""
+        self._head: tuple[Tx, ChainHead] | None = None
+        """The head this store's last append left, and the transaction that wrote it."""
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -191,44 +227,93 @@ class StoreCore:
         call_id: str | None = None,
         details: Mapping[str, Any] | None = None,
     ) -> None:
-        """Append one row to the chain (`bot/store/chain.py`): lock the one-row chain head
-        (PostgreSQL; SQLite's write transaction is already the only one) and write the row
-        with the next seq and id and its hash; the insert's trigger advances the head (and
-        refuses a row that is not the next link), all in the caller's transaction, so
-        replicas append one at a time and a rolled-back write leaves no gap."""
+        """Append one row to the chain (`bot/store/chain.py`), in the caller's transaction.
+
+        One statement when the head is known (`_known_head`): the insert is conditional on the
+        head still being that one, and its trigger advances the head (refusing a row that is
+        not the next link). Otherwise, or when it inserted nothing (the head moved: another
+        store on the file, a rolled-back append), the head is read, locked (PostgreSQL;
+        SQLite's write transaction is already the only one), and the row appended after it.
+        Replicas append one at a time, and a rolled-back write leaves no gap. The row is
+        hashed from the values in hand, as `opsgate audit --json` will print it."""
+        if not self._chained:
+            await self._write_unchained(tx, event, actor, session_id, call_id, details)
+            return
+        # The row as it will read back: UTC time, details through the JSON the column stores.
+        text = json_text(dict(details or {}))
+        stored = json.loads(text)
+        if self._db.dialect == "postgresql" and _has_float(stored):
+            # jsonb keeps numbers as numeric and prints 1e16 as 10000000000000000: hash what
+            # it will give back (one more round trip, only when a float is there).
+            stored = await tx.fetch_value("SELECT CAST(:details AS jsonb)", {"details": stored})
+        at = self._moment().astimezone(UTC)
+        fields = {
+            "at": printed_time(at),
+            "event": event,
+            "actor": actor,
+            "session_id": session_id,
+            "call_id": call_id,
+            "details": stored,
+        }
+        # SQLite stores the text itself (encoding what it decodes to gives the same text).
+        column = text if self._db.dialect == "sqlite" else self._db.json_in(stored)
+        columns = {"at": self._db.time_in(at), "details": column}
+        append = _APPEND[self._db.dialect]
+        known = self._known_head(tx)
+        if known is not None and await self._try_append(tx, append, known, fields, columns):
+            return
+        head = await self._locked_head(tx)
+        if not await self._try_append(tx, append, head, fields, columns):
+            raise StoreError(f"the audit chain of {self._db.name!r} moved under its lock")
+
+    def _known_head(self, tx: Tx) -> ChainHead | None:
+        """The head to try first: on SQLite the one this store's last append left (the write
+        lock makes this transaction the only writer, so it is right unless another store on
+        the file appended since, which the conditional insert finds); on PostgreSQL only the
+        one this transaction left (it holds the head locked), as replicas append meanwhile."""
+        if self._head is None:
+            return None
+        owner, head = self._head
+        return head if owner is tx or not self._db.for_update else None
+
+    async def _try_append(
+        self, tx: Tx, append: str, head: ChainHead, fields: dict[str, Any], columns: dict[str, Any]
+    ) -> bool:
+        """Append after `head`; False (nothing written) if it is no longer the head."""
+        row = _link(head, fields, columns)
+        if await tx.execute(append, row) != 1:
+            return False
+        self._head = (tx, ChainHead(row["seq"], row["hash"], row["id"]))
+        return True
+
+    async def _locked_head(self, tx: Tx) -> ChainHead:
         head = await tx.fetch_one(
             "SELECT seq, hash, last_id FROM audit_chain" + self._db.for_update
         )
         if head is None:
             raise StoreError(f"the audit chain of {self._db.name!r} has no head (migrate it)")
-        # The row as it will read back: UTC time, details through the JSON the column stores.
-        stored = json.loads(json_text(dict(details or {})))
-        if self._db.dialect == "postgresql" and _has_float(stored):
-            # jsonb keeps numbers as numeric and prints 1e16 as 10000000000000000: hash what
-            # it will give back (one more round trip, only when a float is there).
-            stored = await tx.fetch_value("SELECT CAST(:details AS jsonb)", {"details": stored})
-        row = AuditRow(
-            id=int(head["last_id"]) + 1,
-            at=self._moment().astimezone(UTC),
-            event=event,
-            actor=actor,
-            session_id=session_id,
-            call_id=call_id,
-            details=stored,
-            seq=int(head["seq"]) + 1,
-            prev_hash=head["hash"],
-            hash="",
-        )
-        digest = row_hash(row, audit_key())
+        return ChainHead(int(head["seq"]), str(head["hash"]), int(head["last_id"]))
+
+    async def _write_unchained(
+        self,
+        tx: Tx,
+        event: str,
+        actor: str | None,
+        session_id: str | None,
+        call_id: str | None,
+        details: Mapping[str, Any] | None,
+    ) -> None:
+        """The append without the chain (`chained=False`: the benchmark's floor only)."""
         await tx.execute(
-            "INSERT INTO audit (id, at, event, actor, session_id, call_id, details, seq, "
-            "prev_hash, hash) VALUES (:id, :at, :event, :actor, :session_id, :call_id, "
-            ":details, :seq, :prev_hash, :hash)",
+            "INSERT INTO audit (at, event, actor, session_id, call_id, details) "
+            "VALUES (:at, :event, :actor, :session_id, :call_id, :details)",
             {
-                **row.model_dump(exclude={"at", "details", "hash"}),
-                "at": self._db.time_in(row.at),
-                "details": self._db.json_in(row.details),
-                "hash": digest,
+                "at": self._now(),
+                "event": event,
+                "actor": actor,
+                "session_id": session_id,
+                "call_id": call_id,
+                "details": self._db.json_in(dict(details or {})),
             },
         )
 

@@ -164,8 +164,9 @@ class Decisions(Ledger):
         }
         if why is not None:
             details = {**common, "why": why.kind, "shown_digest": digest}
+            after = await self._call(tx, ledger_id)
             await self._audit_call(tx, "refusal", row, details, actor=user_id)
-            return DecisionOutcome(recorded=False, row=await self._call(tx, ledger_id), why=why)
+            return DecisionOutcome(recorded=False, row=after, why=why)
         approvals = list(row.approvals)
         final = True
         if decision == "approved":
@@ -195,8 +196,10 @@ class Decisions(Ledger):
             why = MoreApprovalsNeeded(len(approvals), required_approvals)
         counts: dict[str, Any] = {"approvals": len(approvals), "final": final}
         details = {**common, **counts, "required_approvals": required_approvals}
+        # The audit row last: on PostgreSQL it locks the chain's head until the commit.
+        after = await self._call(tx, ledger_id)
         await self._audit_call(tx, "decision", row, details, actor=user_id)
-        return DecisionOutcome(recorded=True, row=await self._call(tx, ledger_id), why=why)
+        return DecisionOutcome(recorded=True, row=after, why=why)
 
     # -- previews ----------------------------------------------------------------------------------
 

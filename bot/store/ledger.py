@@ -191,7 +191,7 @@ class Ledger(Sessions):
                 raise UnknownCall(call.id, session_id)
             current = self._call_model(row)
             if current.status == "interrupted":
-                await self._late_result(tx, session, current, message, is_error=is_error)
+                await self._record_result(tx, session, current, message, is_error, late=True)
                 late = True
             elif current.status != "executing":
                 raise StoreError(
@@ -199,58 +199,47 @@ class Ledger(Sessions):
                     "not executing; its result was not recorded"
                 )
             else:
-                await self._finish(tx, session, current, message, is_error=is_error)
+                await self._record_result(tx, session, current, message, is_error, late=False)
         if late:
             raise LateResult(call.id, session_id)
 
-    async def _late_result(
-        self, tx: Any, session: Any, current: ToolCallRow, message: ChatMessage, *, is_error: bool
+    async def _record_result(
+        self,
+        tx: Any,
+        session: Any,
+        current: ToolCallRow,
+        message: ChatMessage,
+        is_error: bool,
+        *,
+        late: bool,
     ) -> None:
-        """Keep what a stalled replica's call returned after it was reported interrupted: the
-        result on the row (its status stays `interrupted`) and an audit row; the session's
-        history already answers the call as interrupted, so nothing is appended."""
+        """The result on the row and its `execution_end` audit row. On time, the row is done
+        and the result appended to the history; `late` (a stalled replica's call that was
+        reported interrupted meanwhile), the row stays `interrupted` and nothing is appended:
+        the history already answers the call as interrupted."""
+        done = "" if late else "status = 'done', "
         await tx.execute(
-            "UPDATE tool_calls SET result = :result, is_error = :is_error, finished_at = :now "
-            "WHERE id = :id",
-            {"result": message.content, "is_error": is_error, "now": self._now(), "id": current.id},
-        )
-        await self._write_audit(
-            tx,
-            "execution_end",
-            actor=session["requester"],
-            session_id=current.session_id,
-            call_id=current.call_id,
-            details={
-                "ledger_id": current.id,
-                "tool": current.name,
-                "is_error": is_error,
-                "result_chars": len(message.content or ""),
-                "late": True,
-                "status": "interrupted",
-            },
-        )
-
-    async def _finish(
-        self, tx: Any, session: Any, current: ToolCallRow, message: ChatMessage, *, is_error: bool
-    ) -> None:
-        await tx.execute(
-            "UPDATE tool_calls SET status = 'done', result = :result, is_error = :is_error, "
+            f"UPDATE tool_calls SET {done}result = :result, is_error = :is_error, "
             "finished_at = :now WHERE id = :id",
             {"result": message.content, "is_error": is_error, "now": self._now(), "id": current.id},
         )
-        await self._append(tx, current.session_id, [message])
+        if not late:
+            await self._append(tx, current.session_id, [message])
+        details: dict[str, Any] = {
+            "ledger_id": current.id,
+            "tool": current.name,
+            "is_error": is_error,
+            "result_chars": len(message.content or ""),
+        }
+        if late:
+            details |= {"late": True, "status": "interrupted"}
         await self._write_audit(
             tx,
             "execution_end",
             actor=session["requester"],
             session_id=current.session_id,
             call_id=current.call_id,
-            details={
-                "ledger_id": current.id,
-                "tool": current.name,
-                "is_error": is_error,
-                "result_chars": len(message.content or ""),
-            },
+            details=details,
         )
 
     # -- reading the ledger ------------------------------------------------------------------------
@@ -333,13 +322,25 @@ class Ledger(Sessions):
 
     async def _expire(self, tx: Tx, row: ToolCallRow, now: datetime) -> ToolCallRow:
         ttl = expiry_ttl(row)
-        await tx.execute(
+        return await self._mark(
+            tx,
+            row,
+            "expiry",
             "UPDATE tool_calls SET status = 'expired', decided_at = :now, ttl = :ttl "
             "WHERE id = :id AND status = 'pending'",
-            {"now": self._db.time_in(now), "ttl": ttl, "id": row.id},
+            {"now": self._db.time_in(now), "ttl": ttl},
         )
-        details = {"ledger_id": row.id, "tool": row.name, "ttl": ttl}
-        await self._audit_call(tx, "expiry", row, details, actor=None)
+
+    async def _mark(
+        self, tx: Tx, row: ToolCallRow, event: str, update: str, values: dict[str, Any]
+    ) -> ToolCallRow:
+        """What OpsGate itself does to a waiting call (expire it, remind about it): the
+        `update` of its row (`:id` is the row's), its audit row (`event`, with the
+        `values` other than `now`), and the row read back."""
+        await tx.execute(update, {**values, "id": row.id})
+        details = {"ledger_id": row.id, "tool": row.name}
+        details |= {k: v for k, v in values.items() if k != "now"}
+        await self._audit_call(tx, event, row, details, actor=None)
         return await self._call(tx, row.id)
 
     async def _expire_if_due(self, tx: Tx, row: ToolCallRow) -> ToolCallRow:
@@ -375,14 +376,11 @@ class Ledger(Sessions):
                 {"now": self._db.time_in(moment), "until": self._db.time_in(moment + before)},
             )
             for row in rows:
-                call = self._call_model(row)
-                await tx.execute(
-                    "UPDATE tool_calls SET reminded_at = :now WHERE id = :id",
-                    {"now": self._db.time_in(moment), "id": call.id},
+                update = "UPDATE tool_calls SET reminded_at = :now WHERE id = :id"
+                values = {"now": self._db.time_in(moment)}
+                reminded.append(
+                    await self._mark(tx, self._call_model(row), "reminder", update, values)
                 )
-                details = {"ledger_id": call.id, "tool": call.name}
-                await self._audit_call(tx, "reminder", call, details, actor=None)
-                reminded.append(await self._call(tx, call.id))
         return reminded
 
     async def next_expiry(self) -> datetime | None:

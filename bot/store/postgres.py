@@ -37,7 +37,8 @@ class PostgresStore(Edits, Recovery, Audit, Outbox, AssistantThreads, Replicas, 
     migrations (safely when replicas start together; `migrate=False` skips that); leaving
     closes the pool. There is no exclusive lock: replicas share the database, and
     `register_instance` / `heartbeat` / `release` hold the lease that tells survivors whose
-    work to recover; `wakeups()` tells this replica what the others changed.
+    work to recover; `wakeups()` tells this replica what the others changed. `chained=False`:
+    as `SQLiteStore`'s, for the benchmark's floor only.
     """
 
     def __init__(
@@ -49,13 +50,14 @@ class PostgresStore(Edits, Recovery, Audit, Outbox, AssistantThreads, Replicas, 
         max_size: int = 10,
         migrate: bool = True,
         person: Person = str,
+        chained: bool = True,
     ) -> None:
         # This store's `application_name`: wake-ups name the store whose write caused them.
         origin = f"opsgate {secrets.token_hex(6)}"
         self._pg = PostgresDb(
             url, origin=origin, min_size=min_size, max_size=max_size, migrate=migrate
         )
-        super().__init__(self._pg, clock=clock, person=person)
+        super().__init__(self._pg, clock=clock, person=person, chained=chained)
 
     @property
     def url(self) -> str:

@@ -34,7 +34,8 @@ class SQLiteStore(Edits, Recovery, Audit, Outbox, AssistantThreads, Freezes):
     `DatabaseLocked` if another process holds it. Readers such as `opsgate audit` leave it
     False and open alongside. `person` names a user id in text for people and the model
     (refusals, "rejected by ..."); the store keeps ids plain, and the bot passes its mention
-    function.
+    function. `chained=False` writes audit rows without the chain: only for the benchmark's
+    floor (`bench/audit_chain.py`), on a database whose chain trigger it dropped.
     """
 
     def __init__(
@@ -45,9 +46,10 @@ class SQLiteStore(Edits, Recovery, Audit, Outbox, AssistantThreads, Freezes):
         clock: Callable[[], datetime] = utc_now,
         busy_timeout: float = 30.0,
         person: Person = str,
+        chained: bool = True,
     ) -> None:
         self._file = SQLiteDb(path, exclusive=exclusive, busy_timeout=busy_timeout)
-        super().__init__(self._file, clock=clock, person=person)
+        super().__init__(self._file, clock=clock, person=person, chained=chained)
 
     @property
     def path(self) -> Path:

@@ -25,7 +25,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from agent_core import FunctionTool, ToolError, tool
+from agent_core import FunctionTool, ToolError, ToolTimeout, tool
 
 from ._run_as import RunAs
 
@@ -317,6 +317,9 @@ def make_run_command(
             output_limit=output_limit,
             run_as=run_as,
         )
-        return _report(finished, limit)
+        report = _report(finished, limit)
+        if finished.timed_out:  # the model reads the report all the same, as an error result
+            raise ToolTimeout(report, limit)
+        return report
 
     return run_command

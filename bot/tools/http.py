@@ -15,7 +15,7 @@ from typing import Annotated
 import httpx
 from pydantic import Field
 
-from agent_core import Tool, ToolCall, ToolError, tool
+from agent_core import Tool, ToolCall, ToolError, ToolTimeout, tool
 
 __all__ = ["SAFE_METHODS", "http_gate", "make_http_request"]
 
@@ -159,8 +159,8 @@ def make_http_request(
                 return await _send(
                     client, request, max_bytes=max_bytes, max_redirects=max_redirects
                 )
-        except TimeoutError:
-            raise ToolError(f"{verb} {target} timed out after {timeout:g}s") from None
+        except (TimeoutError, httpx.TimeoutException):
+            raise ToolTimeout(f"{verb} {target} timed out after {timeout:g}s", timeout) from None
         except httpx.HTTPError as exc:
             raise ToolError(f"{verb} {target} failed: {type(exc).__name__}: {exc}") from None
 

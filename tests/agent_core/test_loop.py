@@ -46,6 +46,7 @@ from agent_core import (
     ToolCallStarted,
     ToolError,
     ToolResult,
+    ToolTimeout,
     Usage,
     call_digest,
     pending_tool_calls,
@@ -106,6 +107,8 @@ class Harness:
             self.ran.append(("flaky", {"mode": mode}))
             if mode == "tool_error":
                 raise ToolError("quota exceeded for flaky")
+            if mode == "timeout":
+                raise ToolTimeout("flaky timed out after 2s", 2)
             raise RuntimeError("disk on fire")
 
         return [status, ApprovalRequiredTool(deploy), scale, flaky]
@@ -604,6 +607,7 @@ async def test_a_tool_that_raises_yields_an_error_result_and_the_run_goes_on() -
         call("c1", "flaky", mode="crash"),
         call("c2", "flaky", mode="tool_error"),
         call("c3", "status", service="api"),
+        call("c4", "flaky", mode="timeout"),
     ]
     h = make(Turn(tool_calls=batch), Turn(text="One thing failed."))
 
@@ -613,6 +617,7 @@ async def test_a_tool_that_raises_yields_an_error_result_and_the_run_goes_on() -
         ToolResult("c1", "flaky", "Error: tool 'flaky' failed: RuntimeError: disk on fire", True),
         ToolResult("c2", "flaky", "Error: quota exceeded for flaky", True),
         ToolResult("c3", "status", "api is up"),
+        ToolResult("c4", "flaky", "Error: flaky timed out after 2s", True, timed_out=True),
     ]
     assert h.store.call_status[(SESSION, "c1")] == "done"
     assert history_problems(h.client.requests[1].messages) == []

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent_core import ToolError
+from agent_core import ToolError, ToolTimeout
 from bot.observability import Metrics
 from bot.policy import Policy
 from bot.tools.mcp import McpServerConfig, McpServers
@@ -79,7 +79,7 @@ async def test_a_timed_out_call_is_cancelled_on_the_server_which_keeps_running(
             assert counted(metrics)[calls("timeout")] == 0  # every series exists from the start
             with (
                 caplog.at_level(logging.WARNING, logger="bot.tools.mcp"),
-                pytest.raises(ToolError, match=r"did not answer within 1s and was cancelled$"),
+                pytest.raises(ToolTimeout, match=r"did not answer within 1s and was cancelled$"),
             ):
                 await started.tool("demo__hang").invoke({})
             event, pid = await next_event(events)
@@ -201,7 +201,9 @@ async def test_over_streamable_http_a_timed_out_call_is_cancelled_too(tmp_path: 
                 }
             )
             async with McpServers({"web": config}, backoff=FAST, observer=metrics) as started:
-                with pytest.raises(ToolError, match=r"did not answer within 1s and was cancelled$"):
+                with pytest.raises(
+                    ToolTimeout, match=r"did not answer within 1s and was cancelled$"
+                ):
                     await started.tool("web__hang").invoke({})
                 event, pid = await next_event(events)
                 assert event == "started"

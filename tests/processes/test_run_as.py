@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_core import ToolTimeout
 from bot.cli.check import run_check
 from bot.policy import Policy
 from bot.settings import Settings
@@ -118,8 +119,8 @@ async def test_run_as_still_stops_a_command_that_runs_too_long(
     run_command = make_run_command(
         workdir=shared_dir, timeout=1, run_as=resolve_run_as(unprivileged.pw_name)
     )
-    output = await asyncio.wait_for(run_command.invoke({"command": "sleep 30 & wait"}), 20)
-    assert output.startswith("timed out after 1s; the process group was killed")
+    with pytest.raises(ToolTimeout, match=r"^timed out after 1s; the process group was killed"):
+        await asyncio.wait_for(run_command.invoke({"command": "sleep 30 & wait"}), 20)
 
 
 def test_an_unknown_run_as_user_stops_start_up_with_one_line_naming_it(tmp_path: Path) -> None:

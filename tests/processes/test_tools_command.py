@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from agent_core import ToolError
+from agent_core import ToolError, ToolTimeout
 from bot.settings import Settings
 from bot.tools import (
     dotenv_names,
@@ -217,9 +217,13 @@ async def test_multibyte_output_is_counted_in_characters(tmp_path: Path) -> None
 
 async def test_timeout_kills_the_process_group(tmp_path: Path) -> None:
     tool = make_run_command(workdir=tmp_path, timeout=30)
-    result = await asyncio.wait_for(
-        tool.invoke({"command": "sleep 1000 & echo $!; wait", "timeout_seconds": 0.5}), DEADLINE
-    )
+    with pytest.raises(ToolTimeout) as raised:
+        await asyncio.wait_for(
+            tool.invoke({"command": "sleep 1000 & echo $!; wait", "timeout_seconds": 0.5}),
+            DEADLINE,
+        )
+    result = str(raised.value)
+    assert raised.value.seconds == 0.5
     assert result.startswith("timed out after 0.5s; the process group was killed\n")
     match = re.search(r"--- stdout ---\n(\d+)\n", result)
     assert match is not None, result
@@ -238,9 +242,11 @@ async def test_a_process_that_left_the_group_does_not_hang_the_tool(
     stops reading after the grace period instead of waiting for it."""
     monkeypatch.setattr("bot.tools.command._GRACE_SECONDS", 0.2)
     tool = make_run_command(workdir=tmp_path, timeout=0.3)
-    result = await asyncio.wait_for(
-        tool.invoke({"command": "setsid sleep 1000 & echo $!; wait"}), DEADLINE
-    )
+    with pytest.raises(ToolTimeout) as raised:
+        await asyncio.wait_for(
+            tool.invoke({"command": "setsid sleep 1000 & echo $!; wait"}), DEADLINE
+        )
+    result = str(raised.value)
     match = re.search(r"--- stdout ---\n(\d+)\n", result)
     assert match is not None, result
     escaped = int(match.group(1))
@@ -250,10 +256,10 @@ async def test_a_process_that_left_the_group_does_not_hang_the_tool(
 
 async def test_model_cannot_raise_the_time_limit(tmp_path: Path) -> None:
     tool = make_run_command(workdir=tmp_path, timeout=0.3)
-    result = await asyncio.wait_for(
-        tool.invoke({"command": "sleep 1000", "timeout_seconds": 3600}), DEADLINE
-    )
-    assert result.startswith("timed out after 0.3s")
+    with pytest.raises(ToolTimeout, match=r"^timed out after 0\.3s"):
+        await asyncio.wait_for(
+            tool.invoke({"command": "sleep 1000", "timeout_seconds": 3600}), DEADLINE
+        )
 
 
 async def test_cancellation_kills_the_process_group(tmp_path: Path) -> None:

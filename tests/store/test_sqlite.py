@@ -354,3 +354,35 @@ async def test_done_request_rows_are_deleted_once_newer_ones_pass_the_limit(
     assert first not in ids  # done and old: deleted
     assert second in ids  # old but not done: kept for recovery
     assert message in ids  # other kinds are not touched
+
+
+async def test_an_audit_append_after_a_known_head_is_one_statement(db: Path) -> None:
+    """Once the store has appended, the next append is the conditional insert alone: no read
+    of the chain head (the insert's trigger checks and advances it)."""
+    async with SQLiteStore(db) as store:
+        await store.audit("request", actor="U1", details={"n": 0})
+        statements: list[str] = []
+        await store._connection().set_trace_callback(statements.append)
+        await store.audit("request", actor="U1", details={"n": 1})
+        await store._connection().set_trace_callback(None)
+        # (sqlite3 traces the insert again for each statement of its trigger.)
+        ours = {s.split(" (")[0] for s in statements} - {"BEGIN IMMEDIATE", "COMMIT"}
+        assert ours == {"INSERT INTO audit"}, statements
+        [_, row] = await store.audit_rows()
+        assert row.seq == 2
+
+
+async def test_an_unchained_store_writes_audit_rows_as_before_the_chain(db: Path) -> None:
+    """`chained=False` (the benchmark's floor only): one plain insert, no seq and no hash, on a
+    database whose chain trigger was dropped (it refuses such rows)."""
+    async with SQLiteStore(db, chained=False) as store:
+        with pytest.raises(StoreError, match="not its next link"):
+            await store.audit("request", actor="U1", details={"n": 0})
+        await store._connection().execute("DROP TRIGGER audit_chain_advance")
+        await store.audit("request", actor="U1", details={"n": 1})
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute("SELECT seq, prev_hash, hash, details FROM audit").fetchall()
+    finally:
+        conn.close()
+    assert rows == [(None, None, None, '{"n": 1}')]

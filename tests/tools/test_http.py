@@ -12,7 +12,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from agent_core import Tool, ToolCall, ToolError
+from agent_core import Tool, ToolCall, ToolError, ToolTimeout
 from bot.tools import http_gate, make_http_request
 
 
@@ -211,7 +211,7 @@ async def test_unknown_method_refused(server: Server, http_tool: Tool) -> None:
 
 async def test_time_limit(server: Server, client: httpx.AsyncClient) -> None:
     tool = make_http_request(client=client, timeout=0.3)
-    with pytest.raises(ToolError, match=r"GET .*/slow timed out after 0.3s"):
+    with pytest.raises(ToolTimeout, match=r"GET .*/slow timed out after 0.3s"):
         await asyncio.wait_for(tool.invoke({"url": f"{server.base}/slow"}), 10)
 
 

@@ -30,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from agent_core import ToolError
+from agent_core import ToolError, ToolTimeout
 from bot.observability.metrics import McpCallOutcome
 from bot.words import format_duration
 
@@ -127,6 +127,8 @@ class ServerConnection:
             return text
         except _CallFailed as failed:
             outcome = failed.outcome
+            if outcome == "timeout":
+                raise ToolTimeout(str(failed), self.config.call_timeout.total_seconds()) from None
             raise ToolError(str(failed)) from None
         except asyncio.CancelledError:
             outcome = "cancelled"  # the SDK told the server (notifications/cancelled)

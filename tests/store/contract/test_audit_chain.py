@@ -170,3 +170,44 @@ async def test_numbers_in_details_read_back_as_they_were_hashed(store: Store) ->
     """jsonb keeps numbers as numeric: a float it prints differently must not break the chain."""
     await store.audit("x", actor=None, details={"big": 1e16, "tiny": 1e-7, "one": 1.0, "n": 10**20})
     assert isinstance(await _verdict(store), Intact)
+
+
+class _RolledBack(Exception):
+    pass
+
+
+async def test_an_append_rolled_back_leaves_no_gap_and_the_next_one_finds_the_head(
+    store: Store,
+) -> None:
+    """The store tries the head its last append left; that append was rolled back, so the
+    try inserts nothing and the append reads the head and goes after it."""
+    await store.audit("request", actor="U1", details={"n": 1})
+    db = store._db  # type: ignore[attr-defined]
+    with pytest.raises(_RolledBack):
+        async with db.transaction("test") as tx:
+            await store._write_audit(tx, "request", actor="U1", details={"n": 2})  # type: ignore[attr-defined]
+            raise _RolledBack
+    await store.audit("request", actor="U1", details={"n": 3})
+    rows = await store.audit_rows()
+    assert [(r.seq, r.details["n"]) for r in rows] == [(1, 1), (2, 3)]
+    assert isinstance(await _verdict(store), Intact)
+
+
+async def test_appends_in_one_transaction_follow_each_other(store: Store) -> None:
+    """The second append of a transaction goes after the first (on PostgreSQL without reading
+    the head again: the transaction holds it locked)."""
+    db = store._db  # type: ignore[attr-defined]
+    async with db.transaction("test") as tx:
+        for n in range(3):
+            await store._write_audit(tx, "cancel", actor="U1", details={"n": n})  # type: ignore[attr-defined]
+    assert [r.seq for r in await store.audit_rows()] == [1, 2, 3]
+    assert isinstance(await _verdict(store), Intact)
+
+
+async def test_a_store_behind_another_one_appends_after_it(new_store: StoreFactory) -> None:
+    """Two stores on one database take turns: each one's known head goes stale every time."""
+    async with new_store() as first, new_store() as second:
+        for n in range(4):
+            await (first if n % 2 else second).audit("request", actor="U1", details={"n": n})
+        assert [r.seq for r in await first.audit_rows()] == [1, 2, 3, 4]
+        assert isinstance(await _verdict(first), Intact)
