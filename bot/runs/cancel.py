@@ -74,7 +74,7 @@ class Cancels:
         for row in outcome.rows:
             if row.needs_approval and row.status == "cancelled":
                 note_decision(self.ctx, row, "cancelled")
-                await self.cards.refresh(row)
+                await self.cards.changed(row)
         await self.timelines.close(session.id, outcome.rows)
         thread = Thread.of(session)
         await self.ctx.output.say(thread, RunCancelled(user))

@@ -304,6 +304,8 @@ class Ledger(Sessions):
             rows = await tx.fetch_all(
                 "SELECT * FROM tool_calls WHERE card_ts IS NOT NULL AND needs_approval "
                 "AND (card_drawn IS NULL OR card_drawn LIKE 'pending:%') "
+                # A redraw the outbox owes is sent by it (drawn from the call's state then).
+                "AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.key = 'card:' || tool_calls.id) "
                 "ORDER BY created_at, position"
             )
         calls = [self._call_model(row) for row in rows]
@@ -340,6 +342,7 @@ class Ledger(Sessions):
         )
         details = {"ledger_id": row.id, "tool": row.name, "ttl": ttl}
         await self._audit_call(tx, "expiry", row, details, actor=None)
+        await self._owe_redraw(tx, row)
         return await self._call(tx, row.id)
 
     async def _expire_if_due(self, tx: Tx, row: ToolCallRow) -> ToolCallRow:
@@ -359,7 +362,10 @@ class Ledger(Sessions):
                 + self._db.skip_locked,
                 {"now": self._db.time_in(moment)},
             )
-            return [await self._expire(tx, self._call_model(row), moment) for row in rows]
+            expired = [await self._expire(tx, self._call_model(row), moment) for row in rows]
+        if expired:
+            self._redraws_owed()
+        return expired
 
     async def due_reminders(
         self, before: timedelta, now: datetime | None = None
