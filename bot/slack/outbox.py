@@ -197,7 +197,7 @@ class SlackOutbox:
                 try:
                     if write := await self._write(entry.method, entry.params, entry.meta):
                         await self._send(write.method, write.params, write.meta)
-                except (SlackApiError, *_TRANSPORT) as exc:
+                except Exception as exc:  # Slack's refusal, or an intent not drawn (the store)
                     logger.error("%s to %s failed: %s", entry.method, entry.channel_id, exc)
                     self._drop("store")
             return
