@@ -4,7 +4,8 @@ and then hold at that point, so a test can kill -9 it exactly there.
 Points: `inbox` (a saved delivery, before it is processed), `resume_claimed` (after the resume
 claim), `resume_started` (after `resume_started`, before the first call is marked executing),
 `allow_decided` (in `Store.allow_call`'s transaction: the call approved, its allowance not yet
-written), `shortcut` (the message shortcut acknowledged, its run not yet queued).
+written), `shortcut` (the message shortcut acknowledged, its run not yet queued),
+`redraw_claimed` (the outbox's sender took a card's owed redraw, not yet drawn or sent).
 Unset, a point costs one environment lookup.
 """
 

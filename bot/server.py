@@ -35,7 +35,8 @@ from .slack.app import wait_for_listeners
 from .slack.mrkdwn import user_mention
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
-from .store import Store, WriteHealth, require_writable
+from .slack.redraws import card_renderer
+from .store import CARD_REDRAW, Store, WriteHealth, require_writable
 from .tools import protect_process_environment
 from .wiring import Deps, open_deps, run_service
 
@@ -123,6 +124,10 @@ async def started(
         deadline_set=timer.poke,
     )
     app = create_app(settings, service, output, policy=deps.policy)
+    # A change a card shows writes the card's redraw in its own transaction; the sender draws
+    # it from the call's state when it sends it (`bot.slack.redraws`).
+    outbox.render_with(CARD_REDRAW, card_renderer(service.cards.drawing, deps.store.card_drawn))
+    deps.store.owe_card_redraws(outbox.wake)
     await service.recover()
     deps.tasks.spawn(timer.run(service.expire_due), name="expiry", service=True)
     start_replica_duties(deps.tasks, service, interval=settings.opsgate_heartbeat_seconds)

@@ -30,7 +30,7 @@ from .notices import (
     CardNotPosted,
 )
 from .output import PostFailed, Thread
-from .views import CardCall, CardOutcome, CardRef, ServerTool
+from .views import CardCall, CardDrawing, CardOutcome, CardRef, ServerTool
 
 __all__ = [
     "CARD_RETRY_DELAYS",
@@ -121,7 +121,7 @@ class Cards:
                     policy_rule=decision.policy_rule,
                 )
                 refused = refused or outcome.recorded
-                await self.refresh(outcome.row)
+                await self.changed(outcome.row)
         return refused
 
     async def post(
@@ -174,9 +174,30 @@ class Cards:
 
     async def refresh(self, row: ToolCallRow) -> None:
         """Redraw a card: no buttons once decided, progress while N-of-M."""
+        drawing = await self._drawing(row)
+        if drawing is None:
+            return
+        if await self.ctx.output.update_card(drawing.ref, drawing.card, drawing.outcome) is None:
+            await self.ctx.store.card_drawn(row.id, drawing.state)
+
+    async def changed(self, row: ToolCallRow) -> None:
+        """Redraw after a change the store recorded. Nothing to do when the store wrote the
+        redraw in the change's own transaction (`Store.card_redraws`): the outbox sends it,
+        drawn from the call's state when it is sent."""
+        if self.ctx.store.card_redraws and row.card_ts is not None:
+            return
+        await self.refresh(row)
+
+    async def drawing(self, ledger_id: str) -> CardDrawing | None:
+        """Call `ledger_id`'s card as its state says it should look now (None: no card, or
+        no such call): what the outbox sends for a redraw it owes."""
+        row = await self.ctx.store.get_call(ledger_id)
+        return None if row is None else await self._drawing(row)
+
+    async def _drawing(self, row: ToolCallRow) -> CardDrawing | None:
         ref = _ref(row)
         if ref is None:
-            return
+            return None
         batch = await self.ctx.store.batch_calls(row.session_id)
         card = self.card_call(row, batch, ref.channel_id)
         card = await with_freeze(self.ctx, card, row, ref.channel_id, call_decision(self.ctx, row))
@@ -190,8 +211,7 @@ class Cards:
                 # "cancelled by <@U>" is what the card says already; the reason would repeat it.
                 reason=None if status == "cancelled" else row.reason,
             )
-        if await self.ctx.output.update_card(ref, card, outcome) is None:
-            await self.ctx.store.card_drawn(row.id, card_state(row))
+        return CardDrawing(ref, card, outcome, card_state(row))
 
     async def repost_missing(self) -> None:
         """A card whose post failed (or that a crash kept from being posted) gets another try,

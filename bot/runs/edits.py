@@ -269,7 +269,10 @@ class Edits:
                 thread = await thread_of(self.ctx, row)
                 if thread is not None:
                     await self.ctx.output.say(thread, AllowanceGranted(info(allowed.allowance)))
-        await self.cards.refresh(outcome.row)
+        if outcome.recorded:
+            await self.cards.changed(outcome.row)  # written with the decision (or now)
+        else:
+            await self.cards.refresh(outcome.row)
         await self._resume(row.session_id)
         if not outcome.recorded:
             return DecisionNotRecorded(outcome.why or already_reason(outcome.row))

@@ -18,6 +18,7 @@ __all__ = [
     "AllowForm",
     "AllowanceInfo",
     "CardCall",
+    "CardDrawing",
     "CardOutcome",
     "CardPreview",
     "CardRef",
@@ -169,6 +170,17 @@ class CardOutcome:
     decided_by: str | None
     decided_at: datetime
     reason: str | None = None
+
+
+@dataclass(frozen=True)
+class CardDrawing:
+    """A card as its call's state says it should look now: what a redraw sends, and `state`
+    (`bot.store.card_state`), which the ledger records as drawn once it was sent."""
+
+    ref: CardRef
+    card: CardCall
+    outcome: CardOutcome | None
+    state: str
 
 
 @dataclass(frozen=True)

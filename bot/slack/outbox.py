@@ -5,9 +5,12 @@ Home tabs, ephemeral replies, files) and returns; this sender, one owned task pe
 claims rows best priority first (cards and their redraws, then answers, notices, Home tabs and
 reactions), sends each through the paced client (`bot.slack.pacing`: its turn at Slack's tier,
 429s waited out), and deletes the row once Slack said ok. Rows left by a restart, or by a
-replica that died (its lease lapsed), are sent by whoever is alive. Real errors
-(`channel_not_found`, `not_in_channel`, ...) are not retried: the row is dropped and counted; a
-write still rate limited past the pacer's deadline is dropped too, and its thread told once.
+replica that died (its lease lapsed), are sent by whoever is alive. An intent row (a method of
+`render_with`, e.g. `CARD_REDRAW`: a card's redraw the store wrote with the decision) is turned
+into its Web API call when it is sent, from the state then, so what is sent is the latest.
+Real errors (`channel_not_found`, `not_in_channel`, ...) are not retried: the row is dropped and
+counted; a write still rate limited past the pacer's deadline is dropped too, and its thread told
+once.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -24,7 +27,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..store import OutboxEntry, OutboxRow, OutboxStats
+from ..faults import checkpoint
+from ..store import REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats
 from .pacing import RateLimited
 
 __all__ = [
@@ -36,12 +40,14 @@ __all__ = [
     "UPLOAD",
     "OutboxObserver",
     "OutboxStore",
+    "Renderer",
     "SlackOutbox",
+    "Write",
 ]
 
 logger = logging.getLogger("opsgate.slack.outbox")
 
-CARD = 0
+CARD = REDRAW_PRIORITY
 """Approval cards' redraws: a decided card must lose its buttons first."""
 ANSWER = 1
 NOTICE = 2
@@ -58,6 +64,21 @@ not answer must not keep a "not saved" notice from the person it is for)."""
 _DONE_ANYWAY = {"already_reacted", "no_reaction", "message_not_found", "cant_update_message"}
 """Errors that mean the write has nothing left to do (it was applied, or cannot be)."""
 _TRANSPORT = (aiohttp.ClientError, TimeoutError, SlackClientError)
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One Web API call to make for a row; `sent` runs once Slack applied it (a redraw
+    records what the card now shows)."""
+
+    method: str
+    params: Mapping[str, Any]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    sent: Callable[[], Awaitable[None]] | None = None
+
+
+Renderer = Callable[[Mapping[str, Any]], Awaitable[Write | None]]
+"""Turns an intent row's params into its call, when it is sent (None: nothing left to do)."""
 
 
 def _ordered(
@@ -146,6 +167,21 @@ class SlackOutbox:
         """Rows this process put and finished, per thread (what `settled` waits on)."""
         self._done = asyncio.Condition()
         self._reported = clock()
+        self._renderers: dict[str, Renderer] = {}
+
+    def render_with(self, method: str, renderer: Renderer) -> None:
+        """Rows of `method` are intents: `renderer` makes their call when they are sent."""
+        self._renderers[method] = renderer
+
+    def renders(self, method: str) -> bool:
+        return method in self._renderers
+
+    def wake(self) -> None:
+        """Rows were stored by someone else (the store, in the transaction of a change it
+        recorded, `Store.owe_card_redraws`): look now rather than at the next poll."""
+        self._puts += 1
+        self._idle.clear()
+        self._wake.set()
 
     async def put(self, entries: Sequence[OutboxEntry]) -> None:
         """Store `entries` durably, then wake the sender. When the database refuses the write
@@ -159,8 +195,9 @@ class SlackOutbox:
             logger.exception("could not store %d Slack writes; sending them now", len(entries))
             for entry in entries:
                 try:
-                    await self._send(entry.method, entry.params, entry.meta)
-                except (SlackApiError, *_TRANSPORT) as exc:
+                    if write := await self._write(entry.method, entry.params, entry.meta):
+                        await self._send(write.method, write.params, write.meta)
+                except Exception as exc:  # Slack's refusal, or an intent not drawn (the store)
                     logger.error("%s to %s failed: %s", entry.method, entry.channel_id, exc)
                     self._drop("store")
             return
@@ -280,9 +317,34 @@ class SlackOutbox:
                 async with self._done:
                     self._done.notify_all()
 
+    async def _write(
+        self, method: str, params: Mapping[str, Any], meta: Mapping[str, Any]
+    ) -> Write | None:
+        """The call a row stands for: itself, or what its intent's renderer draws now."""
+        renderer = self._renderers.get(method)
+        if renderer is None:
+            return Write(method, params, meta)
+        await checkpoint("redraw_claimed")  # crash tests: the redraw owed, not yet sent
+        return await renderer(params)
+
     async def _deliver_once(self, row: OutboxRow) -> None:
         try:
-            await self._send(row.method, row.params, row.meta)
+            write = await self._write(row.method, row.params, row.meta)
+        except Exception as exc:  # the state could not be read (the database): try later
+            later = self.clock() + timedelta(seconds=min(60, 2**row.attempts))
+            logger.exception("could not draw %s for %s; trying again", row.method, row.key)
+            await self.store.outbox_later(row.id, later, f"{type(exc).__name__}: {exc}")
+            return
+        if write is None:  # nothing left to draw (the call or its card is gone)
+            await self.store.outbox_sent(row.id)
+            return
+        await self._deliver_write(row, write)
+
+    async def _deliver_write(self, row: OutboxRow, write: Write) -> None:
+        applied = False
+        try:
+            await self._send(write.method, write.params, write.meta)
+            applied = True
         except RateLimited:
             logger.error("%s for %s rate limited past the deadline", row.method, row.channel_id)
             self._drop("ratelimited")
@@ -298,6 +360,11 @@ class SlackOutbox:
             await self.store.outbox_later(row.id, later, f"{type(exc).__name__}: {exc}")
             return
         await self.store.outbox_sent(row.id)
+        if applied and write.sent is not None:
+            try:
+                await write.sent()
+            except Exception:
+                logger.exception("could not record that %s was sent", row.key)
 
     async def _send(self, method: str, params: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
         if method == UPLOAD:

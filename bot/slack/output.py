@@ -26,13 +26,11 @@ from ..runs.notices import AllowanceList, Notice
 from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.timeline import AssistantStatus, TimelineSink
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
-from ..store import OutboxEntry
+from ..store import CARD_REDRAW, OutboxEntry, card_redraw
 from ._errors import SLACK_ERRORS, slack_error
 from .cards import (
     approval_card,
     card_text,
-    decided_card,
-    decided_text,
     minimal_blocks,
     minimal_file_text,
     overflow,
@@ -45,6 +43,7 @@ from .mrkdwn import escape_cut, truncate, user_mention
 from .notices import card_file, render
 from .outbox import CARD, HOME, NOTICE, REACTION, UPLOAD, SlackOutbox
 from .pacing import Pacer
+from .redraws import card_update
 from .streaming import ThreadReply
 from .timeline import SlackTimeline, set_status
 
@@ -223,39 +222,31 @@ class SlackThreadOutput:
     async def update_card(
         self, ref: CardRef, card: CardCall, outcome: CardOutcome | None
     ) -> PostFailed | None:
-        if outcome is None:
-            blocks, text = approval_card(card), card_text(card)
-        else:
-            blocks, text = decided_card(card, outcome), decided_text(card, outcome)
+        update, fallback = card_update(ref, card, outcome)
         if self.outbox is not None:
-            # Only the latest redraw of a card is sent (the key), before anything else.
-            name = card_file(card.tool, card.call_id)
-            fallback = minimal_blocks(card, name) if outcome is None else []
-            params = {"channel": ref.channel_id, "ts": ref.ts, "text": text}
+            # Only the latest redraw of a card is sent (the key), before anything else; as an
+            # intent (the server's wiring), drawn from the call's state when it is sent.
+            if self.outbox.renders(CARD_REDRAW):
+                await self.outbox.put([card_redraw(card.ledger_id, ref.channel_id)])
+                return None
             entry = OutboxEntry(
                 "chat.update",
-                {**params, "blocks": blocks},
+                update,
                 CARD,
                 channel_id=ref.channel_id,
                 key=f"card:{ref.channel_id}:{ref.ts}",
-                meta={"fallback": {**params, "blocks": fallback}},
+                meta={"fallback": fallback},
             )
             await self.outbox.put([entry])
             return None
         try:
             try:
-                await self.client.chat_update(
-                    channel=ref.channel_id, ts=ref.ts, text=text, blocks=blocks
-                )
+                await self.client.chat_update(**update)
             except SlackApiError as exc:
                 if slack_error(exc) != "invalid_blocks":
                     raise
                 # A card posted minimal (Slack refused its blocks) is redrawn minimal.
-                name = card_file(card.tool, card.call_id)
-                blocks = minimal_blocks(card, name) if outcome is None else []
-                await self.client.chat_update(
-                    channel=ref.channel_id, ts=ref.ts, text=text, blocks=blocks
-                )
+                await self.client.chat_update(**fallback)
         except SLACK_ERRORS as exc:
             logger.warning("could not update card %s: %s", card.ledger_id, slack_error(exc))
             return PostFailed(slack_error(exc))

@@ -43,7 +43,7 @@ from .models import (
     ToolCallRow,
     batch_complete,
 )
-from .outbox import OutboxEntry, OutboxRow, OutboxStats
+from .outbox import CARD_REDRAW, REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, card_redraw
 from .reasons import (
     AlreadyApprovedByYou,
     AlreadyDecided,
@@ -79,6 +79,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AuditRow",
     "BatchMovedOn",
     "BreakGlassRow",
+    "CARD_REDRAW",
     "CallExpired",
     "CallStatus",
     "CancelOutcome",
@@ -110,6 +111,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "PreviewChanged",
     "QueueItem",
     "QueueState",
+    "REDRAW_PRIORITY",
     "RecoveredSession",
     "RunState",
     "SCHEMA_VERSION",
@@ -129,6 +131,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "WriteHealth",
     "already_reason",
     "batch_complete",
+    "card_redraw",
     "card_state",
     "open_store",
     "require_writable",

@@ -9,7 +9,7 @@ exactly one wins, and the others get False or a refusal, never an error.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self, runtime_checkable
@@ -524,6 +524,17 @@ class Store(Protocol):
 
     async def release_outbox(self, claimer: str) -> int:
         """Release every row `claimer` holds (a restarted sender taking its name again)."""
+
+    def owe_card_redraws(self, wake: Callable[[], None] | None) -> None:
+        """From now on, every change a card shows (a decision or an approval of N, an edit,
+        "Allow for", an expiry, a cancel) writes a `CARD_REDRAW` row (key `card:<ledger id>`)
+        for the call's card, when it has one, in the change's transaction; `wake` is called
+        after the commit. A rollback leaves neither the change nor the row."""
+
+    @property
+    def card_redraws(self) -> bool:
+        """Whether `owe_card_redraws` was called (the run service need not redraw after a
+        change: the outbox sends the redraw the store wrote)."""
 
     # -- conversations in Slack's AI-app container ----------------------------------------------
 

@@ -22,6 +22,7 @@ from pydantic_core import PydanticSerializationError
 from agent_core import replace_lone_surrogates, replace_lone_surrogates_in
 from agent_core.messages import ChatMessage
 
+from ._outbox_rows import card_redraw, put_rows
 from .chain import ChainHead, audit_key, canonical_hash, printed_time
 from .db import Db, Row, Tx, aware, json_text
 from .errors import StoreError, UnknownCall, UnknownSession
@@ -100,6 +101,30 @@ class StoreCore:
         seq, no hash), on a database whose chain trigger the benchmark dropped."""
         self._head: tuple[Tx, ChainHead] | None = None
         """The head this store's last append left, and the transaction that wrote it."""
+        self._redraws: Callable[[], None] | None = None
+
+    def owe_card_redraws(self, wake: Callable[[], None] | None) -> None:
+        """From now on every change a card shows writes the card's redraw (`CARD_REDRAW`, an
+        outbox row) in the change's own transaction, and `wake` is called once it committed.
+        The Slack server calls this: its outbox's sender draws and sends those rows. Off (a
+        terminal chat, a bare store; None turns it off) nothing is written and the run service
+        redraws itself."""
+        self._redraws = wake
+
+    @property
+    def card_redraws(self) -> bool:
+        """Whether changes write their cards' redraws (`owe_card_redraws`)."""
+        return self._redraws is not None
+
+    async def _owe_redraw(self, tx: Tx, row: ToolCallRow) -> None:
+        """Inside a change's transaction: owe the redraw of `row`'s card, when it has one."""
+        if self._redraws is not None and row.card_ts and row.needs_approval:
+            await put_rows(self._db, tx, [card_redraw(row.id, row.card_channel)], self._now())
+
+    def _redraws_owed(self) -> None:
+        """After the commit of a change that may have owed a redraw: wake the sender."""
+        if self._redraws is not None:
+            self._redraws()
 
     async def __aenter__(self) -> Self:
         await self.open()

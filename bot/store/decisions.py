@@ -106,7 +106,7 @@ class Decisions(Ledger):
     ) -> DecisionOutcome:
         _check_decision(decision, required_approvals)
         async with self._db.transaction("decide") as tx:
-            return await self._decide_in(
+            outcome = await self._decide_in(
                 tx,
                 ledger_id,
                 decision,
@@ -119,6 +119,8 @@ class Decisions(Ledger):
                 digest=digest,
                 preview_digest=preview_digest,
             )
+        self._redraws_owed()
+        return outcome
 
     async def _locked_call(self, tx: Tx, ledger_id: str) -> ToolCallRow:
         """The call, locked for writing after its session (the order every writer keeps)."""
@@ -198,6 +200,7 @@ class Decisions(Ledger):
         details = {**common, **counts, "required_approvals": required_approvals}
         # The audit row last: on PostgreSQL it locks the chain's head until the commit.
         after = await self._call(tx, ledger_id)
+        await self._owe_redraw(tx, row)  # the card's redraw commits with the decision
         await self._audit_call(tx, "decision", row, details, actor=user_id)
         return DecisionOutcome(recorded=True, row=after, why=why)
 
@@ -315,7 +318,8 @@ class Decisions(Ledger):
                 return CancelOutcome(cancelled=False, rows=before, why=why)
             await self._cancel_calls(tx, session, before, user_id, team_id, via, rule)
             after = [await self._call(tx, row.id) for row in before]
-            return CancelOutcome(cancelled=True, rows=after)
+        self._redraws_owed()
+        return CancelOutcome(cancelled=True, rows=after)
 
     async def _cancel_calls(
         self,
@@ -362,6 +366,7 @@ class Decisions(Ledger):
                 call_id=row.call_id,
                 details=details,
             )
+            await self._owe_redraw(tx, row)
         tail = await self._latest_batch_messages(tx, session["id"], session["last_calls_seq"])
         outcome = cancel_outcome({row.call_id: row for row in before}, who, self._person)
         answers = close_batch(tail, outcome)

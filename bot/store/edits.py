@@ -41,42 +41,58 @@ class Edits(Decisions):
         if required_approvals < 1:
             raise ValueError(f"required_approvals must be at least 1, not {required_approvals!r}")
         async with self._db.transaction("edit_call") as tx:
-            row = await self._expire_if_due(tx, await self._locked_call(tx, ledger_id))
-            why = edit_refusal(row)
-            if why is not None:
-                refusal = {"ledger_id": ledger_id, "decision": "edited", "rule": rule}
-                await self._audit_call(
-                    tx, "refusal", row, {**refusal, "why": why.kind}, actor=user_id
-                )
-                return DecisionOutcome(recorded=False, row=row, why=why)
-            final = required_approvals <= 1
+            outcome = await self._edit_in(
+                tx, ledger_id, arguments, digest, user_id, team_id, required_approvals, rule
+            )
+        self._redraws_owed()  # an expiry found on the way owes its card's redraw too
+        return outcome
+
+    async def _edit_in(
+        self,
+        tx: Tx,
+        ledger_id: str,
+        arguments: str,
+        digest: str,
+        user_id: str,
+        team_id: str | None,
+        required_approvals: int,
+        rule: str | None,
+    ) -> DecisionOutcome:
+        row = await self._expire_if_due(tx, await self._locked_call(tx, ledger_id))
+        why = edit_refusal(row)
+        if why is not None:
+            refusal = {"ledger_id": ledger_id, "decision": "edited", "rule": rule}
+            await self._audit_call(tx, "refusal", row, {**refusal, "why": why.kind}, actor=user_id)
+            return DecisionOutcome(recorded=False, row=row, why=why)
+        final = required_approvals <= 1
+        await tx.execute(
+            "UPDATE tool_calls SET edited_arguments = :arguments, edited_digest = :digest, "
+            "edited_by = :user, approvals = :approvals WHERE id = :id AND status = 'pending'",
+            {
+                "arguments": arguments,
+                "digest": digest,
+                "user": user_id,
+                "approvals": self._db.list_in([user_id]),
+                "id": ledger_id,
+            },
+        )
+        if final:
             await tx.execute(
-                "UPDATE tool_calls SET edited_arguments = :arguments, edited_digest = :digest, "
-                "edited_by = :user, approvals = :approvals WHERE id = :id AND status = 'pending'",
+                "UPDATE tool_calls SET status = 'approved', decided_by = :user, "
+                "decided_team = :team, decided_at = :now WHERE id = :id "
+                "AND status = 'pending'",
                 {
-                    "arguments": arguments,
-                    "digest": digest,
                     "user": user_id,
-                    "approvals": self._db.list_in([user_id]),
+                    "team": team_id,
+                    "now": self._now(),
                     "id": ledger_id,
                 },
             )
-            if final:
-                await tx.execute(
-                    "UPDATE tool_calls SET status = 'approved', decided_by = :user, "
-                    "decided_team = :team, decided_at = :now WHERE id = :id "
-                    "AND status = 'pending'",
-                    {
-                        "user": user_id,
-                        "team": team_id,
-                        "now": self._now(),
-                        "id": ledger_id,
-                    },
-                )
-            summary = edit_summary(row, arguments, digest, required_approvals, final)
-            details = {**summary, "rule": rule, "team_id": team_id}
-            await self._audit_call(tx, "edited", row, details, actor=user_id)
-            after = await self._call(tx, ledger_id)
+        summary = edit_summary(row, arguments, digest, required_approvals, final)
+        details = {**summary, "rule": rule, "team_id": team_id}
+        await self._audit_call(tx, "edited", row, details, actor=user_id)
+        await self._owe_redraw(tx, row)
+        after = await self._call(tx, ledger_id)
         why = None if final else MoreApprovalsNeeded(1, required_approvals)
         return DecisionOutcome(recorded=True, row=after, why=why)
 
@@ -124,10 +140,11 @@ class Edits(Decisions):
                 policy_rule=policy_rule,
                 digest=digest,
             )
-            if not decision.recorded or decision.row.status != "approved":
-                return AllowOutcome(decision=decision)
-            await checkpoint("allow_decided")  # crash tests: approved, allowance not yet written
-            made = await self._insert_allowance(tx, grant, user_id, ledger_id)
+            made = None
+            if decision.recorded and decision.row.status == "approved":
+                await checkpoint("allow_decided")  # crash tests: approved, no allowance yet
+                made = await self._insert_allowance(tx, grant, user_id, ledger_id)
+        self._redraws_owed()
         return AllowOutcome(decision=decision, allowance=made)
 
     async def _insert_allowance(

@@ -293,6 +293,8 @@ class Ledger(Sessions):
             rows = await tx.fetch_all(
                 "SELECT * FROM tool_calls WHERE card_ts IS NOT NULL AND needs_approval "
                 "AND (card_drawn IS NULL OR card_drawn LIKE 'pending:%') "
+                # A redraw the outbox owes is sent by it (drawn from the call's state then).
+                "AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.key = 'card:' || tool_calls.id) "
                 "ORDER BY created_at, position"
             )
         calls = [self._call_model(row) for row in rows]
@@ -329,15 +331,26 @@ class Ledger(Sessions):
             "UPDATE tool_calls SET status = 'expired', decided_at = :now, ttl = :ttl "
             "WHERE id = :id AND status = 'pending'",
             {"now": self._db.time_in(now), "ttl": ttl},
+            redraw=True,
         )
 
     async def _mark(
-        self, tx: Tx, row: ToolCallRow, event: str, update: str, values: dict[str, Any]
+        self,
+        tx: Tx,
+        row: ToolCallRow,
+        event: str,
+        update: str,
+        values: dict[str, Any],
+        *,
+        redraw: bool = False,
     ) -> ToolCallRow:
         """What OpsGate itself does to a waiting call (expire it, remind about it): the
         `update` of its row (`:id` is the row's), its audit row (`event`, with the
-        `values` other than `now`), and the row read back."""
+        `values` other than `now`), and the row read back; `redraw`: the card's redraw is
+        owed with it (an expiry)."""
         await tx.execute(update, {**values, "id": row.id})
+        if redraw:
+            await self._owe_redraw(tx, row)
         details = {"ledger_id": row.id, "tool": row.name}
         details |= {k: v for k, v in values.items() if k != "now"}
         await self._audit_call(tx, event, row, details, actor=None)
@@ -360,7 +373,10 @@ class Ledger(Sessions):
                 + self._db.skip_locked,
                 {"now": self._db.time_in(moment)},
             )
-            return [await self._expire(tx, self._call_model(row), moment) for row in rows]
+            expired = [await self._expire(tx, self._call_model(row), moment) for row in rows]
+        if expired:
+            self._redraws_owed()
+        return expired
 
     async def due_reminders(
         self, before: timedelta, now: datetime | None = None

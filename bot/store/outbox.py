@@ -11,36 +11,34 @@ that key (only the latest redraw of a card, the latest Home tab of a person is s
 that `cancels` (a reaction removed) deletes its unsent opposite and is itself not stored. Rows of
 one key are claimed one at a time, in order. Plain storage: the payload is the Web API method and
 its arguments, which the store does not read.
+
+One kind of row is an intent rather than a call: `CARD_REDRAW` ("redraw the card of this call",
+key `card:<ledger id>`), which the store itself writes in the transaction of every change a card
+shows (a decision, an approval of N, an edit, "Allow for", an expiry, a cancel) once
+`owe_card_redraws` was called (the Slack server does: its sender draws the card from the call's
+state when it sends the row). So a decision and its card's redraw commit together.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ._outbox_rows import CARD_REDRAW, REDRAW_PRIORITY, OutboxEntry, card_redraw, put_rows
 from .core import StoreCore
 from .db import Row, Tx, aware
-from .rules import new_id
 
-__all__ = ["Outbox", "OutboxEntry", "OutboxRow", "OutboxStats"]
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxEntry:
-    """A write to put in the outbox. `priority`: lower is sent first."""
-
-    method: str
-    params: Mapping[str, Any]
-    priority: int
-    channel_id: str | None = None
-    key: str | None = None
-    """Rows with the same key supersede each other (the newest is sent)."""
-    cancels: bool = False
-    """With an unsent row of the same key, both vanish (a reaction added, then removed)."""
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    """What the sender needs besides the call (a fallback for refused blocks, who to tell)."""
+__all__ = [
+    "CARD_REDRAW",
+    "REDRAW_PRIORITY",
+    "Outbox",
+    "OutboxEntry",
+    "OutboxRow",
+    "OutboxStats",
+    "card_redraw",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,34 +72,7 @@ class Outbox(StoreCore):
 
     async def _put_outbox(self, tx: Tx, entries: Sequence[OutboxEntry]) -> list[str]:
         """Inside a transaction: the step a state change and the write reporting it share."""
-        now = self._now()
-        ids: list[str] = []
-        for entry in entries:
-            if entry.key is not None:
-                dropped = await tx.execute(
-                    "DELETE FROM outbox WHERE key = :key AND claimed_until IS NULL",
-                    {"key": entry.key},
-                )
-                if entry.cancels and dropped:
-                    continue
-            row_id = new_id()
-            await tx.execute(
-                "INSERT INTO outbox (id, priority, method, channel_id, key, params, meta,"
-                " created_at, not_before, attempts)"
-                " VALUES (:id, :priority, :method, :channel, :key, :params, :meta, :now, :now, 0)",
-                {
-                    "id": row_id,
-                    "priority": entry.priority,
-                    "method": entry.method,
-                    "channel": entry.channel_id,
-                    "key": entry.key,
-                    "params": self._db.json_in(dict(entry.params)),
-                    "meta": self._db.json_in(dict(entry.meta)),
-                    "now": now,
-                },
-            )
-            ids.append(row_id)
-        return ids
+        return await put_rows(self._db, tx, entries, self._now())
 
     async def claim_outbox(self, claimer: str, *, limit: int, lease: timedelta) -> list[OutboxRow]:
         """Up to `limit` due rows nobody holds, best priority first, held by `claimer` for

@@ -199,9 +199,11 @@ async def test_cancel_withdraws_a_queued_message(tmp_path: Path) -> None:
 
 
 async def test_recovery_redraws_cards_left_live_by_a_crash_after_a_cancel(tmp_path: Path) -> None:
-    """The bot dies between `cancel_batch` and the redraw (simulated: the cancel is recorded
-    straight in the store, nothing redrawn): start-up finds the cards drawn pending for calls
-    that are cancelled, and takes their buttons away; a second start-up redraws nothing."""
+    """A cancel recorded with no redraw owed (simulated: straight in a store that owes none,
+    as a release before issue 20's card redraws did, and a crash before its redraw): start-up
+    finds the cards drawn pending for calls that are cancelled, and takes their buttons away;
+    a second start-up redraws nothing. (A store that owes redraws writes them with the cancel:
+    tests/scenarios/test_card_redraws.py.)"""
     async with running_bot(
         tmp_path, tools=make_tools(tmp_path), policy=Policy.from_toml(POLICY)
     ) as bot:
@@ -209,6 +211,7 @@ async def test_recovery_redraws_cards_left_live_by_a_crash_after_a_cancel(tmp_pa
         store = bot.deps.store
         session = await store.find_session("T0TEST", CHANNEL, root)
         assert session is not None
+        store.owe_card_redraws(None)
         outcome = await store.cancel_batch(session.id, user_id=BOB, via="button")
         assert outcome.cancelled
         assert bot.slack.calls_to("chat.update") == []

@@ -155,8 +155,10 @@ async def test_a_restart_redraws_only_the_cards_whose_call_moved_on(tmp_path: Pa
                 llm.reply_tool_calls([("call_1", "run_command", {"command": f"echo {i}"})])
                 await bot.mention(f"job {i}", channel=f"C0KEEP{i}")
             cards = await bot.wait_cards(3)
-            # Decided while the card was not redrawn (a crash in between): stale.
+            # Decided with no redraw owed (a release before the outbox owed them, then a
+            # crash): stale. A store that owes redraws writes them with the decision.
             store = bot.deps.store
+            store.owe_card_redraws(None)
             outcome = await store.decide(cards[0]["ledger_id"], "rejected", user_id=BOB)
             assert outcome.recorded
         before = len(slack.calls_to("chat.update"))

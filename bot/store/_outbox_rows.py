@@ -1,0 +1,82 @@
+"""Putting outbox rows inside a transaction, and the row a card's redraw is owed as.
+
+Shared by `outbox.py` (the outbox's own operations) and `core.py` (the step a state change of a
+call takes in its own transaction: the redraw it owes its card commits with it, or neither does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .db import Db, Tx
+from .rules import new_id
+
+__all__ = ["CARD_REDRAW", "REDRAW_PRIORITY", "OutboxEntry", "card_redraw", "put_rows"]
+
+CARD_REDRAW = "opsgate.card"
+"""The method of an intent row: "redraw the card of `params["ledger_id"]`". Not a Web API
+call: the sender draws the card from the call's state when it sends it (`bot.slack.outbox`),
+so what is sent is always the latest state, however late."""
+REDRAW_PRIORITY = 0
+"""Cards' redraws go first: a decided card must lose its buttons before anything else."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """A write to put in the outbox. `priority`: lower is sent first."""
+
+    method: str
+    params: Mapping[str, Any]
+    priority: int
+    channel_id: str | None = None
+    key: str | None = None
+    """Rows with the same key supersede each other (the newest is sent)."""
+    cancels: bool = False
+    """With an unsent row of the same key, both vanish (a reaction added, then removed)."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """What the sender needs besides the call (a fallback for refused blocks, who to tell)."""
+
+
+def card_redraw(ledger_id: str, channel_id: str | None) -> OutboxEntry:
+    """The intent to redraw call `ledger_id`'s card: one key per card, so an unsent redraw is
+    superseded by a newer one and two are never in flight at once."""
+    return OutboxEntry(
+        CARD_REDRAW,
+        {"ledger_id": ledger_id},
+        REDRAW_PRIORITY,
+        channel_id=channel_id,
+        key=f"card:{ledger_id}",
+    )
+
+
+async def put_rows(db: Db, tx: Tx, entries: Sequence[OutboxEntry], now: Any) -> list[str]:
+    """Store `entries` in the caller's transaction; the ids of the rows stored."""
+    ids: list[str] = []
+    for entry in entries:
+        if entry.key is not None:
+            dropped = await tx.execute(
+                "DELETE FROM outbox WHERE key = :key AND claimed_until IS NULL",
+                {"key": entry.key},
+            )
+            if entry.cancels and dropped:
+                continue
+        row_id = new_id()
+        await tx.execute(
+            "INSERT INTO outbox (id, priority, method, channel_id, key, params, meta,"
+            " created_at, not_before, attempts)"
+            " VALUES (:id, :priority, :method, :channel, :key, :params, :meta, :now, :now, 0)",
+            {
+                "id": row_id,
+                "priority": entry.priority,
+                "method": entry.method,
+                "channel": entry.channel_id,
+                "key": entry.key,
+                "params": db.json_in(dict(entry.params)),
+                "meta": db.json_in(dict(entry.meta)),
+                "now": now,
+            },
+        )
+        ids.append(row_id)
+    return ids

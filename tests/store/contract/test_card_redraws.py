@@ -1,0 +1,168 @@
+"""A change a card shows and the card's redraw commit together (issue 20): with redraws owed
+(`owe_card_redraws`, as the Slack server sets), a decision, an approval of N, an edit, "Allow
+for", an expiry and a cancel each write one `CARD_REDRAW` intent for the call's card in their
+own transaction, and wake the sender after the commit; a transaction cut off (a crash, a
+cancelled task) leaves neither the change nor the intent."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from datetime import timedelta
+
+import pytest
+
+from agent_core import call_digest, canonical_arguments
+from bot.faults import HOLD_ENV
+from bot.store import CARD_REDRAW, REDRAW_PRIORITY, AllowanceGrant, Store, ToolCallRow
+
+from .helpers import T0, Clock, paused_session
+
+LEASE = timedelta(seconds=30)
+
+
+class Wakes:
+    """The sender's wake-up, as the store calls it (after each commit that owed a redraw)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+
+
+async def carded(store: Store, thread: str = "1700000000.000100") -> tuple[str, list[ToolCallRow]]:
+    """A paused session whose two gated calls have cards."""
+    session_id, rows = await paused_session(store, thread=thread)
+    gated = [r for r in rows if r.needs_approval]
+    for n, row in enumerate(gated):
+        await store.set_card(row.id, "C1", f"1700000001.00010{n}")
+        await store.card_drawn(row.id, "pending:0")
+    return session_id, gated
+
+
+async def owed(store: Store) -> list[tuple[str, str | None, dict[str, object], int]]:
+    """The outbox's rows, as (method, key, params, priority), taken out as a sender would."""
+    rows = await store.claim_outbox("reader", limit=100, lease=LEASE)
+    for row in rows:
+        await store.outbox_sent(row.id)
+    return sorted((r.method, r.key, r.params, r.priority) for r in rows)
+
+
+def intent(ledger_id: str) -> tuple[str, str, dict[str, object], int]:
+    return (CARD_REDRAW, f"card:{ledger_id}", {"ledger_id": ledger_id}, REDRAW_PRIORITY)
+
+
+def grant() -> AllowanceGrant:
+    exact = canonical_arguments({"service": "api", "force": True})
+    return AllowanceGrant(
+        channel_id="C1",
+        tool="restart_service",
+        shape=json.dumps({"kind": "exact", "arguments": exact}),
+        label="these exact arguments",
+        expires_at=T0 + timedelta(hours=1),
+    )
+
+
+async def test_a_decision_writes_its_cards_redraw_and_wakes_the_sender(store: Store) -> None:
+    wakes = Wakes()
+    store.owe_card_redraws(wakes)
+    assert store.card_redraws
+    _, [first, second] = await carded(store)
+    outcome = await store.decide(first.id, "approved", user_id="UBOB")
+    assert outcome.recorded
+    assert wakes.count == 1
+    assert await owed(store) == [intent(first.id)]
+    # Two approvals of two: each one changes the card (its progress), the newer unsent redraw
+    # supersedes the older; a refused click (already decided) owes nothing.
+    await store.decide(second.id, "approved", user_id="UBOB", required_approvals=2)
+    await store.decide(second.id, "approved", user_id="UCAROL", required_approvals=2)
+    assert not (await store.decide(first.id, "rejected", user_id="UCAROL")).recorded
+    assert await owed(store) == [intent(second.id)]
+
+
+async def test_edit_allow_expiry_and_cancel_owe_their_redraws(store: Store, clock: Clock) -> None:
+    store.owe_card_redraws(Wakes())
+    session_id, [first, second] = await carded(store)
+    edited = {"service": "api", "force": False}
+    arguments = canonical_arguments(edited)
+    await store.edit_call(
+        first.id, arguments, call_digest("restart_service", edited), user_id="UED"
+    )
+    assert await owed(store) == [intent(first.id)]
+    allowed = await store.allow_call(second.id, grant(), user_id="UBOB", digest=second.digest)
+    assert allowed.allowance is not None
+    assert await owed(store) == [intent(second.id)]
+
+    session_id, [late, kept] = await carded(store, "1700000009.000100")
+    await store.set_expiry(late.id, T0 + timedelta(minutes=5))
+    clock.advance(minutes=6)
+    assert [r.id for r in await store.expire_due()] == [late.id]
+    assert await owed(store) == [intent(late.id)]
+    cancelled = await store.cancel_batch(session_id, user_id="UALICE", via="button")
+    assert cancelled.cancelled
+    assert await owed(store) == [intent(kept.id)]  # the expired call was not cancelled again
+
+
+async def test_without_redraws_owed_nothing_is_written(store: Store) -> None:
+    assert not store.card_redraws
+    _, [first, _] = await carded(store)
+    assert (await store.decide(first.id, "rejected", user_id="UBOB")).recorded
+    assert (await store.outbox_stats()).depth == {}
+    assert [r.id for r in await store.stale_cards()] == [first.id]  # start-up redraws it
+
+
+async def test_an_owed_redraw_is_the_outboxs_not_start_ups(store: Store) -> None:
+    store.owe_card_redraws(Wakes())
+    _, [first, _] = await carded(store)
+    await store.decide(first.id, "rejected", user_id="UBOB")
+    assert await store.stale_cards() == []  # the outbox sends it, drawn from the call
+    [row] = await store.claim_outbox("sender", limit=10, lease=LEASE)
+    await store.outbox_sent(row.id)
+    assert [r.id for r in await store.stale_cards()] == [first.id]  # sent, not yet marked
+
+
+async def test_a_transaction_cut_off_leaves_neither_decision_nor_redraw(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "Allow for" held at its fault point (the call approved and its redraw owed, in the
+    transaction; the allowance not yet written), then cancelled: a rollback, as a crash."""
+    wakes = Wakes()
+    store.owe_card_redraws(wakes)
+    _, [first, _] = await carded(store)
+    held = asyncio.Event()
+    monkeypatch.setenv(HOLD_ENV, "allow_decided")
+    monkeypatch.setattr("sys.stderr", _Watch(held, "holding at allow_decided"))
+    task = asyncio.create_task(
+        store.allow_call(first.id, grant(), user_id="UBOB", digest=first.digest)
+    )
+    await asyncio.wait_for(held.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    monkeypatch.delenv(HOLD_ENV)
+    row = await store.get_call(first.id)
+    assert row is not None and row.status == "pending" and row.approvals == ()
+    assert (await store.outbox_stats()).depth == {}
+    assert await store.active_allowances() == []
+    assert wakes.count == 0
+    # The same click again, not cut off: both commit.
+    again = await store.allow_call(first.id, grant(), user_id="UBOB", digest=first.digest)
+    assert again.allowance is not None and again.decision.row.status == "approved"
+    assert await owed(store) == [intent(first.id)]
+    assert wakes.count == 1
+
+
+class _Watch(io.StringIO):
+    """stderr that sets `event` when `fragment` is written (the fault point says it holds)."""
+
+    def __init__(self, event: asyncio.Event, fragment: str) -> None:
+        super().__init__()
+        self._event = event
+        self._fragment = fragment
+
+    def write(self, text: str) -> int:
+        if self._fragment in text:
+            self._event.set()
+        return super().write(text)
