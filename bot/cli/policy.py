@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -124,9 +123,9 @@ def _preview(decision: GateDecision) -> list[str]:
     if plan is None:
         return []
     ttl = format_duration(plan.ttl)
-    if plan.argv is None:
+    if plan.missing is not None or (plan.argv is None and plan.tool is None):
         return [f"preview: {plan.template} -> would fail: {plan.missing} (preview_ttl {ttl})"]
-    return [f"preview: {plan.template} -> would run: {shlex.join(plan.argv)} (preview_ttl {ttl})"]
+    return [f"preview: {plan.template} -> would run: {plan.shown()} (preview_ttl {ttl})"]
 
 
 def _arguments(tool: str, text: str) -> dict[str, Any]:

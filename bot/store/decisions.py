@@ -232,6 +232,11 @@ class Decisions(Ledger):
                 "seconds": round(preview.seconds, 3),
                 "failed": preview.failed,
                 "argv": list(preview.argv),
+                **(
+                    {"preview_tool": preview.tool, "preview_arguments": preview.arguments}
+                    if preview.tool is not None
+                    else {}
+                ),
                 "why": why,
                 "approvals_reset": dropped,
             }

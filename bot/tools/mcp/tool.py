@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from bot.argument_rule import schema_defaults
 
-from .config import McpServerConfig
+from .config import McpServerConfig, McpToolOverride
 
 __all__ = ["McpAnnotations", "McpApproval", "McpTool", "qualified_name", "selects"]
 
@@ -112,6 +112,11 @@ class McpTool:
     def title(self) -> str:
         """What the card calls the tool: its title, else its own name."""
         return self.annotations.title or self.tool
+
+    @property
+    def override(self) -> McpToolOverride | None:
+        """Its `[mcp_servers.NAME.tools.TOOL]` section, if the policy has one."""
+        return self._config.tools.get(self.tool)
 
     def requires_approval(self) -> bool:
         """Without arguments: True unless no call of this tool can ever wait."""
