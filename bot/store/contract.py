@@ -273,11 +273,15 @@ class Store(Protocol):
         team_id: str | None = None,
         required_approvals: int = 1,
         rule: str | None = None,
+        policy_rule: str | None = None,
+        approve: bool = True,
     ) -> DecisionOutcome:
         """Approve a pending call with the arguments `user_id` changed it to (canonical JSON,
         and their `digest`): conditional like `decide` (an edit racing an approval has one
         winner). The edited call is a new one: earlier approvals are dropped and the editor's is
-        its first. `arguments` keeps the model's own. Audited "edited" (both versions)."""
+        its first (`approve=False`: none is, when the edited call has a preview nobody has seen
+        yet). `arguments` keeps the model's own. Audited "edited" (both versions, `rule` and
+        `policy_rule` as on every decision row)."""
 
     async def create_allowance(
         self,

@@ -37,6 +37,8 @@ class Edits(Decisions):
         team_id: str | None = None,
         required_approvals: int = 1,
         rule: str | None = None,
+        policy_rule: str | None = None,
+        approve: bool = True,
     ) -> DecisionOutcome:
         if required_approvals < 1:
             raise ValueError(f"required_approvals must be at least 1, not {required_approvals!r}")
@@ -44,12 +46,18 @@ class Edits(Decisions):
             row = await self._expire_if_due(tx, await self._locked_call(tx, ledger_id))
             why = edit_refusal(row)
             if why is not None:
-                refusal = {"ledger_id": ledger_id, "decision": "edited", "rule": rule}
+                refusal = {
+                    "ledger_id": ledger_id,
+                    "decision": "edited",
+                    "rule": rule,
+                    "policy_rule": policy_rule,
+                }
                 await self._audit_call(
                     tx, "refusal", row, {**refusal, "why": why.kind}, actor=user_id
                 )
                 return DecisionOutcome(recorded=False, row=row, why=why)
-            final = required_approvals <= 1
+            approvals = [user_id] if approve else []
+            final = approve and required_approvals <= 1
             await tx.execute(
                 "UPDATE tool_calls SET edited_arguments = :arguments, edited_digest = :digest, "
                 "edited_by = :user, approvals = :approvals WHERE id = :id AND status = 'pending'",
@@ -57,7 +65,7 @@ class Edits(Decisions):
                     "arguments": arguments,
                     "digest": digest,
                     "user": user_id,
-                    "approvals": self._db.list_in([user_id]),
+                    "approvals": self._db.list_in(approvals),
                     "id": ledger_id,
                 },
             )
@@ -74,10 +82,16 @@ class Edits(Decisions):
                     },
                 )
             summary = edit_summary(row, arguments, digest, required_approvals, final)
-            details = {**summary, "rule": rule, "team_id": team_id}
+            details = {
+                **summary,
+                "approvals": len(approvals),
+                "rule": rule,
+                "policy_rule": policy_rule,
+                "team_id": team_id,
+            }
             await self._audit_call(tx, "edited", row, details, actor=user_id)
             after = await self._call(tx, ledger_id)
-        why = None if final else MoreApprovalsNeeded(1, required_approvals)
+        why = None if final else MoreApprovalsNeeded(len(approvals), required_approvals)
         return DecisionOutcome(recorded=True, row=after, why=why)
 
     # -- allowances ------------------------------------------------------------------------------
