@@ -61,7 +61,13 @@ class Decisions:
             await store.audit(
                 "refusal",
                 actor=user,
-                details={"reason": "unknown approval id", "id": ledger_id, "ledger_id": ledger_id},
+                details={
+                    "reason": "unknown approval id",
+                    "id": ledger_id,
+                    "ledger_id": ledger_id,
+                    "rule": None,
+                    "policy_rule": None,
+                },
             )
             return UnknownRequest()
         policy = call_decision(self.ctx, row)

@@ -310,6 +310,7 @@ class Decisions(Ledger):
                         "via": via,
                         "why": why.kind,
                         "rule": rule,
+                        "policy_rule": None,
                         "batch_id": target,
                         "ledger_ids": [r.id for r in before if r.needs_approval],
                     },

@@ -269,6 +269,11 @@ async def test_break_glass_runs_the_call_and_leaves_a_review_item(tmp_path: Path
         [audited] = [a for a in await bot.deps.store.audit_rows() if a.event == "break_glass"]
         assert audited.actor == DAVE
         assert audited.details["reason"] == "payments down, rollback needed"
+        # The decision row: the reason, who may decide (`rule`) and the policy rule.
+        [decided] = [a for a in await bot.deps.store.audit_rows() if a.event == "decision"]
+        assert decided.details["reason"] == "break glass: payments down, rollback needed"
+        assert decided.details["rule"] and "policy_rule" in decided.details
+        assert decided.actor == DAVE and decided.details["final"] is True
         home = await bot.service.home.view(BOB, team="T0TEST")
         assert [g.ledger_id for g in home.unreviewed] == [ledger_id]
         assert "Break-glass uses to review" in json.dumps(home_view(home))
