@@ -61,6 +61,9 @@ class GateDecision:
     forbidden: bool = False
     policy_rule: str | None = None
     """`tools.<tool>.rules[<index>]` of the deciding rule (the audit's `policy_rule`)."""
+    rule_label: str | None = None
+    """What the deciding rule matches, in words: its prefix and pattern, or its `name` (the
+    audit's `policy_match`)."""
     approvers: tuple[str, ...] | None = None
     required_approvals: int | None = None
     ttl: timedelta | None = None
@@ -304,6 +307,7 @@ class _Judge:
             f"{name} ({rule.label})",
             forbidden=best.tier == "forbidden",
             policy_rule=name,
+            rule_label=rule.label,
             approvers=rule.approvers,
             required_approvals=rule.required_approvals,
             ttl=rule.ttl,

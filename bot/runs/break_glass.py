@@ -186,6 +186,7 @@ class FreezeDesk:
             required_approvals=self.ctx.policy.required_approvals_for(channel, decision),
             rule=verdict.rule,
             policy_rule=decision.policy_rule,
+            policy_match=decision.rule_label,
             digest=digest,
         )
         if outcome.recorded:

@@ -111,6 +111,7 @@ class Decisions:
             required_approvals=needed,
             rule=verdict.rule,
             policy_rule=policy.policy_rule,
+            policy_match=policy.rule_label,
             digest=digest,
             preview_digest=preview_digest,
         )

@@ -196,6 +196,7 @@ class Edits:
             required_approvals=self.ctx.policy.required_approvals_for(session.channel_id, decision),
             rule=verdict.rule,
             policy_rule=decision.policy_rule,
+            policy_match=decision.rule_label,
             approve=not previewed,
         )
         if outcome.recorded and outcome.row.status == "approved":
@@ -256,6 +257,7 @@ class Edits:
                 team_id=team,
                 rule="allow_for",
                 policy_rule=decision.policy_rule,
+                policy_match=decision.rule_label,
                 digest=digest,
             )
         else:
@@ -268,6 +270,7 @@ class Edits:
                 reason=f"approved and allowed: {grant.label}",
                 rule="allow_for",
                 policy_rule=decision.policy_rule,
+                policy_match=decision.rule_label,
                 digest=row.running_digest,
             )
             outcome = allowed.decision

@@ -197,6 +197,7 @@ class Store(Protocol):
         required_approvals: int = 1,
         rule: str | None = None,
         policy_rule: str | None = None,
+        policy_match: str | None = None,
         digest: str | None = None,
         preview_digest: str | None = None,
     ) -> DecisionOutcome:
@@ -208,8 +209,9 @@ class Store(Protocol):
         approval adds `user_id` to the distinct approvers and approves the call once there are
         `required_approvals`; one rejection rejects it. A call past its expiry is expired
         here instead (audited "expiry"). Audited "decision" or "refusal" (with `rule`, who may
-        decide, and `policy_rule`, the policy rule `tools.<tool>.rules[<i>]` that gated it). `why`
-        tells a loser who won and when, or how many approvals are missing."""
+        decide, `policy_rule`, the policy rule `tools.<tool>.rules[<i>]` that gated it, and
+        `policy_match`, what that rule matches: its prefix and pattern in words). `why` tells
+        a loser who won and when, or how many approvals are missing."""
 
     async def set_preview(
         self,
@@ -274,6 +276,7 @@ class Store(Protocol):
         required_approvals: int = 1,
         rule: str | None = None,
         policy_rule: str | None = None,
+        policy_match: str | None = None,
         approve: bool = True,
     ) -> DecisionOutcome:
         """Approve a pending call with the arguments `user_id` changed it to (canonical JSON,
@@ -306,6 +309,7 @@ class Store(Protocol):
         reason: str | None = None,
         rule: str | None = None,
         policy_rule: str | None = None,
+        policy_match: str | None = None,
         digest: str | None = None,
     ) -> AllowOutcome:
         """ "Allow for": approve the call (one approval, as `decide` with `digest`) and, if that

@@ -101,6 +101,7 @@ class Decisions(Ledger):
         required_approvals: int = 1,
         rule: str | None = None,
         policy_rule: str | None = None,
+        policy_match: str | None = None,
         digest: str | None = None,
         preview_digest: str | None = None,
     ) -> DecisionOutcome:
@@ -116,6 +117,7 @@ class Decisions(Ledger):
                 required_approvals=required_approvals,
                 rule=rule,
                 policy_rule=policy_rule,
+                policy_match=policy_match,
                 digest=digest,
                 preview_digest=preview_digest,
             )
@@ -142,6 +144,7 @@ class Decisions(Ledger):
         policy_rule: str | None,
         digest: str | None,
         preview_digest: str | None = None,
+        policy_match: str | None = None,
     ) -> DecisionOutcome:
         """`decide` inside the caller's transaction (`allow_call` adds the allowance to it)."""
         row = await self._locked_call(tx, ledger_id)
@@ -158,6 +161,7 @@ class Decisions(Ledger):
             "decision": decision,
             "rule": rule,
             "policy_rule": policy_rule,
+            "policy_match": policy_match,
             "preview_digest": None if stored is None else stored.digest,
             "reason": reason,
             "team_id": team_id,

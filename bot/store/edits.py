@@ -38,6 +38,7 @@ class Edits(Decisions):
         required_approvals: int = 1,
         rule: str | None = None,
         policy_rule: str | None = None,
+        policy_match: str | None = None,
         approve: bool = True,
     ) -> DecisionOutcome:
         if required_approvals < 1:
@@ -51,6 +52,7 @@ class Edits(Decisions):
                     "decision": "edited",
                     "rule": rule,
                     "policy_rule": policy_rule,
+                    "policy_match": policy_match,
                 }
                 await self._audit_call(
                     tx, "refusal", row, {**refusal, "why": why.kind}, actor=user_id
@@ -87,6 +89,7 @@ class Edits(Decisions):
                 "approvals": len(approvals),
                 "rule": rule,
                 "policy_rule": policy_rule,
+                "policy_match": policy_match,
                 "team_id": team_id,
             }
             await self._audit_call(tx, "edited", row, details, actor=user_id)
@@ -123,6 +126,7 @@ class Edits(Decisions):
         reason: str | None = None,
         rule: str | None = None,
         policy_rule: str | None = None,
+        policy_match: str | None = None,
         digest: str | None = None,
     ) -> AllowOutcome:
         async with self._db.transaction("allow_call") as tx:
@@ -136,6 +140,7 @@ class Edits(Decisions):
                 required_approvals=1,
                 rule=rule,
                 policy_rule=policy_rule,
+                policy_match=policy_match,
                 digest=digest,
             )
             if not decision.recorded or decision.row.status != "approved":

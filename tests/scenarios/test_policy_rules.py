@@ -179,6 +179,7 @@ async def test_a_rules_own_approvers_replace_the_channels_with_two_approvals(
         assert row is not None and set(row.approvals) == {SRE1, SRE2}
         decisions = await _audit(bot, "decision")
         assert [d["policy_rule"] for d in decisions] == ["tools.run_command.rules[0]"] * 2
+        assert [d["policy_match"] for d in decisions] == ["kubectl delete …"] * 2  # its prefix
         assert decisions[-1]["final"] is True and decisions[-1]["required_approvals"] == 2
 
 

@@ -262,6 +262,7 @@ async def test_an_edit_of_a_previewed_call_is_approved_on_the_card_showing_its_p
         [edited] = await _audit(bot, "edited")
         assert edited["policy_rule"] == "tools.run_command.rules[0]" and edited["rule"]
         assert edited["approvals"] == 0 and edited["final"] is False
+        assert edited["policy_match"] == "kubectl apply …"
         assert "replicas: 9" in json.dumps(_drawn(bot, ledger_id))
 
         bot.llm.reply_text("Applied.")
