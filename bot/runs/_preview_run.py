@@ -18,10 +18,10 @@ from ..tools.preview import (
     run_preview,
     run_tool_preview,
 )
-from .context import RunContext
-from .views import CardPreview
+from .context import RunContext, thread_of
+from .views import CardPreview, preview_file
 
-__all__ = ["card_preview", "current_preview", "ensure_preview", "run_plan"]
+__all__ = ["attach_preview", "card_preview", "current_preview", "ensure_preview", "run_plan"]
 
 
 async def run_plan(ctx: RunContext, plan: PreviewPlan) -> StoredPreview:
@@ -101,7 +101,18 @@ async def ensure_preview(ctx: RunContext, row: ToolCallRow, decision: GateDecisi
         return row
     stored = await run_plan(ctx, plan)
     updated = await ctx.store.set_preview(row.id, stored, why="card", actor=row.requested_by)
+    if updated is not None:
+        await attach_preview(ctx, updated, stored)
     return updated or row
+
+
+async def attach_preview(ctx: RunContext, row: ToolCallRow, stored: StoredPreview) -> None:
+    """Attach a preview longer than a card shows to the call's thread, whole (before the card
+    that names the file is drawn)."""
+    name = preview_file(row.call_id, stored.output, stored.digest)
+    thread = None if name is None else await thread_of(ctx, row)
+    if name is not None and thread is not None:
+        await ctx.output.upload(thread, name, stored.output)
 
 
 def card_preview(row: ToolCallRow, decision: GateDecision) -> CardPreview | None:
@@ -117,4 +128,5 @@ def card_preview(row: ToolCallRow, decision: GateDecision) -> CardPreview | None
         failed=stored.failed,
         ran_at=stored.ran_at,
         digest=stored.digest,
+        file=preview_file(row.call_id, stored.output, stored.digest),
     )

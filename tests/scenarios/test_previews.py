@@ -283,3 +283,28 @@ async def test_an_edit_of_a_previewed_call_is_approved_on_the_card_showing_its_p
         edits = await _audit(bot, "edited")
         assert edits[-1]["policy_rule"] == "tools.run_command.rules[1]"
         assert edits[-1]["final"] is True and edits[-1]["approvals"] == 1
+
+
+async def test_a_long_preview_shows_its_first_lines_and_is_attached_whole(tmp_path: Path) -> None:
+    manifest = tmp_path / "app.yaml"
+    manifest.write_text("".join(f"line {n}\n" for n in range(1, 31)))
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=_policy()) as bot:
+        card = await _paused(bot, manifest)
+        shown = json.dumps(_blocks(card["params"]), ensure_ascii=False)
+        assert "line 20" in shown and "line 21" not in shown
+        digest = hashlib.sha256(manifest.read_bytes()).hexdigest()
+        name = f"preview-call_1-{digest[:12]}.txt"
+        assert "10 more lines of the preview cut" in shown and name in shown
+        await bot.settle()
+        [upload] = [u for u in bot.slack.uploaded_files if u.filename == name]
+        assert upload.text == manifest.read_text() and upload.thread_ts == "1700000001.000100"
+
+        # A changed preview gets its own file; an unchanged re-run uploads nothing again.
+        await bot.click(ACTION_RERUN_PREVIEW, card["ledger_id"], user=BOB)
+        await bot.settle()
+        assert len(bot.slack.uploaded_files) == 1
+        manifest.write_text("short now\n")
+        await bot.click(ACTION_RERUN_PREVIEW, card["ledger_id"], user=BOB)
+        await bot.settle()
+        assert len(bot.slack.uploaded_files) == 1  # short: the card shows it all
+        assert "short now" in json.dumps(_drawn(bot, card["ledger_id"]))
