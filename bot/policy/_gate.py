@@ -123,6 +123,11 @@ def approval_summary(
     config = tools.get(name) or built_in.get(name)
     if config is None:
         return "asks for approval" if _risky_by_default(tool) else "runs without approval"
+    text = _summary(name, config)
+    return text + (f" (preview: {config.preview})" if config.preview else "")
+
+
+def _summary(name: str, config: ToolPolicy) -> str:
     if config.approval == "always":
         return "asks for approval"
     if config.approval == "never":

@@ -14,6 +14,7 @@ import pytest
 from agent_core import ToolCall
 from bot.policy import DEFAULT_PREVIEW_TTL, Policy, PolicyError
 from bot.preview_args import fill_preview_args
+from tests.policy.test_mcp_policy import POLICY, git_tool
 from tests.support.custom_tools import restart_service
 
 SECTION = '[tools.restart_service]\npreview = "service_status"\n'
@@ -104,3 +105,17 @@ def test_mcp_tool_preview_keys() -> None:
         )
     with pytest.raises(PolicyError, match='approval = "never" posts none'):
         Policy.from_toml(server + '[mcp_servers.demo.tools.x]\napproval = "never"\npreview = "y"\n')
+
+
+def test_help_names_the_preview_tool() -> None:
+    policy = Policy.from_toml(SECTION)
+    assert policy.approval_summary(restart_service) == "asks for approval (preview: service_status)"
+    mcp = Policy.from_toml(
+        POLICY + '[mcp_servers.git.tools.git_commit]\napproval = "always"\npreview = "git_diff"\n'
+        'preview_args = { repo_path = "{repo_path}" }\n'
+    )
+    commit = git_tool(mcp, "git_commit", read_only=False)
+    assert mcp.approval_summary(commit) == "asks for approval (preview: git_diff)"
+    decision = mcp.decide(commit, ToolCall(id="1", name=commit.name, arguments="{}"))
+    assert decision.preview is not None and decision.preview.tool == "git__git_diff"
+    assert decision.preview.missing == "no value for {repo_path} in this call"

@@ -160,9 +160,10 @@ class McpTool:
         if not self.requires_approval():
             return "runs without approval"
         override = self._config.tools.get(self.tool)
+        seen = f" (preview: {override.preview})" if override and override.preview else ""
         if self._mode() == "rules" and override is not None:
-            return "asks for approval for " + "; ".join(r.label for r in override.rules)
-        return "asks for approval"
+            return "asks for approval for " + "; ".join(r.label for r in override.rules) + seen
+        return "asks for approval" + seen
 
     async def invoke(self, arguments: dict[str, Any]) -> str:
         """Send exactly one `tools/call`; a failure raises `ToolError` for the model to read."""
