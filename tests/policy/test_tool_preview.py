@@ -4,6 +4,7 @@ read (unknown keys still stop start-up)."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
@@ -12,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 from agent_core import ToolCall
+from bot.cli.policy import explain
 from bot.policy import DEFAULT_PREVIEW_TTL, Policy, PolicyError
 from bot.preview_args import fill_preview_args
 from tests.policy.test_mcp_policy import POLICY, git_tool
@@ -119,3 +121,21 @@ def test_help_names_the_preview_tool() -> None:
     decision = mcp.decide(commit, ToolCall(id="1", name=commit.name, arguments="{}"))
     assert decision.preview is not None and decision.preview.tool == "git__git_diff"
     assert decision.preview.missing == "no value for {repo_path} in this call"
+
+
+def test_policy_explain_names_the_preview_tool_call_it_would_make() -> None:
+    policy = Policy.from_toml(
+        '[defaults]\ntools_modules = ["tests.support.custom_tools:restart_service", '
+        '"tests.support.custom_tools:service_status"]\n'
+        + SECTION
+        + 'preview_args = { name = "{name}" }\n[tools.service_status]\napproval = "never"\n'
+    )
+    out = io.StringIO()
+    assert explain(policy, "restart_service", '{"name": "web"}', out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert "verdict: needs 1 approval from anyone in the channel but the requester" in lines
+    assert lines[-1] == (
+        'preview: service_status {"name": "{name}"} -> would run: service_status '
+        '{"name":"web"} (preview_ttl 10m)'
+    )
+    assert 'allow: the card offers no "Allow for" for this call' in lines
