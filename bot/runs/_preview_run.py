@@ -25,8 +25,9 @@ __all__ = ["attach_preview", "card_preview", "current_preview", "ensure_preview"
 
 
 async def run_plan(ctx: RunContext, plan: PreviewPlan) -> StoredPreview:
-    """Run a preview once, as `[tools.run_command]` says (`run_as`, `workdir`), under the
-    preview's own bounds; a placeholder without a value runs nothing and fails."""
+    """Run a preview once, under the preview's own bounds: a command as `[tools.run_command]`
+    says (`run_as`, `workdir`), or a custom or MCP tool's paired tool; a placeholder without a
+    value runs nothing and fails."""
     ran_at = ctx.clock()
     if plan.missing is not None:
         result = failed_preview(plan.missing)
@@ -55,9 +56,8 @@ async def _call(ctx: RunContext, name: str, arguments: str) -> PreviewResult:
     tool = ctx.tools.get(name)
     if tool is None:
         return failed_preview(f"no tool named {name!r} to preview with")
-    if ctx.policy.decide(
-        tool, ToolCall(id="preview", name=name, arguments=arguments)
-    ).requires_approval:
+    call = ToolCall(id="preview", name=name, arguments=arguments)
+    if ctx.policy.decide(tool, call).requires_approval:
         return failed_preview(
             f"the preview tool {name!r} needs approval itself; name a read-only tool"
         )
