@@ -38,6 +38,11 @@ def _example() -> tuple[str, list[tuple[str, list[str]]]]:
 TOML, TRANSCRIPTS = _example()
 
 
+def test_the_fixture_the_other_explain_tests_use_is_the_readmes_policy() -> None:
+    fixture = Path(__file__).parents[1] / "fixtures" / "policies" / "kubectl.toml"
+    assert TOML in fixture.read_text(encoding="utf-8")
+
+
 def test_the_example_policy_is_read_as_written() -> None:
     policy = Policy.from_toml(TOML, source="opsgate.toml")
     assert [len(t.rules) for t in policy.tools.values()] == [5]
