@@ -108,6 +108,8 @@ def _decision_text(notice: Notice) -> str | None:
             return "This call cannot be approved: its full arguments could not be shown."
         case "not_editable":
             return f"{notice.field} is too long ({notice.length} characters) to edit here."
+        case "edit_awaits_preview":
+            return "Edit saved; the edited call has a preview of its own: approve it on its card."
         case "pending_list":
             return _pending(notice.entries)
         case "help":

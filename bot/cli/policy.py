@@ -5,7 +5,9 @@ parts of a shell command and the rule that decided each, then one line starting 
 (`forbidden ...`, `needs N approval(s) from <who>`, `runs without approval`, or `covered by
 allowance <id> ...` when an active allowance of the channel would let it run), then who may
 approve, the quorum, the time limit, the shape an "Allow for" would create and the deciding
-rule's preview (the command it would run, never run here). With
+rule's preview (the command it would run, never run here) and, while one of the policy's
+freezes is in force and covers the call, a `freeze: ` line (no Approve until when; who may
+break glass). With
 `--channel`, the channel's approvers apply and its allowances are read from the configured
 database, read-only. Exits 0 whatever the verdict; 2 when the policy or the arguments are
 unusable.
@@ -16,9 +18,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shlex
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -85,8 +87,10 @@ def explain(
     channel: str | None = None,
     allowances: Sequence[AllowanceRow] = (),
     out: TextIO,
+    now: datetime | None = None,
 ) -> int:
-    """Print what the policy says of one call of `tool_name` with `text` (see the module)."""
+    """Print what the policy says of one call of `tool_name` with `text` (see the module);
+    `now` (default: the clock's) is when the policy's freezes are looked at."""
     arguments = _arguments(tool_name, text)
     tools = {t.name: t for t in load_tools(policy.tools_modules, taken=())}
     tool: Tool | str = tools.get(tool_name, tool_name)
@@ -113,8 +117,41 @@ def explain(
     lines.append(_verdict(policy, decision, channel, covering))
     lines += _terms(policy, tool_name, arguments, decision, channel)
     lines += _preview(decision)
+    lines += _freezes(policy, tool_name, decision, channel, now or datetime.now(UTC))
     print("\n".join(lines), file=out)
     return 0
+
+
+def _freezes(
+    policy: Policy, tool: str, decision: GateDecision, channel: str | None, now: datetime
+) -> list[str]:
+    """The policy's freezes in force now that block this call's Approve (ad hoc ones live in
+    the database and are not read here)."""
+    if not decision.requires_approval or decision.forbidden:
+        return []
+    lines = []
+    for freeze in policy.active_freezes(now):
+        shown = channel
+        if channel is None and freeze.channels:
+            shown = freeze.channels[0]  # without --channel: wherever the freeze holds
+        if not freeze.covers(shown, tool):
+            continue
+        where = ""
+        if channel is None and freeze.channels:
+            where = f" in {', '.join(freeze.channels)}"
+        until = freeze.until.strftime("%Y-%m-%d %H:%M UTC")
+        said = f" ({freeze.message})" if freeze.message else ""
+        if decision.break_glass:
+            spec = policy.break_glass_approvers(decision)
+            who = ", ".join((*spec.users, *(f"members of {g}" for g in spec.groups))) or "nobody"
+            glass = f"Break glass offered to {who}"
+        else:
+            glass = "no Break glass"
+        lines.append(
+            f"freeze: {freeze.label} in force{where} until {until}{said}: "
+            f"no Approve until then; {glass}"
+        )
+    return lines
 
 
 def _preview(decision: GateDecision) -> list[str]:
@@ -124,9 +161,9 @@ def _preview(decision: GateDecision) -> list[str]:
     if plan is None:
         return []
     ttl = format_duration(plan.ttl)
-    if plan.argv is None:
+    if plan.missing is not None or (plan.argv is None and plan.tool is None):
         return [f"preview: {plan.template} -> would fail: {plan.missing} (preview_ttl {ttl})"]
-    return [f"preview: {plan.template} -> would run: {shlex.join(plan.argv)} (preview_ttl {ttl})"]
+    return [f"preview: {plan.template} -> would run: {plan.shown()} (preview_ttl {ttl})"]
 
 
 def _arguments(tool: str, text: str) -> dict[str, Any]:

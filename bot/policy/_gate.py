@@ -16,12 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from types import MappingProxyType
+from typing import Any
 
 from agent_core import Tool, ToolCall
 from bot.argument_rule import schema_defaults
 
 from ._model import ToolPolicy
-from ._preview import PreviewPlan
+from ._preview import PreviewPlan, tool_preview
 from ._rules import TIER_RANK, Rule, Tier
 from ._shell import FLAG_WORDS, ParsedCommand, SimpleCommand, parse_command
 
@@ -60,6 +61,9 @@ class GateDecision:
     forbidden: bool = False
     policy_rule: str | None = None
     """`tools.<tool>.rules[<index>]` of the deciding rule (the audit's `policy_rule`)."""
+    rule_label: str | None = None
+    """What the deciding rule matches, in words: its prefix and pattern, or its `name` (the
+    audit's `policy_match`)."""
     approvers: tuple[str, ...] | None = None
     required_approvals: int | None = None
     ttl: timedelta | None = None
@@ -119,6 +123,11 @@ def approval_summary(
     config = tools.get(name) or built_in.get(name)
     if config is None:
         return "asks for approval" if _risky_by_default(tool) else "runs without approval"
+    text = _summary(name, config)
+    return text + (f" (preview: {config.preview})" if config.preview else "")
+
+
+def _summary(name: str, config: ToolPolicy) -> str:
     if config.approval == "always":
         return "asks for approval"
     if config.approval == "never":
@@ -168,6 +177,28 @@ def decide(
             f"no [tools.{name}] in the policy: the tool's own default "
             f"({'approval required' if risky else 'no approval'})",
         )
+    try:
+        arguments = call.parsed_arguments()
+    except ValueError:
+        arguments = None
+    defaults = {} if isinstance(tool, str) else schema_defaults(tool.parameters)
+    decision = _configured(name, where, config, arguments, defaults)
+    if config.preview is None or not decision.requires_approval or decision.forbidden:
+        return decision
+    plan = tool_preview(
+        config.preview, config.preview_args or {}, arguments or {}, defaults, config.preview_ttl
+    )
+    return replace(decision, preview=plan)
+
+
+def _configured(
+    name: str,
+    where: str,
+    config: ToolPolicy,
+    arguments: dict[str, Any] | None,
+    defaults: dict[str, Any],
+) -> GateDecision:
+    """The verdict of a tool the policy has a section for (before the tool's preview)."""
     if config.approval != "rules":
         rule = f"{where}: approval = {config.approval}"
         forbidden = config.approval == "forbidden"
@@ -177,11 +208,8 @@ def decide(
             forbidden,
             break_glass=config.break_glass and not forbidden,
         )
-    try:
-        arguments = call.parsed_arguments()
-    except ValueError:
+    if arguments is None:
         return GateDecision(True, f"{where}: arguments unreadable, approval required")
-    defaults = {} if isinstance(tool, str) else schema_defaults(tool.parameters)
     command = arguments.get("command") if name == COMMAND_TOOL else None
     if name == COMMAND_TOOL and not isinstance(command, str):
         return GateDecision(True, f"{where}: no command text, approval required")
@@ -284,6 +312,7 @@ class _Judge:
             f"{name} ({rule.label})",
             forbidden=best.tier == "forbidden",
             policy_rule=name,
+            rule_label=rule.label,
             approvers=rule.approvers,
             required_approvals=rule.required_approvals,
             ttl=rule.ttl,

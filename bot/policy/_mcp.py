@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 
 from agent_core import Tool, ToolCall
+from bot.argument_rule import schema_defaults
 from bot.tools.mcp.config import McpServerConfig
-from bot.tools.mcp.tool import SEPARATOR, McpTool
+from bot.tools.mcp.tool import SEPARATOR, McpTool, qualified_name
 
 from ._gate import GateDecision
+from ._preview import tool_preview
 
 __all__ = [
     "mcp_decision",
@@ -36,7 +38,17 @@ def mcp_decision(tool: McpTool, call: ToolCall) -> GateDecision:
             True, f"mcp_servers.{tool.server}: arguments unreadable, approval required"
         )
     decided = tool.decide(arguments)
-    return GateDecision(decided.required, decided.rule)
+    override = tool.override
+    if not decided.required or override is None or override.preview is None:
+        return GateDecision(decided.required, decided.rule)
+    plan = tool_preview(
+        qualified_name(tool.server, override.preview),
+        override.preview_args or {},
+        arguments,
+        schema_defaults(tool.parameters),
+        override.preview_ttl,
+    )
+    return GateDecision(True, decided.rule, preview=plan)
 
 
 def server_of(entry: str) -> str | None:

@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from bot.argument_rule import ArgumentRule
+from bot.preview_args import PreviewArgs, check_tool_preview
 from bot.words import format_duration
 
 from ._fields import (
@@ -87,9 +88,24 @@ class ToolPolicy(Model):
     run without a card in that channel for that long (absent: no such button)."""
     break_glass: StrictBool = False
     """During a change freeze, this tool's cards offer "Break glass" (its rules may too)."""
+    preview: ToolName | None = None
+    """A custom tool's (or http_request's) preview: a read-only tool called, without approval,
+    before the card is posted; its output is on the card and bound to Approve (run_command's
+    previews are its rules' `preview`)."""
+    preview_args: PreviewArgs | None = None
+    """The preview tool's arguments, `{name}` filled from the call's (`bot.preview_args`);
+    absent: none."""
+    preview_ttl: Duration | None = None
+    """How old the preview may be when the last approval arrives (default 10m)."""
 
     @model_validator(mode="after")
     def _rules_fit_approval(self) -> ToolPolicy:
+        check_tool_preview(self.preview, self.preview_args, self.preview_ttl, self.approval)
+        if self.preview is not None and self.allow_for is not None:
+            raise ValueError(
+                'a tool with a `preview` offers no "Allow for" (an allowed call would run '
+                "without its preview): remove allow_for"
+            )
         if self.approval == "rules" and not self.rules:
             raise ValueError('approval = "rules" needs at least one [[tools.<name>.rules]] entry')
         if self.approval != "rules" and self.rules:

@@ -92,6 +92,16 @@ class Policy(Model):
             required = override.required_approvals or self.defaults.required_approvals
             check_reachable(approvers, required, f"channels_policy.{channel}.approvers")
         for name, section in self.tools.items():
+            if section.preview is not None and name in (COMMAND_TOOL, section.preview):
+                raise ValueError(
+                    f"tools.{name}.preview: "
+                    + (
+                        "run_command's previews are commands: write `preview` on a "
+                        "[[tools.run_command.rules]] entry"
+                        if name == COMMAND_TOOL
+                        else "a tool cannot be its own preview; name a read-only tool"
+                    )
+                )
             for index, rule in enumerate(section.rules):
                 if rule.prefix is not None and name != COMMAND_TOOL:
                     raise ValueError(
@@ -157,6 +167,17 @@ class Policy(Model):
             places += [(f"channels_policy.{channel}.tools", name) for name in override.tools or ()]
         for index, freeze in enumerate(self.freezes):
             places += [(f"{freeze_name(index)}.tools", name) for name in freeze.tools or ()]
+        places += [
+            (f"tools.{name}.preview", section.preview)
+            for name, section in self.tools.items()
+            if section.preview is not None
+        ]
+        for server, config in self.mcp_servers.items():
+            places += [
+                (f"mcp_servers.{server}.tools.{tool}.preview", f"{server}__{o.preview}")
+                for tool, o in config.tools.items()
+                if o.preview is not None
+            ]
         for where, name in places:
             if name.endswith("__*") or server_of(name) in unchecked_servers:
                 continue

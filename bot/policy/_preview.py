@@ -21,14 +21,20 @@ fails with a message saying which, and the card shows "preview failed".
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
+
+from agent_core import canonical_arguments
+from bot.preview_args import fill_preview_args
 
 from ._shell import SimpleCommand
 
-__all__ = ["DEFAULT_PREVIEW_TTL", "PreviewPlan", "PreviewTemplate"]
+__all__ = ["DEFAULT_PREVIEW_TTL", "PreviewPlan", "PreviewTemplate", "tool_preview"]
 
 DEFAULT_PREVIEW_TTL = timedelta(minutes=10)
 """How old a preview may be when the last needed approval arrives before it is run again."""
@@ -46,6 +52,16 @@ class PreviewPlan:
     missing: str | None
     """Set when a placeholder had no value ("no value for {arg:-f}"): nothing is run."""
     ttl: timedelta
+    tool: str | None = None
+    """A custom or MCP tool's preview: the paired read-only tool called (not a command)."""
+    arguments: str | None = None
+    """Its arguments, canonical JSON (None when a placeholder had no value)."""
+
+    def shown(self) -> str:
+        """What ran, in a few words (the card's and `policy explain`'s)."""
+        if self.tool is not None:
+            return f"{self.tool} {self.arguments or '{}'}"
+        return shlex.join(self.argv or ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +109,27 @@ class PreviewTemplate:
     def _missing(self, name: str, ttl: timedelta | None) -> PreviewPlan:
         why = f"no value for {{{name}}} in this command"
         return PreviewPlan(self.text, None, why, ttl or DEFAULT_PREVIEW_TTL)
+
+
+def tool_preview(
+    tool: str,
+    template: Mapping[str, Any],
+    arguments: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    ttl: timedelta | None,
+) -> PreviewPlan:
+    """The preview of a custom or MCP tool's call: `tool` (read-only, named in the policy)
+    called with `preview_args` filled from the call's arguments (`bot.preview_args`)."""
+    text = f"{tool} {json.dumps(dict(template), ensure_ascii=False, sort_keys=True)}"
+    filled, missing = fill_preview_args(template, arguments, defaults)
+    return PreviewPlan(
+        template=text,
+        argv=None,
+        missing=missing,
+        ttl=ttl or DEFAULT_PREVIEW_TTL,
+        tool=tool,
+        arguments=None if filled is None else canonical_arguments(filled),
+    )
 
 
 def _check_placeholder(name: str, text: str) -> None:

@@ -136,7 +136,10 @@ class Rule(BaseModel):
                 raise ValueError("preview_ttl needs a `preview`")
             return
         if self.prefix is None:
-            raise ValueError("a `preview` is built from a parsed command: it needs `prefix`")
+            raise ValueError(
+                "a rule's `preview` is built from a parsed command: it needs `prefix` (other "
+                "tools name a read-only tool in [tools.NAME] preview)"
+            )
         if self.allow_for is not None or self.allow_prefix is not None:
             raise ValueError(
                 'a rule with a `preview` offers no "Allow for" (an allowed call would run '

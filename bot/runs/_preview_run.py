@@ -3,25 +3,38 @@ which `cards.py` uses before it posts a card; it imports nothing of the card or 
 
 from __future__ import annotations
 
-import shlex
+import json
 from pathlib import Path
+
+from agent_core import ToolCall
 
 from ..policy import GateDecision, PreviewPlan
 from ..store import StoredPreview, ToolCallRow
 from ..tools import RunAsError, dotenv_names, resolve_run_as
-from ..tools.preview import PREVIEW_TIMEOUT, PreviewResult, failed_preview, run_preview
-from .context import RunContext
-from .views import CardPreview
+from ..tools.preview import (
+    PREVIEW_TIMEOUT,
+    PreviewResult,
+    failed_preview,
+    run_preview,
+    run_tool_preview,
+)
+from .context import RunContext, thread_of
+from .views import CardPreview, preview_file
 
-__all__ = ["card_preview", "current_preview", "ensure_preview", "run_plan"]
+__all__ = ["attach_preview", "card_preview", "current_preview", "ensure_preview", "run_plan"]
 
 
 async def run_plan(ctx: RunContext, plan: PreviewPlan) -> StoredPreview:
-    """Run a preview once, as `[tools.run_command]` says (`run_as`, `workdir`), under the
-    preview's own bounds; a placeholder without a value runs nothing and fails."""
+    """Run a preview once, under the preview's own bounds: a command as `[tools.run_command]`
+    says (`run_as`, `workdir`), or a custom or MCP tool's paired tool; a placeholder without a
+    value runs nothing and fails."""
     ran_at = ctx.clock()
-    if plan.argv is None:
-        result = failed_preview(plan.missing or "nothing to run")
+    if plan.missing is not None:
+        result = failed_preview(plan.missing)
+    elif plan.tool is not None:
+        result = await _call(ctx, plan.tool, plan.arguments or "{}")
+    elif plan.argv is None:
+        result = failed_preview("nothing to run")
     else:
         result = await _run(ctx, plan.argv)
     return StoredPreview(
@@ -32,7 +45,23 @@ async def run_plan(ctx: RunContext, plan: PreviewPlan) -> StoredPreview:
         ran_at=ran_at,
         seconds=result.seconds,
         digest=result.digest,
+        tool=plan.tool,
+        arguments=plan.arguments,
     )
+
+
+async def _call(ctx: RunContext, name: str, arguments: str) -> PreviewResult:
+    """A custom or MCP tool's preview: its paired tool, only if the policy lets that tool run
+    without approval (a preview never needs one, so it must be read-only by the policy)."""
+    tool = ctx.tools.get(name)
+    if tool is None:
+        return failed_preview(f"no tool named {name!r} to preview with")
+    call = ToolCall(id="preview", name=name, arguments=arguments)
+    if ctx.policy.decide(tool, call).requires_approval:
+        return failed_preview(
+            f"the preview tool {name!r} needs approval itself; name a read-only tool"
+        )
+    return await run_tool_preview(tool, json.loads(arguments))
 
 
 async def _run(ctx: RunContext, argv: tuple[str, ...]) -> PreviewResult:
@@ -56,7 +85,11 @@ async def _run(ctx: RunContext, argv: tuple[str, ...]) -> PreviewResult:
 def current_preview(row: ToolCallRow, plan: PreviewPlan) -> StoredPreview | None:
     """The stored preview if it is of this plan (an edit changes what the preview runs)."""
     stored = row.preview_run()
-    if stored is None or stored.argv != (plan.argv or ()):
+    if stored is None or (stored.argv, stored.tool, stored.arguments) != (
+        plan.argv or (),
+        plan.tool,
+        plan.arguments,
+    ):
         return None
     return stored
 
@@ -68,7 +101,18 @@ async def ensure_preview(ctx: RunContext, row: ToolCallRow, decision: GateDecisi
         return row
     stored = await run_plan(ctx, plan)
     updated = await ctx.store.set_preview(row.id, stored, why="card", actor=row.requested_by)
+    if updated is not None:
+        await attach_preview(ctx, updated, stored)
     return updated or row
+
+
+async def attach_preview(ctx: RunContext, row: ToolCallRow, stored: StoredPreview) -> None:
+    """Attach a preview longer than a card shows to the call's thread, whole (before the card
+    that names the file is drawn)."""
+    name = preview_file(row.call_id, stored.output, stored.digest)
+    thread = None if name is None else await thread_of(ctx, row)
+    if name is not None and thread is not None:
+        await ctx.output.upload(thread, name, stored.output)
 
 
 def card_preview(row: ToolCallRow, decision: GateDecision) -> CardPreview | None:
@@ -78,10 +122,11 @@ def card_preview(row: ToolCallRow, decision: GateDecision) -> CardPreview | None
     if plan is None or stored is None:
         return None
     return CardPreview(
-        command=shlex.join(stored.argv) if stored.argv else plan.template,
+        command=plan.shown() if stored.argv or stored.tool else plan.template,
         output=stored.output,
         exit_status=stored.exit_status,
         failed=stored.failed,
         ran_at=stored.ran_at,
         digest=stored.digest,
+        file=preview_file(row.call_id, stored.output, stored.digest),
     )

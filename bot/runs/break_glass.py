@@ -21,6 +21,7 @@ from .gate import authorize_on, refusal_notice
 from .metrics import note_decision
 from .notices import BreakGlassUsed, DecisionNotRecorded, FreezeAnswer, Notice, UnknownRequest
 from .output import Thread
+from .previews import Previews
 from .views import FreezeInfo, GlassInfo
 
 __all__ = ["FreezeDesk"]
@@ -170,6 +171,12 @@ class FreezeDesk:
             if verdict.kind == "refused":
                 return refusal_notice(verdict, row, decision)
             return FreezeAnswer("Breaking glass needs a reason.")
+        # A previewed call is bound to its preview here as on Approve (stale: run again).
+        stale = await Previews(self.ctx, self.cards).before_approval(
+            row, decision, channel, user, rule=verdict.rule
+        )
+        if stale is not None:
+            return stale
         outcome = await store.decide(
             ledger_id,
             "approved",
@@ -179,6 +186,7 @@ class FreezeDesk:
             required_approvals=self.ctx.policy.required_approvals_for(channel, decision),
             rule=verdict.rule,
             policy_rule=decision.policy_rule,
+            policy_match=decision.rule_label,
             digest=digest,
         )
         if outcome.recorded:
@@ -227,6 +235,7 @@ class FreezeDesk:
                     "ledger_id": ledger_id,
                     "reason": verdict.reason,
                     "rule": verdict.rule,
+                    "policy_rule": call_decision(self.ctx, row).policy_rule,
                     "decision": "break_glass_reviewed",
                     "team_id": team,
                 },

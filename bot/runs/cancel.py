@@ -57,6 +57,7 @@ class Cancels:
                     "via": via,
                     "why": verdict.reason,
                     "rule": verdict.rule,
+                    "policy_rule": None,
                     "batch_id": batch_id or session.batch_id,
                     "ledger_ids": await self._ledger_ids(session.id),
                     "team_id": team,
@@ -90,7 +91,13 @@ class Cancels:
             await store.audit(
                 "refusal",
                 actor=user,
-                details={"reason": "unknown approval id", "id": ledger_id, "ledger_id": ledger_id},
+                details={
+                    "reason": "unknown approval id",
+                    "id": ledger_id,
+                    "ledger_id": ledger_id,
+                    "rule": None,
+                    "policy_rule": None,
+                },
             )
             return UnknownRequest()
         return await self.cancel(session, user=user, team=team, via="button", batch_id=row.batch_id)

@@ -61,7 +61,13 @@ class Decisions:
             await store.audit(
                 "refusal",
                 actor=user,
-                details={"reason": "unknown approval id", "id": ledger_id, "ledger_id": ledger_id},
+                details={
+                    "reason": "unknown approval id",
+                    "id": ledger_id,
+                    "ledger_id": ledger_id,
+                    "rule": None,
+                    "policy_rule": None,
+                },
             )
             return UnknownRequest()
         policy = call_decision(self.ctx, row)
@@ -105,6 +111,7 @@ class Decisions:
             required_approvals=needed,
             rule=verdict.rule,
             policy_rule=policy.policy_rule,
+            policy_match=policy.rule_label,
             digest=digest,
             preview_digest=preview_digest,
         )

@@ -56,6 +56,7 @@ from .notices import (
     AllowanceRevoked,
     AllowanceUsed,
     DecisionNotRecorded,
+    EditAwaitsPreview,
     NotApprovable,
     NotEditable,
     NothingRevoked,
@@ -182,6 +183,10 @@ class Edits:
         )
         if verdict.kind == "refused":
             return refusal_notice(verdict, edited, decision)
+        # A call whose edited form has a preview is approved on the card that shows that
+        # preview: the edit counts no approval, even one that would complete the quorum
+        # (issue 23: Approve binds to a preview someone saw).
+        previewed = decision.preview is not None
         outcome = await self.ctx.store.edit_call(
             ledger_id,
             canonical_arguments(parsed),
@@ -189,16 +194,19 @@ class Edits:
             user_id=user,
             team_id=team,
             required_approvals=self.ctx.policy.required_approvals_for(session.channel_id, decision),
-            rule="edit",
+            rule=verdict.rule,
+            policy_rule=decision.policy_rule,
+            policy_match=decision.rule_label,
+            approve=not previewed,
         )
         if outcome.recorded and outcome.row.status == "approved":
             note_decision(self.ctx, outcome.row, "edited")
-        # The edited call's own preview, for the approvals still to come (issue 23).
+        # The edited call's own preview, for the approvals still to come.
         await self.cards.refresh(await ensure_preview(self.ctx, outcome.row, decision))
         await self._resume(row.session_id)
         if not outcome.recorded:
             return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
-        return None
+        return EditAwaitsPreview(row.tool) if previewed else None
 
     def _tool(self, row: ToolCallRow) -> Tool | None:
         return self.ctx.tools.get(row.tool)
@@ -249,6 +257,7 @@ class Edits:
                 team_id=team,
                 rule="allow_for",
                 policy_rule=decision.policy_rule,
+                policy_match=decision.rule_label,
                 digest=digest,
             )
         else:
@@ -261,6 +270,7 @@ class Edits:
                 reason=f"approved and allowed: {grant.label}",
                 rule="allow_for",
                 policy_rule=decision.policy_rule,
+                policy_match=decision.rule_label,
                 digest=row.running_digest,
             )
             outcome = allowed.decision

@@ -78,7 +78,13 @@ class Feedback:
                 "refusal",
                 actor=user,
                 session_id=session_id,
-                details={"reason": verdict.reason, "decision": "feedback", "team_id": team},
+                details={
+                    "reason": verdict.reason,
+                    "rule": verdict.rule,
+                    "policy_rule": None,
+                    "decision": "feedback",
+                    "team_id": team,
+                },
             )
             return NotAllowed(verdict)
         return session

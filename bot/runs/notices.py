@@ -305,6 +305,15 @@ class NotEditable:
     kind: Literal["not_editable"] = "not_editable"
 
 
+@dataclass(frozen=True, slots=True)
+class EditAwaitsPreview:
+    """An edit was saved, but its edited call has a preview nobody has seen yet: the edit
+    counted no approval; the card now shows the preview, and Approve is clicked there."""
+
+    tool: str
+    kind: Literal["edit_awaits_preview"] = "edit_awaits_preview"
+
+
 # --- notices: answers to commands ----------------------------------------------------------
 
 
@@ -431,6 +440,7 @@ Notice = (
     | DecisionNotRecorded
     | NotApprovable
     | NotEditable
+    | EditAwaitsPreview
     | PendingList
     | Help
     | AllowanceUsed
@@ -444,7 +454,7 @@ Notice = (
 )
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,
-`NotApprovable`, `NotEditable`,
+`NotApprovable`, `NotEditable`, `EditAwaitsPreview`,
 `RootPostFailed`, `NotSaved` (a click), `ChannelNotAllowed` (from `/opsgate`), `PendingList`
 and `Help`."""
 

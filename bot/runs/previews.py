@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..policy import GateDecision, PreviewPlan
 from ..store import PreviewChanged, StoredPreview, ToolCallRow, already_reason
-from ._preview_run import current_preview, run_plan
+from ._preview_run import attach_preview, current_preview, run_plan
 from .cards import Cards, call_decision
 from .context import RunContext
 from .gate import authorize_on, refusal_notice
@@ -121,5 +121,7 @@ class Previews:
             row.id, fresh, why=why, actor=actor, reset_approvals=changed
         )
         if updated is not None:
+            if changed:
+                await attach_preview(self.ctx, updated, fresh)
             await self.cards.refresh(updated)
         return changed and updated is not None

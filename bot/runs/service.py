@@ -117,7 +117,11 @@ class RunService:
             await store.audit(
                 "refusal",
                 actor=user,
-                details={"channel": thread.channel_id, "rule": "defaults.channels"},
+                details={
+                    "channel": thread.channel_id,
+                    "rule": "defaults.channels",
+                    "policy_rule": None,
+                },
             )
             return
         if _CANCEL.fullmatch(text):
@@ -134,7 +138,12 @@ class RunService:
             await self.ctx.store.audit(
                 "refusal",
                 actor=user,
-                details={"channel": channel, "rule": "defaults.channels", "via": "slash"},
+                details={
+                    "channel": channel,
+                    "rule": "defaults.channels",
+                    "policy_rule": None,
+                    "via": "slash",
+                },
             )
             return ChannelNotAllowed(channel)
         posted = await self.ctx.output.post_root(channel, user, text)

@@ -14,6 +14,8 @@ from typing import Any, Literal
 from ..store.states import CardLock
 
 __all__ = [
+    "PREVIEW_CHARS",
+    "PREVIEW_LINES",
     "AllowChoice",
     "AllowForm",
     "AllowanceInfo",
@@ -32,6 +34,7 @@ __all__ = [
     "OutcomeStatus",
     "PendingEntry",
     "ServerTool",
+    "preview_file",
 ]
 
 
@@ -77,6 +80,25 @@ class CardPreview:
     """Why the card says "preview failed" (None: it did not fail)."""
     ran_at: datetime
     digest: str
+    file: str | None = None
+    """The file in the thread holding the whole output, when it is longer than a card shows
+    (`PREVIEW_LINES` lines, `PREVIEW_CHARS` characters)."""
+
+
+PREVIEW_LINES = 20
+"""Lines of a preview's output a card shows at most; a longer one is attached whole."""
+PREVIEW_CHARS = 1_500
+"""Characters of a preview's output beyond which it is attached whole too (the card's block
+budget may cut long lines earlier than `PREVIEW_LINES`)."""
+
+
+def preview_file(call_id: str, output: str, digest: str) -> str | None:
+    """The name of the file a preview's whole output is attached as, or None when the card
+    shows it all; one name per output (its digest), so a changed preview gets its own file."""
+    lines = output.rstrip("\n").count("\n") + 1 if output.strip() else 0
+    if lines <= PREVIEW_LINES and len(output) <= PREVIEW_CHARS:
+        return None
+    return f"preview-{call_id}-{digest[:12]}.txt"
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from ..runs.notices import (
     ChannelNotAllowed,
     DecisionNotRecorded,
     EarlierQueued,
+    EditAwaitsPreview,
     FinishNote,
     FreezeAnnounced,
     FreezeAnswer,
@@ -259,6 +260,7 @@ def _answer_text(
     | DecisionNotRecorded
     | NotApprovable
     | NotEditable
+    | EditAwaitsPreview
     | PendingList
     | Help,
 ) -> str:
@@ -290,6 +292,11 @@ def _answer_text(
                 f"more than an edit form holds ({limit:,}), so it cannot be edited here: a cut "
                 "value would run cut. The full arguments are in the file attached to the card; "
                 "approve or reject the call as it is, or ask again with the change."
+            )
+        case EditAwaitsPreview(tool=tool):
+            return (
+                f":mag: Edit saved. The edited {_code(tool)} call has a preview of its own, "
+                "now on the card: look at it and approve there (the edit counted no approval)."
             )
         case PendingList(entries=entries):
             return pending_text(entries)

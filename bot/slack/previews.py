@@ -2,9 +2,9 @@
 printed, its exit status, when it ran, and the "Re-run preview" button.
 
 The output is untrusted (a command's) and reaches mrkdwn only through `bot.slack.mrkdwn`. The
-card shows its first lines; the rest is cut with a note (the digest covers the whole output, and
-the audit's `preview` row names it). A failed preview says "preview failed" and keeps Approve:
-the person deciding sees the warning and the output.
+card shows its first lines; the rest is cut with a note naming the file the run service attached
+to the thread with the whole output (the digest covers the whole output). A failed preview says
+"preview failed" and keeps Approve: the person deciding sees the warning and the output.
 """
 
 from __future__ import annotations
@@ -12,15 +12,13 @@ from __future__ import annotations
 from slack_sdk.models.blocks import Block, ButtonElement, PlainTextObject, SectionBlock
 from slack_sdk.models.blocks.basic_components import MarkdownTextObject
 
-from ..runs.views import CardCall, CardPreview
+from ..runs.views import PREVIEW_LINES, CardCall, CardPreview
 from ..words import count
 from .ids import ACTION_RERUN_PREVIEW
 from .mrkdwn import code_span, escape_cut, preformatted
 
 __all__ = ["PREVIEW_LINES", "preview_blocks", "preview_digest_text", "rerun_button"]
 
-PREVIEW_LINES = 20
-"""Lines of the preview's output a card shows at most."""
 _OUTPUT_BUDGET = 2400
 _SECTION_MAX = 3000
 
@@ -35,9 +33,14 @@ def preview_blocks(call: CardCall) -> list[Block]:
     if shown:
         blocks.append(_section(shown))
     if hidden:
+        where = (
+            f"the whole output is attached to the thread as {code_span(preview.file, 80)}; "
+            if preview.file
+            else ""
+        )
         blocks.append(
             _section(
-                f"_… {count(hidden, 'more line')} of the preview cut; its digest "
+                f"_… {count(hidden, 'more line')} of the preview cut; {where}its digest "
                 f"{code_span(preview.digest[:12], 12)} covers the whole output._"
             )
         )

@@ -197,6 +197,7 @@ class Store(Protocol):
         required_approvals: int = 1,
         rule: str | None = None,
         policy_rule: str | None = None,
+        policy_match: str | None = None,
         digest: str | None = None,
         preview_digest: str | None = None,
     ) -> DecisionOutcome:
@@ -208,8 +209,9 @@ class Store(Protocol):
         approval adds `user_id` to the distinct approvers and approves the call once there are
         `required_approvals`; one rejection rejects it. A call past its expiry is expired
         here instead (audited "expiry"). Audited "decision" or "refusal" (with `rule`, who may
-        decide, and `policy_rule`, the policy rule `tools.<tool>.rules[<i>]` that gated it). `why`
-        tells a loser who won and when, or how many approvals are missing."""
+        decide, `policy_rule`, the policy rule `tools.<tool>.rules[<i>]` that gated it, and
+        `policy_match`, what that rule matches: its prefix and pattern in words). `why` tells
+        a loser who won and when, or how many approvals are missing."""
 
     async def set_preview(
         self,
@@ -273,11 +275,16 @@ class Store(Protocol):
         team_id: str | None = None,
         required_approvals: int = 1,
         rule: str | None = None,
+        policy_rule: str | None = None,
+        policy_match: str | None = None,
+        approve: bool = True,
     ) -> DecisionOutcome:
         """Approve a pending call with the arguments `user_id` changed it to (canonical JSON,
         and their `digest`): conditional like `decide` (an edit racing an approval has one
         winner). The edited call is a new one: earlier approvals are dropped and the editor's is
-        its first. `arguments` keeps the model's own. Audited "edited" (both versions)."""
+        its first (`approve=False`: none is, when the edited call has a preview nobody has seen
+        yet). `arguments` keeps the model's own. Audited "edited" (both versions, `rule` and
+        `policy_rule` as on every decision row)."""
 
     async def create_allowance(
         self,
@@ -302,6 +309,7 @@ class Store(Protocol):
         reason: str | None = None,
         rule: str | None = None,
         policy_rule: str | None = None,
+        policy_match: str | None = None,
         digest: str | None = None,
     ) -> AllowOutcome:
         """ "Allow for": approve the call (one approval, as `decide` with `digest`) and, if that

@@ -101,6 +101,7 @@ class Decisions(Ledger):
         required_approvals: int = 1,
         rule: str | None = None,
         policy_rule: str | None = None,
+        policy_match: str | None = None,
         digest: str | None = None,
         preview_digest: str | None = None,
     ) -> DecisionOutcome:
@@ -116,6 +117,7 @@ class Decisions(Ledger):
                 required_approvals=required_approvals,
                 rule=rule,
                 policy_rule=policy_rule,
+                policy_match=policy_match,
                 digest=digest,
                 preview_digest=preview_digest,
             )
@@ -144,6 +146,7 @@ class Decisions(Ledger):
         policy_rule: str | None,
         digest: str | None,
         preview_digest: str | None = None,
+        policy_match: str | None = None,
     ) -> DecisionOutcome:
         """`decide` inside the caller's transaction (`allow_call` adds the allowance to it)."""
         row = await self._locked_call(tx, ledger_id)
@@ -160,6 +163,7 @@ class Decisions(Ledger):
             "decision": decision,
             "rule": rule,
             "policy_rule": policy_rule,
+            "policy_match": policy_match,
             "preview_digest": None if stored is None else stored.digest,
             "reason": reason,
             "team_id": team_id,
@@ -238,6 +242,11 @@ class Decisions(Ledger):
                 "seconds": round(preview.seconds, 3),
                 "failed": preview.failed,
                 "argv": list(preview.argv),
+                **(
+                    {"preview_tool": preview.tool, "preview_arguments": preview.arguments}
+                    if preview.tool is not None
+                    else {}
+                ),
                 "why": why,
                 "approvals_reset": dropped,
             }
@@ -311,6 +320,7 @@ class Decisions(Ledger):
                         "via": via,
                         "why": why.kind,
                         "rule": rule,
+                        "policy_rule": None,
                         "batch_id": target,
                         "ledger_ids": [r.id for r in before if r.needs_approval],
                     },

@@ -37,12 +37,24 @@ class Edits(Decisions):
         team_id: str | None = None,
         required_approvals: int = 1,
         rule: str | None = None,
+        policy_rule: str | None = None,
+        policy_match: str | None = None,
+        approve: bool = True,
     ) -> DecisionOutcome:
         if required_approvals < 1:
             raise ValueError(f"required_approvals must be at least 1, not {required_approvals!r}")
+        named = {"rule": rule, "policy_rule": policy_rule, "policy_match": policy_match}
         async with self._db.transaction("edit_call") as tx:
             outcome = await self._edit_in(
-                tx, ledger_id, arguments, digest, user_id, team_id, required_approvals, rule
+                tx,
+                ledger_id,
+                arguments,
+                digest,
+                user_id,
+                team_id,
+                required_approvals,
+                named,
+                approve=approve,
             )
         self._redraws_owed()  # an expiry found on the way owes its card's redraw too
         return outcome
@@ -56,15 +68,21 @@ class Edits(Decisions):
         user_id: str,
         team_id: str | None,
         required_approvals: int,
-        rule: str | None,
+        named: dict[str, str | None],
+        *,
+        approve: bool,
     ) -> DecisionOutcome:
+        """`named`: the rule that applied (who may approve, the policy rule, its match), on
+        the audit rows. `approve=False`: the edit counts no approval (its preview is shown
+        first)."""
         row = await self._expire_if_due(tx, await self._locked_call(tx, ledger_id))
         why = edit_refusal(row)
         if why is not None:
-            refusal = {"ledger_id": ledger_id, "decision": "edited", "rule": rule}
+            refusal = {"ledger_id": ledger_id, "decision": "edited", **named}
             await self._audit_call(tx, "refusal", row, {**refusal, "why": why.kind}, actor=user_id)
             return DecisionOutcome(recorded=False, row=row, why=why)
-        final = required_approvals <= 1
+        approvals = [user_id] if approve else []
+        final = approve and required_approvals <= 1
         await tx.execute(
             "UPDATE tool_calls SET edited_arguments = :arguments, edited_digest = :digest, "
             "edited_by = :user, approvals = :approvals WHERE id = :id AND status = 'pending'",
@@ -72,7 +90,7 @@ class Edits(Decisions):
                 "arguments": arguments,
                 "digest": digest,
                 "user": user_id,
-                "approvals": self._db.list_in([user_id]),
+                "approvals": self._db.list_in(approvals),
                 "id": ledger_id,
             },
         )
@@ -89,11 +107,11 @@ class Edits(Decisions):
                 },
             )
         summary = edit_summary(row, arguments, digest, required_approvals, final)
-        details = {**summary, "rule": rule, "team_id": team_id}
-        await self._audit_call(tx, "edited", row, details, actor=user_id)
+        details = {**summary, "approvals": len(approvals), **named, "team_id": team_id}
         await self._owe_redraw(tx, row)
         after = await self._call(tx, ledger_id)
-        why = None if final else MoreApprovalsNeeded(1, required_approvals)
+        await self._audit_call(tx, "edited", row, details, actor=user_id)
+        why = None if final else MoreApprovalsNeeded(len(approvals), required_approvals)
         return DecisionOutcome(recorded=True, row=after, why=why)
 
     # -- allowances ------------------------------------------------------------------------------
@@ -125,6 +143,7 @@ class Edits(Decisions):
         reason: str | None = None,
         rule: str | None = None,
         policy_rule: str | None = None,
+        policy_match: str | None = None,
         digest: str | None = None,
     ) -> AllowOutcome:
         async with self._db.transaction("allow_call") as tx:
@@ -138,6 +157,7 @@ class Edits(Decisions):
                 required_approvals=1,
                 rule=rule,
                 policy_rule=policy_rule,
+                policy_match=policy_match,
                 digest=digest,
             )
             made = None

@@ -169,6 +169,10 @@ class StoredPreview(BaseModel):
     ran_at: datetime
     seconds: float
     digest: str
+    tool: str | None = None
+    """A custom or MCP tool's preview: the read-only tool that was called (`argv` is empty)."""
+    arguments: str | None = None
+    """Its arguments, canonical JSON."""
 
 
 # --- why the store changed nothing: typed, worded by the front ends ---------------------------

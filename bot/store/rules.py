@@ -238,7 +238,7 @@ def start_audit(
     if refused is None:
         details["approved_by"] = decided_by
         return "execution_start", details
-    details.update(action="execute", why=f"already {refused}")
+    details.update(action="execute", why=f"already {refused}", rule=None, policy_rule=None)
     return "refusal", details
 
 

@@ -8,12 +8,16 @@ The digest is the SHA-256 of the output as shown: the approval is bound to it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from agent_core import Tool
 
 from ._run_as import RunAs
 from .command import run_argv, scrubbed_environment
@@ -25,6 +29,7 @@ __all__ = [
     "failed_preview",
     "preview_digest",
     "run_preview",
+    "run_tool_preview",
 ]
 
 PREVIEW_TIMEOUT = 10.0
@@ -91,3 +96,28 @@ async def run_preview(
     elif finished.returncode != 0:
         failed = f"exit status {finished.returncode}"
     return PreviewResult(output, finished.returncode, failed, seconds, preview_digest(output))
+
+
+async def run_tool_preview(
+    tool: Tool,
+    arguments: dict[str, Any],
+    *,
+    timeout: float = PREVIEW_TIMEOUT,
+    output_limit: int = PREVIEW_OUTPUT_LIMIT,
+) -> PreviewResult:
+    """Call a custom or MCP tool's paired read-only tool once, under the preview's bounds; an
+    error or a timeout is a failed preview (its output says what happened), never an
+    exception. Its exit status is 0 when it answered, None when it did not."""
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(timeout):
+            text = await tool.invoke(arguments)
+    except TimeoutError:
+        why = f"timed out after {timeout:g}s"
+        return PreviewResult(why, None, why, time.monotonic() - started, preview_digest(why))
+    except Exception as exc:  # a tool's failure is what the card shows, never a crash
+        why = f"{tool.name} failed: {exc}"
+        return PreviewResult(why, None, why, time.monotonic() - started, preview_digest(why))
+    if len(text) > output_limit:
+        text = text[:output_limit] + f"\n… ({len(text) - output_limit} more characters cut)"
+    return PreviewResult(text, 0, None, time.monotonic() - started, preview_digest(text))

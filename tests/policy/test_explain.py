@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from bot.cli import main
+from bot.cli.policy import explain as explain_call
+from bot.policy import Policy
 from bot.store import AllowanceRow, SQLiteStore
 
 KUBECTL = Path(__file__).parents[1] / "fixtures" / "policies" / "kubectl.toml"
@@ -138,3 +141,26 @@ def test_the_preview_that_would_run_is_named_not_run(
         "{arg:-f|--filename} in this command (preview_ttl 5m)"
     )
     assert not (env / "opsgate.db").exists()
+
+
+def test_a_freeze_in_force_now_is_named_with_its_break_glass() -> None:
+    policy = Policy.load(KUBECTL)
+    saturday = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)  # inside Friday 17:00 + 63h
+
+    def lines(command: str, now: datetime) -> list[str]:
+        out = io.StringIO()
+        assert explain_call(policy, "run_command", command, channel="C0OPS", out=out, now=now) == 0
+        return out.getvalue().splitlines()
+
+    restart = lines("kubectl rollout restart deploy/web", saturday)
+    assert restart[-1] == (
+        "freeze: freezes[0] in force until 2026-12-07 08:00 UTC (Weekend change freeze: only "
+        "emergencies, by breaking glass.): no Approve until then; Break glass offered to "
+        "U0SRE1, U0SRE2"
+    )
+    assert verdicts(restart) == ["verdict: needs 1 approval from U0BOB, U0CAROL"]  # unchanged
+    delete = lines("kubectl delete pod web-1", saturday)
+    assert delete[-1].endswith("no Approve until then; no Break glass")
+    assert not any(line.startswith("freeze: ") for line in lines("kubectl get pods", saturday))
+    tuesday = datetime(2026, 12, 8, 12, 0, tzinfo=UTC)
+    assert not any(line.startswith("freeze: ") for line in lines("kubectl delete pod x", tuesday))

@@ -269,6 +269,11 @@ async def test_break_glass_runs_the_call_and_leaves_a_review_item(tmp_path: Path
         [audited] = [a for a in await bot.deps.store.audit_rows() if a.event == "break_glass"]
         assert audited.actor == DAVE
         assert audited.details["reason"] == "payments down, rollback needed"
+        # The decision row: the reason, who may decide (`rule`) and the policy rule.
+        [decided] = [a for a in await bot.deps.store.audit_rows() if a.event == "decision"]
+        assert decided.details["reason"] == "break glass: payments down, rollback needed"
+        assert decided.details["rule"] and "policy_rule" in decided.details
+        assert decided.actor == DAVE and decided.details["final"] is True
         home = await bot.service.home.view(BOB, team="T0TEST")
         assert [g.ledger_id for g in home.unreviewed] == [ledger_id]
         assert "Break-glass uses to review" in json.dumps(home_view(home))
@@ -313,3 +318,41 @@ async def test_a_forbidden_call_offers_no_break_glass_even_when_frozen(tmp_path:
         row = await bot.deps.store.get_call(frozen)
         assert row is not None
         assert ACTION_BREAK_GLASS in _buttons(_drawn(bot, row.card_channel, row.card_ts))
+
+
+async def test_break_glass_on_a_previewed_call_is_bound_to_its_preview(tmp_path: Path) -> None:
+    clock = Clock()
+    state = tmp_path / "state.txt"
+    state.write_text("replicas: 3\n")
+    policy = Policy.from_toml(
+        f'[defaults]\napprovers = ["{BOB}"]\nfreeze_admins = ["{CAROL}"]\n'
+        f'break_glass_approvers = ["{DAVE}"]\n'
+        '[tools.run_command]\napproval = "rules"\n'
+        '[[tools.run_command.rules]]\nprefix = ["cat"]\npreview = "cat {operands}"\n'
+        "break_glass = true\n"
+    )
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        _, hook = await bot.slash("freeze 1h incident", user=CAROL)
+        await bot.hook_answers(hook)
+        ledger_id = await _paused(bot, f"cat {state}", "1700000005.000100")
+        clock.now = datetime(2026, 12, 4, 17, 5, tzinfo=UTC)  # past the preview's 10m
+        state.write_text("replicas: 30\n")  # and what it shows has moved
+        await _break_glass(bot, ledger_id, DAVE, "outage")
+        await bot.settle()
+        told = str(bot.slack.calls_to("chat.postEphemeral")[-1].params["text"])
+        assert "the preview changed: look again" in told
+        row = await bot.deps.store.get_call(ledger_id)
+        assert row is not None and row.status == "pending"
+        assert [a for a in await bot.deps.store.audit_rows() if a.event == "break_glass"] == []
+        assert len(bot.llm.requests) == 1, "nothing ran"
+
+        bot.llm.reply_text("Ran under break-glass.")
+        # Again, on the redrawn card's fresh preview (another form: another submission).
+        await _break_glass(bot, ledger_id, DAVE, "outage, preview read")
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        [decided] = [a for a in await bot.deps.store.audit_rows() if a.event == "decision"]
+        runs = [a for a in await bot.deps.store.audit_rows() if a.event == "preview"]
+        assert [r.details["why"] for r in runs] == ["card", "stale"]
+        assert decided.details["preview_digest"] == runs[-1].details["digest"]
+        assert decided.details["reason"] == "break glass: outage, preview read"

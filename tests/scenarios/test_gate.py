@@ -196,6 +196,12 @@ async def test_every_action_and_modal_handler_refuses_a_click_with_no_workspace(
         assert len(refused) == len(requests) - 1, told
         [revoked] = await bot.hook_answers(ACTION_REVOKE)
         assert "only its granter or an approver" in revoked["text"]
+        # Issue 23: every refusal row names who may decide (`rule`) and the policy rule that
+        # applied (`policy_rule`, None where no tool call's rule is involved).
+        refusals = [r for r in await bot.deps.store.audit_rows() if r.event == "refusal"]
+        assert len(refusals) >= 10
+        for r in refusals:
+            assert "rule" in r.details and "policy_rule" in r.details, dict(r.details)
 
 
 COMMAND = "command"

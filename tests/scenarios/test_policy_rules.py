@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from bot.cli.check import run_check
 from bot.cli.policy import explain
 from bot.policy import Policy, PolicyError
 from bot.slack.ids import ACTION_FIELD, CALLBACK_EDIT
+from tests.processes.test_cli import settings_for
 from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools, tool_messages
 from tests.support.harness import CHANNEL, Bot, running_bot
 from tests.support.slack_requests import interaction_body, view_submission
@@ -179,6 +181,7 @@ async def test_a_rules_own_approvers_replace_the_channels_with_two_approvals(
         assert row is not None and set(row.approvals) == {SRE1, SRE2}
         decisions = await _audit(bot, "decision")
         assert [d["policy_rule"] for d in decisions] == ["tools.run_command.rules[0]"] * 2
+        assert [d["policy_match"] for d in decisions] == ["kubectl delete …"] * 2  # its prefix
         assert decisions[-1]["final"] is True and decisions[-1]["required_approvals"] == 2
 
 
@@ -384,3 +387,40 @@ async def test_a_dialog_choice_made_for_a_call_edited_since_counts_for_nothing(
         row = await bot.deps.store.get_call(card["ledger_id"])
         assert row is not None and row.status == "pending"
         assert [r["why"] for r in await _audit(bot, "refusal")] == ["arguments_changed"]
+
+
+KUBECTL = Path(__file__).parents[1] / "fixtures" / "policies" / "kubectl.toml"
+
+
+async def test_help_and_the_home_tab_say_the_rules_in_plain_words(tmp_path: Path) -> None:
+    policy = Policy.load(KUBECTL)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        _, hook = await bot.slash("help", user=ALICE)
+        [answer] = await bot.hook_answers(hook)
+        text = str(answer["text"])
+        assert "asks for approval for kubectl delete … (2 approvals)" in text
+        assert "kubectl apply … (preview: kubectl diff -f {arg:-f|--filename})" in text
+        assert "commands it cannot judge" in text
+        assert "never runs kubectl delete namespace" in text and "runs freely kubectl get …" in text
+        home = await bot.service.home.view(BOB, team="T0TEST")
+        assert "never runs kubectl delete namespace" in home.policy
+        assert "asks for approval for kubectl delete … (2 approvals)" in home.policy
+        await bot.settle()
+
+
+async def test_opsgate_check_fails_naming_a_rule_whose_example_does_not_match(
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "opsgate.toml"
+    bad.write_text(
+        '[tools.run_command]\napproval = "rules"\n'
+        '[[tools.run_command.rules]]\nprefix = ["kubectl", "get"]\n'
+        'not_examples = ["kubectl get pods"]\n'
+    )
+    settings = settings_for(tmp_path, "http://127.0.0.1:9/v1").model_copy(
+        update={"opsgate_policy": bad}
+    )
+    out = io.StringIO()
+    assert await run_check(out=out, settings=settings) == 1
+    [line] = [line for line in out.getvalue().splitlines() if "policy" in line]
+    assert line.startswith("FAIL") and "tools.run_command.rules[0]: not_example" in line

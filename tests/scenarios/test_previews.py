@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from bot.policy import Policy
-from bot.slack.ids import ACTION_RERUN_PREVIEW
+from bot.slack.ids import ACTION_FIELD, ACTION_RERUN_PREVIEW, CALLBACK_EDIT
 from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools
 from tests.scenarios.test_home_and_allowances import _open_home
 from tests.support.harness import Bot, running_bot
+from tests.support.slack_requests import interaction_body, view_submission
 
 SRE1, SRE2 = "U0SRE1", "U0SRE2"
 
@@ -230,3 +231,80 @@ async def test_a_placeholder_with_no_value_shows_preview_failed_and_keeps_approv
         assert _buttons(blocks)[0] == "Approve"
         [ran] = await _audit(bot, "preview")
         assert ran["argv"] == [] and ran["exit_status"] is None and ran["failed"]
+
+
+def _edit(bot: Bot, ledger_id: str, command: str, user: str) -> Any:
+    payload = view_submission(
+        CALLBACK_EDIT, ledger_id, {"command": {ACTION_FIELD: command}}, user=user
+    )
+    return bot.post(interaction_body(payload), "application/x-www-form-urlencoded")
+
+
+async def test_an_edit_of_a_previewed_call_is_approved_on_the_card_showing_its_preview(
+    tmp_path: Path,
+) -> None:
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("replicas: 3\n")
+    second.write_text("replicas: 9\n")
+    policy = _policy('[[tools.run_command.rules]]\nprefix = ["echo"]\n')
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        card = await _paused(bot, first)
+        ledger_id = card["ledger_id"]
+        await _edit(bot, ledger_id, f"kubectl apply -f {second}", BOB)  # one approval would do
+        await bot.settle()
+        told = bot.slack.calls_to("chat.postEphemeral")[-1].params
+        assert told["user"] == BOB and "approve there" in told["text"]
+        row = await bot.deps.store.get_call(ledger_id)
+        assert row is not None and row.status == "pending" and row.approvals == ()
+        assert len(bot.llm.requests) == 1, "the edit ran nothing"
+        runs = await _audit(bot, "preview")
+        assert [r["argv"] for r in runs] == [["cat", str(first)], ["cat", str(second)]]
+        [edited] = await _audit(bot, "edited")
+        assert edited["policy_rule"] == "tools.run_command.rules[0]" and edited["rule"]
+        assert edited["approvals"] == 0 and edited["final"] is False
+        assert edited["policy_match"] == "kubectl apply …"
+        assert "replicas: 9" in json.dumps(_drawn(bot, ledger_id))
+
+        bot.llm.reply_text("Applied.")
+        await bot.click("opsgate_approve", ledger_id, user=BOB)  # on the redrawn card
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        [decision] = await _audit(bot, "decision")
+        assert decision["preview_digest"] == runs[1]["digest"] and decision["final"] is True
+
+        # An edit of a call without a preview approves it at once, its row naming the rule.
+        bot.llm.reply_tool_calls([("call_2", "run_command", {"command": "echo hi"})])
+        await bot.mention("say hi", user=ALICE, ts="1700000002.000100")
+        cards = await bot.wait_cards(2)
+        bot.llm.reply_text("Said.")
+        await _edit(bot, cards[-1]["ledger_id"], "echo bye", BOB)
+        await bot.llm.wait_for_requests(4)
+        await bot.settle()
+        edits = await _audit(bot, "edited")
+        assert edits[-1]["policy_rule"] == "tools.run_command.rules[1]"
+        assert edits[-1]["final"] is True and edits[-1]["approvals"] == 1
+
+
+async def test_a_long_preview_shows_its_first_lines_and_is_attached_whole(tmp_path: Path) -> None:
+    manifest = tmp_path / "app.yaml"
+    manifest.write_text("".join(f"line {n}\n" for n in range(1, 31)))
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=_policy()) as bot:
+        card = await _paused(bot, manifest)
+        shown = json.dumps(_blocks(card["params"]), ensure_ascii=False)
+        assert "line 20" in shown and "line 21" not in shown
+        digest = hashlib.sha256(manifest.read_bytes()).hexdigest()
+        name = f"preview-call_1-{digest[:12]}.txt"
+        assert "10 more lines of the preview cut" in shown and name in shown
+        await bot.settle()
+        [upload] = [u for u in bot.slack.uploaded_files if u.filename == name]
+        assert upload.text == manifest.read_text() and upload.thread_ts == "1700000001.000100"
+
+        # A changed preview gets its own file; an unchanged re-run uploads nothing again.
+        await bot.click(ACTION_RERUN_PREVIEW, card["ledger_id"], user=BOB)
+        await bot.settle()
+        assert len(bot.slack.uploaded_files) == 1
+        manifest.write_text("short now\n")
+        await bot.click(ACTION_RERUN_PREVIEW, card["ledger_id"], user=BOB)
+        await bot.settle()
+        assert len(bot.slack.uploaded_files) == 1  # short: the card shows it all
+        assert "short now" in json.dumps(_drawn(bot, card["ledger_id"]))

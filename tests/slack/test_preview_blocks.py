@@ -45,6 +45,9 @@ def test_first_lines_then_a_note_and_both_digests_on_the_buttons() -> None:
     assert shown_digest(actions["block_id"]) == "3f2a9c0d1e7b"
     assert shown_preview_digest(actions["block_id"]) == DIGEST
     assert "Re-run preview" in _buttons(blocks)
+    # Pinned: a new label never says approve, reject or cancel.
+    [label] = [b for b in _buttons(blocks) if "preview" in b.lower()]
+    assert not any(w in label.lower() for w in ("approve", "reject", "cancel"))
 
 
 def test_the_output_is_untrusted_text() -> None:

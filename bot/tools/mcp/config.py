@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from bot.argument_rule import ArgumentRule
+from bot.preview_args import PreviewArgs, check_tool_preview
 from bot.words import parse_duration
 
 from .errors import McpConfigError
@@ -87,10 +88,16 @@ class McpToolOverride(_Model):
     """`[mcp_servers.NAME.tools.TOOL]`: one tool's approval instead of the server's.
 
     `approval = "rules"` asks only when one of `rules` matches, as for the built-in tools.
+    `preview` names a read-only tool of the same server called before the card is posted
+    (with `preview_args`, filled from the call's arguments), its output on the card and bound
+    to Approve (issue 23).
     """
 
     approval: McpApprovalMode | Literal["rules"] | None = None
     rules: tuple[ArgumentRule, ...] = ()
+    preview: Annotated[StrictStr, Field(min_length=1)] | None = None
+    preview_args: PreviewArgs | None = None
+    preview_ttl: Duration | None = None
 
     @model_validator(mode="after")
     def _rules_fit_approval(self) -> McpToolOverride:
@@ -104,6 +111,7 @@ class McpToolOverride(_Model):
             raise ValueError(
                 'say when this tool waits: approval = "annotations", "always", "never" or "rules"'
             )
+        check_tool_preview(self.preview, self.preview_args, self.preview_ttl, self.approval)
         return self
 
 

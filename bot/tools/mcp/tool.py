@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from bot.argument_rule import schema_defaults
 
-from .config import McpServerConfig
+from .config import McpServerConfig, McpToolOverride
 
 __all__ = ["McpAnnotations", "McpApproval", "McpTool", "qualified_name", "selects"]
 
@@ -113,6 +113,11 @@ class McpTool:
         """What the card calls the tool: its title, else its own name."""
         return self.annotations.title or self.tool
 
+    @property
+    def override(self) -> McpToolOverride | None:
+        """Its `[mcp_servers.NAME.tools.TOOL]` section, if the policy has one."""
+        return self._config.tools.get(self.tool)
+
     def requires_approval(self) -> bool:
         """Without arguments: True unless no call of this tool can ever wait."""
         mode = self._mode()
@@ -155,9 +160,10 @@ class McpTool:
         if not self.requires_approval():
             return "runs without approval"
         override = self._config.tools.get(self.tool)
+        seen = f" (preview: {override.preview})" if override and override.preview else ""
         if self._mode() == "rules" and override is not None:
-            return "asks for approval for " + "; ".join(r.label for r in override.rules)
-        return "asks for approval"
+            return "asks for approval for " + "; ".join(r.label for r in override.rules) + seen
+        return "asks for approval" + seen
 
     async def invoke(self, arguments: dict[str, Any]) -> str:
         """Send exactly one `tools/call`; a failure raises `ToolError` for the model to read."""

@@ -55,6 +55,34 @@ async def test_an_edit_approves_the_edited_call_and_keeps_the_models_arguments(
     assert (details["digest_before"], details["digest"]) == (rows[0].digest, digest)
 
 
+async def test_an_edit_that_counts_no_approval_leaves_the_call_pending(store: Store) -> None:
+    """`approve=False` (the edited call has a preview nobody has seen): the edit is stored,
+    earlier approvals are dropped, and nobody's approval counts yet."""
+    _, rows = await paused_session(store)
+    ledger_id = rows[0].id
+    await store.decide(ledger_id, "approved", user_id="UALICE", required_approvals=2)
+    arguments, digest = _edit()
+    edit = await store.edit_call(
+        ledger_id,
+        arguments,
+        digest,
+        user_id="UBOB",
+        rule="ops",
+        policy_rule="tools.restart_service.rules[0]",
+        policy_match="service ~ /web/",
+        approve=False,
+    )
+    assert edit.recorded and edit.row.status == "pending" and edit.row.approvals == ()
+    assert edit.row.running_digest == digest and edit.why == MoreApprovalsNeeded(0, 1)
+    details = (await store.audit_rows())[-1].details
+    assert (details["approvals"], details["final"]) == (0, False)
+    assert details["discarded_approvals"] == ["UALICE"]
+    assert details["policy_rule"] == "tools.restart_service.rules[0]"
+    assert details["policy_match"] == "service ~ /web/" and details["rule"] == "ops"
+    done = await store.decide(ledger_id, "approved", user_id="UBOB", digest=digest)
+    assert done.recorded and done.row.status == "approved"
+
+
 async def test_an_edit_discards_approvals_of_the_old_arguments(store: Store) -> None:
     _, rows = await paused_session(store)
     ledger_id = rows[0].id
