@@ -156,6 +156,7 @@ class SlackThreadOutput:
                 recipient_team_id=thread.team_id,
                 before_start=self._settled(thread),
                 short=_pacer_short(self.client),
+                keeper=self.outbox,
             )
         )
 
