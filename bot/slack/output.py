@@ -22,9 +22,9 @@ from slack_bolt.async_app import AsyncRespond
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..runs.notices import AllowanceList, Notice
+from ..runs.notices import AllowanceList, CancelledBeforeStart, Notice, Queued
 from ..runs.output import PostFailed, TextSink, Thread
-from ..runs.timeline import AssistantStatus, TimelineSink
+from ..runs.timeline import AssistantStatus, TimelineSink, Working
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
 from ..store import OutboxEntry
 from ._errors import SLACK_ERRORS, slack_error
@@ -45,6 +45,7 @@ from .mrkdwn import escape_cut, truncate, user_mention
 from .notices import card_file, render
 from .outbox import CARD, HOME, NOTICE, REACTION, UPLOAD, SlackOutbox
 from .pacing import Pacer
+from .queue_notice import QueueNotices, merged
 from .streaming import ThreadReply
 from .timeline import SlackTimeline, set_status
 
@@ -78,10 +79,17 @@ class SlackThreadOutput:
         self.outbox = outbox
         self.replies = SlackReplies(client, outbox)
         """The Slack-only calls the listeners make (the run service never does)."""
+        self.queue = QueueNotices(client, outbox)
+        """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
         self._team_id: str | None = None
         self._bot_id: str | None = None
 
     async def say(self, thread: Thread, notice: Notice) -> None:
+        if isinstance(notice, Queued) and merged(thread):
+            await self.queue.queued(thread, notice)
+            return
+        if isinstance(notice, CancelledBeforeStart):
+            await self.queue.started(thread)
         rendered = render(notice)
         if self.outbox is not None:
             entries = [_post(thread, rendered.text)]
@@ -132,6 +140,8 @@ class SlackThreadOutput:
         return SlackTimeline(self.client, thread, recipient_user_id=person)
 
     async def status(self, thread: Thread, status: AssistantStatus | None) -> None:
+        if isinstance(status, Working):  # a run began: its message left the queue, if queued
+            await self.queue.started(thread)
         await set_status(self.client, thread, status)
 
     async def title(self, thread: Thread, request: str) -> None:
