@@ -498,9 +498,11 @@ class _QuietSink:
         except SLACK_ERRORS as exc:
             logger.warning("finishing the answer failed: %s", slack_error(exc))
 
-    async def finish(self, session_id: str) -> None:
+    async def finish(
+        self, session_id: str, answered: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         """The run's final answer: it ends with the feedback buttons."""
         try:
-            await self._reply.close(blocks=feedback_blocks(session_id))
+            await self._reply.close(blocks=feedback_blocks(session_id), answered=answered)
         except SLACK_ERRORS as exc:
             logger.warning("finishing the answer failed: %s", slack_error(exc))

@@ -247,15 +247,22 @@ class ThreadReply:
     def started(self) -> bool:
         return self._stream is not None or self._posted_ts is not None or self._finished > 0
 
-    async def close(self, blocks: list[dict[str, Any]] | None = None) -> None:
+    async def close(
+        self,
+        blocks: list[dict[str, Any]] | None = None,
+        answered: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """Finish the answer; attach the whole of it if it did not fit. Safe to call twice.
         `blocks` end the answer (the feedback buttons): under a streamed message's text, or
         under the last posted message's text, redrawn as section blocks. With a `keeper`, what
-        Slack still lacks is kept there first, and finished from there if this cannot."""
+        Slack still lacks is kept there first (then `answered` is awaited), and finished from
+        there if this cannot."""
         await self._add(self._links.flush())
         if self.keeper is not None and (ending := self._ending(blocks)) is not None:
             row_id = await self.keeper.keep(ending)
             if row_id is not None:
+                if answered is not None:
+                    await _quietly(answered)
                 await self._end_kept(self.keeper, row_id, ending)
                 return
         await self._close_now(blocks)
@@ -314,3 +321,11 @@ class ThreadReply:
                 title=FILE_TITLE,
                 content="".join(self.raw),
             )
+
+
+async def _quietly(step: Callable[[], Awaitable[None]]) -> None:
+    """The caller's step on a kept ending: its failure must not keep the answer from Slack."""
+    try:
+        await step()
+    except Exception:
+        logger.exception("the step after keeping the answer's end failed")

@@ -3,7 +3,8 @@
 `chat.stopStream` is called, and the child is killed with that stop in flight (Slack not having
 applied it, or having applied it without answering). Started again on the same file, the sender
 finishes the streamed message from the outbox: the thread shows the whole answer exactly once,
-with its feedback buttons, and the outbox is empty."""
+with its feedback buttons, and the outbox is empty; the run ended when its ending was kept, so
+nobody is told it was cut short."""
 
 from __future__ import annotations
 
@@ -62,15 +63,24 @@ async def test_a_kill_while_the_stream_stops_still_shows_the_answer_once(
         [streamed] = answer_messages(slack)
         assert finished(slack) is applied  # not applied: the tail and the buttons are missing
         async with SQLiteStore(tmp_path / "opsgate.db") as store:
-            assert (await store.outbox_stats()).depth == {ANSWER: 1}
+            # The answer's ending (and perhaps the 👀's removal, not sent yet).
+            assert (await store.outbox_stats()).depth.get(ANSWER) == 1
         async with bot_process(tmp_path, llm, slack) as bot:
             await slack.wait_for(
                 "chat.update", where=lambda c: c.ok and c.params.get("ts") == streamed["ts"]
             )
             assert finished(slack)
+            await slack.wait_for("reactions.remove", where=lambda c: c.ok)
             assert await bot.stop(signal.SIGTERM) == 0
         [message] = answer_messages(slack)
         assert message["ts"] == streamed["ts"]  # the streamed message, finished in place
         async with SQLiteStore(tmp_path / "opsgate.db") as store:
             assert (await store.outbox_stats()).depth == {}
         assert [c for c in slack.calls_to("chat.postMessage") if "word" in str(c.params)] == []
+        # The run ended when its ending was kept: the restart does not call it cut short, and
+        # its message lost its 👀.
+        thread = [str(m["text"]) for m in slack.messages if m.get("thread_ts") == ROOT]
+        assert not any("restarted" in t for t in thread), thread
+        added = [c for c in slack.calls_to("reactions.add") if c.ok]
+        removed = [c for c in slack.calls_to("reactions.remove") if c.ok]
+        assert len(added) == len(removed) == 1
