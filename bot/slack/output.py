@@ -24,7 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from ..runs.notices import AllowanceList, CancelledBeforeStart, Notice, Queued
 from ..runs.output import PostFailed, TextSink, Thread
-from ..runs.timeline import AssistantStatus, TimelineSink, Working
+from ..runs.timeline import AssistantStatus, TimelineSink
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
 from ..store import OutboxEntry
 from ._errors import SLACK_ERRORS, slack_error
@@ -140,8 +140,8 @@ class SlackThreadOutput:
         return SlackTimeline(self.client, thread, recipient_user_id=person)
 
     async def status(self, thread: Thread, status: AssistantStatus | None) -> None:
-        if isinstance(status, Working):  # a run began: its message left the queue, if queued
-            await self.queue.started(thread)
+        # The thread's run is going (or ended): its message is no longer queued, if it was.
+        await self.queue.started(thread)
         await set_status(self.client, thread, status)
 
     async def title(self, thread: Thread, request: str) -> None:
