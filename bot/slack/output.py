@@ -7,7 +7,9 @@ logged and the run's own bookkeeping goes on (see the contract in `bot.runs.outp
 With an `outbox` (`bot.slack.outbox`, as the server wires it) the writes that need no answer
 from Slack (notices, card redraws, reactions, Home tabs, ephemeral replies, files) are stored
 there and sent by its sender, paced and in priority order, surviving restarts; card posts and
-streamed answers are made here, through the same paced client (429s waited out).
+streamed answers are made here, through the same paced client (429s waited out), a streamed
+answer's ending kept in the outbox before its stream is stopped (`bot.slack.endings`). Queued
+messages share one notice per channel and burst (`bot.slack.queue_notice`).
 """
 
 from __future__ import annotations

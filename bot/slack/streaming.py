@@ -5,6 +5,10 @@ workspace offers it. Where it doesn't, the answer is posted once and then edited
 is sent in batches (every `FLUSH_CHARS` characters, or after `FLUSH_SECONDS` with text waiting),
 so an 18,000-character answer costs about a dozen Web API calls, not hundreds; and an answer is
 posted as at most `MAX_MESSAGES` messages, the whole of it attached as a file when it is longer.
+A stream cut off (an append or a stop failing for good) is taken over by `chat.update` of its
+own message. With a `keeper` (the outbox), what Slack still lacks when the answer is closed is
+stored before the stream is stopped, and finished from there if the stop does not happen
+(`bot.slack.endings`).
 """
 
 from __future__ import annotations
