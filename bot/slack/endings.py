@@ -110,18 +110,12 @@ async def finish_answer(client: AsyncWebClient, params: Mapping[str, Any]) -> No
     drawn = sections(text) + blocks if blocks else None
     ts = params.get("ts")
     if text or blocks:
-        posted = False
-        if ts:
-            try:
-                await client.chat_update(channel=channel, ts=str(ts), text=text, blocks=drawn)
-                posted = True
-            except SlackApiError as exc:
-                if exc.response.get("error") not in _REPOST:
-                    raise
-        if not posted:
-            await client.chat_postMessage(
-                channel=channel, thread_ts=thread_ts, text=text, blocks=drawn
-            )
+        try:
+            await _show(client, channel, thread_ts, ts, text, drawn)
+        except SlackApiError as exc:
+            if exc.response.get("error") != "invalid_blocks" or not text:
+                raise
+            await _show(client, channel, thread_ts, ts, text, None)  # the text, at least
     if (file := params.get("file")) is not None:
         await client.files_upload_v2(
             channel=channel,
@@ -130,3 +124,22 @@ async def finish_answer(client: AsyncWebClient, params: Mapping[str, Any]) -> No
             title=FILE_TITLE,
             content=str(file),
         )
+
+
+async def _show(
+    client: AsyncWebClient,
+    channel: str,
+    thread_ts: str,
+    ts: Any,
+    text: str,
+    blocks: list[dict[str, Any]] | None,
+) -> None:
+    """Redraw message `ts` (posted anew if it is gone or cannot be edited), or post it."""
+    if ts:
+        try:
+            await client.chat_update(channel=channel, ts=str(ts), text=text, blocks=blocks)
+            return
+        except SlackApiError as exc:
+            if exc.response.get("error") not in _REPOST:
+                raise
+    await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text, blocks=blocks)

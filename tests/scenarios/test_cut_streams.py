@@ -58,3 +58,20 @@ async def test_a_healthy_stream_leaves_nothing_in_the_outbox(tmp_path: Path) -> 
         assert [c.ok for c in bot.slack.calls_to("chat.stopStream")] == [True]
         assert [c for c in bot.slack.calls_to("chat.update") if "word" in str(c.params)] == []
         assert (await bot.deps.store.outbox_stats()).depth == {}
+
+
+async def test_refused_closing_blocks_still_leave_the_whole_text(tmp_path: Path) -> None:
+    text = answer(300)
+    async with running_bot(tmp_path) as bot:
+        bot.slack.set_streaming_supported(False)
+        bot.slack.fail_next("chat.update", error="invalid_blocks", where=lambda p: "blocks" in p)
+        bot.llm.reply_text(text, chunk_size=50)
+        root = await bot.mention("tell me everything")
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        [message] = shown(bot.slack.messages, root)
+        assert str(message["text"]).split() == text.split()
+        with_blocks = [c.ok for c in bot.slack.calls_to("chat.update") if "blocks" in c.params]
+        assert with_blocks == [False]  # refused; the text went again without them
+        assert (await bot.deps.store.outbox_stats()).depth == {}
+        assert bot.service.ctx.output.outbox.dropped == {}  # type: ignore[attr-defined]
