@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bot.slack.streaming import MORE_IN_FILE
 from tests.support.harness import running_bot
 
 LAST_WRITES = ("chat.update", "chat.postMessage")
@@ -75,3 +76,22 @@ async def test_refused_closing_blocks_still_leave_the_whole_text(tmp_path: Path)
         assert with_blocks == [False]  # refused; the text went again without them
         assert (await bot.deps.store.outbox_stats()).depth == {}
         assert bot.service.ctx.output.outbox.dropped == {}  # type: ignore[attr-defined]
+
+
+async def test_a_huge_cut_off_answer_keeps_the_cap_and_its_file(tmp_path: Path) -> None:
+    text = answer(12_000)  # about 100,000 characters
+    async with running_bot(tmp_path) as bot:
+        bot.slack.fail_next("chat.appendStream", error="internal_error", times=1000)
+        bot.llm.reply_text(text, chunk_size=400)
+        root = await bot.mention("dump it all")
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        messages = shown(bot.slack.messages, root)
+        assert len(messages) == 5
+        words = " ".join(str(m["text"]) for m in messages).split()
+        assert words[-1] == "file._"  # the note that the rest is in the file
+        note = len(MORE_IN_FILE.split())
+        assert words[:-note] == text.split()[: len(words) - note]  # a prefix, nothing twice
+        (file,) = bot.slack.uploaded_files
+        assert file.text == text
+        assert (await bot.deps.store.outbox_stats()).depth == {}
