@@ -276,7 +276,9 @@ class ThreadReply:
         file; None when it has all of it."""
         ts: str | None
         if self.text:
-            ts = str(self._stream.ts) if self._stream is not None else self._posted_ts
+            ts = self._posted_ts
+            if self._stream is not None:  # its ts is None when the stream never began
+                ts = str(self._stream.ts) if self._stream.ts else None
             text = self.text
         elif blocks is not None and self._last is not None:
             ts, text = self._last
