@@ -35,6 +35,7 @@ from .slack.app import wait_for_listeners
 from .slack.mrkdwn import user_mention
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
+from .slack.queue_notice import queue_depth
 from .slack.redraws import card_renderer
 from .store import CARD_REDRAW, Store, WriteHealth, require_writable
 from .tools import protect_process_environment
@@ -110,6 +111,7 @@ async def started(
     )
     outbox = SlackOutbox(deps.store, client, claimer=_outbox_claimer(deps), observer=metrics)
     output = SlackThreadOutput(client, outbox)
+    output.queue.depth = queue_depth(deps.store)  # the queue notice counts what the store holds
     timer = ExpiryTimer(
         deps.store,
         clock=deps.clock,

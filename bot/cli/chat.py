@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import getpass
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TextIO
 
@@ -119,7 +119,9 @@ class _Sink:
     async def close(self) -> None:
         self.output._print("")
 
-    async def finish(self, session_id: str) -> None:
+    async def finish(
+        self, session_id: str, answered: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         await self.close()
 
 

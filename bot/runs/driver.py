@@ -119,7 +119,7 @@ class Driver:
         if message_ts:
             await output.react(thread, message_ts, True)
         await _quietly(self.paused.close(session_id), "ending the paused timeline")
-        shown = _Shown(self, thread, session_id, requester)
+        shown = _Shown(self, thread, session_id, requester, message_ts)
         await _quietly(shown.begin(resuming), "starting the timeline")
         failed = False
         stopping = False
@@ -155,10 +155,10 @@ class Driver:
             stopped = None if stopping or live is None else live.stopped()
             if stopped is not None:
                 await _quietly(self._stop(thread, session_id, stopped), "stopping the run")
-            elif not stopping:
+            elif not stopping and not shown.answered:
                 # Only a run still `running` ends here; a paused one stays awaiting_approval.
                 await _quietly(self.ctx.store.end_run(session_id, failed=failed), "ending the run")
-            if message_ts:
+            if message_ts and not shown.answered:
                 await _quietly(output.react(thread, message_ts, False), "unmarking the message")
             if not stopping:
                 await self._ended(thread, item_id)
@@ -186,12 +186,22 @@ class Driver:
 class _Shown:
     """One run's updates, as the thread sees them."""
 
-    def __init__(self, driver: Driver, thread: Thread, session_id: str, requester: str | None):
+    def __init__(
+        self,
+        driver: Driver,
+        thread: Thread,
+        session_id: str,
+        requester: str | None,
+        message_ts: str | None,
+    ):
         self.driver = driver
         self.output = driver.ctx.output
         self.thread = thread
         self.session_id = session_id
         self.requester = requester
+        self.message_ts = message_ts
+        self.answered = False
+        """The run ended when its answer's ending was kept (`answer_kept`), before Slack had it."""
         self.sink: TextSink | None = None
         uses = driver.allowance_uses
         self.timeline = Timeline(self.output.timeline(thread, requester), uses.granted_by)
@@ -201,6 +211,15 @@ class _Shown:
         """How the run ended, as far as the stream says; None once it paused for approval."""
         self.refused = False
         """The policy refused a call of the paused batch itself (forbidden)."""
+
+    async def answer_kept(self) -> None:
+        """The output holds what the thread still lacks of the final answer, durably: end the
+        run and unmark its message now, so that a kill before Slack shows the answer is not
+        reported as a run cut short (the outbox shows it after the restart)."""
+        if await self.driver.ctx.store.end_run(self.session_id):
+            self.answered = True
+            if self.message_ts:
+                await self.output.react(self.thread, self.message_ts, False)
 
     async def close(self) -> None:
         if self.sink is not None:
@@ -254,7 +273,7 @@ class _Shown:
         match update:
             case Finish(finish_reason=FinishReason.STOP) if self.sink is not None:
                 sink, self.sink = self.sink, None
-                await sink.finish(self.session_id)
+                await sink.finish(self.session_id, self.answer_kept)
             case _:
                 pass
         match update:

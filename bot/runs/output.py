@@ -32,6 +32,7 @@ See `docs/architecture.md` ("Layers", "Data path of one request").
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -81,9 +82,13 @@ class TextSink(Protocol):
         """Finish the answer; idempotent."""
         ...
 
-    async def finish(self, session_id: str) -> None:
+    async def finish(
+        self, session_id: str, answered: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         """Finish the answer as the run's last word (feedback is offered on it); idempotent,
-        and a no-op after `close`."""
+        and a no-op after `close`. `answered` is awaited once what the thread still lacks of
+        the answer is durable, before it is shown (the run may end then: a kill meanwhile
+        loses nothing)."""
         ...
 
 

@@ -64,6 +64,7 @@ __all__ = [
     "Rendered",
     "allowance_line",
     "card_file",
+    "queue_notice_text",
     "render",
     "ux_text",
 ]
@@ -365,3 +366,15 @@ def ux_text(notice: UxNotice) -> str:
             return f"{user_mention(by)} revoked {allowance_line(allowance)}."
         case NothingRevoked(why=why):
             return f"Nothing revoked: {escape_mrkdwn(why)}."
+
+
+def queue_notice_text(limit: int, waiting: int) -> str:
+    """A channel's one notice for a burst of queued messages (`bot.slack.queue_notice`)."""
+    if not waiting:
+        return ":white_check_mark: The queue of this channel is empty: every request has started."
+    going = count_verb(limit, "run", "is", "are")
+    waits = count_verb(waiting, "request", "is", "are")
+    return (
+        f":hourglass_flowing_sand: Queued: {going} already going in this channel, which is the "
+        f"limit, and {waits} waiting. I'll start each, oldest first, as soon as a slot frees up."
+    )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -29,6 +30,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from ..faults import checkpoint
 from ..store import REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats
+from .endings import ANSWER_ENDING, Ending, finish_answer
 from .pacing import RateLimited
 
 __all__ = [
@@ -100,6 +102,8 @@ class OutboxStore(Protocol):
         self, claimer: str, *, limit: int, lease: timedelta
     ) -> list[OutboxRow]: ...
 
+    async def hold_outbox(self, entry: OutboxEntry, claimer: str, lease: timedelta) -> str: ...
+
     async def outbox_sent(self, row_id: str) -> None: ...
 
     async def outbox_later(self, row_id: str, not_before: datetime, error: str) -> None: ...
@@ -159,6 +163,8 @@ class SlackOutbox:
         self._idle = asyncio.Event()
         self._inflight: dict[asyncio.Task[None], str] = {}
         """Sends in flight and their rows' ids (claims renewed while they last)."""
+        self._held: set[str] = set()
+        """Rows this process holds while it makes their write itself (answers' endings)."""
         self._renewed = clock()
         self._last_progress = clock()
         self._puts = 0
@@ -205,6 +211,47 @@ class SlackOutbox:
         for entry in entries:
             if thread := _ordered(entry.channel_id, entry.key, entry.priority, entry.params):
                 self._put_in[thread] = self._put_in.get(thread, 0) + 1
+        self._idle.clear()
+        self._wake.set()
+
+    # -- answers' endings (`bot.slack.endings`): the `AnswerKeeper` of a streamed reply --------
+
+    async def keep(self, ending: Ending) -> str | None:
+        """Store an answer's ending, held by this process (renewed with the sends in flight);
+        None when the store did not take it in `PUT_SECONDS` (the reply goes on best effort)."""
+        late = {"channel": ending.channel, "thread_ts": ending.thread_ts, "text": _LATE}
+        entry = OutboxEntry(
+            ANSWER_ENDING,
+            ending.params(),
+            ANSWER,
+            channel_id=ending.channel,
+            key=f"answer:{ending.channel}:{secrets.token_hex(8)}",
+            meta={"late": late},
+        )
+        try:
+            async with asyncio.timeout(PUT_SECONDS):
+                row_id = await self.store.hold_outbox(entry, self.claimer, self.lease)
+        except Exception:
+            logger.exception("could not keep the end of an answer in %s", ending.channel)
+            return None
+        self._held.add(row_id)
+        return row_id
+
+    async def kept(self, row_id: str) -> None:
+        """The reply showed its ending itself: the row is done."""
+        self._held.discard(row_id)
+        try:
+            await self.store.outbox_sent(row_id)
+        except Exception:  # the row is sent again later: a redraw, harmless
+            logger.exception("could not finish outbox row %s", row_id)
+
+    async def release(self, row_id: str) -> None:
+        """The reply could not show its ending: the sender shows it from the row, now."""
+        self._held.discard(row_id)
+        try:
+            await self.store.outbox_later(row_id, self.clock(), "the reply could not finish")
+        except Exception:  # still held: sent once the lease lapses (or at the next start)
+            logger.exception("could not release outbox row %s", row_id)
         self._idle.clear()
         self._wake.set()
 
@@ -276,11 +323,12 @@ class SlackOutbox:
     async def _renew(self) -> None:
         """Every third of a lease, hold the rows still in flight for another lease."""
         now = self.clock()
-        if not self._inflight or now - self._renewed < self.lease / 3:
+        if not (self._inflight or self._held) or now - self._renewed < self.lease / 3:
             return
         self._renewed = now
+        held = [*self._inflight.values(), *self._held]
         try:
-            await self.store.renew_outbox(self.claimer, list(self._inflight.values()), self.lease)
+            await self.store.renew_outbox(self.claimer, held, self.lease)
         except Exception:
             logger.exception("could not renew the outbox claims")
 
@@ -370,6 +418,9 @@ class SlackOutbox:
         if method == UPLOAD:
             await self.client.files_upload_v2(**params)
             return
+        if method == ANSWER_ENDING:
+            await finish_answer(self.client, params)
+            return
         try:
             await self.client.api_call(method, json=dict(params))
         except SlackApiError as exc:
@@ -391,3 +442,6 @@ class SlackOutbox:
     def _drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
         self.observer.slack_write_dropped(reason)
+
+
+_LATE = "_The end of this answer could not be shown: Slack kept asking me to slow down._"

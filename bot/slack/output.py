@@ -7,7 +7,9 @@ logged and the run's own bookkeeping goes on (see the contract in `bot.runs.outp
 With an `outbox` (`bot.slack.outbox`, as the server wires it) the writes that need no answer
 from Slack (notices, card redraws, reactions, Home tabs, ephemeral replies, files) are stored
 there and sent by its sender, paced and in priority order, surviving restarts; card posts and
-streamed answers are made here, through the same paced client (429s waited out).
+streamed answers are made here, through the same paced client (429s waited out), a streamed
+answer's ending kept in the outbox before its stream is stopped (`bot.slack.endings`). Queued
+messages share one notice per channel and burst (`bot.slack.queue_notice`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from slack_bolt.async_app import AsyncRespond
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..runs.notices import AllowanceList, Notice
+from ..runs.notices import AllowanceList, CancelledBeforeStart, Notice, Queued
 from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.timeline import AssistantStatus, TimelineSink
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
@@ -43,6 +45,7 @@ from .mrkdwn import escape_cut, truncate, user_mention
 from .notices import card_file, render
 from .outbox import CARD, HOME, NOTICE, REACTION, UPLOAD, SlackOutbox
 from .pacing import Pacer
+from .queue_notice import QueueNotices, merged
 from .redraws import card_update
 from .streaming import ThreadReply
 from .timeline import SlackTimeline, set_status
@@ -77,10 +80,17 @@ class SlackThreadOutput:
         self.outbox = outbox
         self.replies = SlackReplies(client, outbox)
         """The Slack-only calls the listeners make (the run service never does)."""
+        self.queue = QueueNotices(client, outbox)
+        """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
         self._team_id: str | None = None
         self._bot_id: str | None = None
 
     async def say(self, thread: Thread, notice: Notice) -> None:
+        if isinstance(notice, Queued) and merged(thread):
+            await self.queue.queued(thread, notice)
+            return
+        if isinstance(notice, CancelledBeforeStart):
+            await self.queue.started(thread)
         rendered = render(notice)
         if self.outbox is not None:
             entries = [_post(thread, rendered.text)]
@@ -131,6 +141,8 @@ class SlackThreadOutput:
         return SlackTimeline(self.client, thread, recipient_user_id=person)
 
     async def status(self, thread: Thread, status: AssistantStatus | None) -> None:
+        # The thread's run is going (or ended): its message is no longer queued, if it was.
+        await self.queue.started(thread)
         await set_status(self.client, thread, status)
 
     async def title(self, thread: Thread, request: str) -> None:
@@ -155,6 +167,7 @@ class SlackThreadOutput:
                 recipient_team_id=thread.team_id,
                 before_start=self._settled(thread),
                 short=_pacer_short(self.client),
+                keeper=self.outbox,
             )
         )
 
@@ -478,9 +491,11 @@ class _QuietSink:
         except SLACK_ERRORS as exc:
             logger.warning("finishing the answer failed: %s", slack_error(exc))
 
-    async def finish(self, session_id: str) -> None:
+    async def finish(
+        self, session_id: str, answered: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         """The run's final answer: it ends with the feedback buttons."""
         try:
-            await self._reply.close(blocks=feedback_blocks(session_id))
+            await self._reply.close(blocks=feedback_blocks(session_id), answered=answered)
         except SLACK_ERRORS as exc:
             logger.warning("finishing the answer failed: %s", slack_error(exc))

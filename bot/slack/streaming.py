@@ -5,6 +5,10 @@ workspace offers it. Where it doesn't, the answer is posted once and then edited
 is sent in batches (every `FLUSH_CHARS` characters, or after `FLUSH_SECONDS` with text waiting),
 so an 18,000-character answer costs about a dozen Web API calls, not hundreds; and an answer is
 posted as at most `MAX_MESSAGES` messages, the whole of it attached as a file when it is longer.
+A stream cut off (an append or a stop failing for good) is taken over by `chat.update` of its
+own message. With a `keeper` (the outbox), what Slack still lacks when the answer is closed is
+stored before the stream is stopped, and finished from there if the stop does not happen
+(`bot.slack.endings`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from ._errors import SLACK_ERRORS, slack_error
+from .endings import FILE_NAME, FILE_TITLE, AnswerKeeper, Ending, finish_answer, split_point
+from .endings import sections as _sections
 from .mrkdwn import LinkGuard, escape_mrkdwn
 
 __all__ = [
@@ -43,32 +50,9 @@ MAX_MESSAGES = 5
 """Messages one answer may take; the rest is in the attached file."""
 FLUSH_CHARS = 2_000
 FLUSH_SECONDS = 1.0
-SECTION_TEXT_MAX = 3000
-"""Longest text of one section block (a posted answer given closing blocks is drawn in them)."""
 BUSY_FACTOR = 4
 """How much bigger (and rarer) the pieces are while the Web API method's bucket is short."""
 MORE_IN_FILE = "\n\n_… the answer goes on in the attached file._"
-
-
-def _split_point(text: str, limit: int) -> int:
-    """Where to end one message of a long answer: a line break or space if there is one in
-    the second half, and never inside an escaped `&amp;`/`&lt;`/`&gt;`."""
-    for sep in ("\n", " "):
-        cut = text.rfind(sep, limit // 2, limit)
-        if cut != -1:
-            return cut
-    amp = text.rfind("&", limit - 5, limit)
-    return amp if amp != -1 and ";" not in text[amp:limit] else limit
-
-
-def _sections(text: str) -> list[dict[str, Any]]:
-    """Escaped mrkdwn as section blocks (a posted message is at most `MAX_MESSAGE` long)."""
-    sections: list[dict[str, Any]] = []
-    while text:
-        cut = len(text) if len(text) <= SECTION_TEXT_MAX else _split_point(text, SECTION_TEXT_MAX)
-        sections.append({"type": "section", "text": {"type": "mrkdwn", "text": text[:cut]}})
-        text = text[cut:].lstrip("\n")
-    return sections
 
 
 class ThreadReply:
@@ -89,6 +73,7 @@ class ThreadReply:
         clock: Callable[[], float] = time.monotonic,
         before_start: Callable[[], Awaitable[None]] | None = None,
         short: Callable[[str], bool] | None = None,
+        keeper: AnswerKeeper | None = None,
     ) -> None:
         self.client = client
         self.channel = channel
@@ -101,9 +86,11 @@ class ThreadReply:
         self.max_messages = max_messages
         self.clock = clock
         self.before_start = before_start
+        """Awaited before the answer's first message (what was said before it is sent first)."""
         self.short = short
         """`short(method)`: the pacer has no call of `method` to spend right now."""
-        """Awaited before the answer's first message (what was said before it is sent first)."""
+        self.keeper = keeper
+        """Where the answer's ending is kept until Slack shows it (`bot.slack.endings`)."""
         self.raw: list[str] = []
         """The whole answer as the model wrote it: the attached file when it is too long."""
         self.text = ""
@@ -138,7 +125,7 @@ class ThreadReply:
         self.text += escape_mrkdwn(shown)
         while len(self.text) > self._limit:
             last = self._finished + 1 >= self.max_messages
-            cut = _split_point(self.text, self._limit - (len(MORE_IN_FILE) if last else 0))
+            cut = split_point(self.text, self._limit - (len(MORE_IN_FILE) if last else 0))
             head, rest = self.text[:cut], self.text[cut:].lstrip("\n")
             self.text = head
             if last:
@@ -166,14 +153,13 @@ class ThreadReply:
             before, self.before_start = self.before_start, None
             await before()
         if self.use_streaming:
-            shown = self._stream is not None and self._sent > 0
             try:
                 await self._stream_send()
                 return
             except SlackApiError as exc:
-                self._fall_back(exc, left_behind=shown)
+                self._fall_back(exc)
                 while len(self.text) > MAX_MESSAGE:  # what was one streamed message
-                    cut = _split_point(self.text, MAX_MESSAGE)
+                    cut = split_point(self.text, MAX_MESSAGE)
                     rest = self.text[cut:].lstrip("\n")
                     self.text = self.text[:cut]
                     await self._finish_message("")
@@ -211,7 +197,7 @@ class ThreadReply:
                 self._reset()
                 return blocks is not None
             except SlackApiError as exc:
-                self._fall_back(exc, left_behind=True)
+                self._fall_back(exc, stream)
         if self.text or note:
             await self._write(self.text + note)
         self._reset()
@@ -222,12 +208,11 @@ class ThreadReply:
         self.text, self._sent, self._posted_ts = "", 0, None
         self._last_send = self.clock()
 
-    def _fall_back(self, exc: SlackApiError, *, left_behind: bool) -> None:
-        """Streaming failed: from now on post-and-edit, starting with the current message.
-        `left_behind`: the cut-off streamed message stays in the thread and counts against
-        the cap (its text is posted again)."""
-        if left_behind:
-            self._finished += 1
+    def _fall_back(self, exc: SlackApiError, stream: Any = None) -> None:
+        """Streaming failed: from now on post-and-edit, starting with the current message. A
+        cut-off stream's message stays the current one (`chat.update` takes it over), so its
+        text is never shown twice and it counts once against the cap."""
+        stream = self._stream if stream is None else stream
         error = exc.response.get("error")
         if error in _STREAM_UNAVAILABLE:
             logger.info("streaming unavailable (%s); editing a message instead", error)
@@ -236,14 +221,16 @@ class ThreadReply:
         self.use_streaming = False
         self._stream = None
         self._sent = 0
+        ts = getattr(stream, "ts", None)
+        self._posted_ts = str(ts) if ts else None
 
     async def _write(self, text: str) -> None:
         while len(text) > MAX_MESSAGE:  # a streamed message is longer than a posted one
             if self._finished + 1 >= self.max_messages:  # the cap holds here too
-                cut = _split_point(text, MAX_MESSAGE - len(MORE_IN_FILE))
+                cut = split_point(text, MAX_MESSAGE - len(MORE_IN_FILE))
                 text, self._full = text[:cut] + MORE_IN_FILE, True
                 break
-            cut = _split_point(text, MAX_MESSAGE)
+            cut = split_point(text, MAX_MESSAGE)
             await self._write_one(text[:cut])
             self._posted_ts = None
             self._finished += 1
@@ -264,11 +251,65 @@ class ThreadReply:
     def started(self) -> bool:
         return self._stream is not None or self._posted_ts is not None or self._finished > 0
 
-    async def close(self, blocks: list[dict[str, Any]] | None = None) -> None:
+    async def close(
+        self,
+        blocks: list[dict[str, Any]] | None = None,
+        answered: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """Finish the answer; attach the whole of it if it did not fit. Safe to call twice.
         `blocks` end the answer (the feedback buttons): under a streamed message's text, or
-        under the last posted message's text, redrawn as section blocks."""
+        under the last posted message's text, redrawn as section blocks. With a `keeper`, what
+        Slack still lacks is kept there first (then `answered` is awaited), and finished from
+        there if this cannot."""
         await self._add(self._links.flush())
+        if self.keeper is not None and (ending := self._ending(blocks)) is not None:
+            row_id = await self.keeper.keep(ending)
+            if row_id is not None:
+                if answered is not None:
+                    await _quietly(answered)
+                await self._end_kept(self.keeper, row_id, ending)
+                return
+        await self._close_now(blocks)
+
+    def _ending(self, blocks: list[dict[str, Any]] | None) -> Ending | None:
+        """What Slack still lacks of the answer: the current message whole, its blocks, the
+        file; None when it has all of it."""
+        ts: str | None
+        if self.text:
+            ts = self._posted_ts
+            if self._stream is not None:  # its ts is None when the stream never began
+                ts = str(self._stream.ts) if self._stream.ts else None
+            text = self.text
+        elif blocks is not None and self._last is not None:
+            ts, text = self._last
+        else:
+            ts, text, blocks = None, "", None
+        file = "".join(self.raw) if self._full else None
+        if not text and file is None:
+            return None
+        return Ending(self.channel, self.thread_ts, ts, text, tuple(blocks or ()), file)
+
+    async def _end_kept(self, keeper: AnswerKeeper, row_id: str, ending: Ending) -> None:
+        """Make the kept ending: a healthy stream is stopped with the rest of its text, else the
+        message is redrawn whole; either done, the row goes; not done, the sender makes it."""
+        stream, self._stream = self._stream, None
+        waiting = self.text[self._sent :]
+        self._reset()
+        self._full, self._last = False, None
+        try:
+            if stream is not None:
+                await stream.stop(markdown_text=waiting, blocks=list(ending.blocks) or None)
+                if ending.file is not None:
+                    await finish_answer(self.client, {**ending.params(), "text": "", "blocks": []})
+            else:
+                await finish_answer(self.client, ending.params())
+        except SLACK_ERRORS as exc:
+            logger.warning("the answer's end failed (%s); the outbox sends it", slack_error(exc))
+            await keeper.release(row_id)
+            return
+        await keeper.kept(row_id)
+
+    async def _close_now(self, blocks: list[dict[str, Any]] | None) -> None:
         shown = False
         if self._stream is not None or self._sent < len(self.text):
             shown = await self._finish_message("", blocks)
@@ -282,7 +323,15 @@ class ThreadReply:
             await self.client.files_upload_v2(
                 channel=self.channel,
                 thread_ts=self.thread_ts,
-                filename="answer.md",
-                title="The whole answer",
+                filename=FILE_NAME,
+                title=FILE_TITLE,
                 content="".join(self.raw),
             )
+
+
+async def _quietly(step: Callable[[], Awaitable[None]]) -> None:
+    """The caller's step on a kept ending: its failure must not keep the answer from Slack."""
+    try:
+        await step()
+    except Exception:
+        logger.exception("the step after keeping the answer's end failed")

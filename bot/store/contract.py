@@ -517,6 +517,10 @@ class Store(Protocol):
         priority then oldest first, held by `claimer` for `lease`; one row per key at a time.
         Each row is claimed by one caller, however many claim (replicas: SKIP LOCKED)."""
 
+    async def hold_outbox(self, entry: OutboxEntry, claimer: str, lease: timedelta) -> str:
+        """Store a write its own process is making now, already held by `claimer` for `lease`:
+        no sender takes it unless that process dies (then as any claimed row). Its id."""
+
     async def outbox_sent(self, row_id: str) -> None:
         """The row is done (Slack applied it, or refused it for good): deleted."""
 

@@ -103,6 +103,19 @@ class Outbox(StoreCore):
                 )
         return [self._outbox_model(row, claimed=True) for row in rows]
 
+    async def hold_outbox(self, entry: OutboxEntry, claimer: str, lease: timedelta) -> str:
+        """A write its own process is making now (a streamed answer's ending): stored already
+        claimed, so that only that process's death (its restart, or a lapsed lease) hands it to
+        a sender; the process deletes it once the write is made, or releases it to the sender."""
+        until = self._db.time_in(self._moment() + lease)
+        async with self._db.transaction("hold an outbox row") as tx:
+            [row_id] = await self._put_outbox(tx, [entry])
+            await tx.execute(
+                "UPDATE outbox SET claimed_by = :claimer, claimed_until = :until WHERE id = :id",
+                {"claimer": claimer, "until": until, "id": row_id},
+            )
+        return row_id
+
     async def outbox_sent(self, row_id: str) -> None:
         """Slack applied the row's write (or refused it for good): it is done."""
         async with self._db.transaction("finish an outbox row") as tx:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,7 +88,9 @@ class _Sink:
     async def close(self) -> None:
         return None
 
-    async def finish(self, session_id: str) -> None:
+    async def finish(
+        self, session_id: str, answered: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self.output.finished.append(session_id)
 
 

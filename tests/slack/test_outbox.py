@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.runs.notices import Queued
+from bot.runs.notices import StillWorking
 from bot.runs.output import Thread
 from bot.runs.views import CardCall, CardOutcome, CardRef
 from bot.slack.app import CountingWebClient
@@ -74,7 +74,7 @@ async def test_a_storm_reaches_slack_whole_once_and_unrefused(
         outbox = SlackOutbox(store, client(slack), claimer="local", poll=0.05)
         output = SlackThreadOutput(outbox.client, outbox)
         threads = [Thread("T1", f"C{i % 4}", f"17000000{i:02d}.000100") for i in range(12)]
-        await asyncio.gather(*(output.say(t, Queued(limit=1, ahead=0)) for t in threads))
+        await asyncio.gather(*(output.say(t, StillWorking()) for t in threads))
         await asyncio.gather(*(output.react(t, t.thread_ts, True) for t in threads))
         async with sending(outbox):
             await asyncio.wait_for(outbox.wait_idle(), 20)

@@ -91,3 +91,18 @@ async def test_appends_grow_while_the_bucket_is_short(
     appends = [c for c in slack.calls_to("chat.appendStream") if c.ok]
     assert len(appends) <= most
     assert short or len(appends) >= 8
+
+
+async def test_a_stream_whose_appends_fail_is_taken_over_not_repeated(
+    slack: SlackAPIStandIn,
+) -> None:
+    slack.fail_next("chat.appendStream", error="internal_error", times=50)
+    answer = reply(slack, person="UREQ")
+    for _ in range(4):  # 8,000 characters
+        await answer.append(PIECE)
+    await answer.close()
+    [started] = [c for c in slack.calls_to("chat.startStream") if c.ok]
+    shown = [m for m in slack.messages if "word" in str(m["text"])]
+    assert shown[0]["ts"] == started.response["ts"]  # edited in place, not posted again
+    assert " ".join(str(m["text"]) for m in shown).split() == (PIECE * 4).split()
+    assert messages(slack) <= MAX_MESSAGES

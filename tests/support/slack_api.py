@@ -350,7 +350,9 @@ class SlackAPIStandIn:
         method = request.match_info["method"]
         params = await _parse(request)
         if (gate := self._held.get(method)) is not None:
-            self.holding[method] = self.holding.get(method, 0) + 1
+            async with self._changed:  # `wait_until` sees a held call arrive
+                self.holding[method] = self.holding.get(method, 0) + 1
+                self._changed.notify_all()
             await self._wait_held(gate)
         token = _bearer(request) or _pop_token(params)
         headers = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
