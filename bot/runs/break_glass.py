@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable
 
 from ..store import already_reason
 from ..words import format_duration, parse_duration
-from .cards import Cards, call_decision
+from .cards import Cards
 from .context import RunContext, thread_of
 from .freezes import RedrawPending, active_freezes, freeze_for, freeze_info, tick
-from .gate import authorize_on, refusal_notice
+from .gate import audit_refusal, on_call, refusal_notice
 from .metrics import note_decision
 from .notices import BreakGlassUsed, DecisionNotRecorded, FreezeAnswer, Notice, UnknownRequest
 from .output import Thread
@@ -116,57 +116,33 @@ class FreezeDesk:
         self, ledger_id: str, *, user: str, team: str | None
     ) -> Notice | None:
         """Before the reason form opens: None if `user` may break glass on the call now."""
-        row = await self.ctx.store.get_call(ledger_id)
-        session = None if row is None else await self.ctx.store.get_session(row.session_id)
-        if row is None or session is None:
+        on = await on_call(self.ctx, ledger_id)
+        if on is None:
             return UnknownRequest()
-        decision = call_decision(self.ctx, row)
-        verdict = await authorize_on(
-            self.ctx,
-            "break_glass",
-            user=user,
-            team=team,
-            session=session,
-            row=row,
-            decision=decision,
-        )
-        return refusal_notice(verdict, row, decision) if verdict.kind == "refused" else None
+        verdict = await on.authorize(self.ctx, "break_glass", user=user, team=team)
+        return refusal_notice(verdict, on.row, on.decision) if verdict.kind == "refused" else None
 
     async def break_glass(
         self, ledger_id: str, *, user: str, team: str | None, reason: str, digest: str | None
     ) -> Notice | None:
         """Approve a frozen call by breaking glass (see the module docstring)."""
         store = self.ctx.store
-        row = await store.get_call(ledger_id)
-        session = None if row is None else await store.get_session(row.session_id)
-        if row is None or session is None:
+        on = await on_call(self.ctx, ledger_id)
+        if on is None:
             return UnknownRequest()
-        decision = call_decision(self.ctx, row)
+        row, session, decision = on.row, on.session, on.decision
         channel = session.channel_id
-        verdict = await authorize_on(
-            self.ctx,
-            "break_glass",
-            user=user,
-            team=team,
-            session=session,
-            row=row,
-            decision=decision,
-        )
+        verdict = await on.authorize(self.ctx, "break_glass", user=user, team=team)
         freeze = await freeze_for(self.ctx, channel, row.tool)
         if verdict.kind == "refused" or freeze is None or not reason.strip():
-            await store.audit(
-                "refusal",
-                actor=user,
-                session_id=row.session_id,
-                call_id=row.call_id,
-                details={
-                    "ledger_id": ledger_id,
-                    "reason": verdict.reason if verdict.kind == "refused" else "no reason",
-                    "rule": verdict.rule,
-                    "policy_rule": decision.policy_rule,
-                    "decision": "break_glass",
-                    "team_id": team,
-                },
+            await audit_refusal(
+                self.ctx,
+                on,
+                user=user,
+                team=team,
+                reason=verdict.reason if verdict.kind == "refused" else "no reason",
+                rule=verdict.rule,
+                decision="break_glass",
             )
             if verdict.kind == "refused":
                 return refusal_notice(verdict, row, decision)
@@ -218,27 +194,20 @@ class FreezeDesk:
     async def review(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
         """ "Mark reviewed": an approver other than the breaker closes the review item."""
         store = self.ctx.store
-        row = await store.get_call(ledger_id)
-        session = None if row is None else await store.get_session(row.session_id)
-        if row is None or session is None:
+        on = await on_call(self.ctx, ledger_id)
+        if on is None:
             return UnknownRequest()
-        verdict = await authorize_on(
-            self.ctx, "review", user=user, team=team, session=session, row=row, no_requester=True
-        )
+        row = on.row
+        verdict = await on.authorize(self.ctx, "review", user=user, team=team, no_requester=True)
         if verdict.kind == "refused":
-            await store.audit(
-                "refusal",
-                actor=user,
-                session_id=row.session_id,
-                call_id=row.call_id,
-                details={
-                    "ledger_id": ledger_id,
-                    "reason": verdict.reason,
-                    "rule": verdict.rule,
-                    "policy_rule": call_decision(self.ctx, row).policy_rule,
-                    "decision": "break_glass_reviewed",
-                    "team_id": team,
-                },
+            await audit_refusal(
+                self.ctx,
+                on,
+                user=user,
+                team=team,
+                reason=verdict.reason,
+                rule=verdict.rule,
+                decision="break_glass_reviewed",
             )
             if verdict.reason == "own_break_glass":
                 return FreezeAnswer("You broke glass on this call, so someone else must review it.")

@@ -10,7 +10,7 @@ from typing import Literal
 from ..store import NotWaiting, SessionRow
 from .cards import Cards
 from .context import RunContext
-from .gate import authorize_on
+from .gate import audit_unknown, authorize_on, on_call
 from .metrics import note_decision, note_run_ended
 from .notices import (
     CancelledBeforeStart,
@@ -84,23 +84,13 @@ class Cancels:
         return None
 
     async def from_card(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
-        store = self.ctx.store
-        row = await store.get_call(ledger_id)
-        session = None if row is None else await store.get_session(row.session_id)
-        if row is None or session is None:
-            await store.audit(
-                "refusal",
-                actor=user,
-                details={
-                    "reason": "unknown approval id",
-                    "id": ledger_id,
-                    "ledger_id": ledger_id,
-                    "rule": None,
-                    "policy_rule": None,
-                },
-            )
+        on = await on_call(self.ctx, ledger_id)
+        if on is None:
+            await audit_unknown(self.ctx, ledger_id, user=user)
             return UnknownRequest()
-        return await self.cancel(session, user=user, team=team, via="button", batch_id=row.batch_id)
+        return await self.cancel(
+            on.session, user=user, team=team, via="button", batch_id=on.row.batch_id
+        )
 
     async def _ledger_ids(self, session_id: str) -> list[str]:
         """The gated calls of the session's batch, for an audit row about the whole run."""

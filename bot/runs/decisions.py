@@ -9,9 +9,9 @@ from typing import Literal
 
 from ..approvals import GateAction
 from ..store import ToolCallRow, already_reason
-from .cards import Cards, call_decision
+from .cards import Cards
 from .context import RunContext, thread_of
-from .gate import authorize_on, call_lock, refusal_notice
+from .gate import audit_refusal, audit_unknown, call_lock, on_call, refusal_notice
 from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .output import Thread
@@ -55,42 +55,23 @@ class Decisions:
         not count toward the edited call (the store checks it, in the decision's transaction);
         `preview_digest` the same for the preview's output (see `previews.py`)."""
         store = self.ctx.store
-        row = await store.get_call(ledger_id)
-        session = None if row is None else await store.get_session(row.session_id)
-        if row is None or session is None:
-            await store.audit(
-                "refusal",
-                actor=user,
-                details={
-                    "reason": "unknown approval id",
-                    "id": ledger_id,
-                    "ledger_id": ledger_id,
-                    "rule": None,
-                    "policy_rule": None,
-                },
-            )
+        on = await on_call(self.ctx, ledger_id)
+        if on is None:
+            await audit_unknown(self.ctx, ledger_id, user=user)
             return UnknownRequest()
-        policy = call_decision(self.ctx, row)
+        row, session, policy = on.row, on.session, on.decision
         action: GateAction = "approve" if decision == "approved" else "reject"
-        verdict = await authorize_on(
-            self.ctx, action, user=user, team=team, session=session, row=row, decision=policy
-        )
+        verdict = await on.authorize(self.ctx, action, user=user, team=team)
         if verdict.kind == "refused":
-            await store.audit(
-                "refusal",
-                actor=user,
-                session_id=row.session_id,
-                call_id=row.call_id,
-                details={
-                    "ledger_id": ledger_id,
-                    "reason": verdict.reason
-                    if verdict.reason != "card_locked"
-                    else call_lock(row, policy),
-                    "rule": verdict.rule,
-                    "policy_rule": policy.policy_rule,
-                    "decision": decision,
-                    "team_id": team,
-                },
+            locked = verdict.reason == "card_locked"
+            await audit_refusal(
+                self.ctx,
+                on,
+                user=user,
+                team=team,
+                reason=call_lock(row, policy) if locked else verdict.reason,
+                rule=verdict.rule,
+                decision=decision,
             )
             if verdict.reason == "card_locked":
                 await self.cards.refresh(row)
@@ -147,23 +128,13 @@ class Decisions:
     async def check_reject(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
         """Before asking a reason to reject: None if `user` may reject the call now; else why
         not (and a decided call's card is redrawn, in case it still shows its buttons)."""
-        store = self.ctx.store
-        row = await store.get_call(ledger_id)
-        session = None if row is None else await store.get_session(row.session_id)
-        if row is None or session is None:
+        on = await on_call(self.ctx, ledger_id)
+        if on is None:
             return UnknownRequest()
-        if row.status != "pending":
-            await self.cards.refresh(row)
-            return DecisionNotRecorded(already_reason(row))
-        verdict = await authorize_on(
-            self.ctx,
-            "reject",
-            user=user,
-            team=team,
-            session=session,
-            row=row,
-            decision=call_decision(self.ctx, row),
-        )
+        if on.row.status != "pending":
+            await self.cards.refresh(on.row)
+            return DecisionNotRecorded(already_reason(on.row))
+        verdict = await on.authorize(self.ctx, "reject", user=user, team=team)
         return NotAllowed(verdict) if verdict.kind == "refused" else None
 
     async def thread_of_call(self, ledger_id: str) -> Thread | None:

@@ -49,7 +49,7 @@ from .edit_form import (
     parse_form,
 )
 from .freezes import freeze_for
-from .gate import authorize_on, refusal_notice
+from .gate import audit_refusal, authorize_on, on_call, refusal_notice
 from .metrics import note_decision
 from .notices import (
     AllowanceGranted,
@@ -103,34 +103,26 @@ class Edits:
         self, ledger_id: str, *, user: str, team: str | None, action: Literal["edit", "allow"]
     ) -> tuple[ToolCallRow, SessionRow] | Notice:
         """The call and its session if `user` may approve it now; else what to tell them."""
-        store = self.ctx.store
-        row = await store.get_call(ledger_id)
-        session = None if row is None else await store.get_session(row.session_id)
-        if row is None or session is None:
+        on = await on_call(self.ctx, ledger_id)
+        if on is None:
             return UnknownRequest()
+        row = on.row
         if row.status != "pending" or not row.needs_approval:
             await self.cards.refresh(row)
             return DecisionNotRecorded(already_reason(row))
-        decision = call_decision(self.ctx, row)
-        verdict = await authorize_on(
-            self.ctx, action, user=user, team=team, session=session, row=row, decision=decision
-        )
+        verdict = await on.authorize(self.ctx, action, user=user, team=team)
         if verdict.kind == "refused":
-            await store.audit(
-                "refusal",
-                actor=user,
-                session_id=row.session_id,
-                call_id=row.call_id,
-                details={
-                    "reason": verdict.reason,
-                    "rule": verdict.rule,
-                    "policy_rule": decision.policy_rule,
-                    "decision": _DECISION[action],
-                    "team_id": team,
-                },
+            await audit_refusal(
+                self.ctx,
+                on,
+                user=user,
+                team=team,
+                reason=verdict.reason,
+                rule=verdict.rule,
+                decision=_DECISION[action],
             )
-            return refusal_notice(verdict, row, decision)
-        return row, session
+            return refusal_notice(verdict, row, on.decision)
+        return row, on.session
 
     # -- edit ------------------------------------------------------------------------------------
 

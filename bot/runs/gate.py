@@ -5,6 +5,9 @@ forget a rule."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from ..approvals import Actor, GateAction, GatedCall, Refused, Verdict, authorize
 from ..policy import GateDecision
 from ..store import CardLock, SessionRow, ToolCallRow
@@ -13,7 +16,15 @@ from .context import RunContext
 from .freezes import freeze_for, freeze_words
 from .notices import NotAllowed, NotApprovable, Notice
 
-__all__ = ["authorize_on", "call_lock", "refusal_notice"]
+__all__ = [
+    "OnCall",
+    "audit_refusal",
+    "audit_unknown",
+    "authorize_on",
+    "call_lock",
+    "on_call",
+    "refusal_notice",
+]
 
 _FROZEN_ACTIONS = frozenset({"approve", "edit", "allow", "show", "break_glass"})
 """What a change freeze refuses (all but `break_glass`, which needs one)."""
@@ -74,3 +85,82 @@ def refusal_notice(
     if refusal.reason == "card_locked" and lock is not None:
         return NotApprovable(lock)
     return NotAllowed(refusal)
+
+
+# -- the steps that act on a card's call -------------------------------------------------------
+# Decide, reject, edit, allow, re-run a preview, break glass, mark reviewed: each finds the call
+# and its session, asks the gate, and audits a refusal the same way; written once here.
+
+
+@dataclass(frozen=True, slots=True)
+class OnCall:
+    """A card's call, its session, and the policy's verdict on it."""
+
+    row: ToolCallRow
+    session: SessionRow
+    decision: GateDecision
+
+    async def authorize(
+        self,
+        ctx: RunContext,
+        action: GateAction,
+        *,
+        user: str,
+        team: str | None,
+        no_requester: bool = False,
+    ) -> Verdict:
+        """`authorize_on` for this call."""
+        return await authorize_on(
+            ctx,
+            action,
+            user=user,
+            team=team,
+            session=self.session,
+            row=self.row,
+            decision=self.decision,
+            no_requester=no_requester,
+        )
+
+
+async def on_call(ctx: RunContext, ledger_id: str) -> OnCall | None:
+    """The call of a card's button (its value) and its session; None when either is gone."""
+    row = await ctx.store.get_call(ledger_id)
+    session = None if row is None else await ctx.store.get_session(row.session_id)
+    if row is None or session is None:
+        return None
+    return OnCall(row, session, call_decision(ctx, row))
+
+
+async def audit_unknown(ctx: RunContext, ledger_id: str, *, user: str) -> None:
+    """A click on a call the store does not know (a forged or very old button)."""
+    await ctx.store.audit(
+        "refusal",
+        actor=user,
+        details={
+            "reason": "unknown approval id",
+            "id": ledger_id,
+            "ledger_id": ledger_id,
+            "rule": None,
+            "policy_rule": None,
+        },
+    )
+
+
+async def audit_refusal(
+    ctx: RunContext,
+    on: OnCall,
+    *,
+    user: str,
+    team: str | None,
+    reason: str | None,
+    rule: str | None,
+    **extra: Any,
+) -> None:
+    """The `refusal` audit row of a step on `on`'s call: who, why, the rule that refused
+    and the policy rule that applied (`extra`: the step's own fields, e.g. `decision`)."""
+    row = on.row
+    details: dict[str, Any] = {"ledger_id": row.id, **extra, "reason": reason, "rule": rule}
+    details |= {"policy_rule": on.decision.policy_rule, "team_id": team}
+    await ctx.store.audit(
+        "refusal", actor=user, session_id=row.session_id, call_id=row.call_id, details=details
+    )

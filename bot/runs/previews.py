@@ -14,9 +14,9 @@ from __future__ import annotations
 from ..policy import GateDecision, PreviewPlan
 from ..store import PreviewChanged, StoredPreview, ToolCallRow, already_reason
 from ._preview_run import attach_preview, current_preview, run_plan
-from .cards import Cards, call_decision
+from .cards import Cards
 from .context import RunContext
-from .gate import authorize_on, refusal_notice
+from .gate import audit_refusal, on_call, refusal_notice
 from .notices import DecisionNotRecorded, Notice, UnknownRequest
 
 __all__ = ["Previews"]
@@ -71,29 +71,20 @@ class Previews:
     async def rerun(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
         """ "Re-run preview": who may approve the call runs its preview again; the card is
         redrawn with it (a changed output resets the approvals so far)."""
-        store = self.ctx.store
-        row = await store.get_call(ledger_id)
-        session = None if row is None else await store.get_session(row.session_id)
-        if row is None or session is None:
+        on = await on_call(self.ctx, ledger_id)
+        if on is None:
             return UnknownRequest()
-        decision = call_decision(self.ctx, row)
-        verdict = await authorize_on(
-            self.ctx, "preview", user=user, team=team, session=session, row=row, decision=decision
-        )
+        row, decision = on.row, on.decision
+        verdict = await on.authorize(self.ctx, "preview", user=user, team=team)
         if verdict.kind == "refused":
-            await store.audit(
-                "refusal",
-                actor=user,
-                session_id=row.session_id,
-                call_id=row.call_id,
-                details={
-                    "ledger_id": ledger_id,
-                    "action": "preview",
-                    "reason": verdict.reason,
-                    "rule": verdict.rule,
-                    "policy_rule": decision.policy_rule,
-                    "team_id": team,
-                },
+            await audit_refusal(
+                self.ctx,
+                on,
+                user=user,
+                team=team,
+                reason=verdict.reason,
+                rule=verdict.rule,
+                action="preview",
             )
             return refusal_notice(verdict, row, decision)
         if row.status != "pending":
