@@ -109,6 +109,7 @@ class _Sink:
     def __init__(self, output: TerminalOutput) -> None:
         self.output = output
         self.started = False
+        self.lost = False
 
     async def append(self, text: str) -> None:
         if not self.started:

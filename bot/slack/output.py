@@ -474,6 +474,7 @@ class _QuietSink:
 
     def __init__(self, reply: ThreadReply) -> None:
         self._reply = reply
+        self.lost = False
 
     async def append(self, text: str) -> None:
         try:
@@ -485,6 +486,7 @@ class _QuietSink:
         try:
             await self._reply.close()
         except SLACK_ERRORS as exc:
+            self.lost = True
             logger.warning("finishing the answer failed: %s", slack_error(exc))
 
     async def finish(self, session_id: str) -> None:
@@ -492,4 +494,5 @@ class _QuietSink:
         try:
             await self._reply.close(blocks=feedback_blocks(session_id))
         except SLACK_ERRORS as exc:
+            self.lost = True
             logger.warning("finishing the answer failed: %s", slack_error(exc))

@@ -81,6 +81,7 @@ class Recording:
 class _Sink:
     def __init__(self, output: Recording) -> None:
         self.output = output
+        self.lost = False
 
     async def append(self, text: str) -> None:
         self.output.streamed.append(text)
