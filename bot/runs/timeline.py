@@ -347,13 +347,17 @@ class PausedTimelines:
         self._limit = limit
 
     async def keep(self, session_id: str, timeline: Timeline) -> None:
-        """The session's run paused: its timeline shows the waiting calls, and stays open."""
-        await timeline.flush()
+        """The session's run paused: its timeline shows the waiting calls, and stays open.
+        Kept before it is shown: a decision that comes while the waiting calls are being
+        sent (a click as soon as the card is posted) resumes the run, whose start closes the
+        timeline once that send is done (the sink orders them), instead of missing it and
+        leaving it open, showing calls that ran as waiting."""
         self._by_session[session_id] = timeline
         self._by_session.move_to_end(session_id)
         while len(self._by_session) > self._limit:
             _, oldest = self._by_session.popitem(last=False)
             await oldest.close()
+        await timeline.flush()
 
     def get(self, session_id: str) -> Timeline | None:
         return self._by_session.get(session_id)

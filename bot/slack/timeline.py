@@ -19,6 +19,7 @@ edit) with the latest chunk of each task.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 from typing import Any
@@ -235,6 +236,9 @@ class SlackTimeline:
         """Chunks not sent yet, by task id ("" for the plan): the latest of each only."""
         self._ts: str | None = None
         self._streaming_ts: str | None = None
+        self._sending = asyncio.Lock()
+        """One write at a time, in order: a close that comes while the stream is being
+        started (a paused run resumed at once) stops the stream that start made."""
 
     async def show(self, task: Task) -> None:
         self._tasks[task.call_id] = task
@@ -246,6 +250,10 @@ class SlackTimeline:
 
     async def flush(self) -> None:
         """What changed since the last flush, in one Web API call."""
+        async with self._sending:
+            await self._flush()
+
+    async def _flush(self) -> None:
         if not self._held:
             return
         chunks, self._held = list(self._held.values()), {}
@@ -307,11 +315,12 @@ class SlackTimeline:
             )
 
     async def close(self) -> None:
-        await self.flush()
-        if self._streaming_ts is None:
-            return
-        ts, self._streaming_ts = self._streaming_ts, None
-        try:
-            await self.client.chat_stopStream(channel=self.thread.channel_id, ts=ts)
-        except SLACK_ERRORS as exc:
-            logger.warning("could not end the timeline: %s", slack_error(exc))
+        async with self._sending:
+            await self._flush()
+            if self._streaming_ts is None:
+                return
+            ts, self._streaming_ts = self._streaming_ts, None
+            try:
+                await self.client.chat_stopStream(channel=self.thread.channel_id, ts=ts)
+            except SLACK_ERRORS as exc:
+                logger.warning("could not end the timeline: %s", slack_error(exc))
