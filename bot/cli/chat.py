@@ -149,6 +149,9 @@ class _Timeline:
     async def flush(self) -> None:
         return None  # every change is printed as it comes
 
+    async def rest(self) -> None:
+        return None
+
     async def close(self) -> None:
         return None
 

@@ -106,6 +106,9 @@ class _Tasks:
     async def flush(self) -> None:
         return None
 
+    async def rest(self) -> None:
+        return None
+
     async def close(self) -> None:
         return None
 
