@@ -15,6 +15,8 @@ import secrets
 import signal
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -109,7 +111,13 @@ async def started(
     client = slack_client(
         settings, deps.slack_http, on_error=deps.observer.slack_api_error, pacer=pacer
     )
-    outbox = SlackOutbox(deps.store, client, claimer=_outbox_claimer(deps), observer=metrics)
+    outbox = SlackOutbox(
+        deps.store,
+        client,
+        claimer=_outbox_claimer(deps),
+        observer=metrics,
+        **_outbox_lease(settings),
+    )
     output = SlackThreadOutput(client, outbox)
     output.queue.depth = queue_depth(deps.store)  # the queue notice counts what the store holds
     timer = ExpiryTimer(
@@ -175,6 +183,14 @@ STOP_BOUND = 5.0
 
 OUTBOX_DRAIN = 5.0
 """Seconds a stopping bot keeps sending what its outbox holds (the rest is sent next start)."""
+
+
+def _outbox_lease(settings: Settings) -> dict[str, Any]:
+    """How long a replica holds the outbox rows it claimed: twice its replica lease (60 s by
+    default), so that a dead replica's rows are sent by a survivor about when its runs are
+    taken over; the sender looks often enough to renew the claims in flight in time."""
+    lease = 2 * settings.opsgate_lease_seconds
+    return {"lease": timedelta(seconds=lease), "poll": min(2.0, lease / 4)}
 
 
 def _outbox_claimer(deps: Deps) -> str:

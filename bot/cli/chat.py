@@ -109,6 +109,7 @@ class _Sink:
     def __init__(self, output: TerminalOutput) -> None:
         self.output = output
         self.started = False
+        self.lost = False
 
     async def append(self, text: str) -> None:
         if not self.started:
@@ -149,6 +150,9 @@ class _Timeline:
 
     async def flush(self) -> None:
         return None  # every change is printed as it comes
+
+    async def rest(self) -> None:
+        return None
 
     async def close(self) -> None:
         return None

@@ -32,8 +32,9 @@ __all__ = [
     "classify_llm_error",
 ]
 
-RunOutcome = Literal["completed", "failed", "cancelled", "interrupted"]
-"""How a run ended: a final answer, an error, "Cancel run", or a restart cut it short.
+RunOutcome = Literal["completed", "answer_lost", "failed", "cancelled", "interrupted"]
+"""How a run ended: a final answer, a final answer Slack never took (its last write refused
+or rate limited past the deadline), an error, "Cancel run", or a restart cut it short.
 
 A run that pauses for approval has not ended; it is counted once, when it finally does."""
 

@@ -145,7 +145,8 @@ class Driver:
             self._finished("failed")
             await output.say(thread, RunCrashed(type(exc).__name__))
         else:
-            self._finished(_outcome(shown.outcome, live))
+            await _quietly(shown.close(), "finishing the answer")  # whether Slack took it
+            self._finished(_outcome(shown.outcome, live, lost=shown.lost))
         finally:
             # Each step on its own: an output error here must not keep the session `running`
             # (holding the channel's slot) or skip starting the next queued run.
@@ -211,6 +212,8 @@ class _Shown:
         """How the run ended, as far as the stream says; None once it paused for approval."""
         self.refused = False
         """The policy refused a call of the paused batch itself (forbidden)."""
+        self.lost = False
+        """Slack never took the end of an answer of this run (`TextSink.lost`)."""
 
     async def answer_kept(self) -> None:
         """The output holds what the thread still lacks of the final answer, durably: end the
@@ -224,7 +227,10 @@ class _Shown:
     async def close(self) -> None:
         if self.sink is not None:
             sink, self.sink = self.sink, None
-            await sink.close()
+            try:
+                await sink.close()
+            finally:
+                self.lost = self.lost or sink.lost
 
     async def say(self, notice: Notice) -> None:
         await self.output.say(self.thread, notice)
@@ -273,7 +279,10 @@ class _Shown:
         match update:
             case Finish(finish_reason=FinishReason.STOP) if self.sink is not None:
                 sink, self.sink = self.sink, None
-                await sink.finish(self.session_id, self.answer_kept)
+                try:
+                    await sink.finish(self.session_id, self.answer_kept)
+                finally:
+                    self.lost = self.lost or sink.lost
             case _:
                 pass
         match update:
@@ -341,11 +350,14 @@ def conversation_id(thread: Thread) -> str:
     return f"{thread.channel_id}/{thread.thread_ts}"
 
 
-def _outcome(shown: RunOutcome | None, live: LiveRun | None) -> RunOutcome | None:
-    """How the run ended for the metrics: a stop (cancel or deadline) overrides what it showed."""
+def _outcome(
+    shown: RunOutcome | None, live: LiveRun | None, *, lost: bool = False
+) -> RunOutcome | None:
+    """How the run ended for the metrics: a stop (cancel or deadline) overrides what it showed;
+    a completed run whose answer Slack never took is `answer_lost`, not completed."""
     stopped = None if live is None else live.stopped()
     if stopped is None:
-        return shown
+        return "answer_lost" if shown == "completed" and lost else shown
     return "cancelled" if stopped.why == "cancelled" else "failed"
 
 

@@ -76,6 +76,12 @@ class PostFailed:
 class TextSink(Protocol):
     """One streamed answer being written."""
 
+    @property
+    def lost(self) -> bool:
+        """The medium refused the end of the answer (past the rate-limit deadline, or a real
+        error): the thread does not show it whole, so the run is not counted completed."""
+        ...
+
     async def append(self, text: str) -> None: ...
 
     async def close(self) -> None:

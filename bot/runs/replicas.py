@@ -57,6 +57,7 @@ async def take_over_lapsed(service: RunService) -> None:
     neither reposts nor redraws the cards of paused runs: a live replica may be posting them."""
     ctx = service.ctx
     store = ctx.store
+    started = await store.queue_items(states=["started"])
     requeued = await store.requeue_interrupted()
     if requeued:
         logger.info("requeued %d run(s) of a lapsed replica", len(requeued))
@@ -66,6 +67,10 @@ async def take_over_lapsed(service: RunService) -> None:
         tools = tuple(r.tool for r in recovered.interrupted)
         thread = Thread.of(session)
         await ctx.output.say(thread, Recovered(tools))
+        # The dead replica never unmarked the message of the run it was on (issue 20).
+        for item in started:
+            if item.session_id == session.id and item.message_ts:
+                await ctx.output.react(thread, item.message_ts, False)
         await service.cards.redraw_batch(session.id)
     for session in await store.sessions_awaiting_approval():
         await service.maybe_resume(session.id)

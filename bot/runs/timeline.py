@@ -6,13 +6,16 @@ tasks in the streamed answer (`bot.slack.timeline`), the terminal prints one lin
 (`bot.cli.notices`). The statuses are the run's own words (waiting for approval, rejected,
 expired, not run); each output maps them to what its medium can show.
 
-A run that pauses leaves its timeline open with the gated calls waiting (each linked to its card,
+A run that pauses leaves its timeline with the gated calls waiting (each linked to its card,
 with its count of approvals): `PausedTimelines` keeps it, so that a decision that is not yet the
 last one ("1 of 2") redraws its task. The next run of the session (the resume) closes it and
 starts a new one, seeded from the ledger with the decisions taken meanwhile.
 
 Changes are shown when the run waits (`TimelineSink.flush`): when a tool starts, when a batch
-is answered, when the run pauses, when it ends. What changed in between (five calls written,
+is answered, when the run pauses, when it ends. When it waits with no task moving (it paused for
+people, or every call of the batch is answered and the model is asked next) the sink `rest`s
+instead: Slack ends the timeline's stream then, not in the burst of the run's last words
+(issue 20); a later change edits the same message. What changed in between (five calls written,
 gated, one answered and the next started) reaches the output together, the latest state of
 each task only, so a run costs Slack about one write per tool, not one per status change.
 
@@ -110,6 +113,13 @@ class TimelineSink(Protocol):
 
     async def flush(self) -> None:
         """Send what is held: the run now waits (a tool runs, the model or a person decides)."""
+        ...
+
+    async def rest(self) -> None:
+        """No task moves for a while (the run paused for people, or the model is asked next):
+        send what is held, and let the medium end what only lasts while tasks move (Slack:
+        the stream, which it ends when idle anyway); later changes (a partial count, a later
+        turn's calls) still show in the same place."""
         ...
 
     async def close(self) -> None:
@@ -280,11 +290,14 @@ class Timeline:
             case _:
                 pass
         if self._waits_after(update):
-            await self._sink.flush()
+            if self._tasks and all(t.final for t in self._tasks.values()):
+                await self._sink.rest()  # the model is asked next: no task moves for a while
+            else:
+                await self._sink.flush()
 
-    async def flush(self) -> None:
-        """Show what changed now (the run pauses: it waits for people)."""
-        await self._sink.flush()
+    async def rest(self) -> None:
+        """Show what changed now: the run pauses, it waits for people (`TimelineSink.rest`)."""
+        await self._sink.rest()
 
     async def close(self) -> None:
         await self._sink.close()
@@ -347,13 +360,17 @@ class PausedTimelines:
         self._limit = limit
 
     async def keep(self, session_id: str, timeline: Timeline) -> None:
-        """The session's run paused: its timeline shows the waiting calls, and stays open."""
-        await timeline.flush()
+        """The session's run paused: its timeline shows the waiting calls, and stays open.
+        Kept before it is shown: a decision that comes while the waiting calls are being
+        sent (a click as soon as the card is posted) resumes the run, whose start closes the
+        timeline once that send is done (the sink orders them), instead of missing it and
+        leaving it open, showing calls that ran as waiting."""
         self._by_session[session_id] = timeline
         self._by_session.move_to_end(session_id)
         while len(self._by_session) > self._limit:
             _, oldest = self._by_session.popitem(last=False)
             await oldest.close()
+        await timeline.rest()
 
     def get(self, session_id: str) -> Timeline | None:
         return self._by_session.get(session_id)

@@ -124,6 +124,8 @@ class OutboxObserver(Protocol):
 
     def outbox_depth(self, depth: Mapping[int, int], oldest_seconds: float) -> None: ...
 
+    def run_finished(self, outcome: Any) -> None: ...
+
 
 @dataclass
 class _Quiet:
@@ -131,6 +133,9 @@ class _Quiet:
         return None
 
     def outbox_depth(self, depth: Mapping[int, int], oldest_seconds: float) -> None:
+        return None
+
+    def run_finished(self, outcome: Any) -> None:
         return None
 
 
@@ -395,13 +400,13 @@ class SlackOutbox:
             applied = True
         except RateLimited:
             logger.error("%s for %s rate limited past the deadline", row.method, row.channel_id)
-            self._drop("ratelimited")
+            self._drop("ratelimited", row)
             await self._tell_late(row)
         except SlackApiError as exc:
             error = str(exc.response.get("error"))
             if error not in _DONE_ANYWAY:
                 logger.error("%s to %s failed: %s", row.method, row.channel_id, error)
-                self._drop("slack_error")
+                self._drop("slack_error", row)
         except _TRANSPORT as exc:
             later = self.clock() + timedelta(seconds=min(60, 2**row.attempts))
             logger.warning("%s to %s failed (%s); trying again", row.method, row.channel_id, exc)
@@ -439,9 +444,12 @@ class SlackOutbox:
             except (SlackApiError, *_TRANSPORT):
                 logger.error("could not tell %s about a lost write", row.channel_id)
 
-    def _drop(self, reason: str) -> None:
+    def _drop(self, reason: str, row: OutboxRow | None = None) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
         self.observer.slack_write_dropped(reason)
+        if row is not None and row.method == ANSWER_ENDING:
+            # The run ended (counted) when its ending was stored; Slack never showed it.
+            self.observer.run_finished("answer_lost")
 
 
 _LATE = "_The end of this answer could not be shown: Slack kept asking me to slow down._"

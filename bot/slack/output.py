@@ -478,6 +478,7 @@ class _QuietSink:
 
     def __init__(self, reply: ThreadReply) -> None:
         self._reply = reply
+        self.lost = False
 
     async def append(self, text: str) -> None:
         try:
@@ -489,6 +490,7 @@ class _QuietSink:
         try:
             await self._reply.close()
         except SLACK_ERRORS as exc:
+            self.lost = True
             logger.warning("finishing the answer failed: %s", slack_error(exc))
 
     async def finish(
@@ -498,4 +500,5 @@ class _QuietSink:
         try:
             await self._reply.close(blocks=feedback_blocks(session_id), answered=answered)
         except SLACK_ERRORS as exc:
+            self.lost = True
             logger.warning("finishing the answer failed: %s", slack_error(exc))

@@ -81,6 +81,7 @@ class Recording:
 class _Sink:
     def __init__(self, output: Recording) -> None:
         self.output = output
+        self.lost = False
 
     async def append(self, text: str) -> None:
         self.output.streamed.append(text)
@@ -105,6 +106,9 @@ class _Tasks:
         return None
 
     async def flush(self) -> None:
+        return None
+
+    async def rest(self) -> None:
         return None
 
     async def close(self) -> None:

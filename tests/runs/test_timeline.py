@@ -27,6 +27,8 @@ class _Shown:
         self.flushed: list[int] = []
         """How many task changes had been shown at each flush."""
         self.closed = 0
+        self.rested: list[int] = []
+        """How many task changes had been shown at each rest (no task moving)."""
 
     async def show(self, task: Task) -> None:
         self.tasks.append(task)
@@ -36,6 +38,10 @@ class _Shown:
 
     async def flush(self) -> None:
         self.flushed.append(len(self.tasks))
+
+    async def rest(self) -> None:
+        self.rested.append(len(self.tasks))
+        await self.flush()
 
     async def close(self) -> None:
         self.closed += 1
@@ -63,6 +69,21 @@ async def test_a_task_is_in_progress_when_its_tool_starts_running() -> None:
     assert _statuses(shown, "c3") == ["pending", "expired"]
     [failed] = [t for t in shown.tasks if t.call_id == "c2" and t.status == "error"]
     assert (failed.seconds, failed.allowance_by) == (1.5, "U0ANA")
+
+
+async def test_the_timeline_rests_once_every_call_of_the_batch_is_answered() -> None:
+    """The model is asked next: no task moves, so the sink may end what only lasts while
+    tasks move (Slack's stream), not in the burst of the run's last words (issue 20)."""
+    shown = _Shown()
+    timeline = Timeline(shown, lambda call_id: None)
+    for n in (1, 2):
+        await timeline.update(ToolCallEnded(ToolCall(id=f"c{n}", name="echo", arguments="{}")))
+    await timeline.update(ToolRunning("c1", "echo"))
+    await timeline.update(ToolResult("c1", "echo", "ok", seconds=0.1))
+    assert shown.rested == []  # c2 is still to run
+    await timeline.update(ToolRunning("c2", "echo"))
+    await timeline.update(ToolResult("c2", "echo", "ok", seconds=0.1))
+    assert shown.rested == [len(shown.tasks)]
 
 
 async def test_a_paused_batch_waits_and_nothing_runs_before_the_decisions() -> None:

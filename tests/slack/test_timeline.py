@@ -224,10 +224,14 @@ async def test_a_partial_approval_moves_the_waiting_count_on(
         if streaming:
             waiting = [d for d in details(task_chunks(bot.slack), "call_1") if "approval" in d]
             # Waiting once its card is posted (the count-less state before is coalesced
-            # away), then the count moves on.
-            assert waiting == ["waiting for approval (0 of 2)", "waiting for approval (1 of 2)"]
-            # The paused run's stream stays open for the count (the resume stops it).
-            assert not bot.slack.calls_to("chat.stopStream")
+            # away); the pause ends the stream (issue 20), so the count edits its message.
+            assert waiting == ["waiting for approval (0 of 2)"]
+            [started] = bot.slack.calls_to("chat.startStream")
+            [stopped] = bot.slack.calls_to("chat.stopStream")
+            assert stopped.params["ts"] == started.response["ts"]
+            ts = started.response["ts"]
+            [edit] = [c for c in bot.slack.calls_to("chat.update") if c.params["ts"] == ts]
+            assert "(1 of 2)" in edit.params["blocks"][0]["elements"][0]["text"]
         else:
             shown = [t for t in _timeline_texts(bot) if "waiting for approval" in t]
             assert "(0 of 2)" in shown[-2] and "(1 of 2)" in shown[-1]
@@ -324,7 +328,7 @@ async def test_task_changes_before_a_flush_go_out_as_one_append(tmp_path: Path) 
         assert len(bot.slack.calls_to("chat.appendStream")) == 5
 
 
-async def test_a_cancelled_pause_shows_its_calls_not_run_and_ends_its_stream(
+async def test_a_cancelled_pause_shows_its_calls_not_run_on_its_ended_stream(
     tmp_path: Path,
 ) -> None:
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
@@ -332,15 +336,18 @@ async def test_a_cancelled_pause_shows_its_calls_not_run_and_ends_its_stream(
         root = await bot.mention("go", user=ALICE)
         await bot.wait_cards(1)
         await bot.settle()
-        assert not bot.slack.calls_to("chat.stopStream")  # paused: open for the count
-        await bot.message("cancel", user=ALICE, thread_ts=root)
-        await bot.settle()
-        chunks = task_chunks(bot.slack)
-        assert statuses(chunks, "call_1")[-1] == "error"
-        assert details(chunks, "call_1")[-1] == "not run"
+        # The pause ended the stream (issue 20: not in the burst after the decisions).
         [stopped] = [c for c in bot.slack.calls_to("chat.stopStream") if c.ok]
         [started] = bot.slack.calls_to("chat.startStream")
         assert stopped.params["ts"] == started.response["ts"]
+        await bot.message("cancel", user=ALICE, thread_ts=root)
+        await bot.settle()
+        # The cancel edits the same message: the call was not run.
+        ts = started.response["ts"]
+        [edit] = [c for c in bot.slack.calls_to("chat.update") if c.params["ts"] == ts]
+        assert "⏭️ run_command" in edit.params["blocks"][0]["elements"][0]["text"]
+        assert "not run" in edit.params["blocks"][0]["elements"][0]["text"]
+        assert len(bot.slack.calls_to("chat.stopStream")) == 1
         assert len(bot.llm.requests) == 1
 
 
@@ -368,3 +375,29 @@ async def test_a_paused_stream_that_slack_expired_is_edited_in_place(tmp_path: P
         # The resume's timeline is a stream of its own, stopped at its end.
         assert statuses(task_chunks(bot.slack), "call_1")[-1] == "complete"
         assert [c.ok for c in bot.slack.calls_to("chat.stopStream")][-1]
+
+
+async def test_the_resumes_timeline_stream_ends_before_the_answer_starts(tmp_path: Path) -> None:
+    """Issue 20: each timeline stream is stopped as soon as no task moves (the pause; the
+    batch answered), so its `chat.stopStream` is not queued behind the answers' streams."""
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_text("Done, all fine.")
+        await bot.mention("go", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        await bot.settle()
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        streams = [
+            c for c in bot.slack.calls if c.method in ("chat.startStream", "chat.stopStream")
+        ]
+        timeline = [c for c in streams if c.params.get("task_display_mode") == "timeline"]
+        answer = [c for c in streams if "Done" in json.dumps(c.params)]
+        assert len(timeline) == 2 and answer  # the pause's, the resume's; the answer
+        resumed_ts = timeline[1].response["ts"]
+        [stop] = [
+            c for c in streams if c.method == "chat.stopStream" and c.params["ts"] == resumed_ts
+        ]
+        assert streams.index(stop) < streams.index(answer[0])
+        assert statuses(task_chunks(bot.slack), "call_1")[-1] == "complete"

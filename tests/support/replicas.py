@@ -144,7 +144,9 @@ class ReplicaSet:
         count: int = 3,
         lease: float = 2.0,
         heartbeat: float = 0.4,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
+        """`extra_env`: settings of every replica beyond the stand-ins' and the leases'."""
         policy = workdir / "opsgate.toml"
         policy.write_text(POLICY)
         self.workdir = workdir
@@ -171,6 +173,7 @@ class ReplicaSet:
             REPLICA_TEST_DIR=str(workdir),
             REPLICA_TEST_HOOK=slack.response_url("tool-ran"),
         )
+        env.update(extra_env or {})
         self.replicas = [Replica(i, env, workdir) for i in range(count)]
         self._events = 0
 
