@@ -322,23 +322,23 @@ class SlackTimeline:
         drained in 1.48x the floor, 1.15x so). Later changes (a partial count, a cancel, a
         later turn's calls) edit the same message, as after an expired stream."""
         async with self._sending:
-            await self._flush()
-            if self._streaming_ts is None:
-                return
-            ts, self._streaming_ts = self._streaming_ts, None
-            try:
-                await self.client.chat_stopStream(channel=self.thread.channel_id, ts=ts)
-            except SLACK_ERRORS as exc:
-                logger.warning("could not end the paused timeline: %s", slack_error(exc))
-            self._ts, self.use_streaming = ts, False
+            ts = await self._end_stream("the paused timeline")
+            if ts is not None:
+                self._ts, self.use_streaming = ts, False
 
     async def close(self) -> None:
         async with self._sending:
-            await self._flush()
-            if self._streaming_ts is None:
-                return
-            ts, self._streaming_ts = self._streaming_ts, None
-            try:
-                await self.client.chat_stopStream(channel=self.thread.channel_id, ts=ts)
-            except SLACK_ERRORS as exc:
-                logger.warning("could not end the timeline: %s", slack_error(exc))
+            await self._end_stream("the timeline")
+
+    async def _end_stream(self, what: str) -> str | None:
+        """Under `_sending`: show what is held, then stop the stream if one is open; the ts of
+        the stream stopped (None: none was open)."""
+        await self._flush()
+        if self._streaming_ts is None:
+            return None
+        ts, self._streaming_ts = self._streaming_ts, None
+        try:
+            await self.client.chat_stopStream(channel=self.thread.channel_id, ts=ts)
+        except SLACK_ERRORS as exc:
+            logger.warning("could not end %s: %s", what, slack_error(exc))
+        return ts
