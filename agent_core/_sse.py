@@ -56,6 +56,17 @@ def _snippet(text: str) -> str:
     return repr(text if len(text) <= _SNIPPET else text[:_SNIPPET] + "…")
 
 
+ERROR_TEXT_LIMIT = 500
+"""Most characters of a provider's own error text kept in an error's message: the message is
+logged and shown in the thread, and a provider may echo a whole request back."""
+
+
+def shorten(text: str) -> str:
+    """`text` stripped and cut to `ERROR_TEXT_LIMIT` characters (an ellipsis marks the cut)."""
+    text = text.strip()
+    return text if len(text) <= ERROR_TEXT_LIMIT else text[:ERROR_TEXT_LIMIT] + "…"
+
+
 def error_code(payload: Any) -> str | None:
     """The provider's error code word (OpenAI: `{"error": {"code": "context_length_exceeded"}}`)."""
     if not isinstance(payload, dict):
@@ -232,7 +243,7 @@ class ChunkAssembler:
 
     def _raise_provider_error(self, payload: Any, raw: str) -> None:
         message, code = error_details(payload)
-        shown = message or _snippet(raw)
+        shown = shorten(message) if message else _snippet(raw)
         raise ProviderError(
             f"{self.source} reported an error mid-stream: {shown}",
             status_code=code,

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, aconnect_sse
 
-from ._sse import ChunkAssembler, error_code, error_details, error_kind
+from ._sse import ChunkAssembler, error_code, error_details, error_kind, shorten
 from .chat_client import ChatOptions
 from .events import ChatUpdate, ToolCallEnded, ToolCallStarted
 from .exceptions import ChatClientError, ProviderError, StreamError
@@ -37,7 +37,6 @@ logger = logging.getLogger("agent_core.openai")
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 _MAX_SERVER_DELAY = 60.0
 """A `retry-after` longer than this is not waited for; our own backoff is used instead."""
-_ERROR_BODY_LIMIT = 500
 
 Sleep = Callable[[float], Awaitable[object]]
 
@@ -199,7 +198,7 @@ class OpenAIChatClient:
             payload = None
         if status in (401, 403) or status in _RETRYABLE_STATUS or status >= 500:
             provider_message, _ = error_details(payload)
-            shown = provider_message or _shorten(response.text) or "(empty body)"
+            shown = shorten(provider_message or response.text) or "(empty body)"
             what = "refused the API key" if status in (401, 403) else "failed"
             raise ProviderError(
                 f"{url} {what} (HTTP {status}): {shown}",
@@ -296,7 +295,7 @@ class OpenAIChatClient:
         except ValueError:
             payload = None
         provider_message, _ = error_details(payload)
-        shown = provider_message or _shorten(text) or "(empty body)"
+        shown = shorten(provider_message or text) or "(empty body)"
         if status < 300:
             content_type = response.headers.get("content-type", "(none)")
             if provider_message is not None:
@@ -425,11 +424,6 @@ _MAX_COMPLETION_TOKENS_MODELS = ("o1", "o3", "o4", "gpt-5")
 
 def _wants_max_completion_tokens(model: str) -> bool:
     return model.rsplit("/", 1)[-1].lower().startswith(_MAX_COMPLETION_TOKENS_MODELS)
-
-
-def _shorten(text: str) -> str:
-    text = text.strip()
-    return text if len(text) <= _ERROR_BODY_LIMIT else text[:_ERROR_BODY_LIMIT] + "…"
 
 
 def _describe(exc: BaseException) -> str:
