@@ -18,6 +18,8 @@ from agent_core import canonical_arguments
 __all__ = [
     "ArgumentRule",
     "Regex",
+    "argument_label",
+    "argument_matches",
     "schema_defaults",
 ]
 
@@ -52,19 +54,35 @@ class ArgumentRule(BaseModel):
     """A label for the audit log; without one the rule is named by its place and pattern."""
 
     def matches(self, arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
-        if self.argument in arguments:
-            value = arguments[self.argument]
-        elif self.argument in defaults:
-            value = defaults[self.argument]
-        else:
-            return False
-        text = value if isinstance(value, str) else canonical_arguments(value)
-        return self.pattern.search(text) is not None
+        return argument_matches(self.argument, self.pattern, arguments, defaults)
 
     @property
     def label(self) -> str:
         """How the audit log and `/opsgate help` name the rule."""
-        return self.name or f"{self.argument} ~ /{self.pattern.pattern}/"
+        return self.name or argument_label(self.argument, self.pattern)
+
+
+def argument_matches(
+    argument: str,
+    pattern: re.Pattern[str],
+    arguments: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+) -> bool:
+    """Whether `pattern` is found in the call's `argument` (or its schema default): the one
+    matching of an argument rule, here and in a tool's `[[tools.X.rules]]`."""
+    if argument in arguments:
+        value = arguments[argument]
+    elif argument in defaults:
+        value = defaults[argument]
+    else:
+        return False
+    text = value if isinstance(value, str) else canonical_arguments(value)
+    return pattern.search(text) is not None
+
+
+def argument_label(argument: str, pattern: re.Pattern[str]) -> str:
+    """How an unnamed argument rule is named: `argument ~ /pattern/`."""
+    return f"{argument} ~ /{pattern.pattern}/"
 
 
 def schema_defaults(parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,8 +26,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from agent_core import canonical_arguments
-from bot.argument_rule import Regex
+from bot.argument_rule import Regex, argument_label, argument_matches
 
 from ._fields import AllowWindow, Approvals, ApproverId, Duration, check_reachable
 from ._preview import PreviewPlan, PreviewTemplate
@@ -189,14 +188,7 @@ class Rule(BaseModel):
     def matches_arguments(self, arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
         if self.argument is None or self.pattern is None:
             return False
-        if self.argument in arguments:
-            value = arguments[self.argument]
-        elif self.argument in defaults:
-            value = defaults[self.argument]
-        else:
-            return False
-        text = value if isinstance(value, str) else canonical_arguments(value)
-        return self.pattern.search(text) is not None
+        return argument_matches(self.argument, self.pattern, arguments, defaults)
 
     @property
     def label(self) -> str:
@@ -206,8 +198,8 @@ class Rule(BaseModel):
         if self.prefix is not None:
             words = shlex.join(self.prefix)
             return f"{words} … matching /{self.pattern.pattern}/" if self.pattern else f"{words} …"
-        assert self.pattern is not None
-        return f"{self.argument} ~ /{self.pattern.pattern}/"
+        assert self.argument is not None and self.pattern is not None
+        return argument_label(self.argument, self.pattern)
 
 
 def _program_is(program: str, name: str) -> bool:
