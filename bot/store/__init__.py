@@ -21,7 +21,7 @@ from .errors import (
     UnknownCall,
     UnknownSession,
 )
-from .freezes import BreakGlassRow, FreezeRow
+from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .health import WriteHealth, require_writable
 from .models import (
     AllowanceGrant,
@@ -93,6 +93,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "EditNotAllowed",
     "EnqueueOutcome",
     "FreezeRow",
+    "GlassUse",
     "HOME_VIEWERS_KEPT",
     "HomeViewer",
     "InboxItem",

@@ -19,7 +19,7 @@ from agent_core.events import ToolApprovalRequest, ToolCallHeld
 from agent_core.messages import ChatMessage, ToolCall
 from agent_core.sessions import StoredContext, Summary
 
-from .freezes import BreakGlassRow, FreezeRow
+from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .models import (
     AllowanceGrant,
     AllowanceRow,
@@ -224,7 +224,8 @@ class Store(Protocol):
     ) -> ToolCallRow | None:
         """Store a run of the call's preview and audit it ("preview": digest, exit status,
         duration, `why` it ran); `reset_approvals` drops the approvals so far (they were
-        given on another preview). None when the call is no longer pending (nothing stored)."""
+        given on another preview). None when the call is no longer pending (nothing stored).
+        With redraws owed (`owe_card_redraws`), the card's redraw commits with it."""
 
     async def expire_due(self, now: datetime | None = None) -> list[ToolCallRow]:
         """Expire every undecided gated call whose time is up (audited "expiry" each)."""
@@ -366,11 +367,28 @@ class Store(Protocol):
     ) -> bool:
         """Record a break-glass use and audit `break_glass`; conditional (once per call)."""
 
+    async def break_glass(
+        self,
+        ledger_id: str,
+        use: GlassUse,
+        *,
+        team_id: str | None = None,
+        required_approvals: int = 1,
+        rule: str | None = None,
+        policy_rule: str | None = None,
+        policy_match: str | None = None,
+        digest: str | None = None,
+    ) -> DecisionOutcome:
+        """Approve a frozen call by breaking glass: the approval (`decide`, reason "break
+        glass: <reason>"), `record_break_glass` when it is recorded, and the card's redraw
+        (when owed) in one transaction: all of them or none."""
+
     async def break_glass_of(self, ledger_id: str) -> BreakGlassRow | None: ...
 
     async def review_break_glass(self, ledger_id: str, *, user_id: str) -> BreakGlassRow | None:
         """Mark a break-glass use reviewed (never by its breaker), audit
-        `break_glass_reviewed`; conditional (None when reviewed already)."""
+        `break_glass_reviewed`; conditional (None when reviewed already). The card's redraw
+        (when owed) commits with it."""
 
     async def unreviewed_break_glass(self) -> list[BreakGlassRow]: ...
 
