@@ -70,13 +70,14 @@ _TRANSPORT = (aiohttp.ClientError, TimeoutError, SlackClientError)
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """One Web API call to make for a row; `sent` runs once Slack applied it (a redraw
-    records what the card now shows)."""
+    """One Web API call to make for a row; `sent` runs once Slack applied it, with Slack's
+    answer, before the row is done (a redraw records what the card now shows; a posted queue
+    notice its ts, which the row's next drawing, on any replica, must find)."""
 
     method: str
     params: Mapping[str, Any]
     meta: Mapping[str, Any] = field(default_factory=dict)
-    sent: Callable[[], Awaitable[None]] | None = None
+    sent: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
 
 
 Renderer = Callable[[Mapping[str, Any]], Awaitable[Write | None]]
@@ -394,10 +395,13 @@ class SlackOutbox:
         await self._deliver_write(row, write)
 
     async def _deliver_write(self, row: OutboxRow, write: Write) -> None:
-        applied = False
         try:
-            await self._send(write.method, write.params, write.meta)
-            applied = True
+            answer = await self._send(write.method, write.params, write.meta)
+            if write.sent is not None:
+                try:
+                    await write.sent(answer)
+                except Exception:
+                    logger.exception("could not record that %s was sent", row.key)
         except RateLimited:
             logger.error("%s for %s rate limited past the deadline", row.method, row.channel_id)
             self._drop("ratelimited", row)
@@ -413,27 +417,26 @@ class SlackOutbox:
             await self.store.outbox_later(row.id, later, f"{type(exc).__name__}: {exc}")
             return
         await self.store.outbox_sent(row.id)
-        if applied and write.sent is not None:
-            try:
-                await write.sent()
-            except Exception:
-                logger.exception("could not record that %s was sent", row.key)
 
-    async def _send(self, method: str, params: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+    async def _send(
+        self, method: str, params: Mapping[str, Any], meta: Mapping[str, Any]
+    ) -> Mapping[str, Any]:
+        """Make the call; Slack's answer (empty for the calls of several steps)."""
         if method == UPLOAD:
             await self.client.files_upload_v2(**params)
-            return
+            return {}
         if method == ANSWER_ENDING:
             await finish_answer(self.client, params)
-            return
+            return {}
         try:
-            await self.client.api_call(method, json=dict(params))
+            response = await self.client.api_call(method, json=dict(params))
         except SlackApiError as exc:
             fallback = meta.get("fallback")
             if exc.response.get("error") != "invalid_blocks" or not isinstance(fallback, dict):
                 raise
             # A card posted minimal (Slack refused its blocks) is redrawn minimal.
-            await self.client.api_call(method, json=fallback)
+            response = await self.client.api_call(method, json=fallback)
+        return response.data if isinstance(response.data, dict) else {}
 
     async def _tell_late(self, row: OutboxRow) -> None:
         """Tell the thread once that a write could not be made (`meta["late"]`: the words)."""

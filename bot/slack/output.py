@@ -80,13 +80,13 @@ class SlackThreadOutput:
         self.outbox = outbox
         self.replies = SlackReplies(client, outbox)
         """The Slack-only calls the listeners make (the run service never does)."""
-        self.queue = QueueNotices(client, outbox)
+        self.queue = QueueNotices(outbox)
         """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
         self._team_id: str | None = None
         self._bot_id: str | None = None
 
     async def say(self, thread: Thread, notice: Notice) -> None:
-        if isinstance(notice, Queued) and merged(thread):
+        if isinstance(notice, Queued) and merged(thread) and self.queue.kept:
             await self.queue.queued(thread, notice)
             return
         if isinstance(notice, CancelledBeforeStart):

@@ -44,6 +44,7 @@ from .models import (
     batch_complete,
 )
 from .outbox import CARD_REDRAW, REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, card_redraw
+from .queue_notices import QUEUE_NOTICE, QUEUE_PRIORITY, QueueNotice, queue_redraw
 from .reasons import (
     AlreadyApprovedByYou,
     AlreadyDecided,
@@ -110,7 +111,10 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "OutboxStats",
     "PendingApproval",
     "PreviewChanged",
+    "QUEUE_NOTICE",
+    "QUEUE_PRIORITY",
     "QueueItem",
+    "QueueNotice",
     "QueueState",
     "REDRAW_PRIORITY",
     "RecoveredSession",
@@ -135,6 +139,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "card_redraw",
     "card_state",
     "open_store",
+    "queue_redraw",
     "require_writable",
     "utc_now",
 ]

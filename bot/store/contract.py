@@ -39,6 +39,7 @@ from .models import (
     ToolCallRow,
 )
 from .outbox import OutboxEntry, OutboxRow, OutboxStats
+from .queue_notices import QueueNotice
 from .states import CardLock, InboxKind
 
 __all__ = ["Store"]
@@ -554,6 +555,23 @@ class Store(Protocol):
 
     async def release_outbox(self, claimer: str) -> int:
         """Release every row `claimer` holds (a restarted sender taking its name again)."""
+
+    # -- each channel's queued notice (`bot.store.queue_notices`) ---------------------------------
+
+    async def owe_queue_notice(self, channel_id: str, *, concurrency: int | None = None) -> bool:
+        """Owe the outbox a `QUEUE_NOTICE` drawing of the channel's notice (key
+        `queue:<channel>`), in one transaction with opening its burst (`concurrency`: a
+        message was queued). Without it only an open burst is drawn: False when none is."""
+
+    async def queue_notice(self, channel_id: str) -> QueueNotice | None:
+        """The channel's open burst: its message (ts, None until posted) and what it shows."""
+
+    async def queue_notice_shown(self, channel_id: str, *, ts: str, shown: str) -> None:
+        """The notice's message `ts` now shows `shown` (any replica edits that one)."""
+
+    async def end_queue_notice(self, channel_id: str, *, asks: int, ts: str | None) -> None:
+        """The burst drawn at `asks` ended; if another message was queued since, the burst
+        goes on without a message (the next drawing posts a new one)."""
 
     def owe_card_redraws(self, wake: Callable[[], None] | None) -> None:
         """From now on, every change a card shows (a decision or an approval of N, an edit,
