@@ -141,8 +141,10 @@ class SlackThreadOutput:
         return SlackTimeline(self.client, thread, recipient_user_id=person)
 
     async def status(self, thread: Thread, status: AssistantStatus | None) -> None:
-        # The thread's run is going (or ended): its message is no longer queued, if it was.
-        await self.queue.started(thread)
+        # The thread's run is going: its message is no longer queued, if it was (a run that
+        # ends or waits moves no queue: the next one's start does).
+        if status is not None and status.kind == "working":
+            await self.queue.started(thread)
         await set_status(self.client, thread, status)
 
     async def title(self, thread: Thread, request: str) -> None:
