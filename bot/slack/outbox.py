@@ -63,7 +63,8 @@ PUT_SECONDS = 2.0
 """How long storing a write may take before it is sent at once instead (a database that does
 not answer must not keep a "not saved" notice from the person it is for)."""
 
-_DONE_ANYWAY = {"already_reacted", "no_reaction", "message_not_found", "cant_update_message"}
+_GONE = {"message_not_found", "cant_update_message"}
+_DONE_ANYWAY = {"already_reacted", "no_reaction", *_GONE}
 """Errors that mean the write has nothing left to do (it was applied, or cannot be)."""
 _TRANSPORT = (aiohttp.ClientError, TimeoutError, SlackClientError)
 
@@ -78,6 +79,8 @@ class Write:
     params: Mapping[str, Any]
     meta: Mapping[str, Any] = field(default_factory=dict)
     sent: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
+    gone: Callable[[], Awaitable[None]] | None = None
+    """Runs when Slack says the message is gone (`_GONE`: deleted by someone)."""
 
 
 Renderer = Callable[[Mapping[str, Any]], Awaitable[Write | None]]
@@ -411,6 +414,11 @@ class SlackOutbox:
             if error not in _DONE_ANYWAY:
                 logger.error("%s to %s failed: %s", row.method, row.channel_id, error)
                 self._drop("slack_error", row)
+            elif error in _GONE and write.gone is not None:
+                try:
+                    await write.gone()
+                except Exception:
+                    logger.exception("could not record that %s is gone", row.key)
         except _TRANSPORT as exc:
             later = self.clock() + timedelta(seconds=min(60, 2**row.attempts))
             logger.warning("%s to %s failed (%s); trying again", row.method, row.channel_id, exc)

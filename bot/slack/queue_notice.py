@@ -14,7 +14,8 @@ channel: only the latest unsent is kept, and one is in flight at a time across r
 the sender draws it when it sends it (`queue_renderer`) from the store's queue and notice: the
 first drawing posts and records the message's ts before its row is done, every later one, on
 whichever replica, edits that ts. So a restart or a second replica edits the same notice;
-never two for one burst. (A process killed after Slack posted the notice and before its ts was
+never two for one burst; a notice someone deleted is posted anew at the next drawing. (A
+process killed after Slack posted the notice and before its ts was
 recorded leaves that post behind and the row, sent again, posts another: the outbox's "a post
 may repeat, never vanish".) Without a store (a bare output) a queued message gets its notice in
 its thread, as a direct message does.
@@ -56,6 +57,8 @@ class QueueNoticeStore(Protocol):
     async def queue_notice(self, channel_id: str) -> QueueNotice | None: ...
 
     async def queue_notice_shown(self, channel_id: str, *, ts: str, shown: str) -> None: ...
+
+    async def lost_queue_notice(self, channel_id: str, *, ts: str) -> bool: ...
 
     async def end_queue_notice(self, channel_id: str, *, asks: int, ts: str | None) -> None: ...
 
@@ -130,7 +133,11 @@ def queue_renderer(store: QueueNoticeStore) -> Renderer:
             if not waiting:
                 await ended()
             return None
+
+        async def gone() -> None:  # deleted: the next drawing posts a new one
+            await store.lost_queue_notice(channel, ts=str(ts))
+
         update = {"channel": channel, "ts": ts, "text": text}
-        return Write("chat.update", update, sent=ended if not waiting else shown)
+        return Write("chat.update", update, sent=ended if not waiting else shown, gone=gone)
 
     return render

@@ -569,6 +569,10 @@ class Store(Protocol):
     async def queue_notice_shown(self, channel_id: str, *, ts: str, shown: str) -> None:
         """The notice's message `ts` now shows `shown` (any replica edits that one)."""
 
+    async def lost_queue_notice(self, channel_id: str, *, ts: str) -> bool:
+        """The notice's message `ts` was deleted: forget it and owe a drawing (one
+        transaction), which posts a new one. False when the notice is another message now."""
+
     async def end_queue_notice(self, channel_id: str, *, asks: int, ts: str | None) -> None:
         """The burst drawn at `asks` ended; if another message was queued since, the burst
         goes on without a message (the next drawing posts a new one)."""

@@ -100,6 +100,19 @@ class QueueNotices(StoreCore):
                 {"channel": channel_id, "ts": ts, "shown": shown},
             )
 
+    async def lost_queue_notice(self, channel_id: str, *, ts: str) -> bool:
+        """Slack says the notice's message `ts` is gone (someone deleted it): the burst goes
+        on without it, and a drawing is owed (in the same transaction), which posts anew."""
+        async with self._db.transaction("lose the queued notice") as tx:
+            lost = await tx.execute(
+                "UPDATE queue_notices SET ts = NULL, shown = NULL"
+                " WHERE channel_id = :channel AND ts = :ts",
+                {"channel": channel_id, "ts": ts},
+            )
+            if lost:
+                await put_rows(self._db, tx, [queue_redraw(channel_id)], self._now())
+        return bool(lost)
+
     async def end_queue_notice(self, channel_id: str, *, asks: int, ts: str | None) -> None:
         """The burst drawn at `asks` ended (its queue emptied; message `ts` says so). If a
         message was queued since (`asks` moved on), that one starts a new burst: the row

@@ -127,3 +127,20 @@ async def test_without_a_store_a_queued_message_is_told_in_its_thread(tmp_path: 
         await output.say(thread, Queued(limit=1, ahead=2))
         [post] = slack.calls_to("chat.postMessage")
         assert post.params["thread_ts"] == thread.thread_ts
+
+
+async def test_a_notice_someone_deleted_is_posted_anew(tmp_path: Path) -> None:
+    async with SlackAPIStandIn() as slack, replica(tmp_path / "opsgate.db", slack, "a") as a:
+        for n in range(2):
+            await a.queue(n)
+        await settle(a)
+        [first] = notices(slack)
+        await a.outbox.client.chat_delete(channel=CHANNEL, ts=str(first.response["ts"]))
+        await a.start()  # its edit finds the message gone: the next drawing posts
+        await settle(a)
+        [_, second] = notices(slack)
+        assert "1 request is waiting" in shown(slack, second)
+        await a.start()
+        await settle(a)
+        assert "queue of this channel is empty" in shown(slack, second)
+        assert len(notices(slack)) == 2

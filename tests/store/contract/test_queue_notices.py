@@ -41,6 +41,16 @@ async def test_a_burst_is_shared_by_every_store_and_ends_once(new_store: StoreFa
         seen = await a.queue_notice("C1")
         assert seen is not None and (seen.ts, seen.shown) == ("1700000000.000500", "2 waiting")
         assert await a.queue_notice("C2") is None
+        # Deleted by someone: forgotten, and a drawing owed with it (which posts anew).
+        assert await b.lost_queue_notice("C1", ts="1700000000.000999") is False
+        assert await owed(a) == []
+        assert await b.lost_queue_notice("C1", ts="1700000000.000500") is True
+        assert await owed(a) == [intent("C1")]
+        lost = await a.queue_notice("C1")
+        assert lost is not None and lost.ts is None and lost.shown is None
+        await b.queue_notice_shown("C1", ts="1700000000.000600", shown="2 waiting")
+        seen = await a.queue_notice("C1")
+        assert seen is not None and seen.ts == "1700000000.000600"
         # Ended as drawn: gone for both; a start draws nothing any more.
         await a.end_queue_notice("C1", asks=seen.asks, ts=seen.ts)
         assert await b.queue_notice("C1") is None
