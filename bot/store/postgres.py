@@ -22,7 +22,7 @@ from .edits import Edits
 from .errors import PostgresSchemaTooNew
 from .freezes import Freezes
 from .outbox import Outbox
-from .queue_notices import QueueNotices
+from .queue_notices import QueueNoticeRows
 from .recovery import Recovery
 from .replicas import DEFAULT_LEASE, Replicas
 from .rules import Person
@@ -32,7 +32,7 @@ __all__ = ["DEFAULT_LEASE", "SCHEMA_VERSION", "PostgresSchemaTooNew", "PostgresS
 
 
 class PostgresStore(
-    Edits, Recovery, Audit, Outbox, QueueNotices, AssistantThreads, Replicas, Freezes
+    Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Replicas, Freezes
 ):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 

@@ -24,7 +24,7 @@ from ._outbox_rows import OutboxEntry, put_rows
 from .core import StoreCore
 from .db import Row
 
-__all__ = ["QUEUE_NOTICE", "QUEUE_PRIORITY", "QueueNotice", "QueueNotices", "queue_redraw"]
+__all__ = ["QUEUE_NOTICE", "QUEUE_PRIORITY", "QueueNotice", "QueueNoticeRows", "queue_redraw"]
 
 QUEUE_NOTICE = "opsgate.queue"
 """The method of an intent row: "bring the queued notice of `params["channel"]` up to date"."""
@@ -63,7 +63,7 @@ _OPEN = (
 )
 
 
-class QueueNotices(StoreCore):
+class QueueNoticeRows(StoreCore):
     """The queued-notice operations of `bot.store.Store`."""
 
     async def owe_queue_notice(self, channel_id: str, *, concurrency: int | None = None) -> bool:
