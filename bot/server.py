@@ -37,7 +37,6 @@ from .slack.app import wait_for_listeners
 from .slack.mrkdwn import user_mention
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
-from .slack.queue_notice import queue_depth
 from .slack.redraws import card_renderer
 from .store import CARD_REDRAW, Store, WriteHealth, require_writable
 from .tools import protect_process_environment
@@ -119,7 +118,7 @@ async def started(
         **_outbox_lease(settings),
     )
     output = SlackThreadOutput(client, outbox)
-    output.queue.depth = queue_depth(deps.store)  # the queue notice counts what the store holds
+    output.queue.keep_in(deps.store)  # each channel's queued notice is the store's
     timer = ExpiryTimer(
         deps.store,
         clock=deps.clock,

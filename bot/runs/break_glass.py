@@ -2,17 +2,18 @@
 (freeze admins only), "Break glass" on a card a freeze blocks (break-glass approvers only, a
 reason required), and "Mark reviewed" (an approver other than the breaker).
 
-Break glass counts as an approval: it is recorded as one (`Store.decide`, with the reason),
-so N-of-M, the ledger and the resume work as for Approve; it also writes the `break_glass`
-audit row with the reason, posts a loud notice at the channel's top level, and leaves a
-review item that the decided card keeps ("Mark reviewed") and the Home tab lists.
+Break glass counts as an approval: it is recorded as one (`Store.break_glass`: the approval as
+`decide` makes it, with the reason, the `break_glass` row and audit, and the card's redraw, in
+one transaction), so N-of-M, the ledger and the resume work as for Approve; it also posts a loud
+notice at the channel's top level, and leaves a review item that the decided card keeps ("Mark
+reviewed") and the Home tab lists.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from ..store import already_reason
+from ..store import GlassUse, already_reason
 from ..words import format_duration, parse_duration
 from .cards import Cards
 from .context import RunContext, thread_of
@@ -153,12 +154,18 @@ class FreezeDesk:
         )
         if stale is not None:
             return stale
-        outcome = await store.decide(
+        use = GlassUse(
+            channel,
+            user,
+            reason.strip(),
+            freeze.key,
+            {"tool": row.tool, "policy_rule": decision.policy_rule, "rule": verdict.rule},
+        )
+        # The approval, the break-glass row and the card's redraw commit together.
+        outcome = await store.break_glass(
             ledger_id,
-            "approved",
-            user_id=user,
+            use,
             team_id=team,
-            reason=f"break glass: {reason.strip()}",
             required_approvals=self.ctx.policy.required_approvals_for(channel, decision),
             rule=verdict.rule,
             policy_rule=decision.policy_rule,
@@ -166,26 +173,14 @@ class FreezeDesk:
             digest=digest,
         )
         if outcome.recorded:
-            await store.record_break_glass(
-                ledger_id,
-                channel_id=channel,
-                user_id=user,
-                reason=reason.strip(),
-                freeze=freeze.key,
-                session_id=row.session_id,
-                call_id=row.call_id,
-                details={
-                    "tool": row.tool,
-                    "policy_rule": decision.policy_rule,
-                    "rule": verdict.rule,
-                },
-            )
             link = await self.cards.link(row)
             loud = BreakGlassUsed(row.tool, user, reason.strip(), freeze.label, link.permalink)
             await self.ctx.output.say(Thread(session.team_id, channel, ""), loud)
             if outcome.row.status == "approved":
                 note_decision(self.ctx, outcome.row, "approved")
-        await self.cards.refresh(outcome.row)
+            await self.cards.changed(outcome.row)
+        else:
+            await self.cards.refresh(outcome.row)
         await self.maybe_resume(row.session_id)
         if not outcome.recorded:
             return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
@@ -213,9 +208,10 @@ class FreezeDesk:
                 return FreezeAnswer("You broke glass on this call, so someone else must review it.")
             return refusal_notice(verdict, row)
         reviewed = await store.review_break_glass(ledger_id, user_id=user)
-        await self.cards.refresh(row)
         if reviewed is None:
+            await self.cards.refresh(row)
             return FreezeAnswer("This break-glass use was reviewed already.")
+        await self.cards.changed(row)  # its redraw was written with the review
         thread = await thread_of(self.ctx, row)
         if thread is not None:
             await self.ctx.output.say(

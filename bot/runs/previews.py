@@ -114,5 +114,5 @@ class Previews:
         if updated is not None:
             if changed:
                 await attach_preview(self.ctx, updated, fresh)
-            await self.cards.refresh(updated)
+            await self.cards.changed(updated)  # the store wrote its redraw with the preview
         return changed and updated is not None

@@ -63,20 +63,24 @@ PUT_SECONDS = 2.0
 """How long storing a write may take before it is sent at once instead (a database that does
 not answer must not keep a "not saved" notice from the person it is for)."""
 
-_DONE_ANYWAY = {"already_reacted", "no_reaction", "message_not_found", "cant_update_message"}
+_GONE = {"message_not_found", "cant_update_message"}
+_DONE_ANYWAY = {"already_reacted", "no_reaction", *_GONE}
 """Errors that mean the write has nothing left to do (it was applied, or cannot be)."""
 _TRANSPORT = (aiohttp.ClientError, TimeoutError, SlackClientError)
 
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """One Web API call to make for a row; `sent` runs once Slack applied it (a redraw
-    records what the card now shows)."""
+    """One Web API call to make for a row; `sent` runs once Slack applied it, with Slack's
+    answer, before the row is done (a redraw records what the card now shows; a posted queue
+    notice its ts, which the row's next drawing, on any replica, must find)."""
 
     method: str
     params: Mapping[str, Any]
     meta: Mapping[str, Any] = field(default_factory=dict)
-    sent: Callable[[], Awaitable[None]] | None = None
+    sent: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
+    gone: Callable[[], Awaitable[None]] | None = None
+    """Runs when Slack says the message is gone (`_GONE`: deleted by someone)."""
 
 
 Renderer = Callable[[Mapping[str, Any]], Awaitable[Write | None]]
@@ -394,10 +398,13 @@ class SlackOutbox:
         await self._deliver_write(row, write)
 
     async def _deliver_write(self, row: OutboxRow, write: Write) -> None:
-        applied = False
         try:
-            await self._send(write.method, write.params, write.meta)
-            applied = True
+            answer = await self._send(write.method, write.params, write.meta)
+            if write.sent is not None:
+                try:
+                    await write.sent(answer)
+                except Exception:
+                    logger.exception("could not record that %s was sent", row.key)
         except RateLimited:
             logger.error("%s for %s rate limited past the deadline", row.method, row.channel_id)
             self._drop("ratelimited", row)
@@ -407,33 +414,37 @@ class SlackOutbox:
             if error not in _DONE_ANYWAY:
                 logger.error("%s to %s failed: %s", row.method, row.channel_id, error)
                 self._drop("slack_error", row)
+            elif error in _GONE and write.gone is not None:
+                try:
+                    await write.gone()
+                except Exception:
+                    logger.exception("could not record that %s is gone", row.key)
         except _TRANSPORT as exc:
             later = self.clock() + timedelta(seconds=min(60, 2**row.attempts))
             logger.warning("%s to %s failed (%s); trying again", row.method, row.channel_id, exc)
             await self.store.outbox_later(row.id, later, f"{type(exc).__name__}: {exc}")
             return
         await self.store.outbox_sent(row.id)
-        if applied and write.sent is not None:
-            try:
-                await write.sent()
-            except Exception:
-                logger.exception("could not record that %s was sent", row.key)
 
-    async def _send(self, method: str, params: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+    async def _send(
+        self, method: str, params: Mapping[str, Any], meta: Mapping[str, Any]
+    ) -> Mapping[str, Any]:
+        """Make the call; Slack's answer (empty for the calls of several steps)."""
         if method == UPLOAD:
             await self.client.files_upload_v2(**params)
-            return
+            return {}
         if method == ANSWER_ENDING:
             await finish_answer(self.client, params)
-            return
+            return {}
         try:
-            await self.client.api_call(method, json=dict(params))
+            response = await self.client.api_call(method, json=dict(params))
         except SlackApiError as exc:
             fallback = meta.get("fallback")
             if exc.response.get("error") != "invalid_blocks" or not isinstance(fallback, dict):
                 raise
             # A card posted minimal (Slack refused its blocks) is redrawn minimal.
-            await self.client.api_call(method, json=fallback)
+            response = await self.client.api_call(method, json=fallback)
+        return response.data if isinstance(response.data, dict) else {}
 
     async def _tell_late(self, row: OutboxRow) -> None:
         """Tell the thread once that a write could not be made (`meta["late"]`: the words)."""

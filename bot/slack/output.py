@@ -80,13 +80,13 @@ class SlackThreadOutput:
         self.outbox = outbox
         self.replies = SlackReplies(client, outbox)
         """The Slack-only calls the listeners make (the run service never does)."""
-        self.queue = QueueNotices(client, outbox)
+        self.queue = QueueNotices(outbox)
         """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
         self._team_id: str | None = None
         self._bot_id: str | None = None
 
     async def say(self, thread: Thread, notice: Notice) -> None:
-        if isinstance(notice, Queued) and merged(thread):
+        if isinstance(notice, Queued) and merged(thread) and self.queue.kept:
             await self.queue.queued(thread, notice)
             return
         if isinstance(notice, CancelledBeforeStart):
@@ -141,8 +141,10 @@ class SlackThreadOutput:
         return SlackTimeline(self.client, thread, recipient_user_id=person)
 
     async def status(self, thread: Thread, status: AssistantStatus | None) -> None:
-        # The thread's run is going (or ended): its message is no longer queued, if it was.
-        await self.queue.started(thread)
+        # The thread's run is going: its message is no longer queued, if it was (a run that
+        # ends or waits moves no queue: the next one's start does).
+        if status is not None and status.kind == "working":
+            await self.queue.started(thread)
         await set_status(self.client, thread, status)
 
     async def title(self, thread: Thread, request: str) -> None:

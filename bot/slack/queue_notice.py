@@ -4,33 +4,36 @@ A burst of alerts in a channel at its `concurrency` used to post one "Queued" no
 queued thread: as many `chat.postMessage` calls as alerts, all against the channel's one post a
 second, ahead of the answers. Now the first queued message of a burst posts one notice in the
 channel, saying how many requests wait; each later one, each start of a queued run and each
-withdrawal redraws it (`chat.update`, through the outbox: only the latest redraw is sent), and
-when the last has started it says so and the burst is over. The next queued message starts a
-new notice. A direct message keeps its notice in the thread (nobody else's queue is there).
+withdrawal redraws it (`chat.update`), and when the queue is empty it says so and the burst is
+over: the next queued message starts a new notice. A direct message keeps its notice in the
+thread (nobody else's queue is there).
 
-The count drawn is the store's (`depth`: the channel's queue across replicas), read at each
-change this process sees. The burst (the notice's ts) lives in this process's memory: a restart
-leaves the last drawing as it was, and replicas sharing a database each keep a notice of their
-own, redrawn when they queue, start or end a run in the channel.
+Which message is the burst's notice is the store's (`bot.store.queue_notices`), not this
+process's: every change owes the outbox a `QUEUE_NOTICE` intent for the channel (one key per
+channel: only the latest unsent is kept, and one is in flight at a time across replicas), and
+the sender draws it when it sends it (`queue_renderer`) from the store's queue and notice: the
+first drawing posts and records the message's ts before its row is done, every later one, on
+whichever replica, edits that ts. So a restart or a second replica edits the same notice;
+never two for one burst; a notice someone deleted is posted anew at the next drawing. (A
+process killed after Slack posted the notice and before its ts was
+recorded leaves that post behind and the row, sent again, posts another: the outbox's "a post
+may repeat, never vanish".) Without a store (a bare output) a queued message gets its notice in
+its thread, as a direct message does.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass, field
-from typing import Protocol
-
-from slack_sdk.web.async_client import AsyncWebClient
+from collections.abc import Collection, Mapping
+from typing import Any, Protocol
 
 from ..runs.notices import Queued
 from ..runs.output import Thread
-from ..store import OutboxEntry, QueueItem
-from ._errors import SLACK_ERRORS, slack_error
+from ..store import QUEUE_NOTICE, QueueItem, QueueNotice
 from .notices import queue_notice_text
-from .outbox import NOTICE, SlackOutbox
+from .outbox import Renderer, SlackOutbox, Write
 
-__all__ = ["QueueNotices", "merged", "queue_depth"]
+__all__ = ["QueueNoticeStore", "QueueNotices", "merged", "queue_renderer"]
 
 logger = logging.getLogger("opsgate.slack.queue")
 
@@ -40,110 +43,101 @@ def merged(thread: Thread) -> bool:
     return bool(thread.thread_ts) and not thread.channel_id.startswith("D")
 
 
-class _QueueStore(Protocol):
+class QueueNoticeStore(Protocol):
+    """What the notices read and record (`bot.store.Store`)."""
+
     async def queue_items(
         self, *, channel_id: str | None = None, states: Collection[str] | None = None
     ) -> list[QueueItem]: ...
 
+    async def owe_queue_notice(
+        self, channel_id: str, *, concurrency: int | None = None
+    ) -> bool: ...
 
-def queue_depth(store: _QueueStore) -> Callable[[str], Awaitable[int]]:
-    """The `depth` of `QueueNotices` from the store: messages waiting in a channel's queue."""
+    async def queue_notice(self, channel_id: str) -> QueueNotice | None: ...
 
-    async def depth(channel: str) -> int:
-        return len(await store.queue_items(channel_id=channel, states=["queued"]))
+    async def queue_notice_shown(self, channel_id: str, *, ts: str, shown: str) -> None: ...
 
-    return depth
+    async def lost_queue_notice(self, channel_id: str, *, ts: str) -> bool: ...
 
-
-@dataclass
-class _Burst:
-    limit: int
-    waiting: set[str] = field(default_factory=set)
-    """The threads whose message waits in the queue."""
-    ts: str | None = None
-    shown: str | None = None
-    drawing: bool = False
+    async def end_queue_notice(self, channel_id: str, *, asks: int, ts: str | None) -> None: ...
 
 
 class QueueNotices:
-    """The bursts of each channel; `queued` and `started` move them."""
+    """`queued` and `started` owe the channel's notice a drawing; the outbox draws it."""
 
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        outbox: SlackOutbox | None,
-        depth: Callable[[str], Awaitable[int]] | None = None,
-    ) -> None:
-        self.client = client
+    def __init__(self, outbox: SlackOutbox | None) -> None:
         self.outbox = outbox
-        self.depth = depth
-        """Messages waiting in a channel's queue, as the store says (else this process's)."""
-        self._bursts: dict[str, _Burst] = {}
+        self.store: QueueNoticeStore | None = None
+
+    def keep_in(self, store: QueueNoticeStore) -> None:
+        """Keep the bursts in `store` and have the outbox draw their notices (the server)."""
+        if self.outbox is None:
+            raise ValueError("a queued notice kept in the store is drawn by an outbox: none")
+        self.store = store
+        self.outbox.render_with(QUEUE_NOTICE, queue_renderer(store))
+
+    @property
+    def kept(self) -> bool:
+        """Whether channels' notices are merged (else each goes into its own thread)."""
+        return self.store is not None
 
     async def queued(self, thread: Thread, notice: Queued) -> None:
         """`thread`'s message waits in the queue of its channel."""
-        burst = self._bursts.setdefault(thread.channel_id, _Burst(notice.limit))
-        burst.limit = notice.limit
-        burst.waiting.add(thread.thread_ts)
-        await self._draw(thread.channel_id, burst)
+        await self._owe(thread.channel_id, notice.limit)
 
     async def started(self, thread: Thread) -> None:
-        """`thread`'s message left the queue (its run began, or it was withdrawn)."""
-        burst = self._bursts.get(thread.channel_id)
-        if burst is None or (self.depth is None and thread.thread_ts not in burst.waiting):
-            return
-        burst.waiting.discard(thread.thread_ts)
-        await self._draw(thread.channel_id, burst)
+        """A message of `thread`'s channel left the queue (its run began, or it was
+        withdrawn): the channel's notice, if a burst is open, is drawn again."""
+        if merged(thread):
+            await self._owe(thread.channel_id, None)
 
-    async def _draw(self, channel: str, burst: _Burst) -> None:
-        """Bring the notice up to date; one drawer per burst, which draws until it is (the
-        others' changes are in `burst`, so they need not wait for the post)."""
-        if burst.drawing:
-            return
-        burst.drawing = True
-        waiting = 1
-        try:
-            while True:
-                waiting = await self._waiting(channel, burst)
-                text = queue_notice_text(burst.limit, waiting)
-                if text == burst.shown:
-                    break
-                if burst.ts is None:
-                    if not waiting or not await self._post(channel, burst, text):
-                        break
-                else:
-                    await self._redraw(channel, burst.ts, text)
-                burst.shown = text
-        finally:
-            burst.drawing = False
-            if not waiting and self._bursts.get(channel) is burst:
-                del self._bursts[channel]  # the burst is over; the next one posts anew
-
-    async def _waiting(self, channel: str, burst: _Burst) -> int:
-        if self.depth is not None:
-            try:
-                return await self.depth(channel)
-            except Exception:
-                logger.exception("could not count the queue of %s", channel)
-        return len(burst.waiting)
-
-    async def _post(self, channel: str, burst: _Burst, text: str) -> bool:
-        try:
-            response = await self.client.chat_postMessage(channel=channel, text=text)
-        except SLACK_ERRORS as exc:
-            logger.warning("could not post the queue of %s: %s", channel, slack_error(exc))
-            return False
-        burst.ts = str(response["ts"])
-        return True
-
-    async def _redraw(self, channel: str, ts: str, text: str) -> None:
-        params = {"channel": channel, "ts": ts, "text": text}
-        if self.outbox is not None:
-            key = f"queue:{channel}:{ts}"  # only the latest drawing is sent
-            entry = OutboxEntry("chat.update", params, NOTICE, channel_id=channel, key=key)
-            await self.outbox.put([entry])
+    async def _owe(self, channel: str, concurrency: int | None) -> None:
+        if self.store is None or self.outbox is None:
             return
         try:
-            await self.client.chat_update(channel=channel, ts=ts, text=text)
-        except SLACK_ERRORS as exc:
-            logger.warning("could not redraw the queue of %s: %s", channel, slack_error(exc))
+            owed = await self.store.owe_queue_notice(channel, concurrency=concurrency)
+        except Exception:  # a notice is not worth failing a run over
+            logger.exception("could not owe the queued notice of %s", channel)
+            return
+        if owed:
+            self.outbox.wake()
+
+
+def queue_renderer(store: QueueNoticeStore) -> Renderer:
+    """The outbox's renderer for `QUEUE_NOTICE` rows (params `{"channel": ...}`): the notice
+    as the channel's queue is now, posted the first time, edited after; None when it shows
+    that already (or there is no burst)."""
+
+    async def render(params: Mapping[str, Any]) -> Write | None:
+        channel = str(params.get("channel") or "")
+        notice = await store.queue_notice(channel)
+        if notice is None:
+            return None
+        waiting = len(await store.queue_items(channel_id=channel, states=["queued"]))
+        text = queue_notice_text(notice.concurrency, waiting)
+        ts = notice.ts
+
+        async def ended(_answer: Mapping[str, Any] | None = None) -> None:
+            await store.end_queue_notice(channel, asks=notice.asks, ts=ts)
+
+        async def shown(answer: Mapping[str, Any]) -> None:
+            await store.queue_notice_shown(channel, ts=ts or str(answer["ts"]), shown=text)
+
+        if ts is None:
+            if not waiting:  # started before its notice was posted: nothing to tell
+                await ended()
+                return None
+            return Write("chat.postMessage", {"channel": channel, "text": text}, sent=shown)
+        if text == notice.shown:
+            if not waiting:
+                await ended()
+            return None
+
+        async def gone() -> None:  # deleted: the next drawing posts a new one
+            await store.lost_queue_notice(channel, ts=str(ts))
+
+        update = {"channel": channel, "ts": ts, "text": text}
+        return Write("chat.update", update, sent=ended if not waiting else shown, gone=gone)
+
+    return render

@@ -51,7 +51,7 @@ def card_renderer(draw: Draw, drawn: Drawn) -> Renderer:
         update, fallback = card_update(drawing.ref, drawing.card, drawing.outcome)
         state = drawing.state
 
-        async def sent() -> None:
+        async def sent(_answer: Mapping[str, Any]) -> None:
             await drawn(ledger_id, state)
 
         return Write("chat.update", update, {"fallback": fallback}, sent)

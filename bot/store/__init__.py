@@ -21,7 +21,7 @@ from .errors import (
     UnknownCall,
     UnknownSession,
 )
-from .freezes import BreakGlassRow, FreezeRow
+from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .health import WriteHealth, require_writable
 from .models import (
     AllowanceGrant,
@@ -44,6 +44,7 @@ from .models import (
     batch_complete,
 )
 from .outbox import CARD_REDRAW, REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, card_redraw
+from .queue_notices import QUEUE_NOTICE, QUEUE_PRIORITY, QueueNotice, queue_redraw
 from .reasons import (
     AlreadyApprovedByYou,
     AlreadyDecided,
@@ -93,6 +94,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "EditNotAllowed",
     "EnqueueOutcome",
     "FreezeRow",
+    "GlassUse",
     "HOME_VIEWERS_KEPT",
     "HomeViewer",
     "InboxItem",
@@ -109,7 +111,10 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "OutboxStats",
     "PendingApproval",
     "PreviewChanged",
+    "QUEUE_NOTICE",
+    "QUEUE_PRIORITY",
     "QueueItem",
+    "QueueNotice",
     "QueueState",
     "REDRAW_PRIORITY",
     "RecoveredSession",
@@ -134,6 +139,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "card_redraw",
     "card_state",
     "open_store",
+    "queue_redraw",
     "require_writable",
     "utc_now",
 ]

@@ -19,7 +19,7 @@ from agent_core.events import ToolApprovalRequest, ToolCallHeld
 from agent_core.messages import ChatMessage, ToolCall
 from agent_core.sessions import StoredContext, Summary
 
-from .freezes import BreakGlassRow, FreezeRow
+from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .models import (
     AllowanceGrant,
     AllowanceRow,
@@ -39,6 +39,7 @@ from .models import (
     ToolCallRow,
 )
 from .outbox import OutboxEntry, OutboxRow, OutboxStats
+from .queue_notices import QueueNotice
 from .states import CardLock, InboxKind
 
 __all__ = ["Store"]
@@ -224,7 +225,8 @@ class Store(Protocol):
     ) -> ToolCallRow | None:
         """Store a run of the call's preview and audit it ("preview": digest, exit status,
         duration, `why` it ran); `reset_approvals` drops the approvals so far (they were
-        given on another preview). None when the call is no longer pending (nothing stored)."""
+        given on another preview). None when the call is no longer pending (nothing stored).
+        With redraws owed (`owe_card_redraws`), the card's redraw commits with it."""
 
     async def expire_due(self, now: datetime | None = None) -> list[ToolCallRow]:
         """Expire every undecided gated call whose time is up (audited "expiry" each)."""
@@ -366,11 +368,28 @@ class Store(Protocol):
     ) -> bool:
         """Record a break-glass use and audit `break_glass`; conditional (once per call)."""
 
+    async def break_glass(
+        self,
+        ledger_id: str,
+        use: GlassUse,
+        *,
+        team_id: str | None = None,
+        required_approvals: int = 1,
+        rule: str | None = None,
+        policy_rule: str | None = None,
+        policy_match: str | None = None,
+        digest: str | None = None,
+    ) -> DecisionOutcome:
+        """Approve a frozen call by breaking glass: the approval (`decide`, reason "break
+        glass: <reason>"), `record_break_glass` when it is recorded, and the card's redraw
+        (when owed) in one transaction: all of them or none."""
+
     async def break_glass_of(self, ledger_id: str) -> BreakGlassRow | None: ...
 
     async def review_break_glass(self, ledger_id: str, *, user_id: str) -> BreakGlassRow | None:
         """Mark a break-glass use reviewed (never by its breaker), audit
-        `break_glass_reviewed`; conditional (None when reviewed already)."""
+        `break_glass_reviewed`; conditional (None when reviewed already). The card's redraw
+        (when owed) commits with it."""
 
     async def unreviewed_break_glass(self) -> list[BreakGlassRow]: ...
 
@@ -536,6 +555,27 @@ class Store(Protocol):
 
     async def release_outbox(self, claimer: str) -> int:
         """Release every row `claimer` holds (a restarted sender taking its name again)."""
+
+    # -- each channel's queued notice (`bot.store.queue_notices`) ---------------------------------
+
+    async def owe_queue_notice(self, channel_id: str, *, concurrency: int | None = None) -> bool:
+        """Owe the outbox a `QUEUE_NOTICE` drawing of the channel's notice (key
+        `queue:<channel>`), in one transaction with opening its burst (`concurrency`: a
+        message was queued). Without it only an open burst is drawn: False when none is."""
+
+    async def queue_notice(self, channel_id: str) -> QueueNotice | None:
+        """The channel's open burst: its message (ts, None until posted) and what it shows."""
+
+    async def queue_notice_shown(self, channel_id: str, *, ts: str, shown: str) -> None:
+        """The notice's message `ts` now shows `shown` (any replica edits that one)."""
+
+    async def lost_queue_notice(self, channel_id: str, *, ts: str) -> bool:
+        """The notice's message `ts` was deleted: forget it and owe a drawing (one
+        transaction), which posts a new one. False when the notice is another message now."""
+
+    async def end_queue_notice(self, channel_id: str, *, asks: int, ts: str | None) -> None:
+        """The burst drawn at `asks` ended; if another message was queued since, the burst
+        goes on without a message (the next drawing posts a new one)."""
 
     def owe_card_redraws(self, wake: Callable[[], None] | None) -> None:
         """From now on, every change a card shows (a decision or an approval of N, an edit,

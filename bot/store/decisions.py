@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from agent_core.approvals import ToolApprovalResponse
 from agent_core.batches import close_batch
+from bot.faults import checkpoint
 
 from .db import Row, Tx
 from .ledger import Ledger
@@ -220,38 +221,58 @@ class Decisions(Ledger):
         reset_approvals: bool = False,
     ) -> ToolCallRow | None:
         async with self._db.transaction("set_preview") as tx:
-            row = await self._locked_call(tx, ledger_id)
-            if row.status != "pending":
-                return None
-            dropped = list(row.approvals) if reset_approvals else []
-            await tx.execute(
-                "UPDATE tool_calls SET preview = :preview"
-                + (", approvals = :approvals" if reset_approvals else "")
-                + " WHERE id = :id AND status = 'pending'",
-                {
-                    "preview": preview.model_dump_json(),
-                    "id": ledger_id,
-                    **({"approvals": self._db.list_in([])} if reset_approvals else {}),
-                },
+            updated = await self._set_preview_in(
+                tx, ledger_id, preview, why, actor, reset_approvals
             )
-            details: dict[str, Any] = {
-                "ledger_id": ledger_id,
-                "tool": row.name,
-                "digest": preview.digest,
-                "exit_status": preview.exit_status,
-                "seconds": round(preview.seconds, 3),
-                "failed": preview.failed,
-                "argv": list(preview.argv),
-                **(
-                    {"preview_tool": preview.tool, "preview_arguments": preview.arguments}
-                    if preview.tool is not None
-                    else {}
-                ),
-                "why": why,
-                "approvals_reset": dropped,
-            }
-            await self._audit_call(tx, "preview", row, details, actor=actor)
-            return await self._call(tx, ledger_id)
+        if updated is not None:
+            self._redraws_owed()
+        return updated
+
+    async def _set_preview_in(
+        self,
+        tx: Tx,
+        ledger_id: str,
+        preview: StoredPreview,
+        why: str,
+        actor: str | None,
+        reset_approvals: bool,
+    ) -> ToolCallRow | None:
+        """`set_preview` in its transaction; the card shows the preview (and the approvals
+        reset), so its redraw is owed in it too."""
+        row = await self._locked_call(tx, ledger_id)
+        if row.status != "pending":
+            return None
+        dropped = list(row.approvals) if reset_approvals else []
+        await tx.execute(
+            "UPDATE tool_calls SET preview = :preview"
+            + (", approvals = :approvals" if reset_approvals else "")
+            + " WHERE id = :id AND status = 'pending'",
+            {
+                "preview": preview.model_dump_json(),
+                "id": ledger_id,
+                **({"approvals": self._db.list_in([])} if reset_approvals else {}),
+            },
+        )
+        await checkpoint("preview_stored")  # crash tests: stored, its redraw not yet owed
+        details: dict[str, Any] = {
+            "ledger_id": ledger_id,
+            "tool": row.name,
+            "digest": preview.digest,
+            "exit_status": preview.exit_status,
+            "seconds": round(preview.seconds, 3),
+            "failed": preview.failed,
+            "argv": list(preview.argv),
+            **(
+                {"preview_tool": preview.tool, "preview_arguments": preview.arguments}
+                if preview.tool is not None
+                else {}
+            ),
+            "why": why,
+            "approvals_reset": dropped,
+        }
+        await self._owe_redraw(tx, row)
+        await self._audit_call(tx, "preview", row, details, actor=actor)
+        return await self._call(tx, ledger_id)
 
     # -- what a resume and the pending list read ---------------------------------------------------
 

@@ -5,23 +5,29 @@ An ad hoc freeze (`/opsgate freeze`) must hold on every replica, so it is a row,
 state. Each start and end of a freeze window is announced and audited by whichever replica
 claims its key first (`claim_freeze_notice`: the claim and the audit row in one transaction);
 an end is claimed only after its start was, so a window nobody saw begin is not announced as
-ended. A break-glass use is recorded with its reason and stays unreviewed until an approver other
-than the breaker marks it reviewed (conditional: the first reviewer wins).
+ended. A break-glass use is recorded with its reason, in the transaction of the approval it
+gives and of its card's redraw (`break_glass`), and stays unreviewed until an approver other than
+the breaker marks it reviewed (conditional: the first reviewer wins; the card's redraw commits
+with the review).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .core import StoreCore
-from .db import Row, aware
+from bot.faults import checkpoint
+
+from .db import Row, Tx, aware
+from .decisions import Decisions
+from .models import DecisionOutcome
 from .rules import new_id
 
-__all__ = ["BreakGlassRow", "FreezeRow", "Freezes"]
+__all__ = ["BreakGlassRow", "FreezeRow", "Freezes", "GlassUse"]
 
 _FROZEN = ConfigDict(frozen=True)
 
@@ -57,7 +63,19 @@ class BreakGlassRow(BaseModel):
     reviewed_at: datetime | None = None
 
 
-class Freezes(StoreCore):
+@dataclass(frozen=True, slots=True)
+class GlassUse:
+    """Who breaks glass on a call, why, in which channel, and which freeze it breaks
+    (`details`: more for its `break_glass` audit row)."""
+
+    channel_id: str
+    user_id: str
+    reason: str
+    freeze: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Freezes(Decisions):
     async def start_freeze(
         self, *, channel_id: str, started_by: str, reason: str, ends_at: datetime
     ) -> FreezeRow:
@@ -162,31 +180,80 @@ class Freezes(StoreCore):
     ) -> bool:
         """Record a break-glass use on a call and audit `break_glass` (with the reason), once
         per call: False when the call's glass was broken already."""
+        use = GlassUse(channel_id, user_id, reason, freeze, details)
         async with self._db.transaction("record_break_glass") as tx:
-            touched = await tx.execute(
-                "INSERT INTO break_glass (ledger_id, channel_id, broken_by, reason, freeze_key, "
-                "broken_at) VALUES (:id, :channel, :user, :reason, :freeze, :now) "
-                "ON CONFLICT (ledger_id) DO NOTHING",
-                {
-                    "id": ledger_id,
-                    "channel": channel_id,
-                    "user": user_id,
-                    "reason": reason,
-                    "freeze": freeze,
-                    "now": self._now(),
-                },
-            )
-            if not touched:
-                return False
-            await self._write_audit(
+            return await self._record_glass(tx, ledger_id, use, session_id, call_id)
+
+    async def break_glass(
+        self,
+        ledger_id: str,
+        use: GlassUse,
+        *,
+        team_id: str | None = None,
+        required_approvals: int = 1,
+        rule: str | None = None,
+        policy_rule: str | None = None,
+        policy_match: str | None = None,
+        digest: str | None = None,
+    ) -> DecisionOutcome:
+        """Approve a frozen call by breaking glass: the approval (as `decide`, its reason
+        "break glass: ..."), the break-glass row with its `break_glass` audit, and the card's
+        redraw (when owed) in ONE transaction, so the card is never drawn from a decision
+        without its break-glass use, and a crash leaves all of them or none."""
+        async with self._db.transaction("break_glass") as tx:
+            outcome = await self._decide_in(
                 tx,
-                "break_glass",
-                actor=user_id,
-                session_id=session_id,
-                call_id=call_id,
-                details={**details, "ledger_id": ledger_id, "reason": reason, "freeze": freeze},
+                ledger_id,
+                "approved",
+                user_id=use.user_id,
+                team_id=team_id,
+                reason=f"break glass: {use.reason}",
+                required_approvals=required_approvals,
+                rule=rule,
+                policy_rule=policy_rule,
+                policy_match=policy_match,
+                digest=digest,
             )
-            return True
+            if outcome.recorded:
+                await checkpoint("glass_decided")  # crash tests: approved, glass not recorded
+                row = outcome.row
+                await self._record_glass(tx, ledger_id, use, row.session_id, row.call_id)
+        self._redraws_owed()
+        return outcome
+
+    async def _record_glass(
+        self,
+        tx: Tx,
+        ledger_id: str,
+        use: GlassUse,
+        session_id: str | None,
+        call_id: str | None,
+    ) -> bool:
+        touched = await tx.execute(
+            "INSERT INTO break_glass (ledger_id, channel_id, broken_by, reason, freeze_key, "
+            "broken_at) VALUES (:id, :channel, :user, :reason, :freeze, :now) "
+            "ON CONFLICT (ledger_id) DO NOTHING",
+            {
+                "id": ledger_id,
+                "channel": use.channel_id,
+                "user": use.user_id,
+                "reason": use.reason,
+                "freeze": use.freeze,
+                "now": self._now(),
+            },
+        )
+        if not touched:
+            return False
+        details = {**use.details, "ledger_id": ledger_id, "reason": use.reason}
+        await self._write_audit(
+            tx,
+            "break_glass",
+            actor=use.user_id,
+            session_id=session_id,
+            call_id=call_id,
+            details={**details, "freeze": use.freeze},
+        )
+        return True
 
     async def break_glass_of(self, ledger_id: str) -> BreakGlassRow | None:
         async with self._db.reading("break_glass_of") as tx:
@@ -210,12 +277,17 @@ class Freezes(StoreCore):
                 "SELECT * FROM break_glass WHERE ledger_id = :id", {"id": ledger_id}
             )
             assert row is not None
+            # The card loses its "Mark reviewed": its redraw commits with the review.
+            call = await tx.fetch_one("SELECT * FROM tool_calls WHERE id = :id", {"id": ledger_id})
+            if call is not None:
+                await self._owe_redraw(tx, self._call_model(call))
             await self._write_audit(
                 tx,
                 "break_glass_reviewed",
                 actor=user_id,
                 details={"ledger_id": ledger_id, "broken_by": row["broken_by"]},
             )
+        self._redraws_owed()
         return self._glass(row)
 
     async def unreviewed_break_glass(self) -> list[BreakGlassRow]:

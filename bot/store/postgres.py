@@ -22,6 +22,7 @@ from .edits import Edits
 from .errors import PostgresSchemaTooNew
 from .freezes import Freezes
 from .outbox import Outbox
+from .queue_notices import QueueNoticeRows
 from .recovery import Recovery
 from .replicas import DEFAULT_LEASE, Replicas
 from .rules import Person
@@ -30,7 +31,9 @@ from .schema import SCHEMA_VERSION
 __all__ = ["DEFAULT_LEASE", "SCHEMA_VERSION", "PostgresSchemaTooNew", "PostgresStore", "redact"]
 
 
-class PostgresStore(Edits, Recovery, Audit, Outbox, AssistantThreads, Replicas, Freezes):
+class PostgresStore(
+    Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Replicas, Freezes
+):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 
     Use it as an async context manager: entering opens an asyncpg pool and applies pending

@@ -1,36 +1,146 @@
-"""The channel's one "queued" notice counts what the store holds (issue 20): with replicas, a
-run another process started still moves this process's notice the next time it sees the
-channel, and the burst ends when the store's queue is empty."""
+"""The channel's one "queued" notice is the store's (issue 20): two senders on one database (as
+two replicas) and a restart edit the same message, drawn from the store's queue, until the
+queue is empty; then the burst is over and the next queued message posts a new notice. Never
+two notices for one burst."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
 
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.runs.notices import Queued
 from bot.runs.output import Thread
+from bot.slack.outbox import SlackOutbox
+from bot.slack.output import SlackThreadOutput
 from bot.slack.queue_notice import QueueNotices
-from tests.support.slack_api import SlackAPIStandIn
+from bot.store import SQLiteStore
+from tests.support.slack_api import SlackAPIStandIn, SlackCall
+
+CHANNEL = "C1"
 
 
-async def test_the_notice_draws_the_stores_count_and_ends_with_it() -> None:
-    depth = {"C1": 3}
+@dataclass
+class Replica:
+    store: SQLiteStore
+    outbox: SlackOutbox
+    notices: QueueNotices
 
-    async def count(channel: str) -> int:
-        return depth[channel]
+    async def queue(self, n: int) -> None:
+        thread = Thread("T1", CHANNEL, f"1700000000.{n:06d}")
+        session = await self.store.get_or_create_session("T1", CHANNEL, thread.thread_ts)
+        await self.store.enqueue(session.id, requester="U1", text=f"alert {n}")
+        await self.notices.queued(thread, Queued(limit=1, ahead=0))
 
+    async def start(self) -> None:
+        item = await self.store.claim_queued(CHANNEL, limit=100)
+        assert item is not None
+        session = await self.store.get_session(item.session_id)
+        assert session is not None
+        await self.notices.started(Thread("T1", CHANNEL, session.thread_ts))
+
+
+@contextlib.asynccontextmanager
+async def replica(db: Path, slack: SlackAPIStandIn, name: str) -> AsyncIterator[Replica]:
+    async with SQLiteStore(db) as store:
+        client = AsyncWebClient(token="xoxb-test", base_url=slack.url)
+        outbox = SlackOutbox(store, client, claimer=name, poll=0.05)
+        notices = QueueNotices(outbox)
+        notices.keep_in(store)
+        task = asyncio.create_task(outbox.run())
+        try:
+            yield Replica(store, outbox, notices)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+async def settle(*replicas: Replica) -> None:
+    """Until every sender is idle and the outbox is empty (a row one put, another may send)."""
+    async with asyncio.timeout(10):
+        while True:
+            for each in replicas:
+                await each.outbox.wait_idle()
+            if not (await replicas[0].store.outbox_stats()).depth:
+                return
+            for each in replicas:
+                each.outbox.wake()
+
+
+def notices(slack: SlackAPIStandIn) -> list[SlackCall]:
+    return [
+        c
+        for c in slack.calls_to("chat.postMessage")
+        if c.ok and str(c.params.get("text")).startswith(":hourglass")
+    ]
+
+
+def shown(slack: SlackAPIStandIn, post: SlackCall) -> str:
+    message = slack.message(CHANNEL, str(post.response["ts"]))
+    assert message is not None
+    return str(message["text"])
+
+
+async def test_two_senders_and_a_restart_edit_one_notice_per_burst(tmp_path: Path) -> None:
+    db = tmp_path / "opsgate.db"
+    async with SlackAPIStandIn() as slack, replica(db, slack, "b") as b:
+        async with replica(db, slack, "a") as a:
+            for n in range(3):
+                await a.queue(n)
+            await settle(a, b)
+            [post] = notices(slack)
+            assert post.params.get("thread_ts") in (None, "")  # in the channel, for everyone
+            assert "3 requests are waiting" in shown(slack, post)
+            await b.start()  # the other replica starts one: the same message is edited
+            await settle(a, b)
+            assert notices(slack) == [post]
+            assert "2 requests are waiting" in shown(slack, post)
+        async with replica(db, slack, "a") as again:  # a restarted
+            await again.start()
+            await settle(again, b)
+            assert notices(slack) == [post]
+            assert "1 request is waiting" in shown(slack, post)
+            await b.queue(3)
+            await b.start()
+            await again.start()
+            await settle(again, b)
+            assert notices(slack) == [post]
+            assert "queue of this channel is empty" in shown(slack, post)
+            assert await b.store.queue_notice(CHANNEL) is None  # the burst is over
+            await again.queue(4)  # a new burst: a new notice
+            await settle(again, b)
+            [_, second] = notices(slack)
+            assert "1 request is waiting" in shown(slack, second)
+            assert "queue of this channel is empty" in shown(slack, post)
+        edited = {str(c.params["ts"]) for c in slack.calls_to("chat.update")}
+        assert edited == {str(post.response["ts"])}
+
+
+async def test_without_a_store_a_queued_message_is_told_in_its_thread(tmp_path: Path) -> None:
     async with SlackAPIStandIn() as slack:
-        notices = QueueNotices(AsyncWebClient(token="xoxb-test", base_url=slack.url), None, count)
-        mine = Thread("T1", "C1", "1700000000.000100")
-        await notices.queued(mine, Queued(limit=1, ahead=2))
+        output = SlackThreadOutput(AsyncWebClient(token="xoxb-test", base_url=slack.url))
+        thread = Thread("T1", CHANNEL, "1700000000.000100")
+        await output.say(thread, Queued(limit=1, ahead=2))
         [post] = slack.calls_to("chat.postMessage")
-        assert "3 requests are waiting" in str(post.params["text"])
-        depth["C1"] = 0  # another replica started them all
-        await notices.started(Thread("T1", "C1", "1700000000.000900"))  # not one queued here
-        [redraw] = slack.calls_to("chat.update")
-        assert redraw.params["ts"] == post.response["ts"]
-        assert "queue of this channel is empty" in str(redraw.params["text"])
-        await notices.queued(mine, Queued(limit=1, ahead=0))  # started meanwhile: nothing
-        assert len(slack.calls_to("chat.postMessage")) == 1
-        depth["C1"] = 1
-        await notices.queued(mine, Queued(limit=1, ahead=0))  # a new burst: a new notice
-        assert len(slack.calls_to("chat.postMessage")) == 2
+        assert post.params["thread_ts"] == thread.thread_ts
+
+
+async def test_a_notice_someone_deleted_is_posted_anew(tmp_path: Path) -> None:
+    async with SlackAPIStandIn() as slack, replica(tmp_path / "opsgate.db", slack, "a") as a:
+        for n in range(2):
+            await a.queue(n)
+        await settle(a)
+        [first] = notices(slack)
+        await a.outbox.client.chat_delete(channel=CHANNEL, ts=str(first.response["ts"]))
+        await a.start()  # its edit finds the message gone: the next drawing posts
+        await settle(a)
+        [_, second] = notices(slack)
+        assert "1 request is waiting" in shown(slack, second)
+        await a.start()
+        await settle(a)
+        assert "queue of this channel is empty" in shown(slack, second)
+        assert len(notices(slack)) == 2

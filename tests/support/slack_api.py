@@ -133,6 +133,8 @@ class SlackAPIStandIn:
         self._answers: dict[str, Answer] = {}
         self._streaming = True
         self._messages: dict[tuple[str, str], dict[str, Any]] = {}
+        self._deleted: set[tuple[str, str]] = set()
+        """Messages deleted (`chat.delete`): `chat.update` of one is `message_not_found`."""
         self._streams: dict[tuple[str, str], _Stream] = {}
         self._reactions: set[tuple[str, str, str]] = set()
         self._users: dict[str, dict[str, Any]] = {}
@@ -499,6 +501,8 @@ class SlackAPIStandIn:
         channel = _required(params, "channel", "channel_not_found")
         ts = _required(params, "ts", "message_not_found")
         _check_content(params)
+        if (channel, ts) in self._deleted:
+            raise _SlackError("message_not_found")
         message = self._messages.setdefault((channel, ts), self._new_message({}, ts))
         for key in ("text", "blocks", "attachments", "metadata"):
             if key in params:
@@ -515,6 +519,7 @@ class SlackAPIStandIn:
         channel = _required(params, "channel", "channel_not_found")
         ts = _required(params, "ts", "message_not_found")
         self._messages.pop((channel, ts), None)
+        self._deleted.add((channel, ts))
         return {"channel": channel, "ts": ts}
 
     def _permalink(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -384,6 +384,37 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite=("ALTER TABLE tool_calls ADD COLUMN preview TEXT",),
         postgres=("ALTER TABLE tool_calls ADD COLUMN preview text",),
     ),
+    Migration(
+        16,
+        # Issue 20: each channel's one "queued" notice of a burst, shared by every process
+        # (`bot.store.queue_notices`): the posted message's ts and what it shows, so any
+        # replica, or the next start, edits that message instead of posting another.
+        "each channel's queued notice: its message and what it shows",
+        sqlite=(
+            """
+            CREATE TABLE queue_notices (
+                channel_id  TEXT PRIMARY KEY,
+                concurrency INTEGER NOT NULL,
+                asks        INTEGER NOT NULL,
+                ts          TEXT,
+                shown       TEXT,
+                opened_at   TEXT NOT NULL
+            )
+            """,
+        ),
+        postgres=(
+            """
+            CREATE TABLE queue_notices (
+                channel_id  text PRIMARY KEY,
+                concurrency integer NOT NULL,
+                asks        bigint NOT NULL,
+                ts          text,
+                shown       text,
+                opened_at   timestamptz NOT NULL
+            )
+            """,
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -1,8 +1,9 @@
 """A change a card shows and the card's redraw commit together (issue 20): with redraws owed
 (`owe_card_redraws`, as the Slack server sets), a decision, an approval of N, an edit, "Allow
-for", an expiry and a cancel each write one `CARD_REDRAW` intent for the call's card in their
-own transaction, and wake the sender after the commit; a transaction cut off (a crash, a
-cancelled task) leaves neither the change nor the intent."""
+for", an expiry, a cancel, a break-glass use and its review, and a preview's run each write one
+`CARD_REDRAW` intent for the call's card in their own transaction, and wake the sender after
+the commit; a transaction cut off (a crash, a cancelled task) leaves neither the change nor the
+intent."""
 
 from __future__ import annotations
 
@@ -10,12 +11,21 @@ import asyncio
 import io
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from agent_core import call_digest, canonical_arguments
 from bot.faults import HOLD_ENV
-from bot.store import CARD_REDRAW, REDRAW_PRIORITY, AllowanceGrant, Store, ToolCallRow
+from bot.store import (
+    CARD_REDRAW,
+    REDRAW_PRIORITY,
+    AllowanceGrant,
+    GlassUse,
+    Store,
+    StoredPreview,
+    ToolCallRow,
+)
 
 from .helpers import T0, Clock, paused_session
 
@@ -152,6 +162,115 @@ async def test_a_transaction_cut_off_leaves_neither_decision_nor_redraw(
     assert again.allowance is not None and again.decision.row.status == "approved"
     assert await owed(store) == [intent(first.id)]
     assert wakes.count == 1
+
+
+GLASS = GlassUse("C1", "UDAVE", "payments down", "adhoc:x", {"tool": "restart_service"})
+
+
+def preview(output: str, digest: str) -> StoredPreview:
+    return StoredPreview(
+        argv=("cat", "app.yaml"),
+        output=output,
+        exit_status=0,
+        failed=None,
+        ran_at=T0,
+        seconds=0.01,
+        digest=digest,
+    )
+
+
+async def events(store: Store) -> list[str]:
+    return [a.event for a in await store.audit_rows()]
+
+
+async def test_break_glass_its_decision_and_its_redraw_commit_together(store: Store) -> None:
+    wakes = Wakes()
+    store.owe_card_redraws(wakes)
+    _, [first, second] = await carded(store)
+    outcome = await store.break_glass(first.id, GLASS, digest=first.digest)
+    assert outcome.recorded and outcome.row.status == "approved"
+    assert outcome.row.reason == "break glass: payments down"
+    glass = await store.break_glass_of(first.id)
+    assert glass is not None and glass.broken_by == "UDAVE" and glass.freeze_key == "adhoc:x"
+    assert (await events(store)).count("break_glass") == 1
+    assert await owed(store) == [intent(first.id)] and wakes.count == 1
+    # Refused (decided already): no second use, no redraw owed by the store.
+    again = await store.break_glass(first.id, GLASS, digest=first.digest)
+    assert not again.recorded
+    assert (await events(store)).count("break_glass") == 1
+    assert await owed(store) == []
+    # Its review changes the card too ("Mark reviewed" goes): the redraw commits with it.
+    assert await store.review_break_glass(first.id, user_id="UBOB") is not None
+    assert await owed(store) == [intent(first.id)] and wakes.count == 3
+    # One of two approvals: recorded, glass broken once; the other approver's is a decision.
+    half = await store.break_glass(second.id, GLASS, required_approvals=2)
+    assert half.recorded and half.row.status == "pending"
+    other = GlassUse("C1", "UERIN", "still down", "adhoc:x")
+    done = await store.break_glass(second.id, other, required_approvals=2)
+    assert done.recorded and done.row.status == "approved"
+    kept = await store.break_glass_of(second.id)
+    assert kept is not None and kept.broken_by == "UDAVE"
+    assert await owed(store) == [intent(second.id)]
+
+
+async def test_break_glass_cut_off_leaves_no_decision_no_use_no_redraw(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held after its approval was written (the use not yet), then cancelled: a rollback."""
+    wakes = Wakes()
+    store.owe_card_redraws(wakes)
+    _, [first, _] = await carded(store)
+    await _cut_off(monkeypatch, "glass_decided", store.break_glass(first.id, GLASS))
+    row = await store.get_call(first.id)
+    assert row is not None and row.status == "pending" and row.approvals == ()
+    assert await store.break_glass_of(first.id) is None
+    assert "decision" not in await events(store) and "break_glass" not in await events(store)
+    assert (await store.outbox_stats()).depth == {} and wakes.count == 0
+
+
+async def test_a_previews_run_and_its_cards_redraw_commit_together(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wakes = Wakes()
+    store.owe_card_redraws(wakes)
+    _, [first, _] = await carded(store)
+    await store.decide(first.id, "approved", user_id="UBOB", required_approvals=2)
+    await owed(store)
+    await _cut_off(
+        monkeypatch,
+        "preview_stored",
+        store.set_preview(first.id, preview("a", "aa"), why="rerun", reset_approvals=True),
+    )
+    row = await store.get_call(first.id)
+    assert row is not None and row.preview_run() is None and row.approvals == ("UBOB",)
+    assert (await store.outbox_stats()).depth == {} and wakes.count == 1
+    updated = await store.set_preview(
+        first.id, preview("a", "aa"), why="rerun", reset_approvals=True
+    )
+    assert updated is not None and updated.approvals == ()
+    assert await owed(store) == [intent(first.id)] and wakes.count == 2
+    # A call whose card is not posted yet (its first preview) owes no redraw; nor a decided one.
+    _, rows = await paused_session(store, thread="1700000009.000100")
+    fresh = next(r for r in rows if r.needs_approval)
+    assert await store.set_preview(fresh.id, preview("b", "bb"), why="card") is not None
+    await store.decide(first.id, "rejected", user_id="UCAROL")
+    await owed(store)
+    assert await store.set_preview(first.id, preview("c", "cc"), why="rerun") is None
+    assert await owed(store) == []
+
+
+async def _cut_off(monkeypatch: pytest.MonkeyPatch, point: str, change: Any) -> None:
+    """Run `change` until it holds at fault point `point` (inside its transaction), then
+    cancel it there, as a crash would cut it off."""
+    held = asyncio.Event()
+    monkeypatch.setenv(HOLD_ENV, point)
+    monkeypatch.setattr("sys.stderr", _Watch(held, f"holding at {point}"))
+    task = asyncio.ensure_future(change)
+    await asyncio.wait_for(held.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    monkeypatch.delenv(HOLD_ENV)
 
 
 class _Watch(io.StringIO):
