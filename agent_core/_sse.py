@@ -56,15 +56,17 @@ def _snippet(text: str) -> str:
     return repr(text if len(text) <= _SNIPPET else text[:_SNIPPET] + "…")
 
 
-ERROR_TEXT_LIMIT = 500
+ERROR_TEXT_LIMIT = 4_000
 """Most characters of a provider's own error text kept in an error's message: the message is
-logged and shown in the thread, and a provider may echo a whole request back."""
+logged (a thread shows less of it), and a provider may echo a whole request or an HTML page."""
 
 
 def shorten(text: str) -> str:
-    """`text` stripped and cut to `ERROR_TEXT_LIMIT` characters (an ellipsis marks the cut)."""
+    """`text` stripped and cut to `ERROR_TEXT_LIMIT` characters, saying how much was cut."""
     text = text.strip()
-    return text if len(text) <= ERROR_TEXT_LIMIT else text[:ERROR_TEXT_LIMIT] + "…"
+    if len(text) <= ERROR_TEXT_LIMIT:
+        return text
+    return f"{text[:ERROR_TEXT_LIMIT]}… ({len(text) - ERROR_TEXT_LIMIT:,} more characters cut)"
 
 
 def error_code(payload: Any) -> str | None:
