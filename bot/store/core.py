@@ -73,11 +73,14 @@ def _has_float(value: Any) -> bool:
     return False
 
 
-def _link(head: ChainHead, fields: dict[str, Any], columns: dict[str, Any]) -> dict[str, Any]:
+def _link(head: ChainHead, fields: dict[str, Any], columns: tuple[Any, Any]) -> dict[str, Any]:
     """The append's parameters for the row after `head`: hashed as printed, stored as the
     columns take it (`columns`: time and details in the database's form)."""
-    link = {**fields, "id": head.last_id + 1, "seq": head.seq + 1, "prev_hash": head.hash}
-    return {**link, **columns, "hash": canonical_hash(link, audit_key()), "after": head.seq}
+    link = fields | {"id": head.last_id + 1, "seq": head.seq + 1, "prev_hash": head.hash}
+    link["hash"] = canonical_hash(link, audit_key())
+    link["at"], link["details"] = columns
+    link["after"] = head.seq
+    return link
 
 
 class StoreCore:
@@ -254,11 +257,12 @@ class StoreCore:
     ) -> None:
         """Append one row to the chain (`bot/store/chain.py`), in the caller's transaction.
 
-        One statement when the head is known (`_known_head`): the insert is conditional on the
-        head still being that one, and its trigger advances the head (refusing a row that is
-        not the next link). Otherwise, or when it inserted nothing (the head moved: another
-        store on the file, a rolled-back append), the head is read, locked (PostgreSQL;
-        SQLite's write transaction is already the only one), and the row appended after it.
+        One statement when the head is known (`_known_head`: this store's last link, on
+        PostgreSQL perhaps not committed yet): the insert is conditional on the head being
+        that one, and its trigger advances the head (refusing a row that is not the next
+        link). Otherwise, or when it inserted nothing (the head moved: another store or
+        replica, a rolled-back append), the head is read, locked (PostgreSQL; SQLite's write
+        transaction is already the only one), and the row appended after it.
         Replicas append one at a time, and a rolled-back write leaves no gap. The row is
         hashed from the values in hand, as `opsgate audit --json` will print it."""
         if not self._chained:
@@ -282,7 +286,7 @@ class StoreCore:
         }
         # SQLite stores the text itself (encoding what it decodes to gives the same text).
         column = text if self._db.dialect == "sqlite" else self._db.json_in(stored)
-        columns = {"at": self._db.time_in(at), "details": column}
+        columns = (self._db.time_in(at), column)
         append = _APPEND[self._db.dialect]
         known = self._known_head(tx)
         if known is not None and await self._try_append(tx, append, known, fields, columns):
@@ -292,17 +296,17 @@ class StoreCore:
             raise StoreError(f"the audit chain of {self._db.name!r} moved under its lock")
 
     def _known_head(self, tx: Tx) -> ChainHead | None:
-        """The head to try first: on SQLite the one this store's last append left (the write
+        """The head to try first: the link this store's last append wrote. On SQLite the write
         lock makes this transaction the only writer, so it is right unless another store on
-        the file appended since, which the conditional insert finds); on PostgreSQL only the
-        one this transaction left (it holds the head locked), as replicas append meanwhile."""
-        if self._head is None:
-            return None
-        owner, head = self._head
-        return head if owner is tx or not self._db.for_update else None
+        the file appended since. On PostgreSQL that link may not be committed yet: the insert
+        waits on the head's row lock behind the transaction that wrote it and, once that one
+        commits, follows it with no more round trips (and the hash computed before the lock
+        was taken). If it rolled back, or a replica appended meanwhile, the insert writes
+        nothing but has locked the head, which the store then reads and appends after."""
+        return None if self._head is None else self._head[1]
 
     async def _try_append(
-        self, tx: Tx, append: str, head: ChainHead, fields: dict[str, Any], columns: dict[str, Any]
+        self, tx: Tx, append: str, head: ChainHead, fields: dict[str, Any], columns: tuple[Any, Any]
     ) -> bool:
         """Append after `head`; False (nothing written) if it is no longer the head."""
         row = _link(head, fields, columns)
