@@ -242,3 +242,29 @@ async def test_concurrent_appends_in_one_store_follow_links_not_yet_committed(
     assert sorted(r.details["n"] for r in rows) == list(range(40))
     assert isinstance(await _verdict(store), Intact)
     assert await store.audit_chain_head() == (40, rows[-1].hash)
+
+
+async def test_concurrent_appends_in_one_store_are_one_insert_each(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forty appends at once, none rolled back: after the first (which reads the head: the
+    store knows none yet) each one's insert follows the link before it, so the head is never
+    read again (on PostgreSQL each waits on the head row behind the one it follows)."""
+    reads = 0
+    locked_head = type(store)._locked_head  # type: ignore[attr-defined]
+
+    async def counted(self: Any, tx: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await locked_head(self, tx)
+
+    monkeypatch.setattr(type(store), "_locked_head", counted)
+    await store.audit("request", actor="U1", details={"n": -1})
+    await asyncio.wait_for(
+        asyncio.gather(*(store.audit("request", actor="U1", details={"n": n}) for n in range(40))),
+        120,
+    )
+    assert reads == 1
+    rows = await store.audit_rows()
+    assert [r.seq for r in rows] == list(range(1, 42))
+    assert isinstance(await _verdict(store), Intact)
