@@ -263,10 +263,11 @@ class StoreCore:
         One statement when the head is known (`_known_head`: this store's last link, on
         PostgreSQL perhaps not committed yet; the transaction's own, if it appended before):
         the insert is conditional on the head being that one, and its trigger advances the
-        head (refusing a row that is not the next link). Otherwise, or when it inserted nothing (the head moved: another store or
-        replica, a rolled-back append), the head is read, locked (PostgreSQL; SQLite's write
-        transaction is already the only one), and the row appended after it.
-        Replicas append one at a time, and a rolled-back write leaves no gap. The row is
+        head (refusing a row that is not the next link). Otherwise, or when it inserted
+        nothing (the head moved: another store or replica, a rolled-back append), the head is
+        read, locked (PostgreSQL; SQLite's write transaction is already the only one), and the
+        row appended after it. Replicas append one at a time, and a rolled-back write leaves
+        no gap. The row is
         hashed from the values in hand, as `opsgate audit --json` will print it."""
         if not self._chained:
             await self._write_unchained(tx, event, actor, session_id, call_id, details)
