@@ -7,7 +7,8 @@ Decisions recorded per second, 50 concurrent writers on one store (as `store.py`
   INSERT, no seq, no hash; its database's chain trigger dropped, which would refuse such rows),
   no traces;
 - the chain: the store as shipped;
-- chain + traces: the same, and for every decision its `approval {tool}` span (in a paused
+- chain + traces: the same (on a database of its own, as each side has, so all three hold the
+  same rows), and for every decision its `approval {tool}` span (in a paused
   run's trace, as the bot writes it) exported by the SDK's batch processor over OTLP/HTTP to a
   local receiver (another process, as a collector is, that reads each request's body); the
   round ends once all its spans are exported.
@@ -69,7 +70,8 @@ _RECEIVER = textwrap.dedent(
 )
 
 Store = Any  # SQLiteStore or PostgresStore: the bench uses only what both have
-Opener = Callable[[bool], AbstractAsyncContextManager[Store]]
+Opener = Callable[[str, bool], AbstractAsyncContextManager[Store]]
+"""A store of its own for one side (its name), chained or not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +120,15 @@ async def _measure(name: str, open_store: Opener, flush: Callable[[], object]) -
     floor: list[Round] = []
     chain: list[Round] = []
     ours: list[Round] = []
-    async with open_store(False) as plain, open_store(True) as chained:
+    # A database per side: each one holds the same rows when its rounds run (a store shared by
+    # two sides would be twice the size of the floor's, slower for that alone).
+    async with (
+        open_store("floor", False) as plain,
+        open_store("chain", True) as chained,
+        open_store("traced", True) as tracing,
+    ):
         for n in range(ROUNDS):  # the order rotates, so no side always runs first
-            sides = [(floor, plain, None), (chain, chained, None), (ours, chained, flush)]
+            sides = [(floor, plain, None), (chain, chained, None), (ours, tracing, flush)]
             for figures, store, traced in sides[n % 3 :] + sides[: n % 3]:
                 figures.append(await _round(store, f"{len(figures)}-{traced is None}", traced))
         seq, _ = await chained.audit_chain_head()
@@ -149,8 +157,8 @@ async def _measure(name: str, open_store: Opener, flush: Callable[[], object]) -
 
 def _sqlite(tmp: Path) -> Opener:
     @asynccontextmanager
-    async def opened(chained: bool) -> AsyncIterator[Store]:
-        path = tmp / ("chained.db" if chained else "floor.db")
+    async def opened(name: str, chained: bool) -> AsyncIterator[Store]:
+        path = tmp / f"{name}.db"
         async with SQLiteStore(path, chained=chained) as store:
             if not chained:
                 await store._connection().execute("DROP TRIGGER audit_chain_advance")
@@ -165,7 +173,7 @@ def _postgres(cluster: PostgresCluster) -> Opener:
     from bot.store.postgres import PostgresStore
 
     @asynccontextmanager
-    async def opened(chained: bool) -> AsyncIterator[Store]:
+    async def opened(name: str, chained: bool) -> AsyncIterator[Store]:
         url = await cluster.create_database()
         async with PostgresStore(url, chained=chained) as store:
             if not chained:

@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 __all__ = [
@@ -220,12 +221,9 @@ def _write_approval(
     attributes: dict[str, Any],
 ) -> None:
     try:
-        context = None
-        if parent is not None and (remote := _span_context(*parent)) is not None:
-            context = trace.set_span_in_context(trace.NonRecordingSpan(remote))
         span = _tracer().start_span(
             f"approval {tool}",
-            context=context,
+            context=None if parent is None else _parent_context(*parent),
             kind=SpanKind.INTERNAL,
             start_time=int(asked_at.timestamp() * 1e9),
             attributes=attributes,
@@ -233,6 +231,14 @@ def _write_approval(
         span.end(end_time=int(decided_at.timestamp() * 1e9))
     except Exception:  # a span never fails the decision it describes
         logger.exception("the approval span of %r could not be written", tool)
+
+
+@functools.lru_cache(maxsize=256)
+def _parent_context(trace_id: str, span_id: str) -> Context | None:
+    """The context whose current span is the stored one (a paused run's): the calls of one
+    batch share it, so it is built once for them."""
+    remote = _span_context(trace_id, span_id)
+    return None if remote is None else trace.set_span_in_context(trace.NonRecordingSpan(remote))
 
 
 # -- ids across a pause ---------------------------------------------------------------------------

@@ -67,13 +67,17 @@ def printed_time(at: datetime) -> str:
     return str(_TIME.dump_python(at, mode="json"))
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+"""`json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`, the pinned
+form, with its encoder built once instead of on every call (a third of the dump's time)."""
+
+
 def canonical_hash(data: dict[str, Any], key: bytes | None) -> str:
     """The pinned hash of a printed row given without its `hash` (it holds `prev_hash`)."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    payload = text.encode() + str(data["prev_hash"]).encode()
-    if key is None:
-        return hashlib.sha256(payload).hexdigest()
-    return hmac.new(key, payload, hashlib.sha256).hexdigest()
+    digest = hashlib.sha256() if key is None else hmac.new(key, digestmod=hashlib.sha256)
+    digest.update(_CANONICAL(data).encode())
+    digest.update(str(data["prev_hash"]).encode())
+    return digest.hexdigest()
 
 
 def row_hash(row: AuditRow, key: bytes | None) -> str:

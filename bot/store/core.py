@@ -10,6 +10,7 @@ concern (`sessions`, `ledger`, `decisions`, `edits`, `queue`, `recovery`, `audit
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -73,11 +74,14 @@ def _has_float(value: Any) -> bool:
     return False
 
 
-def _link(head: ChainHead, fields: dict[str, Any], columns: dict[str, Any]) -> dict[str, Any]:
+def _link(head: ChainHead, fields: dict[str, Any], columns: tuple[Any, Any]) -> dict[str, Any]:
     """The append's parameters for the row after `head`: hashed as printed, stored as the
     columns take it (`columns`: time and details in the database's form)."""
-    link = {**fields, "id": head.last_id + 1, "seq": head.seq + 1, "prev_hash": head.hash}
-    return {**link, **columns, "hash": canonical_hash(link, audit_key()), "after": head.seq}
+    link = fields | {"id": head.last_id + 1, "seq": head.seq + 1, "prev_hash": head.hash}
+    link["hash"] = canonical_hash(link, audit_key())
+    link["at"], link["details"] = columns
+    link["after"] = head.seq
+    return link
 
 
 class StoreCore:
@@ -100,7 +104,9 @@ class StoreCore:
         """False only for `bench/audit_chain.py`'s floor: audit rows as before the chain (no
         seq, no hash), on a database whose chain trigger the benchmark dropped."""
         self._head: tuple[Tx, ChainHead] | None = None
-        """The head this store's last append left, and the transaction that wrote it."""
+        """The link this store's last append wrote (committed or not), and its transaction."""
+        self._appending = asyncio.Lock()
+        """Held by an append from its first try until its link is written (`_known_head`)."""
         self._redraws: Callable[[], None] | None = None
 
     def owe_card_redraws(self, wake: Callable[[], None] | None) -> None:
@@ -254,12 +260,14 @@ class StoreCore:
     ) -> None:
         """Append one row to the chain (`bot/store/chain.py`), in the caller's transaction.
 
-        One statement when the head is known (`_known_head`): the insert is conditional on the
-        head still being that one, and its trigger advances the head (refusing a row that is
-        not the next link). Otherwise, or when it inserted nothing (the head moved: another
-        store on the file, a rolled-back append), the head is read, locked (PostgreSQL;
-        SQLite's write transaction is already the only one), and the row appended after it.
-        Replicas append one at a time, and a rolled-back write leaves no gap. The row is
+        One statement when the head is known (`_known_head`: this store's last link, on
+        PostgreSQL perhaps not committed yet; the transaction's own, if it appended before):
+        the insert is conditional on the head being that one, and its trigger advances the
+        head (refusing a row that is not the next link). Otherwise, or when it inserted
+        nothing (the head moved: another store or replica, a rolled-back append), the head is
+        read, locked (PostgreSQL; SQLite's write transaction is already the only one), and the
+        row appended after it. Replicas append one at a time, and a rolled-back write leaves
+        no gap. The row is
         hashed from the values in hand, as `opsgate audit --json` will print it."""
         if not self._chained:
             await self._write_unchained(tx, event, actor, session_id, call_id, details)
@@ -282,27 +290,43 @@ class StoreCore:
         }
         # SQLite stores the text itself (encoding what it decodes to gives the same text).
         column = text if self._db.dialect == "sqlite" else self._db.json_in(stored)
-        columns = {"at": self._db.time_in(at), "details": column}
+        columns = (self._db.time_in(at), column)
         append = _APPEND[self._db.dialect]
-        known = self._known_head(tx)
+        if self._head is not None and self._head[0] is tx:
+            # This transaction's own last link: it holds the head (PostgreSQL: locked).
+            await self._append_after(tx, append, self._head[1], fields, columns)
+            return
+        async with self._appending:
+            await self._append_after(tx, append, self._known_head(), fields, columns)
+
+    def _known_head(self) -> ChainHead | None:
+        """The head to try first: the link this store's last append wrote. On SQLite the write
+        lock makes this transaction the only writer, so it is right unless another store on
+        the file appended since. On PostgreSQL that link may not be committed yet: the insert
+        waits on the head row's lock behind the transaction that wrote it and, once that one
+        commits, follows it (no more round trips; the hash was computed before the lock). The
+        store's appends from other transactions take turns (`_appending`) until their insert
+        returns, so one waits on the head at a time behind the one it follows, and the next
+        one knows its link; if that link rolls back or a replica appends meanwhile, the try
+        writes nothing but has locked the head, which the store then reads."""
+        return None if self._head is None else self._head[1]
+
+    async def _append_after(
+        self,
+        tx: Tx,
+        append: str,
+        known: ChainHead | None,
+        fields: dict[str, Any],
+        columns: tuple[Any, Any],
+    ) -> None:
         if known is not None and await self._try_append(tx, append, known, fields, columns):
             return
         head = await self._locked_head(tx)
         if not await self._try_append(tx, append, head, fields, columns):
             raise StoreError(f"the audit chain of {self._db.name!r} moved under its lock")
 
-    def _known_head(self, tx: Tx) -> ChainHead | None:
-        """The head to try first: on SQLite the one this store's last append left (the write
-        lock makes this transaction the only writer, so it is right unless another store on
-        the file appended since, which the conditional insert finds); on PostgreSQL only the
-        one this transaction left (it holds the head locked), as replicas append meanwhile."""
-        if self._head is None:
-            return None
-        owner, head = self._head
-        return head if owner is tx or not self._db.for_update else None
-
     async def _try_append(
-        self, tx: Tx, append: str, head: ChainHead, fields: dict[str, Any], columns: dict[str, Any]
+        self, tx: Tx, append: str, head: ChainHead, fields: dict[str, Any], columns: tuple[Any, Any]
     ) -> bool:
         """Append after `head`; False (nothing written) if it is no longer the head."""
         row = _link(head, fields, columns)

@@ -133,11 +133,14 @@ def to_text(moment: datetime) -> str:
     return aware(moment).astimezone(UTC).isoformat(timespec="microseconds")
 
 
+_JSON_TEXT = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
+"""`json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)`, its encoder built once."""
+
+
 def json_text(value: Any) -> str:
     """`value` as JSON text with UTF-8 kept and lone surrogates replaced (the database's UTF-8
     encode would refuse them and fail the write)."""
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    return replace_lone_surrogates(text)
+    return replace_lone_surrogates(_JSON_TEXT(value))
 
 
 _NAME = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")

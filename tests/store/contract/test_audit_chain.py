@@ -211,3 +211,60 @@ async def test_a_store_behind_another_one_appends_after_it(new_store: StoreFacto
             await (first if n % 2 else second).audit("request", actor="U1", details={"n": n})
         assert [r.seq for r in await first.audit_rows()] == [1, 2, 3, 4]
         assert isinstance(await _verdict(first), Intact)
+
+
+async def test_concurrent_appends_in_one_store_follow_links_not_yet_committed(
+    store: Store,
+) -> None:
+    """Forty appends at once on one store (PostgreSQL: as many transactions as its pool holds),
+    one of them rolled back after its link was written: each append first tries to follow the
+    store's last link, committed or not; the chain stays gap-free and intact, the rolled-back
+    link leaves nothing, and the append that had followed it finds the head instead."""
+    db = store._db  # type: ignore[attr-defined]
+    written = asyncio.Event()
+
+    async def doomed() -> None:
+        with pytest.raises(_RolledBack):
+            async with db.transaction("test") as tx:
+                await store._write_audit(tx, "request", actor="U0", details={"n": -1})  # type: ignore[attr-defined]
+                written.set()
+                await asyncio.sleep(0.05)  # others queue behind the uncommitted link meanwhile
+                raise _RolledBack
+
+    async def append(n: int) -> None:
+        if n >= 20:
+            await asyncio.wait_for(written.wait(), 30)
+        await store.audit("request", actor="U1", details={"n": n})
+
+    await asyncio.wait_for(asyncio.gather(doomed(), *(append(n) for n in range(40))), 120)
+    rows = await store.audit_rows()
+    assert [r.seq for r in rows] == list(range(1, 41))
+    assert sorted(r.details["n"] for r in rows) == list(range(40))
+    assert isinstance(await _verdict(store), Intact)
+    assert await store.audit_chain_head() == (40, rows[-1].hash)
+
+
+async def test_concurrent_appends_in_one_store_are_one_insert_each(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forty appends at once, none rolled back: after the first (which reads the head: the
+    store knows none yet) each one's insert follows the link before it, so the head is never
+    read again (on PostgreSQL each waits on the head row behind the one it follows)."""
+    reads = 0
+    locked_head = type(store)._locked_head  # type: ignore[attr-defined]
+
+    async def counted(self: Any, tx: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await locked_head(self, tx)
+
+    monkeypatch.setattr(type(store), "_locked_head", counted)
+    await store.audit("request", actor="U1", details={"n": -1})
+    await asyncio.wait_for(
+        asyncio.gather(*(store.audit("request", actor="U1", details={"n": n}) for n in range(40))),
+        120,
+    )
+    assert reads == 1
+    rows = await store.audit_rows()
+    assert [r.seq for r in rows] == list(range(1, 42))
+    assert isinstance(await _verdict(store), Intact)
