@@ -52,6 +52,10 @@ locked first whatever it holds (materialized, so the comparison sees the head af
 not the one from before it)."""
 
 
+_TURN_SECONDS = 1.0
+"""Longest wait for the store's append turn (`_appending`) before appending without it."""
+
+
 def message_body(message: ChatMessage) -> str:
     """The message's stored JSON; lone surrogates anywhere in it become U+FFFD, the last line
     against them (text from outside is cleaned where it enters, `agent_core.unicode`), so a
@@ -296,8 +300,17 @@ class StoreCore:
             # This transaction's own last link: it holds the head (PostgreSQL: locked).
             await self._append_after(tx, append, self._head[1], fields, columns)
             return
-        async with self._appending:
+        try:
+            await asyncio.wait_for(self._appending.acquire(), _TURN_SECONDS)
+        except TimeoutError:
+            # A wait the database cannot see: this transaction may hold rows the one ahead
+            # needs. Go to the head itself, where a cycle is a deadlock PostgreSQL breaks.
+            await self._append_after(tx, append, None, fields, columns)
+            return
+        try:
             await self._append_after(tx, append, self._known_head(), fields, columns)
+        finally:
+            self._appending.release()
 
     def _known_head(self) -> ChainHead | None:
         """The head to try first: the link this store's last append wrote. On SQLite the write

@@ -14,6 +14,7 @@ import pytest
 
 from agent_core import ChatMessage, ToolCallAlreadyStarted
 from bot.store import AlreadyDecided, LateResult, StoreError, open_store
+from bot.store.chain import Intact, verify_chain
 from bot.store.postgres import SCHEMA_VERSION, PostgresStore
 from tests.store.contract.helpers import RESTART, STATUS, Clock, mention, paused_session
 from tests.support.postgres import postgres_cluster, postgres_url
@@ -253,3 +254,72 @@ async def test_a_stalled_replica_that_wakes_with_a_result_audits_it_and_the_call
         if e.call_id == RESTART.id and e.event in ("interrupted", "execution_end")
     ]
     assert ("interrupted", None) in events and ("execution_end", True) in events
+
+
+async def _until(holds: Any, what: str) -> None:
+    """Wait (polling the loop, 10 s at most) until `holds()` is true."""
+    async with asyncio.timeout(10):
+        while not await holds():  # noqa: ASYNC110 -- the database says when: no event to wait on
+            await asyncio.sleep(0.005)
+    assert await holds(), what
+
+
+async def test_a_wait_for_the_append_turn_the_database_cannot_see_ends_in_a_deadlock_it_breaks(
+    new_store: Factory,
+) -> None:
+    """A appended (it holds the head) and will next want a row C holds; B waits
+    on the head behind A, holding the store's append turn; C, holding that row, waits for the
+    turn. The turn is not a database lock, so PostgreSQL sees no cycle: C stops waiting for it
+    after `_TURN_SECONDS` and goes to the head, where A and C are a deadlock PostgreSQL breaks.
+    Every transaction ends (one of A and C refused), and the chain stays whole."""
+    async with new_store() as store:
+        await _cycle(store)
+
+
+async def _cycle(store: PostgresStore) -> None:
+    db = store._db
+    turn: asyncio.Lock = store._appending
+    watcher = await asyncpg.connect(store.url)
+    await watcher.execute("CREATE TABLE probe (id int PRIMARY KEY); INSERT INTO probe VALUES (1)")
+    a_appended, c_locked = asyncio.Event(), asyncio.Event()
+
+    async def waiting_on_locks(n: int) -> bool:
+        count = await watcher.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        )
+        return bool(count >= n)
+
+    async def a() -> None:
+        async with db.transaction("a") as tx:
+            await store._write_audit(tx, "request", actor="A", details={})
+            a_appended.set()
+            await c_locked.wait()
+            await _until(lambda: _true(turn.locked() and bool(turn._waiters)), "C awaits the turn")
+            await tx.execute("UPDATE probe SET id = 1 WHERE id = 1")
+
+    async def b() -> None:
+        await a_appended.wait()
+        await store.audit("request", actor="B", details={})
+
+    async def c() -> None:
+        await _until(lambda: waiting_on_locks(1), "B waits on the head")
+        async with db.transaction("c") as tx:
+            await tx.fetch_one("SELECT id FROM probe WHERE id = 1 FOR UPDATE")
+            c_locked.set()
+            await store._write_audit(tx, "request", actor="C", details={})
+
+    try:
+        ends = await asyncio.wait_for(asyncio.gather(a(), b(), c(), return_exceptions=True), 60)
+    finally:
+        await watcher.close()
+    refused = [e for e in ends if isinstance(e, BaseException)]
+    assert len(refused) == 1 and "deadlock" in str(refused[0]).lower(), ends
+    assert ends[1] is None  # B never was in the cycle
+    rows = await store.audit_rows()
+    assert [r.seq for r in rows] == [1, 2]
+    chain_seq, _ = await store.audit_chain_head()
+    assert isinstance(verify_chain(rows, key=None, chain_seq=chain_seq), Intact)
+
+
+async def _true(value: bool) -> bool:
+    return value

@@ -228,7 +228,8 @@ async def test_concurrent_appends_in_one_store_follow_links_not_yet_committed(
             async with db.transaction("test") as tx:
                 await store._write_audit(tx, "request", actor="U0", details={"n": -1})  # type: ignore[attr-defined]
                 written.set()
-                await asyncio.sleep(0.05)  # others queue behind the uncommitted link meanwhile
+                for _ in range(50):  # loop turns (not time) for the others to queue behind it
+                    await asyncio.sleep(0)
                 raise _RolledBack
 
     async def append(n: int) -> None:
