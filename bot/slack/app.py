@@ -113,7 +113,8 @@ def create_app(
             signing_secret=secret.get_secret_value() if secret else "",
             logger=logging.getLogger("opsgate.bolt"),
         )
-    intake.install(app, service, output)  # before any listener: the one intake
+    # Before any listener: the one intake (a message to act on is saved as its own row).
+    intake.install(app, service, output, message_of=listeners.message_of(service, policy))
     listeners.register(app, service, output, policy=policy)
     return app
 

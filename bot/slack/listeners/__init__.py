@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import assistant, break_glass, cards, commands, feedback, home, messages, previews
+from .messages import message_of
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from ...runs.service import RunService
     from ..output import SlackThreadOutput
 
-__all__ = ["register"]
+__all__ = ["message_of", "register"]
 
 
 def register(
