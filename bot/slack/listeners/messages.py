@@ -29,6 +29,7 @@ __all__ = [
     "message_of",
     "message_text",
     "register",
+    "register_other_events",
 ]
 
 
@@ -224,6 +225,10 @@ def register(app: AsyncApp, service: RunService, *, policy: Policy) -> None:
 
     app.event("app_mention", middleware=[once])(on_incoming)
     app.event("message", middleware=[once])(on_incoming)
+
+
+def register_other_events(app: AsyncApp) -> None:
+    """The catch-all, registered after every other event listener."""
 
     @app.event(re.compile(".*"))
     async def on_other_event() -> None:
