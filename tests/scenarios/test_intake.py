@@ -1,0 +1,165 @@
+"""A message the bot acts on goes through the one intake as one row and one commit before its
+200 (issue 20's burst: not a `request` row and then a `message` row, each its own wait), and
+keeps every guarantee of the intake: dedupe per delivery, replay of rows left behind, the
+author told when the database refuses, Slack's retry handled once. Through the real app over
+signed loopback HTTP and a real SQLite file."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from bot.store import SQLiteStore
+from tests.scenarios.test_app import ALICE, make_tools
+from tests.scenarios.test_unsaved_clicks import _refuse_writes
+from tests.support.harness import CHANNEL, Bot, running_bot
+from tests.support.slack_requests import app_mention, event_body, message
+
+MENTION_TS = "1700000070.000100"
+
+
+def _inbox(database: Path) -> list[tuple[str, str, dict[str, Any]]]:
+    """(kind, state, payload) of every inbox row, read through a connection of its own."""
+    with sqlite3.connect(database) as raw:
+        rows = raw.execute("SELECT kind, state, payload FROM inbox ORDER BY id").fetchall()
+    return [(str(k), str(s), json.loads(p)) for k, s, p in rows]
+
+
+def _mention(event_id: str, ts: str = MENTION_TS) -> dict[str, Any]:
+    return app_mention(
+        "<@UBOT> check the disk", channel=CHANNEL, user=ALICE, ts=ts, event_id=event_id
+    )
+
+
+def _commits(bot: Bot) -> list[str]:
+    """The name of every write transaction the bot's store commits, in order."""
+    store = bot.deps.store
+    assert isinstance(store, SQLiteStore)
+    db = store._db
+    committed: list[str] = []
+    transaction = db.transaction
+
+    @contextlib.asynccontextmanager
+    async def noted(what: str) -> AsyncIterator[Any]:
+        async with transaction(what) as tx:
+            yield tx
+        committed.append(what)
+
+    db.transaction = noted  # type: ignore[method-assign]
+    return committed
+
+
+def _written_before_ack(bot: Bot, committed: list[str]) -> list[list[str]]:
+    """For each request that reached a listener: what had been committed when Bolt's listener
+    runner began, the point where it acknowledges an event (before its listener runs)."""
+    assert bot.app is not None
+    runner = bot.app._async_listener_runner
+    seen: list[list[str]] = []
+    run = runner.run
+
+    async def noting(*args: Any, **kwargs: Any) -> Any:
+        seen.append(list(committed))
+        return await run(*args, **kwargs)
+
+    runner.run = noting  # type: ignore[method-assign]
+    return seen
+
+
+async def test_a_mention_is_one_row_and_one_commit_before_its_200(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        await bot.settle()
+        committed = _commits(bot)
+        acked = _written_before_ack(bot, committed)
+        bot.llm.reply_text("Disk is fine.")
+        response = await bot.event(_mention("EvONE"))
+        assert response.status_code == 200
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        assert acked == [["inbox_add"]]  # one commit, then the 200
+        [(kind, state, payload)] = _inbox(tmp_path / "opsgate.db")
+        assert (kind, state) == ("message", "done")  # the row the run was processed from
+        assert payload["ts"] == MENTION_TS and payload["text"] == "check the disk"
+        assert committed.count("inbox_add") == 1 and "inbox_done" in committed
+
+
+async def test_a_mention_retried_and_sent_as_a_message_too_is_one_row_and_one_run(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.llm.reply_text("Disk is fine.")
+        bot.llm.reply_text("A second answer that must not come.")
+        first = await bot.event(_mention("EvTWICE"))
+        retry = await bot.event(
+            _mention("EvTWICE"), **{"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "timeout"}
+        )
+        # A channel mention arrives as `message` too (its own event id): the same run, once.
+        as_message = message(
+            "<@UBOT> check the disk", channel=CHANNEL, user=ALICE, ts=MENTION_TS, event_id="EvMSG"
+        )
+        also = await bot.post(event_body(as_message), "application/json")
+        assert (first.status_code, retry.status_code, also.status_code) == (200, 200, 200)
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        assert len(bot.llm.requests) == 1
+        assert [k for k, _, _ in _inbox(tmp_path / "opsgate.db")] == ["message"]
+
+
+async def test_a_mention_the_database_refuses_is_said_answered_500_and_taken_on_retry(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.llm.reply_text("Disk is fine.")
+        await _refuse_writes(bot, True)
+        refused = await bot.event(_mention("EvREFUSED"))
+        assert refused.status_code == 500  # Slack delivers it again later
+        [told] = await bot.slack.wait_for("chat.postMessage")
+        assert told.params["thread_ts"] == MENTION_TS
+        assert "couldn't save your message" in told.params["text"]
+        assert bot.llm.requests == []
+        await _refuse_writes(bot, False)
+        retried = await bot.event(_mention("EvREFUSED"), **{"X-Slack-Retry-Num": "1"})
+        assert retried.status_code == 200
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        assert len(bot.llm.requests) == 1
+
+
+async def test_a_mention_the_earlier_release_saved_as_two_rows_is_handled_once(
+    tmp_path: Path,
+) -> None:
+    """Rows a kill -9 left under the release before this one: the request and its message,
+    each with its own keys. The request is replayed through the listeners, whose own keys make
+    the replay repeat nothing; the message row is processed: one run."""
+    body = json.loads(event_body(_mention("EvOLD")))
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        store = bot.deps.store
+        await store.inbox_add(
+            "request",
+            {"kind": "event_callback", "body": body},
+            keys=["request:event_callback:T0TEST:EvOLD"],
+        )
+        delivery = {
+            "team": "T0TEST",
+            "channel": CHANNEL,
+            "thread_ts": MENTION_TS,
+            "user": ALICE,
+            "text": "check the disk",
+            "ts": MENTION_TS,
+        }
+        await store.inbox_add(
+            "message", delivery, keys=["EvOLD", f"message:{CHANNEL}:{MENTION_TS}"]
+        )
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.llm.reply_text("Disk is fine.")
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        assert [r["messages"][-1]["content"] for r in bot.llm.requests] == ["check the disk"]
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        await bot.settle()
+        assert bot.llm.requests == []  # the second start finds nothing left to do
+    rows = _inbox(tmp_path / "opsgate.db")
+    assert [(k, s) for k, s, _ in rows] == [("request", "done"), ("message", "done")]
