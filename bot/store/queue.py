@@ -228,8 +228,21 @@ class Queue(Sessions):
                 "DELETE FROM seen_events WHERE seen_at < :before",
                 {"before": self._db.time_in(moment - SEEN_EVENT_TTL)},
             )
+            # The group's keys are claimed in a statement or two, not one each: the group
+            # holds the connection (and each statement waits its turn on a busy loop) for as
+            # long as its statements take, while the next group's deliveries wait for it.
+            unclaimed = await self._claim_keys(tx, [k for _, _, keys in adds for k in keys], now)
             for kind, payload, keys in adds:
-                ids.append(await self._add_one(tx, kind, payload, keys, now))
+                # Saved if every key is the group's first sighting and no earlier delivery of
+                # the group took it: as if each delivery had claimed its keys alone, in order.
+                if not unclaimed.issuperset(keys):
+                    ids.append(None)
+                    continue
+                unclaimed.difference_update(keys)
+                ids.append(await self._insert_row(tx, kind, payload, now))
+            # Keys claimed for deliveries that were refused (another of their keys was seen
+            # before) are released, as a rollback of that delivery alone would.
+            await self._release_keys(tx, sorted(unclaimed))
             saved = [i for i in ids if i is not None]
             if saved and any(kind == "request" for kind, _, _ in adds):
                 # Every request Slack sends is a row (the one intake): done ones are kept for a
@@ -241,17 +254,32 @@ class Queue(Sessions):
                 )
         return ids
 
-    async def _add_one(
-        self, tx: Tx, kind: InboxKind, payload: dict[str, Any], keys: Sequence[str], now: Any
-    ) -> int | None:
-        """One delivery of a group: None (and its keys released) if any key was seen before."""
-        claimed: list[str] = []
-        for key in keys:
-            if await tx.execute(_FIRST_SIGHTING, {"key": key, "now": now}) != 1:
-                for mine in claimed:  # as a rollback of this delivery alone would
-                    await tx.execute("DELETE FROM seen_events WHERE event_id = :key", {"key": mine})
-                return None
-            claimed.append(key)
+    async def _claim_keys(self, tx: Tx, keys: Sequence[str], now: Any) -> set[str]:
+        """The keys seen here for the first time (claimed now); a key named twice is claimed
+        once."""
+        claimed: set[str] = set()
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), _KEYS_PER_STATEMENT):
+            chunk = unique[start : start + _KEYS_PER_STATEMENT]
+            values = ", ".join(f"(:k{i}, :now)" for i in range(len(chunk)))
+            rows = await tx.fetch_all(
+                f"INSERT INTO seen_events (event_id, seen_at) VALUES {values} "
+                "ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
+                {"now": now, **{f"k{i}": key for i, key in enumerate(chunk)}},
+            )
+            claimed.update(str(row[0]) for row in rows)
+        return claimed
+
+    async def _release_keys(self, tx: Tx, keys: Sequence[str]) -> None:
+        for start in range(0, len(keys), _KEYS_PER_STATEMENT):
+            chunk = keys[start : start + _KEYS_PER_STATEMENT]
+            names = ", ".join(f":k{i}" for i in range(len(chunk)))
+            await tx.execute(
+                f"DELETE FROM seen_events WHERE event_id IN ({names})",
+                {f"k{i}": key for i, key in enumerate(chunk)},
+            )
+
+    async def _insert_row(self, tx: Tx, kind: InboxKind, payload: dict[str, Any], now: Any) -> int:
         item_id = await tx.fetch_value(
             "INSERT INTO inbox (kind, payload, instance_id, received_at) "
             "VALUES (:kind, :payload, :instance, :now) RETURNING id",
@@ -271,6 +299,9 @@ class Queue(Sessions):
                 {"now": self._now(), "id": item_id},
             )
 
+
+_KEYS_PER_STATEMENT = 500
+"""Keys claimed per statement (two parameters each: within both databases' limits)."""
 
 REQUESTS_KEPT = 10_000
 """Done `request` rows kept (the newest); older ones are deleted as requests come in."""

@@ -86,3 +86,22 @@ async def test_a_burst_saved_together_is_deduplicated_delivery_by_delivery(
         assert sorted(item.payload["ts"] for item in recovered) == sorted(
             f"{n}.0" for n in range(30)
         )
+
+
+async def test_a_refused_delivery_leaves_its_new_keys_to_the_next_in_its_group(
+    store: Store,
+) -> None:
+    """The group's keys are claimed together; the result is as if each delivery had claimed its
+    own alone, in order: a refused one takes none, a key named twice goes to the first."""
+    assert await store.inbox_add("message", MENTION, keys=["EvSeen"]) is not None
+    blocker, refused, after, first, second = await asyncio.gather(
+        store.inbox_add("message", {**MENTION, "ts": "1.5"}, keys=["EvBlock"]),
+        store.inbox_add("message", {**MENTION, "ts": "2.0"}, keys=["EvNew", "EvSeen"]),
+        store.inbox_add("message", {**MENTION, "ts": "3.0"}, keys=["EvNew"]),
+        store.inbox_add("message", {**MENTION, "ts": "4.0"}, keys=["EvTwice", "EvFour"]),
+        store.inbox_add("message", {**MENTION, "ts": "5.0"}, keys=["EvTwice", "EvFive"]),
+    )
+    assert refused is None and second is None
+    assert None not in (blocker, after, first)
+    assert not await store.first_sighting("EvNew") and not await store.first_sighting("EvFour")
+    assert await store.first_sighting("EvFive")  # the refused one's other key was released
