@@ -1,22 +1,26 @@
 """The one durable intake: every request Slack sends is saved, with its dedupe key, before any
-listener can acknowledge it.
+listener can acknowledge it: one row, one commit.
 
 Events, block actions, view submissions and closes, shortcuts, slash commands and options
 lookups all pass one global Bolt middleware (installed by `create_app`, after Bolt's signature
-check), which saves the request as an inbox row of kind `request` (`Inbox.save_request`) in
-the transaction that claims its key. A key seen before (a replay within Slack's signature
-window, a retry, a second copy of a shortcut) is answered 200 and handled no further. The row
-is marked done when Bolt says its listener finished (a listener completion handler); a row left
-behind by a kill -9 after the 200 is handed back to the app at the next start-up
-(`replay`), which runs it through the same listeners. Listeners' own rows (a message's, a
-`/opsgate` request's) keep their own keys, so a replayed request repeats nothing they did.
+check). A message the bot acts on (`message_of`, the message listener's: a mention, a DM, a
+reply in one of its threads) is saved as its `message` row, the row the inbox processes it
+from, under the request's key and the message's own (`Inbox.save_message`); any other request
+as an inbox row of kind `request` (`Inbox.save_request`), in the transaction that claims its
+key. A key seen before (a replay within Slack's signature window, a retry, a second copy of a
+shortcut, a mention's `message` event after its `app_mention`) is answered 200 and handled no
+further. A `request` row is marked done when Bolt says its listener finished (a listener
+completion handler), a `message` row by the inbox once processed; a `request` row left behind
+by a kill -9 after the 200 is handed back to the app at the next start-up (`replay`), which runs
+it through the same listeners. Listeners' own rows (a message's, a `/opsgate` request's) keep
+their own keys, so a replayed request repeats nothing they did.
 
 A database that does not save the request in `SAVE_SECONDS` (refusing writes, or a
 PostgreSQL outage) leaves Slack's 3 s to answer: a click, a form or a shortcut is answered 200
 and the person is told privately that nothing was saved (try again); a slash command is
-answered with the same words; an event goes on to its listener unsaved (a message's own save
-then fails the same way and tells its author; the 500 makes Slack deliver it again); an options
-lookup gets no options. See docs/architecture.md, "One intake".
+answered with the same words; an event goes on to its listener unsaved (a message's listener
+then tries its own save; failing the same way, it tells the author and the 500 makes Slack
+deliver it again); an options lookup gets no options. See docs/architecture.md, "One intake".
 """
 
 from __future__ import annotations
