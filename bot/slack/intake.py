@@ -187,8 +187,10 @@ async def _save_in_time(
 ) -> InboxItem | None:
     """The row, or `TimeoutError` after `SAVE_SECONDS`. A save that does not answer (a
     PostgreSQL outage) is not waited for, even to cancel it: a cancelled asyncpg query may hang
-    too. It goes on as owned work; should it commit after all, its row is marked done at once,
-    so the request the person was told is not saved is never handled later."""
+    too. It goes on as owned work; should it commit after all, a `request` row is marked done at
+    once, so the request the person was told is not saved is never handled later. A message's
+    row is processed instead: its event went on to the message listener, whose own save finds
+    the message seen before (its keys are the row's), and nobody was told it was not saved."""
     try:
         task = service.ctx.tasks.spawn(save(), name="saving a request")
     except RuntimeError:  # stopping: no owner for it, so wait as long as it takes
@@ -201,7 +203,9 @@ async def _save_in_time(
     async def forget() -> None:
         with contextlib.suppress(Exception):
             late = await task
-            if late is not None:
+            if late is not None and late.kind == "message":
+                service.inbox.process_soon(late)
+            elif late is not None:
                 await service.inbox.done(late.id)
 
     task.cancel()

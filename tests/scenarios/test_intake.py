@@ -6,14 +6,19 @@ signed loopback HTTP and a real SQLite file."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bot.store import SQLiteStore
+import pytest
+
+from bot.runs.inbox import MessageDelivery
+from bot.slack import intake
+from bot.store import InboxItem, SQLiteStore
 from tests.scenarios.test_app import ALICE, make_tools
 from tests.scenarios.test_unsaved_clicks import _refuse_writes
 from tests.support.harness import CHANNEL, Bot, running_bot
@@ -163,3 +168,51 @@ async def test_a_mention_the_earlier_release_saved_as_two_rows_is_handled_once(
         assert bot.llm.requests == []  # the second start finds nothing left to do
     rows = _inbox(tmp_path / "opsgate.db")
     assert [(k, s) for k, s, _ in rows] == [("request", "done"), ("message", "done")]
+
+
+async def test_a_mention_saved_too_late_for_its_200_is_still_processed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database is slow: the intake stops waiting after `SAVE_SECONDS` and the event goes on
+    to the message listener, whose own save waits in line behind the late one (group commit).
+    The late one commits after all, as a delivery taken into a transaction under way does even
+    when its caller gave up: its row is the one processed, once; the listener's is seen before."""
+    monkeypatch.setattr(intake, "SAVE_SECONDS", 0.2)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        inbox = bot.service.inbox
+        save = inbox.save_message
+        release, first_done, gave_up = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        calls: list[Sequence[str]] = []
+
+        async def slow(delivery: MessageDelivery, *, keys: Sequence[str]) -> InboxItem | None:
+            calls.append(keys)
+            if len(calls) > 1:  # the listener's, in line behind the intake's
+                await first_done.wait()
+                return await save(delivery, keys=keys)
+            while not release.is_set():  # the intake's: under way, whoever stops waiting
+                with contextlib.suppress(asyncio.CancelledError):
+                    await release.wait()
+            try:
+                return await save(delivery, keys=keys)
+            finally:
+                first_done.set()
+
+        failed = bot.deps.write_health.failed
+
+        def noted(what: str, exc: BaseException) -> None:
+            failed(what, exc)
+            gave_up.set()
+
+        monkeypatch.setattr(inbox, "save_message", slow)
+        monkeypatch.setattr(bot.deps.write_health, "failed", noted)
+        bot.llm.reply_text("Disk is fine.")
+        posted = asyncio.create_task(bot.event(_mention("EvSLOW")))
+        await asyncio.wait_for(gave_up.wait(), 10)
+        release.set()
+        response = await asyncio.wait_for(posted, 10)
+        assert response.status_code == 200
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        assert len(calls) == 2 and len(bot.llm.requests) == 1
+        assert [(k, s) for k, s, _ in _inbox(tmp_path / "opsgate.db")] == [("message", "done")]
+        assert all("couldn't save" not in str(c.params.get("text")) for c in bot.slack.calls)
