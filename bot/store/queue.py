@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .db import Row, Tx
+from .db import Row, Tx, json_text
 from .errors import StoreError
 from .models import EnqueueOutcome, QueueItem
 from .rules import SEEN_EVENT_TTL
@@ -222,7 +222,7 @@ class Queue(Sessions):
     async def _add_all(self, adds: Sequence[_Add]) -> list[int | None]:
         moment = self._moment()
         now = self._db.time_in(moment)
-        ids: list[int | None] = []
+        ids: list[int | None] = [None] * len(adds)
         async with self._db.transaction("inbox_add") as tx:
             await tx.execute(
                 "DELETE FROM seen_events WHERE seen_at < :before",
@@ -232,14 +232,16 @@ class Queue(Sessions):
             # holds the connection (and each statement waits its turn on a busy loop) for as
             # long as its statements take, while the next group's deliveries wait for it.
             unclaimed = await self._claim_keys(tx, [k for _, _, keys in adds for k in keys], now)
-            for kind, payload, keys in adds:
+            saving: list[int] = []
+            for n, (_, _, keys) in enumerate(adds):
                 # Saved if every key is the group's first sighting and no earlier delivery of
                 # the group took it: as if each delivery had claimed its keys alone, in order.
-                if not unclaimed.issuperset(keys):
-                    ids.append(None)
-                    continue
-                unclaimed.difference_update(keys)
-                ids.append(await self._insert_row(tx, kind, payload, now))
+                if unclaimed.issuperset(keys):
+                    unclaimed.difference_update(keys)
+                    saving.append(n)
+            rows = await self._insert_rows(tx, [adds[n][:2] for n in saving], now)
+            for n, item_id in zip(saving, rows, strict=True):
+                ids[n] = item_id
             # Keys claimed for deliveries that were refused (another of their keys was seen
             # before) are released, as a rollback of that delivery alone would.
             await self._release_keys(tx, sorted(unclaimed))
@@ -279,18 +281,35 @@ class Queue(Sessions):
                 {f"k{i}": key for i, key in enumerate(chunk)},
             )
 
-    async def _insert_row(self, tx: Tx, kind: InboxKind, payload: dict[str, Any], now: Any) -> int:
-        item_id = await tx.fetch_value(
-            "INSERT INTO inbox (kind, payload, instance_id, received_at) "
-            "VALUES (:kind, :payload, :instance, :now) RETURNING id",
-            {
-                "kind": kind,
-                "payload": self._db.json_in(payload),
-                "instance": self._instance_id,
-                "now": now,
-            },
-        )
-        return int(item_id)
+    async def _insert_rows(
+        self, tx: Tx, rows: Sequence[tuple[InboxKind, dict[str, Any]]], now: Any
+    ) -> list[int]:
+        """The new rows' ids, in the order given: a statement per `_ROWS_PER_STATEMENT`, not one
+        each. RETURNING comes in no promised order, so its rows are told apart by what they
+        hold; rows that hold the same are interchangeable."""
+        ids: list[int] = []
+        for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+            chunk = rows[start : start + _ROWS_PER_STATEMENT]
+            one = "(:kind{0}, :payload{0}, :instance, :now)"
+            values = ", ".join(one.format(i) for i in range(len(chunk)))
+            params: dict[str, Any] = {"instance": self._instance_id, "now": now}
+            for i, (kind, payload) in enumerate(chunk):
+                params[f"kind{i}"], params[f"payload{i}"] = kind, self._db.json_in(payload)
+            returned = await tx.fetch_all(
+                "INSERT INTO inbox (kind, payload, instance_id, received_at) "
+                f"VALUES {values} RETURNING id, kind, payload",
+                params,
+            )
+            by_content: dict[tuple[str, str], list[int]] = {}
+            for row in sorted(returned, key=lambda r: int(r[0])):
+                held = _content(row[1], self._db.json_out(row[2]))
+                by_content.setdefault(held, []).append(int(row[0]))
+            for kind, payload in chunk:
+                same = by_content.get(_content(kind, payload))
+                if not same:
+                    raise StoreError(f"inbox_add: a saved {kind!r} row was not returned")
+                ids.append(same.pop(0))
+        return ids
 
     async def inbox_done(self, item_id: int) -> None:
         async with self._db.transaction("inbox_done") as tx:
@@ -302,6 +321,14 @@ class Queue(Sessions):
 
 _KEYS_PER_STATEMENT = 500
 """Keys claimed per statement (two parameters each: within both databases' limits)."""
+_ROWS_PER_STATEMENT = 250
+"""Rows inserted per statement (two parameters each, and two shared)."""
+
+
+def _content(kind: Any, payload: Any) -> tuple[str, str]:
+    """What tells a saved row apart from the others of its statement."""
+    return str(kind), json_text(payload)  # as saved: keys sorted, lone surrogates replaced
+
 
 REQUESTS_KEPT = 10_000
 """Done `request` rows kept (the newest); older ones are deleted as requests come in."""
