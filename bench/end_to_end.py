@@ -10,9 +10,10 @@ The clients' 200 connections are opened (and kept alive) before the clock starts
 new connections larger than the listen backlog measures the kernel's SYN retransmit, not the app.
 
 Printed: throughput (threads completed per second), p50/p99 of each step, and the mention acks
-beside their floor: the same burst of 200 mentions against a Bolt app that only acks. Then it
-CHECKS, and exits non-zero if any check fails, that every thread got exactly one answer, that
-every approved call ran exactly once (the tool appends a line per run to a file), and that the
+beside their floor: the same burst of 200 mentions against a Bolt app that only acks (each
+burst starts from a settled heap, `_settled_heap`). Then it CHECKS, and exits non-zero if any
+check fails, that every thread got exactly one answer, that every approved call ran exactly once
+(the tool appends a line per run to a file), that nobody was told of an error, and that the
 store agrees.
 
 The model stand-in answers each request from what the request holds (the ticket named in the
