@@ -216,3 +216,28 @@ async def test_a_mention_saved_too_late_for_its_200_is_still_processed_once(
         assert len(calls) == 2 and len(bot.llm.requests) == 1
         assert [(k, s) for k, s, _ in _inbox(tmp_path / "opsgate.db")] == [("message", "done")]
         assert all("couldn't save" not in str(c.params.get("text")) for c in bot.slack.calls)
+
+
+async def test_a_burst_right_after_the_start_asks_slack_auth_test_once(tmp_path: Path) -> None:
+    """Bolt's single-workspace authorization asks `auth.test` for every request until one has
+    answered: asked once at start-up instead, a first burst does not ask it once per request."""
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        assert len(bot.slack.calls_to("auth.test")) == 1  # at start-up, before any request
+        for n in range(10):
+            bot.llm.reply_text(f"Answer {n}.")
+        responses = await asyncio.gather(
+            *(bot.event(_mention(f"EvBURST{n}", ts=f"17000001{n:02d}.000100")) for n in range(10))
+        )
+        assert [r.status_code for r in responses] == [200] * 10
+        await bot.llm.wait_for_requests(10)
+        await bot.settle()
+        assert len(bot.slack.calls_to("auth.test")) == 1
+
+
+async def test_the_message_listeners_are_the_first_bolt_tries(tmp_path: Path) -> None:
+    """Bolt runs every earlier listener's matchers for each request: mentions, the requests that
+    come in bursts, run none but their own."""
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        assert bot.app is not None
+        first = [listener.ack_function.__name__ for listener in bot.app._async_listeners[:2]]
+        assert first == ["on_incoming", "on_incoming"]
