@@ -258,9 +258,10 @@ class Queue(Sessions):
 
     async def _claim_keys(self, tx: Tx, keys: Sequence[str], now: Any) -> set[str]:
         """The keys seen here for the first time (claimed now); a key named twice is claimed
-        once."""
+        once. In sorted order: two replicas' groups naming the same keys wait for each other's
+        in one order, never in a cycle (PostgreSQL would abort one as a deadlock)."""
         claimed: set[str] = set()
-        unique = list(dict.fromkeys(keys))
+        unique = sorted(set(keys))
         for start in range(0, len(unique), _KEYS_PER_STATEMENT):
             chunk = unique[start : start + _KEYS_PER_STATEMENT]
             values = ", ".join(f"(:k{i}, :now)" for i in range(len(chunk)))
