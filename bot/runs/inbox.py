@@ -1,10 +1,11 @@
 """The inbox: what Slack delivered is saved before its 200, then processed from the saved row.
 
-`docs/architecture.md`, "acknowledged means durable": a listener saves the delivery with
-`save_message` / `save_slash` (deduplicated in the same transaction) and only then lets the
-acknowledgement go out. Processing runs as owned background work (`bot.tasks`), so a graceful
-stop waits for it; a row whose processing never finished (kill -9, a stop past its grace
-period) is claimed and processed by the next start-up's `recover`.
+`docs/architecture.md`, "acknowledged means durable": the front end saves the delivery with
+`save_message` / `save_slash` / `save_request` (deduplicated in the same transaction; one row
+per delivery: a message is saved once, as its `message` row, by the one intake) and only then
+lets the acknowledgement go out. Processing runs as owned background work (`bot.tasks`), so a
+graceful stop waits for it; a row whose processing never finished (kill -9, a stop past its
+grace period) is claimed and processed by the next start-up's `recover`.
 
 Processing a row queues its run (or answers it) and then marks the row done. A crash between
 the two processes the row again at start-up: the run is not queued twice (the session is busy

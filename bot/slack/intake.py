@@ -1,22 +1,26 @@
 """The one durable intake: every request Slack sends is saved, with its dedupe key, before any
-listener can acknowledge it.
+listener can acknowledge it: one row, one commit.
 
 Events, block actions, view submissions and closes, shortcuts, slash commands and options
 lookups all pass one global Bolt middleware (installed by `create_app`, after Bolt's signature
-check), which saves the request as an inbox row of kind `request` (`Inbox.save_request`) in
-the transaction that claims its key. A key seen before (a replay within Slack's signature
-window, a retry, a second copy of a shortcut) is answered 200 and handled no further. The row
-is marked done when Bolt says its listener finished (a listener completion handler); a row left
-behind by a kill -9 after the 200 is handed back to the app at the next start-up
-(`replay`), which runs it through the same listeners. Listeners' own rows (a message's, a
-`/opsgate` request's) keep their own keys, so a replayed request repeats nothing they did.
+check). A message the bot acts on (`message_of`, the message listener's: a mention, a DM, a
+reply in one of its threads) is saved as its `message` row, the row the inbox processes it
+from, under the request's key and the message's own (`Inbox.save_message`); any other request
+as an inbox row of kind `request` (`Inbox.save_request`), in the transaction that claims its
+key. A key seen before (a replay within Slack's signature window, a retry, a second copy of a
+shortcut, a mention's `message` event after its `app_mention`) is answered 200 and handled no
+further. A `request` row is marked done when Bolt says its listener finished (a listener
+completion handler), a `message` row by the inbox once processed; a `request` row left behind
+by a kill -9 after the 200 is handed back to the app at the next start-up (`replay`), which runs
+it through the same listeners. Listeners' own rows (a message's, a `/opsgate` request's) keep
+their own keys, so a replayed request repeats nothing they did.
 
 A database that does not save the request in `SAVE_SECONDS` (refusing writes, or a
 PostgreSQL outage) leaves Slack's 3 s to answer: a click, a form or a shortcut is answered 200
 and the person is told privately that nothing was saved (try again); a slash command is
-answered with the same words; an event goes on to its listener unsaved (a message's own save
-then fails the same way and tells its author; the 500 makes Slack deliver it again); an options
-lookup gets no options. See docs/architecture.md, "One intake".
+answered with the same words; an event goes on to its listener unsaved (a message's listener
+then tries its own save; failing the same way, it tells the author and the 500 makes Slack
+deliver it again); an options lookup gets no options. See docs/architecture.md, "One intake".
 """
 
 from __future__ import annotations
@@ -26,17 +30,18 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.listener.async_listener_completion_handler import (
     AsyncListenerCompletionHandler,
 )
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
-from ..runs.inbox import RequestDelivery
+from ..runs.inbox import MessageDelivery, RequestDelivery
 from ..runs.notices import NotSaved
 from ..runs.output import Thread
 from ..runs.service import RunService
@@ -44,7 +49,15 @@ from ..store import InboxItem, StoreError
 from .notices import render
 from .output import SlackThreadOutput
 
-__all__ = ["SAVE_SECONDS", "install", "request_key", "request_kind"]
+__all__ = [
+    "SAVED_MESSAGE",
+    "SAVE_SECONDS",
+    "MessageOf",
+    "Saving",
+    "install",
+    "request_key",
+    "request_kind",
+]
 
 logger = logging.getLogger("opsgate.slack.intake")
 
@@ -56,7 +69,16 @@ _ROW = "opsgate_request_row"
 _REPLAYED = "opsgate_replayed"
 """Set on a request handed back at start-up: its row exists (and is done) already."""
 
+SAVED_MESSAGE = "opsgate_saved_message"
+"""The context key of a message's own inbox row (saved by the intake, processed by the inbox
+once the message listener hands it over)."""
+
 Next = Callable[[], Awaitable[None]]
+Saving = tuple[MessageDelivery, Sequence[str]]
+"""A message to act on as the inbox saves it: the delivery and its own dedupe keys."""
+MessageOf = Callable[[Mapping[str, Any], AsyncBoltContext], Awaitable[Saving | None]]
+"""Whether a request is a message the bot acts on, and how it is saved (the message
+listener's `message_of`)."""
 
 
 def request_kind(body: Mapping[str, Any]) -> str:
@@ -98,8 +120,12 @@ def request_key(body: Mapping[str, Any]) -> str | None:
     return f"request:{kind}:{team}:{name}" if name else None
 
 
-def install(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
-    """The intake middleware, the completion handler that marks rows done, and the replay."""
+def install(
+    app: AsyncApp, service: RunService, output: SlackThreadOutput, *, message_of: MessageOf
+) -> None:
+    """The intake middleware, the completion handler that marks rows done, and the replay.
+    `message_of` says which events are messages to act on: those are saved as their message
+    rows, the rows the inbox processes them from."""
 
     async def intake(req: AsyncBoltRequest, resp: BoltResponse, next: Next) -> BoltResponse:
         if req.context.get(_REPLAYED):
@@ -108,21 +134,23 @@ def install(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> No
         body: dict[str, Any] = req.body
         kind = request_kind(body)
         key = request_key(body)
-        delivery = RequestDelivery(kind=kind, body=body)
         try:
-            saved = await _save_in_time(service, delivery, key)
+            saved = await _save_in_time(service, lambda: _save(service, message_of, req, kind, key))
         except (StoreError, TimeoutError) as exc:
             failure = exc if isinstance(exc, StoreError) else StoreError("the database is slow")
             service.ctx.health.failed(f"saving a {_what(kind)}", failure)
             logger.error("a %s request was not saved: %s", kind, exc or "timed out")
             if kind == "event_callback":
-                await next()  # its listener's own save reports it (see the docstring)
+                await next()  # a message's listener saves it, or reports (see the docstring)
                 return resp
             return await _not_saved(service, output, kind, body)
         if saved is None:
             logger.info("a %s request seen before (%s) was not handled again", kind, key)
             return BoltResponse(status=200, body="")
-        req.context[_ROW] = saved.id
+        if saved.kind == "request":
+            req.context[_ROW] = saved.id
+        else:  # the message listener hands it to the inbox, which marks it done
+            req.context[SAVED_MESSAGE] = saved
         await next()
         return resp
 
@@ -140,20 +168,33 @@ def install(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> No
     service.inbox.replay = replay
 
 
+async def _save(
+    service: RunService, message_of: MessageOf, req: AsyncBoltRequest, kind: str, key: str | None
+) -> InboxItem | None:
+    """One row, one commit: a message to act on as its message row (under the request's key
+    and its own), any other request as a `request` row; None for one seen before."""
+    keys = [key] if key else []
+    saving = await message_of(req.body, req.context) if kind == "event_callback" else None
+    if saving is not None:
+        delivery, own = saving
+        return await service.inbox.save_message(delivery, keys=[*keys, *own])
+    request = RequestDelivery(kind=kind, body=req.body)
+    return await service.inbox.save_request(request, keys=keys)
+
+
 async def _save_in_time(
-    service: RunService, delivery: RequestDelivery, key: str | None
+    service: RunService, save: Callable[[], Coroutine[Any, Any, InboxItem | None]]
 ) -> InboxItem | None:
     """The row, or `TimeoutError` after `SAVE_SECONDS`. A save that does not answer (a
     PostgreSQL outage) is not waited for, even to cancel it: a cancelled asyncpg query may hang
-    too. It goes on as owned work; should it commit after all, its row is marked done at once,
-    so the request the person was told is not saved is never handled later."""
-    keys = [key] if key else []
+    too. It goes on as owned work; should it commit after all, a `request` row is marked done at
+    once, so the request the person was told is not saved is never handled later. A message's
+    row is processed instead: its event went on to the message listener, whose own save finds
+    the message seen before (its keys are the row's), and nobody was told it was not saved."""
     try:
-        task = service.ctx.tasks.spawn(
-            service.inbox.save_request(delivery, keys=keys), name="saving a request"
-        )
+        task = service.ctx.tasks.spawn(save(), name="saving a request")
     except RuntimeError:  # stopping: no owner for it, so wait as long as it takes
-        return await service.inbox.save_request(delivery, keys=keys)
+        return await save()
     done, _ = await asyncio.wait({task}, timeout=SAVE_SECONDS)
     if task in done:
         saved: InboxItem | None = task.result()
@@ -162,7 +203,9 @@ async def _save_in_time(
     async def forget() -> None:
         with contextlib.suppress(Exception):
             late = await task
-            if late is not None:
+            if late is not None and late.kind == "message":
+                service.inbox.process_soon(late)
+            elif late is not None:
                 await service.inbox.done(late.id)
 
     task.cancel()

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .db import Row, Tx
+from .db import Row, Tx, json_text
 from .errors import StoreError
 from .models import EnqueueOutcome, QueueItem
 from .rules import SEEN_EVENT_TTL
@@ -222,14 +222,29 @@ class Queue(Sessions):
     async def _add_all(self, adds: Sequence[_Add]) -> list[int | None]:
         moment = self._moment()
         now = self._db.time_in(moment)
-        ids: list[int | None] = []
+        ids: list[int | None] = [None] * len(adds)
         async with self._db.transaction("inbox_add") as tx:
             await tx.execute(
                 "DELETE FROM seen_events WHERE seen_at < :before",
                 {"before": self._db.time_in(moment - SEEN_EVENT_TTL)},
             )
-            for kind, payload, keys in adds:
-                ids.append(await self._add_one(tx, kind, payload, keys, now))
+            # The group's keys are claimed in a statement or two, not one each: the group
+            # holds the connection (and each statement waits its turn on a busy loop) for as
+            # long as its statements take, while the next group's deliveries wait for it.
+            unclaimed = await self._claim_keys(tx, [k for _, _, keys in adds for k in keys], now)
+            saving: list[int] = []
+            for n, (_, _, keys) in enumerate(adds):
+                # Saved if every key is the group's first sighting and no earlier delivery of
+                # the group took it: as if each delivery had claimed its keys alone, in order.
+                if unclaimed.issuperset(keys):
+                    unclaimed.difference_update(keys)
+                    saving.append(n)
+            rows = await self._insert_rows(tx, [adds[n][:2] for n in saving], now)
+            for n, item_id in zip(saving, rows, strict=True):
+                ids[n] = item_id
+            # Keys claimed for deliveries that were refused (another of their keys was seen
+            # before) are released, as a rollback of that delivery alone would.
+            await self._release_keys(tx, sorted(unclaimed))
             saved = [i for i in ids if i is not None]
             if saved and any(kind == "request" for kind, _, _ in adds):
                 # Every request Slack sends is a row (the one intake): done ones are kept for a
@@ -241,28 +256,61 @@ class Queue(Sessions):
                 )
         return ids
 
-    async def _add_one(
-        self, tx: Tx, kind: InboxKind, payload: dict[str, Any], keys: Sequence[str], now: Any
-    ) -> int | None:
-        """One delivery of a group: None (and its keys released) if any key was seen before."""
-        claimed: list[str] = []
-        for key in keys:
-            if await tx.execute(_FIRST_SIGHTING, {"key": key, "now": now}) != 1:
-                for mine in claimed:  # as a rollback of this delivery alone would
-                    await tx.execute("DELETE FROM seen_events WHERE event_id = :key", {"key": mine})
-                return None
-            claimed.append(key)
-        item_id = await tx.fetch_value(
-            "INSERT INTO inbox (kind, payload, instance_id, received_at) "
-            "VALUES (:kind, :payload, :instance, :now) RETURNING id",
-            {
-                "kind": kind,
-                "payload": self._db.json_in(payload),
-                "instance": self._instance_id,
-                "now": now,
-            },
-        )
-        return int(item_id)
+    async def _claim_keys(self, tx: Tx, keys: Sequence[str], now: Any) -> set[str]:
+        """The keys seen here for the first time (claimed now); a key named twice is claimed
+        once. In sorted order: two replicas' groups naming the same keys wait for each other's
+        in one order, never in a cycle (PostgreSQL would abort one as a deadlock)."""
+        claimed: set[str] = set()
+        unique = sorted(set(keys))
+        for start in range(0, len(unique), _KEYS_PER_STATEMENT):
+            chunk = unique[start : start + _KEYS_PER_STATEMENT]
+            values = ", ".join(f"(:k{i}, :now)" for i in range(len(chunk)))
+            rows = await tx.fetch_all(
+                f"INSERT INTO seen_events (event_id, seen_at) VALUES {values} "
+                "ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
+                {"now": now, **{f"k{i}": key for i, key in enumerate(chunk)}},
+            )
+            claimed.update(str(row[0]) for row in rows)
+        return claimed
+
+    async def _release_keys(self, tx: Tx, keys: Sequence[str]) -> None:
+        for start in range(0, len(keys), _KEYS_PER_STATEMENT):
+            chunk = keys[start : start + _KEYS_PER_STATEMENT]
+            names = ", ".join(f":k{i}" for i in range(len(chunk)))
+            await tx.execute(
+                f"DELETE FROM seen_events WHERE event_id IN ({names})",
+                {f"k{i}": key for i, key in enumerate(chunk)},
+            )
+
+    async def _insert_rows(
+        self, tx: Tx, rows: Sequence[tuple[InboxKind, dict[str, Any]]], now: Any
+    ) -> list[int]:
+        """The new rows' ids, in the order given: a statement per `_ROWS_PER_STATEMENT`, not one
+        each. RETURNING comes in no promised order, so its rows are told apart by what they
+        hold; rows that hold the same are interchangeable."""
+        ids: list[int] = []
+        for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+            chunk = rows[start : start + _ROWS_PER_STATEMENT]
+            one = "(:kind{0}, :payload{0}, :instance, :now)"
+            values = ", ".join(one.format(i) for i in range(len(chunk)))
+            params: dict[str, Any] = {"instance": self._instance_id, "now": now}
+            for i, (kind, payload) in enumerate(chunk):
+                params[f"kind{i}"], params[f"payload{i}"] = kind, self._db.json_in(payload)
+            returned = await tx.fetch_all(
+                "INSERT INTO inbox (kind, payload, instance_id, received_at) "
+                f"VALUES {values} RETURNING id, kind, payload",
+                params,
+            )
+            by_content: dict[tuple[str, str], list[int]] = {}
+            for row in sorted(returned, key=lambda r: int(r[0])):
+                held = _content(row[1], self._db.json_out(row[2]))
+                by_content.setdefault(held, []).append(int(row[0]))
+            for kind, payload in chunk:
+                same = by_content.get(_content(kind, payload))
+                if not same:
+                    raise StoreError(f"inbox_add: a saved {kind!r} row was not returned")
+                ids.append(same.pop(0))
+        return ids
 
     async def inbox_done(self, item_id: int) -> None:
         async with self._db.transaction("inbox_done") as tx:
@@ -271,6 +319,20 @@ class Queue(Sessions):
                 {"now": self._now(), "id": item_id},
             )
 
+
+_KEYS_PER_STATEMENT = 500
+"""Keys claimed per statement (two parameters each: within both databases' limits)."""
+_ROWS_PER_STATEMENT = 250
+"""Rows inserted per statement (two parameters each, and two shared)."""
+
+
+def _content(kind: Any, payload: Any) -> tuple[str, str]:
+    """What tells a saved row apart from the others of its statement."""
+    return str(kind), json_text(payload)  # as saved: keys sorted, lone surrogates replaced
+
+
+_GATHER_STEPS = 20
+"""The most loop steps a group waits for more deliveries (each step runs what is ready)."""
 
 REQUESTS_KEPT = 10_000
 """Done `request` rows kept (the newest); older ones are deleted as requests come in."""
@@ -310,6 +372,7 @@ class _GroupCommit:
         try:
             async with self._lock:
                 if not mine.done:
+                    await self._gather()
                     await self._save_waiting(mine)
         except asyncio.CancelledError:
             if mine in self._waiting:
@@ -323,6 +386,17 @@ class _GroupCommit:
         if mine.error is not None:
             raise mine.error
         return mine.result
+
+    async def _gather(self) -> None:
+        """Let the deliveries on their way join before the line is taken: the requests of a
+        burst reach the inbox a loop step or a few apart, and the first one would otherwise
+        commit alone, the rest waiting for its fsync. While the line grows, up to
+        `_GATHER_STEPS` steps of the loop; a lone delivery waits one."""
+        for _ in range(_GATHER_STEPS):
+            before = len(self._waiting)
+            await asyncio.sleep(0)
+            if len(self._waiting) == before:
+                return
 
     async def _save_waiting(self, mine: _Waiting) -> None:
         group, self._waiting = self._waiting, []

@@ -49,11 +49,27 @@ async def test_a_mention_killed_right_after_its_200_is_answered_after_restart(
             await bot.wait_for_line("holding at inbox")
             assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
         assert llm.requests == []  # nothing was processed before the kill
+        # Saved once before the 200: the mention's own row (the intake's one commit).
+        assert await _inbox_rows(tmp_path) == [("message", "received")]
         async with bot_process(tmp_path, llm, slack) as bot:
             await llm.wait_for_requests(1, timeout=30)
             await _ended(slack, {"1700000001.000100"})
+            # Slack's retry of the delivery that was acknowledged: seen before, nothing again.
+            assert await bot.mention(http, "check the api", ts="1700000001.000100") == 200
+            assert await bot.stop(signal.SIGTERM) == 0
+        async with bot_process(tmp_path, llm, slack) as bot:  # and nothing at the next start
             assert await bot.stop(signal.SIGTERM) == 0
         assert _user_texts(llm) == ["check the api"]
+        assert await _inbox_rows(tmp_path) == [("message", "done")]
+
+
+async def _inbox_rows(tmp_path: Path) -> list[tuple[str, str]]:
+    """(kind, state) of every inbox row but the start-ups' own (none are `request` rows here)."""
+    async with SQLiteStore(tmp_path / "opsgate.db") as store:
+        db = store._db
+        async with db.reading("inbox rows") as tx:
+            rows = await tx.fetch_all("SELECT kind, state FROM inbox ORDER BY id")
+    return [(str(row[0]), str(row[1])) for row in rows]
 
 
 async def test_sigterm_after_a_burst_loses_no_acknowledged_mention(tmp_path: Path) -> None:

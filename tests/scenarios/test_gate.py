@@ -207,15 +207,16 @@ async def test_every_action_and_modal_handler_refuses_a_click_with_no_workspace(
 COMMAND = "command"
 
 
-def _inbox_rows(database: Path) -> list[dict[str, Any]]:
+def _inbox_rows(database: Path, kind: str = "request") -> list[dict[str, Any]]:
     with sqlite3.connect(database) as raw:
-        rows = raw.execute("SELECT payload FROM inbox WHERE kind = 'request'").fetchall()
+        rows = raw.execute("SELECT payload FROM inbox WHERE kind = ?", (kind,)).fetchall()
     return [json.loads(r[0]) for r in rows]
 
 
 class _SavedBeforeListener(AsyncListenerStartHandler):
     """Notes, as each listener starts (before it can call `ack`), whether its request's row is
-    in the database already (read through a connection of its own)."""
+    in the database already (read through a connection of its own): a `request` row holding
+    its body, or, for a message the bot acts on, that message's own row (its one row)."""
 
     def __init__(self, database: Path) -> None:
         self.database = database
@@ -223,8 +224,11 @@ class _SavedBeforeListener(AsyncListenerStartHandler):
 
     async def handle(self, request: AsyncBoltRequest, response: BoltResponse | None) -> None:
         bodies = [row["body"] for row in _inbox_rows(self.database)]
+        messages = {(m["channel"], m["ts"]) for m in _inbox_rows(self.database, "message")}
+        event = request.body.get("event") or {}
         kind = str(request.body.get("type") or ("command" if "command" in request.body else ""))
-        self.seen.append((kind, request.body in bodies))
+        as_message = (event.get("channel"), event.get("ts")) in messages
+        self.seen.append((kind, request.body in bodies or as_message))
 
 
 async def test_every_kind_of_request_is_saved_before_its_listener_runs(tmp_path: Path) -> None:

@@ -71,3 +71,21 @@ async def test_a_caller_cancelled_while_another_commit_holds_it_learns_it_was_sa
     assert await asyncio.wait_for(holder, 5) == 2
     assert await asyncio.wait_for(taken, 5) == 3  # saved: its caller is told so
     assert commits.saved == [["1"], ["2", "3"]]
+
+
+async def test_deliveries_on_their_way_join_the_first_commit() -> None:
+    """A burst's deliveries reach the inbox a loop step apart, one after another: while the line
+    grows they are saved with the first one, not behind its commit."""
+    commits = _Commits()
+    commits.release.set()
+    group = _GroupCommit(commits.commit)
+
+    async def later(n: int, steps: int) -> int | None:
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        return await group.submit(_add(n))
+
+    first = group.submit(_add(1))
+    assert await asyncio.gather(first, later(2, 0), later(3, 1), later(4, 2)) == [1, 2, 3, 4]
+    assert await group.submit(_add(5)) == 5  # a lone one does not wait for company
+    assert commits.saved == [["1", "2", "3", "4"], ["5"]]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from slack_bolt.async_app import AsyncApp
@@ -22,12 +21,15 @@ from ...runs.notices import NotSaved
 from ...runs.output import Thread
 from ...runs.service import RunService
 from ...store import InboxItem, StoreError
+from ..intake import SAVED_MESSAGE, MessageOf, Saving
 
 __all__ = [
     "classify_message",
     "event_author",
+    "message_of",
     "message_text",
     "register",
+    "register_other_events",
 ]
 
 
@@ -120,39 +122,37 @@ def classify_message(
     return "start" if trigger == "every_message" else "ignore"
 
 
-def _team(body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> str:
+def _team(body: Mapping[str, Any], event: Mapping[str, Any], context: AsyncBoltContext) -> str:
     return str(body.get("team_id") or event.get("team") or context.team_id or "")
 
 
-@dataclass(frozen=True, slots=True)
-class Incoming:
-    """A message the bot acts on: where, from whom, what."""
-
-    thread: Thread
-    author: str
-    text: str
-    ts: str
-    author_team: str | None
-    """The author's workspace (in a Slack Connect channel, not the thread's); None: unknown."""
-
-
-_INCOMING = "opsgate_incoming"
-"""The context key under which the intake middleware hands the listener its `Incoming`."""
-_SAVED = "opsgate_saved"
-"""The context key of the inbox row the message was saved as."""
 Next = Callable[[], Awaitable[None]]
 
 
 def _incoming(
-    body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext, author: str
-) -> Incoming:
+    body: Mapping[str, Any], event: Mapping[str, Any], context: AsyncBoltContext, author: str
+) -> Saving:
+    """The message as the inbox saves it, and its own dedupe keys: the event's id, and the
+    message's channel and ts (a mention arrives as `app_mention` and as `message`; both start
+    the same run, once)."""
     thread = Thread(
         _team(body, event, context),
         str(event.get("channel") or ""),
         str(event.get("thread_ts") or event["ts"]),
     )
-    text = strip_mentions(message_text(event))
-    return Incoming(thread, author, text, str(event["ts"]), _author_team(event))
+    delivery = MessageDelivery(
+        team=thread.team_id,
+        channel=thread.channel_id,
+        thread_ts=thread.thread_ts,
+        user=author,
+        text=strip_mentions(message_text(event)),
+        ts=str(event["ts"]),
+        author_team=_author_team(event),
+    )
+    keys = [f"message:{thread.channel_id}:{delivery.ts}"]
+    if event_id := body.get("event_id"):
+        keys.insert(0, str(event_id))
+    return delivery, tuple(keys)
 
 
 def _author_team(event: Mapping[str, Any]) -> str | None:
@@ -164,68 +164,71 @@ def _author_team(event: Mapping[str, Any]) -> str | None:
     return str(team) if team else None
 
 
-def register(app: AsyncApp, service: RunService, *, policy: Policy) -> None:
-    # Bolt passes arguments by name: `next` it must be.
-    async def mention_intake(
-        body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext, next: Next
-    ) -> None:
-        author = event_author(event, body, context, policy)
-        if author is not None:
-            context[_INCOMING] = _incoming(body, event, context, author)
-            await next()
+def message_of(service: RunService, policy: Policy) -> MessageOf:
+    """What decides whether an event is a message the bot acts on (a mention, a DM, a reply in
+    one of its threads, any message in an `every_message` channel), and how it is saved. The
+    one intake calls it to save such a request as its message row (one row, one commit, before
+    the 200); the listener calls it for a request saved otherwise (replayed at start-up)."""
 
-    async def message_intake(
-        body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext, next: Next
-    ) -> None:
+    async def of(body: Mapping[str, Any], context: AsyncBoltContext) -> Saving | None:
+        event = body.get("event")
+        if not isinstance(event, Mapping) or event.get("type") not in ("app_mention", "message"):
+            return None
         author = event_author(event, body, context, policy)
-        if author is None:
-            return
+        if author is None or not event.get("ts"):
+            return None
+        if event["type"] == "app_mention":
+            return _incoming(body, event, context, author)
         channel = str(event.get("channel") or "")
         kind = classify_message(
             event, bot_user_id=context.bot_user_id, trigger=policy.trigger_for(channel)
         )
         if kind == "ignore":
-            return
-        incoming = _incoming(body, event, context, author)
+            return None
+        saving = _incoming(body, event, context, author)
         in_channel_thread = kind == "continue" and event.get("channel_type") != "im"
-        if in_channel_thread and not await service.owns_thread(incoming.thread):
-            return
-        context[_INCOMING] = incoming
-        await next()
+        if in_channel_thread and not await service.owns_thread(saving[0].thread):
+            return None
+        return saving
 
+    return of
+
+
+def register(app: AsyncApp, service: RunService, *, policy: Policy) -> None:
+    of = message_of(service, policy)
+
+    # Bolt passes arguments by name: `next` it must be.
     async def once(body: dict[str, Any], context: AsyncBoltContext, next: Next) -> None:
-        """Save the message (deduplicated: each event, and each message, once) before Bolt
-        acknowledges it (docs/architecture.md). If the database refuses, the author is told
-        and the error answers Slack 500, so Slack delivers the event again later."""
-        incoming: Incoming = context[_INCOMING]
-        thread = incoming.thread
-        delivery = MessageDelivery(
-            team=thread.team_id,
-            channel=thread.channel_id,
-            thread_ts=thread.thread_ts,
-            user=incoming.author,
-            text=incoming.text,
-            ts=incoming.ts,
-            author_team=incoming.author_team,
-        )
-        keys = [f"message:{thread.channel_id}:{incoming.ts}"]
-        if event_id := body.get("event_id"):
-            keys.insert(0, str(event_id))
-        try:
-            saved = await service.inbox.save_message(delivery, keys=keys)
-        except StoreError:
-            await service.ctx.output.say(thread, NotSaved("message"))
-            raise
+        """The message's row, saved (deduplicated: each event, and each message, once) before
+        Bolt acknowledges it (docs/architecture.md): by the intake, as the request's own row,
+        or here, for a request that is not (handed back at start-up, or not saved by the
+        intake: a database that refuses it here too tells the author, and the error answers
+        Slack 500, so Slack delivers the event again later)."""
+        saved = context.get(SAVED_MESSAGE)
+        if not isinstance(saved, InboxItem):
+            saving = await of(body, context)
+            if saving is None:
+                return
+            delivery, keys = saving
+            try:
+                saved = await service.inbox.save_message(delivery, keys=keys)
+            except StoreError:
+                await service.ctx.output.say(delivery.thread, NotSaved("message"))
+                raise
         if saved is not None:
-            context[_SAVED] = saved
+            context[SAVED_MESSAGE] = saved
             await next()
 
     async def on_incoming(context: AsyncBoltContext) -> None:
-        saved: InboxItem = context[_SAVED]
+        saved: InboxItem = context[SAVED_MESSAGE]
         service.inbox.process_soon(saved)
 
-    app.event("app_mention", middleware=[mention_intake, once])(on_incoming)
-    app.event("message", middleware=[message_intake, once])(on_incoming)
+    app.event("app_mention", middleware=[once])(on_incoming)
+    app.event("message", middleware=[once])(on_incoming)
+
+
+def register_other_events(app: AsyncApp) -> None:
+    """The catch-all, registered after every other event listener."""
 
     @app.event(re.compile(".*"))
     async def on_other_event() -> None:

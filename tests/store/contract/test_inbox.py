@@ -86,3 +86,42 @@ async def test_a_burst_saved_together_is_deduplicated_delivery_by_delivery(
         assert sorted(item.payload["ts"] for item in recovered) == sorted(
             f"{n}.0" for n in range(30)
         )
+
+
+async def test_a_refused_delivery_leaves_its_new_keys_to_the_next_in_its_group(
+    store: Store,
+) -> None:
+    """The group's keys are claimed together; the result is as if each delivery had claimed its
+    own alone, in order: a refused one takes none, a key named twice goes to the first."""
+    assert await store.inbox_add("message", MENTION, keys=["EvSeen"]) is not None
+    blocker, refused, after, first, second = await asyncio.gather(
+        store.inbox_add("message", {**MENTION, "ts": "1.5"}, keys=["EvBlock"]),
+        store.inbox_add("message", {**MENTION, "ts": "2.0"}, keys=["EvNew", "EvSeen"]),
+        store.inbox_add("message", {**MENTION, "ts": "3.0"}, keys=["EvNew"]),
+        store.inbox_add("message", {**MENTION, "ts": "4.0"}, keys=["EvTwice", "EvFour"]),
+        store.inbox_add("message", {**MENTION, "ts": "5.0"}, keys=["EvTwice", "EvFive"]),
+    )
+    assert refused is None and second is None
+    assert None not in (blocker, after, first)
+    assert not await store.first_sighting("EvNew") and not await store.first_sighting("EvFour")
+    assert await store.first_sighting("EvFive")  # the refused one's other key was released
+
+
+async def test_each_delivery_of_a_group_gets_the_id_of_its_own_row(
+    new_store: StoreFactory,
+) -> None:
+    """A group's rows are inserted together: each caller's id is the row holding its payload
+    (rows holding the same are interchangeable), also for text saved with replacements."""
+    payloads = [{**MENTION, "ts": f"{n}.0", "text": f"n{n} \ud800"} for n in range(12)]
+    payloads += [{**MENTION, "ts": "same"}] * 3
+    async with new_store() as dead:
+        ids = await asyncio.gather(
+            dead.inbox_add("slash", {"text": "first, alone"}),
+            *(dead.inbox_add("message", p, keys=[f"k{n}"]) for n, p in enumerate(payloads)),
+        )
+    async with new_store() as survivor:
+        held = {item.id: item.payload for item in await survivor.inbox_recover()}
+    assert len(set(ids)) == len(ids) == len(held)
+    assert held[ids[0]] == {"text": "first, alone"}
+    for item_id, payload in zip(ids[1:], payloads, strict=True):
+        assert held[item_id] == {**payload, "text": payload["text"].replace("\ud800", "\ufffd")}
