@@ -110,13 +110,16 @@ def _open_floor_store(target: Any, *, exclusive: bool = False, **kw: Any) -> Sto
     return _FloorStore(target, exclusive=exclusive, chained=False, **kw)
 
 
-async def _decisions(store: Any) -> int:
-    """The decision rows in the audit log, counted in SQL (the floor's unchained rows have no
-    seq or hash, which `audit_rows()` would refuse)."""
-    sql = "SELECT count(*) FROM audit WHERE event = 'decision'"
+async def _audit_counts(store: Any) -> tuple[int, int]:
+    """The decision rows in the audit log, and the rows without the chain's hash, counted in
+    SQL (the floor's unchained rows have no seq or hash, which `audit_rows()` would refuse)."""
+    sql = (
+        "SELECT count(*) FILTER (WHERE event = 'decision'), count(*) FILTER (WHERE hash IS NULL)"
+        " FROM audit"
+    )
     async with store._connection().execute(sql) as cursor:
-        (count,) = await cursor.fetchone()
-    return int(count)
+        decisions, unchained = await cursor.fetchone()
+    return int(decisions), int(unchained)
 
 
 # -- a side: one bot in a process of its own, driven over a pipe ------------------------------
@@ -162,8 +165,8 @@ async def _serve_side(side: str, conn: Connection, endpoint: str | None) -> None
                     elif command == "verify":  # off the clock
                         calls = [await bot.deps.store.get_call(i) for i in round_cards]
                         done = sum(1 for row in calls if row is not None and row.status == "done")
-                        decisions = await _decisions(bot.deps.store)
-                        conn.send((done, decisions, bot.llm.unexpected == [], bot.llm.queued))
+                        counts = await _audit_counts(bot.deps.store)
+                        conn.send((done, *counts, bot.llm.unexpected == [], bot.llm.queued))
                     else:
                         raise RuntimeError(f"side {side!r}: unknown command {command!r}")
     finally:
@@ -192,6 +195,8 @@ class _Side:
     statuses: list[int] = field(default_factory=list)
     done: int = 0
     decisions: int = 0
+    unchained: int = 0
+    """Audit rows without the chain's hash (all of the floor's, none of the others')."""
     cards: int = 0
 
     def ask(self, *message: object) -> Any:
@@ -208,7 +213,7 @@ class _Side:
         elapsed = time.perf_counter() - started
         if finished != "finished":
             raise RuntimeError(f"side {self.name!r} did not finish its round")
-        done, self.decisions, no_unexpected, queued = self.ask("verify")
+        done, self.decisions, self.unchained, no_unexpected, queued = self.ask("verify")
         self.done += done
         if record:
             self.seconds.append(elapsed)
@@ -266,6 +271,8 @@ def _report(sides: list[_Side], spans: dict[str, int], received: int, checks: Ch
             f"{side.name}: all {side.cards} cards approved once, their calls ran, "
             f"{side.decisions} decisions recorded",
         )
+        unchained = side.unchained >= side.decisions if side.name == "floor" else not side.unchained
+        checks.check(unchained, f"{side.name}: {side.unchained} audit rows without the chain")
         checks.check(
             all(s == 200 for s in side.statuses),
             f"{side.name}: all {len(side.statuses)} clicks answered 200",
