@@ -1,5 +1,5 @@
 """What the audit chain and tracing cost a decision through the bot: `python bench/decisions.py`
-(about 5-8 minutes).
+(about 11 minutes on a shared 2-CPU VM).
 
 `audit_chain.py` measures the chain and the traces on the bare store; this is what a team sees.
 Each round is `click_ack.py`'s burst: 200 runs paused on a gated call (200 pending cards), then
