@@ -102,6 +102,9 @@ class TerminalOutput:
     async def post_root(self, channel: str, requester: str, text: str) -> Thread | PostFailed:
         return PostFailed("the terminal has no channels")
 
+    def owed(self, thread: Thread, notice: Notice) -> tuple[()]:
+        return ()  # no outbox: the service says the notice after the commit
+
 
 class _Sink:
     """One streamed answer, set apart from the tool output above it by its label."""

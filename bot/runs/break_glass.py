@@ -161,7 +161,12 @@ class FreezeDesk:
             freeze.key,
             {"tool": row.tool, "policy_rule": decision.policy_rule, "rule": verdict.rule},
         )
-        # The approval, the break-glass row and the card's redraw commit together.
+        # The approval, the break-glass row, the card's redraw and the loud notice (when the
+        # output keeps an outbox) commit together.
+        link = await self.cards.link(row)
+        loud = BreakGlassUsed(row.tool, user, reason.strip(), freeze.label, link.permalink)
+        top = Thread(session.team_id, channel, "")
+        owed = self.ctx.output.owed(top, loud)
         outcome = await store.break_glass(
             ledger_id,
             use,
@@ -171,11 +176,11 @@ class FreezeDesk:
             policy_rule=decision.policy_rule,
             policy_match=decision.rule_label,
             digest=digest,
+            notices=owed,
         )
         if outcome.recorded:
-            link = await self.cards.link(row)
-            loud = BreakGlassUsed(row.tool, user, reason.strip(), freeze.label, link.permalink)
-            await self.ctx.output.say(Thread(session.team_id, channel, ""), loud)
+            if not owed:
+                await self.ctx.output.say(top, loud)
             if outcome.row.status == "approved":
                 note_decision(self.ctx, outcome.row, "approved")
             await self.cards.changed(outcome.row)

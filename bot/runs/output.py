@@ -32,7 +32,7 @@ See `docs/architecture.md` ("Layers", "Data path of one request").
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -41,7 +41,7 @@ from .timeline import AssistantStatus, TimelineSink
 from .views import CardCall, CardOutcome, CardRef
 
 if TYPE_CHECKING:
-    from ..store import SessionRow
+    from ..store import OutboxEntry, SessionRow
 
 __all__ = [
     "PostFailed",
@@ -156,4 +156,10 @@ class ThreadOutput(Protocol):
     async def post_root(self, channel: str, requester: str, text: str) -> Thread | PostFailed:
         """Post `requester`'s request as a new thread root in `channel` (`/opsgate <request>`).
         The returned thread has the channel's team."""
+        ...
+
+    def owed(self, thread: Thread, notice: Notice) -> Sequence[OutboxEntry]:
+        """The outbox rows that would post `notice`, for the store to put in the transaction of
+        the change the notice reports (both commit, or neither); empty when this output keeps
+        no outbox, and the caller says the notice after the commit instead."""
         ...

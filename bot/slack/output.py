@@ -91,13 +91,10 @@ class SlackThreadOutput:
             return
         if isinstance(notice, CancelledBeforeStart):
             await self.queue.started(thread)
-        rendered = render(notice)
         if self.outbox is not None:
-            entries = [_post(thread, rendered.text)]
-            if (file := rendered.attachment) is not None:
-                entries.append(_upload(thread, file.filename, file.content))
-            await self.outbox.put(entries)
+            await self.outbox.put(self.owed(thread, notice))
             return
+        rendered = render(notice)
         try:
             await self.client.chat_postMessage(
                 # A thread_ts of "" is the channel's top level (freeze announcements).
@@ -110,6 +107,15 @@ class SlackThreadOutput:
         if rendered.attachment is not None:
             file = rendered.attachment
             await self.upload(thread, file.filename, file.content)
+
+    def owed(self, thread: Thread, notice: Notice) -> list[OutboxEntry]:
+        if self.outbox is None:
+            return []
+        rendered = render(notice)
+        entries = [_post(thread, rendered.text)]
+        if (file := rendered.attachment) is not None:
+            entries.append(_upload(thread, file.filename, file.content))
+        return entries
 
     async def tell(self, thread: Thread, user: str, notice: Notice) -> None:
         """An ephemeral reply in the thread that only `user` sees (people only: not bots)."""

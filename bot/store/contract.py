@@ -379,10 +379,12 @@ class Store(Protocol):
         policy_rule: str | None = None,
         policy_match: str | None = None,
         digest: str | None = None,
+        notices: Sequence[OutboxEntry] = (),
     ) -> DecisionOutcome:
         """Approve a frozen call by breaking glass: the approval (`decide`, reason "break
-        glass: <reason>"), `record_break_glass` when it is recorded, and the card's redraw
-        (when owed) in one transaction: all of them or none."""
+        glass: <reason>"), `record_break_glass` when it is recorded, the card's redraw (when
+        owed) and, when recorded, the outbox rows `notices` (the loud notice) in one
+        transaction: all of them or none."""
 
     async def break_glass_of(self, ledger_id: str) -> BreakGlassRow | None: ...
 

@@ -13,7 +13,7 @@ with the review).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from bot.faults import checkpoint
 
+from ._outbox_rows import OutboxEntry, put_rows
 from .db import Row, Tx, aware
 from .decisions import Decisions
 from .models import DecisionOutcome
@@ -195,11 +196,13 @@ class Freezes(Decisions):
         policy_rule: str | None = None,
         policy_match: str | None = None,
         digest: str | None = None,
+        notices: Sequence[OutboxEntry] = (),
     ) -> DecisionOutcome:
         """Approve a frozen call by breaking glass: the approval (as `decide`, its reason
-        "break glass: ..."), the break-glass row with its `break_glass` audit, and the card's
-        redraw (when owed) in ONE transaction, so the card is never drawn from a decision
-        without its break-glass use, and a crash leaves all of them or none."""
+        "break glass: ..."), the break-glass row with its `break_glass` audit, the card's
+        redraw (when owed) and the loud notice's outbox rows (`notices`) in ONE transaction,
+        so the card is never drawn from a decision without its break-glass use, the notice
+        is never lost after it, and a crash leaves all of them or none."""
         async with self._db.transaction("break_glass") as tx:
             outcome = await self._decide_in(
                 tx,
@@ -218,6 +221,7 @@ class Freezes(Decisions):
                 await checkpoint("glass_decided")  # crash tests: approved, glass not recorded
                 row = outcome.row
                 await self._record_glass(tx, ledger_id, use, row.session_id, row.call_id)
+                await put_rows(self._db, tx, notices, self._now())
         self._redraws_owed()
         return outcome
 

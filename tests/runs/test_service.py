@@ -77,6 +77,9 @@ class Recording:
     async def post_root(self, channel: str, requester: str, text: str) -> Thread | PostFailed:
         return Thread(THREAD.team_id, channel, "1700000002.000100")
 
+    def owed(self, thread: Thread, notice: Notice) -> tuple[()]:
+        return ()
+
 
 class _Sink:
     def __init__(self, output: Recording) -> None:

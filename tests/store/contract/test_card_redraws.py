@@ -22,6 +22,7 @@ from bot.store import (
     REDRAW_PRIORITY,
     AllowanceGrant,
     GlassUse,
+    OutboxEntry,
     Store,
     StoredPreview,
     ToolCallRow,
@@ -183,19 +184,26 @@ async def events(store: Store) -> list[str]:
     return [a.event for a in await store.audit_rows()]
 
 
+LOUD = OutboxEntry(
+    "chat.postMessage", {"channel": "C1", "thread_ts": "", "text": "glass broken"}, 2, "C1"
+)
+"""The loud notice a break-glass use owes, as the Slack output would give it."""
+
+
 async def test_break_glass_its_decision_and_its_redraw_commit_together(store: Store) -> None:
     wakes = Wakes()
     store.owe_card_redraws(wakes)
     _, [first, second] = await carded(store)
-    outcome = await store.break_glass(first.id, GLASS, digest=first.digest)
+    outcome = await store.break_glass(first.id, GLASS, digest=first.digest, notices=[LOUD])
     assert outcome.recorded and outcome.row.status == "approved"
     assert outcome.row.reason == "break glass: payments down"
     glass = await store.break_glass_of(first.id)
     assert glass is not None and glass.broken_by == "UDAVE" and glass.freeze_key == "adhoc:x"
     assert (await events(store)).count("break_glass") == 1
-    assert await owed(store) == [intent(first.id)] and wakes.count == 1
-    # Refused (decided already): no second use, no redraw owed by the store.
-    again = await store.break_glass(first.id, GLASS, digest=first.digest)
+    loud = ("chat.postMessage", None, dict(LOUD.params), 2)
+    assert await owed(store) == sorted([intent(first.id), loud]) and wakes.count == 1
+    # Refused (decided already): no second use, no redraw owed by the store, no notice.
+    again = await store.break_glass(first.id, GLASS, digest=first.digest, notices=[LOUD])
     assert not again.recorded
     assert (await events(store)).count("break_glass") == 1
     assert await owed(store) == []
@@ -216,11 +224,12 @@ async def test_break_glass_its_decision_and_its_redraw_commit_together(store: St
 async def test_break_glass_cut_off_leaves_no_decision_no_use_no_redraw(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Held after its approval was written (the use not yet), then cancelled: a rollback."""
+    """Held after its approval was written (the use not yet), then cancelled: a rollback, and
+    neither the redraw nor the loud notice is owed."""
     wakes = Wakes()
     store.owe_card_redraws(wakes)
     _, [first, _] = await carded(store)
-    await _cut_off(monkeypatch, "glass_decided", store.break_glass(first.id, GLASS))
+    await _cut_off(monkeypatch, "glass_decided", store.break_glass(first.id, GLASS, notices=[LOUD]))
     row = await store.get_call(first.id)
     assert row is not None and row.status == "pending" and row.approvals == ()
     assert await store.break_glass_of(first.id) is None
