@@ -25,16 +25,6 @@ def _user_texts(llm: LLMStandIn) -> list[str]:
     return out
 
 
-async def _ended(slack: SlackAPIStandIn, timestamps: set[str], timeout: float = 60) -> None:
-    """Until every run started by the messages at `timestamps` ended (its reaction removed)."""
-    await slack.wait_for(
-        "reactions.remove",
-        count=len(timestamps),
-        where=lambda c: c.params.get("timestamp") in timestamps,
-        timeout=timeout,
-    )
-
-
 async def test_a_mention_killed_right_after_its_200_is_answered_after_restart(
     tmp_path: Path,
 ) -> None:
@@ -53,7 +43,7 @@ async def test_a_mention_killed_right_after_its_200_is_answered_after_restart(
         assert await _inbox_rows(tmp_path) == [("message", "received")]
         async with bot_process(tmp_path, llm, slack) as bot:
             await llm.wait_for_requests(1, timeout=30)
-            await _ended(slack, {"1700000001.000100"})
+            await slack.wait_until_ended({"1700000001.000100"}, "Looked into it.")
             # Slack's retry of the delivery that was acknowledged: seen before, nothing again.
             assert await bot.mention(http, "check the api", ts="1700000001.000100") == 200
             assert await bot.stop(signal.SIGTERM) == 0
@@ -90,7 +80,7 @@ async def test_sigterm_after_a_burst_loses_no_acknowledged_mention(tmp_path: Pat
             assert await bot.stop(signal.SIGTERM) == 0
         async with bot_process(tmp_path, llm, slack) as bot:
             await llm.wait_for_requests(count, timeout=60)
-            await _ended(slack, timestamps)
+            await slack.wait_until_ended(timestamps, "Looked into it.")
             assert await bot.stop(signal.SIGTERM) == 0
     assert sorted(_user_texts(llm)) == sorted(f"request {ts}" for ts in timestamps)
 
@@ -139,7 +129,8 @@ async def test_an_approved_call_cut_off_before_it_began_runs_once_after_restart(
         for _ in range(2):  # the second start-up must not run it again
             async with bot_process(tmp_path, llm, slack) as bot:
                 await llm.wait_for_requests(2, timeout=30)
-                await _ended(slack, {card_ts})  # the resumed run shows progress on its card
+                # The resumed run shows progress on its card.
+                await slack.wait_until_ended({card_ts}, "Done.")
                 assert await bot.stop(signal.SIGTERM) == 0
     assert marker.read_text() == "ran\n"
     assert len(llm.requests) == 2
@@ -191,6 +182,6 @@ async def test_a_shortcut_killed_right_after_its_200_is_answered_after_restart(
         assert llm.requests == []  # nothing was acted on before the kill
         async with bot_process(tmp_path, llm, slack) as bot:
             await llm.wait_for_requests(1, timeout=30)
-            await _ended(slack, {"1700000050.000200"})
+            await slack.wait_until_ended({"1700000050.000200"}, "Looked into it.")
             assert await bot.stop(signal.SIGTERM) == 0
         assert _user_texts(llm) == ["disk?"]

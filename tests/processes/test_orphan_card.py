@@ -94,9 +94,7 @@ async def test_a_card_posted_while_the_bot_was_killed_is_adopted_not_posted_agai
             )
             assert response.status_code == 200
             await llm.wait_for_requests(2, timeout=30)
-            await slack.wait_for(
-                "reactions.remove", where=lambda c: c.params.get("timestamp") == card_ts
-            )
+            await slack.wait_until_ended({card_ts}, "Done.")
             assert await bot.stop(signal.SIGTERM) == 0
         assert len(_card_posts(slack)) == 1
         assert _live_cards(slack) == []  # the adopted card was redrawn decided

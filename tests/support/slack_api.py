@@ -330,6 +330,23 @@ class SlackAPIStandIn:
         async with self._changed:
             await asyncio.wait_for(self._changed.wait_for(ready), timeout)
 
+    async def wait_until_ended(self, marked: set[str], answer: str, *, timeout: float = 60) -> None:
+        """Until the runs that marked the messages at `marked` ended: `answer` is in as many
+        messages, and each message's 👀 was taken off or never shown (the outbox drops a
+        reaction added and taken off before it sent either)."""
+
+        def ended() -> bool:
+            shown = [m for m in self._messages.values() if answer in str(m.get("text", ""))]
+            if len(shown) < len(marked):
+                return False
+            added, removed = (
+                {str(c.params.get("timestamp")) for c in self.calls_to(method) if c.ok}
+                for method in ("reactions.add", "reactions.remove")
+            )
+            return all(ts in removed or ts not in added for ts in marked)
+
+        await self.wait_until(ended, timeout=timeout)
+
     def message(self, channel: str, ts: str) -> dict[str, Any] | None:
         """The current state of a message posted, updated or streamed through the stand-in."""
         message = self._messages.get((channel, ts))
