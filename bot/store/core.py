@@ -301,7 +301,10 @@ class StoreCore:
             await self._append_after(tx, append, self._head[1], fields, columns)
             return
         try:
-            await asyncio.wait_for(self._appending.acquire(), _TURN_SECONDS)
+            # `asyncio.timeout`, not `wait_for`: no task per append (a fifth of the chain's
+            # cost on the event loop when the turn is free, as it always is on SQLite).
+            async with asyncio.timeout(_TURN_SECONDS):
+                await self._appending.acquire()
         except TimeoutError:
             # A wait the database cannot see: this transaction may hold rows the one ahead
             # needs. Go to the head itself, where a cycle is a deadlock PostgreSQL breaks.
