@@ -120,8 +120,9 @@ def create_app(
             signing_secret=secret.get_secret_value() if secret else "",
             logger=logging.getLogger("opsgate.bolt"),
         )
-    # Before any listener: the one intake (a message to act on is saved as its own row).
-    intake.install(app, service, output, message_of=listeners.message_of(service, policy))
+    # Before any listener: the one intake (a message to act on, or a `/opsgate` request, is
+    # saved as its own row).
+    intake.install(app, service, output, row_of=listeners.row_of(service, policy))
     listeners.register(app, service, output, policy=policy)
     return app
 

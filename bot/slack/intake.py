@@ -3,17 +3,19 @@ listener can acknowledge it: one row, one commit.
 
 Events, block actions, view submissions and closes, shortcuts, slash commands and options
 lookups all pass one global Bolt middleware (installed by `create_app`, after Bolt's signature
-check). A message the bot acts on (`message_of`, the message listener's: a mention, a DM, a
-reply in one of its threads) is saved as its `message` row, the row the inbox processes it
-from, under the request's key and the message's own (`Inbox.save_message`); any other request
-as an inbox row of kind `request` (`Inbox.save_request`), in the transaction that claims its
-key. A key seen before (a replay within Slack's signature window, a retry, a second copy of a
-shortcut, a mention's `message` event after its `app_mention`) is answered 200 and handled no
-further. A `request` row is marked done when Bolt says its listener finished (a listener
-completion handler), a `message` row by the inbox once processed; a `request` row left behind
-by a kill -9 after the 200 is handed back to the app at the next start-up (`replay`), which runs
-it through the same listeners. Listeners' own rows (a message's, a `/opsgate` request's) keep
-their own keys, so a replayed request repeats nothing they did.
+check). A request that has a row of its own (`row_of`: a message the bot acts on, a mention,
+a DM, a reply in one of its threads; a `/opsgate <request>`) is saved as that row, the one the
+inbox processes it from, under the request's key and the row's own (`Inbox.save_message`,
+`Inbox.save_slash`); any other request as an inbox row of kind `request`
+(`Inbox.save_request`), in the transaction that claims its key. A key seen before (a replay
+within Slack's signature window, a retry, a second copy of a shortcut, a mention's `message`
+event after its `app_mention`) is answered 200 and handled no further. A `request` row is
+marked done when Bolt says its listener finished (a listener completion handler), a
+`message` or `slash` row by the inbox once processed; a `request` row left behind by a
+kill -9 after the 200 is handed back to the app at the next start-up (`replay`), which runs
+it through the same listeners. A listener saves its row itself only for a request the intake
+did not (handed back, or not saved in time), under the row's own keys, so nothing is saved
+twice and a replayed request repeats nothing.
 
 A database that does not save the request in `SAVE_SECONDS` (refusing writes, or a
 PostgreSQL outage) leaves Slack's 3 s to answer: a click, a form or a shortcut is answered 200
@@ -41,7 +43,7 @@ from slack_bolt.listener.async_listener_completion_handler import (
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
-from ..runs.inbox import MessageDelivery, RequestDelivery
+from ..runs.inbox import MessageDelivery, RequestDelivery, SlashDelivery
 from ..runs.notices import NotSaved
 from ..runs.output import Thread
 from ..runs.service import RunService
@@ -50,9 +52,9 @@ from .notices import render
 from .output import SlackThreadOutput
 
 __all__ = [
-    "SAVED_MESSAGE",
+    "SAVED_ROW",
     "SAVE_SECONDS",
-    "MessageOf",
+    "RowOf",
     "Saving",
     "install",
     "request_key",
@@ -69,16 +71,15 @@ _ROW = "opsgate_request_row"
 _REPLAYED = "opsgate_replayed"
 """Set on a request handed back at start-up: its row exists (and is done) already."""
 
-SAVED_MESSAGE = "opsgate_saved_message"
-"""The context key of a message's own inbox row (saved by the intake, processed by the inbox
-once the message listener hands it over)."""
+SAVED_ROW = "opsgate_saved_row"
+"""The context key of a request's own inbox row, a message's or a `/opsgate` request's (saved
+by the intake, processed by the inbox once its listener hands it over)."""
 
 Next = Callable[[], Awaitable[None]]
-Saving = tuple[MessageDelivery, Sequence[str]]
-"""A message to act on as the inbox saves it: the delivery and its own dedupe keys."""
-MessageOf = Callable[[Mapping[str, Any], AsyncBoltContext], Awaitable[Saving | None]]
-"""Whether a request is a message the bot acts on, and how it is saved (the message
-listener's `message_of`)."""
+Saving = tuple[MessageDelivery | SlashDelivery, Sequence[str]]
+"""A request with a row of its own, as the inbox saves it: the delivery and its own keys."""
+RowOf = Callable[[Mapping[str, Any], AsyncBoltContext], Awaitable[Saving | None]]
+"""Whether a request has a row of its own, and how it is saved (its listener's)."""
 
 
 def request_kind(body: Mapping[str, Any]) -> str:
@@ -121,11 +122,11 @@ def request_key(body: Mapping[str, Any]) -> str | None:
 
 
 def install(
-    app: AsyncApp, service: RunService, output: SlackThreadOutput, *, message_of: MessageOf
+    app: AsyncApp, service: RunService, output: SlackThreadOutput, *, row_of: RowOf
 ) -> None:
     """The intake middleware, the completion handler that marks rows done, and the replay.
-    `message_of` says which events are messages to act on: those are saved as their message
-    rows, the rows the inbox processes them from."""
+    `row_of` says which requests have rows of their own: those are saved as those rows, the
+    ones the inbox processes them from."""
 
     async def intake(req: AsyncBoltRequest, resp: BoltResponse, next: Next) -> BoltResponse:
         if req.context.get(_REPLAYED):
@@ -135,7 +136,7 @@ def install(
         kind = request_kind(body)
         key = request_key(body)
         try:
-            saved = await _save_in_time(service, lambda: _save(service, message_of, req, kind, key))
+            saved = await _save_in_time(service, lambda: _save(service, row_of, req, kind, key))
         except (StoreError, TimeoutError) as exc:
             failure = exc if isinstance(exc, StoreError) else StoreError("the database is slow")
             service.ctx.health.failed(f"saving a {_what(kind)}", failure)
@@ -149,8 +150,8 @@ def install(
             return BoltResponse(status=200, body="")
         if saved.kind == "request":
             req.context[_ROW] = saved.id
-        else:  # the message listener hands it to the inbox, which marks it done
-            req.context[SAVED_MESSAGE] = saved
+        else:  # its listener hands it to the inbox, which marks it done
+            req.context[SAVED_ROW] = saved
         await next()
         return resp
 
@@ -169,14 +170,16 @@ def install(
 
 
 async def _save(
-    service: RunService, message_of: MessageOf, req: AsyncBoltRequest, kind: str, key: str | None
+    service: RunService, row_of: RowOf, req: AsyncBoltRequest, kind: str, key: str | None
 ) -> InboxItem | None:
-    """One row, one commit: a message to act on as its message row (under the request's key
-    and its own), any other request as a `request` row; None for one seen before."""
+    """One row, one commit: a request with a row of its own as that row (under the request's
+    key and the row's), any other request as a `request` row; None for one seen before."""
     keys = [key] if key else []
-    saving = await message_of(req.body, req.context) if kind == "event_callback" else None
+    saving = await row_of(req.body, req.context)
     if saving is not None:
         delivery, own = saving
+        if isinstance(delivery, SlashDelivery):
+            return await service.inbox.save_slash(delivery, keys=[*keys, *own])
         return await service.inbox.save_message(delivery, keys=[*keys, *own])
     request = RequestDelivery(kind=kind, body=req.body)
     return await service.inbox.save_request(request, keys=keys)
@@ -187,8 +190,9 @@ async def _save_in_time(
 ) -> InboxItem | None:
     """The row, or `TimeoutError` after `SAVE_SECONDS`. A save that does not answer (a
     PostgreSQL outage) is not waited for, even to cancel it: a cancelled asyncpg query may hang
-    too. It goes on as owned work; should it commit after all, a `request` row is marked done at
-    once, so the request the person was told is not saved is never handled later. A message's
+    too. It goes on as owned work; should it commit after all, a `request` or `slash` row is
+    marked done at once, so the request the person was told is not saved is never handled
+    later. A message's
     row is processed instead: its event went on to the message listener, whose own save finds
     the message seen before (its keys are the row's), and nobody was told it was not saved."""
     try:

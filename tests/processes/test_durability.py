@@ -14,7 +14,7 @@ from bot.store import SQLiteStore
 from tests.support.bot_process import SECRET, bot_process
 from tests.support.llm_server import LLMStandIn
 from tests.support.slack_api import SlackAPIStandIn
-from tests.support.slack_requests import block_actions, interaction_body, sign
+from tests.support.slack_requests import block_actions, interaction_body, sign, slash_command
 
 
 def _user_texts(llm: LLMStandIn) -> list[str]:
@@ -185,3 +185,38 @@ async def test_a_shortcut_killed_right_after_its_200_is_answered_after_restart(
             await slack.wait_until_ended({"1700000050.000200"}, "Looked into it.")
             assert await bot.stop(signal.SIGTERM) == 0
         assert _user_texts(llm) == ["disk?"]
+
+
+async def test_an_opsgate_request_killed_right_after_its_200_is_answered_after_restart(
+    tmp_path: Path,
+) -> None:
+    """Saved by the one intake as its `slash` row before the 200: the next start runs it."""
+    body = slash_command(
+        "check the api", user="U0ALICE", channel="C0OPS", trigger_id="61.T0TEST.opsgate"
+    )
+    headers = {"Content-Type": "application/x-www-form-urlencoded", **sign(SECRET, body)}
+    async with (
+        LLMStandIn() as llm,
+        SlackAPIStandIn() as slack,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        llm.reply_text("Looked into it.")
+        async with bot_process(tmp_path, llm, slack, OPSGATE_FAULT_HOLD="inbox") as bot:
+            response = await http.post(f"{bot.url}/slack/events", content=body, headers=headers)
+            assert response.status_code == 200
+            await bot.wait_for_line("holding at inbox")
+            assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert llm.requests == []  # nothing was processed before the kill
+        assert await _inbox_rows(tmp_path) == [("slash", "received")]  # one row, one commit
+        async with bot_process(tmp_path, llm, slack) as bot:
+            await llm.wait_for_requests(1, timeout=30)
+            await slack.wait_until(
+                lambda: any("Looked into it." in str(m.get("text")) for m in slack.messages),
+                timeout=60,
+            )
+            # Slack's replay of the signed request within its window: seen before.
+            again = await http.post(f"{bot.url}/slack/events", content=body, headers=headers)
+            assert again.status_code == 200
+            assert await bot.stop(signal.SIGTERM) == 0
+        assert _user_texts(llm) == ["check the api"]
+        assert await _inbox_rows(tmp_path) == [("slash", "done")]

@@ -22,6 +22,7 @@ from bot.store import InboxItem, SQLiteStore
 from tests.scenarios.test_app import ALICE, make_tools
 from tests.scenarios.test_unsaved_clicks import _refuse_writes
 from tests.support.harness import CHANNEL, Bot, running_bot
+from tests.support.llm_server import LLMStandIn
 from tests.support.slack_requests import app_mention, event_body, message
 
 MENTION_TS = "1700000070.000100"
@@ -158,11 +159,13 @@ async def test_a_mention_the_earlier_release_saved_as_two_rows_is_handled_once(
         await store.inbox_add(
             "message", delivery, keys=["EvOLD", f"message:{CHANNEL}:{MENTION_TS}"]
         )
-    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
-        bot.llm.reply_text("Disk is fine.")
-        await bot.llm.wait_for_requests(1)
-        await bot.settle()
-        assert [r["messages"][-1]["content"] for r in bot.llm.requests] == ["check the disk"]
+    async with LLMStandIn() as llm:
+        llm.reply_text("Disk is fine.")  # before the start: it hands the rows back at once
+        async with running_bot(tmp_path, tools=make_tools(tmp_path), llm=llm) as bot:
+            await llm.wait_for_requests(1)
+            await bot.settle()
+        assert [r["messages"][-1]["content"] for r in llm.requests] == ["check the disk"]
+        assert llm.unexpected == []
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
         await bot.settle()
         assert bot.llm.requests == []  # the second start finds nothing left to do

@@ -5,17 +5,39 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..intake import request_kind as _request_kind
 from . import assistant, break_glass, cards, commands, feedback, home, messages, previews
-from .messages import message_of
 
 if TYPE_CHECKING:
-    from slack_bolt.async_app import AsyncApp
+    from collections.abc import Mapping
+    from typing import Any
+
+    from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 
     from ...policy import Policy
     from ...runs.service import RunService
+    from ..intake import RowOf, Saving
     from ..output import SlackThreadOutput
 
-__all__ = ["message_of", "register"]
+__all__ = ["register", "row_of"]
+
+
+def row_of(service: RunService, policy: Policy) -> RowOf:
+    """Which requests the one intake saves as rows of their own, as their listeners would: a
+    message the bot acts on (`messages.message_of`), a `/opsgate <request>`
+    (`commands.slash_of`)."""
+    of_message = messages.message_of(service, policy)
+
+    async def of(body: Mapping[str, Any], context: AsyncBoltContext) -> Saving | None:
+        match _request_kind(body):
+            case "event_callback":
+                return await of_message(body, context)
+            case "command":
+                return commands.slash_of(body)
+            case _:
+                return None
+
+    return of
 
 
 def register(

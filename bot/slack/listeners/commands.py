@@ -14,21 +14,24 @@ replay starts nothing, in this process or another sharing the database.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
 
 from ...runs.inbox import SlashDelivery
 from ...runs.notices import AllowanceList, Notice, NotSaved
 from ...runs.service import RunService
-from ...store import StoreError
+from ...store import InboxItem, StoreError
 from ..ids import COMMAND
+from ..intake import SAVED_ROW
 from ..notices import render
 from ..output import SlackThreadOutput
 
 __all__ = [
     "invocation_key",
     "register",
+    "slash_of",
 ]
 
 
@@ -53,9 +56,31 @@ def invocation_key(command: dict[str, Any]) -> str | None:
     return None
 
 
+def slash_of(command: Mapping[str, Any]) -> tuple[SlashDelivery, list[str]] | None:
+    """A `/opsgate <request>` (not a word answered at once, not a freeze) as the inbox saves
+    it, under its invocation key: the one intake saves it so before the 200 (its one row),
+    the listener only when the intake did not."""
+    text = str(command.get("text") or "").strip()
+    word = text.lower()
+    if command.get("command") != COMMAND or word in _ANSWERED_AT_ONCE:
+        return None
+    if word.split(" ", 1)[0] in _FREEZE_WORDS:
+        return None
+    delivery = SlashDelivery(
+        team=str(command.get("team_id") or ""),
+        channel=str(command.get("channel_id") or ""),
+        user=str(command.get("user_id") or ""),
+        text=text,
+    )
+    key = invocation_key(dict(command))
+    return delivery, [key] if key else []
+
+
 def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
     @app.command(COMMAND)
-    async def on_command(ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond) -> None:
+    async def on_command(
+        ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond, context: AsyncBoltContext
+    ) -> None:
         text = str(command.get("text") or "").strip()
         word = text.lower()
         channel = str(command.get("channel_id") or "")
@@ -77,19 +102,18 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
                 )
                 await output.replies.answer_command(hook, channel=channel, user=user, notice=notice)
             return
-        if word not in _ANSWERED_AT_ONCE:
+        if (saving := slash_of(command)) is not None:
             # A request is saved before the acknowledgement (docs/architecture.md), in the same
             # transaction as its invocation key: a replay within Slack's signature window
-            # (here or on another replica) finds the key taken and starts nothing.
-            key = invocation_key(command)
-            try:
-                saved = await service.inbox.save_slash(
-                    SlashDelivery(team=team, channel=channel, user=user, text=text),
-                    keys=[key] if key else [],
-                )
-            except StoreError:
-                await ack(text=render(NotSaved("message")).text)
-                return
+            # (here or on another replica) finds the key taken and starts nothing. The one
+            # intake saved it so already, unless it was handed back or not saved in time.
+            saved = context.get(SAVED_ROW)
+            if not isinstance(saved, InboxItem):
+                try:
+                    saved = await service.inbox.save_slash(saving[0], keys=saving[1])
+                except StoreError:
+                    await ack(text=render(NotSaved("message")).text)
+                    return
             if saved is None:
                 await ack()
                 return

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from slack_bolt.async_app import AsyncApp
@@ -21,7 +21,7 @@ from ...runs.notices import NotSaved
 from ...runs.output import Thread
 from ...runs.service import RunService
 from ...store import InboxItem, StoreError
-from ..intake import SAVED_MESSAGE, MessageOf, Saving
+from ..intake import SAVED_ROW
 
 __all__ = [
     "classify_message",
@@ -31,6 +31,10 @@ __all__ = [
     "register",
     "register_other_events",
 ]
+
+_Saving = tuple[MessageDelivery, Sequence[str]]
+"""A message to act on as the inbox saves it: the delivery and its own dedupe keys."""
+_MessageOf = Callable[[Mapping[str, Any], AsyncBoltContext], Awaitable[_Saving | None]]
 
 
 logger = logging.getLogger("opsgate.events")
@@ -131,7 +135,7 @@ Next = Callable[[], Awaitable[None]]
 
 def _incoming(
     body: Mapping[str, Any], event: Mapping[str, Any], context: AsyncBoltContext, author: str
-) -> Saving:
+) -> _Saving:
     """The message as the inbox saves it, and its own dedupe keys: the event's id, and the
     message's channel and ts (a mention arrives as `app_mention` and as `message`; both start
     the same run, once)."""
@@ -164,13 +168,13 @@ def _author_team(event: Mapping[str, Any]) -> str | None:
     return str(team) if team else None
 
 
-def message_of(service: RunService, policy: Policy) -> MessageOf:
+def message_of(service: RunService, policy: Policy) -> _MessageOf:
     """What decides whether an event is a message the bot acts on (a mention, a DM, a reply in
     one of its threads, any message in an `every_message` channel), and how it is saved. The
     one intake calls it to save such a request as its message row (one row, one commit, before
     the 200); the listener calls it for a request saved otherwise (replayed at start-up)."""
 
-    async def of(body: Mapping[str, Any], context: AsyncBoltContext) -> Saving | None:
+    async def of(body: Mapping[str, Any], context: AsyncBoltContext) -> _Saving | None:
         event = body.get("event")
         if not isinstance(event, Mapping) or event.get("type") not in ("app_mention", "message"):
             return None
@@ -204,7 +208,7 @@ def register(app: AsyncApp, service: RunService, *, policy: Policy) -> None:
         or here, for a request that is not (handed back at start-up, or not saved by the
         intake: a database that refuses it here too tells the author, and the error answers
         Slack 500, so Slack delivers the event again later)."""
-        saved = context.get(SAVED_MESSAGE)
+        saved = context.get(SAVED_ROW)
         if not isinstance(saved, InboxItem):
             saving = await of(body, context)
             if saving is None:
@@ -216,11 +220,11 @@ def register(app: AsyncApp, service: RunService, *, policy: Policy) -> None:
                 await service.ctx.output.say(delivery.thread, NotSaved("message"))
                 raise
         if saved is not None:
-            context[SAVED_MESSAGE] = saved
+            context[SAVED_ROW] = saved
             await next()
 
     async def on_incoming(context: AsyncBoltContext) -> None:
-        saved: InboxItem = context[SAVED_MESSAGE]
+        saved: InboxItem = context[SAVED_ROW]
         service.inbox.process_soon(saved)
 
     app.event("app_mention", middleware=[once])(on_incoming)
