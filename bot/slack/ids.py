@@ -54,6 +54,7 @@ __all__ = [
     "CARD_EVENT",
     "COMMAND",
     "FEEDBACK_VALUES",
+    "QUEUE_EVENT",
     "SHORTCUT",
     "card_metadata",
     "check_ledger_id",
@@ -61,6 +62,8 @@ __all__ = [
     "feedback_block_id",
     "feedback_session",
     "find_marked_card",
+    "find_marked_notice",
+    "queue_metadata",
     "shown_digest",
     "shown_preview_digest",
 ]
@@ -117,6 +120,8 @@ COMMAND = "/opsgate"
 """The slash command."""
 CARD_EVENT = "opsgate_card"
 """The metadata `event_type` of an approval card."""
+QUEUE_EVENT = "opsgate_queue"
+"""The metadata `event_type` of a channel's "queued" notice (its payload names the burst)."""
 BUTTON_VALUE_MAX = 2000
 """Slack's longest button value; a ledger id is the whole value."""
 
@@ -164,7 +169,8 @@ def feedback_session(block_id: object) -> str | None:
 
 
 # -- card_marks ----------------------------------------------------------------------------------
-# Cards marked with their ledger id (Slack message metadata), and finding them again.
+# Cards marked with their ledger id (Slack message metadata), and finding them again; "queued"
+# notices likewise, with their burst (`bot.slack.queue_notice`).
 #
 # A process killed while `chat.postMessage` for a card was on its way never stored where the card
 # went: Slack may have posted it, with live buttons. Every card carries metadata naming its call,
@@ -212,13 +218,8 @@ async def find_marked_card(
 
 def _card_of(message: Any, bot_id: str, ledger_id: str) -> tuple[str, CardLock | None] | None:
     """(ts, lock) when `message` is this bot's card for `ledger_id`."""
-    if not isinstance(message, dict) or message.get("bot_id") != bot_id:
-        return None
-    metadata = message.get("metadata")
-    if not isinstance(metadata, dict) or metadata.get("event_type") != CARD_EVENT:
-        return None
-    payload = metadata.get("event_payload")
-    if not isinstance(payload, dict) or payload.get("ledger_id") != ledger_id:
+    payload = _marked(message, bot_id, CARD_EVENT)
+    if payload.get("ledger_id") != ledger_id:
         return None
     ts = message.get("ts")
     if not isinstance(ts, str) or not ts:
@@ -230,6 +231,46 @@ def _card_of(message: Any, bot_id: str, ledger_id: str) -> tuple[str, CardLock |
     elif locked:  # a lock this version does not know: stay locked rather than approvable
         lock = "arguments_not_attached"
     return ts, lock
+
+
+def queue_metadata(burst: str) -> dict[str, Any]:
+    """The metadata posted with a channel's "queued" notice: the burst it counts."""
+    return {"event_type": QUEUE_EVENT, "event_payload": {"burst": burst}}
+
+
+async def find_marked_notice(
+    client: AsyncWebClient, bot_id: str, channel: str, burst: str, *, oldest: float
+) -> str | None:
+    """The ts of this bot's "queued" notice of `burst` in the channel, posted at `oldest` (a
+    Unix time) or later, or None. Raises slack_sdk/aiohttp errors."""
+    cursor: str | None = None
+    for _ in range(_MAX_PAGES):
+        response = await client.conversations_history(
+            channel=channel,
+            oldest=f"{oldest:.6f}",
+            include_all_metadata=True,
+            limit=_PAGE,
+            cursor=cursor,
+        )
+        for message in response.get("messages") or []:
+            if _marked(message, bot_id, QUEUE_EVENT).get("burst") == burst and message.get("ts"):
+                return str(message["ts"])
+        cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+        if not (cursor and response.get("has_more")):
+            return None
+    return None
+
+
+def _marked(message: Any, bot_id: str, event_type: str) -> dict[str, Any]:
+    """The metadata payload of `message` when this bot (`bot_id`) posted it marked as
+    `event_type`; else empty."""
+    if not isinstance(message, dict) or message.get("bot_id") != bot_id:
+        return {}
+    metadata = message.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get("event_type") != event_type:
+        return {}
+    payload = metadata.get("event_payload")
+    return payload if isinstance(payload, dict) else {}
 
 
 def check_ledger_id(ledger_id: str) -> None:

@@ -83,8 +83,10 @@ class Write:
     """Runs when Slack says the message is gone (`_GONE`: deleted by someone)."""
 
 
-Renderer = Callable[[Mapping[str, Any]], Awaitable[Write | None]]
-"""Turns an intent row's params into its call, when it is sent (None: nothing left to do)."""
+Renderer = Callable[[Mapping[str, Any], bool], Awaitable[Write | None]]
+"""Turns an intent row's params into its call, when it is sent (None: nothing left to do).
+The flag: the row was tried before (a kill, a lease that ran out, a transport error), so Slack
+may have applied that try without the sender hearing of it."""
 
 
 def _ordered(
@@ -210,7 +212,8 @@ class SlackOutbox:
             logger.exception("could not store %d Slack writes; sending them now", len(entries))
             for entry in entries:
                 try:
-                    if write := await self._write(entry.method, entry.params, entry.meta):
+                    write = await self._write(entry.method, entry.params, entry.meta, retried=False)
+                    if write:
                         await self._send(write.method, write.params, write.meta)
                 except Exception as exc:  # Slack's refusal, or an intent not drawn (the store)
                     logger.error("%s to %s failed: %s", entry.method, entry.channel_id, exc)
@@ -375,18 +378,18 @@ class SlackOutbox:
                     self._done.notify_all()
 
     async def _write(
-        self, method: str, params: Mapping[str, Any], meta: Mapping[str, Any]
+        self, method: str, params: Mapping[str, Any], meta: Mapping[str, Any], *, retried: bool
     ) -> Write | None:
         """The call a row stands for: itself, or what its intent's renderer draws now."""
         renderer = self._renderers.get(method)
         if renderer is None:
             return Write(method, params, meta)
         await checkpoint("redraw_claimed")  # crash tests: the redraw owed, not yet sent
-        return await renderer(params)
+        return await renderer(params, retried)
 
     async def _deliver_once(self, row: OutboxRow) -> None:
         try:
-            write = await self._write(row.method, row.params, row.meta)
+            write = await self._write(row.method, row.params, row.meta, retried=row.attempts > 1)
         except Exception as exc:  # the state could not be read (the database): try later
             later = self.clock() + timedelta(seconds=min(60, 2**row.attempts))
             logger.exception("could not draw %s for %s; trying again", row.method, row.key)

@@ -63,6 +63,7 @@ METHOD_TIERS: Mapping[str, Tier] = MappingProxyType(
         "reactions.add": TIER_3,
         "reactions.remove": TIER_3,
         "conversations.info": TIER_3,
+        "conversations.history": TIER_3,
         "conversations.replies": TIER_3,
         "users.conversations": TIER_3,
         "conversations.members": TIER_4,

@@ -14,33 +14,44 @@ channel: only the latest unsent is kept, and one is in flight at a time across r
 the sender draws it when it sends it (`queue_renderer`) from the store's queue and notice: the
 first drawing posts and records the message's ts before its row is done, every later one, on
 whichever replica, edits that ts. So a restart or a second replica edits the same notice;
-never two for one burst; a notice someone deleted is posted anew at the next drawing. (A
-process killed after Slack posted the notice and before its ts was
-recorded leaves that post behind and the row, sent again, posts another: the outbox's "a post
-may repeat, never vanish".) Without a store (a bare output) a queued message gets its notice in
-its thread, as a direct message does.
+never two for one burst; a notice someone deleted is posted anew at the next drawing. A process
+killed after Slack posted the notice and before its ts was recorded leaves the post in the
+channel and its row to be sent again: each notice carries its burst in its message metadata,
+so a drawing of a row tried before looks in the channel first (`conversations.history`, from
+the burst's start) and adopts the notice it finds instead of posting a second. Without a store
+(a bare output) a queued message gets its notice in its thread, as a direct message does.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Protocol
 
 from ..runs.notices import Queued
 from ..runs.output import Thread
 from ..store import QUEUE_NOTICE, QueueItem, QueueNotice
+from ._errors import SLACK_ERRORS, slack_error
+from .ids import find_marked_notice, queue_metadata
 from .notices import queue_notice_text
 from .outbox import Renderer, SlackOutbox, Write
 
-__all__ = ["QueueNoticeStore", "QueueNotices", "merged", "queue_renderer"]
+__all__ = ["Find", "QueueNoticeStore", "QueueNotices", "merged", "queue_renderer"]
 
 logger = logging.getLogger("opsgate.slack.queue")
+
+_SKEW = 60.0
+"""Seconds before the burst's opening (our clock) the search starts at (Slack's clock)."""
 
 
 def merged(thread: Thread) -> bool:
     """Whether a thread's "queued" notice goes into its channel's one notice (not a DM's)."""
     return bool(thread.thread_ts) and not thread.channel_id.startswith("D")
+
+
+Find = Callable[[QueueNotice], Awaitable[str | None]]
+"""The ts of a burst's notice already in its channel (posted by a try never recorded), or
+None."""
 
 
 class QueueNoticeStore(Protocol):
@@ -69,13 +80,32 @@ class QueueNotices:
     def __init__(self, outbox: SlackOutbox | None) -> None:
         self.outbox = outbox
         self.store: QueueNoticeStore | None = None
+        self._bot_id: str | None = None
 
     def keep_in(self, store: QueueNoticeStore) -> None:
         """Keep the bursts in `store` and have the outbox draw their notices (the server)."""
         if self.outbox is None:
             raise ValueError("a queued notice kept in the store is drawn by an outbox: none")
         self.store = store
-        self.outbox.render_with(QUEUE_NOTICE, queue_renderer(store))
+        self.outbox.render_with(QUEUE_NOTICE, queue_renderer(store, self._find))
+
+    async def _find(self, notice: QueueNotice) -> str | None:
+        """The burst's notice in its channel (a failed look is None: the caller posts, a
+        second notice at worst)."""
+        if self.outbox is None:
+            return None
+        client = self.outbox.client
+        try:
+            if self._bot_id is None:
+                self._bot_id = str((await client.auth_test()).get("bot_id") or "")
+            oldest = notice.opened_at.timestamp() - _SKEW  # posted after its burst opened
+            return await find_marked_notice(
+                client, self._bot_id, notice.channel_id, notice.burst, oldest=oldest
+            )
+        except SLACK_ERRORS as exc:
+            channel, why = notice.channel_id, slack_error(exc)
+            logger.warning("could not look for the queued notice of %s: %s", channel, why)
+            return None
 
     @property
     def kept(self) -> bool:
@@ -104,12 +134,13 @@ class QueueNotices:
             self.outbox.wake()
 
 
-def queue_renderer(store: QueueNoticeStore) -> Renderer:
+def queue_renderer(store: QueueNoticeStore, find: Find) -> Renderer:
     """The outbox's renderer for `QUEUE_NOTICE` rows (params `{"channel": ...}`): the notice
     as the channel's queue is now, posted the first time, edited after; None when it shows
-    that already (or there is no burst)."""
+    that already (or there is no burst). A row tried before whose burst has no ts may have
+    posted it: `find` looks first, and a notice found is the burst's (recorded, then edited)."""
 
-    async def render(params: Mapping[str, Any]) -> Write | None:
+    async def render(params: Mapping[str, Any], retried: bool) -> Write | None:
         channel = str(params.get("channel") or "")
         notice = await store.queue_notice(channel)
         if notice is None:
@@ -117,6 +148,9 @@ def queue_renderer(store: QueueNoticeStore) -> Renderer:
         waiting = len(await store.queue_items(channel_id=channel, states=["queued"]))
         text = queue_notice_text(notice.concurrency, waiting)
         ts = notice.ts
+        if ts is None and retried and (ts := await find(notice)) is not None:
+            logger.info("adopting the queued notice %s already in %s", ts, channel)
+            await store.queue_notice_shown(channel, ts=ts, shown="")
 
         async def ended(_answer: Mapping[str, Any] | None = None) -> None:
             await store.end_queue_notice(channel, asks=notice.asks, ts=ts)
@@ -128,7 +162,8 @@ def queue_renderer(store: QueueNoticeStore) -> Renderer:
             if not waiting:  # started before its notice was posted: nothing to tell
                 await ended()
                 return None
-            return Write("chat.postMessage", {"channel": channel, "text": text}, sent=shown)
+            post = {"channel": channel, "text": text, "metadata": queue_metadata(notice.burst)}
+            return Write("chat.postMessage", post, sent=shown)
         if text == notice.shown:
             if not waiting:
                 await ended()

@@ -43,7 +43,8 @@ def card_update(
 def card_renderer(draw: Draw, drawn: Drawn) -> Renderer:
     """The outbox's renderer for `CARD_REDRAW` rows (params `{"ledger_id": ...}`)."""
 
-    async def render(params: Mapping[str, Any]) -> Write | None:
+    async def render(params: Mapping[str, Any], _retried: bool) -> Write | None:
+        # A redraw repeated is the same edit: nothing to look for first.
         ledger_id = str(params.get("ledger_id") or "")
         drawing = await draw(ledger_id)
         if drawing is None:

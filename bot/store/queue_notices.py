@@ -19,6 +19,7 @@ empty it draws "every request has started" and ends the burst (`end_queue_notice
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from ._outbox_rows import OutboxEntry, put_rows
 from .core import StoreCore
@@ -43,6 +44,13 @@ class QueueNotice:
     asks: int
     ts: str | None
     shown: str | None
+    opened_at: datetime
+
+    @property
+    def burst(self) -> str:
+        """What names the burst in its message's metadata, the same on every replica: a post
+        whose ts was never recorded (a kill while Slack answered) is found by it."""
+        return self.opened_at.astimezone(UTC).isoformat()
 
 
 def queue_redraw(channel_id: str) -> OutboxEntry:
@@ -90,7 +98,10 @@ class QueueNoticeRows(StoreCore):
             row = await tx.fetch_one(
                 "SELECT * FROM queue_notices WHERE channel_id = :channel", {"channel": channel_id}
             )
-        return None if row is None else _notice(row)
+        if row is None:
+            return None
+        opened = self._db.time_out(row["opened_at"]) or self._moment()
+        return _notice(row, opened)
 
     async def queue_notice_shown(self, channel_id: str, *, ts: str, shown: str) -> None:
         """The notice's message `ts` now shows `shown` (the first time: it was posted)."""
@@ -130,11 +141,12 @@ class QueueNoticeRows(StoreCore):
                 )
 
 
-def _notice(row: Row) -> QueueNotice:
+def _notice(row: Row, opened_at: datetime) -> QueueNotice:
     return QueueNotice(
         channel_id=str(row["channel_id"]),
         concurrency=int(row["concurrency"]),
         asks=int(row["asks"]),
         ts=row["ts"],
         shown=row["shown"],
+        opened_at=opened_at,
     )

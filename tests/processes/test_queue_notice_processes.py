@@ -30,7 +30,9 @@ class Child:
         self.process = process
 
     @classmethod
-    async def start(cls, database: str, slack: SlackAPIStandIn, name: str) -> Child:
+    async def start(
+        cls, database: str, slack: SlackAPIStandIn, name: str, *, lease: float = 60
+    ) -> Child:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -38,6 +40,7 @@ class Child:
             database,
             slack.url,
             name,
+            str(lease),
             cwd=ROOT,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -47,10 +50,14 @@ class Child:
         return child
 
     async def do(self, line: str) -> None:
+        await self.send(line)
+        await self._answer("ok")
+
+    async def send(self, line: str) -> None:
+        """The command, without waiting for its `ok` (it may never come)."""
         assert self.process.stdin is not None
         self.process.stdin.write(f"{line}\n".encode())
         await self.process.stdin.drain()
-        await self._answer("ok")
 
     async def _answer(self, expected: str) -> None:
         assert self.process.stdout is not None
@@ -148,6 +155,38 @@ async def test_two_processes_and_a_kill_edit_one_notice_per_burst(
     assert len(notices(slack)) == 2
     edited = {str(c.params["ts"]) for c in slack.calls_to("chat.update") if c.ok}
     assert edited == {str(c.response["ts"]) for c in notices(slack)}
+
+
+async def test_a_notice_posted_as_its_process_was_killed_is_adopted_not_posted_again(
+    database: str, slack: SlackAPIStandIn
+) -> None:
+    """Slack applied the notice's post, and its process was killed -9 waiting for the answer
+    (so its ts was never recorded): the other process, once the row's lease ran out, finds the
+    notice by the burst in its metadata and edits it. One notice for the burst."""
+    slack.hang_after("chat.postMessage")
+    a = await Child.start(database, slack, "a", lease=1)
+    children = [a]
+    try:
+        await a.send("queue 0")
+        [post] = await slack.wait_for("chat.postMessage", timeout=30)
+        await a.kill()
+        b = await Child.start(database, slack, "b", lease=1)
+        children.append(b)
+        await b.do("queue 1")
+
+        def first() -> SlackCall:
+            return notices(slack)[0]
+
+        await until(slack, first, "2 requests are waiting")
+        await b.do("start")
+        await b.do("start")
+        await until(slack, first, "queue of this channel is empty")
+    finally:
+        for child in children:
+            await child.kill()
+    assert notices(slack) == [post]
+    edited = {str(c.params["ts"]) for c in slack.calls_to("chat.update") if c.ok}
+    assert edited == {str(post.response["ts"])}
 
 
 async def _posted_twice(slack: SlackAPIStandIn) -> None:

@@ -75,6 +75,23 @@ def _written_before_ack(bot: Bot, committed: list[str]) -> list[list[str]]:
     return seen
 
 
+async def handed_back_once(tmp_path: Path, text: str) -> list[tuple[str, str]]:
+    """Two starts on the rows saved before them: the first runs `text` once (the model's reply
+    is queued before it starts, as it hands the rows back at once), the second finds nothing
+    left to do. The (kind, state) of every inbox row after them."""
+    async with LLMStandIn() as llm:
+        llm.reply_text("Done.")
+        async with running_bot(tmp_path, tools=make_tools(tmp_path), llm=llm) as bot:
+            await llm.wait_for_requests(1)
+            await bot.settle()
+        assert [r["messages"][-1]["content"] for r in llm.requests] == [text]
+        assert llm.unexpected == []
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        await bot.settle()
+        assert bot.llm.requests == []
+    return [(k, s) for k, s, _ in _inbox(tmp_path / "opsgate.db")]
+
+
 async def test_a_mention_is_one_row_and_one_commit_before_its_200(tmp_path: Path) -> None:
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
         await bot.settle()
@@ -159,18 +176,10 @@ async def test_a_mention_the_earlier_release_saved_as_two_rows_is_handled_once(
         await store.inbox_add(
             "message", delivery, keys=["EvOLD", f"message:{CHANNEL}:{MENTION_TS}"]
         )
-    async with LLMStandIn() as llm:
-        llm.reply_text("Disk is fine.")  # before the start: it hands the rows back at once
-        async with running_bot(tmp_path, tools=make_tools(tmp_path), llm=llm) as bot:
-            await llm.wait_for_requests(1)
-            await bot.settle()
-        assert [r["messages"][-1]["content"] for r in llm.requests] == ["check the disk"]
-        assert llm.unexpected == []
-    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
-        await bot.settle()
-        assert bot.llm.requests == []  # the second start finds nothing left to do
-    rows = _inbox(tmp_path / "opsgate.db")
-    assert [(k, s) for k, s, _ in rows] == [("request", "done"), ("message", "done")]
+    assert await handed_back_once(tmp_path, "check the disk") == [
+        ("request", "done"),
+        ("message", "done"),
+    ]
 
 
 async def test_a_mention_saved_too_late_for_its_200_is_still_processed_once(

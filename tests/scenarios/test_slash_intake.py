@@ -10,9 +10,8 @@ import urllib.parse
 from pathlib import Path
 
 from tests.scenarios.test_app import ALICE, make_tools
-from tests.scenarios.test_intake import _commits, _inbox, _written_before_ack
+from tests.scenarios.test_intake import _commits, _inbox, _written_before_ack, handed_back_once
 from tests.support.harness import CHANNEL, TEAM, running_bot
-from tests.support.llm_server import LLMStandIn
 from tests.support.slack_requests import slash_command
 
 
@@ -81,15 +80,7 @@ async def test_an_opsgate_request_an_earlier_release_saved_as_a_request_row_runs
             {"kind": "command", "body": body},
             keys=[f"request:command:{TEAM}:88.T0TEST.opsgate"],
         )
-    async with LLMStandIn() as llm:
-        llm.reply_text("Disk is fine.")  # before the start: it hands the row back at once
-        async with running_bot(tmp_path, tools=make_tools(tmp_path), llm=llm) as bot:
-            await llm.wait_for_requests(1)
-            await bot.settle()
-        assert [r["messages"][-1]["content"] for r in llm.requests] == ["check the disk"]
-        assert llm.unexpected == []
-    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
-        await bot.settle()
-        assert bot.llm.requests == []  # the second start finds nothing left to do
-    rows = _inbox(tmp_path / "opsgate.db")
-    assert [(k, s) for k, s, _ in rows] == [("request", "done"), ("slash", "done")]
+    assert await handed_back_once(tmp_path, "check the disk") == [
+        ("request", "done"),
+        ("slash", "done"),
+    ]

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -45,10 +46,12 @@ class Replica:
 
 
 @contextlib.asynccontextmanager
-async def replica(db: Path, slack: SlackAPIStandIn, name: str) -> AsyncIterator[Replica]:
+async def replica(
+    db: Path, slack: SlackAPIStandIn, name: str, *, lease: timedelta = timedelta(seconds=60)
+) -> AsyncIterator[Replica]:
     async with SQLiteStore(db) as store:
         client = AsyncWebClient(token="xoxb-test", base_url=slack.url)
-        outbox = SlackOutbox(store, client, claimer=name, poll=0.05)
+        outbox = SlackOutbox(store, client, claimer=name, poll=0.05, lease=lease)
         notices = QueueNotices(outbox)
         notices.keep_in(store)
         task = asyncio.create_task(outbox.run())
@@ -144,3 +147,34 @@ async def test_a_notice_someone_deleted_is_posted_anew(tmp_path: Path) -> None:
         await settle(a)
         assert "queue of this channel is empty" in shown(slack, second)
         assert len(notices(slack)) == 2
+
+
+async def test_a_notice_slack_posted_but_never_answered_is_adopted_not_posted_again(
+    tmp_path: Path,
+) -> None:
+    """A replica whose post Slack applied while it never heard back (killed as it waited):
+    once the row's lease ran out, the next replica looks for the burst's notice in the channel
+    (its metadata names the burst), records it and edits it, instead of posting a second."""
+    db, lease = tmp_path / "opsgate.db", timedelta(seconds=0.5)
+    async with SlackAPIStandIn() as slack:
+        slack.hang_after("chat.postMessage")
+        async with replica(db, slack, "a", lease=lease) as a:
+            await a.queue(0)
+            [post] = await slack.wait_for("chat.postMessage")  # applied; its answer never comes
+        async with replica(db, slack, "b", lease=lease) as b:
+            unrecorded = await b.store.queue_notice(CHANNEL)
+            assert unrecorded is not None and unrecorded.ts is None
+            await b.queue(1)
+            await settle(b)
+            assert notices(slack) == [post]
+            assert "2 requests are waiting" in shown(slack, post)
+            notice = await b.store.queue_notice(CHANNEL)
+            assert notice is not None and notice.ts == post.response["ts"]
+            await b.start()
+            await b.start()
+            await settle(b)
+        assert notices(slack) == [post]
+        assert "queue of this channel is empty" in shown(slack, post)
+        [looked] = slack.calls_to("conversations.history")  # only for the row tried before
+        assert looked.params["channel"] == CHANNEL
+        assert post.params["metadata"]["event_type"] == "opsgate_queue"

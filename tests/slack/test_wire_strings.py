@@ -31,7 +31,7 @@ from bot.slack.cards import approval_card, decided_card, minimal_blocks
 from bot.slack.feedback import FeedbackClick, feedback_blocks, feedback_modal
 from bot.slack.freezes import break_glass_modal
 from bot.slack.home import home_view
-from bot.slack.ids import COMMAND, SHORTCUT, card_metadata
+from bot.slack.ids import COMMAND, SHORTCUT, card_metadata, queue_metadata
 from bot.slack.modals import allow_modal, edit_modal, reject_modal
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifest.yml"
@@ -70,6 +70,7 @@ DIGEST = "3f2a9c0d1e7b"
 PREVIEW_DIGEST = "ab" * 32
 LEDGER = "led_01HX"
 CARD_EVENT = "opsgate_card"
+QUEUE_EVENT = "opsgate_queue"
 SHORTCUT_ID = "opsgate_ask"
 SLASH_COMMAND = "/opsgate"
 
@@ -190,6 +191,12 @@ def test_card_metadata_event_type() -> None:
         "event_type": CARD_EVENT,
         "event_payload": {"ledger_id": LEDGER, "locked": "arguments_not_attached"},
     }
+
+
+def test_queue_notice_metadata_event_type() -> None:
+    """A notice posted by an older release is still found by its burst after an upgrade."""
+    burst = "2026-01-01T00:00:00+00:00"
+    assert queue_metadata(burst) == {"event_type": QUEUE_EVENT, "event_payload": {"burst": burst}}
 
 
 def test_shortcut_and_slash_command_match_the_manifest() -> None:

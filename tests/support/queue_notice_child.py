@@ -2,7 +2,7 @@
 channel's queued notice (a store on the shared database, an outbox sender, `QueueNotices`),
 driven by lines on stdin.
 
-Usage: python -m tests.support.queue_notice_child DATABASE SLACK_URL NAME
+Usage: python -m tests.support.queue_notice_child DATABASE SLACK_URL NAME [LEASE_SECONDS]
 
 Commands: `queue <n>` (a message of thread n is queued in channel C1, and said so), `start`
 (the oldest queued message of C1 starts), `quit`. Each is answered `ok` once this process's
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from datetime import timedelta
 
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -42,10 +43,10 @@ async def command(store: Store, notices: QueueNotices, line: str) -> None:
         raise ValueError(f"unknown command {line!r}")
 
 
-async def main(database: str, slack_url: str, name: str) -> None:
+async def main(database: str, slack_url: str, name: str, lease: timedelta) -> None:
     async with open_store(database) as store:
         client = AsyncWebClient(token="xoxb-test", base_url=slack_url)
-        outbox = SlackOutbox(store, client, claimer=name, poll=0.05)
+        outbox = SlackOutbox(store, client, claimer=name, poll=0.05, lease=lease)
         notices = QueueNotices(outbox)
         notices.keep_in(store)
         sender = asyncio.create_task(outbox.run())
@@ -66,4 +67,5 @@ async def main(database: str, slack_url: str, name: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3]))
+    seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 60.0
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], timedelta(seconds=seconds)))

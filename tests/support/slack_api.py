@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -129,6 +130,8 @@ class SlackAPIStandIn:
         self._runner: web.AppRunner | None = None
         self._base = ""
         self._numbers = itertools.count(100)
+        self._last_ts = 0
+        """Microseconds of the last ts given (each one later than the one before)."""
         self._failures: dict[str, deque[_Failure]] = defaultdict(deque)
         self._answers: dict[str, Answer] = {}
         self._streaming = True
@@ -175,6 +178,7 @@ class SlackAPIStandIn:
             "usergroups.users.list": self._usergroup_users,
             "conversations.info": self._conversations_info,
             "conversations.members": self._conversations_members,
+            "conversations.history": self._conversations_history,
             "conversations.replies": self._conversations_replies,
             "files.getUploadURLExternal": self._upload_url,
             "files.completeUploadExternal": self._complete_upload,
@@ -468,8 +472,10 @@ class SlackAPIStandIn:
             self._changed.notify_all()
 
     def _next_ts(self) -> str:
-        number = next(self._numbers)
-        return f"{1_700_000_000 + number // 1_000_000}.{number % 1_000_000:06d}"
+        """Slack's ts is the Unix time of the post: the stand-in's are now (so after every
+        message a test sends, whose ts are of 2023), each later than the one before."""
+        self._last_ts = max(time.time_ns() // 1000, self._last_ts + 1)
+        return f"{self._last_ts // 1_000_000}.{self._last_ts % 1_000_000:06d}"
 
     # -- methods -----------------------------------------------------------------------------
 
@@ -740,6 +746,25 @@ class SlackAPIStandIn:
                 message.pop("metadata", None)
         thread.sort(key=lambda m: float(m["ts"]))
         return {"messages": thread, "has_more": False, "response_metadata": {"next_cursor": ""}}
+
+    def _conversations_history(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The channel's messages (not thread replies) at `oldest` or later, newest first, as
+        Slack lists them; metadata only with `include_all_metadata`. One page."""
+        channel = _required(params, "channel", "channel_not_found")
+        oldest = float(params.get("oldest") or 0)
+        with_metadata = str(params.get("include_all_metadata", "")).lower() in ("1", "true")
+        listed = [
+            dict(message)
+            for (in_channel, ts), message in self._messages.items()
+            if in_channel == channel
+            and message.get("thread_ts") in (None, ts)
+            and float(ts) >= oldest
+        ]
+        for message in listed:
+            if not with_metadata:
+                message.pop("metadata", None)
+        listed.sort(key=lambda m: float(m["ts"]), reverse=True)
+        return {"messages": listed, "has_more": False, "response_metadata": {"next_cursor": ""}}
 
     def _upload_url(self, params: dict[str, Any]) -> dict[str, Any]:
         filename = _required(params, "filename", "invalid_arguments")

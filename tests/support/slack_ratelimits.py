@@ -65,6 +65,7 @@ METHOD_LIMITS: Mapping[str, Limit] = MappingProxyType(
         "reactions.add": TIER_3,
         "reactions.remove": TIER_3,
         "conversations.info": TIER_3,
+        "conversations.history": TIER_3,
         "conversations.replies": TIER_3,
         "conversations.members": TIER_4,
         "users.conversations": TIER_3,
