@@ -189,8 +189,10 @@ async def _save_in_time(
     service: RunService, save: Callable[[], Coroutine[Any, Any, InboxItem | None]]
 ) -> InboxItem | None:
     """The row, or `TimeoutError` after `SAVE_SECONDS`. A save that does not answer (a
-    PostgreSQL outage) is not waited for, even to cancel it: a cancelled asyncpg query may hang
-    too. It goes on as owned work; should it commit after all, a `request` or `slash` row is
+    PostgreSQL outage) is not waited for, and not cancelled either: a cancelled asyncpg query
+    may hang too, and a save cancelled at its commit may have committed (SQLite's worker thread
+    commits whoever stopped waiting), which its caller would then never hear of. It goes on as
+    owned work (cancelled at shutdown); should it commit after all, a `request` or `slash` row is
     marked done at once, so the request the person was told is not saved is never handled
     later. A message's
     row is processed instead: its event went on to the message listener, whose own save finds
@@ -212,7 +214,6 @@ async def _save_in_time(
             elif late is not None:
                 await service.inbox.done(late.id)
 
-    task.cancel()
     with contextlib.suppress(RuntimeError):
         service.ctx.tasks.spawn(forget(), name="forgetting a late request")
     raise TimeoutError(f"the request was not saved in {SAVE_SECONDS} s")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
 from bot.store import SQLiteStore
-from tests.support.bot_process import SECRET, bot_process
+from tests.support.bot_process import SECRET, BotProcess, bot_process
 from tests.support.llm_server import LLMStandIn
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_requests import block_actions, interaction_body, sign, slash_command
@@ -25,6 +26,23 @@ def _user_texts(llm: LLMStandIn) -> list[str]:
     return out
 
 
+MENTION = "1700000001.000100"
+
+
+async def _killed_at_inbox(
+    tmp_path: Path,
+    llm: LLMStandIn,
+    slack: SlackAPIStandIn,
+    send: Callable[[BotProcess], Awaitable[int]],
+) -> None:
+    """A bot that answers `send`'s request 200 and is killed -9 before its inbox processes it."""
+    async with bot_process(tmp_path, llm, slack, OPSGATE_FAULT_HOLD="inbox") as bot:
+        assert await send(bot) == 200
+        await bot.wait_for_line("holding at inbox")
+        assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
+    assert llm.requests == []  # nothing was processed before the kill
+
+
 async def test_a_mention_killed_right_after_its_200_is_answered_after_restart(
     tmp_path: Path,
 ) -> None:
@@ -34,18 +52,16 @@ async def test_a_mention_killed_right_after_its_200_is_answered_after_restart(
         httpx.AsyncClient(timeout=10) as http,
     ):
         llm.reply_text("Looked into it.")
-        async with bot_process(tmp_path, llm, slack, OPSGATE_FAULT_HOLD="inbox") as bot:
-            assert await bot.mention(http, "check the api", ts="1700000001.000100") == 200
-            await bot.wait_for_line("holding at inbox")
-            assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
-        assert llm.requests == []  # nothing was processed before the kill
+        await _killed_at_inbox(
+            tmp_path, llm, slack, lambda bot: bot.mention(http, "check the api", ts=MENTION)
+        )
         # Saved once before the 200: the mention's own row (the intake's one commit).
         assert await _inbox_rows(tmp_path) == [("message", "received")]
         async with bot_process(tmp_path, llm, slack) as bot:
             await llm.wait_for_requests(1, timeout=30)
-            await slack.wait_until_ended({"1700000001.000100"}, "Looked into it.")
+            await slack.wait_until_ended({MENTION}, "Looked into it.")
             # Slack's retry of the delivery that was acknowledged: seen before, nothing again.
-            assert await bot.mention(http, "check the api", ts="1700000001.000100") == 200
+            assert await bot.mention(http, "check the api", ts=MENTION) == 200
             assert await bot.stop(signal.SIGTERM) == 0
         async with bot_process(tmp_path, llm, slack) as bot:  # and nothing at the next start
             assert await bot.stop(signal.SIGTERM) == 0
@@ -201,12 +217,12 @@ async def test_an_opsgate_request_killed_right_after_its_200_is_answered_after_r
         httpx.AsyncClient(timeout=10) as http,
     ):
         llm.reply_text("Looked into it.")
-        async with bot_process(tmp_path, llm, slack, OPSGATE_FAULT_HOLD="inbox") as bot:
+
+        async def command(bot: BotProcess) -> int:
             response = await http.post(f"{bot.url}/slack/events", content=body, headers=headers)
-            assert response.status_code == 200
-            await bot.wait_for_line("holding at inbox")
-            assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
-        assert llm.requests == []  # nothing was processed before the kill
+            return response.status_code
+
+        await _killed_at_inbox(tmp_path, llm, slack, command)
         assert await _inbox_rows(tmp_path) == [("slash", "received")]  # one row, one commit
         async with bot_process(tmp_path, llm, slack) as bot:
             await llm.wait_for_requests(1, timeout=30)

@@ -230,6 +230,39 @@ async def test_a_mention_saved_too_late_for_its_200_is_still_processed_once(
         assert all("couldn't save" not in str(c.params.get("text")) for c in bot.slack.calls)
 
 
+async def test_a_mention_committed_but_answered_too_late_is_still_processed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The intake's save has committed, and its answer comes only after `SAVE_SECONDS` (as
+    SQLite's worker thread commits while the awaiting task waits): the intake does not cancel
+    it, so the late answer still hands the row to the inbox. Cancelled there, the row would be
+    saved and never processed (the listener's own save finds its keys taken)."""
+    monkeypatch.setattr(intake, "SAVE_SECONDS", 0.2)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        inbox = bot.service.inbox
+        save = inbox.save_message
+        answer = asyncio.Event()
+        calls: list[Sequence[str]] = []
+
+        async def late(delivery: MessageDelivery, *, keys: Sequence[str]) -> InboxItem | None:
+            calls.append(keys)
+            saved = await save(delivery, keys=keys)
+            if len(calls) == 1:  # the intake's: committed, answered late
+                await answer.wait()
+            return saved
+
+        monkeypatch.setattr(inbox, "save_message", late)
+        bot.llm.reply_text("Disk is fine.")
+        response = await bot.event(_mention("EvLATE"))
+        assert response.status_code == 200
+        assert len(calls) == 2  # the listener saved too: seen before
+        answer.set()
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        assert len(bot.llm.requests) == 1
+        assert [(k, s) for k, s, _ in _inbox(tmp_path / "opsgate.db")] == [("message", "done")]
+
+
 async def test_a_burst_right_after_the_start_asks_slack_auth_test_once(tmp_path: Path) -> None:
     """Bolt's single-workspace authorization asks `auth.test` for every request until one has
     answered: asked once at start-up instead, a first burst does not ask it once per request."""
