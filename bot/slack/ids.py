@@ -13,7 +13,9 @@ store refuses it (`ArgumentsChanged`) instead of counting it toward the edited c
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, get_args
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -198,22 +200,24 @@ async def find_marked_card(
 ) -> CardRef | None:
     """The first message in the thread posted by this bot (`bot_id`) whose metadata names
     `ledger_id`. Raises slack_sdk/aiohttp errors (the caller treats them as "not found")."""
+    pages = functools.partial(client.conversations_replies, channel=channel, ts=thread_ts)
+    async for message in _marked_messages(pages):
+        if (found := _card_of(message, bot_id, ledger_id)) is not None:
+            return CardRef(channel, found[0], found[1])
+    return None
+
+
+async def _marked_messages(pages: Callable[..., Awaitable[Any]]) -> AsyncIterator[Any]:
+    """Every message of a listing (`conversations.replies` or `.history`, its arguments bound
+    in `pages`), with metadata, page by page, up to `_MAX_PAGES`."""
     cursor: str | None = None
     for _ in range(_MAX_PAGES):
-        response = await client.conversations_replies(
-            channel=channel,
-            ts=thread_ts,
-            include_all_metadata=True,
-            limit=_PAGE,
-            cursor=cursor,
-        )
+        response = await pages(include_all_metadata=True, limit=_PAGE, cursor=cursor)
         for message in response.get("messages") or []:
-            if (found := _card_of(message, bot_id, ledger_id)) is not None:
-                return CardRef(channel, found[0], found[1])
+            yield message
         cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
         if not (cursor and response.get("has_more")):
-            return None
-    return None
+            return
 
 
 def _card_of(message: Any, bot_id: str, ledger_id: str) -> tuple[str, CardLock | None] | None:
@@ -243,21 +247,10 @@ async def find_marked_notice(
 ) -> str | None:
     """The ts of this bot's "queued" notice of `burst` in the channel, posted at `oldest` (a
     Unix time) or later, or None. Raises slack_sdk/aiohttp errors."""
-    cursor: str | None = None
-    for _ in range(_MAX_PAGES):
-        response = await client.conversations_history(
-            channel=channel,
-            oldest=f"{oldest:.6f}",
-            include_all_metadata=True,
-            limit=_PAGE,
-            cursor=cursor,
-        )
-        for message in response.get("messages") or []:
-            if _marked(message, bot_id, QUEUE_EVENT).get("burst") == burst and message.get("ts"):
-                return str(message["ts"])
-        cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
-        if not (cursor and response.get("has_more")):
-            return None
+    pages = functools.partial(client.conversations_history, channel=channel, oldest=f"{oldest:.6f}")
+    async for message in _marked_messages(pages):
+        if _marked(message, bot_id, QUEUE_EVENT).get("burst") == burst and message.get("ts"):
+            return str(message["ts"])
     return None
 
 

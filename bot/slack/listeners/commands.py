@@ -46,7 +46,7 @@ _CANCEL_HINT = (
 )
 
 
-def invocation_key(command: dict[str, Any]) -> str | None:
+def invocation_key(command: Mapping[str, Any]) -> str | None:
     """What names one `/opsgate` invocation, for dedupe; None when the request has neither."""
     team = command.get("team_id") or ""
     if trigger := command.get("trigger_id"):
@@ -72,7 +72,7 @@ def slash_of(command: Mapping[str, Any]) -> tuple[SlashDelivery, list[str]] | No
         user=str(command.get("user_id") or ""),
         text=text,
     )
-    key = invocation_key(dict(command))
+    key = invocation_key(command)
     return delivery, [key] if key else []
 
 
