@@ -14,8 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
-
-from .policy import add_policy_parser
+from typing import Any
 
 __all__ = ["main"]
 
@@ -58,8 +57,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("chat", help="the same agent, tools and policy in this terminal")
     sub.add_parser("migrate", help="bring the database's schema up to date (idempotent)")
-    add_policy_parser(sub)
+    _add_policy_parser(sub)
     return parser
+
+
+def _add_policy_parser(sub: Any) -> None:
+    """`opsgate policy explain ...`: defined here, so that `--help` loads no policy code."""
+    policy = sub.add_parser("policy", help="ask the policy about a call, running nothing")
+    inner = policy.add_subparsers(dest="policy_command", required=True)
+    explain_ = inner.add_parser("explain", help="the verdict for one call (runs nothing)")
+    explain_.add_argument("--channel", default=None, help="the channel id (C...) it would run in")
+    explain_.add_argument("tool", help="the tool's name, e.g. run_command")
+    explain_.add_argument("args", nargs="+", help="run_command: the command; else JSON arguments")
 
 
 def _command(args: argparse.Namespace) -> Callable[[], int]:

@@ -35,23 +35,13 @@ from ..store import AllowanceRow, SQLiteStore, StoreError, open_store
 from ..tools import load_tools
 from ..words import format_duration
 
-__all__ = ["add_policy_parser", "explain", "explain_command"]
+__all__ = ["explain", "explain_command"]
 
 COMMAND_TOOL = "run_command"
 
 
 class ExplainError(BotError):
     """The arguments given to `opsgate policy explain` cannot be read."""
-
-
-def add_policy_parser(sub: Any) -> None:
-    """`opsgate policy explain ...` on the command line's subcommands."""
-    policy = sub.add_parser("policy", help="ask the policy about a call, running nothing")
-    inner = policy.add_subparsers(dest="policy_command", required=True)
-    explain_ = inner.add_parser("explain", help="the verdict for one call (runs nothing)")
-    explain_.add_argument("--channel", default=None, help="the channel id (C...) it would run in")
-    explain_.add_argument("tool", help="the tool's name, e.g. run_command")
-    explain_.add_argument("args", nargs="+", help="run_command: the command; else JSON arguments")
 
 
 def explain_command(args: argparse.Namespace) -> int:
