@@ -63,7 +63,15 @@ def test_parts_rules_terms_and_the_shape_an_allow_would_create(
 ) -> None:
     lines = explain(capsys, "run_command", "echo ok; kubectl delete pod web-1")
     assert "part 1: echo ok" in lines and "part 2: kubectl delete pod web-1" in lines
-    assert "  no rule: no rule matched -> runs without approval" in lines
+    assert "  tools.run_command.rules[5]: echo … -> runs without approval" in lines
+    unknown = explain(capsys, "run_command", "ls -la; kubectl -n web delete pod web-1")
+    assert (
+        "  no rule: no rule names the program 'ls': the tool's default = \"always\" "
+        "-> needs approval"
+    ) in unknown
+    assert (
+        "  tools.run_command.rules[1]: kubectl delete … (its verb after -n web) -> needs approval"
+    ) in unknown
     assert "  tools.run_command.rules[1]: kubectl delete … -> needs approval" in lines
     assert "approvers: U0SRE1, U0SRE2, U0SRE3 (tools.run_command.rules[1].approvers)" in lines
     assert "quorum: 2" in lines and "ttl: 15m" in lines

@@ -25,8 +25,9 @@ def verdict(policy: Policy, command: str, tool: str = "run_command") -> GateDeci
     return policy.decide(tool, ToolCall(id="c1", name=tool, arguments=json.dumps(arguments)))
 
 
-def rules(body: str, approval: str = "rules") -> Policy:
-    return Policy.from_toml(f'[tools.run_command]\napproval = "{approval}"\n{body}')
+def rules(body: str, approval: str = "rules", default: str | None = None) -> Policy:
+    said = f'default = "{default}"\n' if default else ""
+    return Policy.from_toml(f'[tools.run_command]\napproval = "{approval}"\n{said}{body}')
 
 
 ECHO_FREE = '[[tools.run_command.rules]]\nprefix = ["echo"]\napproval = "never"\n'
@@ -47,7 +48,8 @@ RM = '[[tools.run_command.rules]]\nprefix = ["rm"]\n'
         ("kubectl delete pod x && kubectl delete ns y", "forbidden", "tools.run_command.rules[2]"),
         ("echo $(kubectl delete ns web)", "forbidden", "tools.run_command.rules[2]"),
         ("bash -c 'kubectl delete ns web'", "forbidden", "tools.run_command.rules[2]"),
-        ("ls -la", "never", None),
+        ("ls -la", "always", None),
+        ("echo ok", "never", "tools.run_command.rules[5]"),
     ],
 )
 def test_the_strictest_part_decides(
@@ -81,7 +83,7 @@ def test_compound_command_is_judged_by_its_rm_part() -> None:
     ],
 )
 def test_what_cannot_be_judged_needs_approval_even_under_a_never_rule(command: str) -> None:
-    decision = verdict(rules(ECHO_FREE), command)
+    decision = verdict(rules(ECHO_FREE, default="never"), command)
     assert decision.requires_approval and not decision.forbidden, command
     assert decision.policy_rule is None and "approval required" in decision.rule
 
@@ -92,10 +94,22 @@ def test_a_tool_set_to_never_never_asks_and_forbidden_never_runs() -> None:
     assert forbidden.forbidden and forbidden.rule == "tools.run_command: approval = forbidden"
 
 
-def test_no_rule_matched_runs_without_approval_as_before() -> None:
+def test_a_command_no_rule_matches_takes_the_default_which_asks() -> None:
     decision = verdict(rules(RM), "df -h /var")
+    assert decision.requires_approval and decision.policy_rule is None
+    assert decision.rule == (
+        "tools.run_command: no rule names the program 'df': the tool's default = \"always\""
+    )
+    [part] = decision.parts
+    assert (part.tier, part.policy_rule) == ("always", None)
+    assert verdict(rules(RM, default="always"), "df -h /var").requires_approval
+
+
+def test_default_never_restores_free_running_for_unmatched_commands() -> None:
+    decision = verdict(rules(RM, default="never"), "df -h /var")
     assert decision.requires_approval is False
     assert decision.rule == "tools.run_command: no rule matched"
+    assert verdict(rules(RM, default="never"), "rm x").requires_approval
 
 
 def test_the_rule_with_most_approvals_beats_always_and_its_terms_apply(kubectl: Policy) -> None:
@@ -124,8 +138,8 @@ def test_a_pattern_matches_the_rest_of_the_words() -> None:
         'approval = "forbidden"\n'
     )
     assert verdict(policy, "kubectl delete pods --all").forbidden
-    assert not verdict(policy, "kubectl delete pod web").requires_approval
-    assert not verdict(policy, "kubectl get pods --all").requires_approval
+    assert verdict(policy, "kubectl delete pod web").tier == "always"  # the default
+    assert verdict(policy, "kubectl get pods --all").tier == "always"
 
 
 def test_argument_rules_take_the_same_keys_for_other_tools() -> None:
@@ -146,7 +160,9 @@ def test_argument_rules_take_the_same_keys_for_other_tools() -> None:
 
 
 def test_old_argument_rules_of_run_command_keep_working() -> None:
-    policy = rules('[[tools.run_command.rules]]\nargument = "command"\npattern = "^rm"\n')
+    policy = rules(
+        '[[tools.run_command.rules]]\nargument = "command"\npattern = "^rm"\n', default="never"
+    )
     assert verdict(policy, "rm x").policy_rule == "tools.run_command.rules[0]"
     assert not verdict(policy, "ls").requires_approval
 
@@ -212,7 +228,8 @@ def test_help_says_the_rules_in_plain_words(kubectl: Policy) -> None:
         "asks for approval for kubectl delete … (2 approvals); kubectl rollout restart …; "
         "kubectl apply … (preview: kubectl diff -f {arg:-f|--filename}); "
         "commands it cannot judge (substitution, eval, sh -c, wrappers); "
-        "never runs kubectl delete namespace; runs freely kubectl get …"
+        "never runs kubectl delete namespace; runs freely kubectl get …; echo …; "
+        'any other command asks for approval (default = "always")'
     )
     assert Policy.default().approval_summary("http_request") == (
         "asks for approval for methods other than GET and HEAD"
