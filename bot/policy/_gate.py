@@ -332,7 +332,7 @@ class _Judge:
         where = layout(part.argv)
         leading = where.leading(part.argv)
         rule = chosen.rule
-        if rule is not None and rule.prefix and len(rule.prefix) > 1 and leading:
+        if rule is not None and rule.prefix and len(rule.prefix) > 1 and leading and where.verb:
             chosen.why += f" (its verb after {shlex.join(leading)})"
         chosen = replace(chosen, part=part)
         if chosen.tier != "never" and chosen.rule is not None:
@@ -341,9 +341,9 @@ class _Judge:
         if maybe:
             reasons.append(
                 f"the option {where.unknown!r} is not one the policy knows {part.program!r} to "
-                "take before its verb, so where the verb is is unknown"
+                "take before its verb, so its verb's place is unknown"
             )
-        reasons += [f"{option} {why}" for option, why in risky_options(part.argv, where)]
+        reasons += [f"the option {opt} {why}" for opt, why in risky_options(part.argv, where)]
         if not reasons or chosen.tier == "forbidden":
             return chosen
         index = chosen.index

@@ -172,3 +172,25 @@ def test_a_freeze_in_force_now_is_named_with_its_break_glass() -> None:
     assert not any(line.startswith("freeze: ") for line in lines("kubectl get pods", saturday))
     tuesday = datetime(2026, 12, 8, 12, 0, tzinfo=UTC)
     assert not any(line.startswith("freeze: ") for line in lines("kubectl delete pod x", tuesday))
+
+
+def test_each_part_says_which_rule_and_why_in_words(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = explain(
+        capsys, "run_command", "kubectl --bogus x delete ns web; kubectl --bogus get pods"
+    )
+    assert (
+        "  tools.run_command.rules[2]: kubectl delete namespace (could match: the verb's place "
+        "is unknown) -> forbidden"
+    ) in lines
+    assert (
+        "  no rule: the option '--bogus' is not one the policy knows 'kubectl' to take before "
+        "its verb, so its verb's place is unknown: approval required -> needs approval"
+    ) in lines
+    risky = explain(capsys, "run_command", "kubectl --kubeconfig /tmp/k get pods")
+    assert (
+        "  no rule: the option --kubeconfig reads another kubeconfig, whose exec credentials run "
+        "a program: approval required (tools.run_command.rules[0] alone would not ask) "
+        "-> needs approval"
+    ) in risky
