@@ -11,6 +11,7 @@ import pytest
 
 from agent_core import ToolCall
 from bot.policy import GateDecision, Policy, PolicyError
+from bot.policy._programs import PROGRAMS, layout
 
 KUBECTL = Path(__file__).parents[1] / "fixtures" / "policies" / "kubectl.toml"
 
@@ -425,3 +426,27 @@ def test_help_names_the_default() -> None:
         "asks for approval for rm …; commands it cannot judge (substitution, eval, sh -c, "
         'wrappers); any other command runs without approval (default = "never")'
     )
+
+
+def test_the_option_tables_are_consistent() -> None:
+    for name, program in PROGRAMS.items():
+        assert not program.valued & program.plain, name
+        assert set(program.leading_risky) <= program.valued | program.plain, name
+        assert all(option.startswith("-") for option in program.risky), name
+
+
+@pytest.mark.parametrize(
+    ("command", "verb"),
+    [
+        ("kubectl -n web delete ns web", 3),
+        ("kubectl --namespace=web delete", 2),
+        ("kubectl -nweb delete", 2),
+        ("git -C dir -c k=v --no-pager log", 6),
+        ("git -- log", 2),
+        ("frobnicate delete", 1),
+        ("frobnicate -x delete", None),
+        ("kubectl", 1),
+    ],
+)
+def test_the_verbs_place(command: str, verb: int | None) -> None:
+    assert layout(tuple(command.split())).verb == verb
