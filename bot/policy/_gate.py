@@ -12,6 +12,7 @@ approval at least (see `bot.policy._shell`).
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -23,7 +24,8 @@ from bot.argument_rule import schema_defaults
 
 from ._model import ToolPolicy
 from ._preview import PreviewPlan, tool_preview
-from ._rules import TIER_RANK, Rule, Tier
+from ._programs import layout, risky_options
+from ._rules import TIER_RANK, Rule, Tier, program_is
 from ._shell import FLAG_WORDS, ParsedCommand, SimpleCommand, parse_command
 
 __all__ = [
@@ -144,6 +146,11 @@ def _summary(name: str, config: ToolPolicy) -> str:
         text += "; never runs " + "; ".join(never)
     if free:
         text += "; runs freely " + "; ".join(free)
+    if name == COMMAND_TOOL or config.default is not None:
+        other = "command" if name == COMMAND_TOOL else "call"
+        default = config.unmatched(name)
+        does = "asks for approval" if default == "always" else "runs without approval"
+        text += f'; any other {other} {does} (default = "{default}")'
     return text
 
 
@@ -213,7 +220,9 @@ def _configured(
     command = arguments.get("command") if name == COMMAND_TOOL else None
     if name == COMMAND_TOOL and not isinstance(command, str):
         return GateDecision(True, f"{where}: no command text, approval required")
-    judge = _Judge(name, where, config.rules, break_glass=config.break_glass)
+    judge = _Judge(
+        name, where, config.rules, break_glass=config.break_glass, default=config.unmatched(name)
+    )
     return judge.call(arguments, defaults, command)
 
 
@@ -241,19 +250,33 @@ class _Judge:
     """The strictest of the candidates a call's parts and arguments produce."""
 
     def __init__(
-        self, tool: str, where: str, rules: tuple[Rule, ...], *, break_glass: bool = False
+        self,
+        tool: str,
+        where: str,
+        rules: tuple[Rule, ...],
+        *,
+        break_glass: bool = False,
+        default: Tier = "always",
     ) -> None:
         self.tool = tool
         self.where = where
         self.rules = rules
         self.break_glass = break_glass
         """The tool's own `break_glass` (a rule may set it too)."""
+        self.default = default
+        """What a call (or a part) no rule matches gets: the tool's `default`."""
 
-    def _strictest(self, matches: list[tuple[int, Rule]]) -> _Candidate | None:
-        """The strictest of the rules that match (the first of them on a tie)."""
+    def _strictest(
+        self, matches: list[tuple[int, Rule]], maybe: frozenset[int] = frozenset()
+    ) -> _Candidate | None:
+        """The strictest of the rules that match (the first of them on a tie); those in
+        `maybe` could match (the verb's place is unknown), and say so."""
         best: _Candidate | None = None
         for index, rule in matches:
-            found = _Candidate(rule.approval, rule.required_approvals or 0, rule, index, rule.label)
+            why = rule.label + (
+                " (could match: the verb's place is unknown)" if index in maybe else ""
+            )
+            found = _Candidate(rule.approval, rule.required_approvals or 0, rule, index, why)
             if best is None or found.key() > best.key():
                 best = found
         return best
@@ -261,25 +284,26 @@ class _Judge:
     def name(self, index: int) -> str:
         return f"{self.where}.rules[{index}]"
 
+    def _unmatched(self, why: str) -> _Candidate:
+        return _Candidate(
+            self.default, 0, None, None, f'{why}: the tool\'s default = "{self.default}"'
+        )
+
     def call(
         self, arguments: dict[str, object], defaults: dict[str, object], command: str | None
     ) -> GateDecision:
         by_arguments = [
             (i, r) for i, r in enumerate(self.rules) if r.matches_arguments(arguments, defaults)
         ]
-        nothing = _Candidate("never", 0, None, None, "no rule matched")
         candidates = [c for c in [self._strictest(by_arguments)] if c is not None]
+        if command is None and not candidates:
+            candidates.append(self._unmatched("no rule matched"))
         parts: list[PartVerdict] = []
         parsed = parse_command(command) if command is not None else None
+        if parsed is not None and not parsed.parts:
+            candidates.append(self._unmatched("no simple command in it"))
         for part in parsed.parts if parsed is not None else ():
-            matches = [(i, r) for i, r in enumerate(self.rules) if r.matches_command(part)]
-            chosen = replace(self._strictest(matches) or nothing, part=part)
-            unjudged = sorted(part.unjudgeable)
-            if unjudged and chosen.tier == "never":
-                words = "; ".join(FLAG_WORDS[f] for f in unjudged)
-                index = chosen.index
-                said = f" ({self.name(index)} alone would not ask)" if index is not None else ""
-                chosen = _Candidate("always", 0, None, None, f"{words}: approval required{said}")
+            chosen = self._part(part)
             candidates.append(chosen)
             name = None if chosen.index is None else self.name(chosen.index)
             parts.append(PartVerdict(part.text, part.argv, chosen.tier, name, chosen.why))
@@ -287,6 +311,45 @@ class _Judge:
             words = "; ".join(FLAG_WORDS[f] for f in sorted(parsed.unjudgeable))
             candidates.append(_Candidate("always", 0, None, None, f"{words}: approval required"))
         return self._verdict(candidates, tuple(parts), parsed)
+
+    def _part(self, part: SimpleCommand) -> _Candidate:
+        """One simple command's candidate: the strictest rule that matches it (or could, where
+        a rule asks or forbids), else the tool's default; never free when it cannot be judged
+        by its words, when the verb's place is unknown, or when it uses an option that writes
+        or runs something."""
+        fits = [(i, r, r.fits(part)) for i, r in enumerate(self.rules)]
+        maybe = frozenset(i for i, _, fit in fits if fit == "maybe")
+        matches = [
+            (i, r)
+            for i, r, fit in fits
+            if fit == "yes" or (fit == "maybe" and r.approval != "never")
+        ]
+        chosen = self._strictest(matches, maybe)
+        if chosen is None:
+            named = any(r.prefix and program_is(part.program, r.prefix[0]) for r in self.rules)
+            said = "no rule matched" if named else f"no rule names the program {part.program!r}"
+            chosen = self._unmatched(said)
+        where = layout(part.argv)
+        leading = where.leading(part.argv)
+        rule = chosen.rule
+        if rule is not None and rule.prefix and len(rule.prefix) > 1 and leading and where.verb:
+            chosen.why += f" (its verb after {shlex.join(leading)})"
+        chosen = replace(chosen, part=part)
+        if chosen.tier != "never" and chosen.rule is not None:
+            return chosen
+        reasons = [FLAG_WORDS[f] for f in sorted(part.unjudgeable)]
+        if maybe:
+            reasons.append(
+                f"the option {where.unknown!r} is not one the policy knows {part.program!r} to "
+                "take before its verb, so its verb's place is unknown"
+            )
+        reasons += [f"the option {opt} {why}" for opt, why in risky_options(part.argv, where)]
+        if not reasons or chosen.tier == "forbidden":
+            return chosen
+        index = chosen.index
+        said = f" ({self.name(index)} alone would not ask)" if index is not None else ""
+        text = f"{'; '.join(reasons)}: approval required{said}"
+        return _Candidate("always", 0, None, None, text, part)
 
     def _verdict(
         self,

@@ -71,6 +71,10 @@ class ToolPolicy(Model):
 
     approval: Literal["always", "never", "rules", "forbidden"] = "always"
     rules: tuple[Rule, ...] = ()
+    default: Literal["always", "never"] | None = None
+    """With `approval = "rules"`: what a call no rule matches gets. run_command: "always"
+    unless the section says `default = "never"` (a program no rule names is unknown); other
+    tools: "never" (their rules name the calls that ask)."""
     workdir: Directory | None = None
     """run_command: where commands run (an existing directory); default: where the bot started."""
     timeout: Duration | None = None
@@ -112,7 +116,18 @@ class ToolPolicy(Model):
             raise ValueError(
                 f'rules are only used with approval = "rules", but approval is {self.approval!r}'
             )
+        if self.approval != "rules" and self.default is not None:
+            raise ValueError(
+                f'default is what a call no rule matches gets, so it needs approval = "rules", '
+                f"but approval is {self.approval!r}"
+            )
         return self
+
+    def unmatched(self, tool: str) -> Literal["always", "never"]:
+        """What a call of `tool` that no rule matches gets (see `default`)."""
+        if self.default is not None:
+            return self.default
+        return "always" if tool == "run_command" else "never"
 
 
 class Defaults(Model):

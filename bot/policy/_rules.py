@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -30,9 +31,10 @@ from bot.argument_rule import Regex, argument_label, argument_matches
 
 from ._fields import AllowWindow, Approvals, ApproverId, Duration, check_reachable
 from ._preview import PreviewPlan, PreviewTemplate
+from ._programs import Layout, layout
 from ._shell import SimpleCommand, parse_command
 
-__all__ = ["NEEDS_MATCH", "TIER_RANK", "Rule", "Tier"]
+__all__ = ["NEEDS_MATCH", "TIER_RANK", "Fit", "Rule", "Tier", "program_is"]
 
 NEEDS_MATCH = "rule_needs_match"
 """The error type of a rule with neither `argument` nor `prefix` (`_load` names the key)."""
@@ -53,6 +55,8 @@ def _text(value: str) -> str:
 
 Text = Annotated[StrictStr, AfterValidator(_text), Field(max_length=500)]
 Example = StrictStr | dict[str, Any]
+Fit = Literal["yes", "maybe"]
+"""How a rule fits a simple command: it matches, or it could (the verb's place is unknown)."""
 
 
 class Rule(BaseModel):
@@ -150,7 +154,8 @@ class Rule(BaseModel):
         """The preview of `part` (a simple command this rule matched); None without one."""
         if self.preview is None or self.prefix is None:
             return None
-        return PreviewTemplate.parse(self.preview).expand(part, self.prefix, self.preview_ttl)
+        template = PreviewTemplate.parse(self.preview)
+        return template.expand(self.aligned(part), self.prefix, self.preview_ttl)
 
     def _check_examples(self) -> None:
         for example in self.examples:
@@ -173,17 +178,60 @@ class Rule(BaseModel):
         return self.matches_arguments(example, {})
 
     def matches_command(self, part: SimpleCommand) -> bool:
-        """Whether one simple command starts with `prefix` (and its rest matches `pattern`)."""
+        """Whether one simple command surely starts with `prefix` (and its rest matches
+        `pattern`): the program, then the verb after the options it takes before it."""
+        return self.fits(part) == "yes"
+
+    def fits(self, part: SimpleCommand) -> Fit | None:
+        """ "yes": `part` matches; "maybe": it could (an option the program's table does not
+        know hides where its verb is, and `prefix` is found at a later word); None: it does
+        not. The pattern is tried on the words after the prefix, and on them with the options
+        before the verb in front: a rule that asks or forbids matches if either does, a free
+        (`never`) rule only if both do."""
         if self.prefix is None:
-            return False
+            return None
         argv, prefix = part.argv, self.prefix
-        if len(argv) < len(prefix) or not _program_is(argv[0], prefix[0]):
-            return False
-        if argv[1 : len(prefix)] != prefix[1:]:
-            return False
-        return (
-            self.pattern is None or self.pattern.search(shlex.join(argv[len(prefix) :])) is not None
-        )
+        if not argv or not program_is(argv[0], prefix[0]):
+            return None
+        if len(prefix) == 1 or prefix[1].startswith("-"):  # no verb: the words as written
+            if argv[1 : len(prefix)] != prefix[1:]:
+                return None
+            return "yes" if self._rest_matches(argv[len(prefix) :], ()) else None
+        where = layout(argv)
+        if where.verb is not None:
+            verb = where.verb
+            if argv[verb : verb + len(prefix) - 1] != prefix[1:]:
+                return None
+            rest = argv[verb + len(prefix) - 1 :]
+            return "yes" if self._rest_matches(rest, where.leading(argv)) else None
+        start = argv.index(where.unknown or "", 1) + 1
+        for verb in range(start, len(argv) - len(prefix) + 2):
+            if argv[verb : verb + len(prefix) - 1] == prefix[1:]:
+                rest = argv[verb + len(prefix) - 1 :]
+                if self._rest_matches(rest, argv[1:verb]):
+                    return "maybe"
+        return None
+
+    def _rest_matches(self, rest: tuple[str, ...], leading: tuple[str, ...]) -> bool:
+        if self.pattern is None:
+            return True
+        found = [self.pattern.search(shlex.join(rest)) is not None]
+        if leading:
+            found.append(self.pattern.search(shlex.join((*leading, *rest))) is not None)
+        return all(found) if self.approval == "never" else any(found)
+
+    def aligned(self, part: SimpleCommand) -> SimpleCommand:
+        """`part` with the options before its verb moved after the prefix (for a preview
+        built from the words after the prefix)."""
+        if self.prefix is None or len(self.prefix) < 2:
+            return part
+        where: Layout = layout(part.argv)
+        leading = where.leading(part.argv)
+        if where.verb is None or not leading:
+            return part
+        after = part.argv[where.verb + len(self.prefix) - 1 :]
+        argv = (part.argv[0], *self.prefix[1:], *leading, *after)
+        return replace(part, argv=argv)
 
     def matches_arguments(self, arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
         if self.argument is None or self.pattern is None:
@@ -202,7 +250,7 @@ class Rule(BaseModel):
         return argument_label(self.argument, self.pattern)
 
 
-def _program_is(program: str, name: str) -> bool:
+def program_is(program: str, name: str) -> bool:
     """`kubectl` is `kubectl`, and so is `/usr/bin/kubectl` (a rule must not be dodged by a
     path; matching more only ever asks more)."""
     return program == name or ("/" in program and os.path.basename(program) == name)

@@ -63,7 +63,15 @@ def test_parts_rules_terms_and_the_shape_an_allow_would_create(
 ) -> None:
     lines = explain(capsys, "run_command", "echo ok; kubectl delete pod web-1")
     assert "part 1: echo ok" in lines and "part 2: kubectl delete pod web-1" in lines
-    assert "  no rule: no rule matched -> runs without approval" in lines
+    assert "  tools.run_command.rules[5]: echo … -> runs without approval" in lines
+    unknown = explain(capsys, "run_command", "ls -la; kubectl -n web delete pod web-1")
+    assert (
+        "  no rule: no rule names the program 'ls': the tool's default = \"always\" "
+        "-> needs approval"
+    ) in unknown
+    assert (
+        "  tools.run_command.rules[1]: kubectl delete … (its verb after -n web) -> needs approval"
+    ) in unknown
     assert "  tools.run_command.rules[1]: kubectl delete … -> needs approval" in lines
     assert "approvers: U0SRE1, U0SRE2, U0SRE3 (tools.run_command.rules[1].approvers)" in lines
     assert "quorum: 2" in lines and "ttl: 15m" in lines
@@ -164,3 +172,25 @@ def test_a_freeze_in_force_now_is_named_with_its_break_glass() -> None:
     assert not any(line.startswith("freeze: ") for line in lines("kubectl get pods", saturday))
     tuesday = datetime(2026, 12, 8, 12, 0, tzinfo=UTC)
     assert not any(line.startswith("freeze: ") for line in lines("kubectl delete pod x", tuesday))
+
+
+def test_each_part_says_which_rule_and_why_in_words(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = explain(
+        capsys, "run_command", "kubectl --bogus x delete ns web; kubectl --bogus get pods"
+    )
+    assert (
+        "  tools.run_command.rules[2]: kubectl delete namespace (could match: the verb's place "
+        "is unknown) -> forbidden"
+    ) in lines
+    assert (
+        "  no rule: the option '--bogus' is not one the policy knows 'kubectl' to take before "
+        "its verb, so its verb's place is unknown: approval required -> needs approval"
+    ) in lines
+    risky = explain(capsys, "run_command", "kubectl --kubeconfig /tmp/k get pods")
+    assert (
+        "  no rule: the option --kubeconfig reads another kubeconfig, whose exec credentials run "
+        "a program: approval required (tools.run_command.rules[0] alone would not ask) "
+        "-> needs approval"
+    ) in risky

@@ -379,7 +379,7 @@ def test_unreadable_arguments_need_approval(good: Policy, run_command: Tool) -> 
 
 def test_non_text_arguments_match_their_json(run_command: Tool) -> None:
     policy = Policy.from_toml(
-        '[tools.run_command]\napproval = "rules"\n'
+        '[tools.run_command]\napproval = "rules"\ndefault = "never"\n'
         '[[tools.run_command.rules]]\nargument = "timeout_seconds"\npattern = "^[0-9]{3,}"'
     )
     assert policy.gate(run_command, call("run_command", {"command": "x", "timeout_seconds": 600}))

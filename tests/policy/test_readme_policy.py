@@ -45,9 +45,9 @@ def test_the_fixture_the_other_explain_tests_use_is_the_readmes_policy() -> None
 
 def test_the_example_policy_is_read_as_written() -> None:
     policy = Policy.from_toml(TOML, source="opsgate.toml")
-    assert [len(t.rules) for t in policy.tools.values()] == [5]
+    assert [len(t.rules) for t in policy.tools.values()] == [6]
     assert len(policy.freezes) == 1
-    assert len(TRANSCRIPTS) == 7  # the six commands and the apply
+    assert len(TRANSCRIPTS) == 9  # the eight commands and the apply
 
 
 @pytest.mark.parametrize(("command", "printed"), TRANSCRIPTS, ids=[c for c, _ in TRANSCRIPTS])

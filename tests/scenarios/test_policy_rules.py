@@ -44,6 +44,7 @@ async def _audit(bot: Bot, event: str) -> list[dict[str, Any]]:
 ECHO_FREE_RM_GATED = """
 [tools.run_command]
 approval = "rules"
+default = "never"
 [[tools.run_command.rules]]
 prefix = ["echo"]
 approval = "never"
