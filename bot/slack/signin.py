@@ -100,8 +100,7 @@ async def _keep_trying(
         try:
             return await call()
         except SlackApiError as exc:
-            error = str(exc.response.get("error"))
-            status = int(exc.response.status_code or 0)
+            status, error = _answer_of(exc)
             if status < 500 and error not in TRANSIENT:
                 raise SignInRefused(refused(error)) from None
             reason = f"{what}: HTTP {status} {error}"
@@ -113,6 +112,18 @@ async def _keep_trying(
         )
         await asyncio.sleep(delay)
         delay = min(delay * 2, BACKOFF_CAP)
+
+
+def _answer_of(exc: SlackApiError) -> tuple[int, str]:
+    """The HTTP status and Slack's error code; an answer that is not Slack's JSON (a proxy's
+    HTML page) leaves slack_sdk's raw response on the error, with neither."""
+    response: Any = exc.response
+    status = getattr(response, "status_code", None) or getattr(response, "status", 0)
+    try:
+        error = response.get("error")
+    except (AttributeError, ValueError):
+        error = None
+    return int(status or 0), str(error or "an answer that is not Slack's")
 
 
 def _plain_client(app: AsyncApp, **kwargs: Any) -> AsyncWebClient:
@@ -136,6 +147,7 @@ async def sign_in(app: AsyncApp, state: SignIn) -> None:
         refused=auth_refused,
         state=state,
     )
+    state.reason = "signed in to Slack, starting"
     for middleware in app._async_middleware_list:
         if isinstance(middleware, AsyncSingleTeamAuthorization):
             middleware.auth_test_result = result
