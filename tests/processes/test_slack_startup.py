@@ -170,6 +170,7 @@ async def test_an_unreachable_slack_is_retried_until_stopped(
 async def test_slack_answering_again_lets_the_start_go_on(tmp_path: Path) -> None:
     async with LLMStandIn() as llm, SlackAPIStandIn() as slack, SocketModeStandIn(slack) as sock:
         slack.fail_next("auth.test", status=503, times=2)
+        slack.fail_next("apps.connections.open", status=502)
         async with opsgate_run(tmp_path, llm, slack.url) as bot:
             await bot.wait_lines("OpsGate connected to Slack (Socket Mode)")
             await sock.wait_connected()
@@ -179,4 +180,5 @@ async def test_slack_answering_again_lets_the_start_go_on(tmp_path: Path) -> Non
             bot.proc.send_signal(signal.SIGTERM)
             assert await bot.exit_code() == 0, "\n".join(bot.lines)
     tries = [line for line in bot.lines if "Slack is not reachable" in line]
-    assert len(tries) == 2 and "auth.test: HTTP 503" in tries[0], tries
+    assert len(tries) == 3 and "auth.test: HTTP 503" in tries[0], tries
+    assert "apps.connections.open: HTTP 502" in tries[2] and "try 1)" in tries[2]
