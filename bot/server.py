@@ -13,31 +13,31 @@ import contextlib
 import logging
 import secrets
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 
-from .observability import HealthServerError, Metrics, serve_health
+from .observability import HealthServerError, Metrics
 from .observability.audit_export import AuditExporter
-from .observability.health import ReadinessCheck
-from .observability.readiness import add_operations_routes, operations_app, outbox_check
+from .observability.health import ReadinessCheck, socket_mode_check
+from .observability.readiness import add_operations_routes, operations_checks, outbox_check
 from .observability.tracing import configure_tracing
 from .runs.replicas import replica_name, start_replica_duties
 from .runs.service import RunService
 from .runs.timer import ExpiryTimer
 from .settings import Settings
 from .slack import SlackThreadOutput, channel_members, create_app, group_members, slack_client
-from .slack.app import authorize_once, wait_for_listeners
+from .slack.app import wait_for_listeners
 from .slack.mrkdwn import user_mention
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
 from .slack.redraws import card_renderer
+from .slack.signin import SignIn, connect_socket_mode, sign_in, socket_mode_handler
 from .store import CARD_REDRAW, Store, WriteHealth, require_writable
 from .tools import protect_process_environment
 from .wiring import Deps, open_deps, run_service
@@ -63,15 +63,25 @@ def http_app(
     """Slack's events and interactivity on one endpoint, beside `/healthz`, `/readyz` and
     `/metrics` (given the store they check and the metrics they serve)."""
 
-    async def slack_events(request: web.Request) -> web.StreamResponse:
-        response = await app.async_dispatch(await to_bolt_request(request))
-        return await to_aiohttp_response(response)
-
     web_app = web.Application()
-    web_app.add_routes([web.post("/slack/events", slack_events)])
+    web_app.add_routes([web.post("/slack/events", SlackEvents(app).handle)])
     if store is not None:
         add_operations_routes(web_app, store, metrics or Metrics(), health, checks)
     return web_app
+
+
+class SlackEvents:
+    """`POST /slack/events`: 503 until the app is set (a starting bot, or a stopping one), so
+    that Slack delivers it again later; then Bolt's."""
+
+    def __init__(self, app: AsyncApp | None = None) -> None:
+        self.app = app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if self.app is None:
+            return web.json_response({"error": "starting or stopping"}, status=503)
+        response = await self.app.async_dispatch(await to_bolt_request(request))
+        return await to_aiohttp_response(response)
 
 
 @dataclass(frozen=True)
@@ -95,8 +105,11 @@ async def started(
     expiry_interval: float = EXPIRY_INTERVAL,
     shutdown_grace: float = SHUTDOWN_GRACE,
     pacer: Pacer | None = None,
+    signing_in: SignIn | None = None,
 ) -> AsyncIterator[Started]:
-    """The app with its start-up work done: interrupted runs recovered, expiry running.
+    """The app with its start-up work done: signed in to Slack (`bot.slack.signin`: a refused
+    token raises `SignInRefused`, an unreachable Slack is asked again), interrupted runs
+    recovered, expiry running.
 
     The metrics are `deps.observer` when that is a `Metrics` (as `serve` opens it), else new."""
     await require_writable(deps.store)  # a read-only or full database: refuse to start
@@ -137,7 +150,7 @@ async def started(
     # it from the call's state when it sends it (`bot.slack.redraws`).
     outbox.render_with(CARD_REDRAW, card_renderer(service.cards.drawing, deps.store.card_drawn))
     deps.store.owe_card_redraws(outbox.wake)
-    await authorize_once(app)  # before the first burst, not once per request in it
+    await sign_in(app, signing_in or SignIn())  # before the first burst, once, not per request
     await service.recover()
     deps.tasks.spawn(timer.run(service.expire_due), name="expiry", service=True)
     start_replica_duties(deps.tasks, service, interval=settings.opsgate_heartbeat_seconds)
@@ -202,8 +215,8 @@ def _outbox_claimer(deps: Deps) -> str:
 
 
 def _stop_on_signals() -> asyncio.Event:
-    """Set on SIGINT or SIGTERM. Installed first thing, so a stop during start-up is a graceful
-    one too (it takes effect once the bot is up)."""
+    """Set on SIGINT or SIGTERM. Installed first thing, so that a stop during start-up is a
+    stop too (`serve` cancels the start where it waits)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -223,36 +236,77 @@ async def serve(settings: Settings, *, http: bool, port: int) -> None:
     metrics = Metrics()
     traces = configure_tracing()
     try:
-        await _serve(settings, http=http, port=port, stop=stop, metrics=metrics)
+        up = asyncio.Event()
+        serving = _serve(settings, http=http, port=port, stop=stop, up=up, metrics=metrics)
+        await _until_stopped(serving, stop, up)
     finally:
         if traces is not None:
             await asyncio.to_thread(traces.shutdown)  # the last spans, flushed
 
 
-async def _serve(
-    settings: Settings, *, http: bool, port: int, stop: asyncio.Event, metrics: Metrics
+async def _until_stopped(
+    serving: Coroutine[Any, Any, None], stop: asyncio.Event, up: asyncio.Event
 ) -> None:
-    async with (
-        open_deps(settings, person=user_mention, observer=metrics) as deps,
-        started(settings, deps, shutdown_grace=settings.opsgate_shutdown_grace) as bot,
-    ):
+    """Run `serving`; a stop before it is up (signing in to a Slack that does not answer, a
+    slow recovery) cancels it where it waits, and what it opened closes as on any stop. Once
+    it is up it stops by itself, gracefully, when it sees `stop`."""
+    task = asyncio.create_task(serving, name="serve")
+    stopped = asyncio.create_task(stop.wait(), name="stop signal")
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done() and not up.is_set():
+            logger.info("stopping during start-up")
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+async def _serve(
+    settings: Settings,
+    *,
+    http: bool,
+    port: int,
+    stop: asyncio.Event,
+    up: asyncio.Event,
+    metrics: Metrics,
+) -> None:
+    """The port serves `/healthz`, `/readyz` (not ready until signed in to Slack) and
+    `/metrics` from the moment the store is open; in HTTP mode `POST /slack/events` answers
+    503 until the app is up. `up` is set once Slack's requests are served."""
+    async with open_deps(settings, person=user_mention, observer=metrics) as deps:
+        await require_writable(deps.store)  # refused before the port opens (as in `started`)
+        signing_in = SignIn()
+        checks = operations_checks(deps.store, deps.write_health, {"slack": signing_in.check})
+        events = SlackEvents()
+        web_app = web.Application()
         if http:
-            await _serve_http(bot, deps, port, stop)
-        else:
-            await _serve_socket_mode(settings, bot, deps, port, stop)
+            web_app.add_routes([web.post("/slack/events", events.handle)])
+        add_operations_routes(web_app, deps.store, metrics, checks=checks)
+        async with (
+            _listening(web_app, port, http=http),
+            started(
+                settings,
+                deps,
+                shutdown_grace=settings.opsgate_shutdown_grace,
+                signing_in=signing_in,
+            ) as bot,
+        ):
+            checks.update(bot.checks)
+            if http:
+                signing_in.done()
+                await _serve_http(bot, events, port, stop, up)
+            else:
+                await _serve_socket_mode(settings, bot, checks, signing_in, stop, up)
 
 
-async def _serve_http(bot: Started, deps: Deps, port: int, stop: asyncio.Event) -> None:
-    runner = web.AppRunner(
-        http_app(
-            bot.app,
-            store=deps.store,
-            metrics=bot.metrics,
-            health=deps.write_health,
-            checks=bot.checks,
-        ),
-        access_log=None,
-    )
+@contextlib.asynccontextmanager
+async def _listening(web_app: web.Application, port: int, *, http: bool) -> AsyncIterator[None]:
+    runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
     # A burst of Slack deliveries must not overflow the default backlog of 128.
     site = web.TCPSite(runner, "0.0.0.0", port, backlog=1024)
@@ -260,29 +314,50 @@ async def _serve_http(bot: Started, deps: Deps, port: int, stop: asyncio.Event) 
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        raise HealthServerError(f"cannot listen on port {port}: {exc.strerror or exc}") from exc
+        what = "Slack's events and /healthz" if http else "/healthz and /metrics"
+        raise HealthServerError(
+            f"cannot serve {what} on port {port}: {exc.strerror or exc}"
+        ) from exc
+    logger.info("health and metrics on 0.0.0.0:%d (/healthz, /readyz, /metrics)", port)
+    try:
+        yield
+    finally:
+        await runner.cleanup()
+
+
+async def _serve_http(
+    bot: Started, events: SlackEvents, port: int, stop: asyncio.Event, up: asyncio.Event
+) -> None:
+    events.app = bot.app
+    up.set()
     logger.info("OpsGate listening on :%d (POST /slack/events, /healthz, /readyz, /metrics)", port)
     try:
         await stop.wait()
     finally:
-        await runner.cleanup()
+        events.app = None
         await wait_for_listeners(SHUTDOWN_GRACE)
 
 
 async def _serve_socket_mode(
-    settings: Settings, bot: Started, deps: Deps, port: int, stop: asyncio.Event
+    settings: Settings,
+    bot: Started,
+    checks: dict[str, ReadinessCheck],
+    signing_in: SignIn,
+    stop: asyncio.Event,
+    up: asyncio.Event,
 ) -> None:
     """Socket Mode: Slack over a WebSocket; the port serves only health and metrics."""
     assert settings.slack_app_token is not None
-    handler = AsyncSocketModeHandler(bot.app, settings.slack_app_token.get_secret_value())
-    health = operations_app(
-        deps.store, bot.metrics, handler.client, deps.write_health, checks=bot.checks
-    )
-    async with serve_health(port=port, app=health):
-        await handler.connect_async()  # type: ignore[no-untyped-call]
+    handler = socket_mode_handler(bot.app, settings.slack_app_token.get_secret_value())
+    signing_in.reason = "connecting to Slack (Socket Mode)"
+    try:
+        await connect_socket_mode(
+            handler, signing_in, timeout=max(1.0, settings.opsgate_slack_timeout)
+        )
+        checks["slack"] = socket_mode_check(handler.client)
+        up.set()
         logger.info("OpsGate connected to Slack (Socket Mode)")
-        try:
-            await stop.wait()
-        finally:
-            await handler.close_async()  # type: ignore[no-untyped-call]
-            await wait_for_listeners(SHUTDOWN_GRACE)
+        await stop.wait()
+    finally:
+        await handler.close_async()  # type: ignore[no-untyped-call]
+        await wait_for_listeners(SHUTDOWN_GRACE)

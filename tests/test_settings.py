@@ -328,9 +328,8 @@ def test_manifest_has_what_the_bot_needs() -> None:
         "message.groups",
         "message.im",
         "message.mpim",
-        "app_home_opened",
-        "assistant_thread_started",  # the AI-app container (issue 24)
-        "assistant_thread_context_changed",
+        "app_home_opened",  # the Home tab, and the agent's Messages tab opened
+        "app_context_changed",  # the agent messaging experience: the channel looked at
         "member_joined_channel",  # the Home tab's channel members (issue 20)
         "member_left_channel",
     ]

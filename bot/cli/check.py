@@ -23,6 +23,7 @@ from ..database import DatabaseURL
 from ..errors import BotError
 from ..policy import Policy, ToolPolicy
 from ..settings import Settings, load_settings
+from ..slack.signin import auth_refused, connections_refused, unreachable
 from ..tools import load_tools, privilege_warnings, resolve_run_as
 from ..tools.mcp import check_servers
 from ..wiring import TEMPLATE_WARNING, default_tools
@@ -157,9 +158,9 @@ async def _check_slack(settings: Settings, report: Report) -> None:
         auth = await client.auth_test()
         report(True, f"slack: signed in as {auth.get('user')} in team {auth.get('team')}")
     except SlackApiError as exc:
-        report(False, f"slack: auth.test said {exc.response.get('error')!r}; check SLACK_BOT_TOKEN")
+        report(False, auth_refused(str(exc.response.get("error"))))
     except Exception as exc:
-        report(False, f"slack: cannot reach {settings.slack_api_url} ({type(exc).__name__})")
+        report(False, unreachable(settings.slack_api_url, exc))
 
 
 async def _check_socket_mode(settings: Settings, report: Report) -> None:
@@ -172,10 +173,9 @@ async def _check_socket_mode(settings: Settings, report: Report) -> None:
         await client.apps_connections_open(app_token=settings.slack_app_token.get_secret_value())
         report(True, "slack: the app-level token opens a Socket Mode connection")
     except SlackApiError as exc:
-        error = exc.response.get("error")
-        report(False, f"slack: apps.connections.open said {error!r}; check SLACK_APP_TOKEN")
+        report(False, connections_refused(str(exc.response.get("error"))))
     except Exception as exc:
-        report(False, f"slack: cannot reach {settings.slack_api_url} ({type(exc).__name__})")
+        report(False, unreachable(settings.slack_api_url, exc))
 
 
 async def _check_llm(

@@ -77,8 +77,11 @@ def add_health_routes(
     refresh: Refresh | None = None,
     timeout: float = CHECK_TIMEOUT,
 ) -> None:
-    """Add `/healthz`, `/readyz` and `/metrics` to `app` (HTTP mode: the Slack app)."""
-    checks = dict(checks or {})
+    """Add `/healthz`, `/readyz` and `/metrics` to `app` (HTTP mode: the Slack app).
+
+    `checks` is read at each probe, not copied: a starting bot adds its checks as its parts
+    come up (Slack's sign-in first, the Socket Mode connection once it is made)."""
+    checks = checks if checks is not None else {}
 
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"ok": True})

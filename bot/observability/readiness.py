@@ -18,7 +18,6 @@ from .health import (
     Refresh,
     SocketModeConnection,
     add_health_routes,
-    health_app,
     socket_mode_check,
 )
 from .metrics import Metrics
@@ -27,7 +26,7 @@ __all__ = [
     "add_operations_routes",
     "database_check",
     "gauges_refresh",
-    "operations_app",
+    "operations_checks",
     "outbox_check",
 ]
 
@@ -94,12 +93,15 @@ def outbox_check(stuck_for: Callable[[], float]) -> ReadinessCheck:
     return check
 
 
-def _checks(
+def operations_checks(
     store: Store,
-    socket: SocketModeConnection | None,
-    health: WriteHealth | None,
+    health: WriteHealth | None = None,
     more: Mapping[str, ReadinessCheck] | None = None,
-) -> Mapping[str, ReadinessCheck]:
+    *,
+    socket: SocketModeConnection | None = None,
+) -> dict[str, ReadinessCheck]:
+    """The database's check, `more`, and in Socket Mode the connection's. A dict the server
+    adds to while it starts: the endpoints read it at each probe."""
     checks = {"database": database_check(store, health), **(more or {})}
     if socket is not None:
         checks["slack"] = socket_mode_check(socket)
@@ -112,21 +114,12 @@ def add_operations_routes(
     metrics: Metrics,
     health: WriteHealth | None = None,
     more: Mapping[str, ReadinessCheck] | None = None,
-) -> None:
-    """HTTP mode: `/healthz`, `/readyz` and `/metrics` beside `POST /slack/events`; `more`:
-    readiness checks beyond the database's (the audit export's)."""
-    checks = _checks(store, None, health, more)
-    add_health_routes(web_app, metrics, checks, refresh=gauges_refresh(store, metrics))
-
-
-def operations_app(
-    store: Store,
-    metrics: Metrics,
-    socket: SocketModeConnection,
-    health: WriteHealth | None = None,
     *,
     checks: Mapping[str, ReadinessCheck] | None = None,
-) -> web.Application:
-    """Socket Mode: an app with only the three endpoints; ready needs the connection up."""
-    checks = _checks(store, socket, health, checks)
-    return health_app(metrics, checks, refresh=gauges_refresh(store, metrics))
+) -> None:
+    """`/healthz`, `/readyz` and `/metrics` on `web_app` (beside `POST /slack/events` in HTTP
+    mode), their gauges counted in `store`. `checks`: the readiness checks, read live (else
+    `operations_checks(store, health, more)`)."""
+    if checks is None:
+        checks = operations_checks(store, health, more)
+    add_health_routes(web_app, metrics, checks, refresh=gauges_refresh(store, metrics))

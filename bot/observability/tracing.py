@@ -9,9 +9,11 @@ Spans: `invoke_agent opsgate` per run (`gen_ai.conversation.id` = the thread), `
 per model request, `execute_tool {tool}` per tool execution, and `approval {tool}` for each
 gated call, from its card to its decision. OpenTelemetry has no convention for a human
 approval; ours is the `opsgate.approval.*` attributes. A run that pauses for hours is not one
-open span: the paused run's span ends at the pause, its trace and span ids are stored with the
-calls, and the resumed run is a new trace whose span links to the paused one (the link holds
-across a restart, and the approval span joins the paused trace, by the stored ids).
+open span: each part of it is exported when it ends, the paused part at the pause (its trace and
+span ids are stored with the calls), and the resumed part is a child of the paused part's span,
+linked to it, in the same trace (by the stored ids, so across a restart too; the approval span
+joins that trace the same way). Every span of a run, `chat` included, carries the
+conversation's `gen_ai.conversation.id` (the thread).
 
 Message content is not recorded unless `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is
 true; tool arguments and output never are (they may hold secrets). `opentelemetry-util-genai`
@@ -28,12 +30,22 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 
 __all__ = [
     "CAPTURE_CONTENT",
@@ -130,11 +142,18 @@ def message_texts(messages: Sequence[Any]) -> str:
 # -- spans ----------------------------------------------------------------------------------------
 
 
+_conversation: ContextVar[str | None] = ContextVar("opsgate_conversation", default=None)
+"""The conversation of the run the current task drives (its `chat` spans carry it)."""
+
+
 @contextmanager
 def run_span(conversation: str, links: Sequence[Link] = ()) -> Iterator[Span]:
-    """`invoke_agent opsgate`, current for the run's task while it streams."""
+    """`invoke_agent opsgate`, current for the run's task while it streams. A resumed part
+    (`links`: the paused part's span) is that span's child, so the run stays one trace."""
+    parent = None if not links else trace.set_span_in_context(NonRecordingSpan(links[0].context))
     span = _tracer().start_span(
         "invoke_agent opsgate",
+        context=parent,
         kind=SpanKind.INTERNAL,
         links=links,
         attributes={
@@ -144,12 +163,18 @@ def run_span(conversation: str, links: Sequence[Link] = ()) -> Iterator[Span]:
             "gen_ai.conversation.id": conversation,
         },
     )
-    with trace.use_span(span, end_on_exit=True, record_exception=True):
-        yield span
+    token = _conversation.set(conversation)
+    try:
+        with trace.use_span(span, end_on_exit=True, record_exception=True):
+            yield span
+    finally:
+        _conversation.reset(token)
 
 
 def chat_span(model: str, conversation: str | None = None) -> Span:
-    """`chat {model}`, a child of the current run's span; the caller ends it (`end_chat`)."""
+    """`chat {model}`, a child of the current run's span, with its conversation (the run's,
+    when not given); the caller ends it."""
+    conversation = conversation if conversation is not None else _conversation.get()
     attributes = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": PROVIDER,
@@ -238,7 +263,7 @@ def _parent_context(trace_id: str, span_id: str) -> Context | None:
     """The context whose current span is the stored one (a paused run's): the calls of one
     batch share it, so it is built once for them."""
     remote = _span_context(trace_id, span_id)
-    return None if remote is None else trace.set_span_in_context(trace.NonRecordingSpan(remote))
+    return None if remote is None else trace.set_span_in_context(NonRecordingSpan(remote))
 
 
 # -- ids across a pause ---------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The AI-app container (Slack's agent split view): which channel each conversation there is
-looking at, the prompts it offers at the start, and its title from the first request.
+"""The AI-app container (Slack's agent messaging experience, and the older split view): which
+channel each conversation there is looking at, the prompts it offers at the start, and its
+title from the first request (split view only).
 
 A conversation in the container is a DM thread and a session like any other thread: the same
 approvals, cards and audit. What the container adds is context: the user tells Slack which
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from .context import RunContext
 from .output import Thread
 
-__all__ = ["Container", "RunStart"]
+__all__ = ["WHOLE_DM", "Container", "RunStart"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,8 @@ class Container:
     async def run_start(self, thread: Thread) -> RunStart:
         """The channel whose instructions and tools a new run of the thread gets: the one its
         user looks at in the container, else the thread's own. Pinned for the resume."""
+        if _is_dm(thread) and (whole := await self._whole_dm(thread)) is not None:
+            return whole
         found = await self.ctx.store.assistant_thread(*_key(thread))
         if found is None:  # not a container conversation: one read, nothing written
             return RunStart(thread.channel_id)
@@ -66,11 +69,34 @@ class Container:
         first = await self.ctx.store.pin_assistant_run(*_key(thread), run_channel=channel)
         return RunStart(channel, first)
 
+    async def _whole_dm(self, thread: Thread) -> RunStart | None:
+        """The agent messaging experience: what the user looks at is kept for their DM as a
+        whole (`app_context_changed`); a run in one of its threads takes it and pins it on that
+        thread, as the resume reads it. Its threads are not named (Slack titles them)."""
+        store = self.ctx.store
+        whole = await store.assistant_thread(thread.team_id, thread.channel_id, WHOLE_DM)
+        if whole is None:
+            return None
+        channel = whole.viewing_channel or thread.channel_id
+        await store.note_assistant_thread(*_key(thread), viewing=whole.viewing_channel)
+        await store.pin_assistant_run(*_key(thread), run_channel=channel)
+        return RunStart(channel)
+
     async def resume_channel(self, thread: Thread) -> str:
         """The channel the paused run started with (the thread's own when not known)."""
         found = await self.ctx.store.assistant_thread(*_key(thread))
         pinned = found.run_channel if found is not None else None
         return pinned or thread.channel_id
+
+
+WHOLE_DM = ""
+"""The thread ts under which a DM as a whole keeps its context (the agent messaging
+experience: `app_context_changed` names no thread)."""
+
+
+def _is_dm(thread: Thread) -> bool:
+    """A DM with the app (Slack's DM ids start with D), in one of its threads."""
+    return thread.channel_id.startswith("D") and thread.thread_ts != WHOLE_DM
 
 
 def _key(thread: Thread) -> tuple[str, str, str]:

@@ -18,9 +18,6 @@ from typing import Any
 
 import aiohttp
 from slack_bolt.async_app import AsyncApp
-from slack_bolt.middleware.authorization.async_single_team_authorization import (
-    AsyncSingleTeamAuthorization,
-)
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
@@ -33,13 +30,11 @@ from ..policy import Policy
 from ..runs.service import RunService
 from ..settings import Settings
 from . import intake, listeners
-from ._errors import SLACK_ERRORS
 from .output import SlackThreadOutput
 from .pacing import Pacer
 
 __all__ = [
     "CountingWebClient",
-    "authorize_once",
     "channel_members",
     "create_app",
     "group_members",
@@ -125,29 +120,6 @@ def create_app(
     intake.install(app, service, output, row_of=listeners.row_of(service, policy))
     listeners.register(app, service, output, policy=policy)
     return app
-
-
-AUTHORIZE_SECONDS = 10.0
-"""Longest wait at start-up for the app's `auth.test`."""
-
-
-async def authorize_once(app: AsyncApp) -> bool:
-    """Bolt's single-workspace authorization calls `auth.test` for every request until one has
-    answered: the burst that comes right after a start would call it once per request, each
-    paced at the method's tier, all on the way to their 200. Called once before serving; if
-    Slack does not answer, the first requests ask again as Bolt does."""
-    for middleware in app._async_middleware_list:  # Bolt offers no public way to warm it
-        if isinstance(middleware, AsyncSingleTeamAuthorization):
-            if middleware.auth_test_result is not None:
-                return True
-            try:
-                async with asyncio.timeout(AUTHORIZE_SECONDS):
-                    middleware.auth_test_result = await app.client.auth_test()
-            except SLACK_ERRORS as exc:
-                logger.warning("auth.test at start-up failed (asked again per request): %s", exc)
-                return False
-            return True
-    return False
 
 
 @contextlib.contextmanager

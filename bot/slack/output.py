@@ -408,13 +408,15 @@ class SlackReplies:
         return None
 
     async def suggest_prompts(self, thread: Thread, prompts: Sequence[str]) -> None:
-        """Offer the policy's prompts at the start of a conversation in the AI-app container."""
+        """Offer the policy's prompts at the start of a conversation in the AI-app container.
+        A thread without a ts is a DM as a whole (the agent messaging experience): Slack drops
+        a call of such an app that names a thread, so none is named."""
         if not prompts:
             return
         try:
             await self.client.assistant_threads_setSuggestedPrompts(
                 channel_id=thread.channel_id,
-                thread_ts=thread.thread_ts,
+                thread_ts=thread.thread_ts or None,  # None: left out of the call
                 prompts=[{"title": truncate(p, PROMPT_TITLE_MAX), "message": p} for p in prompts],
             )
         except SLACK_ERRORS as exc:

@@ -130,7 +130,7 @@ def test_tracing_is_off_without_an_endpoint() -> None:
     assert configure_tracing({"OTEL_TRACES_EXPORTER": "none"}) is None
 
 
-async def test_a_paused_and_resumed_run_is_two_linked_traces_across_a_restart(
+async def test_a_paused_and_resumed_run_is_one_trace_linked_across_a_restart(
     tmp_path: Path,
 ) -> None:
     async with (
@@ -180,7 +180,7 @@ async def test_a_paused_and_resumed_run_is_two_linked_traces_across_a_restart(
             assert await bot.stop(signal.SIGTERM) == 0
 
     paused, resumed = otlp.named("invoke_agent opsgate")
-    assert paused["trace"] != resumed["trace"]
+    assert (resumed["trace"], resumed["parent"]) == (paused["trace"], paused["id"])
     assert resumed["links"] == [(paused["trace"], paused["id"])]
     assert paused["attributes"]["gen_ai.operation.name"] == "invoke_agent"
     assert paused["attributes"]["gen_ai.conversation.id"] == "C0OPS/1700000002.000100"
@@ -233,3 +233,61 @@ async def test_message_text_is_recorded_only_when_asked_for(tmp_path: Path) -> N
     [chat] = otlp.named("chat test-model")
     assert "how full is the disk" in chat["attributes"]["gen_ai.input.messages"]
     assert "The disk is 42% full." in chat["attributes"]["gen_ai.output.messages"]
+
+
+async def test_a_waiting_runs_spans_reach_the_collector_before_its_click(tmp_path: Path) -> None:
+    """The paused part's spans are exported at the pause (not at the resume, not at a stop);
+    the resumed part continues the same trace, linked to the paused part; every span of the
+    conversation carries its `gen_ai.conversation.id`."""
+    async with (
+        LLMStandIn() as llm,
+        SlackAPIStandIn() as slack,
+        receiver() as otlp,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url}  # the batch processor's own delay
+        llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        llm.reply_text("Done.")
+        async with bot_process(tmp_path, llm, slack, **env) as bot:
+            assert await bot.mention(http, "say hi", ts="1700000004.000100") == 200
+            [card] = await slack.wait_for(
+                "chat.postMessage", where=lambda c: "opsgate_approve" in str(c.params), timeout=30
+            )
+            await otlp.wait_for(
+                "the paused part",
+                lambda: bool(otlp.named("invoke_agent opsgate") and otlp.named("chat test-model")),
+            )
+            assert len(llm.requests) == 1  # still waiting: nobody has clicked
+            payload = block_actions(
+                "opsgate_approve",
+                _approve_value(card.params),
+                user="U0BOB",
+                channel="C0OPS",
+                message_ts=str(card.response["ts"]),
+            )
+            body = interaction_body(payload)
+            response = await http.post(
+                f"{bot.url}/slack/events",
+                content=body,
+                headers={
+                    "Content-Type": "application/x-www-form-urlencoded",
+                    **sign(SECRET, body),
+                },
+            )
+            assert response.status_code == 200
+            await otlp.wait_for(
+                "the resumed part",
+                lambda: (
+                    len(otlp.named("invoke_agent opsgate")) == 2
+                    and len(otlp.named("chat test-model")) == 2
+                ),
+            )
+            assert await bot.stop(signal.SIGTERM) == 0
+    paused, resumed = otlp.named("invoke_agent opsgate")
+    assert resumed["trace"] == paused["trace"]
+    assert resumed["links"] == [(paused["trace"], paused["id"])]
+    assert paused["end"] <= resumed["start"]
+    conversation = "C0OPS/1700000004.000100"
+    for span in (paused, resumed, *otlp.named("chat test-model")):
+        assert span["trace"] == paused["trace"]
+        assert span["attributes"]["gen_ai.conversation.id"] == conversation, span["name"]

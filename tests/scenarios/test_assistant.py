@@ -241,3 +241,126 @@ async def test_the_viewed_channel_holds_across_a_restart(tmp_path: Path) -> None
             assert "You look after the database cluster." in system
             assert len(slack.calls_to("assistant.threads.setTitle")) == 1
             assert slack.titles[(DM, root)] == "and replication?"
+
+
+def _callback(event: dict[str, Any]) -> dict[str, Any]:
+    """An Events API callback around `event`, as Slack wraps every event."""
+    return {
+        "token": "unused",
+        "team_id": TEAM,
+        "api_app_id": "A0OPSGATE",
+        "type": "event_callback",
+        "event_id": f"Ev{uuid.uuid4().hex[:12].upper()}",
+        "event_time": 1700000100,
+        "authorizations": [
+            {"team_id": TEAM, "user_id": "UBOT", "is_bot": True, "is_enterprise_install": False}
+        ],
+        "event": event,
+    }
+
+
+def _messages_tab_opened() -> dict[str, Any]:
+    """`app_home_opened` on the Messages tab: the agent messaging experience's "a user opened
+    a DM with the app" (https://docs.slack.dev/reference/events/app_home_opened)."""
+    return _callback(
+        {
+            "type": "app_home_opened",
+            "user": ALICE,
+            "channel": DM,
+            "tab": "messages",
+            "event_ts": "1700000100.000050",
+        }
+    )
+
+
+def _app_context_changed(*entities: dict[str, Any]) -> dict[str, Any]:
+    """`app_context_changed` (https://docs.slack.dev/reference/events/app_context_changed; its
+    `channel` and `user` as `@slack/types`' `AppContextChangedEvent` declares them)."""
+    return _callback(
+        {
+            "type": "app_context_changed",
+            "user": ALICE,
+            "channel": DM,
+            "context": {"entities": list(entities)} if entities else {},
+            "event_ts": "1700000100.000060",
+        }
+    )
+
+
+def _channel_entity(channel: str) -> dict[str, Any]:
+    return {"type": "slack#/types/channel_id", "value": channel, "team_id": TEAM}
+
+
+async def test_the_agent_messaging_experience_offers_prompts_and_the_viewed_channel_applies(
+    tmp_path: Path,
+) -> None:
+    """`agent_view`: the Messages tab opened gets the prompts (for the DM: no thread named, as
+    Slack drops such a call of an agent app); `app_context_changed` says what the user looks
+    at, and every new thread of the DM runs with that channel's tools and instructions."""
+    policy = Policy.from_toml(CONTAINER_POLICY)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        assert (await bot.event(_messages_tab_opened())).status_code == 200
+        await bot.settle()
+        [call] = bot.slack.calls_to("assistant.threads.setSuggestedPrompts")
+        assert "thread_ts" not in call.params and call.params["channel_id"] == DM
+        prompts = bot.slack.suggested_prompts[(DM, "")]
+        assert [p["message"] for p in prompts] == list(policy.defaults.suggested_prompts)
+        assert not bot.slack.calls_to("views.publish")  # not the Home tab
+
+        message_ctx = {"type": "slack#/types/message_context", "value": {"channel_id": "C0X"}}
+        viewing_db = _app_context_changed(_channel_entity(DB_CHANNEL), message_ctx)
+        assert (await bot.event(viewing_db)).status_code == 200
+        await bot.settle()
+        bot.llm.reply_text("Replication is fine.")
+        first = await bot.message("and replication?", user=ALICE, channel=DM)
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        request = bot.llm.requests[0]
+        assert _tool_names(request) == ["echo"]
+        system = " ".join(m["content"] for m in request["messages"] if m["role"] == "system")
+        assert "You look after the database cluster." in system
+
+        # Looking at nothing in particular: the next thread has the DM's own policy.
+        assert (await bot.event(_app_context_changed())).status_code == 200
+        await bot.settle()
+        bot.llm.reply_text("Nothing is full.")
+        second = await bot.message("is anything full?", user=ALICE, channel=DM)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        assert second != first
+        assert _tool_names(bot.llm.requests[1]) == ["echo", "run_command"]
+        assert not bot.slack.calls_to("assistant.threads.setTitle")
+        for thread in (first, second):
+            session = await bot.deps.store.find_session(TEAM, DM, thread)
+            assert session is not None and session.state == "idle"
+
+
+async def test_the_home_tab_still_opens_beside_the_agents_messages_tab(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        home = _messages_tab_opened()
+        home["event"]["tab"] = "home"
+        assert (await bot.event(home)).status_code == 200
+        await bot.slack.wait_for("views.publish", timeout=10)
+        assert not bot.slack.calls_to("assistant.threads.setSuggestedPrompts")
+
+
+async def test_a_paused_dm_run_resumes_with_the_channel_it_started_with(tmp_path: Path) -> None:
+    """The context of the DM moves on while a run waits: its resume keeps the tools it was
+    offered when it started (pinned on its thread)."""
+    policy = Policy.from_toml(
+        CONTAINER_POLICY.replace("[defaults]", f'[defaults]\napprovers = ["{BOB}"]')
+        + '\n[tools.echo]\napproval = "always"\n'
+    )
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
+        assert (await bot.event(_app_context_changed(_channel_entity(DB_CHANNEL)))).status_code
+        await bot.settle()
+        bot.llm.reply_tool_calls([("call_1", "echo", {"text": "hi"})])
+        bot.llm.reply_text("Echoed.")
+        await bot.message("echo hi", user=ALICE, channel=DM)
+        [card] = await bot.wait_cards(1)
+        assert (await bot.event(_app_context_changed(_channel_entity(CHANNEL)))).status_code
+        await bot.settle()
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        assert _tool_names(bot.llm.requests[1]) == ["echo"]

@@ -46,7 +46,12 @@ from bot.slack.ids import (
     feedback_block_id,
 )
 from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools
-from tests.scenarios.test_assistant import _assistant_event
+from tests.scenarios.test_assistant import (
+    _app_context_changed,
+    _assistant_event,
+    _channel_entity,
+    _messages_tab_opened,
+)
 from tests.scenarios.test_edits_and_allowances import ALLOW_POLICY, _message_action
 from tests.support.harness import CHANNEL, TEAM, Bot, running_bot
 from tests.support.slack_requests import (
@@ -261,6 +266,12 @@ async def test_every_kind_of_request_is_saved_before_its_listener_runs(tmp_path:
             # The AI-app container's events (issue 24), each its own listener.
             "event:assistant_thread_started": (event_body(started), "application/json"),
             "event:assistant_thread_context_changed": (event_body(changed), "application/json"),
+            # The agent messaging experience's: the Messages tab opened, the context changed.
+            "event:app_home_opened": (event_body(_messages_tab_opened()), "application/json"),
+            "event:app_context_changed": (
+                event_body(_app_context_changed(_channel_entity(CHANNEL))),
+                "application/json",
+            ),
             "command": (slash_command("help", user=BOB, channel=CHANNEL), FORM),
             "shortcut": (interaction_body(_message_action(BOB, message)), FORM),
             "message_shortcut": (interaction_body(_message_action(BOB, message)), FORM),
@@ -307,7 +318,7 @@ async def test_every_kind_of_request_is_saved_before_its_listener_runs(tmp_path:
         assert kinds <= listed, f"a listener kind this test does not send: {kinds - listed}"
         events = {n for k, n in registered(bot.app) if k == "event" and isinstance(n, str)}
         named = {"app_mention", "message", "app_home_opened", "assistant_thread_started"}
-        named |= {"assistant_thread_context_changed", ".*"}
+        named |= {"assistant_thread_context_changed", "app_context_changed", ".*"}
         # Membership events change no state a person acts on: they drop a cached member list.
         named |= {"member_joined_channel", "member_left_channel"}
         assert events <= named, f"an event listener this test does not know: {events - named}"

@@ -216,9 +216,18 @@ def test_feedback_buttons_carry_the_shipped_values() -> None:
     assert shown == FEEDBACK_VALUES
 
 
-def test_the_manifest_declares_the_assistant_view_and_its_scope_and_events() -> None:
+def test_the_manifest_declares_the_agent_view_and_its_scope_and_events() -> None:
+    """Slack's agent messaging experience: `agent_view` with its `agent_description` (new apps
+    can no longer declare `assistant_view`), the Messages tab's opening (`app_home_opened`),
+    the context (`app_context_changed`) and the DMs themselves (`message.im`)."""
     manifest = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
-    assert manifest["features"]["assistant_view"]["assistant_description"]
+    features = manifest["features"]
+    assert "assistant_view" not in features
+    description = features["agent_view"]["agent_description"]
+    assert 0 < len(description) <= 300  # the manifest schema's limit
+    assert set(features["agent_view"]) <= {"agent_description", "suggested_prompts", "actions"}
     assert "assistant:write" in manifest["oauth_config"]["scopes"]["bot"]
     events = manifest["settings"]["event_subscriptions"]["bot_events"]
-    assert {"assistant_thread_started", "assistant_thread_context_changed"} <= set(events)
+    assert {"app_home_opened", "app_context_changed", "message.im"} <= set(events)
+    assert not {"assistant_thread_started", "assistant_thread_context_changed"} & set(events)
+    assert features["app_home"]["messages_tab_enabled"] is True

@@ -613,7 +613,9 @@ class SlackAPIStandIn:
         return {}
 
     def _set_prompts(self, params: dict[str, Any]) -> dict[str, Any]:
-        thread = self._assistant_thread(params)
+        # An agent app (`agent_view`) names no thread: the DM as a whole, keyed (channel, "").
+        channel = _required(params, "channel_id", "channel_not_found")
+        thread = (channel, str(params.get("thread_ts") or ""))
         prompts = params.get("prompts")
         if isinstance(prompts, str):
             prompts = json.loads(prompts)

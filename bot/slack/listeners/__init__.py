@@ -51,11 +51,11 @@ def register(
     that come most, in bursts: Bolt runs every earlier listener's matchers for each request,
     and no other listener takes `app_mention` or `message` events), the catch-all event last."""
     messages.register(app, service, policy=policy)
+    assistant.register(app, service, output)  # before home: it takes the Messages tab's opens
     home.register(app, service, output)
     cards.register(app, service, output)
     previews.register(app, service, output)
     break_glass.register(app, service, output)
     feedback.register(app, service, output)
-    assistant.register(app, service, output)
     commands.register(app, service, output)
     messages.register_other_events(app)

@@ -1,8 +1,17 @@
-"""The AI-app container (Slack's agent split view): a conversation started there is offered the
-policy's suggested prompts, and each change of the channel the user looks at is recorded, so
-that the next run there gets that channel's instructions and tools (`bot.runs.container`).
-Messages in the container are DMs in a thread: `listeners/messages.py` takes them like any
-other, and they are sessions like any other thread."""
+"""The agent's place in Slack: a conversation opened there is offered the policy's suggested
+prompts, and each change of the channel the user looks at is recorded, so that the next run
+there gets that channel's instructions and tools (`bot.runs.container`). Messages there are
+DMs: `listeners/messages.py` takes them like any other, and they are sessions like any thread.
+
+Both of Slack's experiences are handled:
+
+- the agent messaging experience (`features.agent_view` in the manifest, the only one new
+  apps can use): the user opening the app's Messages tab is `app_home_opened` with `tab:
+  "messages"`, and what they look at is `app_context_changed` (ordered `context.entities`),
+  for the DM as a whole (each message there starts its own thread);
+- the older assistant experience (`assistant_view`): `assistant_thread_started` and
+  `assistant_thread_context_changed`, for one thread of the split view.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +20,12 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
+from ...runs.container import WHOLE_DM
 from ...runs.output import Thread
 from ...runs.service import RunService
 from ..output import SlackThreadOutput
 
-__all__ = ["register"]
+__all__ = ["register", "viewed_channel"]
 
 logger = logging.getLogger("opsgate.slack.assistant")
 
@@ -35,7 +45,56 @@ def _thread_of(event: dict[str, Any], body: dict[str, Any]) -> tuple[Thread, str
     return Thread(team, channel, ts), viewing if isinstance(viewing, str) and viewing else None
 
 
+def viewed_channel(context: Any) -> str | None:
+    """The most relevant channel among `app_context_changed`'s entities (Slack orders them by
+    relevance): a channel, or the channel of a message; None when it names none."""
+    entities = context.get("entities") if isinstance(context, dict) else None
+    for entity in entities if isinstance(entities, list) else ():
+        if not isinstance(entity, dict):
+            continue
+        value = entity.get("value")
+        match entity.get("type"):
+            case "slack#/types/channel_id" if isinstance(value, str) and value:
+                return value
+            case "slack#/types/message_context" if isinstance(value, dict):
+                channel = value.get("channel_id")
+                if isinstance(channel, str) and channel:
+                    return channel
+    return None
+
+
+def _whole_dm(event: dict[str, Any], body: dict[str, Any]) -> Thread | None:
+    channel = event.get("channel")
+    team = str(body.get("team_id") or "")
+    if not (isinstance(channel, str) and channel and team):
+        return None
+    return Thread(team, channel, WHOLE_DM)
+
+
+async def _messages_tab(event: dict[str, Any]) -> bool:
+    return event.get("tab") == "messages"
+
+
 def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
+    """Registered before the Home tab's listener: Bolt runs the first that matches, and
+    `app_home_opened` with `tab: "messages"` is this module's."""
+
+    @app.event("app_home_opened", matchers=[_messages_tab])
+    async def on_messages_opened(event: dict[str, Any], body: dict[str, Any]) -> None:
+        dm = _whole_dm(event, body)
+        if dm is None:
+            logger.warning("app_home_opened (messages) without its channel; ignored")
+            return
+        await output.replies.suggest_prompts(dm, service.container.suggested_prompts)
+
+    @app.event("app_context_changed")
+    async def on_app_context(event: dict[str, Any], body: dict[str, Any]) -> None:
+        dm = _whole_dm(event, body)
+        if dm is None:
+            logger.warning("app_context_changed without its channel; ignored")
+            return
+        await service.container.viewing(dm, viewed_channel(event.get("context")))
+
     @app.event("assistant_thread_started")
     async def on_started(event: dict[str, Any], body: dict[str, Any]) -> None:
         found = _thread_of(event, body)
