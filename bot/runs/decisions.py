@@ -16,6 +16,7 @@ from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .output import Thread
 from .previews import Previews
+from .requirements import quorums
 from .timeline import PausedTimelines
 
 __all__ = ["Decisions"]
@@ -95,6 +96,9 @@ class Decisions:
             policy_match=policy.rule_label,
             digest=digest,
             preview_digest=preview_digest,
+            # Every requirement at once; the clicker counts toward those that name them.
+            requirements=quorums(self.ctx, session.channel_id, policy) or None,
+            counts_for=verdict.counts or None,
         )
         # Redrawn whether or not this click changed anything: a card still showing buttons
         # for a decided (or just expired) call must lose them. In the background: the

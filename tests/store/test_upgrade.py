@@ -115,6 +115,8 @@ async def test_the_old_release_database_is_upgraded_and_reads_back(old: Opener) 
         restart, drop = by["call_restart"], by["call_drop"]
         assert (restart.status, restart.approvals, restart.ttl) == ("pending", ("UBOB",), "1 hour")
         assert restart.expires_at is not None and restart.expires_at.year == 2028
+        # Written before requirements were stored: its one requirement, every approval toward it.
+        assert restart.quorum is None and restart.quorum_state() is None
         assert restart.card_channel == "C1" and restart.card_drawn == "drawn-pending"
         assert (drop.status, drop.decided_by, drop.edited_by) == ("approved", "UCAROL", "UCAROL")
         assert drop.edited_arguments == '{"region":"us"}' and drop.arguments == '{"region":"eu"}'
