@@ -12,6 +12,7 @@ from typing import Any
 
 from agent_core import Tool
 
+from ..allowances import shape_of
 from ..policy import GateDecision
 from ..store import ToolCallRow
 from .context import RunContext
@@ -64,9 +65,9 @@ def card_parts(decision: GateDecision) -> tuple[CardPart, ...]:
 def absent_allow(
     ctx: RunContext, row: ToolCallRow, channel: str, decision: GateDecision, offered: bool
 ) -> str | None:
-    """Why the card of `row` offers no "Allow for", in words; None when it offers one, or
-    when neither the tool nor its rule has an `allow_for` to speak of and nothing else
-    stands in the way (the common card stays short)."""
+    """Why the card of `row` offers no "Allow for", in words (the first that holds: forbidden,
+    several rules, a preview, a quorum, a call no allowance may cover, no `allow_for`);
+    None when it offers one."""
     if offered:
         return None
     if decision.forbidden:
@@ -79,10 +80,13 @@ def absent_allow(
     needed = ctx.policy.required_approvals_for(channel, decision)
     if needed != 1:
         return f"it needs {needed} approvals"
+    arguments = row.running_arguments()
+    if not isinstance(arguments, dict) or shape_of(row.tool, arguments, decision) is None:
+        return (
+            "no allowance may cover it: an allowance covers one plain command (no pipe, "
+            "list, redirection, substitution, expansion or wrapper)"
+        )
     if own is None:
         where = decision.policy_rule or f"tools.{row.tool}"
         return f"{where} sets no allow_for"
-    return (
-        "no allowance may cover it: only one plain command is allowed (no pipe, list, "
-        "redirection, substitution, expansion or wrapper)"
-    )
+    return None
