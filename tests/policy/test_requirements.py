@@ -4,10 +4,12 @@ them a person counts toward."""
 
 from __future__ import annotations
 
+import io
 import json
 
 from agent_core import ToolCall
 from bot.approvals import Allowed, Approvals, Refused
+from bot.cli.policy import explain
 from bot.policy import GateDecision, Policy, Requirement
 
 ALICE, DEP, DB1, DB2, BOTH = "U0ALICE", "U0DEP", "U0DB1", "U0DB2", "U0BOTH"
@@ -83,3 +85,14 @@ async def test_an_approver_counts_toward_each_set_they_belong_to_and_no_other() 
     assert set(stranger.who.users) == {DEP, DB1, DB2, BOTH}
     own = await rules.check("approve", channel="C1", user=BOTH, requester=BOTH, decision=decision)
     assert isinstance(own, Refused) and own.reason == "self_approval"
+
+
+def test_policy_explain_names_every_rule_that_must_approve() -> None:
+    out = io.StringIO()
+    explain(Policy.from_toml(DEPLOY_AND_DROP), "run_command", "deploy app; drop-db prod", out=out)
+    [verdict] = [line for line in out.getvalue().splitlines() if line.startswith("verdict:")]
+    assert verdict == (
+        "verdict: every one of these must approve: "
+        f"tools.run_command.rules[0] needs 1 approval from {DEP}, {BOTH}; "
+        f"tools.run_command.rules[1] needs 2 approvals from {DB1}, {DB2}, {BOTH}"
+    )
