@@ -72,7 +72,9 @@ class Requirement:
 @dataclass(frozen=True, slots=True)
 class GateDecision:
     """What a call gets and the rule that said so. The overrides are the deciding rule's
-    (None: the channel's, or the defaults', apply)."""
+    (None: the channel's, or the defaults', apply). Strictest part wins means every part's
+    requirement holds at once: when the parts match several rules that ask, `requirements`
+    holds each of them (`needs`), and an approval must meet them all."""
 
     requires_approval: bool
     rule: str
@@ -115,8 +117,8 @@ class GateDecision:
             return ()
         if self.requirements:
             return self.requirements
-        own = Requirement(self.policy_rule, self.rule_label, self.approvers)
-        return (replace(own, required_approvals=self.required_approvals),)
+        own = (self.policy_rule, self.rule_label, self.approvers, self.required_approvals)
+        return (Requirement(*own),)
 
     def under(self, requirement: Requirement) -> GateDecision:
         """This decision as `requirement` alone would have it (its approvers and quorum), for
