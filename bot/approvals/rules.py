@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import timedelta
 
 from ..policy import GateDecision, Policy
@@ -117,7 +118,7 @@ class Approvals:
         if spec.anyone:
             return Refused("not_an_approver", "break_glass", f"{spec.source}: nobody is listed")
         swapped = GateDecision(True, decision.rule, approvers=(*spec.users, *spec.groups))
-        verdict = await self._approver(
+        verdict = await self._listed(
             "break_glass", channel, user, requester, user_team, home_team, swapped
         )
         if verdict.kind == "allowed":
@@ -131,6 +132,53 @@ class Approvals:
         )
 
     async def _approver(
+        self,
+        action: Action,
+        channel: str,
+        user: str,
+        requester: str | None,
+        user_team: str | None,
+        home_team: str | None,
+        decision: GateDecision | None,
+    ) -> Verdict:
+        """An approver under at least one of the call's requirements; `Allowed.counts` names
+        every requirement whose approvers hold `user` (a person counts toward each set they
+        belong to, and toward no other)."""
+        needs = decision.needs() if decision is not None else ()
+        if decision is None or len(needs) < 2:
+            verdict = await self._listed(
+                action, channel, user, requester, user_team, home_team, decision
+            )
+            if verdict.kind == "allowed" and needs:
+                return replace(verdict, counts=(needs[0].key,))
+            return verdict
+        verdicts = [
+            (
+                need.key,
+                await self._listed(
+                    action, channel, user, requester, user_team, home_team, decision.under(need)
+                ),
+            )
+            for need in needs
+        ]
+        allowed = [(key, v) for key, v in verdicts if v.kind == "allowed"]
+        if allowed:
+            rule = "; ".join(v.rule for _, v in allowed)
+            return Allowed(rule, tuple(key for key, _ in allowed))
+        refusals = [v for _, v in verdicts if v.kind == "refused"]
+        if len(refusals) == 1:
+            return refusals[0]
+        unresolved = tuple(g for r in refusals for g in r.unresolved_groups)
+        who = Who(
+            tuple(dict.fromkeys(u for r in refusals for u in r.who.users)),
+            tuple(dict.fromkeys(g for r in refusals for g in r.who.groups)),
+            refusals[0].who.requester,
+        )
+        rule = "; ".join(r.rule for r in refusals)
+        reason = "groups_unavailable" if unresolved else refusals[0].reason
+        return Refused(reason, action, rule, who, unresolved)
+
+    async def _listed(
         self,
         action: Action,
         channel: str,

@@ -55,6 +55,9 @@ class Allowed:
     """The action may go ahead; `rule` (for the audit log) says which rule allowed it."""
 
     rule: str
+    counts: tuple[str, ...] = ()
+    """An approval's requirements it counts toward (`Requirement.key`s: the rules that name
+    this person), when the call has requirements; the store counts it toward those only."""
     kind: Literal["allowed"] = "allowed"
 
 

@@ -160,6 +160,9 @@ def _decision_reason(why: DecisionReason) -> str:
             return "this call needs no approval"
         case "already_approved_by_you":
             return "you already approved"
+        case "more_approvals_needed" if why.missing:
+            still = "; ".join(f"{s.needed - s.have} more toward {s.label}" for s in why.missing)
+            return f"every rule must approve; still needed: {still}"
         case "more_approvals_needed":
             return f"{why.approvals} of {why.required} approvals so far"
         case "edit_not_allowed":
@@ -219,14 +222,19 @@ def card_text(card: CardCall, outcome: CardOutcome | None = None) -> str:
         who = f" by {outcome.decided_by}" if outcome.decided_by else ""
         return f"{card.tool}: {outcome.status}{who}"
     progress = ""
-    if card.required_approvals > 1:
+    if card.required_approvals > 1 and not card.requirements:
         progress = f" ({len(card.approvals)} of {card.required_approvals} approvals)"
+    for need in card.requirements:  # every rule must approve: each one's count
+        progress += f"\n  {need.rule}: {len(need.approved_by)} of {need.needed} approvals"
     origin = ""
     if card.server_tool is not None:
         st = card.server_tool
         title = f" ({st.title})" if st.title else ""
         origin = f"MCP server {st.server}, tool {st.tool}{title}: {', '.join(st.labels)}\n"
-    head = f"{card.tool} wants to run (digest {card.digest}){progress}:\n{origin}{shown}"
+    said = ""
+    if card.model_reason:
+        said = "the model says: " + " ".join(card.model_reason.split())[:600] + "\n"
+    head = f"{card.tool} wants to run (digest {card.digest}){progress}:\n{said}{origin}{shown}"
     return head + _preview_text(card)
 
 

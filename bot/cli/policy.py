@@ -216,9 +216,20 @@ def _verdict(
             f"verdict: covered by allowance {covering.id} (granted by {covering.granted_by}, "
             f"until {until}): runs without a card"
         )
+    needs = decision.needs()
+    if len(needs) > 1:  # every rule that asks must approve, each with its own quorum
+        each = "; ".join(
+            f"{n.policy_rule or 'the channel'} {_needs(policy, decision.under(n), channel)}"
+            for n in needs
+        )
+        return f"verdict: every one of these must approve: {each}"
+    return f"verdict: {_needs(policy, decision, channel)}"
+
+
+def _needs(policy: Policy, decision: GateDecision, channel: str | None) -> str:
     count = policy.required_approvals_for(channel, decision)
     noun = "approval" if count == 1 else "approvals"
-    return f"verdict: needs {count} {noun} from {_who(policy, decision, channel)}"
+    return f"needs {count} {noun} from {_who(policy, decision, channel)}"
 
 
 def _terms(

@@ -34,7 +34,7 @@ from ._audit import AuditPolicy
 from ._errors import PolicyError
 from ._fields import Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
-from ._gate import GateDecision, PartVerdict
+from ._gate import GateDecision, PartVerdict, Requirement
 from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
 from ._policy import Policy
 from ._preview import DEFAULT_PREVIEW_TTL, PreviewPlan
@@ -56,6 +56,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "Policy",
     "PolicyError",
     "PreviewPlan",
+    "Requirement",
     "Rule",
     "SimpleCommand",
     "Tier",

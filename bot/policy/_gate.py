@@ -32,6 +32,7 @@ __all__ = [
     "COMMAND_TOOL",
     "GateDecision",
     "PartVerdict",
+    "Requirement",
     "approval_summary",
     "built_in_tools",
     "decide",
@@ -53,9 +54,29 @@ class PartVerdict:
 
 
 @dataclass(frozen=True, slots=True)
+class Requirement:
+    """What one matched rule needs before the call may run: its approvers (None: the channel's,
+    else the defaults') and its quorum (None: the channel's, else the defaults'). A call whose
+    parts match several rules that ask must meet every one of them at once."""
+
+    policy_rule: str | None
+    """`tools.<tool>.rules[<index>]`; None: no rule of its own (the channel's approvers)."""
+    rule_label: str | None = None
+    approvers: tuple[str, ...] | None = None
+    required_approvals: int | None = None
+
+    @property
+    def key(self) -> str:
+        """What an approval is counted toward in the ledger (stable for one policy)."""
+        return self.policy_rule or "channel"
+
+
+@dataclass(frozen=True, slots=True)
 class GateDecision:
     """What a call gets and the rule that said so. The overrides are the deciding rule's
-    (None: the channel's, or the defaults', apply)."""
+    (None: the channel's, or the defaults', apply). Strictest part wins means every part's
+    requirement holds at once: when the parts match several rules that ask, `requirements`
+    holds each of them (`needs`), and an approval must meet them all."""
 
     requires_approval: bool
     rule: str
@@ -81,12 +102,37 @@ class GateDecision:
     break_glass: bool = False
     """During a freeze, the card offers "Break glass" (the rule's or the tool's
     `break_glass`; never for a forbidden call)."""
+    requirements: tuple[Requirement, ...] = ()
+    """Every requirement that must hold, the deciding rule's first, when the call's parts
+    match more than one rule that asks; empty: the one requirement of the fields above."""
 
     @property
     def tier(self) -> Tier:
         if self.forbidden:
             return "forbidden"
         return "always" if self.requires_approval else "never"
+
+    def needs(self) -> tuple[Requirement, ...]:
+        """Every requirement an approval must meet (none when nothing may approve the call
+        or it needs no approval)."""
+        if not self.requires_approval or self.forbidden:
+            return ()
+        if self.requirements:
+            return self.requirements
+        own = (self.policy_rule, self.rule_label, self.approvers, self.required_approvals)
+        return (Requirement(*own),)
+
+    def under(self, requirement: Requirement) -> GateDecision:
+        """This decision as `requirement` alone would have it (its approvers and quorum), for
+        the rules that ask "may this person approve under that rule?"."""
+        return replace(
+            self,
+            policy_rule=requirement.policy_rule,
+            rule_label=requirement.rule_label,
+            approvers=requirement.approvers,
+            required_approvals=requirement.required_approvals,
+            requirements=(),
+        )
 
 
 def rule_name(tool: str, index: int) -> str:
@@ -370,7 +416,8 @@ class _Judge:
             glass = self.break_glass
             return GateDecision(True, text, parts=parts, command=parsed, break_glass=glass)
         name = self.name(best.index)
-        return GateDecision(
+        needs = self._requirements(best, candidates)
+        decision = GateDecision(
             best.tier != "never",
             f"{name} ({rule.label})",
             forbidden=best.tier == "forbidden",
@@ -387,3 +434,32 @@ class _Judge:
             preview=None if best.part is None else rule.preview_for(best.part),
             break_glass=best.tier == "always" and (rule.break_glass or self.break_glass),
         )
+        if len(needs) < 2:
+            return decision
+        # Several rules ask: each must be met, and no allowance covers the call.
+        return replace(decision, requirements=needs, allow_for=None, allow_prefix=None)
+
+    def _requirements(
+        self, best: _Candidate, candidates: list[_Candidate]
+    ) -> tuple[Requirement, ...]:
+        """One requirement per rule that asks (the deciding one first), and the channel's for
+        a part no rule judged; the same approvers and quorum twice count once."""
+        if best.tier != "always":
+            return ()
+        found: list[Requirement] = []
+        for candidate in [best, *candidates]:
+            if candidate.tier != "always":
+                continue
+            rule, index = candidate.rule, candidate.index
+            if rule is None or index is None:
+                need = Requirement(None)
+            else:
+                need = Requirement(
+                    self.name(index), rule.label, rule.approvers, rule.required_approvals
+                )
+            same = (need.approvers, need.required_approvals)
+            if not any(
+                n.key == need.key or (n.approvers, n.required_approvals) == same for n in found
+            ):
+                found.append(need)
+        return tuple(found)

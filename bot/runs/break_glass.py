@@ -23,6 +23,7 @@ from .metrics import note_decision
 from .notices import BreakGlassUsed, DecisionNotRecorded, FreezeAnswer, Notice, UnknownRequest
 from .output import Thread
 from .previews import Previews
+from .requirements import quorums
 from .views import FreezeInfo, GlassInfo
 
 __all__ = ["FreezeDesk"]
@@ -171,7 +172,11 @@ class FreezeDesk:
             ledger_id,
             use,
             team_id=team,
-            required_approvals=self.ctx.policy.required_approvals_for(channel, decision),
+            # Several requirements: breaking glass takes the strictest quorum of them.
+            required_approvals=max(
+                (q.needed for q in quorums(self.ctx, channel, decision)),
+                default=self.ctx.policy.required_approvals_for(channel, decision),
+            ),
             rule=verdict.rule,
             policy_rule=decision.policy_rule,
             policy_match=decision.rule_label,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Literal
 
@@ -23,6 +24,7 @@ from ..tools import tool_summary
 from ..tools.mcp import McpTool
 from ..words import format_duration
 from ._preview_run import card_preview, ensure_preview
+from .card_facts import absent_allow, card_parts, model_reason
 from .context import RunContext
 from .freezes import with_freeze
 from .notices import (
@@ -30,6 +32,7 @@ from .notices import (
     CardNotPosted,
 )
 from .output import PostFailed, Thread
+from .requirements import card_requirements
 from .views import CardCall, CardDrawing, CardOutcome, CardRef, ServerTool
 
 __all__ = [
@@ -86,7 +89,18 @@ class Cards:
             policy_rule=decision.rule if decision.policy_rule is not None else None,
             justification=decision.justification,
             preview=card_preview(row, decision),
+            requirements=card_requirements(self.ctx, row, channel, decision),
+            parts=card_parts(decision),
+            no_allow=absent_allow(self.ctx, row, channel, decision, window is not None),
         )
+
+    async def card_with_reason(
+        self, row: ToolCallRow, batch: list[ToolCallRow], channel: str
+    ) -> CardCall:
+        """`card_call` with the model's stated reason for the call (read from its turn)."""
+        card = self.card_call(row, batch, channel)
+        reason = await model_reason(self.ctx, row, self.ctx.tools.get(row.tool))
+        return replace(card, model_reason=reason)
 
     async def link(self, row: ToolCallRow) -> CallLink:
         ref = _ref(row)
@@ -142,7 +156,7 @@ class Cards:
     async def _post_once(
         self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]
     ) -> str | None:
-        card = self.card_call(row, batch, thread.channel_id)
+        card = await self.card_with_reason(row, batch, thread.channel_id)
         card = await with_freeze(
             self.ctx, card, row, thread.channel_id, call_decision(self.ctx, row)
         )
@@ -199,7 +213,7 @@ class Cards:
         if ref is None:
             return None
         batch = await self.ctx.store.batch_calls(row.session_id)
-        card = self.card_call(row, batch, ref.channel_id)
+        card = await self.card_with_reason(row, batch, ref.channel_id)
         card = await with_freeze(self.ctx, card, row, ref.channel_id, call_decision(self.ctx, row))
         outcome = None
         if row.status != "pending":
@@ -210,6 +224,7 @@ class Cards:
                 decided_at=row.decided_at or self.ctx.clock(),
                 # "cancelled by <@U>" is what the card says already; the reason would repeat it.
                 reason=None if status == "cancelled" else row.reason,
+                ran=row.status == "done",
             )
         return CardDrawing(ref, card, outcome, card_state(row))
 

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from ..approvals import GateAction
-from ..store import ToolCallRow, already_reason
+from ..store import MoreApprovalsNeeded, ToolCallRow, already_reason
 from .cards import Cards
 from .context import RunContext, thread_of
 from .gate import audit_refusal, audit_unknown, call_lock, on_call, refusal_notice
@@ -16,6 +16,7 @@ from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .output import Thread
 from .previews import Previews
+from .requirements import quorums
 from .timeline import PausedTimelines
 
 __all__ = ["Decisions"]
@@ -95,6 +96,9 @@ class Decisions:
             policy_match=policy.rule_label,
             digest=digest,
             preview_digest=preview_digest,
+            # Every requirement at once; the clicker counts toward those that name them.
+            requirements=quorums(self.ctx, session.channel_id, policy) or None,
+            counts_for=verdict.counts or None,
         )
         # Redrawn whether or not this click changed anything: a card still showing buttons
         # for a decided (or just expired) call must lose them. In the background: the
@@ -102,7 +106,7 @@ class Decisions:
         # redraw was written with it when the store owes redraws (`Cards.changed`).
         self._redraw_soon(outcome.row, changed=outcome.recorded)
         if outcome.recorded and outcome.row.status == "pending":
-            self._count_soon(outcome.row, needed)
+            self._count_soon(outcome.row, _still_needed(outcome.row, outcome.why, needed))
         if outcome.recorded and outcome.row.status in ("approved", "rejected"):
             note_decision(self.ctx, outcome.row, outcome.row.status)
         await self.maybe_resume(row.session_id)
@@ -141,3 +145,11 @@ class Decisions:
         """The thread a card's call belongs to (to tell a decider something privately)."""
         row = await self.ctx.store.get_call(ledger_id)
         return None if row is None else await thread_of(self.ctx, row)
+
+
+def _still_needed(row: ToolCallRow, why: object, needed: int) -> int:
+    """How many approvals the timeline counts toward: with several rules to meet, those so
+    far plus each rule's shortfall, else the deciding rule's quorum."""
+    if isinstance(why, MoreApprovalsNeeded) and why.missing:
+        return len(row.approvals) + sum(s.needed - s.have for s in why.missing)
+    return needed

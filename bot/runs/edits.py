@@ -64,6 +64,7 @@ from .notices import (
     UnknownRequest,
 )
 from .output import Thread
+from .requirements import quorums
 from .timeline import AllowanceUses
 from .views import AllowanceInfo, AllowChoice, AllowForm, EditErrors, EditForm
 
@@ -190,6 +191,8 @@ class Edits:
             policy_rule=decision.policy_rule,
             policy_match=decision.rule_label,
             approve=not previewed,
+            requirements=quorums(self.ctx, session.channel_id, decision) or None,
+            counts_for=verdict.counts or None,
         )
         if outcome.recorded and outcome.row.status == "approved":
             note_decision(self.ctx, outcome.row, "edited")

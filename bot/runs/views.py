@@ -22,8 +22,10 @@ __all__ = [
     "CardCall",
     "CardDrawing",
     "CardOutcome",
+    "CardPart",
     "CardPreview",
     "CardRef",
+    "CardRequirement",
     "ChannelHelp",
     "EditErrors",
     "EditField",
@@ -101,6 +103,33 @@ def preview_file(call_id: str, output: str, digest: str) -> str | None:
     return f"preview-{call_id}-{digest[:12]}.txt"
 
 
+@dataclass(frozen=True, slots=True)
+class CardRequirement:
+    """One rule a call with several must meet: the rule in words, its quorum, who has approved
+    toward it, and who may (both empty: anyone in the channel)."""
+
+    rule: str
+    needed: int
+    approved_by: tuple[str, ...]
+    approver_users: tuple[str, ...] = ()
+    approver_groups: tuple[str, ...] = ()
+
+    @property
+    def met(self) -> bool:
+        return len(self.approved_by) >= self.needed
+
+
+@dataclass(frozen=True, slots=True)
+class CardPart:
+    """One simple command of a shell command as the policy judged it (`policy explain`'s
+    words): its text (untrusted), the tier, the rule, and why."""
+
+    text: str
+    tier: str
+    rule: str | None
+    why: str
+
+
 @dataclass(frozen=True)
 class CardCall:
     """Everything a card shows; the service builds it from a ledger row."""
@@ -158,6 +187,18 @@ class CardCall:
     """The frozen card offers "Break glass" (the policy's `break_glass`)."""
     glass: GlassInfo | None = None
     """Someone broke glass on this call: the decided card keeps "Mark reviewed" until then."""
+    # -- what the person decides on, beyond the call itself --
+    model_reason: str | None = None
+    """What the model said of the call when it asked for it (its turn's text, or the call's
+    `reason`/`justification` argument): the model's words, untrusted."""
+    requirements: tuple[CardRequirement, ...] = ()
+    """Each rule that must approve, when more than one does (then `required_approvals` and
+    the approvers above are the deciding rule's alone)."""
+    parts: tuple[CardPart, ...] = ()
+    """run_command: each simple command the policy judged, and why."""
+    no_allow: str | None = None
+    """Why the card offers no "Allow for", in words (None: it offers one, or the tool has no
+    allowances to speak of)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +233,8 @@ class CardOutcome:
     decided_by: str | None
     decided_at: datetime
     reason: str | None = None
+    ran: bool = False
+    """An approved call that has run (the card says "ran", not "was approved")."""
 
 
 @dataclass(frozen=True)

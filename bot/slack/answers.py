@@ -109,6 +109,11 @@ def decision_reason_text(why: DecisionReason) -> str:
             return "This call needs no approval; it runs once the batch is decided."
         case "already_approved_by_you":
             return "You already approved this request; it needs someone else's approval too."
+        case "more_approvals_needed" if why.missing:
+            still = "; ".join(
+                f"{s.needed - s.have} more toward {code_span(s.label, 160)}" for s in why.missing
+            )
+            return f"Your approval counts; every rule must approve, still needed: {still}."
         case "more_approvals_needed":
             missing = why.required - why.approvals
             return f"{why.approvals} of {why.required} approvals; waiting for {missing} more."

@@ -29,6 +29,13 @@ from slack_sdk.models.blocks import (
 
 from ..runs.views import CardCall, CardOutcome, OutcomeStatus, ServerTool
 from ..store import CardLock
+from .card_notes import (
+    approvers_words,
+    decided_title,
+    no_allow_blocks,
+    outcome_text,
+    why_blocks,
+)
 from .freezes import break_glass_button, frozen_blocks, review_blocks
 from .ids import (
     ACTION_ALLOW,
@@ -76,7 +83,8 @@ __all__ = [
 ]
 
 
-_REASON_SHOWN_MAX = 1500
+approvers_text = approvers_words
+"""Who may approve, in words (`bot.slack.card_notes.approvers_words`)."""
 
 _HEADERS: Mapping[OutcomeStatus, str] = {
     "approved": "✅ Approved",
@@ -92,6 +100,7 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
     check_ledger_id(call.ledger_id)
     blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text="Approval needed"))]
     blocks += card_body(call, arg_limit)
+    blocks += why_blocks(call)
     blocks += edited_note(call)
     blocks += _policy_note(call)
     blocks += preview_blocks(call)
@@ -105,6 +114,9 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
         blocks.append(section(lock_text(call.locked)))
     blocks += frozen_blocks(call)  # a change freeze: no Approve, Edit or Allow (freezes.py)
     approvable = call.locked is None and call.frozen is None
+    if approvable:
+        too_long = call.allow_for is not None and len(call.allow_scope) > _ALLOW_SCOPE_MAX
+        blocks += no_allow_blocks(call, scope_too_long=too_long)
     blocks.append(
         ActionsBlock(
             block_id=decision_block_id(
@@ -147,11 +159,12 @@ def decided_card(
 ) -> list[dict[str, Any]]:
     """The card after the decision: the same information, no buttons, who decided, when, why."""
     blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text=_HEADERS[outcome.status]))]
-    blocks += card_body(call, arg_limit)
+    blocks += card_body(call, arg_limit, outcome)
+    blocks += why_blocks(call, pending=False)
     blocks += edited_note(call)
     blocks += _policy_note(call)
     blocks += preview_blocks(call)
-    blocks.append(section(_outcome_text(outcome)))
+    blocks.append(section(outcome_text(outcome)))
     blocks += review_blocks(call)  # a break-glass use: "Mark reviewed" until then
     return _to_dicts(blocks)
 
@@ -181,17 +194,6 @@ def _policy_note(call: CardCall) -> list[Block]:
         return []
     why = f": {escape_cut(call.justification, 300)}" if call.justification else ""
     return [section(f":scroll: Policy {code_span(call.policy_rule, 160)}{why}")]
-
-
-def _outcome_text(outcome: CardOutcome) -> str:
-    verb = outcome.status.capitalize()
-    who = f" by {user_mention(outcome.decided_by)}" if outcome.decided_by else ""
-    text = f"*{verb}*{who} · {slack_date(outcome.decided_at)}"
-    if outcome.status == "expired":
-        text += ": no decision in time, the call was not run"
-    if outcome.reason and outcome.reason.strip():
-        text += f"\n*Reason:* {escape_cut(outcome.reason.strip(), _REASON_SHOWN_MAX)}"
-    return text
 
 
 def _to_dicts(blocks: Sequence[Block]) -> list[dict[str, Any]]:
@@ -226,9 +228,13 @@ class Arguments:
     """The whole arguments as text when something was cut; the caller attaches it as a file."""
 
 
-def card_body(call: CardCall, arg_limit: int) -> list[Block]:
-    """What a card shows whether pending or decided: the same facts before and after."""
-    title = f"{code_span(call.tool)} wants to run"
+def card_body(call: CardCall, arg_limit: int, outcome: CardOutcome | None = None) -> list[Block]:
+    """What a card shows whether pending or decided: the same facts before and after, led by
+    what happened once decided (`outcome`)."""
+    if outcome is None:
+        title = f"{code_span(call.tool)} wants to run"
+    else:
+        title = decided_title(call, outcome)
     if call.server_tool is not None:
         title += "\n" + server_tool_text(call.server_tool)
     if call.description.strip():
@@ -237,7 +243,9 @@ def card_body(call: CardCall, arg_limit: int) -> list[Block]:
     blocks += arguments_blocks(call.arguments, arg_limit).blocks
     if (warning := _warning(call.arguments)) is not None:
         blocks.append(section(warning))
-    context = MarkdownTextObject(text=_context_text(call), verbatim=True)
+    context = MarkdownTextObject(
+        text=_context_text(call, decided=outcome is not None), verbatim=True
+    )
     blocks.append(ContextBlock(elements=[context]))
     if call.held:
         blocks.append(section(_held_text(call.held)))
@@ -263,34 +271,26 @@ def _shown(text: str) -> str:
     return mark_whitespace(text)[0]
 
 
-def _context_text(call: CardCall) -> str:
+def _context_text(call: CardCall, *, decided: bool = False) -> str:
+    """Who asked, the digests, the approvals so far and who may give them (each rule's, in
+    its own block, when several must approve), and the expiry while it waits."""
     parts = []
     if call.requested_by:
         parts.append(f"Requested by {requester_text(call.requested_by)}")
     parts.append(f"digest {code_span(call.digest, 64)}")
     if (preview := preview_digest_text(call)) is not None:
         parts.append(preview)
-    if call.required_approvals > 1:
+    if call.required_approvals > 1 and not call.requirements:
         progress = f"{len(call.approvals)} of {call.required_approvals} approvals"
         if call.approvals:
             shown = ", ".join(user_mention(user) for user in call.approvals[:10])
             progress += f" ({shown})"
         parts.append(progress)
-    parts.append(f"Approvers: {approvers_text(call.approver_users, call.approver_groups)}")
-    if call.expires_at is not None:
+    if not call.requirements:
+        parts.append(f"Approvers: {approvers_text(call.approver_users, call.approver_groups)}")
+    if call.expires_at is not None and not decided:
         parts.append(f"expires {slack_date(call.expires_at)}")
     return " · ".join(parts)
-
-
-def approvers_text(users: Sequence[str], groups: Sequence[str]) -> str:
-    """Who may approve, e.g. "<@U1>, <@U2> or members of <!subteam^S1>"; nobody listed means
-    anyone in the channel. Ids come from the policy file, not from a message."""
-    if not users and not groups:
-        return "anyone in the channel"
-    names = [f"<@{u}>" for u in users]
-    if groups:
-        names.append("members of " + ", ".join(f"<!subteam^{g}>" for g in groups))
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def _held_text(held: Sequence[tuple[str, Any]]) -> str:

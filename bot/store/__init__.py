@@ -45,6 +45,7 @@ from .models import (
 )
 from .outbox import CARD_REDRAW, REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, card_redraw
 from .queue_notices import QUEUE_NOTICE, QUEUE_PRIORITY, QueueNotice, queue_redraw
+from .quorum import Quorum, QuorumState, Shortfall
 from .reasons import (
     AlreadyApprovedByYou,
     AlreadyDecided,
@@ -116,6 +117,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "QueueItem",
     "QueueNotice",
     "QueueState",
+    "Quorum",
+    "QuorumState",
     "REDRAW_PRIORITY",
     "RecoveredSession",
     "RunState",
@@ -125,6 +128,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "SchemaTooNew",
     "SelfAllow",
     "SessionRow",
+    "Shortfall",
     "Store",
     "StoreError",
     "StoredPreview",

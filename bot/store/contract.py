@@ -40,6 +40,7 @@ from .models import (
 )
 from .outbox import OutboxEntry, OutboxRow, OutboxStats
 from .queue_notices import QueueNotice
+from .quorum import Quorum
 from .states import CardLock, InboxKind
 
 __all__ = ["Store"]
@@ -117,6 +118,11 @@ class Store(Protocol):
 
     async def load_messages(self, session_id: str) -> list[ChatMessage]:
         """The whole history, oldest first (empty for an unknown session)."""
+
+    async def message_at(self, session_id: str, seq: int) -> ChatMessage | None:
+        """One message of the history by its position (a call's `message_seq`: the assistant
+        turn that asked for it, whose text a card shows as the model's reason); None when
+        there is none."""
 
     async def append_messages(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
         """Append in one transaction (nothing for an empty list); `UnknownSession` writes
@@ -201,8 +207,16 @@ class Store(Protocol):
         policy_match: str | None = None,
         digest: str | None = None,
         preview_digest: str | None = None,
+        requirements: Sequence[Quorum] | None = None,
+        counts_for: Sequence[str] | None = None,
     ) -> DecisionOutcome:
         """Record a decision if the call is still pending: conditional, first writer wins.
+
+        `requirements`: every requirement the call must meet at once (None: one, of
+        `required_approvals`); `counts_for`: the keys of those the decider's approval counts
+        toward (None: the first). They are stored with the call (`ToolCallRow.quorum`), and
+        the call is approved, in this transaction, once each requirement has its distinct
+        approvers (`bot.store.quorum`); `MoreApprovalsNeeded.missing` says what is not met.
 
         `digest` is what the decider's card showed: if the pending call now runs other
         arguments (edited since), nothing is recorded (`ArgumentsChanged`); `preview_digest`
@@ -280,6 +294,8 @@ class Store(Protocol):
         policy_rule: str | None = None,
         policy_match: str | None = None,
         approve: bool = True,
+        requirements: Sequence[Quorum] | None = None,
+        counts_for: Sequence[str] | None = None,
     ) -> DecisionOutcome:
         """Approve a pending call with the arguments `user_id` changed it to (canonical JSON,
         and their `digest`): conditional like `decide` (an edit racing an approval has one

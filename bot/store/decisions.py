@@ -8,6 +8,7 @@ expiry or a cancel on any replica has one winner and the losers get a typed reas
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from agent_core.approvals import ToolApprovalResponse
@@ -24,6 +25,7 @@ from .models import (
     StoredPreview,
     ToolCallRow,
 )
+from .quorum import Quorum, Tally, counting, tally
 from .reasons import (
     AlreadyApprovedByYou,
     DecisionReason,
@@ -76,6 +78,28 @@ def _preview_changed(row: ToolCallRow, decision: str, shown: str | None) -> Prev
     return PreviewChanged()
 
 
+def _needs(requirements: Sequence[Quorum] | None, required_approvals: int) -> tuple[Quorum, ...]:
+    """The requirements of a decision: those given, or one of `required_approvals`."""
+    if requirements:
+        return tuple(requirements)
+    return (Quorum(key="channel", needed=required_approvals),)
+
+
+def _audited(count: Tally) -> list[dict[str, Any]]:
+    """Each requirement on the decision's audit row: its key, quorum and who counts toward
+    it."""
+    needs, counts = count.state.needs, count.state.counts
+    return [
+        {
+            "key": need.key,
+            "label": need.label,
+            "required_approvals": need.needed,
+            "approvals": list(users),
+        }
+        for need, users in counting(needs, count.approvals, counts)
+    ]
+
+
 class Decisions(Ledger):
     async def _refusal(
         self, tx: Tx, row: ToolCallRow, decision: str, user_id: str
@@ -105,8 +129,11 @@ class Decisions(Ledger):
         policy_match: str | None = None,
         digest: str | None = None,
         preview_digest: str | None = None,
+        requirements: Sequence[Quorum] | None = None,
+        counts_for: Sequence[str] | None = None,
     ) -> DecisionOutcome:
         _check_decision(decision, required_approvals)
+        needs = _needs(requirements, required_approvals)
         async with self._db.transaction("decide") as tx:
             outcome = await self._decide_in(
                 tx,
@@ -121,6 +148,8 @@ class Decisions(Ledger):
                 policy_match=policy_match,
                 digest=digest,
                 preview_digest=preview_digest,
+                needs=needs,
+                counts_for=counts_for,
             )
         self._redraws_owed()
         return outcome
@@ -148,8 +177,12 @@ class Decisions(Ledger):
         digest: str | None,
         preview_digest: str | None = None,
         policy_match: str | None = None,
+        needs: Sequence[Quorum] | None = None,
+        counts_for: Sequence[str] | None = None,
     ) -> DecisionOutcome:
-        """`decide` inside the caller's transaction (`allow_call` adds the allowance to it)."""
+        """`decide` inside the caller's transaction (`allow_call` adds the allowance to it).
+        `needs`: every requirement (None: one, of `required_approvals`)."""
+        needs = needs or _needs(None, required_approvals)
         row = await self._locked_call(tx, ledger_id)
         why = (
             await self._refusal(tx, row, decision, user_id)
@@ -174,17 +207,20 @@ class Decisions(Ledger):
             after = await self._call(tx, ledger_id)
             await self._audit_call(tx, "refusal", row, details, actor=user_id)
             return DecisionOutcome(recorded=False, row=after, why=why)
-        approvals = list(row.approvals)
-        final = True
-        if decision == "approved":
-            approvals.append(user_id)
-            final = len(approvals) >= required_approvals
+        approved = decision == "approved"
+        count = tally(
+            row.quorum_state(), row.approvals, user_id if approved else None, needs, counts_for
+        )
+        approvals = list(count.approvals)
+        final = not approved or not count.missing
+        state = count.state.model_dump_json()
         if final:
             await tx.execute(
                 "UPDATE tool_calls SET status = :decision, decided_by = :user, "
                 "decided_team = :team, decided_at = :now, reason = :reason, "
-                "approvals = :approvals WHERE id = :id AND status = 'pending'",
+                "approvals = :approvals, quorum = :quorum WHERE id = :id AND status = 'pending'",
                 {
+                    "quorum": state,
                     "decision": decision,
                     "user": user_id,
                     "team": team_id,
@@ -196,13 +232,16 @@ class Decisions(Ledger):
             )
         else:
             await tx.execute(
-                "UPDATE tool_calls SET approvals = :approvals WHERE id = :id "
+                "UPDATE tool_calls SET approvals = :approvals, quorum = :quorum WHERE id = :id "
                 "AND status = 'pending'",
-                {"approvals": self._db.list_in(approvals), "id": ledger_id},
+                {"approvals": self._db.list_in(approvals), "quorum": state, "id": ledger_id},
             )
-            why = MoreApprovalsNeeded(len(approvals), required_approvals)
+            missing = count.missing if len(needs) > 1 else ()
+            why = MoreApprovalsNeeded(len(approvals), needs[0].needed, missing)
         counts: dict[str, Any] = {"approvals": len(approvals), "final": final}
-        details = {**common, **counts, "required_approvals": required_approvals}
+        details = {**common, **counts, "required_approvals": needs[0].needed}
+        if len(needs) > 1:
+            details["requirements"] = _audited(count)
         # The audit row last: on PostgreSQL it locks the chain's head until the commit.
         after = await self._call(tx, ledger_id)
         await self._owe_redraw(tx, row)  # the card's redraw commits with the decision

@@ -9,6 +9,7 @@ nothing (two replicas may use one at once); revoking one is conditional.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 
 from bot.faults import checkpoint
@@ -16,6 +17,7 @@ from bot.faults import checkpoint
 from .db import Row, Tx, aware, to_text
 from .decisions import Decisions
 from .models import AllowanceGrant, AllowanceRow, AllowOutcome, DecisionOutcome
+from .quorum import Quorum, tally
 from .reasons import MoreApprovalsNeeded
 from .rules import edit_refusal, edit_summary, new_id
 
@@ -40,6 +42,8 @@ class Edits(Decisions):
         policy_rule: str | None = None,
         policy_match: str | None = None,
         approve: bool = True,
+        requirements: Sequence[Quorum] | None = None,
+        counts_for: Sequence[str] | None = None,
     ) -> DecisionOutcome:
         if required_approvals < 1:
             raise ValueError(f"required_approvals must be at least 1, not {required_approvals!r}")
@@ -55,6 +59,7 @@ class Edits(Decisions):
                 required_approvals,
                 named,
                 approve=approve,
+                count=(tuple(requirements or ()), counts_for),
             )
         self._redraws_owed()  # an expiry found on the way owes its card's redraw too
         return outcome
@@ -71,6 +76,7 @@ class Edits(Decisions):
         named: dict[str, str | None],
         *,
         approve: bool,
+        count: tuple[tuple[Quorum, ...], Sequence[str] | None] = ((), None),
     ) -> DecisionOutcome:
         """`named`: the rule that applied (who may approve, the policy rule, its match), on
         the audit rows. `approve=False`: the edit counts no approval (its preview is shown
@@ -81,12 +87,17 @@ class Edits(Decisions):
             refusal = {"ledger_id": ledger_id, "decision": "edited", **named}
             await self._audit_call(tx, "refusal", row, {**refusal, "why": why.kind}, actor=user_id)
             return DecisionOutcome(recorded=False, row=row, why=why)
-        approvals = [user_id] if approve else []
-        final = approve and required_approvals <= 1
+        needs = count[0] or (Quorum(key="channel", needed=required_approvals),)
+        # The edited call is a new one: no approval given before counts.
+        counted = tally(None, (), user_id if approve else None, needs, count[1])
+        approvals = list(counted.approvals)
+        final = approve and not counted.missing
         await tx.execute(
             "UPDATE tool_calls SET edited_arguments = :arguments, edited_digest = :digest, "
-            "edited_by = :user, approvals = :approvals WHERE id = :id AND status = 'pending'",
+            "edited_by = :user, approvals = :approvals, quorum = :quorum "
+            "WHERE id = :id AND status = 'pending'",
             {
+                "quorum": counted.state.model_dump_json(),
                 "arguments": arguments,
                 "digest": digest,
                 "user": user_id,
@@ -111,7 +122,8 @@ class Edits(Decisions):
         await self._owe_redraw(tx, row)
         after = await self._call(tx, ledger_id)
         await self._audit_call(tx, "edited", row, details, actor=user_id)
-        why = None if final else MoreApprovalsNeeded(len(approvals), required_approvals)
+        missing = counted.missing if len(needs) > 1 else ()
+        why = None if final else MoreApprovalsNeeded(len(approvals), needs[0].needed, missing)
         return DecisionOutcome(recorded=True, row=after, why=why)
 
     # -- allowances ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agent_core.batches import undecided_calls
 
+from .quorum import QuorumState
 from .reasons import CancelReason, DecisionReason
 from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
 
@@ -130,6 +131,14 @@ class ToolCallRow(BaseModel):
     edited_by: str | None = None
     preview: str | None = None
     """The last run of the deciding rule's preview, as `StoredPreview` JSON (`preview_run`)."""
+
+    quorum: str | None = None
+    """Its requirements and which approvals count toward each, as `QuorumState` JSON, once
+    a decision stored them (`quorum_state`); None: one requirement every approval counts
+    toward."""
+
+    def quorum_state(self) -> QuorumState | None:
+        return None if self.quorum is None else QuorumState.model_validate_json(self.quorum)
 
     def preview_run(self) -> StoredPreview | None:
         return None if self.preview is None else StoredPreview.model_validate_json(self.preview)

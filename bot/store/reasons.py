@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from .quorum import Shortfall
 from .states import CallStatus, RunState
 
 __all__ = [
@@ -64,10 +65,12 @@ class AlreadyApprovedByYou:
 
 @dataclass(frozen=True, slots=True)
 class MoreApprovalsNeeded:
-    """Recorded, not final: `approvals` of `required` so far."""
+    """Recorded, not final: `approvals` of `required` so far (`missing`: each requirement
+    not met yet, when the call has several)."""
 
     approvals: int
     required: int
+    missing: tuple[Shortfall, ...] = ()
     kind: Literal["more_approvals_needed"] = "more_approvals_needed"
 
 

@@ -136,6 +136,14 @@ class Sessions(StoreCore):
             )
         return [ChatMessage.from_json(row[0]) for row in rows]
 
+    async def message_at(self, session_id: str, seq: int) -> ChatMessage | None:
+        async with self._db.reading("message_at") as tx:
+            row = await tx.fetch_one(
+                "SELECT body FROM messages WHERE session_id = :id AND seq = :seq",
+                {"id": session_id, "seq": seq},
+            )
+        return None if row is None else ChatMessage.from_json(row[0])
+
     async def append_messages(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
         """Writes only the new rows, however long the history is."""
         if not messages:

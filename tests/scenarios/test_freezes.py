@@ -156,6 +156,10 @@ async def test_a_scheduled_freeze_blocks_approve_and_allowances_until_it_ends(
         assert "freezes[0]" in ended
         events = [a.event for a in await bot.deps.store.audit_rows()]
         assert events.count("freeze_ended") == 1
+        # The redraw is the outbox's to send: wait for it, not for a moment.
+        await bot.slack.wait_for(
+            "chat.update", where=lambda c: ACTION_APPROVE in json.dumps(c.params.get("blocks"))
+        )
         assert ACTION_APPROVE in _buttons(_drawn(bot, row.card_channel, row.card_ts))
         bot.llm.reply_text("Ran after the freeze.")
         await bot.click(ACTION_APPROVE, ledger_id, user=BOB)

@@ -317,9 +317,13 @@ def test_decided_card_has_no_actions_and_says_who_when_why() -> None:
         "<!date^1704164645^{date_short_pretty} at {time}|2024-01-02 03:04 UTC>\n"
         f"*Reason:* not now {HOSTILE_ESCAPED}"
     )
-    # Same information as the pending card: tool, arguments, requester, digest.
+    # What happened leads, where the pending card says it "wants to run".
+    title = blocks[1]["text"]["text"]
+    assert title.startswith("`shell` was rejected by <@U0BOSS>: it did not run")
+    assert "wants to run" not in all_text(blocks)
+    # Same information as the pending card: arguments, requester, digest.
     pending = approval_card(make_call())
-    assert blocks[1:5] == pending[1:5]
+    assert blocks[2:5] == pending[2:5]
     assert decided_text(make_call(), outcome) == "Rejected by <@U0BOSS>: `shell`"
 
 

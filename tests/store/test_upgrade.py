@@ -21,7 +21,14 @@ import asyncpg
 import pytest
 
 from agent_core import ChatMessage
-from bot.store import SCHEMA_VERSION, SQLiteStore, Store
+from bot.store import (
+    SCHEMA_VERSION,
+    MoreApprovalsNeeded,
+    Quorum,
+    Shortfall,
+    SQLiteStore,
+    Store,
+)
 from tests.support.postgres import PostgresCluster, postgres_cluster
 
 __all__ = ["postgres_cluster"]  # the fixture the PostgreSQL half uses
@@ -115,6 +122,8 @@ async def test_the_old_release_database_is_upgraded_and_reads_back(old: Opener) 
         restart, drop = by["call_restart"], by["call_drop"]
         assert (restart.status, restart.approvals, restart.ttl) == ("pending", ("UBOB",), "1 hour")
         assert restart.expires_at is not None and restart.expires_at.year == 2028
+        # Written before requirements were stored: its one requirement, every approval toward it.
+        assert restart.quorum is None and restart.quorum_state() is None
         assert restart.card_channel == "C1" and restart.card_drawn == "drawn-pending"
         assert (drop.status, drop.decided_by, drop.edited_by) == ("approved", "UCAROL", "UCAROL")
         assert drop.edited_arguments == '{"region":"us"}' and drop.arguments == '{"region":"eu"}'
@@ -195,6 +204,30 @@ async def test_the_upgraded_database_takes_the_next_steps(old: Opener) -> None:
         await store.remember_context_window("gpt-test", 128_000)
         assert await store.context_window("gpt-test") == 128_000
         await store.append_messages(paused.id, [ChatMessage.user("after the upgrade")])
+
+
+async def test_an_old_approval_counts_toward_the_first_of_several_requirements(
+    old: Opener,
+) -> None:
+    """The old release stored no requirements: its approval was given under the deciding
+    rule, so under several requirements it counts toward that one (the first) alone."""
+    first = Quorum(key="tools.run_command.rules[0]", label="restart", needed=1)
+    second = Quorum(key="tools.run_command.rules[1]", label="drop", needed=2)
+    async with old() as store:
+        paused = await store.find_session("T1", "C1", THREAD)
+        assert paused is not None
+        restart = await store.find_call(paused.id, "call_restart")
+        assert restart is not None and restart.approvals == ("UBOB",)
+        outcome = await store.decide(
+            restart.id,
+            "approved",
+            user_id="UERIN",
+            requirements=(first, second),
+            counts_for=[second.key],
+            digest=restart.digest,
+        )
+        assert outcome.recorded and outcome.row.status == "pending"
+        assert outcome.why == MoreApprovalsNeeded(2, 1, (Shortfall(second.key, "drop", 1, 2),))
 
 
 # -- a fresh database ends at the same schema as an upgraded one ----------------------------------

@@ -415,6 +415,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        17,
+        # A call whose parts match several rules that ask: each rule's quorum, and which of
+        # its approvals count toward which (JSON text on both databases; NULL: one
+        # requirement, every approval toward it, as rows written before).
+        "each requirement of a gated call and the approvals that count toward it",
+        sqlite=("ALTER TABLE tool_calls ADD COLUMN quorum TEXT",),
+        postgres=("ALTER TABLE tool_calls ADD COLUMN quorum text",),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -1,0 +1,56 @@
+"""A call's requirements as the store counts them and as its card shows them.
+
+When a call's parts match several rules that ask, each rule's approvers and quorum must be met
+at once (`GateDecision.needs`); the store decides from its approvals which are
+(`bot.store.quorum`), and the card lists each rule with who approved toward it and what is
+still missing.
+"""
+
+from __future__ import annotations
+
+from ..policy import GateDecision, Requirement
+from ..store import Quorum, ToolCallRow
+from ..store.quorum import counting
+from .context import RunContext
+from .views import CardRequirement
+
+__all__ = ["card_requirements", "quorums", "requirement_words"]
+
+
+def quorums(ctx: RunContext, channel: str | None, decision: GateDecision) -> tuple[Quorum, ...]:
+    """Every requirement of the call as the store counts it: each rule's key, words and
+    quorum (the rule's, else the channel's, else the defaults')."""
+    return tuple(
+        Quorum(
+            key=need.key,
+            label=requirement_words(need),
+            needed=ctx.policy.required_approvals_for(channel, decision.under(need)),
+        )
+        for need in decision.needs()
+    )
+
+
+def requirement_words(need: Requirement) -> str:
+    """A requirement in words: its rule and what it matches, or the channel's approvers."""
+    if need.policy_rule is None:
+        return "the channel's approvers"
+    return f"{need.policy_rule} ({need.rule_label})" if need.rule_label else need.policy_rule
+
+
+def card_requirements(
+    ctx: RunContext, row: ToolCallRow, channel: str, decision: GateDecision
+) -> tuple[CardRequirement, ...]:
+    """Each rule that must approve and who has toward it; empty when one rule decides."""
+    needs = decision.needs()
+    if len(needs) < 2:
+        return ()
+    state = row.quorum_state()
+    counts = {} if state is None else state.counts
+    shown: list[CardRequirement] = []
+    counted = counting(quorums(ctx, channel, decision), row.approvals, counts)
+    for need, (quorum, approved_by) in zip(needs, counted, strict=True):
+        spec = ctx.policy.approvers_for(channel, decision.under(need))
+        shown.append(
+            CardRequirement(quorum.label, quorum.needed, approved_by, spec.users, spec.groups)
+        )
+    return tuple(shown)
