@@ -60,7 +60,8 @@ def test_one_rule_keeps_one_requirement() -> None:
             Requirement("tools.run_command.rules[0]", "deploy …", (DEP, BOTH), 1),
         )
         assert policy.allow_window("run_command", "C1", decision) is not None
-    assert decide(policy, "ls").needs() == ()
+    # A command no rule names takes the tool's default (`always`): the channel's approvers.
+    assert [n.key for n in decide(policy, "ls").needs()] == ["channel"]
 
 
 def test_a_part_no_rule_judges_adds_the_channels_requirement() -> None:
