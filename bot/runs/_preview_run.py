@@ -10,7 +10,7 @@ from agent_core import ToolCall
 
 from ..policy import GateDecision, PreviewPlan
 from ..store import StoredPreview, ToolCallRow
-from ..tools import RunAsError, dotenv_names, resolve_run_as
+from ..tools import RunAsError, resolve_run_as
 from ..tools.preview import (
     PREVIEW_TIMEOUT,
     PreviewResult,
@@ -78,7 +78,7 @@ async def _run(ctx: RunContext, argv: tuple[str, ...]) -> PreviewResult:
         workdir=config.workdir or Path.cwd(),
         run_as=run_as,
         timeout=timeout,
-        secret_names=dotenv_names(Path(".env")),
+        env=config.env,
     )
 
 

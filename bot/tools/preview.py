@@ -1,7 +1,7 @@
 """Running a rule's preview: a read-only command whose output is shown on a card.
 
 It is not a tool call: no approval, no ledger row of its own. It runs as the policy's `run_as`,
-in `workdir`, with the same scrubbed environment as `run_command`, but as an argv (never through
+in `workdir`, with the same allowlisted environment as `run_command`, but as an argv (never through
 a shell) and under its own, shorter bounds, so a slow or chatty preview cannot hold a card back.
 The digest is the SHA-256 of the output as shown: the approval is bound to it.
 """
@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import os
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,8 @@ from typing import Any
 from agent_core import Tool
 
 from ._run_as import RunAs
-from .command import run_argv, scrubbed_environment
+from .command import run_argv
+from .environment import ToolEnvironmentError, expand_variables, tool_environment
 
 __all__ = [
     "PREVIEW_OUTPUT_LIMIT",
@@ -66,11 +67,16 @@ async def run_preview(
     run_as: RunAs | None,
     timeout: float = PREVIEW_TIMEOUT,
     output_limit: int = PREVIEW_OUTPUT_LIMIT,
-    secret_names: Collection[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> PreviewResult:
     """Run `argv` once; a timeout, a non-zero exit or a program that cannot start is a failed
-    preview (its output says what happened), never an exception."""
-    env = scrubbed_environment(os.environ, secret_names)
+    preview (its output says what happened), never an exception. `env`: `run_command`'s own
+    variables (`[tools.run_command] env`, `${VAR}` not yet filled in)."""
+    try:
+        own = expand_variables(env or {}, os.environ, where="tools.run_command.env")
+    except ToolEnvironmentError as exc:
+        return failed_preview(str(exc))
+    env = tool_environment(own)
     if run_as is not None:
         env = run_as.environment(env)
     started = time.monotonic()
