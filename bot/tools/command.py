@@ -219,7 +219,7 @@ def make_run_command(
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
     env: Mapping[str, str] | None = None,
     run_as: RunAs | None = None,
-    shell: Path = BASH,
+    shell: Path | None = None,
 ) -> FunctionTool:
     """Build the `run_command` tool (approval required unless the policy says otherwise).
 
@@ -230,14 +230,14 @@ def make_run_command(
     `timeout_seconds`, never more. `output_limit` is the number of characters kept of each of
     stdout and stderr (the head and the tail; the middle is cut). `run_as` is the OS user the
     child runs as, with that user's HOME (default: the bot's user). `shell` must be bash
-    (`ShellMissing` naming it when it is not there).
+    (default `BASH`; `ShellMissing` naming it when it is not there).
     """
     if timeout <= 0:
         raise ValueError(f"run_command timeout must be positive, not {timeout!r}")
     if output_limit < 1:
         raise ValueError(f"run_command output_limit must be at least 1, not {output_limit!r}")
     workdir = Path(workdir)
-    shell = checked_shell(shell)
+    shell = checked_shell(shell or BASH)
     own = expand_variables(env or {}, os.environ, where="tools.run_command.env")
     max_timeout = timeout
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from agent_core import ToolCall
+from bot.cli.check import _check_policy
 from bot.policy import Policy, PolicyError
+from bot.settings import Settings
 from bot.tools import BASH, ShellMissing, ToolEnvironmentError, checked_shell, make_run_command
 from bot.wiring import default_tools
 
@@ -127,3 +130,17 @@ async def test_printenv_shows_none_of_the_bots_environment(
         "TERM",
         "KUBECONFIG",
     } - ({"HOME"} if "HOME" not in os.environ else set())
+
+
+async def test_opsgate_check_names_a_missing_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "bin" / "bash"
+    monkeypatch.setattr("bot.tools.command.BASH", missing)
+    no_env_file: dict[str, Any] = {"_env_file": None}
+    settings = Settings(opsgate_db=tmp_path / "opsgate.db", **no_env_file)
+    lines: list[tuple[bool, str]] = []
+    assert await _check_policy(settings, lambda ok, line: lines.append((ok, line))) is None
+    [(ok, line)] = lines
+    assert not ok and line.startswith("policy: run_command runs commands with")
+    assert repr(str(missing)) in line and "install bash" in line
