@@ -6,7 +6,7 @@ read (an unknown placeholder stops start-up, naming the rule); each call's previ
 argv built word by word from the simple command the rule matched, never a shell string: a
 value with spaces or `;` stays one word of the argv.
 
-Placeholders (pinned by issue 23):
+Placeholders:
 
 - `{command}` — the simple command's words (wrappers peeled); alone in a template word it
   becomes that many argv words, inside a longer word their shell-quoted text.
@@ -245,12 +245,6 @@ def option_values(words: tuple[str, ...], options: tuple[str, ...]) -> list[tupl
                 break
         index += 1
     return found
-
-
-def option_value(words: tuple[str, ...], option: str) -> str | None:
-    """The first value given to `option` (see `option_values`)."""
-    values = option_values(words, (option,))
-    return values[0][1] if values else None
 
 
 def file_operands(words: tuple[str, ...]) -> tuple[str, ...]:

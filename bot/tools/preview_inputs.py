@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 __all__ = [
-    "DIRECTORY_BYTES",
     "DIRECTORY_FILES",
+    "INPUT_BYTES",
     "BoundInput",
     "InputDigest",
     "bound_digest",
@@ -32,8 +32,9 @@ __all__ = [
 
 DIRECTORY_FILES = 2_000
 """The most files of one directory input (`-k dir`) that are read; more cannot be bound."""
-DIRECTORY_BYTES = 64 * 1024 * 1024
-"""The most bytes of one directory input that are read; more cannot be bound."""
+INPUT_BYTES = 64 * 1024 * 1024
+"""The most bytes of one input (a file, or a directory's files together) that are read; more
+cannot be bound."""
 
 State = Literal["file", "directory", "absent", "unreadable"]
 _CHUNK = 1 << 20
@@ -89,10 +90,8 @@ def _directory_digest(root: Path) -> str:
                 continue
             count += 1
             size += path.stat().st_size
-            if count > DIRECTORY_FILES or size > DIRECTORY_BYTES:
-                raise ValueError(
-                    f"more than {DIRECTORY_FILES} files or {DIRECTORY_BYTES // 2**20} MiB"
-                )
+            if count > DIRECTORY_FILES or size > INPUT_BYTES:
+                raise ValueError(f"more than {DIRECTORY_FILES} files or {INPUT_BYTES // 2**20} MiB")
             relative = path.relative_to(root).as_posix()
             listing.update(f"{_file_digest(path)}  {relative}\n".encode("utf-8", "surrogateescape"))
     return listing.hexdigest()
@@ -106,6 +105,8 @@ def read_input(path: str, workdir: Path) -> InputDigest:
         if resolved.is_dir():
             return InputDigest(path, where, "directory", _directory_digest(resolved))
         if resolved.is_file():
+            if resolved.stat().st_size > INPUT_BYTES:
+                raise ValueError(f"larger than {INPUT_BYTES // 2**20} MiB")
             return InputDigest(path, where, "file", _file_digest(resolved))
         if not os.path.lexists(resolved):
             return InputDigest(path, where, "absent", None)

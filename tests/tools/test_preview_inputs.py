@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
+
 from bot.tools.preview_inputs import (
     DIRECTORY_FILES,
     bound_digest,
@@ -70,3 +72,13 @@ def test_the_bound_digest_covers_output_and_files(tmp_path: Path) -> None:
     (tmp_path / "web.yaml").write_text("b\n")
     after = read_inputs(["web.yaml"], (), tmp_path)
     assert bound_digest(output, before) != bound_digest(output, after) != output
+
+
+def test_a_file_too_large_to_bind_cannot_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bot.tools.preview_inputs.INPUT_BYTES", 4)
+    (tmp_path / "big.yaml").write_text("12345")
+    [read] = read_inputs(["big.yaml"], (), tmp_path)
+    assert read.state == "unreadable" and (read.why or "").startswith("larger than")
+    assert changed_inputs([read]) == ["big.yaml"]

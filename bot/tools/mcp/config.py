@@ -90,7 +90,7 @@ class McpToolOverride(_Model):
     `approval = "rules"` asks only when one of `rules` matches, as for the built-in tools.
     `preview` names a read-only tool of the same server called before the card is posted
     (with `preview_args`, filled from the call's arguments), its output on the card and bound
-    to Approve (issue 23).
+    to Approve.
     """
 
     approval: McpApprovalMode | Literal["rules"] | None = None
