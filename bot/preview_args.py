@@ -1,5 +1,5 @@
 """`preview_args`: the arguments a custom or MCP tool's paired read-only preview tool is called
-with, built from the gated call's own arguments (issue 23).
+with, built from the gated call's own arguments.
 
 Shared by `[tools.NAME]` (bot.policy) and `[mcp_servers.NAME.tools.TOOL]` (bot.tools.mcp), so
 it lives below both, like `bot.argument_rule`. A value that is exactly `"{name}"` is the call's

@@ -38,7 +38,6 @@ from .tasks import TaskSupervisor
 from .tools import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
-    dotenv_names,
     load_tools,
     make_http_request,
     make_run_command,
@@ -115,7 +114,7 @@ def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list
             workdir=command.workdir or Path.cwd(),
             timeout=command.timeout.total_seconds() if command.timeout else DEFAULT_TIMEOUT,
             output_limit=command.output_limit or DEFAULT_OUTPUT_LIMIT,
-            secret_names=dotenv_names(Path(".env")),
+            env=command.env,
             run_as=resolve_run_as(command.run_as) if command.run_as else None,
         ),
         make_http_request(client=http),

@@ -65,8 +65,9 @@ class ToolPolicy(Model):
 
     `approval`: "always", "never" (the operator's explicit choice: never asks), "forbidden"
     (never runs) or "rules" (the `[[tools.<name>.rules]]` decide, see `bot.policy._rules`).
-    `[tools.run_command]` alone also takes `workdir`, `timeout`, `output_limit` and `run_as` (the
-    policy refuses them for other tools); `approval` stays "always" unless the section says so.
+    `[tools.run_command]` alone also takes `workdir`, `timeout`, `output_limit`, `run_as` and
+    `env` (the policy refuses them for other tools); `approval` stays "always" unless the
+    section says so.
     """
 
     approval: Literal["always", "never", "rules", "forbidden"] = "always"
@@ -85,6 +86,10 @@ class ToolPolicy(Model):
     run_as: OsUser | None = None
     """run_command: the OS user commands run as (recommended: one that cannot read the bot's
     files); default: the bot's own user."""
+    env: dict[StrictStr, StrictStr] | None = None
+    """run_command: variables its commands and its rules' previews get besides the basics
+    (`PATH`, `HOME`, `LANG`, `LC_*`, `TZ`, `TERM`; nothing else of the bot's environment);
+    `${VAR}` in a value is taken from the bot's environment at start-up."""
     allow_edit: StrictBool = True
     """Cards of this tool offer "Edit": approve the call with arguments a human changed."""
     allow_for: AllowWindow | None = None
@@ -192,5 +197,5 @@ class ChannelPolicy(Model):
 NO_OVERRIDE = ChannelPolicy()
 """The section of a channel the file does not mention: every key at its default."""
 
-RUN_COMMAND_ONLY = ("workdir", "timeout", "output_limit", "run_as")
+RUN_COMMAND_ONLY = ("workdir", "timeout", "output_limit", "run_as", "env")
 """Keys of `[tools.run_command]` that no other tool's section takes."""

@@ -6,17 +6,24 @@ read (an unknown placeholder stops start-up, naming the rule); each call's previ
 argv built word by word from the simple command the rule matched, never a shell string: a
 value with spaces or `;` stays one word of the argv.
 
-Placeholders (pinned by issue 23):
+Placeholders:
 
 - `{command}` — the simple command's words (wrappers peeled); alone in a template word it
   becomes that many argv words, inside a longer word their shell-quoted text.
 - `{operands}` — its words after the rule's prefix that are not options (not starting with
   `-`; every word after `--`); alone in a word, one argv word each.
-- `{arg:<option>}` — the value given to that option: `-f x`, `-f=x` (or `--file x`,
-  `--file=x` for `{arg:--file}`); `{arg:-f|--filename}` takes whichever is given first.
+- `{arg:<option>}` — the values given to that option: `-f x`, `-f=x`, `-fx` (or `--file x`,
+  `--file=x` for `{arg:--file}`); `{arg:-f|--filename}` takes those of either, in their order.
+  Given several times, each value is previewed: a word that holds the placeholder is repeated
+  for each, and so is an option word right before a lone placeholder (`-f {arg:-f}` becomes
+  `-f a.yaml -f b.yaml`).
 
 A placeholder with no value (no operands, an option not given) makes no argv: the preview
 fails with a message saying which, and the card shows "preview failed".
+
+A plan also names the files the command reads through `FILE_OPTIONS` (`inputs`): the preview
+reads them at preview time, their digests are bound to the approval, and the run refuses if any
+changed since (`bot.tools.preview`).
 """
 
 from __future__ import annotations
@@ -34,10 +41,21 @@ from bot.preview_args import fill_preview_args
 
 from ._shell import SimpleCommand
 
-__all__ = ["DEFAULT_PREVIEW_TTL", "PreviewPlan", "PreviewTemplate", "tool_preview"]
+__all__ = [
+    "DEFAULT_PREVIEW_TTL",
+    "FILE_OPTIONS",
+    "PreviewPlan",
+    "PreviewTemplate",
+    "file_operands",
+    "tool_preview",
+]
 
 DEFAULT_PREVIEW_TTL = timedelta(minutes=10)
 """How old a preview may be when the last needed approval arrives before it is run again."""
+
+FILE_OPTIONS = ("-f", "--filename", "-k", "--kustomize")
+"""Options whose values are files (or, `-k`, a directory) a command reads: kubectl's, and any
+program's the same way (binding a file a preview did not need costs nothing)."""
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _OPTION = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -56,6 +74,9 @@ class PreviewPlan:
     """A custom or MCP tool's preview: the paired read-only tool called (not a command)."""
     arguments: str | None = None
     """Its arguments, canonical JSON (None when a placeholder had no value)."""
+    inputs: tuple[str, ...] = ()
+    """The files the command reads through `FILE_OPTIONS`, as written (bound even when
+    absent at preview time: a sibling call could create one before the run)."""
 
     def shown(self) -> str:
         """What ran, in a few words (the card's and `policy explain`'s)."""
@@ -92,23 +113,27 @@ class PreviewTemplate:
     ) -> PreviewPlan:
         """The plan for the simple command `part` that a rule with `prefix` matched."""
         argv: list[str] = []
+        inputs = file_operands(part.argv[1:])
         for word in self.words:
             found = _PLACEHOLDER.fullmatch(word)
             if found is not None:
                 values = _values(found.group(1), part.argv, len(prefix))
                 if values is None:
-                    return self._missing(found.group(1), ttl)
+                    return self._missing(found.group(1), ttl, inputs)
+                if found.group(1).startswith("arg:") and argv and _is_option(argv[-1]):
+                    option = argv.pop()  # `-f {arg:-f}`: the option before each value
+                    values = [w for value in values for w in (option, value)]
                 argv += values
                 continue
-            text, missing = _fill(word, part.argv, len(prefix))
+            texts, missing = _fill(word, part.argv, len(prefix))
             if missing is not None:
-                return self._missing(missing, ttl)
-            argv.append(text)
-        return PreviewPlan(self.text, tuple(argv), None, ttl or DEFAULT_PREVIEW_TTL)
+                return self._missing(missing, ttl, inputs)
+            argv += texts
+        return PreviewPlan(self.text, tuple(argv), None, ttl or DEFAULT_PREVIEW_TTL, inputs=inputs)
 
-    def _missing(self, name: str, ttl: timedelta | None) -> PreviewPlan:
+    def _missing(self, name: str, ttl: timedelta | None, inputs: tuple[str, ...]) -> PreviewPlan:
         why = f"no value for {{{name}}} in this command"
-        return PreviewPlan(self.text, None, why, ttl or DEFAULT_PREVIEW_TTL)
+        return PreviewPlan(self.text, None, why, ttl or DEFAULT_PREVIEW_TTL, inputs=inputs)
 
 
 def tool_preview(
@@ -157,26 +182,30 @@ def _values(name: str, argv: tuple[str, ...], skip: int) -> list[str] | None:
     if name == "operands":
         found = operands(argv[skip:])
         return found or None
-    for option in name.removeprefix("arg:").split("|"):
-        value = option_value(argv[skip:], option)
-        if value is not None:
-            return [value]
-    return None
+    options = tuple(name.removeprefix("arg:").split("|"))
+    return [value for _, value in option_values(argv[skip:], options)] or None
 
 
-def _fill(word: str, argv: tuple[str, ...], skip: int) -> tuple[str, str | None]:
-    """A word with placeholders inside it (`--file={arg:-f}`): their text joined in."""
-    missing: list[str] = []
+def _fill(word: str, argv: tuple[str, ...], skip: int) -> tuple[list[str], str | None]:
+    """A word with placeholders inside it (`--file={arg:-f}`): their text joined in; a word
+    whose `{arg:…}` has several values is repeated for each."""
+    names = _PLACEHOLDER.findall(word)
+    for name in names:
+        values = _values(name, argv, skip)
+        if values is None:
+            return [], name
+        if name.startswith("arg:") and len(values) > 1 and len(names) == 1:
+            return [word.replace(f"{{{name}}}", value) for value in values], None
 
     def one(found: re.Match[str]) -> str:
-        values = _values(found.group(1), argv, skip)
-        if values is None:
-            missing.append(found.group(1))
-            return ""
+        values = _values(found.group(1), argv, skip) or []
         return values[0] if len(values) == 1 else shlex.join(values)
 
-    text = _PLACEHOLDER.sub(one, word)
-    return text, (missing[0] if missing else None)
+    return [_PLACEHOLDER.sub(one, word)], None
+
+
+def _is_option(word: str) -> bool:
+    return word.startswith("-") and word != "-" and "=" not in word
 
 
 def operands(words: tuple[str, ...]) -> list[str]:
@@ -193,13 +222,33 @@ def operands(words: tuple[str, ...]) -> list[str]:
     return out
 
 
-def option_value(words: tuple[str, ...], option: str) -> str | None:
-    """The value given to `option`: the word after it, or what follows `option=`."""
-    for index, word in enumerate(words):
+def option_values(words: tuple[str, ...], options: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Each (option, value) given to one of `options`, in order: the word after it, what
+    follows `option=`, or (a one-letter option) what follows it in the same word (`-fx`)."""
+    found: list[tuple[str, str]] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
         if word == "--":
-            return None
-        if word == option:
-            return words[index + 1] if index + 1 < len(words) else None
-        if word.startswith(option + "="):
-            return word[len(option) + 1 :]
-    return None
+            break
+        for option in options:
+            if word == option:
+                if index + 1 < len(words):
+                    found.append((option, words[index + 1]))
+                index += 1
+                break
+            if word.startswith(option + "="):
+                found.append((option, word[len(option) + 1 :]))
+                break
+            if len(option) == 2 and option[1] != "-" and word.startswith(option):
+                found.append((option, word[2:]))
+                break
+        index += 1
+    return found
+
+
+def file_operands(words: tuple[str, ...]) -> tuple[str, ...]:
+    """The files a command names through `FILE_OPTIONS` (`-` is standard input, not a file),
+    each once, in order."""
+    found = [value for _, value in option_values(words, FILE_OPTIONS) if value not in ("", "-")]
+    return tuple(dict.fromkeys(found))

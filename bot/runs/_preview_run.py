@@ -3,14 +3,16 @@ which `cards.py` uses before it posts a card; it imports nothing of the card or 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
 from agent_core import ToolCall
 
 from ..policy import GateDecision, PreviewPlan
-from ..store import StoredPreview, ToolCallRow
-from ..tools import RunAsError, dotenv_names, resolve_run_as
+from ..store import StoredInput, StoredPreview, ToolCallRow
+from ..tools import RunAsError, resolve_run_as
 from ..tools.preview import (
     PREVIEW_TIMEOUT,
     PreviewResult,
@@ -18,6 +20,7 @@ from ..tools.preview import (
     run_preview,
     run_tool_preview,
 )
+from ..tools.preview_inputs import read_inputs
 from .context import RunContext, thread_of
 from .views import CardPreview, preview_file
 
@@ -27,16 +30,16 @@ __all__ = ["attach_preview", "card_preview", "current_preview", "ensure_preview"
 async def run_plan(ctx: RunContext, plan: PreviewPlan) -> StoredPreview:
     """Run a preview once, under the preview's own bounds: a command as `[tools.run_command]`
     says (`run_as`, `workdir`), or a custom or MCP tool's paired tool; a placeholder without a
-    value runs nothing and fails."""
+    value runs nothing and fails (the files the command reads are bound all the same)."""
     ran_at = ctx.clock()
-    if plan.missing is not None:
-        result = failed_preview(plan.missing)
-    elif plan.tool is not None:
+    if plan.tool is not None:
         result = await _call(ctx, plan.tool, plan.arguments or "{}")
     elif plan.argv is None:
-        result = failed_preview("nothing to run")
+        why = plan.missing or "nothing to run"
+        workdir = _workdir(ctx)
+        result = failed_preview(why, await asyncio.to_thread(read_inputs, plan.inputs, (), workdir))
     else:
-        result = await _run(ctx, plan.argv)
+        result = await _run(ctx, plan.argv, plan.inputs)
     return StoredPreview(
         argv=plan.argv or (),
         output=result.output,
@@ -47,7 +50,13 @@ async def run_plan(ctx: RunContext, plan: PreviewPlan) -> StoredPreview:
         digest=result.digest,
         tool=plan.tool,
         arguments=plan.arguments,
+        inputs=tuple(StoredInput(**dataclasses.asdict(i)) for i in result.inputs),
     )
+
+
+def _workdir(ctx: RunContext) -> Path:
+    """Where commands, and so previews, run: relative inputs are read from there."""
+    return ctx.policy.tool_policy("run_command").workdir or Path.cwd()
 
 
 async def _call(ctx: RunContext, name: str, arguments: str) -> PreviewResult:
@@ -64,21 +73,23 @@ async def _call(ctx: RunContext, name: str, arguments: str) -> PreviewResult:
     return await run_tool_preview(tool, json.loads(arguments))
 
 
-async def _run(ctx: RunContext, argv: tuple[str, ...]) -> PreviewResult:
+async def _run(ctx: RunContext, argv: tuple[str, ...], inputs: tuple[str, ...]) -> PreviewResult:
     config = ctx.policy.tool_policy("run_command")
     try:
         run_as = resolve_run_as(config.run_as) if config.run_as else None
     except RunAsError as exc:
-        return failed_preview(f"cannot run as {config.run_as!r}: {exc}")
+        read = await asyncio.to_thread(read_inputs, inputs, argv, _workdir(ctx))
+        return failed_preview(f"cannot run as {config.run_as!r}: {exc}", read)
     timeout = PREVIEW_TIMEOUT
     if config.timeout is not None:
         timeout = min(timeout, config.timeout.total_seconds())
     return await run_preview(
         argv,
-        workdir=config.workdir or Path.cwd(),
+        workdir=_workdir(ctx),
         run_as=run_as,
         timeout=timeout,
-        secret_names=dotenv_names(Path(".env")),
+        env=config.env,
+        inputs=inputs,
     )
 
 
@@ -129,4 +140,5 @@ def card_preview(row: ToolCallRow, decision: GateDecision) -> CardPreview | None
         ran_at=stored.ran_at,
         digest=stored.digest,
         file=preview_file(row.call_id, stored.output, stored.digest),
+        inputs=tuple((i.path, i.state, i.digest) for i in stored.inputs),
     )

@@ -1,4 +1,4 @@
-"""Previews on the card (issue 23): the deciding rule's read-only command, run before the card is
+"""Previews on the card: the deciding rule's read-only command, run before the card is
 posted, shown on it and bound to its approval.
 
 Approve binds to two digests: the call's and the preview's (the card's buttons carry both). When

@@ -24,6 +24,7 @@ from ..faults import checkpoint
 from ..policy import Policy
 from ..store import EnqueueOutcome, QueueItem, Store, batch_complete
 from ..words import count
+from .bound_inputs import bound_options
 from .break_glass import FreezeDesk
 from .cancel import Cancels
 from .cards import Cards
@@ -277,6 +278,7 @@ class RunService:
             gate=gate,
             turn_timeout=self.ctx.deadlines.turn,
         )
+        options = bound_options(self.ctx, options, batch)  # previewed files checked first
         stream = self.ctx.agent.run(None, session_for(session_id, channel), options)
         # Progress shows on the first card while the approved calls run.
         card_ts = next((r.card_ts for r in batch if r.needs_approval and r.card_ts), None)

@@ -85,6 +85,9 @@ class CardPreview:
     file: str | None = None
     """The file in the thread holding the whole output, when it is longer than a card shows
     (`PREVIEW_LINES` lines, `PREVIEW_CHARS` characters)."""
+    inputs: tuple[tuple[str, str, str | None], ...] = ()
+    """The files it read, bound to the approval: (path as written, "file", "directory",
+    "absent" or "unreadable", SHA-256 of the content)."""
 
 
 PREVIEW_LINES = 20

@@ -1,5 +1,5 @@
-"""The preview on an approval card (issue 23): what the deciding rule's read-only command
-printed, its exit status, when it ran, and the "Re-run preview" button.
+"""The preview on an approval card: what the deciding rule's read-only command printed, its exit
+status, when it ran, the files it read with their digests, and the "Re-run preview" button.
 
 The output is untrusted (a command's) and reaches mrkdwn only through `bot.slack.mrkdwn`. The
 card shows its first lines; the rest is cut with a note naming the file the run service attached
@@ -21,6 +21,7 @@ __all__ = ["PREVIEW_LINES", "preview_blocks", "preview_digest_text", "rerun_butt
 
 _OUTPUT_BUDGET = 2400
 _SECTION_MAX = 3000
+_INPUTS_SHOWN = 10
 
 
 def preview_blocks(call: CardCall) -> list[Block]:
@@ -29,6 +30,8 @@ def preview_blocks(call: CardCall) -> list[Block]:
     if preview is None:
         return []
     blocks: list[Block] = [_section(_heading(preview))]
+    if preview.inputs:
+        blocks.append(_section(_inputs(preview)))
     shown, hidden = _first_lines(preview.output)
     if shown:
         blocks.append(_section(shown))
@@ -74,6 +77,26 @@ def _heading(preview: CardPreview) -> str:
             f"ran {ran}\nApprove is still offered: read the output before approving."
         )
     return f":mag: *Preview* {command} · exit {preview.exit_status} · ran {ran}"
+
+
+_STATES = {
+    "directory": "directory, its files' digest",
+    "absent": "no such file: the run refuses if one appears",
+    "unreadable": "cannot be read: the run will refuse",
+}
+
+
+def _inputs(preview: CardPreview) -> str:
+    """One line per file the preview read: the run checks each digest first."""
+    lines = ["Files read, bound to Approve (the run refuses if one changes):"]
+    for path, state, digest in preview.inputs[:_INPUTS_SHOWN]:
+        what = f"sha256 {code_span(digest[:16], 16)}" if digest else ""
+        note = _STATES.get(state)
+        shown = ", ".join(part for part in (what, note) if part)
+        lines.append(f"• {code_span(path, 200)} {shown}")
+    if len(preview.inputs) > _INPUTS_SHOWN:
+        lines.append(f"• … and {count(len(preview.inputs) - _INPUTS_SHOWN, 'more file')}")
+    return "\n".join(lines)
 
 
 def _first_lines(output: str) -> tuple[str, int]:

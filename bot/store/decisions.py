@@ -301,6 +301,7 @@ class Decisions(Ledger):
             "seconds": round(preview.seconds, 3),
             "failed": preview.failed,
             "argv": list(preview.argv),
+            **({"inputs": [i.model_dump() for i in preview.inputs]} if preview.inputs else {}),
             **(
                 {"preview_tool": preview.tool, "preview_arguments": preview.arguments}
                 if preview.tool is not None

@@ -30,6 +30,7 @@ __all__ = [
     "QueueItem",
     "RecoveredSession",
     "SessionRow",
+    "StoredInput",
     "StoredPreview",
     "ToolCallRow",
     "batch_complete",
@@ -163,9 +164,23 @@ class ToolCallRow(BaseModel):
         return self.edited_digest or self.digest
 
 
+class StoredInput(BaseModel):
+    """One file a preview read: its path as written, the absolute path read, what was there
+    ("file", "directory", "absent", "unreadable") and the SHA-256 of its content."""
+
+    model_config = _FROZEN
+
+    path: str
+    resolved: str
+    state: str
+    digest: str | None = None
+    why: str | None = None
+
+
 class StoredPreview(BaseModel):
     """One run of a call's preview (a rule's read-only command): what the card shows and the
-    approval is bound to (`digest`, the SHA-256 of `output`)."""
+    approval is bound to (`digest`, the SHA-256 of `output`, and of `inputs` when there are
+    any: `bot.tools.preview_inputs.bound_digest`)."""
 
     model_config = _FROZEN
 
@@ -182,6 +197,9 @@ class StoredPreview(BaseModel):
     """A custom or MCP tool's preview: the read-only tool that was called (`argv` is empty)."""
     arguments: str | None = None
     """Its arguments, canonical JSON."""
+    inputs: tuple[StoredInput, ...] = ()
+    """The files it read and their digests (`bot.tools.preview_inputs`): the run checks them
+    first and refuses if any changed."""
 
 
 # --- why the store changed nothing: typed, worded by the front ends ---------------------------

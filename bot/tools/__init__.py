@@ -5,25 +5,35 @@ from ._run_as import RunAs, RunAsError, privilege_warnings, resolve_run_as
 from .command import (
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
-    SECRET_PREFIXES,
-    dotenv_names,
     make_run_command,
     protect_process_environment,
-    scrubbed_environment,
+)
+from .environment import (
+    BASE_NAMES,
+    BASE_PREFIXES,
+    ToolEnvironmentError,
+    base_environment,
+    tool_environment,
 )
 from .http import SAFE_METHODS, http_gate, make_http_request
+from .shell import BASH, ShellMissing, checked_shell
 from .summary import BUILT_IN_SUMMARIES, tool_summary
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
+    "BASE_NAMES",
+    "BASE_PREFIXES",
+    "BASH",
     "BUILT_IN_SUMMARIES",
     "DEFAULT_OUTPUT_LIMIT",
     "DEFAULT_TIMEOUT",
     "RunAs",
     "RunAsError",
     "SAFE_METHODS",
-    "SECRET_PREFIXES",
+    "ShellMissing",
+    "ToolEnvironmentError",
     "ToolLoadError",
-    "dotenv_names",
+    "base_environment",
+    "checked_shell",
     "http_gate",
     "load_tool",
     "load_tools",
@@ -32,6 +42,6 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "privilege_warnings",
     "protect_process_environment",
     "resolve_run_as",
-    "scrubbed_environment",
+    "tool_environment",
     "tool_summary",
 ]

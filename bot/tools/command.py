@@ -1,11 +1,12 @@
 """`run_command`: a shell command run for the model, in a fenced-off child process.
 
-The command text comes from the model, so the child gets no secrets (its environment is scrubbed
-of `SLACK_*`, `OPENAI_*`, `OPSGATE_*` and every name in the bot's `.env`, in any letter case), a
-time limit enforced on its whole process group (a shell's background children die with it), and a
-cap on the output that is kept, so a chatty command cannot flood the model's context or the bot's
-memory. `protect_process_environment` keeps the child from reading the secrets out of the bot's
-own `/proc/<pid>/environ` instead.
+The command text comes from the model, so the child gets no secrets (an allowlisted environment,
+`bot.tools.environment`: the basics and the tool's own `env`), a time limit enforced on its whole
+process group (a shell's background children die with it), and a cap on the output that is
+kept, so a chatty command cannot flood the model's context or the bot's memory.
+`protect_process_environment` keeps the child from reading the secrets out of the bot's own
+`/proc/<pid>/environ` instead. The text runs as it was judged, byte for byte: `bash -c TEXT`
+(`bot.tools.shell`), never re-quoted or rebuilt from parsed words.
 """
 
 from __future__ import annotations
@@ -28,23 +29,19 @@ from pydantic import Field
 from agent_core import FunctionTool, ToolError, ToolTimeout, tool
 
 from ._run_as import RunAs
+from .environment import expand_variables, tool_environment
+from .shell import BASH, checked_shell
 
 __all__ = [
     "DEFAULT_OUTPUT_LIMIT",
     "DEFAULT_TIMEOUT",
-    "SECRET_PREFIXES",
     "Finished",
-    "dotenv_names",
     "make_run_command",
     "protect_process_environment",
     "run_argv",
-    "scrubbed_environment",
 ]
 
 logger = logging.getLogger("bot.tools.command")
-
-SECRET_PREFIXES: tuple[str, ...] = ("SLACK_", "OPENAI_", "OPSGATE_")
-"""Environment names with these prefixes are the bot's own settings and never reach a child."""
 
 DEFAULT_TIMEOUT = 60.0
 """Seconds a command may run unless the policy's `[tools.run_command] timeout` says otherwise."""
@@ -58,61 +55,13 @@ _GRACE_SECONDS = 5.0
 """How long to wait for a killed process group to let go of its pipes before giving up on them."""
 
 
-def dotenv_names(path: Path) -> frozenset[str]:
-    """The variable names a `.env` file defines (values are not read, let alone kept).
-
-    A missing file defines nothing. Understands `NAME=value`, `export NAME=value` and comments.
-    """
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return frozenset()
-    names: set[str] = set()
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        name = line.split("=", 1)[0].strip()
-        name = name.removeprefix("export").strip() if name.startswith("export ") else name
-        if name:
-            names.add(name)
-    return frozenset(names)
-
-
-def _spellings(name: str) -> set[str]:
-    """The lower-case forms a settings reader may fold `name` to.
-
-    pydantic-settings matches environment names with `str.lower()`, so `slack_bot_token` and
-    even `SLAC\u212a_BOT_TOKEN` (a Kelvin sign, which lower-cases to "k" but does not upper-case
-    to "K") set the bot's token; comparing upper-cased names missed the second. `casefold()` is
-    there for folds `lower()` does not make (`\u017flack_…`, a long s), to err on hiding.
-    """
-    return {name.lower(), name.casefold(), name.upper().lower()}
-
-
-_LOWER_PREFIXES = tuple(prefix.lower() for prefix in SECRET_PREFIXES)
-
-
-def scrubbed_environment(
-    base: Mapping[str, str], secret_names: Collection[str] = ()
-) -> dict[str, str]:
-    """`base` without the bot's secrets: `SECRET_PREFIXES` names and any of `secret_names`,
-    compared without regard to letter case (the bot reads its settings that way)."""
-    hidden = {spelling for name in secret_names for spelling in _spellings(name)}
-
-    def secret(name: str) -> bool:
-        return any(s.startswith(_LOWER_PREFIXES) or s in hidden for s in _spellings(name))
-
-    return {name: value for name, value in base.items() if not secret(name)}
-
-
 def protect_process_environment() -> bool:
     """Make this process non-dumpable, so that processes of the same user cannot read its memory
     or `/proc/<pid>/environ` (where the bot's tokens are) or attach a debugger to it.
 
     Without `run_as`, `run_command`'s children run as the bot's user; without this, `cat
-    /proc/$PPID/environ` or similar would hand them every secret the scrubbed environment left
-    out (with `run_as`, see `_run_as.py`, they run as another user and cannot read it anyway).
+    /proc/$PPID/environ` or similar would hand them every secret the allowlisted environment
+    left out (with `run_as`, see `_run_as.py`, they run as another user and cannot read it anyway).
     Call it first thing at start-up of the service. It is effective only when the bot runs as a
     dedicated non-root user: root (any process with CAP_SYS_PTRACE) reads non-dumpable processes
     anyway. It also turns off core dumps of the bot. Children are not affected (exec resets it).
@@ -228,7 +177,7 @@ async def run_argv(
     run_as: RunAs | None,
 ) -> Finished:
     """Run `argv` (no shell unless it is one) in its own process group, fenced as the module
-    docstring says; `run_command` runs `/bin/sh -c`, a rule's preview its argv as built."""
+    docstring says; `run_command` runs `bash -c`, a rule's preview its argv as built."""
     spawn = run_as.spawn_options() if run_as is not None else {}
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -269,29 +218,31 @@ def make_run_command(
     timeout: float = DEFAULT_TIMEOUT,
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
     env: Mapping[str, str] | None = None,
-    secret_names: Collection[str] = (),
     run_as: RunAs | None = None,
+    shell: Path | None = None,
 ) -> FunctionTool:
     """Build the `run_command` tool (approval required unless the policy says otherwise).
 
-    `env` is the child's environment (default: this process's environment, read at each call).
-    Either way the bot's secrets are removed: `SECRET_PREFIXES` and `secret_names` (pass
-    `dotenv_names(Path(".env"))`). `timeout` is the longest a command may run, in seconds; the
-    model may ask for less with `timeout_seconds`, never more. `output_limit` is the number of
-    characters kept of each of stdout and stderr (the head and the tail; the middle is cut).
-    `run_as` is the OS user the child runs as, with that user's HOME (default: the bot's user).
+    The child's environment is the allowlisted basics of this process's environment (read at
+    each call) and `env`, the policy's `[tools.run_command] env` (`${VAR}` filled in from this
+    process's environment now, at start-up: a missing one is an error naming it). `timeout` is
+    the longest a command may run, in seconds; the model may ask for less with
+    `timeout_seconds`, never more. `output_limit` is the number of characters kept of each of
+    stdout and stderr (the head and the tail; the middle is cut). `run_as` is the OS user the
+    child runs as, with that user's HOME (default: the bot's user). `shell` must be bash
+    (default `BASH`; `ShellMissing` naming it when it is not there).
     """
     if timeout <= 0:
         raise ValueError(f"run_command timeout must be positive, not {timeout!r}")
     if output_limit < 1:
         raise ValueError(f"run_command output_limit must be at least 1, not {output_limit!r}")
     workdir = Path(workdir)
-    fixed_env = None if env is None else scrubbed_environment(env, secret_names)
-    hidden = frozenset(secret_names)
+    shell = checked_shell(shell or BASH)
+    own = expand_variables(env or {}, os.environ, where="tools.run_command.env")
     max_timeout = timeout
 
     description = (
-        "Run a shell command (/bin/sh -c) on the operations host and return its exit code, "
+        "Run a shell command (bash -c) on the operations host and return its exit code, "
         "stdout and stderr; long output is cut in the middle. A human may have to approve the "
         f"call first. Commands are stopped after {max_timeout:g} seconds at most."
     )
@@ -306,11 +257,11 @@ def make_run_command(
         if not workdir.is_dir():
             raise ToolError(f"the working directory {str(workdir)!r} does not exist")
         limit = max_timeout if timeout_seconds is None else min(timeout_seconds, max_timeout)
-        child_env = fixed_env if fixed_env is not None else scrubbed_environment(os.environ, hidden)
+        child_env = tool_environment(own)
         if run_as is not None:
             child_env = run_as.environment(child_env)
         finished = await run_argv(
-            ("/bin/sh", "-c", command),
+            (str(shell), "-c", command),  # the judged text itself: never rebuilt from words
             workdir=workdir,
             env=child_env,
             time_limit=limit,

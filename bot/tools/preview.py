@@ -1,9 +1,10 @@
 """Running a rule's preview: a read-only command whose output is shown on a card.
 
 It is not a tool call: no approval, no ledger row of its own. It runs as the policy's `run_as`,
-in `workdir`, with the same scrubbed environment as `run_command`, but as an argv (never through
+in `workdir`, with the same allowlisted environment as `run_command`, but as an argv (never through
 a shell) and under its own, shorter bounds, so a slow or chatty preview cannot hold a card back.
-The digest is the SHA-256 of the output as shown: the approval is bound to it.
+The digest is the SHA-256 of the output as shown, and of the files the preview read when it
+read any (`bot.tools.preview_inputs`): the approval is bound to it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import hashlib
 import os
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,9 @@ from typing import Any
 from agent_core import Tool
 
 from ._run_as import RunAs
-from .command import run_argv, scrubbed_environment
+from .command import run_argv
+from .environment import ToolEnvironmentError, expand_variables, tool_environment
+from .preview_inputs import InputDigest, bound_digest, read_inputs, unshown_inputs
 
 __all__ = [
     "PREVIEW_OUTPUT_LIMIT",
@@ -48,15 +51,18 @@ class PreviewResult:
     failed: str | None
     seconds: float
     digest: str
+    inputs: tuple[InputDigest, ...] = ()
+    """The files it read, with their digests (read before its command ran)."""
 
 
 def preview_digest(output: str) -> str:
     return hashlib.sha256(output.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def failed_preview(why: str) -> PreviewResult:
-    """A preview that could not be run at all (a placeholder without a value)."""
-    return PreviewResult(why, None, why, 0.0, preview_digest(why))
+def failed_preview(why: str, inputs: tuple[InputDigest, ...] = ()) -> PreviewResult:
+    """A preview that could not be run at all (a placeholder without a value); the files the
+    command reads are bound all the same (`inputs`)."""
+    return PreviewResult(why, None, why, 0.0, bound_digest(preview_digest(why), inputs), inputs)
 
 
 async def run_preview(
@@ -66,27 +72,35 @@ async def run_preview(
     run_as: RunAs | None,
     timeout: float = PREVIEW_TIMEOUT,
     output_limit: int = PREVIEW_OUTPUT_LIMIT,
-    secret_names: Collection[str] = (),
+    env: Mapping[str, str] | None = None,
+    inputs: Sequence[str] = (),
 ) -> PreviewResult:
     """Run `argv` once; a timeout, a non-zero exit or a program that cannot start is a failed
-    preview (its output says what happened), never an exception."""
-    env = scrubbed_environment(os.environ, secret_names)
-    if run_as is not None:
-        env = run_as.environment(env)
+    preview (its output says what happened), never an exception. `env`: `run_command`'s own
+    variables (`[tools.run_command] env`, `${VAR}` not yet filled in). `inputs`: the files
+    the command reads (its file options), read and digested first with those `argv` names; one
+    the argv does not name fails the preview (the card cannot show it)."""
     started = time.monotonic()
+    read = await asyncio.to_thread(read_inputs, inputs, argv, workdir)
+    try:
+        own = expand_variables(env or {}, os.environ, where="tools.run_command.env")
+    except ToolEnvironmentError as exc:
+        return failed_preview(str(exc), read)
+    child_env = tool_environment(own)
+    if run_as is not None:
+        child_env = run_as.environment(child_env)
     try:
         finished = await run_argv(
             argv,
             workdir=workdir,
-            env=env,
+            env=child_env,
             time_limit=timeout,
             output_limit=output_limit,
             run_as=run_as,
         )
     except OSError as exc:  # not found, not executable, no such workdir
         why = f"could not start {argv[0]!r}: {exc.strerror or exc}"
-        return PreviewResult(why, None, why, time.monotonic() - started, preview_digest(why))
-    seconds = time.monotonic() - started
+        return _result(why, None, why, started, read)
     output = finished.stdout
     if finished.stderr:
         output += ("\n" if output and not output.endswith("\n") else "") + finished.stderr
@@ -95,7 +109,21 @@ async def run_preview(
         failed = f"timed out after {timeout:g}s"
     elif finished.returncode != 0:
         failed = f"exit status {finished.returncode}"
-    return PreviewResult(output, finished.returncode, failed, seconds, preview_digest(output))
+    elif unshown := unshown_inputs(read, inputs, argv, workdir):
+        failed = f"it does not show {', '.join(map(repr, unshown))}, which the command reads"
+    return _result(output, finished.returncode, failed, started, read)
+
+
+def _result(
+    output: str,
+    exit_status: int | None,
+    failed: str | None,
+    started: float,
+    inputs: tuple[InputDigest, ...],
+) -> PreviewResult:
+    seconds = time.monotonic() - started
+    digest = bound_digest(preview_digest(output), inputs)
+    return PreviewResult(output, exit_status, failed, seconds, digest, inputs)
 
 
 async def run_tool_preview(

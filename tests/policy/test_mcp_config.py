@@ -113,21 +113,27 @@ def test_server_environment_is_its_env_plus_the_basics_only() -> None:
         "PATH": "/usr/bin",
         "HOME": "/home/ops",
         "LANG": "C.UTF-8",
+        "LC_TIME": "C",
+        "TZ": "UTC",
         "USER": "ops",
         "SLACK_BOT_TOKEN": "xoxb-secret",
         "OPENAI_API_KEY": "sk-secret",
         "OPSGATE_POLICY": "p",
-        "SHELL": "() { :; }",
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=secret",
+        "PAGERDUTY_TOKEN": "pd-secret",
+        "GITHUB_TOKEN": "another server's env",
+        "TERM": "() { :; }",
     }
     env = server_environment({"GIT_DIR": "/srv/repo", "PATH": "/opt/bin"}, parent)
     assert env == {
         "HOME": "/home/ops",
         "LANG": "C.UTF-8",
-        "USER": "ops",
+        "LC_TIME": "C",
+        "TZ": "UTC",
         "GIT_DIR": "/srv/repo",
         "PATH": "/opt/bin",
     }
-    assert set(INHERITED) == {"PATH", "HOME", "LANG", "USER", "LOGNAME", "SHELL", "TERM"}
+    assert set(INHERITED) == {"PATH", "HOME", "LANG", "TZ", "TERM"}
 
 
 async def _never(tool: str, arguments: dict[str, Any]) -> str:

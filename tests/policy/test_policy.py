@@ -277,12 +277,13 @@ def test_run_command_settings_are_optional() -> None:
         ),
         (
             '[tools.http_request]\nworkdir = "{tmp}/missing"',
-            "unknown key 'tools.http_request.workdir': workdir, timeout, output_limit, run_as are "
-            "settings of [tools.run_command] only",
+            "unknown key 'tools.http_request.workdir': workdir, timeout, output_limit, run_as, "
+            "env are settings of [tools.run_command] only",
         ),
         (
             "[tools.deploy]\noutput_limit = 10",
-            "unknown key 'tools.deploy.output_limit': workdir, timeout, output_limit, run_as are",
+            "unknown key 'tools.deploy.output_limit': workdir, timeout, output_limit, run_as, "
+            "env are",
         ),
     ],
 )

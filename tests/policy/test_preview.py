@@ -160,3 +160,52 @@ async def test_a_preview_that_fails_or_times_out_says_why(tmp_path: Path) -> Non
     assert slow.failed == "timed out after 0.2s"
     missing = await run_preview(("no-such-program-x",), workdir=tmp_path, run_as=None)
     assert missing.failed is not None and "could not start" in missing.failed
+
+
+def test_every_value_of_a_repeated_option_is_previewed() -> None:
+    policy = _policy(["kubectl", "apply"], "kubectl diff -f {arg:-f|--filename}")
+    plan = _decide(policy, "kubectl apply -f web.yaml --filename=evil.yaml -fmore.yaml").preview
+    assert plan is not None
+    assert plan.argv == (
+        *("kubectl", "diff", "-f", "web.yaml", "-f", "evil.yaml", "-f", "more.yaml"),
+    )
+    assert plan.inputs == ("web.yaml", "evil.yaml", "more.yaml")
+    # Inside a word, the word is repeated; without an option before it, one word each.
+    plan = _decide(_policy(["kubectl", "apply"], "diff --from={arg:-f}"), "kubectl apply -f a -f b")
+    assert plan.preview is not None and plan.preview.argv == ("diff", "--from=a", "--from=b")
+    plan = _decide(_policy(["kubectl", "apply"], "cat {arg:-f}"), "kubectl apply -f a -f b")
+    assert plan.preview is not None and plan.preview.argv == ("cat", "a", "b")
+
+
+@pytest.mark.parametrize(
+    ("command", "inputs"),
+    [
+        ("kubectl apply -f a.yaml -f a.yaml", ("a.yaml",)),
+        ("kubectl apply -k overlays/prod", ("overlays/prod",)),
+        ("kubectl apply --kustomize=base --filename x", ("base", "x")),
+        ("kubectl apply -f - ", ()),
+        ("kubectl apply -- -f x", ()),
+    ],
+)
+def test_a_plan_names_the_files_the_command_reads(command: str, inputs: tuple[str, ...]) -> None:
+    plan = _decide(_policy(["kubectl", "apply"], "kubectl diff {operands}"), command).preview
+    assert plan is not None and plan.inputs == inputs
+
+
+def test_the_files_are_named_even_when_the_preview_cannot_run() -> None:
+    plan = _decide(_policy(["kubectl", "apply"], "kubectl diff -f {arg:-f}"), "kubectl apply -k d")
+    assert plan.preview is not None and plan.preview.argv is None
+    assert plan.preview.inputs == ("d",)
+
+
+async def test_a_preview_reads_its_inputs_and_binds_them(tmp_path: Path) -> None:
+    (tmp_path / "web.yaml").write_text("replicas: 3\n")
+    result = await run_preview(
+        ("cat", "web.yaml"), workdir=tmp_path, run_as=None, inputs=("web.yaml", "gone.yaml")
+    )
+    assert [(i.path, i.state) for i in result.inputs] == [
+        ("web.yaml", "file"),
+        ("gone.yaml", "absent"),
+    ]
+    assert result.digest != preview_digest(result.output)  # it covers the files too
+    assert result.failed == "it does not show 'gone.yaml', which the command reads"

@@ -75,18 +75,30 @@ async def test_long_output_is_capped_head_and_tail() -> None:
 
 
 async def test_no_secret_reaches_a_stdio_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-not-for-servers")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-servers")
+    secrets = {
+        "SLACK_BOT_TOKEN": "xoxb-not-for-servers",
+        "OPENAI_API_KEY": "sk-not-for-servers",
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=not-for-servers",
+        "PAGERDUTY_TOKEN": "pd-not-for-servers",
+        "GITHUB_TOKEN": "another-servers-env-not-for-servers",
+        "USER": "opsgate-not-for-servers",
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("OPSGATE_POLICY", "/etc/opsgate/policy.toml")
     monkeypatch.setenv("DEMO_GREETING", "hello")
     monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.setenv("TZ", "UTC")
     config = demo(env={"GREETING": "${DEMO_GREETING}", "MODE": "test"})
-    async with McpServers({"demo": config}, backoff=FAST) as started:
+    other = demo(env={"TOKEN": "${GITHUB_TOKEN}"})
+    async with McpServers({"demo": config, "other": other}, backoff=FAST) as started:
         seen = json.loads(await started.tool("demo__environment").invoke({}))
     assert seen["GREETING"] == "hello" and seen["MODE"] == "test" and seen["LANG"] == "C.UTF-8"
+    assert seen["TZ"] == "UTC"
     # LC_CTYPE: Python's own locale coercion in the child, not something we pass.
     assert set(seen) - {"LC_CTYPE"} <= set(INHERITED) | {"GREETING", "MODE"}
     assert not any("not-for-servers" in value for value in seen.values())
+    assert "OPSGATE_POLICY" not in seen and "TOKEN" not in seen
 
 
 async def test_a_crash_answers_that_call_and_the_next_call_gets_a_restarted_server(

@@ -12,6 +12,7 @@ from typing import Any
 
 from bot.policy import Policy
 from bot.slack.ids import ACTION_FIELD, ACTION_RERUN_PREVIEW, CALLBACK_EDIT
+from bot.tools.preview_inputs import bound_digest, read_inputs
 from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools
 from tests.scenarios.test_home_and_allowances import _open_home
 from tests.support.harness import Bot, running_bot
@@ -33,6 +34,12 @@ POLICY = (
     '[[tools.run_command.rules]]\nprefix = ["kubectl", "apply"]\n'
     'preview = "cat {arg:-f}"\njustification = "Applying changes the cluster."\n'
 )
+
+
+def bound(manifest: Path) -> str:
+    """The digest a `cat {arg:-f}` preview of `manifest` binds: its output and the file."""
+    output = hashlib.sha256(manifest.read_bytes()).hexdigest()
+    return bound_digest(output, read_inputs([str(manifest)], ("cat", str(manifest)), Path("/")))
 
 
 def _policy(extra: str = "") -> Policy:
@@ -81,7 +88,7 @@ async def test_the_previews_output_is_on_the_card_and_bound_to_the_decision(
         shown = json.dumps(blocks, ensure_ascii=False)
         assert "*Preview*" in shown and f"cat {manifest}" in shown and "exit 0" in shown
         assert "replicas: 3" in shown and "preview failed" not in shown
-        digest = hashlib.sha256(manifest.read_bytes()).hexdigest()
+        digest = bound(manifest)
         assert f"preview digest `{digest[:12]}`" in shown  # beside the call's digest
         assert _buttons(blocks) == ["Approve", "Reject", "Edit", "Re-run preview", "Cancel run"]
         [actions] = [b for b in blocks if b["type"] == "actions"]
@@ -174,7 +181,7 @@ async def test_a_changed_preview_refuses_the_approval_and_resets_the_approvals(
         await bot.llm.wait_for_requests(2)
         await bot.settle()
         final = (await _audit(bot, "decision"))[-1]
-        new_digest = hashlib.sha256(b"replicas: 30\n").hexdigest()
+        new_digest = bound(manifest)
         assert final["final"] is True and final["preview_digest"] == new_digest
 
 
@@ -292,7 +299,7 @@ async def test_a_long_preview_shows_its_first_lines_and_is_attached_whole(tmp_pa
         card = await _paused(bot, manifest)
         shown = json.dumps(_blocks(card["params"]), ensure_ascii=False)
         assert "line 20" in shown and "line 21" not in shown
-        digest = hashlib.sha256(manifest.read_bytes()).hexdigest()
+        digest = bound(manifest)
         name = f"preview-call_1-{digest[:12]}.txt"
         assert "10 more lines of the preview cut" in shown and name in shown
         await bot.settle()

@@ -4,6 +4,7 @@ escaped, "preview failed" with Approve kept, and the minimal card keeps it (Appr
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -66,3 +67,19 @@ def test_the_minimal_card_keeps_the_preview() -> None:
     blocks = minimal_blocks(_call("replicas: 3\n"), "args.txt")
     shown = json.dumps(blocks)
     assert "replicas: 3" in shown and "Re-run preview" in _buttons(blocks)
+
+
+def test_the_files_read_are_listed_with_their_digests() -> None:
+    preview = CardPreview(
+        "kubectl diff -f web.yaml -f new.yaml",
+        "diff\n",
+        0,
+        None,
+        NOW,
+        DIGEST,
+        inputs=(("web.yaml", "file", "cd" * 32), ("new.yaml", "absent", None)),
+    )
+    shown = json.dumps(approval_card(replace(_call("x"), preview=preview)))
+    assert "Files read, bound to Approve (the run refuses if one changes)" in shown
+    assert f"`web.yaml` sha256 `{'cd' * 8}`" in shown
+    assert "`new.yaml` no such file: the run refuses if one appears" in shown

@@ -19,7 +19,7 @@ async def test_the_card_describes_the_tool_for_people(tmp_path: Path) -> None:
         [card] = await bot.wait_cards(1)
         shown = json.dumps(card["params"]["blocks"])
         assert "Runs a shell command on the operations host." in shown
-        assert "/bin/sh -c" not in shown  # the text written for the model
+        assert "bash -c" not in shown  # the text written for the model
         assert f"Approvers: <@{BOB}> or <@{CAROL}>" in shown
         row = await bot.deps.store.get_call(card["ledger_id"])
         assert row is not None and row.expires_at is not None

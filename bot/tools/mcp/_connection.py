@@ -34,7 +34,7 @@ from agent_core import ToolError, ToolTimeout
 from bot.observability.metrics import McpCallOutcome
 from bot.words import format_duration
 
-from ._environment import server_environment
+from ._environment import server_command, server_environment
 from ._results import result_text
 from .config import McpServerConfig, expand_variables
 from .errors import McpConfigError, McpStartError
@@ -288,11 +288,9 @@ class ServerConnection:
             where = f"mcp_servers.{self.name}"
             if self.config.command is not None:
                 env = expand_variables(self.config.env, self._environ, where=f"{where}.env")
-                params = StdioServerParameters(
-                    command=self.config.command,
-                    args=list(self.config.args),
-                    env=server_environment(env, self._environ),
-                )
+                environment = server_environment(env, self._environ)
+                program, args = server_command(self.config.command, self.config.args, environment)
+                params = StdioServerParameters(command=program, args=args, env=environment)
                 client = Client(
                     stdio_client(params, errlog=errlog), cache=None, client_info=_CLIENT_INFO
                 )

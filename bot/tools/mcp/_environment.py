@@ -1,28 +1,47 @@
-"""The environment a stdio MCP server starts with: its own `env` and a few harmless basics.
+"""The environment a stdio MCP server starts with: its own `env` and the allowlisted basics.
 
-The bot's environment holds its secrets (SLACK_*, OPENAI_*, whatever `.env` loaded), so a server
-inherits nothing but `INHERITED`. The SDK would add its own defaults too; we pass a complete
-mapping so the set is ours, and tests assert it.
+The bot's environment holds its secrets (SLACK_*, OPENAI_*, OTEL_*, whatever `.env` loaded) and
+the other servers' `env`, so a server inherits nothing but `bot.tools.environment`'s basics
+(`PATH`, `HOME`, `LANG`, `LC_*`, `TZ`, `TERM`). The SDK's `stdio_client` merges its own
+defaults (`USER`, `LOGNAME`, `SHELL`, …) over the mapping it is given, so the server is started
+through `env -u NAME…` for each of those we do not pass: the set is ours, and tests assert it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import shutil
+from collections.abc import Mapping, Sequence
 
-__all__ = ["INHERITED", "server_environment"]
+from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 
-INHERITED = ("HOME", "LANG", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
-"""Names copied from the bot's environment when set; every other variable stays behind."""
+from ..environment import BASE_NAMES, tool_environment
+
+__all__ = ["ENV_PROGRAM", "INHERITED", "server_command", "server_environment"]
+
+INHERITED = BASE_NAMES
+"""Names copied from the bot's environment when set (and `LC_*`); every other variable stays
+behind."""
+
+ENV_PROGRAM = "/usr/bin/env"
+"""Starts the server with the SDK's additions unset (names only: no value on a command line)."""
 
 
 def server_environment(own: Mapping[str, str], parent: Mapping[str, str]) -> dict[str, str]:
-    """`own` (already `${VAR}`-expanded) over the inherited basics taken from `parent`.
+    """`own` (already `${VAR}`-expanded) over the inherited basics taken from `parent`."""
+    return tool_environment(own, parent)
 
-    A value starting with "()" is an exported shell function: never passed on.
-    """
-    basics = {
-        name: parent[name]
-        for name in INHERITED
-        if name in parent and not parent[name].startswith("()")
-    }
-    return basics | dict(own)
+
+def server_command(
+    command: str, args: Sequence[str], environment: Mapping[str, str]
+) -> tuple[str, list[str]]:
+    """The program and arguments that start `command args` with exactly `environment`, once the
+    SDK has merged its defaults into it. `FileNotFoundError` when `command` is not found (on
+    the server's `PATH`), as starting it directly would raise."""
+    added = sorted(set(DEFAULT_INHERITED_ENV_VARS) - set(environment))
+    if not added:
+        return command, list(args)
+    found = shutil.which(command, path=environment.get("PATH"))
+    if found is None:
+        raise FileNotFoundError(command)
+    unset = [word for name in added for word in ("-u", name)]
+    return ENV_PROGRAM, [*unset, "--", found, *args]

@@ -26,6 +26,7 @@ from bot.argument_rule import ArgumentRule
 from bot.preview_args import PreviewArgs, check_tool_preview
 from bot.words import parse_duration
 
+from ..environment import expand_variables as expand
 from .errors import McpConfigError
 
 __all__ = [
@@ -50,7 +51,6 @@ McpApprovalMode = Literal["annotations", "always", "never"]
 """`annotations`: a tool annotated `readOnlyHint: true` runs freely, any other waits."""
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def _server_name(value: str) -> str:
@@ -90,7 +90,7 @@ class McpToolOverride(_Model):
     `approval = "rules"` asks only when one of `rules` matches, as for the built-in tools.
     `preview` names a read-only tool of the same server called before the card is posted
     (with `preview_args`, filled from the call's arguments), its output on the card and bound
-    to Approve (issue 23).
+    to Approve.
     """
 
     approval: McpApprovalMode | Literal["rules"] | None = None
@@ -162,17 +162,4 @@ def expand_variables(
 ) -> dict[str, str]:
     """`values` with every `${VAR}` replaced from `environ`; a missing one is an error naming
     it and `where` (e.g. "mcp_servers.github.headers.Authorization"). Never shows a value."""
-    expanded: dict[str, str] = {}
-    for key, value in values.items():
-
-        def lookup(match: re.Match[str], key: str = key) -> str:
-            name = match.group(1)
-            if name not in environ:
-                raise McpConfigError(
-                    f"{where}.{key} uses ${{{name}}}, but {name} is not set in the bot's "
-                    "environment"
-                )
-            return environ[name]
-
-        expanded[key] = _VARIABLE.sub(lookup, value)
-    return expanded
+    return expand(values, environ, where=where, error=McpConfigError)
