@@ -1,107 +1,177 @@
-"""Wrappers (`sudo`, `env`, `timeout`, `nice`, `nohup`, `xargs`, `watch`, ...) and shells: how to
-find the command a wrapper runs, and the script `sh -c` runs, so that the policy judges that.
+"""Wrappers (`sudo`, `env`, `timeout`, `setsid`, `flock`, ...), shells and builtins that evaluate
+text: how to find the command a wrapper runs, and the script `sh -c` runs, so that the policy
+judges that.
 
-A wrapper is peeled only when its options are all known: an unknown option could take the next
-word as its value, and then what looks like the inner command is not (the same hole as an
-allowance's option-value one). `sudo -i`, `env -S`, `command -v` make it unreadable.
+A wrapper is peeled only when its options are all known (the table is `_wrapper_table`): an
+unknown option could take the next word as its value, and then what looks like the inner command
+is not. `sudo -i`, `env -S`, `command -v` make it unreadable. Assignment words after `env` or
+`sudo` (`env -- A=1 rm x`) are peeled too, so the inner command is still judged, and reported,
+since they change what runs (`PATH`, `LD_PRELOAD`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-__all__ = ["DEFERRED", "SHELLS", "WRAPPERS", "Wrapper", "peel", "shell_script"]
+from ._wrapper_table import WRAPPERS, Wrapper
 
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "fish", "busybox"})
+__all__ = [
+    "DEFERRED",
+    "EVALUATING",
+    "SHELLS",
+    "WRAPPERS",
+    "Peeled",
+    "Wrapper",
+    "evaluates",
+    "peel",
+    "shell_script",
+]
+
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "fish"})
 DEFERRED = frozenset({"eval", "source", ".", "alias", "trap"})
 """Builtins that run text later or elsewhere: `eval` (parsed again), `source` and `.` (a
 file), `alias` (a later word runs something else), `trap` (runs its text on a signal)."""
 
+EVALUATING = frozenset(
+    {
+        "hash",
+        "enable",
+        "shopt",
+        "let",
+        "read",
+        "mapfile",
+        "readarray",
+        "declare",
+        "typeset",
+        "local",
+        "export",
+        "readonly",
+        "getopts",
+        "compgen",
+        "complete",
+        "compopt",
+        "bind",
+        "fc",
+        "history",
+        "coproc",
+        "select",
+    }
+)
+"""Bash builtins that can evaluate text the words do not show (an array subscript is
+arithmetic, which runs `$(...)`; `hash -p` and `enable -f` change what a name runs; `fc` runs
+history): a call using them needs a card whatever `/bin/sh` is."""
+_NUMERIC = frozenset({"shift", "break", "continue", "return", "exit"})
+"""Builtins that take a number, evaluated as arithmetic by some shells when it is not one."""
+_SET_SAFE = re.compile(r"^[-+][euxvCo]+$|^(pipefail|errexit|nounset|xtrace|noclobber)$")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def evaluates(argv: tuple[str, ...]) -> bool:
+    """Whether a simple command is a builtin that can evaluate text (see `EVALUATING`)."""
+    program, rest = (argv[0], argv[1:]) if argv else ("", ())
+    if program in EVALUATING:
+        return True
+    if program == "printf" or program == "wait":
+        flag = "-v" if program == "printf" else "-p"
+        return any(w.startswith(flag) for w in rest)
+    if program in ("test", "["):
+        return any(w in ("-v", "-R") for w in rest)
+    if program in _NUMERIC:
+        return any(not w.isdigit() for w in rest)
+    if program == "set":
+        return not all(_SET_SAFE.match(w) for w in rest)
+    return False
+
 
 @dataclass(frozen=True, slots=True)
-class Wrapper:
-    """How to find the command a wrapper runs: options with a value, options without, options
-    that make the inner command unreadable, and positional words before the command."""
+class Peeled:
+    """What a wrapper runs: a command (`argv`, maybe empty), or a shell `script`."""
 
-    valued: frozenset[str] = frozenset()
-    plain: frozenset[str] = frozenset()
-    opaque: frozenset[str] = frozenset()
-    positional: int = 0
-    judgeable: bool = True
-    """False (xargs, watch): the inner command is judged, and the call still needs approval."""
+    argv: tuple[str, ...]
+    assignments: tuple[str, ...] = ()
+    script: str | None = None
+    writes: tuple[str, ...] = ()
 
 
-WRAPPERS: dict[str, Wrapper] = {
-    "sudo": Wrapper(
-        valued=frozenset({"-u", "--user", "-g", "--group", "-p", "--prompt", "-C", "-h", "-D"}),
-        plain=frozenset({"-E", "-H", "-n", "-S", "-P", "-k", "--preserve-env"}),
-        opaque=frozenset({"-i", "-s", "-e", "-l", "-v", "-K", "--login", "--shell", "--edit"}),
-    ),
-    "timeout": Wrapper(
-        valued=frozenset({"-s", "--signal", "-k", "--kill-after"}),
-        plain=frozenset({"--preserve-status", "--foreground", "-v", "--verbose"}),
-        positional=1,
-    ),
-    "nice": Wrapper(valued=frozenset({"-n", "--adjustment"})),
-    "nohup": Wrapper(),
-    "env": Wrapper(
-        valued=frozenset({"-u", "--unset", "-C", "--chdir"}),
-        plain=frozenset({"-i", "--ignore-environment", "-0", "--null", "-"}),
-        opaque=frozenset({"-S", "--split-string"}),
-    ),
-    "exec": Wrapper(valued=frozenset({"-a"}), plain=frozenset({"-c", "-l"})),
-    "command": Wrapper(plain=frozenset({"-p"}), opaque=frozenset({"-v", "-V"})),
-    "time": Wrapper(plain=frozenset({"-p"})),
-    "builtin": Wrapper(),
-    "stdbuf": Wrapper(valued=frozenset({"-i", "-o", "-e"})),
-    "xargs": Wrapper(
-        valued=frozenset({"-I", "-n", "-P", "-d", "-L", "-s", "-E", "-a", "--delimiter"}),
-        plain=frozenset({"-0", "-r", "-t", "-p", "-x", "--null", "--no-run-if-empty"}),
-        judgeable=False,
-    ),
-    "watch": Wrapper(
-        valued=frozenset({"-n", "--interval", "-q"}),
-        plain=frozenset({"-d", "-t", "-b", "-e", "-g", "-c", "-x", "-p", "-w", "--differences"}),
-        judgeable=False,
-    ),
-}
+def _option(word: str, wrapper: Wrapper) -> tuple[str, str | None, int] | None:
+    """An option word's kind ("valued", "plain", "opaque", "script"), its attached value, and how
+    many words it spans (0: unknown)."""
+    name, _, value = word.partition("=")
+    long = word.startswith("--")
+    attached = value if "=" in word else None
+    for kind, names in (("opaque", wrapper.opaque), ("script", wrapper.script)):
+        if name in names or (not long and word[:2] in names):
+            attached = attached if long or len(word) == 2 else word[2:]
+            return kind, attached, 1 if attached is not None or kind == "opaque" else 2
+    if name in wrapper.valued:
+        return "valued", attached, 1 if attached is not None else 2
+    if not long and word[:2] in wrapper.valued:
+        return "valued", word[2:], 1
+    if (
+        word in wrapper.plain
+        or (long and name in wrapper.plain)
+        or (wrapper.numeric and word[1:].isdigit())
+        or (wrapper.long_any and long)
+        or (not long and all(f"-{c}" in wrapper.plain for c in word[1:]))
+    ):
+        return "plain", None, 1
+    return None
 
 
-def peel(argv: tuple[str, ...], wrapper: Wrapper, *, env: bool) -> tuple[str, ...] | None:
+def peel(argv: tuple[str, ...], wrapper: Wrapper) -> Peeled | None:  # noqa: C901
     """The command a wrapper runs; None when its options make it unreadable."""
-    index, positional = 1, wrapper.positional
+    index, positional, script, permute = 1, wrapper.positional, None, wrapper.permute
+    writes: list[str] = []
+    rest: list[str] = []
     while index < len(argv):
         word = argv[index]
         if word == "--":
             index += 1
             break
-        if word.startswith("-") and len(word) > 1:
-            name = word.split("=", 1)[0]
-            if name in wrapper.opaque or word[:2] in wrapper.opaque:
+        if (word.startswith("-") and len(word) > 1) or word in wrapper.plain:
+            option = _option(word, wrapper)
+            if option is None or option[0] == "opaque":
                 return None
-            if name in wrapper.valued and "=" not in word:
-                index += 2
-            elif (
-                name in wrapper.valued
-                or name in wrapper.plain
-                or word[:2] in wrapper.valued
-                or word[1:].isdigit()
-                or all(f"-{c}" in wrapper.plain for c in word[1:])
-            ):
-                index += 1
-            else:
-                return None
+            kind, value, span = option
+            if value is None and span == 2:
+                if index + 1 >= len(argv):
+                    return None
+                value = argv[index + 1]
+            if kind == "script":
+                script = value
+            elif kind == "valued" and word.partition("=")[0] in wrapper.writes:
+                writes.append(value or "")
+            permute = permute and word.partition("=")[0] not in wrapper.command_with
+            index += span
             continue
-        if env and "=" in word and not word.startswith("="):
-            return None  # env NAME=VALUE: the inner command runs in another environment
+        if permute:
+            rest.append(word)
+            index += 1
+            continue
         if positional:
             positional -= 1
             index += 1
             continue
         break
-    if positional:
+    inner = argv[index:]
+    if rest and not permute:
+        return None  # `runuser USER -u ...`: neither form
+    if permute:
+        if script is None:
+            return None
+        rest.extend(inner)
+        return Peeled((), (), script, tuple(rest) if wrapper.writes_rest else ())
+    if positional or (script is not None and inner):
         return None
-    return argv[index:]
+    if script is not None:
+        return Peeled((), (), script, tuple(writes))
+    count = 0
+    while wrapper.assignments and count < len(inner) and _ASSIGNMENT.match(inner[count]):
+        count += 1
+    if inner[count:] and _ASSIGNMENT.match(inner[count]):
+        return None  # `nice A=1 ls` runs a program named `A=1`: not what it looks like
+    return Peeled(inner[count:], inner[:count], None, tuple(writes))
 
 
 def shell_script(argv: tuple[str, ...]) -> str | None:
