@@ -18,6 +18,7 @@ the reading, whose other reading is judged too; `;;` outside `case`).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -68,7 +69,7 @@ UNJUDGEABLE: frozenset[Flag] = frozenset(
 FLAG_WORDS: dict[Flag, str] = {
     "unparsable": "does not parse (or uses syntax the policy does not judge)",
     "ambiguous": "may be read differently by the shell than by the policy (a line continuation"
-    " inside a word or before a comment, `;;` outside case)",
+    " inside a word or before a comment, `;;` outside case, a control character)",
     "program": "runs a program (or wrapper) named by a pattern or an expansion, not a literal word",
     "substitution": "uses command substitution",
     "eval": "uses eval or source",
@@ -109,6 +110,7 @@ _STRUCTURE = frozenset(
 """Statements that only hold other statements (their words are walked for substitutions)."""
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 _SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
+_CONTROL = re.compile(r"[\x01-\x08\x0b-\x1f\x7f]")
 _CASE_ENDS = frozenset({";;", ";&", ";;&"})
 _ARITHMETIC_TESTS = frozenset({"-v", "-R", "-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
 
@@ -195,8 +197,8 @@ class _Walk:
             self.flags.add("unparsable")  # the recovered tree is still walked, for its parts
         start = len(self.parts)
         self.statement(tree.root_node, depth=depth, nested=nested)
-        if _stray_case_end(tree.root_node):
-            self.flags.add("ambiguous")
+        if _stray_case_end(tree.root_node) or _CONTROL.search(text):
+            self.flags.add("ambiguous")  # tree-sitter-bash splits words at `\r`, bash does not
         if "\\\n" in text and not self.joined:
             self.continuations(text, start, depth=depth, nested=nested)
 
@@ -281,10 +283,13 @@ class _Walk:
             for child in node.named_children:
                 self.statement(child, depth=depth + 1, nested=True)
             return True
-        if node.type == "subscript" or (
-            node.type == "expansion" and {"@", "!"} & {c.type for c in node.children}
+        kinds = {c.type for c in node.children}
+        if node.type in ("subscript", "arithmetic_expansion") or (
+            node.type == "expansion" and {"@", "!"} & kinds
         ):
             self.flags.add("evaluates")  # `${a[...]}` is arithmetic; `${x@P}` runs `$(...)`
+        elif node.type == "expansion" and kinds != {"${", "variable_name", "}"}:
+            self.flags.add("expansion")  # `${HOME:'a[$(...)]'}` runs it, in a for list too
         found = False
         for child in node.children:
             found = self.words(child, depth=depth) or found
@@ -353,6 +358,7 @@ class _Walk:
                 words.extend(w for w in extra if w.type != "ERROR")
         argv: list[str] = []
         unfixed: list[bool] = []
+        patterns: list[bool] = []
         for word in words:
             if self.words(word, depth=depth):
                 flags.add("substitution")
@@ -360,10 +366,13 @@ class _Walk:
             if value is None:
                 flags.add("expansion")
             argv.append(value if value is not None else text_of(word))
-            unfixed.append(value is None or globbed(word))
+            patterns.append(globbed(word))
+            unfixed.append(value is None or patterns[-1])
         more, writes = self.redirections(redirects, depth=depth)
         flags |= more
         text = text_of(node) if node is not None else text
+        if any(patterns):
+            flags.add("glob")
         self.simple(tuple(argv), tuple(unfixed), text, flags, writes, depth=depth, nested=nested)
 
     def simple(
@@ -400,8 +409,6 @@ class _Walk:
             argv = peeled.argv
         if any(unfixed[: offset + 1]):
             flags.add("program")  # `/usr/bin/r[m]`, `timeout 5* ls`: what runs is not in the text
-        elif any(unfixed):
-            flags.add("glob")
         flags |= {"writes_file"} if writes else set()
         program = os.path.basename(argv[0]) if argv else ""
         if program in DEFERRED:

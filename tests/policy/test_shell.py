@@ -282,6 +282,8 @@ def test_a_bare_redirection_is_a_command_and_a_non_literal_target_is_unjudgeable
         ("r\\\nm x", "ambiguous"),
         ("ls x\\\n#;rm y", "ambiguous"),
         ("ls;; rm x", "ambiguous"),
+        ("ls\rrm x", "ambiguous"),
+        ("cat <<EOF\nE\\\nOF\nrm y\nEOF\n", "ambiguous"),
         ("ls ;& rm x", "unparsable"),
         ("hash -p /bin/rm ls", "evaluates"),
         ("coproc rm x", "evaluates"),
@@ -304,6 +306,12 @@ def test_a_bare_redirection_is_a_command_and_a_non_literal_target_is_unjudgeable
         ("set -o vi", "evaluates"),
         ("cat <<EOF\n${x@P}\nEOF\n", "evaluates"),
         ("cat <<EOF\n`id\nEOF\n", "unparsable"),
+        ("for i in ${HOME:'a[$(id)]'}; do ls; done", "expansion"),
+        ("cat <<< ${HOME:'a[$(id)]'}", "expansion"),
+        ("case ${HOME:'a[$(id)]'} in *) ls;; esac", "unparsable"),
+        ("cat <<EOF\n${HOME:a[\\`id\\`]}\nEOF\n", "unparsable"),
+        ("cat <<EOF\n${HOME:1}\nEOF\n", "expansion"),
+        ("for i in 1; do echo $((i)); done", "evaluates"),
     ],
 )
 def test_text_the_shell_may_read_otherwise_is_unjudgeable(text: str, flag: str) -> None:
@@ -322,6 +330,8 @@ def test_text_the_shell_may_read_otherwise_is_unjudgeable(text: str, flag: str) 
         "[ -f x ]",
         "[[ -f x && $y == z ]]",
         "cat <<'EOF'\n`rm x` $(rm x) ${x@P}\nEOF\n",
+        "cat <<EOF\n$HOME ${HOME}\nEOF\n",
+        "for f in a b; do ls; done",
         "case x in a) ls;; b) ls;; esac",
     ],
 )
