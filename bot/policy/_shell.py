@@ -396,6 +396,8 @@ class _Walk:
                 flags.add("wrapper")
                 break
             writes += peeled.writes
+            if not WRAPPERS[name].judgeable:
+                flags.add("wrapper")
             if peeled.script is not None:
                 flags.add("shell")  # `su -c SCRIPT`, `flock F -c SCRIPT`: parsed again below
                 script = peeled.script
@@ -403,7 +405,6 @@ class _Walk:
             if not peeled.argv:
                 break  # `env`, `time` alone: the wrapper is the command
             flags |= {"assignment"} if peeled.assignments else set()
-            flags |= set() if WRAPPERS[name].judgeable else {"wrapper"}
             wrappers.append(name)
             offset += len(argv) - len(peeled.argv)
             argv = peeled.argv
@@ -417,14 +418,18 @@ class _Walk:
         elif program in SHELLS:
             flags.add("shell")
             script = shell_script(argv)
-        elif program == "find" and _EXEC_ARGS & set(argv):
-            flags.add("wrapper")  # find -exec CMD: a command the words hide
+        hidden = _find_exec(argv) if program == "find" else []
+        if hidden:
+            flags.add("wrapper")  # find -exec CMD ;: a command run once per file, judged too
         if evaluates(argv) or "coproc" in wrappers:
             flags.add("evaluates")
         part = SimpleCommand(argv, text, tuple(wrappers), frozenset(flags), nested, writes)
         self.parts.append(part)
         if script:  # what eval and sh -c run is judged too (the strictest part wins)
             self.source(script, depth=depth + 1, nested=True)
+        for start, end in hidden:
+            fixed = unfixed[offset + start : offset + end]
+            self.simple(argv[start:end], fixed, text, {"wrapper"}, (), depth=depth, nested=True)
 
 
 _STATEMENTS = frozenset(
@@ -439,6 +444,20 @@ _STATEMENTS = frozenset(
         "ERROR",
     }
 )
+
+
+def _find_exec(argv: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Where the commands of `find`'s `-exec`, `-execdir`, `-ok` and `-okdir` stand in its words
+    (each runs to its `;` or `+`)."""
+    found: list[tuple[int, int]] = []
+    index = 1
+    while index < len(argv):
+        if argv[index] in _EXEC_ARGS:
+            end = next((i for i in range(index + 1, len(argv)) if argv[i] in (";", "+")), None)
+            found.append((index + 1, len(argv) if end is None else end))
+            index = len(argv) if end is None else end
+        index += 1
+    return found
 
 
 def _leaves(node: Node) -> set[str]:

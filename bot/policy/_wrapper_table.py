@@ -49,8 +49,10 @@ class Wrapper:
     writes_rest: bool = False
     """With `permute`: the other words are files it writes (`script -c CMD FILE`)."""
     command_with: frozenset[str] = frozenset()
-    """With `permute`: options after which the first other word starts a command, as with
-    any wrapper (`runuser -u USER CMD`)."""
+    """With `permute` or `joins`: options after which the first other word starts a command, as
+    with any wrapper (`runuser -u USER CMD`, `watch -x CMD`)."""
+    joins: bool = False
+    """Runs its other words joined by spaces as a shell script (`watch 'ls; rm x'`)."""
 
 
 _SU = Wrapper(
@@ -240,6 +242,8 @@ WRAPPERS: dict[str, Wrapper] = {
     "watch": Wrapper(
         valued=_set("-n --interval -q"),
         plain=_set("-d -t -b -e -g -c -x -p -w --differences --exec --no-title --color"),
+        command_with=_set("-x --exec"),
+        joins=True,
         judgeable=False,
     ),
 }

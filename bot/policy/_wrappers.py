@@ -122,6 +122,7 @@ def _option(word: str, wrapper: Wrapper) -> tuple[str, str | None, int] | None:
 def peel(argv: tuple[str, ...], wrapper: Wrapper) -> Peeled | None:  # noqa: C901
     """The command a wrapper runs; None when its options make it unreadable."""
     index, positional, script, permute = 1, wrapper.positional, None, wrapper.permute
+    commanded = False
     writes: list[str] = []
     rest: list[str] = []
     while index < len(argv):
@@ -142,7 +143,8 @@ def peel(argv: tuple[str, ...], wrapper: Wrapper) -> Peeled | None:  # noqa: C90
                 script = value
             elif kind == "valued" and word.partition("=")[0] in wrapper.writes:
                 writes.append(value or "")
-            permute = permute and word.partition("=")[0] not in wrapper.command_with
+            commanded = commanded or word.partition("=")[0] in wrapper.command_with
+            permute = permute and not commanded
             index += span
             continue
         if permute:
@@ -164,6 +166,8 @@ def peel(argv: tuple[str, ...], wrapper: Wrapper) -> Peeled | None:  # noqa: C90
         return Peeled((), (), script, tuple(rest) if wrapper.writes_rest else ())
     if positional or (script is not None and inner):
         return None
+    if wrapper.joins and not commanded and inner:
+        script = " ".join(inner)  # `watch` hands its words to `sh -c`
     if script is not None:
         return Peeled((), (), script, tuple(writes))
     count = 0

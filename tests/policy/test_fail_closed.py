@@ -142,6 +142,8 @@ def test_what_is_not_understood_needs_a_card(command: str) -> None:
         "exec rm x",
         "sudo -u ops rm x",
         "xargs rm x",
+        "find . -exec rm x {} +",
+        "watch -n 1 'ls; rm x'",
         "watch rm x",
         "su -c 'rm x' root",
         "runuser -u ops -- rm x",

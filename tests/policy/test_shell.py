@@ -357,3 +357,13 @@ def test_a_glob_argument_is_noted_and_keeps_the_command_from_an_allowance() -> N
     parsed = parse_command("ls *.log")
     assert parsed.flags == {"glob"} and not parsed.unjudgeable and not parsed.plain
     assert parse_command("ls '*.log'").plain
+
+
+def test_find_exec_and_watch_show_the_commands_they_run() -> None:
+    find = parse_command("find . -name x -exec rm -f {} \\; -print -execdir sudo ls {} +")
+    assert [p.argv for p in find.parts if p.nested] == [("rm", "-f", "{}"), ("ls", "{}")]
+    assert "wrapper" in find.unjudgeable
+    watch = parse_command("watch -n 1 'ls; rm x'")
+    assert "shell" in watch.unjudgeable and ("rm", "x") in [p.argv for p in watch.parts]
+    [direct] = parse_command("watch -x rm x").parts
+    assert direct.argv == ("rm", "x") and "wrapper" in direct.flags
