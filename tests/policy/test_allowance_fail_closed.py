@@ -42,14 +42,23 @@ def test_the_granted_shape_is_the_rules_prefix() -> None:
     [
         "kubectl rollout restart deploy/web\\\n#;rm y",
         "kubectl rollout restart deploy/w\\\neb",
-        "kubectl rollout restart deploy/web > /etc/motd",
-        "kubectl rollout restart deploy/web;; rm y",
         "kubectl rollout restart deploy/web*",
-        "kubectl rollout restart deploy/web <<EOF\n`rm y`\nEOF\n",
-        "env A=1 kubectl rollout restart deploy/web",
         "setsid kubectl rollout restart deploy/web",
     ],
 )
 def test_a_command_the_parser_may_misread_is_never_covered(command: str) -> None:
     assert not covered(command), command
     assert offered_shapes("run_command", {"command": command}, decision(command)) == ()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "kubectl rollout restart deploy/web > /etc/motd",
+        "kubectl rollout restart deploy/web;; rm y",
+        "kubectl rollout restart deploy/web <<EOF\n`rm y`\nEOF\n",
+        "env A=1 kubectl rollout restart deploy/web",
+    ],
+)
+def test_what_was_never_covered_still_is_not(command: str) -> None:
+    test_a_command_the_parser_may_misread_is_never_covered(command)

@@ -1,6 +1,7 @@
 """The command-aware policy fails closed: a call runs without a card only when every simple
-command in it is understood. Each case here once ran under a policy with `rm` forbidden and
-`ls` free; judged end to end through `Policy.decide` and `explain`."""
+command in it is understood, and a forbidden command is refused however it is wrapped or
+hidden. Judged end to end through `Policy.decide` under a policy with `rm` forbidden and `ls`
+(and a few other readers) free; the last two tests hold what was refused by simpler means."""
 
 from __future__ import annotations
 
@@ -54,24 +55,12 @@ def test_what_is_understood_still_runs_freely(command: str) -> None:
         "/usr/bin/r? x",
         "/usr/bin/r* x",
         "timeout 5* ls",
-        "$(echo rm) x",
         "r\\\nm x",
         "ls x\\\n#;rm y",
         "ls;; rm x",
-        "ls x; '",
         "> /etc/motd",
-        "ls > /etc/motd",
-        "ls >> out",
-        "ls >| out",
-        "ls &> out",
-        "ls &>> out",
-        "ls 1<> out",
-        "ls >&out",
-        "ls > $HOME/out",
-        "{ ls; } > out",
         "env -- A=1 ls",
         "sudo A=1 ls",
-        "env A=1 ls",
         "hash -p /bin/rm ls; ls x",
         "coproc ls",
         "[[ -v 'a[$(ls)]' ]]",
@@ -81,20 +70,16 @@ def test_what_is_understood_still_runs_freely(command: str) -> None:
         "mapfile a < /dev/null",
         "let x=1",
         "(( a[1]++ ))",
-        "echo $(( a[1] ))",
-        "echo ${x@P}",
         "enable -f /tmp/x.so ls",
         "shopt -s extglob",
-        "for ((i=0; i<1; i++)); do ls; done",
         "nsenter -t 1 -m ls",
         "chroot /newroot ls",
         "strace -o /etc/motd ls",
         "script -c ls /dev/null",
         "setsid --bogus ls",
-        "su -c ls root",
     ],
 )
-def test_what_is_not_understood_needs_a_card(command: str) -> None:
+def test_what_was_not_understood_now_needs_a_card(command: str) -> None:
     decision = verdict(command)
     assert decision.requires_approval, (command, decision.rule)
     assert decision.command is not None and decision.command.unjudgeable, command
@@ -105,8 +90,6 @@ def test_what_is_not_understood_needs_a_card(command: str) -> None:
     "command",
     [
         "cat <<EOF\n`rm x`\nEOF\n",
-        "cat <<EOF\n$(rm x)\nEOF\n",
-        "cat <<EOF\nx \\$y `echo $(rm x)`\nEOF\n",
         "r\\\nm x",
         "ls x\\\n#;rm y",
         "env -- A=1 rm x",
@@ -132,19 +115,8 @@ def test_what_is_not_understood_needs_a_card(command: str) -> None:
         "strace -f rm x",
         "systemd-run --unit x rm x",
         "script -c 'rm x' /dev/null",
-        "nice -n 5 rm x",
-        "nohup rm x",
-        "stdbuf -oL rm x",
-        "timeout 5 rm x",
-        "time rm x",
-        "command rm x",
-        "builtin exec rm x",
-        "exec rm x",
-        "sudo -u ops rm x",
-        "xargs rm x",
         "find . -exec rm x {} +",
         "watch -n 1 'ls; rm x'",
-        "watch rm x",
         "su -c 'rm x' root",
         "runuser -u ops -- rm x",
         "busybox rm x",
@@ -162,7 +134,7 @@ def test_what_is_not_understood_needs_a_card(command: str) -> None:
         "/usr/bin/setsid rm x",
     ],
 )
-def test_a_forbidden_command_stays_forbidden_however_it_is_wrapped(command: str) -> None:
+def test_a_forbidden_command_is_forbidden_however_it_is_wrapped(command: str) -> None:
     decision = verdict(command)
     assert decision.forbidden, (command, decision.rule)
     assert "rm" in [p.argv[0] for p in decision.parts if p.argv], command
@@ -178,3 +150,50 @@ def test_the_card_says_why_a_part_was_not_understood() -> None:
     assert "writes to a file" in why("> /etc/motd")
     assert "bash" in why("shopt -s extglob")
     assert "line continuation" in why("ls x\\\n#;ls y")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "$(echo rm) x",
+        "ls x; '",
+        "ls > /etc/motd",
+        "ls >> out",
+        "ls >| out",
+        "ls &> out",
+        "ls &>> out",
+        "ls 1<> out",
+        "ls >&out",
+        "ls > $HOME/out",
+        "{ ls; } > out",
+        "env A=1 ls",
+        "echo $(( a[1] ))",
+        "echo ${x@P}",
+        "for ((i=0; i<1; i++)); do ls; done",
+        "su -c ls root",
+    ],
+)
+def test_what_already_needed_a_card_still_does(command: str) -> None:
+    test_what_was_not_understood_now_needs_a_card(command)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat <<EOF\n$(rm x)\nEOF\n",
+        "cat <<EOF\nx \\$y `echo $(rm x)`\nEOF\n",
+        "nice -n 5 rm x",
+        "nohup rm x",
+        "stdbuf -oL rm x",
+        "timeout 5 rm x",
+        "time rm x",
+        "command rm x",
+        "builtin exec rm x",
+        "exec rm x",
+        "sudo -u ops rm x",
+        "xargs rm x",
+        "watch rm x",
+    ],
+)
+def test_what_was_already_forbidden_stays_so(command: str) -> None:
+    test_a_forbidden_command_is_forbidden_however_it_is_wrapped(command)
