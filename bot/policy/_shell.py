@@ -20,72 +20,17 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Literal
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from ._words import backquoted, globbed, literal, redirect_target, text_of
-from ._wrappers import DEFERRED, SHELLS, WRAPPERS, evaluates, peel, shell_script
+from ._flags import FLAG_WORDS, UNJUDGEABLE, Flag
+from ._words import backquoted, globbed, literal, redirect_target, stdin_text, text_of
+from ._wrappers import DEFERRED, SHELLS, WRAPPERS, evaluates, find_exec, peel, shell_script
 
 __all__ = ["FLAG_WORDS", "UNJUDGEABLE", "Flag", "ParsedCommand", "SimpleCommand", "parse_command"]
 
-Flag = Literal[
-    "unparsable",
-    "ambiguous",
-    "program",
-    "substitution",
-    "eval",
-    "shell",
-    "wrapper",
-    "expansion",
-    "assignment",
-    "evaluates",
-    "redirection",
-    "writes_file",
-    "glob",
-]
-"""Why a command cannot be judged by its words alone (see `UNJUDGEABLE`). `redirection`: any
-redirection (a plain read or `2>&1` too); `writes_file`: output redirected to a file; `glob`:
-an argument is a file-name pattern (informational: the program is still known)."""
-
-UNJUDGEABLE: frozenset[Flag] = frozenset(
-    {
-        "unparsable",
-        "ambiguous",
-        "program",
-        "substitution",
-        "eval",
-        "shell",
-        "wrapper",
-        "expansion",
-        "assignment",
-        "evaluates",
-        "writes_file",
-    }
-)
-"""Flags that make a command need approval at least under `approval = "rules"`."""
-
-FLAG_WORDS: dict[Flag, str] = {
-    "unparsable": "does not parse (or uses syntax the policy does not judge)",
-    "ambiguous": "may be read differently by the shell than by the policy (a line continuation"
-    " inside a word or before a comment, `;;` outside case, a control character)",
-    "program": "runs a program (or wrapper) named by a pattern or an expansion, not a literal word",
-    "substitution": "uses command substitution",
-    "eval": "uses eval or source",
-    "shell": "runs a shell (sh -c, bash script)",
-    "wrapper": "runs its command through a wrapper whose inner command cannot be judged",
-    "expansion": "has words that expand at run time",
-    "assignment": "sets variables",
-    "evaluates": "uses a bash feature that can evaluate text as code (hash, shopt, let, read,"
-    " printf -v, [[ -v ]], (( )), an array subscript, ${x@P}, coproc)",
-    "redirection": "redirects input or output",
-    "writes_file": "writes to a file",
-    "glob": "has file-name patterns",
-}
-
 _MAX_DEPTH = 4
-_EXEC_ARGS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _STRUCTURE = frozenset(
     {
         "program",
@@ -167,7 +112,10 @@ class ParsedCommand:
 def parse_command(text: str) -> ParsedCommand:
     """The simple commands of `text` and what keeps them from being judged by their words."""
     walk = _Walk()
-    walk.source(text, depth=0, nested=False)
+    try:
+        walk.source(text, depth=0, nested=False)
+    except RecursionError:  # nested deeper than the walk can follow: judged as unreadable
+        return ParsedCommand(text, (), frozenset({"unparsable"}), True)
     parts = tuple(walk.parts)
     flags = frozenset(walk.flags).union(*(p.flags for p in parts))
     return ParsedCommand(text, parts, flags, walk.compound or len(parts) > 1)
@@ -373,7 +321,17 @@ class _Walk:
         text = text_of(node) if node is not None else text
         if any(patterns):
             flags.add("glob")
-        self.simple(tuple(argv), tuple(unfixed), text, flags, writes, depth=depth, nested=nested)
+        stdin = next((s for s in map(stdin_text, redirects) if s is not None), None)
+        self.simple(
+            tuple(argv),
+            tuple(unfixed),
+            text,
+            flags,
+            writes,
+            depth=depth,
+            nested=nested,
+            stdin=stdin,
+        )
 
     def simple(
         self,
@@ -385,6 +343,7 @@ class _Walk:
         *,
         depth: int,
         nested: bool,
+        stdin: str | None = None,
     ) -> None:
         wrappers: list[str] = []
         script: str | None = None
@@ -418,7 +377,9 @@ class _Walk:
         elif program in SHELLS:
             flags.add("shell")
             script = shell_script(argv)
-        hidden = _find_exec(argv) if program == "find" else []
+            if script is None and all(w.startswith("-") for w in argv[1:]):
+                script = stdin  # `bash <<EOF ... EOF`, `sh -s <<< '...'`: the script is stdin
+        hidden = find_exec(argv) if program == "find" else []
         if hidden:
             flags.add("wrapper")  # find -exec CMD ;: a command run once per file, judged too
         if evaluates(argv) or "coproc" in wrappers:
@@ -444,20 +405,6 @@ _STATEMENTS = frozenset(
         "ERROR",
     }
 )
-
-
-def _find_exec(argv: tuple[str, ...]) -> list[tuple[int, int]]:
-    """Where the commands of `find`'s `-exec`, `-execdir`, `-ok` and `-okdir` stand in its words
-    (each runs to its `;` or `+`)."""
-    found: list[tuple[int, int]] = []
-    index = 1
-    while index < len(argv):
-        if argv[index] in _EXEC_ARGS:
-            end = next((i for i in range(index + 1, len(argv)) if argv[i] in (";", "+")), None)
-            found.append((index + 1, len(argv) if end is None else end))
-            index = len(argv) if end is None else end
-        index += 1
-    return found
 
 
 def _leaves(node: Node) -> set[str]:

@@ -9,7 +9,7 @@ import re
 
 from tree_sitter import Node
 
-__all__ = ["backquoted", "globbed", "literal", "redirect_target", "text_of"]
+__all__ = ["backquoted", "globbed", "literal", "redirect_target", "stdin_text", "text_of"]
 
 _BRACE = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 _GLOB = re.compile(r"(?<!\\)(?:\\\\)*[*?[]")
@@ -92,3 +92,14 @@ def backquoted(body: str) -> list[str] | None:
                 start = -1
         index += 1
     return None if start >= 0 else found
+
+
+def stdin_text(redirect: Node) -> str | None:
+    """The text a here-document or here-string feeds the command (a shell runs it)."""
+    if redirect.type == "heredoc_redirect":
+        body = next((c for c in redirect.children if c.type == "heredoc_body"), None)
+        return text_of(body) if body is not None else None
+    if redirect.type == "herestring_redirect":
+        word = next((c for c in redirect.named_children), None)
+        return literal(word) if word is not None else None
+    return None

@@ -24,6 +24,7 @@ __all__ = [
     "Peeled",
     "Wrapper",
     "evaluates",
+    "find_exec",
     "peel",
     "shell_script",
 ]
@@ -64,6 +65,7 @@ history): a call using them needs a card whatever `/bin/sh` is."""
 _NUMERIC = frozenset({"shift", "break", "continue", "return", "exit"})
 """Builtins that take a number, evaluated as arithmetic by some shells when it is not one."""
 _SET_SAFE = re.compile(r"^[-+][euxvCo]+$|^(pipefail|errexit|nounset|xtrace|noclobber)$")
+_EXEC_ARGS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -186,3 +188,17 @@ def shell_script(argv: tuple[str, ...]) -> str | None:
         if "c" in word[1:] and not word.startswith("--"):
             return argv[index + 1] if index + 1 < len(argv) else None
     return None
+
+
+def find_exec(argv: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Where the commands of `find`'s `-exec`, `-execdir`, `-ok` and `-okdir` stand in its words
+    (each runs to its `;` or `+`)."""
+    found: list[tuple[int, int]] = []
+    index = 1
+    while index < len(argv):
+        if argv[index] in _EXEC_ARGS:
+            end = next((i for i in range(index + 1, len(argv)) if argv[i] in (";", "+")), None)
+            found.append((index + 1, len(argv) if end is None else end))
+            index = len(argv) if end is None else end
+        index += 1
+    return found

@@ -116,6 +116,7 @@ def test_what_was_not_understood_now_needs_a_card(command: str) -> None:
         "systemd-run --unit x rm x",
         "script -c 'rm x' /dev/null",
         "find . -exec rm x {} +",
+        "bash <<EOF\nrm x\nEOF\n",
         "watch -n 1 'ls; rm x'",
         "su -c 'rm x' root",
         "runuser -u ops -- rm x",

@@ -367,3 +367,14 @@ def test_find_exec_and_watch_show_the_commands_they_run() -> None:
     assert "shell" in watch.unjudgeable and ("rm", "x") in [p.argv for p in watch.parts]
     [direct] = parse_command("watch -x rm x").parts
     assert direct.argv == ("rm", "x") and "wrapper" in direct.flags
+
+
+def test_a_shell_fed_a_here_document_runs_its_body() -> None:
+    for text in ("bash <<EOF\nrm x\nEOF\n", "sh -s <<'EOF'\nrm x\nEOF\n", "bash <<< 'rm x'"):
+        parsed = parse_command(text)
+        assert "shell" in parsed.unjudgeable and ("rm", "x") in argvs(text), text
+
+
+def test_nesting_deeper_than_the_walk_follows_is_unparsable() -> None:
+    parsed = parse_command("(" * 3000 + "ls" + ")" * 3000)
+    assert parsed.unjudgeable == {"unparsable"} and not parsed.plain
