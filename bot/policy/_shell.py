@@ -25,7 +25,15 @@ import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
 from ._flags import FLAG_WORDS, UNJUDGEABLE, Flag
-from ._words import backquoted, globbed, literal, redirect_target, stdin_text, text_of
+from ._words import (
+    HARMLESS_TARGETS,
+    backquoted,
+    globbed,
+    literal,
+    redirect_target,
+    stdin_text,
+    text_of,
+)
 from ._wrappers import DEFERRED, SHELLS, WRAPPERS, evaluates, find_exec, peel, shell_script
 
 __all__ = ["FLAG_WORDS", "UNJUDGEABLE", "Flag", "ParsedCommand", "SimpleCommand", "parse_command"]
@@ -354,7 +362,7 @@ class _Walk:
             if peeled is None:
                 flags.add("wrapper")
                 break
-            writes += peeled.writes
+            writes += tuple(w for w in peeled.writes if w not in HARMLESS_TARGETS)
             if not WRAPPERS[name].judgeable:
                 flags.add("wrapper")
             if peeled.script is not None:

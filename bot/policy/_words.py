@@ -9,11 +9,20 @@ import re
 
 from tree_sitter import Node
 
-__all__ = ["backquoted", "globbed", "literal", "redirect_target", "stdin_text", "text_of"]
+__all__ = [
+    "HARMLESS_TARGETS",
+    "backquoted",
+    "globbed",
+    "literal",
+    "redirect_target",
+    "stdin_text",
+    "text_of",
+]
 
 _BRACE = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 _GLOB = re.compile(r"(?<!\\)(?:\\\\)*[*?[]")
-_HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+"""Files a write to changes nothing kept."""
 _WRITES = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 
 
@@ -69,7 +78,7 @@ def redirect_target(redirect: Node) -> tuple[str, bool] | None:
     target = literal(targets[0])
     if target is None:
         return text_of(targets[0]), False
-    if target in _HARMLESS_TARGETS or (operator == ">&" and (target.isdigit() or target == "-")):
+    if target in HARMLESS_TARGETS or (operator == ">&" and (target.isdigit() or target == "-")):
         return None
     return target, not globbed(targets[0])
 

@@ -256,6 +256,7 @@ def test_a_wrapper_that_runs_a_script_is_a_shell(text: str, script: tuple[str, .
         ("time --output=t ls", ("t",)),
         ("script -c ls log.txt", ("log.txt",)),
         ("ls >/dev/null 2>&1 2>&- >/dev/stderr", ()),
+        ("script -q -c ls /dev/null", ()),
     ],
 )
 def test_the_files_a_command_writes_are_exposed(text: str, writes: tuple[str, ...]) -> None:
