@@ -272,19 +272,27 @@ class _Walk:
         return flags, tuple(writes)
 
     def heredoc(self, redirect: Node, *, depth: int) -> bool:
-        """Judge the backquoted commands of an unquoted here-document's body (the shell runs
-        them); True if it held any."""
+        """Judge the substitutions of an unquoted here-document's body (the shell runs them);
+        True if it held any. tree-sitter-bash parses `$(...)` in a `<<` body, not backquotes
+        nor anything in a `<<-` body: those are found here."""
         start = next((c for c in redirect.children if c.type == "heredoc_start"), None)
         body = next((c for c in redirect.children if c.type == "heredoc_body"), None)
         if start is None or body is None or set(text_of(start)) & set("'\"\\"):
             return False
-        scripts = backquoted(text_of(body))
+        text = text_of(body)
+        found = False
+        if "<<-" in (c.type for c in redirect.children):  # its lines lose their leading tabs
+            text = "".join(line.lstrip("\t") for line in _body_lines(redirect))
+            again = _PARSER.parse(f": <<{text_of(start)}\n{text}{text_of(start)}\n".encode())
+            bodies = [n for n in _descendants(again.root_node) if n.type == "heredoc_body"]
+            found = any([self.words(b, depth=depth) for b in bodies])
+        scripts = backquoted(text)
         if scripts is None:
             self.flags.add("unparsable")
-            return False
+            return found
         for script in scripts:
             self.source(script, depth=depth + 1, nested=True)
-        return bool(scripts)
+        return found or bool(scripts)
 
     def command(
         self,
@@ -413,6 +421,22 @@ _STATEMENTS = frozenset(
         "ERROR",
     }
 )
+
+
+def _body_lines(redirect: Node) -> list[str]:
+    """The lines of a here-document's body as written (between its operator's line and its
+    delimiter's), each with its newline."""
+    return text_of(redirect).splitlines(keepends=True)[1:-1]
+
+
+def _descendants(node: Node) -> list[Node]:
+    found: list[Node] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        found.append(current)
+        stack.extend(current.children)
+    return found
 
 
 def _leaves(node: Node) -> set[str]:

@@ -379,3 +379,9 @@ def test_a_shell_fed_a_here_document_runs_its_body() -> None:
 def test_nesting_deeper_than_the_walk_follows_is_unparsable() -> None:
     parsed = parse_command("(" * 3000 + "ls" + ")" * 3000)
     assert parsed.unjudgeable == {"unparsable"} and not parsed.plain
+
+
+def test_a_tab_stripped_here_document_is_expanded_too() -> None:
+    parsed = parse_command("cat <<-EOF\n\t$(rm x) `rm y`\n\tEOF\n")
+    assert [p.argv for p in parsed.parts if p.nested] == [("rm", "x"), ("rm", "y")]
+    assert not [p for p in parse_command("cat <<-'EOF'\n\t$(rm x)\n\tEOF\n").parts if p.nested]
