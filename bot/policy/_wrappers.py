@@ -12,7 +12,7 @@ since they change what runs (`PATH`, `LD_PRELOAD`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ._wrapper_table import WRAPPERS, Wrapper
 
@@ -96,88 +96,126 @@ class Peeled:
     writes: tuple[str, ...] = ()
 
 
-def _option(word: str, wrapper: Wrapper) -> tuple[str, str | None, int] | None:
-    """An option word's kind ("valued", "plain", "opaque", "script"), its attached value, and how
-    many words it spans (0: unknown)."""
-    name, _, value = word.partition("=")
-    long = word.startswith("--")
-    attached = value if "=" in word else None
-    for kind, names in (("opaque", wrapper.opaque), ("script", wrapper.script)):
-        if name in names or (not long and word[:2] in names):
-            attached = attached if long or len(word) == 2 else word[2:]
-            return kind, attached, 1 if attached is not None or kind == "opaque" else 2
-    if name in wrapper.valued:
-        return "valued", attached, 1 if attached is not None else 2
-    if not long and word[:2] in wrapper.valued:
-        return "valued", word[2:], 1
-    if (
-        word in wrapper.plain
-        or (long and name in wrapper.plain)
-        or (wrapper.numeric and word[1:].isdigit())
-        or (wrapper.long_any and long)
-        or (not long and all(f"-{c}" in wrapper.plain for c in word[1:]))
-    ):
-        return "plain", None, 1
+_Option = tuple[str, str, str | None, int]
+"""An option's kind ("valued", "plain", "opaque", "script"), its name, its attached value, and
+how many words it spans."""
+
+
+def _option(word: str, wrapper: Wrapper) -> _Option | None:
+    """What an option word is; None if unknown. Short options cluster as getopt reads them:
+    `-qc CMD` and `-n5` are plain options up to one that takes the rest of the word, or the
+    next word."""
+    if word.startswith("--") or word in wrapper.plain:
+        return _long(word, wrapper)
+    if wrapper.numeric and word[1:].isdigit():
+        return "plain", word, None, 1
+    for index, char in enumerate(word[1:], start=2):
+        flag, rest = f"-{char}", word[index:] or None
+        if flag in wrapper.opaque:
+            return "opaque", flag, None, 1
+        for kind, names in (("script", wrapper.script), ("valued", wrapper.valued)):
+            if flag in names:
+                return kind, flag, rest, 1 if rest is not None else 2
+        if flag not in wrapper.plain:
+            return None
+    return "plain", word, None, 1
+
+
+def _long(word: str, wrapper: Wrapper) -> _Option | None:
+    """A long option (`--user=ops`, `--user ops`), or a word the wrapper lists whole (`-`)."""
+    name, equals, value = word.partition("=")
+    attached = value if equals else None
+    if name in wrapper.opaque:
+        return "opaque", name, None, 1
+    for kind, names in (("script", wrapper.script), ("valued", wrapper.valued)):
+        if name in names:
+            return kind, name, attached, 1 if attached is not None else 2
+    if name in wrapper.plain or (wrapper.long_any and name.startswith("--")):
+        return "plain", name, None, 1
     return None
 
 
-def peel(argv: tuple[str, ...], wrapper: Wrapper) -> Peeled | None:  # noqa: C901
-    """The command a wrapper runs; None when its options make it unreadable."""
-    index, positional, script, permute = 1, wrapper.positional, None, wrapper.permute
-    commanded = False
-    writes: list[str] = []
-    rest: list[str] = []
-    while index < len(argv):
-        word = argv[index]
+@dataclass
+class _Scan:
+    """The words before a wrapper's command, read one by one."""
+
+    wrapper: Wrapper
+    index: int = 1
+    script: str | None = None
+    commanded: bool = False
+    """An option of `command_with` was seen: the words after the options are a command."""
+    writes: list[str] = field(default_factory=list)
+    rest: list[str] = field(default_factory=list)
+    """Other words of a `permute` wrapper (`su`'s user, `script`'s file)."""
+
+    def option(self, argv: tuple[str, ...]) -> bool:
+        """Read the option at `index`; False when it makes the wrapper unreadable."""
+        option = _option(argv[self.index], self.wrapper)
+        if option is None or option[0] == "opaque":
+            return False
+        kind, name, value, span = option
+        if value is None and span == 2:
+            if self.index + 1 >= len(argv):
+                return False
+            value = argv[self.index + 1]
+        if kind == "script":
+            self.script = value
+        elif kind == "valued" and name in self.wrapper.writes:
+            self.writes.append(value or "")
+        self.commanded = self.commanded or name in self.wrapper.command_with
+        self.index += span
+        return True
+
+    @property
+    def permute(self) -> bool:
+        return self.wrapper.permute and not self.commanded
+
+
+def _scan(argv: tuple[str, ...], wrapper: Wrapper) -> _Scan | None:
+    """Read a wrapper's options and positional words, up to its command."""
+    scan, positional = _Scan(wrapper), wrapper.positional
+    while scan.index < len(argv):
+        word = argv[scan.index]
         if word == "--":
-            index += 1
+            scan.index += 1
             break
         if (word.startswith("-") and len(word) > 1) or word in wrapper.plain:
-            option = _option(word, wrapper)
-            if option is None or option[0] == "opaque":
+            if not scan.option(argv):
                 return None
-            kind, value, span = option
-            if value is None and span == 2:
-                if index + 1 >= len(argv):
-                    return None
-                value = argv[index + 1]
-            if kind == "script":
-                script = value
-            elif kind == "valued" and word.partition("=")[0] in wrapper.writes:
-                writes.append(value or "")
-            commanded = commanded or word.partition("=")[0] in wrapper.command_with
-            permute = permute and not commanded
-            index += span
-            continue
-        if permute:
-            rest.append(word)
-            index += 1
-            continue
-        if positional:
+        elif scan.permute:
+            scan.rest.append(word)
+            scan.index += 1
+        elif positional:
             positional -= 1
-            index += 1
-            continue
-        break
-    inner = argv[index:]
-    if rest and not permute:
+            scan.index += 1
+        else:
+            break
+    return None if positional and not scan.permute else scan
+
+
+def peel(argv: tuple[str, ...], wrapper: Wrapper) -> Peeled | None:
+    """The command a wrapper runs; None when its options make it unreadable."""
+    scan = _scan(argv, wrapper)
+    if scan is None or (scan.rest and not scan.permute):
         return None  # `runuser USER -u ...`: neither form
-    if permute:
+    inner, script = argv[scan.index :], scan.script
+    if scan.permute:
         if script is None:
             return None
-        rest.extend(inner)
-        return Peeled((), (), script, tuple(rest) if wrapper.writes_rest else ())
-    if positional or (script is not None and inner):
+        rest = (*scan.rest, *inner) if wrapper.writes_rest else ()
+        return Peeled((), (), script, rest)
+    if script is not None and inner:
         return None
-    if wrapper.joins and not commanded and inner:
+    if wrapper.joins and not scan.commanded and inner:
         script = " ".join(inner)  # `watch` hands its words to `sh -c`
     if script is not None:
-        return Peeled((), (), script, tuple(writes))
+        return Peeled((), (), script, tuple(scan.writes))
     count = 0
     while wrapper.assignments and count < len(inner) and _ASSIGNMENT.match(inner[count]):
         count += 1
     if inner[count:] and _ASSIGNMENT.match(inner[count]):
         return None  # `nice A=1 ls` runs a program named `A=1`: not what it looks like
-    return Peeled(inner[count:], inner[:count], None, tuple(writes))
+    return Peeled(inner[count:], inner[:count], None, tuple(scan.writes))
 
 
 def shell_script(argv: tuple[str, ...]) -> str | None:

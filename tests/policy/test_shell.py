@@ -253,6 +253,7 @@ def test_a_wrapper_that_runs_a_script_is_a_shell(text: str, script: tuple[str, .
         ("ls >&a", ("a",)),
         ("ls > $HOME/x", ("$HOME/x",)),
         ("strace -o trace.txt ls", ("trace.txt",)),
+        ("strace -fo trace.txt ls", ("trace.txt",)),
         ("time --output=t ls", ("t",)),
         ("script -c ls log.txt", ("log.txt",)),
         ("ls >/dev/null 2>&1 2>&- >/dev/stderr", ()),
@@ -385,3 +386,19 @@ def test_a_tab_stripped_here_document_is_expanded_too() -> None:
     parsed = parse_command("cat <<-EOF\n\t$(rm x) `rm y`\n\tEOF\n")
     assert [p.argv for p in parsed.parts if p.nested] == [("rm", "x"), ("rm", "y")]
     assert not [p for p in parse_command("cat <<-'EOF'\n\t$(rm x)\n\tEOF\n").parts if p.nested]
+
+
+@pytest.mark.parametrize(
+    ("text", "argv"),
+    [
+        ("script -qc 'rm x' /dev/null", ("rm", "x")),
+        ("nice -n5 rm x", ("rm", "x")),
+        ("xargs -0n1 rm", ("rm",)),
+        ("sudo -Eu ops rm x", ("rm", "x")),
+        ("sudo -nEuops rm x", ("rm", "x")),
+    ],
+)
+def test_short_options_cluster_as_getopt_reads_them(text: str, argv: tuple[str, ...]) -> None:
+    assert argv in argvs(text)
+    assert "wrapper" not in parse_command("sudo -Eu ops rm x").flags
+    assert "wrapper" in parse_command("sudo -Es rm x").flags  # -s: a shell, unreadable
