@@ -183,7 +183,7 @@ class _Walk:
                 start = len(self.parts)
                 for child in body:
                     self.statement(child, depth=depth, nested=nested)
-                flags, writes = self.redirections(redirects, depth=depth)
+                flags, writes = self.redirections(redirects, depth=depth, nested=nested)
                 self.mark(start, flags, writes)
         elif kind in ("variable_assignment", "variable_assignments", "declaration_command"):
             self.flags.add("assignment")
@@ -252,14 +252,19 @@ class _Walk:
         return found
 
     def redirections(
-        self, redirects: tuple[Node, ...], *, depth: int
+        self, redirects: tuple[Node, ...], *, depth: int, nested: bool
     ) -> tuple[set[Flag], tuple[str, ...]]:
         flags: set[Flag] = set()
         writes: list[str] = []
         for redirect in redirects:
             flags.add("redirection")
-            if self.words(redirect, depth=depth):
-                flags.add("substitution")
+            heredoc = redirect.type == "heredoc_redirect"
+            for child in redirect.named_children if heredoc else [redirect]:
+                if child.type in _STATEMENTS or child.type in _STRUCTURE:
+                    self.compound = True  # `cat <<EOF && rm y`: tree-sitter nests the rest here
+                    self.statement(child, depth=depth, nested=nested)
+                elif self.words(child, depth=depth):
+                    flags.add("substitution")
             if redirect.type == "heredoc_redirect" and self.heredoc(redirect, depth=depth):
                 flags.add("substitution")
             for inner in (redirect, *redirect.named_children):  # `<<EOF > out` nests `> out`
@@ -332,7 +337,7 @@ class _Walk:
             argv.append(value if value is not None else text_of(word))
             patterns.append(globbed(word))
             unfixed.append(value is None or patterns[-1])
-        more, writes = self.redirections(redirects, depth=depth)
+        more, writes = self.redirections(redirects, depth=depth, nested=nested)
         flags |= more
         text = text_of(node) if node is not None else text
         if any(patterns):

@@ -91,6 +91,7 @@ def test_what_was_not_understood_now_needs_a_card(command: str) -> None:
     [
         "cat <<EOF\n`rm x`\nEOF\n",
         "cat <<-EOF\n\t$(rm x)\n\tEOF\n",
+        "ls <<EOF && rm x\nhi\nEOF\n",
         "r\\\nm x",
         "ls x\\\n#;rm y",
         "env -- A=1 rm x",

@@ -402,3 +402,12 @@ def test_short_options_cluster_as_getopt_reads_them(text: str, argv: tuple[str, 
     assert argv in argvs(text)
     assert "wrapper" not in parse_command("sudo -Eu ops rm x").flags
     assert "wrapper" in parse_command("sudo -Es rm x").flags  # -s: a shell, unreadable
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["ls <<EOF && rm y\nhi\nEOF\n", "ls <<EOF | rm y\nhi\nEOF\n", "ls <<EOF || rm y\nhi\nEOF\n"],
+)
+def test_what_follows_a_here_document_on_its_line_is_a_command(text: str) -> None:
+    parsed = parse_command(text)
+    assert ("rm", "y") in argvs(text) and parsed.compound and not parsed.plain
