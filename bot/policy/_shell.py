@@ -12,8 +12,9 @@ call needs a card (`UNJUDGEABLE`). Flagged are: a program word that is not a lit
 `$CMD`), substitutions, `eval`, shells, expansions, assignments, writes to files (a bare
 `> /etc/motd` is a command too), bash builtins that evaluate text, text that does not parse, and
 text tree-sitter-bash and bash may read differently (a backslash-newline whose removal changes
-the reading, whose other reading is judged too; `;;` outside `case`).
-"""
+the reading, whose other reading is judged too; `;;` outside `case`; a control character).
+Where tree-sitter-bash misfiles a command (the rest of a here-document's line, a `<<-` body),
+the walk finds it (`_Walk.redirections`, `_Walk.heredoc`)."""
 
 from __future__ import annotations
 
