@@ -86,6 +86,9 @@ class SimpleCommand:
     writes: tuple[str, ...] = ()
     """The files it writes through redirections or a wrapper's output option, as written
     (`/dev/null` left out); each one flags `writes_file`, so a rule must allow the target."""
+    patterns: tuple[int, ...] = ()
+    """Where in `argv` a word is a file-name pattern (`n[s]`): the shell replaces it by the
+    names of matching files, so a rule's fixed word there may match what runs (flag `glob`)."""
 
     @property
     def program(self) -> str:
@@ -231,6 +234,7 @@ class _Walk:
                 part.flags | flags,
                 part.nested,
                 part.writes + writes,
+                part.patterns,
             )
 
     def words(self, node: Node, *, depth: int) -> bool:
@@ -327,8 +331,7 @@ class _Walk:
             if redirect.type == "file_redirect":
                 words.extend(w for w in extra if w.type != "ERROR")
         argv: list[str] = []
-        unfixed: list[bool] = []
-        patterns: list[bool] = []
+        kinds: list[str] = []
         for word in words:
             if self.words(word, depth=depth):
                 flags.add("substitution")
@@ -336,17 +339,16 @@ class _Walk:
             if value is None:
                 flags.add("expansion")
             argv.append(value if value is not None else text_of(word))
-            patterns.append(globbed(word))
-            unfixed.append(value is None or patterns[-1])
+            kinds.append("expansion" if value is None else "pattern" if globbed(word) else "")
         more, writes = self.redirections(redirects, depth=depth, nested=nested)
         flags |= more
         text = text_of(node) if node is not None else text
-        if any(patterns):
+        if "pattern" in kinds:
             flags.add("glob")
         stdin = next((s for s in map(stdin_text, redirects) if s is not None), None)
         self.simple(
             tuple(argv),
-            tuple(unfixed),
+            tuple(kinds),
             text,
             flags,
             writes,
@@ -358,7 +360,7 @@ class _Walk:
     def simple(
         self,
         argv: tuple[str, ...],
-        unfixed: tuple[bool, ...],
+        kinds: tuple[str, ...],
         text: str,
         flags: set[Flag],
         writes: tuple[str, ...],
@@ -389,7 +391,7 @@ class _Walk:
             wrappers.append(name)
             offset += len(argv) - len(peeled.argv)
             argv = peeled.argv
-        if any(unfixed[: offset + 1]):
+        if any(kinds[: offset + 1]):
             flags.add("program")  # `/usr/bin/r[m]`, `timeout 5* ls`: what runs is not in the text
         flags |= {"writes_file"} if writes else set()
         program = os.path.basename(argv[0]) if argv else ""
@@ -406,13 +408,16 @@ class _Walk:
             flags.add("wrapper")  # find -exec CMD ;: a command run once per file, judged too
         if evaluates(argv) or "coproc" in wrappers:
             flags.add("evaluates")
-        part = SimpleCommand(argv, text, tuple(wrappers), frozenset(flags), nested, writes)
+        patterns = tuple(i - offset for i, kind in enumerate(kinds) if kind == "pattern")
+        part = SimpleCommand(
+            argv, text, tuple(wrappers), frozenset(flags), nested, writes, patterns
+        )
         self.parts.append(part)
         if script:  # what eval and sh -c run is judged too (the strictest part wins)
             self.source(script, depth=depth + 1, nested=True)
         for start, end in hidden:
-            fixed = unfixed[offset + start : offset + end]
-            self.simple(argv[start:end], fixed, text, {"wrapper"}, (), depth=depth, nested=True)
+            words = kinds[offset + start : offset + end]
+            self.simple(argv[start:end], words, text, {"wrapper"}, (), depth=depth, nested=True)
 
 
 _STATEMENTS = frozenset(

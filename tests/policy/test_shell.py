@@ -411,3 +411,10 @@ def test_short_options_cluster_as_getopt_reads_them(text: str, argv: tuple[str, 
 def test_what_follows_a_here_document_on_its_line_is_a_command(text: str) -> None:
     parsed = parse_command(text)
     assert ("rm", "y") in argvs(text) and parsed.compound and not parsed.plain
+
+
+def test_the_words_that_are_file_name_patterns_are_exposed() -> None:
+    [part] = parse_command("sudo kubectl delete n[s] 'w*' web*").parts
+    assert part.argv[part.patterns[0]] == "n[s]"
+    assert part.patterns == (2, 4) and "glob" in part.flags
+    assert parse_command("kubectl delete ns web").parts[0].patterns == ()
