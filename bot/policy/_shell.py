@@ -89,6 +89,9 @@ class SimpleCommand:
     patterns: tuple[int, ...] = ()
     """Where in `argv` a word is a file-name pattern (`n[s]`): the shell replaces it by the
     names of matching files, so a rule's fixed word there may match what runs (flag `glob`)."""
+    assignments: tuple[str, ...] = ()
+    """The `NAME=VALUE` words it runs with (`A=1 cmd`, `env A=1 cmd`; flag `assignment`),
+    unquoted where the text fixes them: `KUBECONFIG=...` or `PATH=...` change what it does."""
 
     @property
     def program(self) -> str:
@@ -235,6 +238,7 @@ class _Walk:
                 part.nested,
                 part.writes + writes,
                 part.patterns,
+                part.assignments,
             )
 
     def words(self, node: Node, *, depth: int) -> bool:
@@ -315,9 +319,11 @@ class _Walk:
     ) -> None:
         flags: set[Flag] = set()
         words: list[Node] = []
+        assignments: list[str] = []
         for child in node.named_children if node is not None else ():
             if child.type == "variable_assignment":
                 flags.add("assignment")
+                assignments.append(_assignment(child))
                 if self.words(child, depth=depth):
                     flags.add("substitution")
             elif child.type in _REDIRECTS:
@@ -355,6 +361,7 @@ class _Walk:
             depth=depth,
             nested=nested,
             stdin=stdin,
+            assignments=tuple(assignments),
         )
 
     def simple(
@@ -368,6 +375,7 @@ class _Walk:
         depth: int,
         nested: bool,
         stdin: str | None = None,
+        assignments: tuple[str, ...] = (),
     ) -> None:
         wrappers: list[str] = []
         script: str | None = None
@@ -388,6 +396,7 @@ class _Walk:
             if not peeled.argv:
                 break  # `env`, `time` alone: the wrapper is the command
             flags |= {"assignment"} if peeled.assignments else set()
+            assignments += peeled.assignments
             wrappers.append(name)
             offset += len(argv) - len(peeled.argv)
             argv = peeled.argv
@@ -410,7 +419,7 @@ class _Walk:
             flags.add("evaluates")
         patterns = tuple(i - offset for i, kind in enumerate(kinds) if kind == "pattern")
         part = SimpleCommand(
-            argv, text, tuple(wrappers), frozenset(flags), nested, writes, patterns
+            argv, text, tuple(wrappers), frozenset(flags), nested, writes, patterns, assignments
         )
         self.parts.append(part)
         if script:  # what eval and sh -c run is judged too (the strictest part wins)
@@ -448,6 +457,15 @@ def _descendants(node: Node) -> list[Node]:
         found.append(current)
         stack.extend(current.children)
     return found
+
+
+def _assignment(node: Node) -> str:
+    """`NAME=VALUE` with its value unquoted when the text fixes it, else as written."""
+    name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+    fixed = "" if value is None else literal(value)
+    if name is None or fixed is None:
+        return text_of(node)
+    return f"{text_of(name)}={fixed}"
 
 
 def _leaves(node: Node) -> set[str]:

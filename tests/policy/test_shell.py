@@ -418,3 +418,10 @@ def test_the_words_that_are_file_name_patterns_are_exposed() -> None:
     assert part.argv[part.patterns[0]] == "n[s]"
     assert part.patterns == (2, 4) and "glob" in part.flags
     assert parse_command("kubectl delete ns web").parts[0].patterns == ()
+
+
+def test_the_assignments_a_command_runs_with_are_exposed() -> None:
+    [part] = parse_command("K='/a b' C=$x sudo -E env -- A='1 2' kubectl get pods").parts
+    assert part.argv == ("kubectl", "get", "pods")
+    assert part.assignments == ("K=/a b", "C=$x", "A=1 2")
+    assert "assignment" in part.unjudgeable
