@@ -7,10 +7,13 @@ only its exact argv, because `status` there may be the value of `--namespace`), 
 the deciding policy rule declares (`allow_prefix`). Words are compared position by position
 after the shell parse, so an option's value never passes for a subcommand.
 
-A shape covers a later call only if that call is one plain simple command (no pipe, list,
-redirection, substitution, expansion or wrapper), decided by the same policy rule as the
-granted one, not forbidden and needing one approval (`covers`). Other tools' shapes are the
-exact canonical arguments. Conservative on purpose: a call that does not match gets a card.
+A shape covers a later call only if that call is one plain simple command the parser fully
+understands (no pipe, list, redirection, substitution, expansion, file-name pattern, wrapper,
+nor text bash may read otherwise, such as a line continuation before a comment:
+`kubectl rollout restart deploy/web\\<newline>#;rm y` is two commands to bash), decided by the
+same policy rule as the granted one, not forbidden and needing one approval (`covers`). Other
+tools' shapes are the exact canonical arguments. Conservative on purpose: a call that does not
+match gets a card.
 """
 
 from __future__ import annotations
@@ -89,11 +92,15 @@ Shape = ExactShape | ArgvShape
 
 
 def _plain_argv(command: str) -> tuple[str, ...] | None:
-    """The words of a command that is one plain simple command with no wrapper, else None."""
+    """The words of a command that is one plain, fully understood simple command with no
+    wrapper and nothing written, else None."""
     parsed = parse_command(command)
-    if not parsed.plain or parsed.parts[0].wrappers:
+    if not parsed.plain or parsed.unjudgeable:
         return None
-    return parsed.parts[0].argv
+    part = parsed.parts[0]
+    if part.wrappers or part.writes or part.nested or not part.argv:
+        return None
+    return part.argv
 
 
 def offered_shapes(

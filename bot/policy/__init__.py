@@ -19,7 +19,8 @@ run there (`trigger`), which integrations' messages may (`allowed_bots`), extra 
 for the model, the `tools` offered, who approves, and how many runs go at once (`concurrency`).
 
 Modules: `_fields` (the value types), `_model` (the file's sections), `_rules` (one
-`[[tools.<name>.rules]]` entry), `_shell` (shell text to simple commands), `_wrappers`
+`[[tools.<name>.rules]]` entry), `_shell` (shell text to simple commands), `_flags` (why a
+command cannot be judged), `_words` (a word's value), `_wrappers` and `_wrapper_table`
 (peeling `sudo`, `timeout`, ...), `_load` (reading the file and explaining its errors),
 `_policy` (`Policy` and its queries), `_preview` (a rule's preview template), `_gate` (the
 approval gate and its verdict order), `_approvers` (who may decide, as listed), `_freezes`
