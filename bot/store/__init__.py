@@ -21,6 +21,7 @@ from .errors import (
     UnknownCall,
     UnknownSession,
 )
+from .feedback import Vote, VoteValue
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .health import WriteHealth, require_writable
 from .models import (
@@ -131,6 +132,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "ToolCallRow",
     "UnknownCall",
     "UnknownSession",
+    "Vote",
+    "VoteValue",
     "Wake",
     "WakeSource",
     "WriteHealth",

@@ -6,10 +6,16 @@ Pinned (outside checks recompute it): `hash` = hex SHA-256, or hex HMAC-SHA-256 
 `opsgate audit --json` prints it, without `hash`: keys sorted, no spaces, UTF-8) followed by
 `prev_hash`; the first row's `prev_hash` is 64 zeros. The row printed and the row hashed are
 the same dict (`printed`), so the two cannot drift apart.
+
+The chain head records whether the chain is keyed, by the key's fingerprint (`key_fingerprint`,
+never the key), so a keyed log rewritten with plain SHA-256 cannot pass for an unkeyed one, and
+a row the store cannot read (edited by hand) is an `Unreadable` entry, named by its seq, rather
+than an error that stops the walk.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -27,15 +33,22 @@ from .models import AuditRow
 __all__ = [
     "GENESIS",
     "KEY_VARIABLE",
+    "AuditEntry",
     "Broken",
     "ChainHead",
     "Intact",
+    "KeyMismatch",
+    "RecordedHead",
+    "Unreadable",
     "Verdict",
     "audit_key",
     "canonical_hash",
     "chain_existing_rows",
+    "key_fingerprint",
+    "key_mismatch",
     "printed",
     "printed_time",
+    "record_key_fingerprint",
     "row_hash",
     "verify_chain",
 ]
@@ -53,8 +66,37 @@ def audit_key() -> bytes | None:
     return key.encode() if key else None
 
 
-def printed(row: AuditRow) -> dict[str, Any]:
-    """The row as `opsgate audit --json` prints it."""
+_FINGERPRINT_LABEL = b"opsgate audit key fingerprint"
+
+
+@functools.lru_cache(maxsize=4)
+def key_fingerprint(key: bytes | None) -> str | None:
+    """Names a key without giving it away: the first 16 hex digits of the SHA-256 of an HMAC
+    of a fixed label under the key (None: no key, plain SHA-256)."""
+    if key is None:
+        return None
+    mac = hmac.new(key, _FINGERPRINT_LABEL, hashlib.sha256).digest()
+    return hashlib.sha256(mac).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """An audit row the store cannot read back as one (bad JSON, a NULL, a value of the wrong
+    type: edited by hand); `seq` is None when that column is what cannot be read."""
+
+    id: int | None
+    seq: int | None
+    why: str
+
+
+AuditEntry = AuditRow | Unreadable
+"""An audit row as the lenient readers (`opsgate audit`, verify, the export) list it."""
+
+
+def printed(row: AuditEntry) -> dict[str, Any]:
+    """The row as `opsgate audit --json` prints it (an unreadable one: its id, seq and why)."""
+    if isinstance(row, Unreadable):
+        return {"id": row.id, "seq": row.seq, "unreadable": row.why}
     return row.model_dump(mode="json")
 
 
@@ -97,6 +139,16 @@ class ChainHead:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordedHead:
+    """The chain head as the database records it: the last link, and whether the chain is
+    keyed (`keyed`: the key's fingerprint, None for plain SHA-256)."""
+
+    seq: int
+    hash: str
+    keyed: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Intact:
     kind: Literal["intact"]
     rows: int
@@ -112,28 +164,64 @@ class Broken:
     why: str
 
 
-Verdict = Intact | Broken
+@dataclass(frozen=True, slots=True)
+class KeyMismatch:
+    """The key in hand is not the one the chain head records (or one is missing)."""
+
+    kind: Literal["key"]
+    why: str
+
+
+Verdict = Intact | Broken | KeyMismatch
+
+
+def key_mismatch(keyed: str | None, key: bytes | None) -> KeyMismatch | None:
+    """Why `key` cannot verify (or write) a chain whose head records `keyed`; None if it can."""
+    mine = key_fingerprint(key)
+    if mine == keyed:
+        return None
+    if mine is None:
+        why = f"the chain is keyed (key fingerprint {keyed}): set {KEY_VARIABLE} to its key"
+    elif keyed is None:
+        why = (
+            f"the chain head says it is not keyed (plain SHA-256) but {KEY_VARIABLE} is set "
+            f"(key fingerprint {mine}): a keyed chain rewritten without its key, or the wrong "
+            "database"
+        )
+    else:
+        why = f"{KEY_VARIABLE}'s fingerprint {mine} differs from the chain's {keyed}"
+    return KeyMismatch("key", why)
 
 
 def verify_chain(
-    rows: Sequence[AuditRow],
+    rows: Sequence[AuditEntry],
     *,
     key: bytes | None,
+    keyed: str | None = None,
     head: str | None = None,
     chain_seq: int | None = None,
 ) -> Verdict:
-    """Walk `rows` (in the order the log lists them); the first failure wins. `head`: a hash
-    printed earlier that must still be in the chain; `chain_seq`: the seq the database's chain
-    head records (rows cut off the end show against it, unless it was rewritten too)."""
+    """Walk `rows` (in the order the log lists them); the first failure wins. `keyed`: the
+    key fingerprint the chain head records (checked first: a key that is missing or another
+    one fails before any row); `head`: a hash printed earlier that must still be in the chain;
+    `chain_seq`: the seq the database's chain head records (rows cut off the end show against
+    it, unless it was rewritten too)."""
+    if (mismatch := key_mismatch(keyed, key)) is not None:
+        return mismatch
     prev, expected = GENESIS, 1
     seqs = {row.seq for row in rows}
     for row in rows:
+        if row.seq is None:
+            why = f"the row with id {row.id} after seq {expected - 1}: {_why(row)}"
+            return Broken("broken", expected, f"unreadable: {why}")
         if row.seq != expected:
             if row.seq < expected or expected in seqs:
                 return Broken(
                     "broken", expected, f"reordered: seq {row.seq} is listed in its place"
                 )
             return Broken("broken", expected, f"deleted: the next row is seq {row.seq}")
+        if isinstance(row, Unreadable):
+            return Broken("broken", row.seq, f"unreadable: {row.why}")
         if row.prev_hash != prev:
             why = "its prev_hash is not the hash of the row before it (that row was rewritten)"
             return Broken("broken", row.seq, why)
@@ -146,10 +234,15 @@ def verify_chain(
     if chain_seq is not None and chain_seq >= expected:
         why = f"truncated: the chain head is at seq {chain_seq}, the log ends at seq {expected - 1}"
         return Broken("broken", expected, why)
-    if head is not None and head != GENESIS and head not in {row.hash for row in rows}:
+    hashes = {row.hash for row in rows if isinstance(row, AuditRow)}
+    if head is not None and head != GENESIS and head not in hashes:
         why = f"truncated: head {head} is no longer in the chain"
         return Broken("broken", expected, why)
     return Intact("intact", len(rows), prev)
+
+
+def _why(row: AuditEntry) -> str:
+    return row.why if isinstance(row, Unreadable) else "its seq cannot be read"
 
 
 async def chain_existing_rows(tx: Tx) -> None:
@@ -172,4 +265,12 @@ async def chain_existing_rows(tx: Tx) -> None:
     await tx.execute(
         "INSERT INTO audit_chain (singleton, seq, hash, last_id) VALUES (1, :seq, :hash, :id)",
         {"seq": seq, "hash": prev, "id": last_id},
+    )
+
+
+async def record_key_fingerprint(tx: Tx) -> None:
+    """Migration step: the chain head records the key its rows were written with (the one the
+    migrating process holds; an empty chain takes its first writer's instead)."""
+    await tx.execute(
+        "UPDATE audit_chain SET key_fingerprint = :keyed", {"keyed": key_fingerprint(audit_key())}
     )

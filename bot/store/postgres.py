@@ -20,6 +20,7 @@ from .db import utc_now
 from .db.postgres import PostgresDb
 from .edits import Edits
 from .errors import PostgresSchemaTooNew
+from .feedback import FeedbackVotes
 from .freezes import Freezes
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
@@ -32,7 +33,15 @@ __all__ = ["DEFAULT_LEASE", "SCHEMA_VERSION", "PostgresSchemaTooNew", "PostgresS
 
 
 class PostgresStore(
-    Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Replicas, Freezes
+    Edits,
+    Recovery,
+    Audit,
+    Outbox,
+    QueueNoticeRows,
+    AssistantThreads,
+    Replicas,
+    Freezes,
+    FeedbackVotes,
 ):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ..chain import chain_existing_rows
+from ..chain import chain_existing_rows, record_key_fingerprint
 from ..db import Dialect, Tx
 from . import postgres, sqlite
 
@@ -411,6 +411,41 @@ MIGRATIONS: tuple[Migration, ...] = (
                 ts          text,
                 shown       text,
                 opened_at   timestamptz NOT NULL
+            )
+            """,
+        ),
+    ),
+    Migration(
+        17,
+        # The audit chain head records whether the chain is keyed, by the key's fingerprint
+        # (`bot/store/chain.py`), so a keyed log rewritten with plain SHA-256 fails `verify`;
+        # and feedback votes, one per person per answer (`bot/store/feedback.py`).
+        "the audit chain's key fingerprint, feedback votes",
+        sqlite=(
+            "ALTER TABLE audit_chain ADD COLUMN key_fingerprint TEXT",
+            record_key_fingerprint,
+            """
+            CREATE TABLE feedback_votes (
+                session_id TEXT NOT NULL,
+                message_ts TEXT NOT NULL,
+                user_id    TEXT NOT NULL,
+                value      TEXT NOT NULL CHECK (value IN ('good', 'bad')),
+                voted_at   TEXT NOT NULL,
+                PRIMARY KEY (session_id, message_ts, user_id)
+            )
+            """,
+        ),
+        postgres=(
+            "ALTER TABLE audit_chain ADD COLUMN key_fingerprint text",
+            record_key_fingerprint,
+            """
+            CREATE TABLE feedback_votes (
+                session_id text NOT NULL,
+                message_ts text NOT NULL,
+                user_id    text NOT NULL,
+                value      text NOT NULL CHECK (value IN ('good', 'bad')),
+                voted_at   timestamptz NOT NULL,
+                PRIMARY KEY (session_id, message_ts, user_id)
             )
             """,
         ),
