@@ -68,6 +68,7 @@ from .rules import already as already_reason
 from .schema import SCHEMA_VERSION
 from .sqlite import SQLiteStore
 from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
+from .timelines import StoredTimeline
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AllowOutcome",
@@ -129,6 +130,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "Store",
     "StoreError",
     "StoredPreview",
+    "StoredTimeline",
     "ToolCallRow",
     "UnknownCall",
     "UnknownSession",

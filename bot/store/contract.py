@@ -43,6 +43,7 @@ from .models import (
 from .outbox import OutboxEntry, OutboxRow, OutboxStats
 from .queue_notices import QueueNotice
 from .states import CardLock, InboxKind
+from .timelines import StoredTimeline
 
 __all__ = ["Store"]
 
@@ -488,6 +489,15 @@ class Store(Protocol):
 
     async def votes(self, session_id: str, message_ts: str) -> dict[str, VoteValue]:
         """Each person's vote on the answer, as it stands."""
+
+    async def keep_timeline(self, session_id: str, ts: str, shown: str) -> None:
+        """The paused run's timeline is message `ts`, showing `shown` (replaces what was kept)."""
+
+    async def kept_timeline(self, session_id: str) -> StoredTimeline | None:
+        """The paused run's timeline message, for its resume to edit; None if none was kept."""
+
+    async def drop_timeline(self, session_id: str) -> None:
+        """The run ended: its timeline message is no longer continued."""
 
     async def audit_head(self) -> RecordedHead:
         """The chain head as recorded: seq, hash and the key fingerprint (None: not keyed)."""

@@ -48,10 +48,10 @@ class FeedbackVotes(StoreCore):
         key = {"session": session_id, "ts": message_ts, "user": user}
         async with self._db.transaction("vote") as tx:
             added = await tx.execute(
-                "INSERT INTO feedback_votes (session_id, message_ts, user_id, value, voted_at) "
-                "VALUES (:session, :ts, :user, :value, :now) "
+                "INSERT INTO feedback_votes (session_id, message_ts, user_id, value) "
+                "VALUES (:session, :ts, :user, :value) "
                 "ON CONFLICT (session_id, message_ts, user_id) DO NOTHING",
-                key | {"value": value, "now": self._now()},
+                key | {"value": value},
             )
             replaces: VoteValue | None = None
             if added != 1:
@@ -64,9 +64,9 @@ class FeedbackVotes(StoreCore):
                 if replaces == value:
                     return Vote(value, counted=False, replaces=None)
                 await tx.execute(
-                    "UPDATE feedback_votes SET value = :value, voted_at = :now "
+                    "UPDATE feedback_votes SET value = :value "
                     "WHERE session_id = :session AND message_ts = :ts AND user_id = :user",
-                    key | {"value": value, "now": self._now()},
+                    key | {"value": value},
                 )
             details: dict[str, str] = {"value": value, "message_ts": message_ts}
             if replaces is not None:

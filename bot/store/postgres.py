@@ -28,6 +28,7 @@ from .recovery import Recovery
 from .replicas import DEFAULT_LEASE, Replicas
 from .rules import Person
 from .schema import SCHEMA_VERSION
+from .timelines import RunTimelines
 
 __all__ = ["DEFAULT_LEASE", "SCHEMA_VERSION", "PostgresSchemaTooNew", "PostgresStore", "redact"]
 
@@ -42,6 +43,7 @@ class PostgresStore(
     Replicas,
     Freezes,
     FeedbackVotes,
+    RunTimelines,
 ):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 

@@ -63,6 +63,16 @@ _EXPORT_POSTGRES = """
 """
 _EXPORT_START = "INSERT INTO audit_export (singleton, delivered_seq) VALUES (1, 0)"
 
+_V17: tuple[Statement, ...] = (
+    record_key_fingerprint,
+    "CREATE TABLE feedback_votes (session_id TEXT NOT NULL, message_ts TEXT NOT NULL, "
+    "user_id TEXT NOT NULL, value TEXT NOT NULL CHECK (value IN ('good', 'bad')), "
+    "PRIMARY KEY (session_id, message_ts, user_id))",
+    "CREATE TABLE run_timelines (session_id TEXT PRIMARY KEY, ts TEXT NOT NULL, "
+    "shown TEXT NOT NULL)",
+)
+"""Version 17's tables, the same on both databases (text columns only)."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         9,
@@ -419,36 +429,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         17,
         # The audit chain head records whether the chain is keyed, by the key's fingerprint
         # (`bot/store/chain.py`), so a keyed log rewritten with plain SHA-256 fails `verify`;
-        # and feedback votes, one per person per answer (`bot/store/feedback.py`).
-        "the audit chain's key fingerprint, feedback votes",
-        sqlite=(
-            "ALTER TABLE audit_chain ADD COLUMN key_fingerprint TEXT",
-            record_key_fingerprint,
-            """
-            CREATE TABLE feedback_votes (
-                session_id TEXT NOT NULL,
-                message_ts TEXT NOT NULL,
-                user_id    TEXT NOT NULL,
-                value      TEXT NOT NULL CHECK (value IN ('good', 'bad')),
-                voted_at   TEXT NOT NULL,
-                PRIMARY KEY (session_id, message_ts, user_id)
-            )
-            """,
-        ),
-        postgres=(
-            "ALTER TABLE audit_chain ADD COLUMN key_fingerprint text",
-            record_key_fingerprint,
-            """
-            CREATE TABLE feedback_votes (
-                session_id text NOT NULL,
-                message_ts text NOT NULL,
-                user_id    text NOT NULL,
-                value      text NOT NULL CHECK (value IN ('good', 'bad')),
-                voted_at   timestamptz NOT NULL,
-                PRIMARY KEY (session_id, message_ts, user_id)
-            )
-            """,
-        ),
+        # feedback votes, one per person per answer (`bot/store/feedback.py`); and the message
+        # a paused run's timeline is shown in, which its resume edits (`bot/store/timelines.py`).
+        "the audit chain's key fingerprint, feedback votes, paused runs' timeline messages",
+        sqlite=("ALTER TABLE audit_chain ADD COLUMN key_fingerprint TEXT", *_V17),
+        postgres=("ALTER TABLE audit_chain ADD COLUMN key_fingerprint text", *_V17),
     ),
 )
 
