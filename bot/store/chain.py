@@ -7,8 +7,8 @@ Pinned (outside checks recompute it): `hash` = hex SHA-256, or hex HMAC-SHA-256 
 `prev_hash`; the first row's `prev_hash` is 64 zeros. The row printed and the row hashed are
 the same dict (`printed`), so the two cannot drift apart.
 
-The chain head records whether the chain is keyed, by the key's fingerprint (`key_fingerprint`,
-never the key), so a keyed log rewritten with plain SHA-256 cannot pass for an unkeyed one, and
+The chain head records whether the chain is keyed, by the key's fingerprint (`key_mark`, never
+the key), so a keyed log rewritten with plain SHA-256 cannot pass for an unkeyed one, and
 a row the store cannot read (edited by hand) is an `Unreadable` entry, named by its seq, rather
 than an error that stops the walk.
 """
@@ -33,6 +33,7 @@ from .models import AuditRow
 __all__ = [
     "GENESIS",
     "KEY_VARIABLE",
+    "UNKEYED",
     "AuditEntry",
     "Broken",
     "ChainHead",
@@ -44,8 +45,9 @@ __all__ = [
     "audit_key",
     "canonical_hash",
     "chain_existing_rows",
-    "key_fingerprint",
+    "key_mark",
     "key_mismatch",
+    "last_row_mark",
     "printed",
     "printed_time",
     "record_key_fingerprint",
@@ -67,16 +69,19 @@ def audit_key() -> bytes | None:
 
 
 _FINGERPRINT_LABEL = b"opsgate audit key fingerprint"
+UNKEYED = "sha256"
+"""What the head records of a chain hashed with plain SHA-256."""
 
 
 @functools.lru_cache(maxsize=4)
-def key_fingerprint(key: bytes | None) -> str | None:
-    """Names a key without giving it away: the first 16 hex digits of the SHA-256 of an HMAC
-    of a fixed label under the key (None: no key, plain SHA-256)."""
+def key_mark(key: bytes | None) -> str:
+    """How the chain head records the hashing (`audit_chain.key_fingerprint`): "sha256", or
+    "hmac-sha256:" and the key's fingerprint, the first 16 hex digits of the SHA-256 of an
+    HMAC of a fixed label under the key: it names the key without giving it away."""
     if key is None:
-        return None
+        return UNKEYED
     mac = hmac.new(key, _FINGERPRINT_LABEL, hashlib.sha256).digest()
-    return hashlib.sha256(mac).hexdigest()[:16]
+    return "hmac-sha256:" + hashlib.sha256(mac).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +145,10 @@ class ChainHead:
 
 @dataclass(frozen=True, slots=True)
 class RecordedHead:
-    """The chain head as the database records it: the last link, and whether the chain is
-    keyed (`keyed`: the key's fingerprint, None for plain SHA-256)."""
+    """The chain head as the database records it: the last link, and how the chain is hashed
+    (`keyed`: a `key_mark`; None while not recorded: between the upgrade that added it,
+    run without the key, and the first append, which records its writer's once that
+    writer's key verifies the last row)."""
 
     seq: int
     hash: str
@@ -176,20 +183,20 @@ Verdict = Intact | Broken | KeyMismatch
 
 
 def key_mismatch(keyed: str | None, key: bytes | None) -> KeyMismatch | None:
-    """Why `key` cannot verify (or write) a chain whose head records `keyed`; None if it can."""
-    mine = key_fingerprint(key)
-    if mine == keyed:
+    """Why `key` cannot verify (or write) a chain whose head records `keyed` (a `key_mark`);
+    None if it can, or if the head records nothing yet."""
+    mine = key_mark(key)
+    if keyed is None or mine == keyed:
         return None
-    if mine is None:
-        why = f"the chain is keyed (key fingerprint {keyed}): set {KEY_VARIABLE} to its key"
-    elif keyed is None:
+    if key is None:
+        why = f"the chain is keyed ({keyed}): set {KEY_VARIABLE} to its key to verify it"
+    elif keyed == UNKEYED:
         why = (
             f"the chain head says it is not keyed (plain SHA-256) but {KEY_VARIABLE} is set "
-            f"(key fingerprint {mine}): a keyed chain rewritten without its key, or the wrong "
-            "database"
+            f"({mine}): a keyed chain rewritten without its key, or the wrong database"
         )
     else:
-        why = f"{KEY_VARIABLE}'s fingerprint {mine} differs from the chain's {keyed}"
+        why = f"{KEY_VARIABLE}'s fingerprint ({mine}) differs from the chain's ({keyed})"
     return KeyMismatch("key", why)
 
 
@@ -202,11 +209,12 @@ def verify_chain(
     chain_seq: int | None = None,
 ) -> Verdict:
     """Walk `rows` (in the order the log lists them); the first failure wins. `keyed`: the
-    key fingerprint the chain head records (checked first: a key that is missing or another
-    one fails before any row); `head`: a hash printed earlier that must still be in the chain;
-    `chain_seq`: the seq the database's chain head records (rows cut off the end show against
-    it, unless it was rewritten too)."""
-    if (mismatch := key_mismatch(keyed, key)) is not None:
+    `key_mark` the chain head records (checked first, unless the log is empty: a key that is
+    missing or another one fails before any row); `head`: a hash printed earlier that must
+    still be in the chain; `chain_seq`: the seq the database's chain head records (rows cut
+    off the end show against it, unless it was rewritten too)."""
+    empty = not rows and not chain_seq  # no row yet: the first writer's key will be the chain's
+    if not empty and (mismatch := key_mismatch(keyed, key)) is not None:
         return mismatch
     prev, expected = GENESIS, 1
     seqs = {row.seq for row in rows}
@@ -269,8 +277,24 @@ async def chain_existing_rows(tx: Tx) -> None:
 
 
 async def record_key_fingerprint(tx: Tx) -> None:
-    """Migration step: the chain head records the key its rows were written with (the one the
-    migrating process holds; an empty chain takes its first writer's instead)."""
-    await tx.execute(
-        "UPDATE audit_chain SET key_fingerprint = :keyed", {"keyed": key_fingerprint(audit_key())}
-    )
+    """Migration step: the chain head records how its rows are hashed, when the migrating
+    process can tell (its key, or none, verifies the last row); else nothing yet, and the
+    first append whose key verifies the last row records it (`StoreCore._locked_head`)."""
+    mark = await last_row_mark(tx, audit_key())
+    await tx.execute("UPDATE audit_chain SET key_fingerprint = :mark", {"mark": mark})
+
+
+async def last_row_mark(tx: Tx, key: bytes | None) -> str | None:
+    """`key_mark(key)` if `key` verifies the chain's last row (or there is none: an empty
+    chain takes its first writer's), else None."""
+    raw = await tx.fetch_one("SELECT * FROM audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1")
+    if raw is None:
+        return None
+    data = dict(raw)
+    try:
+        if isinstance(data["details"], str):
+            data["details"] = json.loads(data["details"])
+        row = AuditRow.model_validate(data)
+    except ValueError:
+        return None
+    return key_mark(key) if row_hash(row, key) == row.hash else None

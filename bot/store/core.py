@@ -25,11 +25,13 @@ from agent_core.messages import ChatMessage
 
 from ._outbox_rows import card_redraw, put_rows
 from .chain import (
+    KEY_VARIABLE,
     ChainHead,
     audit_key,
     canonical_hash,
-    key_fingerprint,
+    key_mark,
     key_mismatch,
+    last_row_mark,
     printed_time,
 )
 from .db import Db, Row, Tx, aware, json_text
@@ -45,15 +47,14 @@ _ROW = (
     "INSERT INTO audit (id, at, event, actor, session_id, call_id, details, seq, prev_hash, "
     "hash) SELECT :id, :at, :event, :actor, :session_id, :call_id, :details, :seq, "
     ":prev_hash, :hash FROM {head} WHERE head.seq = :after AND head.hash = :prev_hash "
-    "AND (head.seq = 0 OR head.key_fingerprint {same} CAST(:keyed AS TEXT))"
+    "AND (head.seq = 0 OR head.key_fingerprint = :keyed)"
 )
 _APPEND = {
     # Not a CTE on SQLite: Python's sqlite3 counts rows only for statements that begin with
     # INSERT, UPDATE, DELETE or REPLACE.
-    "sqlite": _ROW.format(head="audit_chain AS head", same="IS"),
+    "sqlite": _ROW.format(head="audit_chain AS head"),
     "postgresql": "WITH head AS MATERIALIZED "
-    "(SELECT seq, hash, key_fingerprint FROM audit_chain FOR UPDATE) "
-    + _ROW.format(head="head", same="IS NOT DISTINCT FROM"),
+    "(SELECT seq, hash, key_fingerprint FROM audit_chain FOR UPDATE) " + _ROW.format(head="head"),
 }
 """The next link, inserted only if the head is still the one it follows and the chain is
 keyed as this writer is (else nothing: the store then reads the head, locked, and appends
@@ -96,7 +97,7 @@ def _link(head: ChainHead, fields: dict[str, Any], columns: tuple[Any, Any]) -> 
     link["hash"] = canonical_hash(link, key)
     link["at"], link["details"] = columns
     link["after"] = head.seq
-    link["keyed"] = key_fingerprint(key)
+    link["keyed"] = key_mark(key)
     return link
 
 
@@ -373,13 +374,25 @@ class StoreCore:
         )
         if head is None:
             raise StoreError(f"the audit chain of {self._db.name!r} has no head (migrate it)")
-        mismatch = key_mismatch(head["key_fingerprint"], audit_key())
-        if int(head["seq"]) > 0 and mismatch is not None:
-            # Rows hashed with another key would never verify: refused, not written.
-            raise StoreError(
-                f"cannot append to the audit chain of {self._db.name!r}: {mismatch.why}"
-            )
+        if int(head["seq"]) > 0:
+            await self._check_key(tx, head["key_fingerprint"], int(head["seq"]))
         return ChainHead(int(head["seq"]), str(head["hash"]), int(head["last_id"]))
+
+    async def _check_key(self, tx: Tx, keyed: str | None, seq: int) -> None:
+        """Rows hashed with another key than the chain's would never verify: refused, not
+        written. A head that records no key yet (upgraded without the key) takes this
+        writer's, once that key verifies the last row."""
+        key, name = audit_key(), self._db.name
+        if keyed is None:
+            keyed = await last_row_mark(tx, key)
+            if keyed is None:
+                raise StoreError(
+                    f"cannot append to the audit chain of {name!r}: {KEY_VARIABLE} does not "
+                    f"verify its last row (seq {seq}); set it to the key the chain is written with"
+                )
+            await tx.execute("UPDATE audit_chain SET key_fingerprint = :mark", {"mark": keyed})
+        if (mismatch := key_mismatch(keyed, key)) is not None:
+            raise StoreError(f"cannot append to the audit chain of {name!r}: {mismatch.why}")
 
     async def _write_unchained(
         self,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bot.store import Store
-from bot.store.chain import GENESIS, Broken, Intact, KeyMismatch, key_fingerprint, verify_chain
+from bot.store.chain import GENESIS, Broken, Intact, KeyMismatch, key_mark, verify_chain
 
 from .conftest import StoreFactory
 
@@ -141,7 +141,7 @@ async def test_with_a_key_the_hashes_are_hmacs_and_a_wrong_key_fails(
     expected = hmac.new(b"s3cret", canonical.encode() + GENESIS.encode(), hashlib.sha256)
     assert rows[0].hash == expected.hexdigest()
     assert isinstance(await _verdict(store, key=b"s3cret"), Intact)
-    assert (await store.audit_head()).keyed == key_fingerprint(b"s3cret")
+    assert (await store.audit_head()).keyed == key_mark(b"s3cret")
     for wrong in (None, b"guess"):
         verdict = await _verdict(store, key=wrong)
         assert isinstance(verdict, KeyMismatch), verdict

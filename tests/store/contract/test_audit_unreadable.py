@@ -17,7 +17,7 @@ from bot.store.chain import (
     Intact,
     KeyMismatch,
     Unreadable,
-    key_fingerprint,
+    key_mark,
     verify_chain,
 )
 
@@ -73,12 +73,12 @@ async def test_a_row_whose_seq_cannot_be_read_is_named_by_the_seq_it_holds_the_p
 async def test_the_head_of_a_keyed_chain_records_the_key_fingerprint(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert (await store.audit_head()).keyed is None
+    assert (await store.audit_head()).keyed is None  # empty: its first writer's key
     monkeypatch.setenv("OPSGATE_AUDIT_KEY", "k1")
     await _three(store)
-    fingerprint = key_fingerprint(b"k1")
-    assert fingerprint is not None and len(fingerprint) == 16 and "k1" not in fingerprint
-    assert (await store.audit_head()).keyed == fingerprint
+    mark = key_mark(b"k1")
+    assert mark.startswith("hmac-sha256:") and len(mark) == len("hmac-sha256:") + 16
+    assert (await store.audit_head()).keyed == mark
     assert isinstance(await _verdict(store, b"k1"), Intact)
     missing = await _verdict(store, None)
     assert isinstance(missing, KeyMismatch) and "OPSGATE_AUDIT_KEY" in missing.why
@@ -119,9 +119,12 @@ async def test_a_keyed_chain_rewritten_with_plain_sha256_never_verifies(
     rehashed = await _verdict(store, b"k1")
     assert isinstance(rehashed, Broken) and rehashed.seq == 1 and "edited" in rehashed.why
     # And with the head rewritten too: whoever holds the key and verifies is told.
-    await _raw(store, "UPDATE audit_chain SET key_fingerprint = NULL")
+    await _raw(store, "UPDATE audit_chain SET key_fingerprint = 'sha256'")
     told = await _verdict(store, b"k1")
     assert isinstance(told, KeyMismatch) and "not keyed" in told.why
+    await _raw(store, "UPDATE audit_chain SET key_fingerprint = NULL")  # "not recorded"
+    rows = await _verdict(store, b"k1")
+    assert isinstance(rows, Broken) and rows.seq == 1
 
 
 async def test_an_empty_chain_takes_its_first_writers_key(
@@ -132,4 +135,27 @@ async def test_an_empty_chain_takes_its_first_writers_key(
     monkeypatch.setenv("OPSGATE_AUDIT_KEY", "k1")
     async with new_store() as store:
         await store.audit("request", actor="U1", details={})
-        assert (await store.audit_head()).keyed == key_fingerprint(b"k1")
+        assert (await store.audit_head()).keyed == key_mark(b"k1")
+
+
+async def test_a_head_upgraded_without_the_key_takes_the_first_writer_whose_key_verifies(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`opsgate migrate` run without the key cannot tell how a keyed chain is hashed: the
+    head records nothing, and the first append whose key verifies the last row records it."""
+    monkeypatch.setenv("OPSGATE_AUDIT_KEY", "k1")
+    await _three(store)
+    await _raw(store, "UPDATE audit_chain SET key_fingerprint = NULL")
+    monkeypatch.setenv("OPSGATE_AUDIT_KEY", "k2")
+    with pytest.raises(StoreError, match="does not verify its last row"):
+        await store.audit("request", actor="UEVIL", details={})
+    assert (await store.audit_head()).keyed is None
+    monkeypatch.setenv("OPSGATE_AUDIT_KEY", "k1")
+    await store.audit("request", actor="U4", details={})
+    assert (await store.audit_head()).keyed == key_mark(b"k1")
+    assert isinstance(await _verdict(store, b"k1"), Intact)
+
+
+async def test_an_empty_log_verifies_with_or_without_a_key(store: Store) -> None:
+    assert isinstance(await _verdict(store, b"k1"), Intact)
+    assert isinstance(await _verdict(store, None), Intact)
