@@ -406,3 +406,26 @@ async def test_the_resumes_timeline_stream_ends_before_the_answer_starts(tmp_pat
         ]
         assert streams.index(stop) < streams.index(answer[0])
         assert statuses(task_chunks(bot.slack), "call_1")[-1] == "complete"
+
+
+async def test_without_streaming_two_pauses_of_one_run_keep_one_timeline_message(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.slack.set_streaming_supported(False, error="team_not_enabled")
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo one"})])
+        bot.llm.reply_tool_calls([("call_2", "run_command", {"command": "echo two"})])
+        bot.llm.reply_text("Both ran.")
+        await bot.mention("go", user=ALICE)
+        [first] = await bot.wait_cards(1)
+        await bot.click("opsgate_approve", first["ledger_id"], user=BOB)
+        [_, second] = await bot.wait_cards(2)
+        await bot.click("opsgate_approve", second["ledger_id"], user=BOB)
+        await bot.llm.wait_for_requests(3)
+        await bot.settle()
+        [posted] = [c for c in bot.slack.calls_to("chat.postMessage") if _is_timeline(c)]
+        final = bot.slack.message(posted.params["channel"], posted.response["ts"])
+        assert final is not None
+        lines = final["blocks"][0]["elements"][0]["text"].splitlines()
+        assert [line[:1] for line in lines] == ["✅", "✅"], lines
+        assert "echo one" in lines[0] and "echo two" in lines[1]
