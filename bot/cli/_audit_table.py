@@ -11,8 +11,9 @@ from datetime import UTC
 from typing import Any
 
 from ..store import AuditRow
+from ..store.chain import AuditEntry, Unreadable
 
-__all__ = ["COLUMNS", "audit_table", "details_json", "printable"]
+__all__ = ["COLUMNS", "audit_table", "details_json", "printable", "unreadable_line"]
 
 COLUMNS = ("time (UTC)", "event", "actor", "channel/thread", "call", "details")
 _MAX = {"event": 16, "actor": 16, "channel/thread": 26, "call": 14}
@@ -44,21 +45,33 @@ def _decoded(value: Any) -> Any:
     return value
 
 
+def unreadable_line(row: Unreadable) -> str:
+    """A row the store cannot read, as the listing shows it in its place."""
+    seq = "?" if row.seq is None else str(row.seq)
+    return f"seq {seq} (id {row.id}): this row cannot be read: {row.why}"
+
+
 def audit_table(
-    rows: Sequence[AuditRow], where: Mapping[str, str], *, width: int = 100
+    entries: Sequence[AuditEntry], where: Mapping[str, str], *, width: int = 100
 ) -> list[str]:
     """Lines of the table for a terminal `width` columns wide; `where` maps a session id to its
     "channel/thread". Each row is one line of short columns, then its details (JSON) wrapped
-    below it, indented: details are long, and a column for them would leave them 20 wide."""
+    below it, indented: details are long, and a column for them would leave them 20 wide.
+    A row that cannot be read is one line saying so, with its seq, in its place."""
     heads = COLUMNS[:-1]
+    rows = [row for row in entries if isinstance(row, AuditRow)]
     cells = [heads, *(_cells(row, where)[:-1] for row in rows)]
     widths = [
         min(max(len(line[i]) for line in cells), _MAX.get(heads[i], 10**6))
         for i in range(len(heads))
     ]
     out = [*_lines(heads, widths), _INDENT + COLUMNS[-1]]
-    for row, line in zip(rows, cells[1:], strict=True):
-        out += _lines(line, widths)
+    lines = iter(cells[1:])
+    for row in entries:
+        if isinstance(row, Unreadable):
+            out += _wrap(printable(unreadable_line(row)), max(20, width))
+            continue
+        out += _lines(next(lines), widths)
         details = printable(details_json(row.details))
         out += [_INDENT + part for part in _wrap(details, max(20, width - len(_INDENT)))]
     return out

@@ -55,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument(
         "--follow", action="store_true", help="keep printing rows as they are written"
     )
+    audit.add_argument(
+        "--after",
+        type=int,
+        default=None,
+        metavar="SEQ",
+        help="with --follow: start after this seq (the last one a log shipper stored)",
+    )
     sub.add_parser("chat", help="the same agent, tools and policy in this terminal")
     sub.add_parser("migrate", help="bring the database's schema up to date (idempotent)")
     _add_policy_parser(sub)
@@ -97,6 +104,7 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
                 action=args.action,
                 head=args.head,
                 follow=args.follow,
+                after=args.after,
             )
         case "chat":
             from .chat import run_chat

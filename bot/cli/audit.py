@@ -1,6 +1,8 @@
 """`opsgate audit [--since WHEN] [--json]`: print the audit log, as a table or as JSON lines;
-`opsgate audit --follow [--json]`: keep printing rows as they are written; `opsgate audit verify
-[--head H]`: walk the chain (`bot/store/chain.py`).
+`opsgate audit --follow [--after SEQ] [--json]`: keep printing rows as they are written (from
+after SEQ when given: where a restarted log shipper left off); `opsgate audit verify [--head H]`:
+walk the chain (`bot/store/chain.py`). A row that cannot be read (edited by hand) is printed as
+such, with its seq, and fails `verify`; it never stops the listing.
 
 Audit rows hold untrusted text (tool arguments, rejection reasons), so the table escapes anything
 a terminal could interpret; JSON lines are pure ASCII for the same reason.
@@ -23,8 +25,17 @@ from typing import Any, TextIO
 from ..database import DatabaseURL
 from ..settings import load_settings
 from ..store import AuditRow, SQLiteStore, Store, StoreError, open_store
-from ..store.chain import Broken, Intact, audit_key, printed, verify_chain
-from ._audit_table import audit_table, details_json, printable
+from ..store.chain import (
+    AuditEntry,
+    Broken,
+    Intact,
+    KeyMismatch,
+    Unreadable,
+    audit_key,
+    printed,
+    verify_chain,
+)
+from ._audit_table import audit_table, details_json, printable, unreadable_line
 
 __all__ = ["audit_command", "parse_since", "run_audit", "run_follow", "run_verify"]
 
@@ -57,15 +68,16 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _as_json(row: AuditRow) -> str:
+def _as_json(row: AuditEntry) -> str:
     data: dict[str, Any] = printed(row)
     return json.dumps(data, ensure_ascii=True, sort_keys=True)
 
 
-async def _threads(store: Store, rows: list[AuditRow]) -> dict[str, str]:
+async def _threads(store: Store, rows: list[AuditEntry]) -> dict[str, str]:
     """ "channel/thread" of each session the rows name."""
     where = {}
-    for session_id in {row.session_id for row in rows if row.session_id}:
+    named = {row.session_id for row in rows if isinstance(row, AuditRow) and row.session_id}
+    for session_id in named:
         session = await store.get_session(session_id)
         if session is not None:
             where[session_id] = f"{session.channel_id}/{session.thread_ts}"
@@ -104,12 +116,14 @@ async def run_verify(
     err = err or sys.stderr
     try:
         async with _reader(db_path) as store:
-            rows = await store.audit_rows()
-            chain_seq, _ = await store.audit_chain_head()
+            recorded = await store.audit_head()
+            rows = await store.audit_entries()
     except StoreError as exc:
         print(f"opsgate audit verify: {exc}", file=err)
         return 1
-    verdict = verify_chain(rows, key=audit_key(), head=head, chain_seq=chain_seq)
+    verdict = verify_chain(
+        rows, key=audit_key(), keyed=recorded.keyed, head=head, chain_seq=recorded.seq
+    )
     match verdict:
         case Intact(rows=rows_checked, head=last):
             print(f"ok: {rows_checked} rows, head {last}", file=out)
@@ -117,15 +131,26 @@ async def run_verify(
         case Broken(seq=seq, why=why):
             print(f"seq {seq}: {why}", file=out)
             return 1
+        case KeyMismatch(why=why):
+            print(f"key: {why}", file=out)
+            return 1
 
 
 async def run_follow(
-    db_path: Path | DatabaseURL, *, as_json: bool, out: TextIO, err: TextIO | None = None
+    db_path: Path | DatabaseURL,
+    *,
+    as_json: bool,
+    out: TextIO,
+    err: TextIO | None = None,
+    after: int | None = None,
 ) -> int:
-    """Print each row written after the start, as it is written, until interrupted. A lost
-    database (the bot restarting, PostgreSQL failing over) is retried from the same cursor."""
+    """Print each row written after the start (after seq `after` when given), as it is
+    written, until interrupted. A lost database (the bot restarting, PostgreSQL failing over)
+    is retried from the same cursor."""
     err = err or sys.stderr
-    cursor: int | None = None
+    cursor: int | None = after
+    if cursor is not None:
+        print(f"opsgate audit: following from seq {cursor + 1}", file=err, flush=True)
     failures = 0
     while True:
         try:
@@ -159,15 +184,17 @@ async def _tail(
 ) -> int:
     while True:
         appended.clear()
-        for row in await store.audit_rows(after_seq=cursor, limit=500):
+        for row in await store.audit_entries(after_seq=cursor, limit=500):
             print(_as_json(row) if as_json else _line(row), file=out, flush=True)
-            cursor = row.seq
+            cursor = row.seq if row.seq is not None else cursor
         with suppress(TimeoutError):
             await asyncio.wait_for(appended.wait(), poll)
 
 
-def _line(row: AuditRow) -> str:
+def _line(row: AuditEntry) -> str:
     """One row of `--follow` without `--json`: the table's cells, on one line."""
+    if isinstance(row, Unreadable):
+        return printable(unreadable_line(row))
     return printable(
         f"{row.seq}  {row.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  {row.event}  "
         f"{row.actor or '-'}  {row.call_id or '-'}  {details_json(row.details)}"
@@ -193,7 +220,7 @@ async def run_audit(
             return 1
         else:
             async with SQLiteStore(db_path) as store:
-                rows = await store.audit_rows(since=since)
+                rows = await store.audit_entries(since=since)
                 where = {} if as_json else await _threads(store, rows)
     except StoreError as exc:
         print(f"opsgate audit: {exc}", file=err)
@@ -212,11 +239,11 @@ async def run_audit(
 
 async def _postgres_rows(
     url: DatabaseURL, since: datetime | None, as_json: bool
-) -> tuple[list[AuditRow], dict[str, str]]:
+) -> tuple[list[AuditEntry], dict[str, str]]:
     async with open_store(url, migrate=False) as store:
         if await store.schema_version() == 0:  # type: ignore[attr-defined]
             raise StoreError(f"database {str(url)!r} holds no OpsGate data (run `opsgate migrate`)")
-        rows = await store.audit_rows(since=since)
+        rows = await store.audit_entries(since=since)
         return rows, {} if as_json else await _threads(store, rows)
 
 
@@ -227,15 +254,21 @@ def audit_command(
     action: str | None = None,
     head: str | None = None,
     follow: bool = False,
+    after: int | None = None,
 ) -> int:
     """The command line's entry: read `--since` and the database's path, then `run_audit`
     (or `run_verify`, `run_follow`)."""
     if action == "verify":
         db = load_settings(mode="audit").opsgate_db
         return asyncio.run(run_verify(db, head=head, out=sys.stdout))
+    if after is not None and (not follow or after < 0):
+        print(
+            "opsgate audit: --after takes a seq (0 or more) and goes with --follow", file=sys.stderr
+        )
+        return 2
     if follow:
         db = load_settings(mode="audit").opsgate_db
-        return asyncio.run(run_follow(db, as_json=as_json, out=sys.stdout))
+        return asyncio.run(run_follow(db, as_json=as_json, out=sys.stdout, after=after))
     try:
         since_at = parse_since(since) if since else None
     except ValueError as exc:

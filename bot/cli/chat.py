@@ -154,6 +154,12 @@ class _Timeline:
     async def flush(self) -> None:
         return None  # every change is printed as it comes
 
+    def message(self) -> str | None:
+        return None  # a terminal prints lines: nothing to go on editing
+
+    def adopt(self, message: str) -> None:
+        return None
+
     async def rest(self) -> None:
         return None
 

@@ -6,8 +6,11 @@ a decision never waits for the collector: a collector that is down only makes th
 (`opsgate_audit_export_lag_seconds`) and fail (`opsgate_audit_export_failures_total`), and after
 `[audit] unready_after` failures in a row `/readyz` names it. Each delivery is a JSON array of
 rows exactly as `opsgate audit --json` prints them (with `seq`, `prev_hash`, `hash`), so the
-collector can verify the chain and drop the duplicates a retry brings (same `hash`). Replicas
-share the export through a lease in the cursor's row: one posts at a time.
+collector can verify the chain and drop the duplicates a retry brings (same `hash`). A row the
+store cannot read (edited by hand) is delivered as `opsgate audit --json` prints it too (its
+`id`, `seq` and `unreadable`: why), with a warning: the collector sees the break, and the rows
+after it still flow. Replicas share the export through a lease in the cursor's row: one posts
+at a time.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import httpx
 
 from ..policy import AuditPolicy
 from ..store import Store, StoreError
-from ..store.chain import printed
+from ..store.chain import Unreadable, printed
 from ..store.db import utc_now
 from .health import ReadinessCheck
 
@@ -111,11 +114,15 @@ class AuditExporter:
             delivered = await self._store.claim_audit_export(self._holder, LEASE)
             if delivered is None:  # another replica exports
                 return self._poll
-            rows = await self._store.audit_rows(after_seq=delivered, limit=self._policy.batch)
+            rows = await self._store.audit_entries(after_seq=delivered, limit=self._policy.batch)
         except StoreError as exc:
             logger.warning("audit export: cannot read the log: %s", exc)
             return self._poll
-        lag = (self._clock() - rows[0].at).total_seconds() if rows else 0.0
+        for row in rows:
+            if isinstance(row, Unreadable):
+                logger.warning("audit export: seq %s cannot be read: %s", row.seq, row.why)
+        times = [row.at for row in rows if not isinstance(row, Unreadable)]
+        lag = (self._clock() - times[0]).total_seconds() if times else 0.0
         self._observer.set_audit_export_lag(max(0.0, lag))
         if not rows:
             return self._poll
@@ -128,11 +135,12 @@ class AuditExporter:
             self._last_error = f"HTTP {response.status_code}"
         except httpx.HTTPError as exc:
             ok, self._last_error = False, type(exc).__name__
+        seqs = [row.seq for row in rows if row.seq is not None]
         if not ok:
-            return self._failed(rows[0].seq)
+            return self._failed(seqs[0] if seqs else delivered + 1)
         self.failures = 0
         try:
-            await self._store.audit_exported(self._holder, rows[-1].seq)
+            await self._store.audit_exported(self._holder, seqs[-1] if seqs else delivered)
         except StoreError as exc:  # delivered again later: at least once
             logger.warning("audit export: cannot move the cursor: %s", exc)
             return self._poll

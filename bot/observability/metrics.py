@@ -127,7 +127,13 @@ class Metrics:
         )
         self._feedback = Counter(
             "opsgate_feedback",
-            "Feedback on final answers, by value (good or bad).",
+            "Feedback votes on final answers (one per person per answer), by value.",
+            ["value"],
+            registry=r,
+        )
+        self._feedback_withdrawn = Counter(
+            "opsgate_feedback_withdrawn",
+            "Feedback votes taken back by a change of mind, by the value taken back.",
             ["value"],
             registry=r,
         )
@@ -190,6 +196,7 @@ class Metrics:
             self._llm_errors.labels(kind)
         for value in get_args(FeedbackValue):
             self._feedback.labels(value)
+            self._feedback_withdrawn.labels(value)
         for reason in get_args(DropReason):
             self._dropped.labels(reason)
         for priority in OUTBOX_PRIORITIES:
@@ -226,8 +233,14 @@ class Metrics:
     def llm_error(self, kind: LLMErrorKind) -> None:
         self._llm_errors.labels(kind).inc()
 
-    def feedback_given(self, value: FeedbackValue) -> None:
+    def feedback_given(
+        self, value: FeedbackValue, *, replaces: FeedbackValue | None = None
+    ) -> None:
+        """A vote counted: votes standing = `opsgate_feedback_total` minus
+        `opsgate_feedback_withdrawn_total`, by value."""
         self._feedback.labels(value).inc()
+        if replaces is not None:
+            self._feedback_withdrawn.labels(replaces).inc()
 
     def slack_api_error(self, method: str) -> None:
         """Count a failed Web API call; `method` is Slack's name, e.g. "chat.postMessage"."""

@@ -26,7 +26,7 @@ from agent_core.outcomes import CallOutcome, Cancelled, Expired, Interrupted, No
 
 from ..observability import log_context, log_event, tracing
 from ..observability.metrics import RunOutcome, ToolOutcome
-from ..store import LateResult, ToolCallRow
+from ..store import LateResult, StoredTimeline, ToolCallRow
 from .cards import Cards
 from .context import LiveRun, RunContext
 from .notices import (
@@ -118,9 +118,13 @@ class Driver:
         output = self.ctx.output
         if message_ts:
             await output.react(thread, message_ts, True)
-        await _quietly(self.paused.close(session_id), "ending the paused timeline")
+        try:
+            handed = await self.paused.close(session_id)
+        except Exception:
+            logger.exception("ending the paused timeline failed")
+            handed = None
         shown = _Shown(self, thread, session_id, requester, message_ts)
-        await _quietly(shown.begin(resuming), "starting the timeline")
+        await _quietly(shown.begin(resuming, handed), "starting the timeline")
         failed = False
         stopping = False
         live: LiveRun | None = None
@@ -214,6 +218,9 @@ class _Shown:
         """The policy refused a call of the paused batch itself (forbidden)."""
         self.lost = False
         """Slack never took the end of an answer of this run (`TextSink.lost`)."""
+        self.kept = False
+        """The timeline's message is kept with the run (`Store.keep_timeline`) or was gone
+        on in: the run's end drops it."""
 
     async def answer_kept(self) -> None:
         """The output holds what the thread still lacks of the final answer, durably: end the
@@ -235,17 +242,30 @@ class _Shown:
     async def say(self, notice: Notice) -> None:
         await self.output.say(self.thread, notice)
 
-    async def begin(self, resuming: bool) -> None:
-        """The thread shows the run working; a resume's timeline starts with its batch."""
+    async def begin(self, resuming: bool, handed: StoredTimeline | None = None) -> None:
+        """The thread shows the run working; a resume's timeline starts with its batch, in
+        the paused part's message where it can go on in it (`handed` by this process's paused
+        timeline, else kept in the store: a restart, another replica)."""
         await self.output.status(self.thread, Working())
         if resuming:
-            await self.timeline.seed(await self.driver.ctx.store.batch_calls(self.session_id))
+            store = self.driver.ctx.store
+            batch = await store.batch_calls(self.session_id)
+            kept = handed or await store.kept_timeline(self.session_id)
+            if kept is not None:
+                self.kept = await self.timeline.go_on(kept, batch)
+            await self.timeline.seed(batch)
 
     async def end(self) -> None:
+        store = self.driver.ctx.store
         if self.outcome is None:  # paused: open for partial decisions, still saying whom
             await self.driver.paused.keep(self.session_id, self.timeline)  # it waits for
+            if (kept := self.timeline.handover()) is not None:
+                await store.keep_timeline(self.session_id, kept.ts, kept.shown)
+                self.kept = True
             return
         await self.timeline.close()
+        if self.kept:
+            await store.drop_timeline(self.session_id)
         await self.output.status(self.thread, None)
 
     async def paused(self) -> None:

@@ -1,6 +1,9 @@
-"""Feedback on a run's final answer: a click is audited (`feedback`: who, good or bad, the
-session and the answer's message) and counted (`opsgate_feedback_total{value}`); the optional
-reason a "bad" click may add is audited too (`feedback_reason`). Both ask the one gate first
+"""Feedback on a run's final answer: one vote per person per answer, the latest counts. A click
+is a vote (`Store.vote`): a first vote or a change of mind is audited (`feedback`: who, good or
+bad, the vote it replaces, the session and the answer's message) and counted
+(`opsgate_feedback_total{value}`, and `opsgate_feedback_withdrawn_total{value}` for the vote a
+change of mind takes back); a repeated click changes nothing. The optional reason a "bad"
+click may add is audited too (`feedback_reason`). Both ask the one gate first
 (`authorize_on`, action `feedback`): a click that hides its workspace is refused, as on every
 other surface.
 
@@ -33,17 +36,14 @@ class Feedback:
         value: FeedbackValue,
         message_ts: str,
     ) -> Notice | None:
-        """Record one click; else why not (`UnknownRequest`: the session is unknown)."""
+        """Record one click as `user`'s vote; else why not (`UnknownRequest`: the session is
+        unknown)."""
         found = await self._allowed(session_id, user=user, team=team)
         if not isinstance(found, SessionRow):
             return found
-        await self.ctx.store.audit(
-            "feedback",
-            actor=user,
-            session_id=session_id,
-            details={"value": value, "message_ts": message_ts},
-        )
-        self.ctx.observer.feedback_given(value)
+        vote = await self.ctx.store.vote(session_id, message_ts, user=user, value=value)
+        if vote.counted:
+            self.ctx.observer.feedback_given(value, replaces=vote.replaces)
         return None
 
     async def explain(

@@ -61,8 +61,8 @@ class RunObserver(Protocol):
 
     def slack_api_error(self, method: str) -> None: ...
 
-    def feedback_given(self, value: FeedbackValue) -> None:
-        """Someone clicked good or bad under a final answer."""
+    def feedback_given(self, value: FeedbackValue, *, replaces: FeedbackValue | None) -> None:
+        """Someone voted good or bad on a final answer (`replaces`: the vote they took back)."""
         ...
 
 
@@ -86,7 +86,7 @@ class NoObserver:
     def slack_api_error(self, method: str) -> None:
         pass
 
-    def feedback_given(self, value: FeedbackValue) -> None:
+    def feedback_given(self, value: FeedbackValue, *, replaces: FeedbackValue | None) -> None:
         pass
 
 

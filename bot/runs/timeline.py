@@ -9,7 +9,11 @@ expired, not run); each output maps them to what its medium can show.
 A run that pauses leaves its timeline with the gated calls waiting (each linked to its card,
 with its count of approvals): `PausedTimelines` keeps it, so that a decision that is not yet the
 last one ("1 of 2") redraws its task. The next run of the session (the resume) closes it and
-starts a new one, seeded from the ledger with the decisions taken meanwhile.
+starts a new one, seeded from the ledger with the decisions taken meanwhile. Where the paused
+timeline is one message edited in place (`TimelineSink.message`: Slack without streaming), the
+resume goes on in that message (`Timeline.go_on`) with the tasks it showed, so a run has one
+timeline message through its pauses; the message and its tasks are kept with the run in the
+store (`handover`), for a resume after a restart or on another replica.
 
 Changes are shown when the run waits (`TimelineSink.flush`): when a tool starts, when a batch
 is answered, when the run pauses, when it ends. When it waits with no task moving (it paused for
@@ -30,8 +34,8 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, Protocol
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from agent_core import (
     AgentResponseUpdate,
@@ -42,6 +46,8 @@ from agent_core import (
     ToolResult,
     ToolRunning,
 )
+
+from ..store import StoredTimeline
 
 if TYPE_CHECKING:
     from ..store import ToolCallRow
@@ -124,6 +130,15 @@ class TimelineSink(Protocol):
 
     async def close(self) -> None:
         """The timeline is done (the run ended); sends what is held first; idempotent."""
+        ...
+
+    def message(self) -> str | None:
+        """The one message the timeline is shown in, when a resume can go on editing it (Slack:
+        a posted message; not a stream, which a resume cannot reopen); else None."""
+        ...
+
+    def adopt(self, message: str) -> None:
+        """Go on in `message` (a paused part's `message()`): changes edit it, none posts."""
         ...
 
 
@@ -299,6 +314,36 @@ class Timeline:
         """Show what changed now: the run pauses, it waits for people (`TimelineSink.rest`)."""
         await self._sink.rest()
 
+    def handover(self) -> StoredTimeline | None:
+        """What a resume needs to go on in this timeline's message (after `rest`): the message
+        and the tasks and plan it shows; None where the medium cannot be gone on in."""
+        message = self._sink.message()
+        if message is None:
+            return None
+        tasks = [asdict(task) for task in self._tasks.values()]
+        return StoredTimeline(message, json.dumps({"plan": list(self._plan), "tasks": tasks}))
+
+    async def go_on(self, kept: StoredTimeline, batch: Sequence[ToolCallRow]) -> bool:
+        """A resume: show the paused part's tasks in its message (`handover`), before the
+        batch is seeded. Only if it is this batch's pause (each of its calls is shown there: a
+        row kept by an earlier pause is not gone on in); what cannot be read is left out."""
+        try:
+            shown = json.loads(kept.shown)
+        except ValueError:
+            return False
+        raw = shown.get("tasks") if isinstance(shown, dict) else None
+        tasks = [task for task in map(_task, raw if isinstance(raw, list) else []) if task]
+        if not batch or not {row.call_id for row in batch} <= {task.call_id for task in tasks}:
+            return False
+        self._sink.adopt(kept.ts)
+        plan = shown.get("plan")
+        if isinstance(plan, list) and plan and all(isinstance(step, str) for step in plan):
+            self._plan = tuple(plan)
+            await self._sink.plan(self._plan)
+        for task in tasks:
+            await self._put(task)
+        return True
+
     async def close(self) -> None:
         await self._sink.close()
 
@@ -375,13 +420,18 @@ class PausedTimelines:
     def get(self, session_id: str) -> Timeline | None:
         return self._by_session.get(session_id)
 
-    async def close(self, session_id: str, batch: Sequence[ToolCallRow] = ()) -> None:
+    async def close(
+        self, session_id: str, batch: Sequence[ToolCallRow] = ()
+    ) -> StoredTimeline | None:
         """The session's paused timeline is over: its run resumes or another starts, or the
-        run was cancelled (`batch`: the calls as they ended, shown before it closes)."""
+        run was cancelled (`batch`: the calls as they ended, shown before it closes). What a
+        resume needs to go on in its message (`Timeline.handover`), if it was here."""
         timeline = self._by_session.pop(session_id, None)
-        if timeline is not None:
-            await timeline.settled(batch)
-            await timeline.close()
+        if timeline is None:
+            return None
+        await timeline.settled(batch)
+        await timeline.close()
+        return timeline.handover()
 
 
 _SEEDED: dict[str, TaskStatus] = {
@@ -400,6 +450,17 @@ _OUTCOMES: dict[str, TaskStatus] = {
     "not_run": "not_run",
     "interrupted": "not_run",
 }
+
+
+def _task(raw: Any) -> Task | None:
+    """A task as `Timeline.handover` wrote it; None if it is not one."""
+    if not isinstance(raw, dict) or raw.get("status") not in get_args(TaskStatus):
+        return None
+    approvals = raw.get("approvals")
+    try:
+        return Task(**{**raw, "approvals": tuple(approvals) if approvals else None})
+    except TypeError:
+        return None
 
 
 def _short(arguments: str) -> str:

@@ -39,6 +39,8 @@ _STREAM_UNAVAILABLE = {
     "missing_scope",
     "method_deprecated",
     "feature_not_enabled",
+    "not_allowed",
+    "team_not_enabled",
     "not_authed",
     "invalid_arguments",
 }

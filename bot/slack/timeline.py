@@ -88,6 +88,8 @@ _STREAM_UNAVAILABLE = {
     "missing_scope",
     "method_deprecated",
     "feature_not_enabled",
+    "not_allowed",
+    "team_not_enabled",
     "not_authed",
     "invalid_arguments",
 }
@@ -235,6 +237,8 @@ class SlackTimeline:
         self._held: dict[str, dict[str, Any]] = {}
         """Chunks not sent yet, by task id ("" for the plan): the latest of each only."""
         self._ts: str | None = None
+        self._posted = False
+        """`_ts` is a message this timeline posted (not a stream's): a resume can go on in it."""
         self._streaming_ts: str | None = None
         self._sending = asyncio.Lock()
         """One write at a time, in order: a close that comes while the stream is being
@@ -308,11 +312,21 @@ class SlackTimeline:
                 text=text,
                 blocks=blocks,
             )
-            self._ts = str(response["ts"])
+            self._ts, self._posted = str(response["ts"]), True
         else:
             await self.client.chat_update(
                 channel=self.thread.channel_id, ts=self._ts, text=text, blocks=blocks
             )
+
+    def message(self) -> str | None:
+        """The posted message the timeline is edited in (Slack refused streaming), which a
+        resume goes on in; None for a stream (a resume streams its own, as Slack cannot
+        reopen one) and before anything was posted."""
+        return self._ts if self._posted else None
+
+    def adopt(self, message: str) -> None:
+        """Go on in a paused part's posted message: edit it, never start a stream or post."""
+        self._ts, self._posted, self.use_streaming = message, True, False
 
     async def rest(self) -> None:
         """No task moves for a while (the run paused, or its batch is answered): what is held

@@ -21,6 +21,7 @@ from .errors import (
     UnknownCall,
     UnknownSession,
 )
+from .feedback import Vote, VoteValue
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .health import WriteHealth, require_writable
 from .models import (
@@ -69,6 +70,7 @@ from .rules import already as already_reason
 from .schema import SCHEMA_VERSION
 from .sqlite import SQLiteStore
 from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
+from .timelines import StoredTimeline
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AllowOutcome",
@@ -134,9 +136,12 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "StoreError",
     "StoredInput",
     "StoredPreview",
+    "StoredTimeline",
     "ToolCallRow",
     "UnknownCall",
     "UnknownSession",
+    "Vote",
+    "VoteValue",
     "Wake",
     "WakeSource",
     "WriteHealth",

@@ -7,13 +7,17 @@ shared by every process and replica on the database.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from .chain import GENESIS
+from pydantic import ValidationError
+
+from .chain import GENESIS, AuditEntry, RecordedHead, Unreadable
 from .core import StoreCore
-from .db import aware
+from .db import Row, aware
+from .errors import StoreError
 from .models import AuditRow, HomeViewer
 from .queue import _FIRST_SIGHTING
 from .rules import HOME_VIEWERS_KEPT, PROBE_EVENT_ID, SEEN_EVENT_TTL
@@ -44,6 +48,24 @@ class Audit(StoreCore):
         after_seq: int | None = None,
         limit: int | None = None,
     ) -> list[AuditRow]:
+        """The rows; a row that cannot be read (edited by hand) raises `StoreError` naming its
+        seq (`audit_entries` lists it instead)."""
+        rows = []
+        for entry in await self.audit_entries(since=since, after_seq=after_seq, limit=limit):
+            if isinstance(entry, Unreadable):
+                raise StoreError(
+                    f"audit row seq {entry.seq} (id {entry.id}) cannot be read: {entry.why}"
+                )
+            rows.append(entry)
+        return rows
+
+    async def audit_entries(
+        self,
+        *,
+        since: datetime | None = None,
+        after_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[AuditEntry]:
         where, params = ["1 = 1"], dict[str, Any]()
         if after_seq is not None:
             where.append("seq > :after")
@@ -56,12 +78,28 @@ class Audit(StoreCore):
             rows = await tx.fetch_all(
                 f"SELECT * FROM audit WHERE {' AND '.join(where)} ORDER BY id{tail}", params
             )
-        return [self._audit_model(row) for row in rows]
+        return [self._audit_entry(row) for row in rows]
+
+    def _audit_entry(self, row: Row) -> AuditEntry:
+        """The row, or what makes it unreadable: one bad row never hides the others."""
+        try:
+            return self._audit_model(row)
+        except (ValidationError, ValueError, TypeError) as exc:
+            return Unreadable(_int_or_none(row["id"]), _int_or_none(row["seq"]), _unreadable(exc))
 
     async def audit_chain_head(self) -> tuple[int, str]:
+        head = await self.audit_head()
+        return head.seq, head.hash
+
+    async def audit_head(self) -> RecordedHead:
         async with self._db.reading("audit_chain_head") as tx:
-            head = await tx.fetch_one("SELECT seq, hash FROM audit_chain")
-        return (0, GENESIS) if head is None else (int(head["seq"]), str(head["hash"]))
+            head = await tx.fetch_one("SELECT seq, hash, key_fingerprint FROM audit_chain")
+        if head is None:
+            return RecordedHead(0, GENESIS, None)
+        keyed = head["key_fingerprint"]
+        return RecordedHead(
+            int(head["seq"]), str(head["hash"]), None if keyed is None else str(keyed)
+        )
 
     # -- the export's cursor (`bot/observability/audit_export.py`) --------------------------------
 
@@ -162,3 +200,18 @@ class Audit(StoreCore):
                 "tokens = excluded.tokens, learned_at = excluded.learned_at",
                 {"model": model, "tokens": tokens, "now": self._now()},
             )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _unreadable(exc: Exception) -> str:
+    """What is wrong with the row, in one line (pydantic's first error, without its URL)."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the row"
+        return f"{where}: {first['msg']}"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"details: not JSON ({exc})"
+    return f"{type(exc).__name__}: {exc}"

@@ -19,6 +19,8 @@ from agent_core.events import ToolApprovalRequest, ToolCallHeld
 from agent_core.messages import ChatMessage, ToolCall
 from agent_core.sessions import StoredContext, Summary
 
+from .chain import AuditEntry, RecordedHead
+from .feedback import Vote, VoteValue
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .models import (
     AllowanceGrant,
@@ -42,6 +44,7 @@ from .outbox import OutboxEntry, OutboxRow, OutboxStats
 from .queue_notices import QueueNotice
 from .quorum import Quorum
 from .states import CardLock, InboxKind
+from .timelines import StoredTimeline
 
 __all__ = ["Store"]
 
@@ -480,10 +483,40 @@ class Store(Protocol):
         limit: int | None = None,
     ) -> list[AuditRow]:
         """Audit rows in the order written, from `since` on if given, past `after_seq` (the
-        follower's and the exporter's cursor), at most `limit`."""
+        follower's and the exporter's cursor), at most `limit`. A row that cannot be read
+        (edited by hand) raises `StoreError` naming its seq."""
+
+    async def audit_entries(
+        self,
+        *,
+        since: datetime | None = None,
+        after_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[AuditEntry]:
+        """As `audit_rows`, but a row that cannot be read is listed as `Unreadable` (its id,
+        its seq if that can be read, and why), so readers print and verify the others."""
 
     async def audit_chain_head(self) -> tuple[int, str]:
         """The seq and hash the chain head records (0 and 64 zeros for an empty log)."""
+
+    async def vote(self, session_id: str, message_ts: str, *, user: str, value: VoteValue) -> Vote:
+        """Record `user`'s feedback vote on an answer: one per person per answer, the latest
+        counts; audited (`feedback`) only when the vote changed."""
+
+    async def votes(self, session_id: str, message_ts: str) -> dict[str, VoteValue]:
+        """Each person's vote on the answer, as it stands."""
+
+    async def keep_timeline(self, session_id: str, ts: str, shown: str) -> None:
+        """The paused run's timeline is message `ts`, showing `shown` (replaces what was kept)."""
+
+    async def kept_timeline(self, session_id: str) -> StoredTimeline | None:
+        """The paused run's timeline message, for its resume to edit; None if none was kept."""
+
+    async def drop_timeline(self, session_id: str) -> None:
+        """The run ended: its timeline message is no longer continued."""
+
+    async def audit_head(self) -> RecordedHead:
+        """The chain head as recorded: seq, hash and the key fingerprint (None: not keyed)."""
 
     async def note_trace(self, session_id: str, trace_id: str, span_id: str) -> None:
         """Store the paused run's span ids with the calls of the session's current batch."""

@@ -24,7 +24,16 @@ from agent_core import replace_lone_surrogates, replace_lone_surrogates_in
 from agent_core.messages import ChatMessage
 
 from ._outbox_rows import card_redraw, put_rows
-from .chain import ChainHead, audit_key, canonical_hash, printed_time
+from .chain import (
+    KEY_VARIABLE,
+    ChainHead,
+    audit_key,
+    canonical_hash,
+    key_mark,
+    key_mismatch,
+    last_row_mark,
+    printed_time,
+)
 from .db import Db, Row, Tx, aware, json_text
 from .errors import StoreError, UnknownCall, UnknownSession
 from .models import AuditRow, QueueItem, SessionRow, ToolCallRow
@@ -37,19 +46,21 @@ logger = logging.getLogger("opsgate.store")
 _ROW = (
     "INSERT INTO audit (id, at, event, actor, session_id, call_id, details, seq, prev_hash, "
     "hash) SELECT :id, :at, :event, :actor, :session_id, :call_id, :details, :seq, "
-    ":prev_hash, :hash FROM {head} WHERE head.seq = :after AND head.hash = :prev_hash"
+    ":prev_hash, :hash FROM {head} WHERE head.seq = :after AND head.hash = :prev_hash "
+    "AND (head.seq = 0 OR head.key_fingerprint = :keyed)"
 )
 _APPEND = {
     # Not a CTE on SQLite: Python's sqlite3 counts rows only for statements that begin with
     # INSERT, UPDATE, DELETE or REPLACE.
     "sqlite": _ROW.format(head="audit_chain AS head"),
-    "postgresql": "WITH head AS MATERIALIZED (SELECT seq, hash FROM audit_chain FOR UPDATE) "
-    + _ROW.format(head="head"),
+    "postgresql": "WITH head AS MATERIALIZED "
+    "(SELECT seq, hash, key_fingerprint FROM audit_chain FOR UPDATE) " + _ROW.format(head="head"),
 }
-"""The next link, inserted only if the head is still the one it follows (else nothing:
-the store then reads the head, locked, and appends after it). On PostgreSQL the head row is
-locked first whatever it holds (materialized, so the comparison sees the head after any wait,
-not the one from before it)."""
+"""The next link, inserted only if the head is still the one it follows and the chain is
+keyed as this writer is (else nothing: the store then reads the head, locked, and appends
+after it, or refuses a key that is not the chain's). On PostgreSQL the head row is locked
+first whatever it holds (materialized, so the comparison sees the head after any wait, not
+the one from before it)."""
 
 
 _TURN_SECONDS = 1.0
@@ -81,10 +92,12 @@ def _has_float(value: Any) -> bool:
 def _link(head: ChainHead, fields: dict[str, Any], columns: tuple[Any, Any]) -> dict[str, Any]:
     """The append's parameters for the row after `head`: hashed as printed, stored as the
     columns take it (`columns`: time and details in the database's form)."""
+    key = audit_key()
     link = fields | {"id": head.last_id + 1, "seq": head.seq + 1, "prev_hash": head.hash}
-    link["hash"] = canonical_hash(link, audit_key())
+    link["hash"] = canonical_hash(link, key)
     link["at"], link["details"] = columns
     link["after"] = head.seq
+    link["keyed"] = key_mark(key)
     return link
 
 
@@ -348,16 +361,38 @@ class StoreCore:
         row = _link(head, fields, columns)
         if await tx.execute(append, row) != 1:
             return False
+        if head.seq == 0:  # the first row: the chain is keyed as its first writer is
+            await tx.execute(
+                "UPDATE audit_chain SET key_fingerprint = :keyed", {"keyed": row["keyed"]}
+            )
         self._head = (tx, ChainHead(row["seq"], row["hash"], row["id"]))
         return True
 
     async def _locked_head(self, tx: Tx) -> ChainHead:
         head = await tx.fetch_one(
-            "SELECT seq, hash, last_id FROM audit_chain" + self._db.for_update
+            "SELECT seq, hash, last_id, key_fingerprint FROM audit_chain" + self._db.for_update
         )
         if head is None:
             raise StoreError(f"the audit chain of {self._db.name!r} has no head (migrate it)")
+        if int(head["seq"]) > 0:
+            await self._check_key(tx, head["key_fingerprint"], int(head["seq"]))
         return ChainHead(int(head["seq"]), str(head["hash"]), int(head["last_id"]))
+
+    async def _check_key(self, tx: Tx, keyed: str | None, seq: int) -> None:
+        """Rows hashed with another key than the chain's would never verify: refused, not
+        written. A head that records no key yet (upgraded without the key) takes this
+        writer's, once that key verifies the last row."""
+        key, name = audit_key(), self._db.name
+        if keyed is None:
+            keyed = await last_row_mark(tx, key)
+            if keyed is None:
+                raise StoreError(
+                    f"cannot append to the audit chain of {name!r}: {KEY_VARIABLE} does not "
+                    f"verify its last row (seq {seq}); set it to the key the chain is written with"
+                )
+            await tx.execute("UPDATE audit_chain SET key_fingerprint = :mark", {"mark": keyed})
+        if (mismatch := key_mismatch(keyed, key)) is not None:
+            raise StoreError(f"cannot append to the audit chain of {name!r}: {mismatch.why}")
 
     async def _write_unchained(
         self,

@@ -20,6 +20,7 @@ from .db import utc_now
 from .db.postgres import PostgresDb
 from .edits import Edits
 from .errors import PostgresSchemaTooNew
+from .feedback import FeedbackVotes
 from .freezes import Freezes
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
@@ -27,12 +28,22 @@ from .recovery import Recovery
 from .replicas import DEFAULT_LEASE, Replicas
 from .rules import Person
 from .schema import SCHEMA_VERSION
+from .timelines import RunTimelines
 
 __all__ = ["DEFAULT_LEASE", "SCHEMA_VERSION", "PostgresSchemaTooNew", "PostgresStore", "redact"]
 
 
 class PostgresStore(
-    Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Replicas, Freezes
+    Edits,
+    Recovery,
+    Audit,
+    Outbox,
+    QueueNoticeRows,
+    AssistantThreads,
+    Replicas,
+    Freezes,
+    FeedbackVotes,
+    RunTimelines,
 ):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 

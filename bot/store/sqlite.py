@@ -17,16 +17,28 @@ from .audit import Audit
 from .db import utc_now
 from .db.sqlite import SQLiteDb
 from .edits import Edits
+from .feedback import FeedbackVotes
 from .freezes import Freezes
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
 from .recovery import Recovery
 from .rules import Person
+from .timelines import RunTimelines
 
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Freezes):
+class SQLiteStore(
+    Edits,
+    Recovery,
+    Audit,
+    Outbox,
+    QueueNoticeRows,
+    AssistantThreads,
+    Freezes,
+    FeedbackVotes,
+    RunTimelines,
+):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`). Use it as an async context manager.
 

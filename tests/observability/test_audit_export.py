@@ -5,6 +5,7 @@ collector by scheme and host only, never its path), and one success clears both.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from datetime import timedelta
 from pathlib import Path
 
@@ -58,3 +59,31 @@ async def test_failures_are_counted_and_make_the_export_unready_until_a_delivery
         finally:
             exporter.stop()
             await asyncio.wait_for(task, 10)
+
+
+async def test_a_row_edited_by_hand_is_delivered_as_unreadable_and_the_rest_follow(
+    tmp_path: Path,
+) -> None:
+    metrics = Metrics()
+    async with SQLiteStore(tmp_path / "opsgate.db") as store, collector() as siem:
+        for n in range(3):
+            await store.audit("request", actor="U1", details={"n": n})
+        conn = sqlite3.connect(store.path)
+        with conn:
+            conn.execute("DROP TRIGGER audit_no_update")
+            conn.execute("UPDATE audit SET details = '{\"n\": ' WHERE seq = 2")
+        conn.close()
+        siem.down = False
+        policy = AuditPolicy(webhook=siem.url, unready_after=2, retry_max=timedelta(seconds=1))
+        exporter = AuditExporter(store, policy, metrics, poll=0.05)
+        task = asyncio.create_task(exporter.run())
+        try:
+            await siem.wait_for("rows 1-3", lambda: {1, 2, 3} <= siem.seqs(), timeout=20)
+            await store.audit("request", actor="U1", details={"n": 3})
+            await siem.wait_for("row 4", lambda: 4 in siem.seqs(), timeout=20)
+        finally:
+            exporter.stop()
+            await asyncio.wait_for(task, 10)
+    rows = {row["seq"]: row for delivery in siem.deliveries for row in delivery}
+    assert "details" in rows[2]["unreadable"] and "hash" not in rows[2]
+    assert rows[3]["details"] == {"n": 2} and rows[4]["details"] == {"n": 3}

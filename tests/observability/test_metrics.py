@@ -24,6 +24,7 @@ FAMILIES = {
     "opsgate_mcp_calls": "counter",
     "opsgate_mcp_restarts": "counter",
     "opsgate_feedback": "counter",
+    "opsgate_feedback_withdrawn": "counter",
     "opsgate_audit_export_lag_seconds": "gauge",
     "opsgate_audit_export_failures": "counter",
     "opsgate_slack_ratelimited": "counter",
@@ -155,3 +156,6 @@ def test_feedback_is_counted_by_value_from_zero() -> None:
     metrics.feedback_given("bad")
     assert value(metrics, "opsgate_feedback_total", value="good") == 2
     assert value(metrics, "opsgate_feedback_total", value="bad") == 1
+    metrics.feedback_given("bad", replaces="good")  # a change of mind takes "good" back
+    assert value(metrics, "opsgate_feedback_withdrawn_total", value="good") == 1
+    assert value(metrics, "opsgate_feedback_withdrawn_total", value="bad") == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -113,9 +114,70 @@ async def test_verify_checks_the_key(database: str) -> None:
     await _write(database, "U0ALICE", 2, OPSGATE_AUDIT_KEY="k1")
     good = await asyncio.to_thread(_opsgate, database, "audit", "verify", OPSGATE_AUDIT_KEY="k1")
     assert good.returncode == 0 and good.stdout.startswith("ok: 2 rows, head "), good.stderr
-    for env in ({"OPSGATE_AUDIT_KEY": "k2"}, {}):
-        wrong = await asyncio.to_thread(_opsgate, database, "audit", "verify", **env)
-        assert wrong.returncode == 1 and wrong.stdout.startswith("seq 1: edited"), wrong.stdout
+    missing = await asyncio.to_thread(_opsgate, database, "audit", "verify")
+    assert missing.returncode == 1, missing.stdout
+    assert "keyed" in missing.stdout and "set OPSGATE_AUDIT_KEY" in missing.stdout
+    wrong = await asyncio.to_thread(_opsgate, database, "audit", "verify", OPSGATE_AUDIT_KEY="k2")
+    assert wrong.returncode == 1 and "fingerprint" in wrong.stdout and "differs" in wrong.stdout
+    assert "k1" not in missing.stdout + wrong.stdout and "k2" not in wrong.stdout
+
+
+def _plain_rewrite(rows: list[dict[str, object]]) -> list[tuple[int, str, str]]:
+    """(seq, prev_hash, hash) of every row recomputed with plain SHA-256, as someone who owns
+    the database but not the key would."""
+    prev, out = "0" * 64, []
+    for row in rows:
+        data = {k: v for k, v in row.items() if k != "hash"} | {"prev_hash": prev}
+        body = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        digest = hashlib.sha256(body.encode() + prev.encode()).hexdigest()
+        out.append((int(str(row["seq"])), prev, digest))
+        prev = digest
+    return out
+
+
+async def test_a_keyed_log_rewritten_with_plain_sha256_never_verifies(database: str) -> None:
+    await _write(database, "U0ALICE", 3, OPSGATE_AUDIT_KEY="k1")
+    listed = await asyncio.to_thread(_opsgate, database, "audit", "--json")
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    for seq, prev, digest in _plain_rewrite(rows):
+        await _tamper(
+            database, f"UPDATE audit SET prev_hash = '{prev}', hash = '{digest}' WHERE seq = {seq}"
+        )
+        await _tamper(database, f"UPDATE audit_chain SET hash = '{digest}'")
+    plain = await asyncio.to_thread(_opsgate, database, "audit", "verify")
+    assert plain.returncode == 1 and "keyed" in plain.stdout, plain.stdout
+    keyed = await asyncio.to_thread(_opsgate, database, "audit", "verify", OPSGATE_AUDIT_KEY="k1")
+    assert keyed.returncode == 1 and keyed.stdout.startswith("seq 1: edited"), keyed.stdout
+
+
+async def test_hand_edited_rows_are_named_by_seq_and_listed_without_a_traceback(
+    database: str,
+) -> None:
+    await _write(database, "U0ALICE", 5)
+    postgres = database.startswith("postgres")
+    # Bad JSON where SQLite keeps text; jsonb only holds JSON, so there: JSON that is no object.
+    bad = "'[1, 2]'" if postgres else "'{\"n\": '"
+    await _tamper(database, f"UPDATE audit SET details = {bad} WHERE seq = 2")
+    verify = await asyncio.to_thread(_opsgate, database, "audit", "verify")
+    assert verify.returncode == 1, verify.stdout + verify.stderr
+    assert verify.stdout.startswith("seq 2: unreadable"), verify.stdout
+    assert "Traceback" not in verify.stderr, verify.stderr
+    table = await asyncio.to_thread(_opsgate, database, "audit")
+    assert table.returncode == 0 and "Traceback" not in table.stderr, table.stderr
+    assert "seq 2 (id 2): this row cannot be read" in table.stdout, table.stdout
+    assert table.stdout.count("U0ALICE") == 4, table.stdout
+    lines = (await asyncio.to_thread(_opsgate, database, "audit", "--json")).stdout.splitlines()
+    listed = [json.loads(line) for line in lines]
+    assert [row["seq"] for row in listed] == [1, 2, 3, 4, 5]
+    assert "unreadable" in listed[1] and listed[2]["actor"] == "U0ALICE"
+    # A changed field and a deleted row further on: the first failure is still the one named.
+    await _tamper(database, "UPDATE audit SET details = '{\"n\": 2}' WHERE seq = 2")
+    await _tamper(database, "UPDATE audit SET actor = 'UEVIL' WHERE seq = 3")
+    edited = await asyncio.to_thread(_opsgate, database, "audit", "verify")
+    assert edited.returncode == 1 and edited.stdout.startswith("seq 2: edited"), edited.stdout
+    await _tamper(database, "DELETE FROM audit WHERE seq <= 2")
+    deleted = await asyncio.to_thread(_opsgate, database, "audit", "verify")
+    assert deleted.returncode == 1 and deleted.stdout.startswith("seq 1: deleted"), deleted.stdout
 
 
 class _Follower:
@@ -148,12 +210,13 @@ class _Follower:
 
 
 @contextlib.asynccontextmanager
-async def _follower(db: str) -> AsyncIterator[_Follower]:
+async def _follower(db: str, *args: str) -> AsyncIterator[_Follower]:
     process = await asyncio.create_subprocess_exec(
         str(OPSGATE),
         "audit",
         "--follow",
         "--json",
+        *args,
         env=_environment(OPSGATE_DB=db),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -206,3 +269,19 @@ async def test_three_processes_writing_at_once_keep_the_chain(database: str) -> 
     await asyncio.gather(*(_write(database, f"U{n}", 20) for n in range(1, 4)))
     ok = await asyncio.to_thread(_opsgate, database, "audit", "verify")
     assert ok.returncode == 0 and ok.stdout.startswith("ok: 61 rows, head "), ok.stdout
+
+
+async def test_follow_after_a_seq_resumes_there_then_follows(database: str) -> None:
+    """A log shipper that stored seq 3 restarts: it gets 4 and 5 (written while it was
+    away), then the rows written as it follows."""
+    await _write(database, "UOLD", 5)
+    async with _follower(database, "--after", "3") as follower:
+        assert await follower.rows(2) == [("UOLD", 4), ("UOLD", 5)]
+        assert follower.seqs == [4, 5]
+        await _write(database, "UNEW", 1)
+        assert await follower.rows(1) == [("UNEW", 6)]
+
+
+def test_after_goes_with_follow(tmp_path: Path) -> None:
+    alone = _opsgate(str(tmp_path / "opsgate.db"), "audit", "--after", "3")
+    assert alone.returncode == 2 and "--follow" in alone.stderr

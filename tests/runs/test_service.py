@@ -117,6 +117,12 @@ class _Tasks:
     async def close(self) -> None:
         return None
 
+    def message(self) -> str | None:
+        return None
+
+    def adopt(self, message: str) -> None:
+        return None
+
 
 @tool
 def restart(service: str) -> str:

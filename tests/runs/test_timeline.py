@@ -46,6 +46,12 @@ class _Shown:
     async def close(self) -> None:
         self.closed += 1
 
+    def message(self) -> str | None:
+        return None
+
+    def adopt(self, message: str) -> None:
+        return None
+
 
 def _statuses(shown: _Shown, call_id: str) -> list[str]:
     return [t.status for t in shown.tasks if t.call_id == call_id]
@@ -194,3 +200,74 @@ async def test_a_waiting_count_only_goes_up() -> None:
     await timeline.approved(row(("U1",)), 3)  # the earlier decision's redraw, late
     assert [t.approvals for t in shown.tasks if t.status == "waiting"] == [(0, 3), (2, 3)]
     assert shown.flushed == [3]
+
+
+class _Posted(_Shown):
+    """A sink shown in one posted message (Slack without streaming): a resume can go on in it."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__()
+        self.posted = message
+        self.adopted: list[str] = []
+
+    def message(self) -> str | None:
+        return self.posted
+
+    def adopt(self, message: str) -> None:
+        self.adopted.append(message)
+
+
+def _row(call_id: str, status: str = "approved") -> ToolCallRow:
+    return ToolCallRow.model_validate(
+        {
+            "id": f"L{call_id}",
+            "session_id": "S1",
+            "batch_id": "B1",
+            "message_seq": 0,
+            "position": 0,
+            "call_id": call_id,
+            "name": "run_command",
+            "arguments": "{}",
+            "digest": "d1",
+            "needs_approval": True,
+            "status": status,
+            "decided_by": "U0BOB",
+            "created_at": datetime(2026, 1, 1, tzinfo=UTC),
+        }
+    )
+
+
+async def test_a_resume_goes_on_in_the_paused_timelines_message_with_its_tasks() -> None:
+    paused = Timeline(_Posted("1700.1"), lambda call_id: None)
+    await paused.update(TextDelta("1. look\n2. fix\n"))
+    await paused.update(ToolCallEnded(ToolCall(id="a", name="echo", arguments="{}")))
+    await paused.update(ToolRunning("a", "echo"))
+    await paused.update(ToolResult("a", "echo", "ok", seconds=0.5))
+    await paused.update(ToolCallEnded(ToolCall(id="b", name="run_command", arguments="{}")))
+    await paused.waiting(_row("b", "pending"), 2, "https://example.test/card")
+    kept = paused.handover()
+    assert kept is not None and kept.ts == "1700.1"
+
+    sink = _Posted()
+    resumed = Timeline(sink, lambda call_id: None)
+    assert await resumed.go_on(kept, [_row("b")])
+    assert sink.adopted == ["1700.1"] and sink.plans == [("look", "fix")]
+    a, b = resumed.tasks
+    assert (a.status, a.seconds) == ("complete", 0.5)
+    assert (b.status, b.approvals, b.card_link) == ("waiting", (0, 2), "https://example.test/card")
+    await resumed.seed([_row("b")])
+    assert resumed.tasks[1].status == "pending" and resumed.tasks[1].decided_by == "U0BOB"
+
+
+async def test_a_kept_timeline_of_another_batch_or_a_stream_is_not_gone_on_in() -> None:
+    streamed = Timeline(_Posted(None), lambda call_id: None)
+    await streamed.update(ToolCallEnded(ToolCall(id="b", name="run_command", arguments="{}")))
+    assert streamed.handover() is None  # a stream: the resume streams its own
+    paused = Timeline(_Posted("1700.1"), lambda call_id: None)
+    await paused.update(ToolCallEnded(ToolCall(id="b", name="run_command", arguments="{}")))
+    kept = paused.handover()
+    assert kept is not None
+    sink = _Posted()
+    later = Timeline(sink, lambda call_id: None)
+    assert not await later.go_on(kept, [_row("c")])  # an earlier pause's row: another batch
+    assert sink.adopted == [] and later.tasks == ()

@@ -118,6 +118,49 @@ async def test_feedback_on_the_final_answer_is_audited_and_counted(tmp_path: Pat
         assert reason.details["reason"] == "it should have said which"
 
 
+async def test_one_vote_per_person_per_answer_and_the_latest_counts(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        bot.llm.reply_text("Disk is 40% full.")
+        await bot.mention("disk?", user=ALICE)
+        await bot.llm.wait_for_requests(1)
+        await bot.settle()
+        [stop] = [c for c in bot.slack.calls_to("chat.stopStream") if c.params.get("blocks")]
+        [block] = stop.params["blocks"]
+        answer_ts = str(stop.params["ts"])
+
+        async def click(value: str, user: str) -> None:
+            body = _feedback_click(bot, value, user=user, ts=answer_ts, block_id=block["block_id"])
+            assert (await bot.post(body, "application/x-www-form-urlencoded")).status_code == 200
+            await bot.settle()
+
+        def counted(name: str, value: str) -> str:
+            return f'{name}{{value="{value}"}}'
+
+        for _ in range(5):
+            await click("good", BOB)
+        text = bot.metrics.render().decode()
+        assert f"{counted('opsgate_feedback_total', 'good')} 1.0" in text
+        rows = [r for r in await bot.deps.store.audit_rows() if r.event == "feedback"]
+        assert [(r.actor, r.details["value"]) for r in rows] == [(BOB, "good")]
+
+        await click("bad", BOB)  # a change of mind: "bad" counts, "good" is taken back
+        [session_id] = {r.session_id for r in rows}
+        assert session_id is not None
+        assert await bot.deps.store.votes(session_id, answer_ts) == {BOB: "bad"}
+        text = bot.metrics.render().decode()
+        assert f"{counted('opsgate_feedback_total', 'bad')} 1.0" in text
+        assert f"{counted('opsgate_feedback_withdrawn_total', 'good')} 1.0" in text
+
+        await click("good", ALICE)  # two people, two votes
+        assert await bot.deps.store.votes(session_id, answer_ts) == {ALICE: "good", BOB: "bad"}
+        rows = [r for r in await bot.deps.store.audit_rows() if r.event == "feedback"]
+        assert [(r.actor, r.details["value"]) for r in rows] == [
+            (BOB, "good"),
+            (BOB, "bad"),
+            (ALICE, "good"),
+        ]
+
+
 def _assistant_event(kind: str, *, thread_ts: str, viewing: str | None) -> dict[str, Any]:
     """An `assistant_thread_started` / `_context_changed` callback, shaped as Slack documents
     them (https://docs.slack.dev/reference/events/assistant_thread_started)."""

@@ -21,7 +21,7 @@ from bot.slack.timeline import (
     timeline_blocks,
 )
 from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools
-from tests.support.harness import Bot, running_bot
+from tests.support.harness import TEAM, Bot, running_bot
 from tests.support.slack_api import SlackAPIStandIn
 
 ALLOW_POLICY = (
@@ -130,38 +130,43 @@ async def test_two_calls_move_through_their_statuses_one_allowed_one_rejected(
         assert task_chunks(bot.slack)[shown:] == []
 
 
-async def test_without_streaming_the_timeline_is_one_context_block_edited_in_place(
-    tmp_path: Path,
+def _is_timeline(call: Any) -> bool:
+    blocks = call.params.get("blocks") or []
+    return bool(blocks) and blocks[0].get("type") == "context"
+
+
+@pytest.mark.parametrize("refusal", ["unknown_method", "feature_not_enabled", "not_allowed"])
+async def test_without_streaming_a_run_has_one_timeline_message_through_its_pause(
+    tmp_path: Path, refusal: str
 ) -> None:
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
-        bot.slack.set_streaming_supported(False)
+        bot.slack.set_streaming_supported(False, error=refusal)
         bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
         bot.llm.reply_text("Done.")
         await bot.mention("go", user=ALICE)
         [card] = await bot.wait_cards(1)
-        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
-        await bot.llm.wait_for_requests(2)
         await bot.settle()
-
-        def is_timeline(call: Any) -> bool:
-            blocks = call.params.get("blocks") or []
-            return bool(blocks) and blocks[0].get("type") == "context"
-
-        posted = [c for c in bot.slack.calls_to("chat.postMessage") if is_timeline(c)]
-        edited = [c for c in bot.slack.calls_to("chat.update") if is_timeline(c)]
-        # One message per run segment (the run that paused, the resume), each edited in place.
-        assert len(posted) == 2
-        posted_ts = {c.response["ts"] for c in posted}
-        assert {c.params["ts"] for c in edited} <= posted_ts
-        paused = bot.slack.message(posted[0].params["channel"], posted[0].response["ts"])
+        [posted] = [c for c in bot.slack.calls_to("chat.postMessage") if _is_timeline(c)]
+        channel, ts = posted.params["channel"], posted.response["ts"]
+        paused = bot.slack.message(channel, ts)
         assert paused is not None
         text = paused["blocks"][0]["elements"][0]["text"]
         assert "waiting for approval (0 of 1)" in text and "|approval card>" in text
-        resumed = bot.slack.message(posted[1].params["channel"], posted[1].response["ts"])
-        assert resumed is not None
-        last = resumed["blocks"][0]["elements"][0]["text"]
+
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        # The resume went on in the paused part's message: no second one, edits to it only.
+        assert [c for c in bot.slack.calls_to("chat.postMessage") if _is_timeline(c)] == [posted]
+        edited = [c for c in bot.slack.calls_to("chat.update") if _is_timeline(c)]
+        assert edited and {c.params["ts"] for c in edited} == {ts}
+        final = bot.slack.message(channel, ts)
+        assert final is not None and len(final["blocks"]) == 1
+        last = final["blocks"][0]["elements"][0]["text"]
         assert last.startswith("✅ run_command") and f"approved by <@{BOB}>" in last
-        assert len(resumed["blocks"]) == 1
+        assert "waiting" not in last
+        session = await bot.deps.store.find_session(TEAM, channel, posted.params["thread_ts"])
+        assert session is not None and await bot.deps.store.kept_timeline(session.id) is None
 
 
 def test_titles_and_details_are_escaped_and_within_slacks_sizes() -> None:
@@ -401,3 +406,26 @@ async def test_the_resumes_timeline_stream_ends_before_the_answer_starts(tmp_pat
         ]
         assert streams.index(stop) < streams.index(answer[0])
         assert statuses(task_chunks(bot.slack), "call_1")[-1] == "complete"
+
+
+async def test_without_streaming_two_pauses_of_one_run_keep_one_timeline_message(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.slack.set_streaming_supported(False, error="team_not_enabled")
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo one"})])
+        bot.llm.reply_tool_calls([("call_2", "run_command", {"command": "echo two"})])
+        bot.llm.reply_text("Both ran.")
+        await bot.mention("go", user=ALICE)
+        [first] = await bot.wait_cards(1)
+        await bot.click("opsgate_approve", first["ledger_id"], user=BOB)
+        [_, second] = await bot.wait_cards(2)
+        await bot.click("opsgate_approve", second["ledger_id"], user=BOB)
+        await bot.llm.wait_for_requests(3)
+        await bot.settle()
+        [posted] = [c for c in bot.slack.calls_to("chat.postMessage") if _is_timeline(c)]
+        final = bot.slack.message(posted.params["channel"], posted.response["ts"])
+        assert final is not None
+        lines = final["blocks"][0]["elements"][0]["text"].splitlines()
+        assert [line[:1] for line in lines] == ["✅", "✅"], lines
+        assert "echo one" in lines[0] and "echo two" in lines[1]

@@ -308,3 +308,18 @@ async def test_the_old_release_audit_rows_are_chained_by_the_migration(old: Open
         chain_seq, head = await store.audit_chain_head()
         verdict = verify_chain(rows, key=None, chain_seq=chain_seq)
         assert verdict == Intact("intact", len(rows), head)
+
+
+async def test_the_upgrade_records_how_the_old_release_chain_is_hashed(
+    old: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migrated without a key, the old release's plain chain is recorded as not keyed: a bot
+    started with a key afterwards is refused rather than writing rows that never verify."""
+    from bot.store import StoreError
+    from bot.store.chain import UNKEYED
+
+    async with old() as store:
+        assert (await store.audit_head()).keyed == UNKEYED
+        monkeypatch.setenv("OPSGATE_AUDIT_KEY", "new-key")
+        with pytest.raises(StoreError, match="not keyed"):
+            await store.audit("request", actor="UNEW")

@@ -135,6 +135,7 @@ class SlackAPIStandIn:
         self._failures: dict[str, deque[_Failure]] = defaultdict(deque)
         self._answers: dict[str, Answer] = {}
         self._streaming = True
+        self._streaming_refusal = "unknown_method"
         self._messages: dict[tuple[str, str], dict[str, Any]] = {}
         self._deleted: set[tuple[str, str]] = set()
         """Messages deleted (`chat.delete`): `chat.update` of one is `message_not_found`."""
@@ -271,9 +272,12 @@ class SlackAPIStandIn:
         for stream in self._streams.values():
             stream.active = False
 
-    def set_streaming_supported(self, flag: bool) -> None:
-        """When False, chat.startStream/appendStream/stopStream answer `unknown_method`."""
+    def set_streaming_supported(self, flag: bool, *, error: str = "unknown_method") -> None:
+        """When False, chat.startStream/appendStream/stopStream answer `error` (Slack says
+        `unknown_method`, or `feature_not_enabled`, `not_allowed`, `team_not_enabled` where the
+        workspace or the app may not stream)."""
         self._streaming = flag
+        self._streaming_refusal = error
 
     def set_user(self, user_id: str, **fields: Any) -> None:
         """What users.info answers for `user_id` (merged over a generated profile)."""
@@ -438,7 +442,7 @@ class SlackAPIStandIn:
                 answer = answer(SlackCall(method, params, headers, token))
             return 200, dict(answer), {}
         if method in _STREAM_METHODS and not self._streaming:
-            return 200, {"ok": False, "error": "unknown_method"}, {}
+            return 200, {"ok": False, "error": self._streaming_refusal}, {}
         handler = self._handlers.get(method)
         if handler is None:
             return 200, {"ok": False, "error": "unknown_method"}, {}

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ..chain import chain_existing_rows
+from ..chain import chain_existing_rows, record_key_fingerprint
 from ..db import Dialect, Tx
 from . import postgres, sqlite
 
@@ -62,6 +62,16 @@ _EXPORT_POSTGRES = """
     )
 """
 _EXPORT_START = "INSERT INTO audit_export (singleton, delivered_seq) VALUES (1, 0)"
+
+_V18: tuple[Statement, ...] = (
+    record_key_fingerprint,
+    "CREATE TABLE feedback_votes (session_id TEXT NOT NULL, message_ts TEXT NOT NULL, "
+    "user_id TEXT NOT NULL, value TEXT NOT NULL CHECK (value IN ('good', 'bad')), "
+    "PRIMARY KEY (session_id, message_ts, user_id))",
+    "CREATE TABLE run_timelines (session_id TEXT PRIMARY KEY, ts TEXT NOT NULL, "
+    "shown TEXT NOT NULL)",
+)
+"""Version 18's tables, the same on both databases (text columns only)."""
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -423,6 +433,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         "each requirement of a gated call and the approvals that count toward it",
         sqlite=("ALTER TABLE tool_calls ADD COLUMN quorum TEXT",),
         postgres=("ALTER TABLE tool_calls ADD COLUMN quorum text",),
+    ),
+    Migration(
+        18,
+        # The audit chain head records whether the chain is keyed, by the key's fingerprint
+        # (`bot/store/chain.py`), so a keyed log rewritten with plain SHA-256 fails `verify`;
+        # feedback votes, one per person per answer (`bot/store/feedback.py`); and the message
+        # a paused run's timeline is shown in, which its resume edits (`bot/store/timelines.py`).
+        "the audit chain's key fingerprint, feedback votes, paused runs' timeline messages",
+        sqlite=("ALTER TABLE audit_chain ADD COLUMN key_fingerprint TEXT", *_V18),
+        postgres=("ALTER TABLE audit_chain ADD COLUMN key_fingerprint text", *_V18),
     ),
 )
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bot.store import Store
-from bot.store.chain import GENESIS, Broken, Intact, verify_chain
+from bot.store.chain import GENESIS, Broken, Intact, KeyMismatch, key_mark, verify_chain
 
 from .conftest import StoreFactory
 
@@ -52,8 +52,9 @@ async def _three(store: Store) -> None:
 
 
 async def _verdict(store: Store, *, key: bytes | None = None, head: str | None = None) -> Any:
-    chain_seq, _ = await store.audit_chain_head()
-    return verify_chain(await store.audit_rows(), key=key, head=head, chain_seq=chain_seq)
+    recorded = await store.audit_head()
+    rows = await store.audit_entries()
+    return verify_chain(rows, key=key, keyed=recorded.keyed, head=head, chain_seq=recorded.seq)
 
 
 async def test_rows_are_chained_exactly_as_pinned(store: Store) -> None:
@@ -140,9 +141,10 @@ async def test_with_a_key_the_hashes_are_hmacs_and_a_wrong_key_fails(
     expected = hmac.new(b"s3cret", canonical.encode() + GENESIS.encode(), hashlib.sha256)
     assert rows[0].hash == expected.hexdigest()
     assert isinstance(await _verdict(store, key=b"s3cret"), Intact)
+    assert (await store.audit_head()).keyed == key_mark(b"s3cret")
     for wrong in (None, b"guess"):
         verdict = await _verdict(store, key=wrong)
-        assert isinstance(verdict, Broken) and verdict.seq == 1
+        assert isinstance(verdict, KeyMismatch), verdict
 
 
 async def test_three_stores_appending_at_once_keep_one_gap_free_chain(
