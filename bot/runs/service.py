@@ -213,7 +213,11 @@ class RunService:
             gate=gate,
             turn_timeout=self.ctx.deadlines.turn,
         )
-        stream = self.ctx.agent.run(item.text, session_for(session.id, channel), options)
+        agent_session = session_for(session.id, channel)
+        if item.rerun:  # cut by a crash after its message was stored: answer what is stored
+            stream = self.ctx.agent.run_again(agent_session, options)
+        else:
+            stream = self.ctx.agent.run(item.text, agent_session, options)
         await self._driver.drive(
             thread,
             session.id,
@@ -221,6 +225,7 @@ class RunService:
             requester=item.requester,
             message_ts=item.message_ts,
             item_id=item.id,
+            marked=item.rerun,
         )
 
     async def _run_ended(self, thread: Thread, item_id: int | None) -> None:
@@ -311,15 +316,15 @@ class RunService:
         return len(expired)
 
     async def recover(self) -> None:
-        """After a restart: requeue runs that had not begun, tell each thread whose run was cut
-        short, start what was queued before, then redraw the cards that show a stale state."""
+        """After a restart: requeue runs that had not begun, and those cut before any call ran
+        (they answer their stored history: `Store.requeue_interrupted`); tell each thread whose
+        run was cut short after a call began, start what was queued before, then redraw the
+        cards that show a stale state."""
         store = self.ctx.store
         started = await store.queue_items(states=["started"])
         requeued = await store.requeue_interrupted()
         if requeued:
-            logger.info(
-                "requeued %s that had not begun before the restart", count(len(requeued), "run")
-            )
+            logger.info("requeued %s cut short by the restart", count(len(requeued), "run"))
         for recovered in await store.recover():
             note_recovered(self.ctx, recovered)
             tools = tuple(r.tool for r in recovered.interrupted)

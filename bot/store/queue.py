@@ -75,8 +75,9 @@ class Queue(Sessions):
             {"id": session["id"]},
         )
         row = await tx.fetch_one(
-            "UPDATE run_queue SET state = 'started', started_at = :now, history_seq = :seq, "
-            "instance_id = :instance WHERE id = :id AND state = 'queued' RETURNING *",
+            "UPDATE run_queue SET state = 'started', started_at = :now, "
+            "history_seq = COALESCE(history_seq, :seq), instance_id = :instance "
+            "WHERE id = :id AND state = 'queued' RETURNING *",
             {"now": now, "seq": int(seq), "instance": self._instance_id, "id": candidate["id"]},
         )
         if row is None:
@@ -91,7 +92,8 @@ class Queue(Sessions):
                 "id": session["id"],
             },
         )
-        return self._queue_model(row)
+        rerun = int(row["history_seq"]) < int(seq)  # its message is stored already
+        return self._queue_model(row).model_copy(update={"rerun": rerun})
 
     async def claim_queued(self, channel_id: str, *, limit: int) -> QueueItem | None:
         if limit < 1:
@@ -123,8 +125,13 @@ class Queue(Sessions):
             if row is None or row["state"] != "started":
                 return
             await self._session(tx, row["session_id"], lock=True)
+            stored = await tx.fetch_value(  # a rerun's message: kept, never added again
+                "SELECT 1 FROM messages WHERE session_id = :id AND seq >= :seq LIMIT 1",
+                {"id": row["session_id"], "seq": row["history_seq"]},
+            )
             touched = await tx.execute(
-                "UPDATE run_queue SET state = 'queued', started_at = NULL, history_seq = NULL, "
+                "UPDATE run_queue SET state = 'queued', started_at = NULL, "
+                f"history_seq = {'history_seq' if stored else 'NULL'}, "
                 "instance_id = NULL WHERE id = :id AND state = 'started'",
                 {"id": item_id},
             )
