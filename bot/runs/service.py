@@ -162,15 +162,21 @@ class RunService:
         if outcome.item is None:
             await self._busy_reply(thread, outcome)
             return
-        await self._dispatch_new(thread, outcome.item)
+        going = outcome.session.state in ("running", "resuming")
+        await self._dispatch_new(thread, outcome.item, behind=going)
 
-    async def _dispatch_new(self, thread: Thread, item: QueueItem) -> None:
-        """Start the new item if its channel has a free slot; otherwise say it is queued."""
+    async def _dispatch_new(self, thread: Thread, item: QueueItem, *, behind: bool) -> None:
+        """Start the new item if its channel has a free slot; otherwise say it is queued:
+        `behind` the thread's run going (it starts when that run ends, whose kick sees it, or
+        this one's if the run ended meanwhile), or behind the channel's other runs."""
         started = await self.dispatcher.kick(thread.channel_id)
         if any(s.id == item.id for s in started):
             return
         ahead = await self.ctx.store.queue_position(item.id)
         if ahead is None:  # another task's kick started it meanwhile
+            return
+        if behind:
+            await self.ctx.output.say(thread, StillWorking())
             return
         limit = self.ctx.policy.concurrency_for(thread.channel_id)
         await self.ctx.output.say(thread, Queued(limit, ahead))
@@ -182,10 +188,8 @@ class RunService:
             rows = await self.ctx.store.batch_calls(session.id)
             pending = [r for r in rows if r.needs_approval and r.status == "pending"]
             notice = AwaitingDecision(tuple([await self.cards.link(r) for r in pending]))
-        elif outcome.waiting is not None:
-            notice = EarlierQueued()
         else:
-            notice = StillWorking()
+            notice = EarlierQueued()
         await self.ctx.output.say(thread, notice)
 
     # -- running --------------------------------------------------------------------------------

@@ -41,12 +41,14 @@ class Queue(Sessions):
     async def enqueue(
         self, session_id: str, *, requester: str, text: str, message_ts: str | None = None
     ) -> EnqueueOutcome:
-        """Busy: the session's run is active or waits for approval, or another message of the
-        thread is already queued (one run per thread, `docs/architecture.md`)."""
+        """Busy: the session waits for approval, or another message of the thread is already
+        queued. A message that comes while the thread's run is going waits for it (one run
+        per thread at a time, `docs/architecture.md`): the claim starts it once the session is
+        idle again."""
         async with self._db.transaction("enqueue") as tx:
             session = self._session_model(await self._session(tx, session_id, lock=True))
             waiting = await tx.fetch_one(_QUEUED_OF_SESSION, {"id": session_id})
-            if session.state not in ("idle", "failed") or waiting is not None:
+            if session.state == "awaiting_approval" or waiting is not None:
                 queued = None if waiting is None else self._queue_model(waiting)
                 return EnqueueOutcome(item=None, session=session, waiting=queued)
             row = await tx.fetch_one(

@@ -275,11 +275,23 @@ async def test_queue_claims_respect_the_limit_and_paused_runs_do_not_count(
         await pause(one, first.session_id)
         second = await two.claim_queued("C1", limit=1)
         assert second is not None and second.session_id == sessions[1].id
-        # A busy thread takes no second message.
-        refused = await one.enqueue(sessions[1].id, requester="U1", text="again")
-        assert refused.item is None and refused.session.state == "running"
-        refused = await one.enqueue(sessions[2].id, requester="U1", text="again")
+        # A message to a thread whose run is going waits for it; a third one is refused, as
+        # is one to a thread whose message is still queued, or whose run waits for approval.
+        behind = await one.enqueue(sessions[1].id, requester="U1", text="again")
+        assert behind.item is not None and behind.session.state == "running"
+        assert await two.claim_queued("C1", limit=5) is not None  # sessions[2], not [1]
+        refused = await one.enqueue(sessions[1].id, requester="U1", text="and again")
+        assert refused.item is None and refused.waiting == behind.item
+        refused = await one.enqueue(sessions[3].id, requester="U1", text="again")
         assert refused.item is None and refused.waiting is not None
+        refused = await one.enqueue(sessions[0].id, requester="U1", text="again")
+        assert refused.item is None and refused.session.state == "awaiting_approval"
+        await one.end_run(sessions[1].id)  # the run ends: its thread's message starts
+        claimed = [await two.claim_queued("C1", limit=5) for _ in range(3)]
+        assert [c.session_id for c in claimed if c is not None] == [
+            sessions[3].id,  # its "go", queued first
+            sessions[1].id,  # "again", behind the run that ended
+        ]
 
 
 async def test_a_run_claimed_but_not_begun_goes_back_to_the_queue_at_start_up(
