@@ -15,10 +15,13 @@ from .context import ContextBudget, ContextWindowMemory
 from .events import AgentResponseUpdate, ToolApprovalRequest, ToolCallHeld
 from .exceptions import PendingApprovalError, ResumeError
 from .messages import ChatMessage, ToolCall
-from .sessions import AgentSession, InMemorySessionStore, SessionStore
+from .sessions import AgentSession, InMemorySessionStore, SessionStore, StoredContext
 from .tools import Tool
 
 __all__ = ["ChatClientAgent", "ContextProvider"]
+
+_ASKS = ("user", "tool")
+"""Roles of a last message after which the model is asked next."""
 
 
 class ContextProvider(Protocol):
@@ -138,17 +141,49 @@ class ChatClientAgent:
                 f"run() of session {session.id!r} needs messages, "
                 "or tool_approval_responses to resume"
             )
-
         loaded = await self.store.load_context(session.id)
-        history = loaded.messages
-        if new and pending_tool_calls(history):
+        if new and pending_tool_calls(loaded.messages):
             raise PendingApprovalError(
                 f"session {session.id!r} has tool calls waiting for decisions; "
                 "resume it before sending new messages"
             )
-        journal = _SessionJournal(self.store, session.id)
         if new:
             await self.store.append_messages(session.id, new)
+        async with contextlib.aclosing(self._run(loaded, new, session, options)) as stream:
+            async for update in stream:
+                yield update
+
+    async def run_again(
+        self, session: AgentSession, options: AgentRunOptions | None = None
+    ) -> AsyncGenerator[AgentResponseUpdate, None]:
+        """Answer the stored history as it stands: a run cut short (the process died while
+        the model was asked) after its message was stored and before it was answered. The
+        history must end where a model request comes next (a person's message, or a tool's
+        answer) with no call waiting; nothing is added to it before the request."""
+        options = options or AgentRunOptions()
+        if options.tool_approval_responses:
+            raise ResumeError(f"run_again() of session {session.id!r} carries no decisions")
+        loaded = await self.store.load_context(session.id)
+        last = loaded.messages[-1] if loaded.messages else None
+        if pending_tool_calls(loaded.messages) or last is None or last.role not in _ASKS:
+            raise ResumeError(
+                f"session {session.id!r} has no question left to answer: its history ends "
+                f"with {'nothing' if last is None else repr(last.role)}"
+            )
+        async with contextlib.aclosing(self._run(loaded, [], session, options)) as stream:
+            async for update in stream:
+                yield update
+
+    async def _run(
+        self,
+        loaded: StoredContext,
+        new: list[ChatMessage],
+        session: AgentSession,
+        options: AgentRunOptions,
+    ) -> AsyncGenerator[AgentResponseUpdate, None]:
+        """The run itself, once `new` (if any) is stored after the `loaded` history."""
+        history = loaded.messages
+        journal = _SessionJournal(self.store, session.id)
         context: list[ChatMessage] = []
         for provider in self.context_providers:
             context.extend(await provider.on_invoking(session, [*history, *new]))

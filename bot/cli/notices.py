@@ -50,7 +50,7 @@ def _intake_text(notice: Notice) -> str | None:
         case "earlier_queued":
             return "An earlier message is still queued; send this one again once it is answered."
         case "still_working":
-            return "Still working on the previous request. One at a time!"
+            return "Still working on the previous request; this one is next."
         case "root_post_failed":
             return f"Could not post the request ({notice.error})."
         case "not_saved":

@@ -3,7 +3,7 @@
 When a run ends (answered, failed, paused, or stopped by `cancel` or its deadline) its queue
 item is done and the channel's next queued run may start. A stopped run is closed as recovery
 closes one (`Store.stop_run`). Cancelled (the bot is stopping): the session stays `running`, so
-the next start-up's recovery tells the thread.
+the next start-up's recovery runs it again (no call of it began) or tells the thread.
 """
 
 from __future__ import annotations
@@ -86,9 +86,13 @@ class Driver:
         item_id: int | None = None,
         resuming: bool = False,
         resumed_from: Sequence[ToolCallRow] = (),
+        marked: bool = False,
     ) -> None:
         """`resuming`: the stream answers a paused batch (the timeline starts with it);
-        `resumed_from`: that paused batch (its span is linked to)."""
+        `resumed_from`: that paused batch (its span is linked to); `marked`: the message is
+        marked as being worked on already (a run asked again after a crash: its first try's
+        mark is in Slack or the outbox, and marking again would let the unmark cancel the new
+        mark alone, leaving the first)."""
         links = tracing.links_to((row.trace_id, row.span_id) for row in resumed_from)
         with (
             log_context(session=session_id, thread=thread.thread_ts),
@@ -102,6 +106,7 @@ class Driver:
                 message_ts=message_ts,
                 item_id=item_id,
                 resuming=resuming,
+                marked=marked,
             )
 
     async def _drive(
@@ -114,9 +119,10 @@ class Driver:
         message_ts: str | None,
         item_id: int | None,
         resuming: bool,
+        marked: bool,
     ) -> None:
         output = self.ctx.output
-        if message_ts:
+        if message_ts and not marked:
             await output.react(thread, message_ts, True)
         try:
             handed = await self.paused.close(session_id)
@@ -133,7 +139,7 @@ class Driver:
                 async for update in stream:
                     await shown.show(update)
         except asyncio.CancelledError:
-            stopping = True  # recovery reports the run as interrupted at the next start-up
+            stopping = True  # the next start-up's recovery runs it again or reports it
             raise
         except LateResult as exc:
             # Another replica took the run over while this one stalled and told the thread; the

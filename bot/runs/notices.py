@@ -108,7 +108,7 @@ class EarlierQueued:
 
 @dataclass(frozen=True, slots=True)
 class StillWorking:
-    """A new message came while the thread's run is going."""
+    """A new message came while the thread's run is going: it is answered when that run ends."""
 
     kind: Literal["still_working"] = "still_working"
 

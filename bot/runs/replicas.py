@@ -5,7 +5,8 @@
   claims make sure exactly one replica does, whichever hears first.
 - The recovery pass, every heartbeat: the work of replicas whose lease lapsed (or that released
   it) is taken over. Their `executing` calls are reported interrupted in the thread (never run
-  again), runs they had not begun go back to the queue, decided batches whose resume nobody
+  again), runs they had not begun or cut before any call ran go back to the queue (the latter
+  answer their stored history), decided batches whose resume nobody
   claimed resume here, deliveries it saved but never processed are processed, and every
   channel's queue is kicked. A lost wake-up costs at most one interval.
 

@@ -163,15 +163,21 @@ class RunService:
         if outcome.item is None:
             await self._busy_reply(thread, outcome)
             return
-        await self._dispatch_new(thread, outcome.item)
+        going = outcome.session.state in ("running", "resuming")
+        await self._dispatch_new(thread, outcome.item, behind=going)
 
-    async def _dispatch_new(self, thread: Thread, item: QueueItem) -> None:
-        """Start the new item if its channel has a free slot; otherwise say it is queued."""
+    async def _dispatch_new(self, thread: Thread, item: QueueItem, *, behind: bool) -> None:
+        """Start the new item if its channel has a free slot; otherwise say it is queued:
+        `behind` the thread's run going (it starts when that run ends, whose kick sees it, or
+        this one's if the run ended meanwhile), or behind the channel's other runs."""
         started = await self.dispatcher.kick(thread.channel_id)
         if any(s.id == item.id for s in started):
             return
         ahead = await self.ctx.store.queue_position(item.id)
         if ahead is None:  # another task's kick started it meanwhile
+            return
+        if behind:
+            await self.ctx.output.say(thread, StillWorking())
             return
         limit = self.ctx.policy.concurrency_for(thread.channel_id)
         await self.ctx.output.say(thread, Queued(limit, ahead))
@@ -183,10 +189,8 @@ class RunService:
             rows = await self.ctx.store.batch_calls(session.id)
             pending = [r for r in rows if r.needs_approval and r.status == "pending"]
             notice = AwaitingDecision(tuple([await self.cards.link(r) for r in pending]))
-        elif outcome.waiting is not None:
-            notice = EarlierQueued()
         else:
-            notice = StillWorking()
+            notice = EarlierQueued()
         await self.ctx.output.say(thread, notice)
 
     # -- running --------------------------------------------------------------------------------
@@ -214,7 +218,11 @@ class RunService:
             gate=gate,
             turn_timeout=self.ctx.deadlines.turn,
         )
-        stream = self.ctx.agent.run(item.text, session_for(session.id, channel), options)
+        agent_session = session_for(session.id, channel)
+        if item.rerun:  # cut by a crash after its message was stored: answer what is stored
+            stream = self.ctx.agent.run_again(agent_session, options)
+        else:
+            stream = self.ctx.agent.run(item.text, agent_session, options)
         await self._driver.drive(
             thread,
             session.id,
@@ -222,6 +230,7 @@ class RunService:
             requester=item.requester,
             message_ts=item.message_ts,
             item_id=item.id,
+            marked=item.rerun,
         )
 
     async def _run_ended(self, thread: Thread, item_id: int | None) -> None:
@@ -313,15 +322,15 @@ class RunService:
         return len(expired)
 
     async def recover(self) -> None:
-        """After a restart: requeue runs that had not begun, tell each thread whose run was cut
-        short, start what was queued before, then redraw the cards that show a stale state."""
+        """After a restart: requeue runs that had not begun, and those cut before any call ran
+        (they answer their stored history: `Store.requeue_interrupted`); tell each thread whose
+        run was cut short after a call began, start what was queued before, then redraw the
+        cards that show a stale state."""
         store = self.ctx.store
         started = await store.queue_items(states=["started"])
         requeued = await store.requeue_interrupted()
         if requeued:
-            logger.info(
-                "requeued %s that had not begun before the restart", count(len(requeued), "run")
-            )
+            logger.info("requeued %s cut short by the restart", count(len(requeued), "run"))
         for recovered in await store.recover():
             note_recovered(self.ctx, recovered)
             tools = tuple(r.tool for r in recovered.interrupted)

@@ -184,7 +184,10 @@ def _intake_text(
                 "Send this one again once I have."
             )
         case StillWorking():
-            return "I'm still working on the previous request in this thread. One at a time!"
+            return (
+                "I'm still working on the previous request in this thread; "
+                "I'll answer this one when it's done."
+            )
         case RootPostFailed(error=error):
             return (
                 f"I couldn't post in this channel ({escape_mrkdwn(error)}). "

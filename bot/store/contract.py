@@ -459,7 +459,9 @@ class Store(Protocol):
 
     async def requeue_interrupted(self) -> list[QueueItem]:
         """At start-up, before `recover`: started items whose run stored nothing go back to the
-        queue (their sessions to idle); the others are marked done."""
+        queue (their sessions to idle), and so do those whose run `runs_again` (stored its
+        message, no call reached `executing`), keeping `history_seq`: the claim that starts
+        one says `rerun`. The others are marked done (`recover` tells their threads)."""
 
     # -- audit and event dedupe ----------------------------------------------------------------
 

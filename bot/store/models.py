@@ -50,6 +50,7 @@ AuditEvent = Literal[
     "allowance",
     "allowance_revoked",
     "resume_reclaimed",
+    "run_requeued",
     "run_stopped",
 ]
 """The events the store itself writes; `Store.audit` accepts any other name too."""
@@ -275,10 +276,14 @@ class QueueItem(BaseModel):
     """The Slack message that asked, for progress reactions; None when there is none."""
     state: QueueState
     history_seq: int | None = None
-    """Where the run's first message lands in the history; set when the item is started."""
+    """Where the run's first message lands in the history; set when the item is started, and
+    kept when a crash cut its run after the message was stored (`Store.requeue_interrupted`)."""
     enqueued_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    rerun: bool = False
+    """Said by the claim that started it: its message is stored already (from `history_seq`),
+    so the run answers the stored history rather than adding the message again."""
 
 
 class InboxItem(BaseModel):

@@ -41,12 +41,14 @@ class Queue(Sessions):
     async def enqueue(
         self, session_id: str, *, requester: str, text: str, message_ts: str | None = None
     ) -> EnqueueOutcome:
-        """Busy: the session's run is active or waits for approval, or another message of the
-        thread is already queued (one run per thread, `docs/architecture.md`)."""
+        """Busy: the session waits for approval, or another message of the thread is already
+        queued. A message that comes while the thread's run is going waits for it (one run
+        per thread at a time, `docs/architecture.md`): the claim starts it once the session is
+        idle again."""
         async with self._db.transaction("enqueue") as tx:
             session = self._session_model(await self._session(tx, session_id, lock=True))
             waiting = await tx.fetch_one(_QUEUED_OF_SESSION, {"id": session_id})
-            if session.state not in ("idle", "failed") or waiting is not None:
+            if session.state == "awaiting_approval" or waiting is not None:
                 queued = None if waiting is None else self._queue_model(waiting)
                 return EnqueueOutcome(item=None, session=session, waiting=queued)
             row = await tx.fetch_one(
@@ -75,8 +77,9 @@ class Queue(Sessions):
             {"id": session["id"]},
         )
         row = await tx.fetch_one(
-            "UPDATE run_queue SET state = 'started', started_at = :now, history_seq = :seq, "
-            "instance_id = :instance WHERE id = :id AND state = 'queued' RETURNING *",
+            "UPDATE run_queue SET state = 'started', started_at = :now, "
+            "history_seq = COALESCE(history_seq, :seq), instance_id = :instance "
+            "WHERE id = :id AND state = 'queued' RETURNING *",
             {"now": now, "seq": int(seq), "instance": self._instance_id, "id": candidate["id"]},
         )
         if row is None:
@@ -91,7 +94,8 @@ class Queue(Sessions):
                 "id": session["id"],
             },
         )
-        return self._queue_model(row)
+        rerun = int(row["history_seq"]) < int(seq)  # its message is stored already
+        return self._queue_model(row).model_copy(update={"rerun": rerun})
 
     async def claim_queued(self, channel_id: str, *, limit: int) -> QueueItem | None:
         if limit < 1:
@@ -123,8 +127,13 @@ class Queue(Sessions):
             if row is None or row["state"] != "started":
                 return
             await self._session(tx, row["session_id"], lock=True)
+            stored = await tx.fetch_value(  # a rerun's message: kept, never added again
+                "SELECT 1 FROM messages WHERE session_id = :id AND seq >= :seq LIMIT 1",
+                {"id": row["session_id"], "seq": row["history_seq"]},
+            )
             touched = await tx.execute(
-                "UPDATE run_queue SET state = 'queued', started_at = NULL, history_seq = NULL, "
+                "UPDATE run_queue SET state = 'queued', started_at = NULL, "
+                f"history_seq = {'history_seq' if stored else 'NULL'}, "
                 "instance_id = NULL WHERE id = :id AND state = 'started'",
                 {"id": item_id},
             )

@@ -20,7 +20,7 @@ from .db import Tx
 from .ledger import Ledger
 from .models import InboxItem, QueueItem, RecoveredSession, ToolCallRow
 from .queue import Queue
-from .rules import interruption_audits, resume_never_began
+from .rules import interruption_audits, resume_never_began, runs_again
 
 __all__ = ["RECOVER_LOCK", "Recovery"]
 
@@ -55,30 +55,58 @@ class Recovery(Ledger, Queue):
                 + " ORDER BY q.id",
                 mine,
             )
-            for item in map(self._queue_model, started):
-                await self._session(tx, item.session_id, lock=True)
-                stored = await tx.fetch_value(
-                    "SELECT 1 FROM messages WHERE session_id = :id AND seq >= :seq LIMIT 1",
-                    {"id": item.session_id, "seq": item.history_seq or 0},
-                )
-                if stored is not None:
+            items = list(map(self._queue_model, started))
+            # Every session first, in order, then the audit chain's head (as in `recover`).
+            states = {
+                sid: str((await self._session(tx, sid, lock=True))["state"])
+                for sid in sorted({item.session_id for item in items})
+            }
+            for item in items:
+                seq = item.history_seq or 0
+                tail = await self._latest_batch_messages(tx, item.session_id, seq)
+                if not tail:  # it had not begun: back to the queue, as it came
+                    requeued.append(await self._requeue(tx, item, keep_history=False))
+                elif runs_again(states[item.session_id], tail, await self._began(tx, item)):
+                    requeued.append(await self._requeue(tx, item, keep_history=True))
+                    await self._write_audit(
+                        tx,
+                        "run_requeued",
+                        actor=None,
+                        session_id=item.session_id,
+                        details={"queue_item": item.id, "history_seq": seq},
+                    )
+                else:  # `recover` tells its thread
                     await tx.execute(
                         "UPDATE run_queue SET state = 'done', finished_at = :now WHERE id = :id",
                         {"now": now, "id": item.id},
                     )
-                    continue
-                row = await tx.fetch_one(
-                    "UPDATE run_queue SET state = 'queued', started_at = NULL, "
-                    "history_seq = NULL, instance_id = NULL WHERE id = :id RETURNING *",
-                    {"id": item.id},
-                )
-                await tx.execute(
-                    "UPDATE sessions SET state = 'idle', instance_id = NULL, updated_at = :now "
-                    "WHERE id = :id AND state IN ('running', 'resuming')",
-                    {"now": now, "id": item.session_id},
-                )
-                requeued.append(self._queue_model(row))
         return requeued
+
+    async def _began(self, tx: Tx, item: QueueItem) -> bool:
+        """Whether a call of the item's run reached `executing` (it may have had effects)."""
+        found = await tx.fetch_value(
+            "SELECT 1 FROM tool_calls WHERE session_id = :id AND message_seq >= :seq "
+            "AND status IN ('executing', 'done', 'interrupted') LIMIT 1",
+            {"id": item.session_id, "seq": item.history_seq or 0},
+        )
+        return found is not None
+
+    async def _requeue(self, tx: Tx, item: QueueItem, *, keep_history: bool) -> QueueItem:
+        """Put a started item back in the queue and its session back to idle. `keep_history`:
+        its message is stored, so the next start answers the history from `history_seq` on
+        instead of adding the message again (`QueueItem.rerun`)."""
+        history = "history_seq" if keep_history else "NULL"
+        row = await tx.fetch_one(
+            "UPDATE run_queue SET state = 'queued', started_at = NULL, "
+            f"history_seq = {history}, instance_id = NULL WHERE id = :id RETURNING *",
+            {"id": item.id},
+        )
+        await tx.execute(
+            "UPDATE sessions SET state = 'idle', instance_id = NULL, updated_at = :now "
+            "WHERE id = :id AND state IN ('running', 'resuming')",
+            {"now": self._now(), "id": item.session_id},
+        )
+        return self._queue_model(row)
 
     async def recover(self) -> list[RecoveredSession]:
         recovered: list[RecoveredSession] = []

@@ -50,6 +50,7 @@ __all__ = [
     "new_id",
     "responses",
     "resume_never_began",
+    "runs_again",
     "start_audit",
 ]
 
@@ -227,6 +228,17 @@ def resume_never_began(rows: list[ToolCallRow], tail: list[ChatMessage], seq: in
         and all(row.message_seq == seq and row.status not in _STARTED for row in rows)
         and len(tail) == 1
     )
+
+
+def runs_again(state: str, tail: Sequence[ChatMessage], started: bool) -> bool:
+    """Whether a queued run cut by a crash after it stored its message runs again from its
+    stored history (docs/architecture.md, "The data path of one request", step 7): the
+    session was still `running` (not paused for approval), no call of the run reached
+    `executing` (a tool that may have run is never run twice: the thread is told instead),
+    and the history from the run's message on (`tail`) ends where a model request comes next:
+    that message, or a call answered without running. A stored answer is never asked for
+    again: its ending is the outbox's to show."""
+    return state == "running" and not started and bool(tail) and tail[-1].role in ("user", "tool")
 
 
 def start_audit(

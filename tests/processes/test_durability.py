@@ -10,12 +10,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+from aiohttp import web
 
 from bot.store import SQLiteStore
 from tests.support.bot_process import SECRET, BotProcess, bot_process
+from tests.support.harness import text_sse
 from tests.support.llm_server import LLMStandIn
+from tests.support.postgres import postgres_cluster, postgres_url
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_requests import block_actions, interaction_body, sign, slash_command
+
+__all__ = ["postgres_cluster", "postgres_url"]  # the fixtures the PostgreSQL case uses
 
 
 def _user_texts(llm: LLMStandIn) -> list[str]:
@@ -236,3 +241,83 @@ async def test_an_opsgate_request_killed_right_after_its_200_is_answered_after_r
             assert await bot.stop(signal.SIGTERM) == 0
         assert _user_texts(llm) == ["check the api"]
         assert await _inbox_rows(tmp_path) == [("slash", "done")]
+
+
+class _HeldModel:
+    """Model replies held while `holding`: each request waits (in flight, as the bot sees it)
+    until `let_go`, then answers "Answer to <its question>"; `asked` lists each request's last
+    user message as it arrived."""
+
+    def __init__(self, llm: LLMStandIn, replies: int) -> None:
+        self.asked: list[str] = []
+        self.users: list[int] = []
+        """How many user messages each request carried."""
+        self._go = asyncio.Event()
+        self._changed = asyncio.Condition()
+        for _ in range(replies):
+            llm.reply_with(self._reply)
+
+    async def _reply(self, body: dict[str, object]) -> web.StreamResponse:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        users = [str(m["content"]) for m in messages if m["role"] == "user"]
+        async with self._changed:
+            self.asked.append(users[-1])
+            self.users.append(len(users))
+            self._changed.notify_all()
+        await self._go.wait()
+        answer = f"Answer to {users[-1].split()[0]}."
+        return web.Response(body=text_sse(answer), content_type="text/event-stream")
+
+    async def wait_asked(self, question: str, timeout: float = 60) -> None:
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: question in self.asked), timeout)
+
+    def let_go(self) -> None:
+        self._go.set()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "opsgate.db")
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.mark.timeout(300)
+async def test_mentions_killed_with_their_model_request_in_flight_are_each_answered_once(
+    tmp_path: Path, database: str
+) -> None:
+    """Five mentions, each acknowledged and its model request in flight when the bot is
+    killed -9 (earlier ones, asked again at each start, are cut again): after the last
+    restart every one is answered, once, from its stored message; none is only told of the
+    restart."""
+    count = 5
+    env = {"OPSGATE_DB": database, "OPSGATE_LEASE_SECONDS": "2", "OPSGATE_HEARTBEAT_SECONDS": "1"}
+    asks = {f"m{k}": f"1700000{k}00.000100" for k in range(count)}
+    async with (
+        LLMStandIn() as llm,
+        SlackAPIStandIn() as slack,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        model = _HeldModel(llm, replies=count * (count + 3))
+        for k, (ask, ts) in enumerate(asks.items()):
+            async with bot_process(tmp_path, llm, slack, **env) as bot:
+                question = f"{ask} how full is the disk on db-{k}?"
+                assert await bot.mention(http, question, ts=ts, channel=f"C0DB{k}") == 200
+                await model.wait_asked(question)
+                assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
+        model.let_go()
+
+        def answers(ask: str) -> int:
+            return sum(f"Answer to {ask}." in str(m.get("text")) for m in slack.messages)
+
+        async with bot_process(tmp_path, llm, slack, **env) as bot:
+            await slack.wait_until(lambda: all(answers(a) for a in asks), timeout=120)
+            await slack.wait_until_ended(set(asks.values()), "Answer to m", timeout=60)
+            assert await bot.stop(signal.SIGTERM) == 0
+    assert {ask: answers(ask) for ask in asks} == dict.fromkeys(asks, 1)
+    told = [str(c.params.get("text")) for c in slack.calls_to("chat.postMessage")]
+    assert not [t for t in told if "restarted during this run" in t]
+    assert set(model.users) == {1}  # each request carried its one message, never added again

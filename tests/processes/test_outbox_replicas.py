@@ -6,8 +6,9 @@ enforces Slack's tiers (at Slack's own pace), each spending a third of the works
 replica is killed, once answers are arriving, while it holds claimed outbox rows (Slack holds
 its answers to 👀 removals until then). Its lease (2 s; its outbox claims twice that) lapses,
 the survivors take its work and send its rows: every thread gets its answer, finished, exactly
-once (or, for a run the kill cut mid-answer, the one "restarted" notice, as after any crash),
-no 👀 is left, no 429 is told to anyone, every ack came within 3 s and the outbox ends empty.
+once (a run the kill cut before its answer was stored is asked again; one cut after it was
+stored and before its ending was kept gets the one "restarted" notice), no 👀 is left, no 429
+is told to anyone, every ack came within 3 s and the outbox ends empty.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from bot.policy import Policy
 from bot.store import SQLiteStore
 from bot.wiring import INSTRUCTIONS
 from tests.scenarios.test_app import ALICE, BOB, CAROL, all_text, assert_history_valid, make_tools
-from tests.support.harness import CHANNEL, HeldReplies, running_bot, texts
+from tests.support.harness import CHANNEL, TEAM, HeldReplies, running_bot, texts
 from tests.support.llm_server import LLMStandIn
 from tests.support.slack_api import SlackAPIStandIn
 
@@ -212,13 +212,15 @@ async def test_fifty_alerts_fifty_runs_never_more_than_the_limit(tmp_path: Path)
 
 
 async def test_a_restart_mid_queue_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
+    """Two runs are cut with their model requests in flight: after the restart they are asked
+    again from their stored messages and answered, once each, with the six that waited."""
     limit, total = 2, 8
     policy = alert_policy(concurrency=limit)
     alerts = [f"ALERT {i}: queue depth high on worker-{i}" for i in range(total)]
     roots = [f"1700200{i:03d}.000300" for i in range(total)]
     async with LLMStandIn() as llm, SlackAPIStandIn() as slack:
         held = HeldReplies()
-        held.queue(llm, total)
+        held.queue(llm, total + limit)
         async with running_bot(
             tmp_path, tools=make_tools(tmp_path), policy=policy, llm=llm, slack=slack
         ) as bot:
@@ -234,22 +236,23 @@ async def test_a_restart_mid_queue_loses_nothing_and_runs_nothing_twice(tmp_path
         async with running_bot(
             tmp_path, tools=make_tools(tmp_path), policy=policy, llm=llm, slack=slack
         ) as bot:
-            await held.release_in_steps(total, limit)
+            await held.release_in_steps(total + limit, limit)
             await bot.settle()
             store = bot.deps.store
             assert await store.queue_items(states=["queued", "started"]) == []
             assert [i.state for i in await store.queue_items()] == ["done"] * total
+            for root in roots:
+                session = await store.find_session(TEAM, ALERTS, root)
+                assert session is not None
+                users = [m for m in await store.load_messages(session.id) if m.role == "user"]
+                assert len(users) == 1  # asked again from the stored message, not added twice
 
     assert held.peak <= limit
-    assert len(held.arrived) == total and sorted(held.arrived) == sorted(alerts)
-    restarted = [
-        c.params["thread_ts"]
-        for c in slack.calls_to("chat.postMessage")
-        if "restarted during this run" in str(c.params.get("text"))
-    ]
-    assert sorted(restarted) == sorted(roots[alerts.index(t)] for t in interrupted)
-    answered = {t for t in texts(slack) if t.startswith("Looked into:")}
-    assert answered == {f"Looked into: {a}" for a in alerts if a not in interrupted}
+    assert len(held.arrived) == total + limit
+    assert sorted(held.arrived) == sorted([*alerts, *interrupted])
+    assert not [t for t in texts(slack) if "restarted during this run" in t]
+    answers = [m["text"] for m in slack.messages if m["text"].startswith("Looked into:")]
+    assert sorted(answers) == sorted(f"Looked into: {a}" for a in alerts)  # each once
 
 
 async def test_queue_claims_respect_the_limit_and_paused_runs_do_not_count(
@@ -272,11 +275,23 @@ async def test_queue_claims_respect_the_limit_and_paused_runs_do_not_count(
         await pause(one, first.session_id)
         second = await two.claim_queued("C1", limit=1)
         assert second is not None and second.session_id == sessions[1].id
-        # A busy thread takes no second message.
-        refused = await one.enqueue(sessions[1].id, requester="U1", text="again")
-        assert refused.item is None and refused.session.state == "running"
-        refused = await one.enqueue(sessions[2].id, requester="U1", text="again")
+        # A message to a thread whose run is going waits for it; a third one is refused, as
+        # is one to a thread whose message is still queued, or whose run waits for approval.
+        behind = await one.enqueue(sessions[1].id, requester="U1", text="again")
+        assert behind.item is not None and behind.session.state == "running"
+        assert await two.claim_queued("C1", limit=5) is not None  # sessions[2], not [1]
+        refused = await one.enqueue(sessions[1].id, requester="U1", text="and again")
+        assert refused.item is None and refused.waiting == behind.item
+        refused = await one.enqueue(sessions[3].id, requester="U1", text="again")
         assert refused.item is None and refused.waiting is not None
+        refused = await one.enqueue(sessions[0].id, requester="U1", text="again")
+        assert refused.item is None and refused.session.state == "awaiting_approval"
+        await one.end_run(sessions[1].id)  # the run ends: its thread's message starts
+        claimed = [await two.claim_queued("C1", limit=5) for _ in range(3)]
+        assert [c.session_id for c in claimed if c is not None] == [
+            sessions[3].id,  # its "go", queued first
+            sessions[1].id,  # "again", behind the run that ended
+        ]
 
 
 async def test_a_run_claimed_but_not_begun_goes_back_to_the_queue_at_start_up(
@@ -291,19 +306,18 @@ async def test_a_run_claimed_but_not_begun_goes_back_to_the_queue_at_start_up(
             await store.enqueue(session.id, requester="U1", text="hello")
         a = await store.claim_queued("C1", limit=5)
         b = await store.claim_queued("C1", limit=5)
-        assert a is not None and b is not None
+        assert a is not None and b is not None and not (a.rerun or b.rerun)
         await store.append_messages(begun.id, [ChatMessage.user("hello")])
         # OpsGate died here: one run had stored its message, the other had not.
 
         requeued = await store.requeue_interrupted()
-        assert [i.id for i in requeued] == [b.id]
-        assert (await store.queue_items(states=["done"]))[0].id == a.id
-        fresh = await store.get_session(not_begun.id)
-        assert fresh is not None and fresh.state == "idle"
-        [recovered] = await store.recover()  # the begun one is told it was cut short
-        assert recovered.session.id == begun.id
-        again = await store.claim_queued("C1", limit=5)
-        assert again is not None and again.id == b.id
+        assert [(i.id, i.history_seq) for i in requeued] == [(a.id, 0), (b.id, None)]
+        for session in (begun, not_begun):
+            fresh = await store.get_session(session.id)
+            assert fresh is not None and fresh.state == "idle"
+        assert await store.recover() == []  # nobody is told: both run
+        again = [await store.claim_queued("C1", limit=5) for _ in range(2)]
+        assert [(i.id, i.rerun) for i in again if i is not None] == [(a.id, True), (b.id, False)]
 
 
 async def test_channel_tools_are_the_only_ones_offered_also_on_resume(tmp_path: Path) -> None:

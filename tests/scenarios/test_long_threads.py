@@ -7,6 +7,9 @@ counts with its own (the conservative estimate for this unknown model name).
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,8 @@ from agent_core._compact import SUMMARY_PROMPT
 from agent_core.openai import OpenAIChatClient
 from bot.store import SQLiteStore
 from tests.agent_core.test_agent_over_http import assert_provider_accepts
-from tests.support.harness import text_sse
+from tests.agent_core.test_openai_client import replay_http_error
+from tests.support.harness import running_bot, text_sse
 from tests.support.llm_context import prompt_tokens
 from tests.support.llm_server import LLMStandIn
 
@@ -218,3 +222,73 @@ async def test_a_window_the_refusal_states_is_learned_remembered_and_every_turn_
             assert answer.startswith("Answer to")
             assert len(llm.refused) == 1
             assert llm.requests[-1]["max_tokens"] <= 1_500 // 2  # the bound shrank with the window
+
+
+class _HeldAnswers:
+    """Answers each question ("mNN …") with "Answer to mNN: …", holding all but its first
+    piece until the test lets it go (so the run is still going while its answer shows), and
+    each summary request at once with a summary that says so."""
+
+    def __init__(self) -> None:
+        self.summaries = 0
+        self.gates: dict[str, asyncio.Event] = {}
+
+    def gate(self, tag: str) -> asyncio.Event:
+        return self.gates.setdefault(tag, asyncio.Event())
+
+    async def reply(self, body: dict[str, Any]) -> web.StreamResponse:
+        if _is_summary(body):
+            self.summaries += 1
+            text = f"SUMMARY: an earlier conversation of {len(body['messages'])} messages, calm."
+            return web.Response(body=text_sse(text), content_type="text/event-stream")
+        tag = str(body["messages"][-1]["content"]).split()[0]
+        gate = self.gate(tag)
+
+        def frame(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+            return b"data: " + json.dumps({**chunk, "choices": [choice]}).encode() + b"\n\n"
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield frame({"role": "assistant", "content": f"Answer to {tag}: "})
+            await gate.wait()
+            yield frame({"content": "the queue drains. " * 40})
+            yield frame({}, "stop") + b"data: [DONE]\n\n"
+
+        return web.Response(body=stream(), content_type="text/event-stream")
+
+
+async def test_after_a_refusal_every_message_of_a_long_thread_gets_its_own_answer_once(
+    tmp_path: Path,
+) -> None:
+    """The first request is refused as the real llama.cpp refusal does (its window: 4096
+    tokens); every later request of the thread is compacted, its summary asked of the model.
+    Each message is sent while the previous one's answer is still streaming: each gets one
+    answer, its own, and no summary is ever shown in the thread."""
+    count = 16
+    held = _HeldAnswers()
+    filler = "is the queue on worker-7 draining, and how fast? " * 80
+    async with LLMStandIn() as llm, running_bot(tmp_path, llm=llm) as bot:
+        replay_http_error(llm, "llamacpp_exceed_context_size.http.txt")
+        for _ in range(3 * count):
+            llm.reply_with(held.reply)
+
+        def answers(tag: str) -> list[str]:
+            return [
+                str(m["text"]) for m in bot.slack.messages if f"Answer to {tag}:" in str(m["text"])
+            ]
+
+        root = await bot.mention(f"m00 {filler}")
+        for k in range(count):
+            tag = f"m{k:02d}"
+            await bot.slack.wait_until(lambda tag=tag: bool(answers(tag)), timeout=30)
+            if k + 1 < count:  # the run answering `tag` is still going
+                await bot.message(f"m{k + 1:02d} {filler}", thread_ts=root)
+            held.gate(tag).set()
+        await bot.settle(timeout=30)
+
+        assert [len(answers(f"m{k:02d}")) for k in range(count)] == [1] * count
+        shown = [str(c.params) for c in bot.slack.calls]
+        assert not [p for p in shown if "SUMMARY" in p]
+        assert llm.refused == [] and held.summaries >= count - 1  # compacted every time
+        assert not [t for t in shown if "run_failed" in t or "couldn't" in t]
