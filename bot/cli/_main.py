@@ -165,7 +165,8 @@ def run_bot(
     if not local.slack_bot_token.get_secret_value():
         from ..workspace import LOOPBACK, serve_workspace
 
-        log_from_settings(local, verbose=verbose)
+        # Its one line, not the bot's INFO logs, is what a newcomer reads (-v shows them).
+        log_from_settings(local, verbose=verbose, floor="WARNING")
         where = host or LOOPBACK
         asyncio.run(serve_workspace(local, host=where, port=port or local.opsgate_port))
         return 0

@@ -34,6 +34,12 @@ would remove). `run: rm -rf /` is forbidden by the policy and never runs. Switch
 top left to approve as someone else: the requester cannot approve their own call."""
 
 
+AFTER = """\
+That is the whole flow: the model asked for a tool call, the policy decided whether a person \
+had to approve it, and the decision is in the audit log (`opsgate audit`). Write `run:` and \
+another command to go on."""
+
+
 def _text_of(message: Mapping[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, list):
@@ -49,7 +55,8 @@ def demo_reply(messages: list[Mapping[str, Any]], tools: list[str]) -> tuple[str
         result = _text_of(last).strip()
         if len(result) > _OUTPUT_SHOWN:
             result = result[:_OUTPUT_SHOWN] + "\n…"
-        return f"_{DEMO_NOTE}_\n\nThe tool answered:\n```\n{result or '(nothing)'}\n```", None
+        said = f"The tool answered:\n```\n{result or '(nothing)'}\n```\n{AFTER}"
+        return f"_{DEMO_NOTE}_\n\n{said}", None
     asked = _text_of(last) if last.get("role") == "user" else ""
     found = _RUN.search(asked)
     command = found.group(1).strip().splitlines()[0].strip("` ") if found else ""
@@ -70,7 +77,7 @@ class DemoModel:
 
     PREFIX = "/demo/v1"
 
-    def __init__(self, *, pace: float = 0.04) -> None:
+    def __init__(self, *, pace: float = 0.06) -> None:
         self.pace = pace
         """Seconds between pieces of an answer."""
 

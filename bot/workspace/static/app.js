@@ -100,7 +100,7 @@ function drawSidebar(s) {
       href: `#${c.name}`,
       class: "nav" + (!view.home && c.name === view.channel ? " active" : ""),
       "data-channel": c.name,
-      text: c.name === "dm" ? `💬 ${c.label}` : c.label,
+      text: c.name === "dm" ? `@ ${c.label}` : c.label,
     });
   $("channels").replaceChildren(...s.channels.filter((c) => c.name !== "dm").map(link));
   $("dms").replaceChildren(...s.channels.filter((c) => c.name === "dm").map(link));
@@ -131,7 +131,7 @@ function messageNode(m, s, channel, inThread) {
   const ctx = { names: s.names };
   const drawn = m.blocks && m.blocks.some((b) => b.type !== "rich_text");
   const streamed = "chunks" in m; // a streamed answer: its text, its timeline, then its blocks
-  const line = Blocks.timeline(m.chunks);
+  const line = Blocks.timeline(m.chunks, s.names);
   if (line) node.append(line);
   if (m.text && (streamed || !drawn)) node.append(Blocks.mrkdwn(m.text, s.names));
   if (drawn) node.append(Blocks.render(m.blocks, ctx));
@@ -143,13 +143,25 @@ function messageNode(m, s, channel, inThread) {
     node.append(box);
   }
   for (const f of m.files || []) {
-    node.append(el("details", { class: "file" }, el("summary", { text: `📎 ${f.title || f.name}` }), el("pre", { text: f.content || "" })));
+    node.append(el("details", { class: "file" }, el("summary", { text: `File: ${f.title || f.name}` }), el("pre", { text: f.content || "" })));
   }
   if (m.reactions && m.reactions.length) {
     const r = el("div", { class: "reactions" });
-    for (const x of m.reactions) r.append(el("span", { class: "reaction", "data-reaction": x.name, text: `:${x.name}: ${x.count}` }));
+    for (const x of m.reactions) r.append(el("span", { class: "reaction", "data-reaction": x.name, text: `${Blocks.emoji(`:${x.name}:`)} ${x.count}` }));
     node.append(r);
   }
+  return node;
+}
+
+// Drawn messages by where and what they are: a message that did not change keeps its node, so
+// a redraw neither flickers nor takes a button from under a click.
+const drawn = new Map();
+
+function cached(key, content, build) {
+  const found = drawn.get(key);
+  if (found && found.content === content) return found.node;
+  const node = build();
+  drawn.set(key, { content, node });
   return node;
 }
 
@@ -157,11 +169,14 @@ function drawChannel(s, channel) {
   const all = s.messages[channel.name] || [];
   const top = all.filter((m) => !m.thread_ts || m.thread_ts === m.ts);
   const nodes = top.map((m) => {
-    const node = messageNode(m, s, channel, false);
     const replies = all.filter((r) => r.thread_ts === m.ts && r.ts !== m.ts);
-    const label = replies.length ? `${replies.length} repl${replies.length === 1 ? "y" : "ies"}` : "Reply in thread";
-    node.append(el("a", { href: "#", class: "open-thread", "data-open-thread": m.ts, text: label }));
-    return node;
+    const content = JSON.stringify([m, replies.length, s.user]);
+    return cached(`main:${channel.name}:${m.ts}`, content, () => {
+      const node = messageNode(m, s, channel, false);
+      const label = replies.length ? `${replies.length} repl${replies.length === 1 ? "y" : "ies"}` : "Reply in thread";
+      node.append(el("a", { href: "#", class: "open-thread", "data-open-thread": m.ts, text: label }));
+      return node;
+    });
   });
   if (!nodes.length) nodes.push(el("p", { class: "empty", text: "No messages yet. Mention @OpsGate to ask it something." }));
   replaceKeepingScroll($("messages"), nodes);
@@ -177,16 +192,19 @@ function drawThread(s) {
   const channel = s.channels.find((c) => c.name === view.thread.channel);
   const all = (channel && s.messages[channel.name]) || [];
   const thread = all.filter((m) => m.ts === view.thread.ts || m.thread_ts === view.thread.ts);
-  replaceKeepingScroll($("thread-messages"), thread.map((m) => {
-    const node = messageNode(m, s, channel, true);
-    node.setAttribute("data-thread-ts", view.thread.ts);
-    return node;
-  }));
+  replaceKeepingScroll($("thread-messages"), thread.map((m) =>
+    cached(`thread:${channel.name}:${m.ts}`, JSON.stringify([m, s.user]), () => {
+      const node = messageNode(m, s, channel, true);
+      node.setAttribute("data-thread-ts", view.thread.ts);
+      return node;
+    }),
+  ));
 }
 
 function replaceKeepingScroll(box, nodes) {
   const atEnd = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
-  box.replaceChildren(...nodes);
+  const same = box.children.length === nodes.length && nodes.every((n, i) => box.children[i] === n);
+  if (!same) box.replaceChildren(...nodes);
   if (atEnd) box.scrollTop = box.scrollHeight;
 }
 

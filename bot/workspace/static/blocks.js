@@ -34,8 +34,18 @@ const Blocks = (() => {
     if (last < text.length) lines(decode(text.slice(last)), into);
   }
 
+  // Slack's emoji codes the bot writes, as characters; others stay as written.
+  const EMOJI = {
+    white_check_mark: "✅", heavy_check_mark: "✔️", x: "❌", warning: "⚠️", no_entry: "⛔",
+    no_entry_sign: "🚫", hourglass_flowing_sand: "⏳", hourglass: "⌛", lock: "🔒", eyes: "👀",
+    scroll: "📜", mag: "🔍", rotating_light: "🚨", bell: "🔔", memo: "📝", stop_sign: "🛑",
+    "+1": "👍", "-1": "👎", snowflake: "❄️", unlock: "🔓", sunny: "☀️", pencil2: "✏️",
+    octagonal_sign: "🛑", alarm_clock: "⏰",
+  };
+  const emoji = (text) => text.replace(/:([a-z0-9_+-]+):/g, (all, code) => EMOJI[code] || all);
+
   function lines(text, into) {
-    text.split("\n").forEach((line, i) => {
+    emoji(text).split("\n").forEach((line, i) => {
       if (i) into.append(el("br"));
       if (line) into.append(document.createTextNode(line));
     });
@@ -48,6 +58,7 @@ const Blocks = (() => {
       return el("span", { class: "mention", "data-user": id, text: "@" + (names[id] || label || id) });
     }
     if (target.startsWith("#")) return el("span", { class: "mention", text: "#" + (label || target.slice(1)) });
+    if (target.startsWith("!date^")) return el("time", { text: label || target });
     if (target.startsWith("!")) return el("span", { class: "mention", text: "@" + (label || target.slice(1)) });
     const href = decode(target);
     const safe = /^(https?:|mailto:)/i.test(href) ? href : "#";
@@ -188,7 +199,7 @@ const Blocks = (() => {
   const ICONS = { pending: "○", in_progress: "◐", complete: "●", error: "✕" };
 
   // The task timeline of a streamed answer: its plan and task updates, latest state of each.
-  function timeline(chunks) {
+  function timeline(chunks, names) {
     const tasks = new Map();
     let plan = null;
     for (const c of chunks || []) {
@@ -201,12 +212,13 @@ const Blocks = (() => {
     for (const t of tasks.values()) {
       const row = el("div", { class: "task " + (t.status || ""), "data-task-status": t.status || "" });
       row.append(el("span", { class: "icon", text: ICONS[t.status] || "○" }), el("span", { text: " " + t.title }));
-      if (t.details) row.append(el("div", { class: "details", text: t.details }));
-      if (t.output) row.append(el("div", { class: "details", text: t.output }));
+      for (const more of [t.details, t.output]) {
+        if (more) row.append(el("div", { class: "details" }, mrkdwn(more, names || {})));
+      }
       out.append(row);
     }
     return out;
   }
 
-  return { el, mrkdwn, render, timeline, unknown };
+  return { el, emoji, mrkdwn, render, timeline, unknown };
 })();

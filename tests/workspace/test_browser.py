@@ -1,0 +1,155 @@
+"""The local workspace through a real browser: `opsgate run` with no Slack tokens and no model
+(so the built-in demo model and default policy), and headless Chromium clicking through the
+approval flow as three people."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from tests.workspace.browser import BROWSER_MISSING, Workspace, WorkspacePage, chromium
+
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(BROWSER_MISSING is not None, reason=BROWSER_MISSING or ""),
+]
+
+RILEY, SAM, ALEX = "U0RILEY", "U0SAM", "U0ALEX"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "workspace.png"
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
+    running = Workspace(tmp_path_factory.mktemp("workspace"))
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[WebDriver]:
+    browser = chromium()
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+@pytest.fixture
+def page(driver: WebDriver, workspace: Workspace) -> WorkspacePage:
+    shown = WorkspacePage(driver, workspace.url)
+    shown.open()
+    shown.as_user(RILEY)
+    shown.channel("ops")
+    return shown
+
+
+def test_the_start_up_line_names_the_page_and_the_way_to_slack(tmp_path: Path) -> None:
+    started = Workspace(tmp_path)
+    try:
+        line = started.start()
+    finally:
+        assert started.stop() == 0
+    assert f"http://127.0.0.1:{started.port}/" in line
+    assert "SLACK_BOT_TOKEN" in line and "this machine only" in line
+    assert (tmp_path / "opsgate.db").is_file() and (tmp_path / "opsgate-workspace.db").is_file()
+
+
+def test_a_mention_posts_a_card_and_a_second_person_approves_it(page: WorkspacePage) -> None:
+    assert "demo model" in page.driver.find_element(By.ID, "model-note").text
+    ts = page.say("@OpsGate run: echo hello from the workspace")
+    page.open_thread(ts)
+    page.button("opsgate_approve", "echo hello from the workspace")
+    page.as_user(SAM)
+    page.record_streams()
+    page.button("opsgate_approve", "echo hello from the workspace").click()
+    answer = page.thread_says("The tool answered", "hello from the workspace", "whole flow")
+    assert "demo model" in answer.text
+    grown = page.stream_lengths(answer.get_attribute("data-ts") or "")
+    assert len(grown) >= 2 and grown == sorted(grown), grown  # shown as it grew
+    page.thread_says("Approved by", "Sam")
+
+
+def test_reject_with_a_reason_from_the_modal(page: WorkspacePage) -> None:
+    ts = page.say("@OpsGate run: echo please reject me")
+    page.open_thread(ts)
+    page.as_user(ALEX)
+    page.button("opsgate_reject", "echo please reject me").click()
+    form = page.modal("opsgate_reject_modal")
+    form.find_element(By.CSS_SELECTOR, "textarea[name=reason_input]").send_keys("not on a Friday")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.thread_says("Rejected by", "Alex", "not on a Friday")
+    page.wait(
+        lambda d: not d.find_elements(By.CSS_SELECTOR, "form[data-callback-id]"), "the modal closed"
+    )
+
+
+def test_two_people_approve_an_rm_and_the_requester_cannot(
+    page: WorkspacePage, workspace: Workspace
+) -> None:
+    scratch = workspace.directory / "scratch"
+    scratch.mkdir()
+    (scratch / "old.log").write_text("old\n")
+    ts = page.say("@OpsGate run: rm -rf scratch")
+    page.open_thread(ts)
+    page.thread_says("old.log")  # the preview: `ls -la` of what would be removed
+    page.button("opsgate_approve", "rm -rf scratch").click()  # Riley asked: not theirs to give
+    page.thread_says("Only visible to you")
+    page.as_user(SAM)
+    page.button("opsgate_approve", "rm -rf scratch").click()
+    page.thread_says("rm -rf scratch", "1 of 2")
+    assert scratch.exists()
+    page.driver.save_screenshot(str(SCREENSHOT))
+    page.as_user(ALEX)
+    page.button("opsgate_approve", "rm -rf scratch").click()
+    page.thread_says("The tool answered")
+    assert not scratch.exists()
+
+
+def test_an_alert_in_the_alert_channel_starts_a_run(page: WorkspacePage) -> None:
+    page.channel("alerts")
+    page.driver.find_element(By.ID, "send-alert").click()
+    ts = page.wait(
+        lambda d: next(
+            (
+                m.get_attribute("data-ts")
+                for m in d.find_elements(By.CSS_SELECTOR, "#messages [data-ts]")
+                if "FIRING" in m.text and "Alertmanager" in m.text
+            ),
+            None,
+        ),
+        "the alert",
+    )
+    page.open_thread(ts)
+    page.thread_says("demo model", "run:")
+
+
+def test_a_waiting_card_is_approved_after_a_restart(tmp_path: Path, driver: WebDriver) -> None:
+    running = Workspace(tmp_path)
+    running.start()
+    try:
+        page = WorkspacePage(driver, running.url)
+        page.open()
+        page.as_user(RILEY)
+        page.channel("ops")
+        ts = page.say("@OpsGate run: echo still here after a restart")
+        page.open_thread(ts)
+        page.button("opsgate_approve", "still here after a restart")
+        assert running.stop() == 0
+        running.start()  # same port, same files
+        page.driver.refresh()
+        page.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "a[data-channel=ops]"), "the page")
+        page.as_user(SAM)
+        page.channel("ops")
+        page.open_thread(ts)
+        page.button("opsgate_approve", "still here after a restart").click()
+        page.thread_says("The tool answered", "still here after a restart")
+    finally:
+        running.stop()
