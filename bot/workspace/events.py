@@ -28,6 +28,7 @@ __all__ = [
     "EventSender",
     "app_home_opened",
     "block_actions",
+    "envelope",
     "home_actions",
     "message_event",
     "sign",
@@ -77,27 +78,7 @@ class EventSender:
 
     async def event(self, event: Mapping[str, Any]) -> BotReply:
         """An Events API `event_callback` wrapping `event`."""
-        envelope = {
-            "token": "local",
-            "team_id": TEAM,
-            "api_app_id": BOT.app_id,
-            "event": dict(event),
-            "type": "event_callback",
-            "event_id": f"Ev{secrets.token_hex(6).upper()}",
-            "event_time": int(time.time()),
-            "authorizations": [
-                {
-                    "enterprise_id": None,
-                    "team_id": TEAM,
-                    "user_id": BOT.user_id,
-                    "is_bot": True,
-                    "is_enterprise_install": False,
-                }
-            ],
-            "is_ext_shared_channel": False,
-            "event_context": f"4-{secrets.token_hex(8)}",
-        }
-        return await self._post(json.dumps(envelope).encode(), "application/json")
+        return await self._post(json.dumps(envelope(event)).encode(), "application/json")
 
     async def interaction(self, payload: Mapping[str, Any]) -> BotReply:
         """An interactivity request: `payload=<urlencoded JSON>`."""
@@ -111,6 +92,30 @@ class EventSender:
 
 
 # -- payloads ----------------------------------------------------------------------------------
+
+
+def envelope(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The Events API `event_callback` body that carries `event`."""
+    return {
+        "token": "local",
+        "team_id": TEAM,
+        "api_app_id": BOT.app_id,
+        "event": dict(event),
+        "type": "event_callback",
+        "event_id": f"Ev{secrets.token_hex(6).upper()}",
+        "event_time": int(time.time()),
+        "authorizations": [
+            {
+                "enterprise_id": None,
+                "team_id": TEAM,
+                "user_id": BOT.user_id,
+                "is_bot": True,
+                "is_enterprise_install": False,
+            }
+        ],
+        "is_ext_shared_channel": False,
+        "event_context": f"4-{secrets.token_hex(8)}",
+    }
 
 
 def message_event(
@@ -130,6 +135,8 @@ def message_event(
     for key in ("user", "bot_id", "bot_profile", "subtype", "attachments", "thread_ts"):
         if key in message:
             event[key] = message[key]
+    if message.get("user") and not message.get("bot_id"):  # a person of this workspace
+        event.update(user_team=TEAM, source_team=TEAM)
     if "thread_ts" in message and message.get("user"):
         event["parent_user_id"] = message.get("parent_user_id", message["user"])
     if not mention:
