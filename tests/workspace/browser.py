@@ -179,15 +179,21 @@ class WorkspacePage:
 
     def say(self, text: str) -> str:
         """Write `text` in the channel's composer and send it with Enter; its ts."""
+        before = set(self._ts_of(text))
         box = self.driver.find_element(By.CSS_SELECTOR, "#composer textarea[name=message]")
         box.send_keys(text + Keys.ENTER)
-        return self.wait(lambda d: self._ts_of(text), f"the message {text!r}")
+        return self.wait(
+            lambda d: next((ts for ts in self._ts_of(text) if ts not in before), None),
+            f"the message {text!r}",
+        )
 
-    def _ts_of(self, text: str) -> str | None:
-        for message in self.driver.find_elements(By.CSS_SELECTOR, "#messages [data-ts]"):
-            if text.replace("@OpsGate ", "") in message.text:
-                return message.get_attribute("data-ts")
-        return None
+    def _ts_of(self, text: str) -> list[str]:
+        """The ts of the channel's messages that show `text`."""
+        return [
+            message.get_attribute("data-ts") or ""
+            for message in self.driver.find_elements(By.CSS_SELECTOR, "#messages [data-ts]")
+            if text.replace("@OpsGate ", "") in message.text
+        ]
 
     def open_thread(self, ts: str) -> None:
         self.driver.find_element(By.CSS_SELECTOR, f'#messages [data-open-thread="{ts}"]').click()

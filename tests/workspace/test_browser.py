@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests.workspace.browser import BROWSER_MISSING, Workspace, WorkspacePage, chromium
@@ -153,3 +154,90 @@ def test_a_waiting_card_is_approved_after_a_restart(tmp_path: Path, driver: WebD
         page.thread_says("The tool answered", "still here after a restart")
     finally:
         running.stop()
+
+
+def test_a_slash_command_answers_only_whoever_typed_it(page: WorkspacePage) -> None:
+    box = page.driver.find_element(By.CSS_SELECTOR, "#composer textarea[name=message]")
+    box.send_keys("/opsgate help")
+    page.driver.find_element(By.CSS_SELECTOR, "#composer button[type=submit]").click()
+    help_ = page.wait(
+        lambda d: next(
+            (
+                m.get_attribute("data-ts")
+                for m in d.find_elements(By.CSS_SELECTOR, "#messages .ephemeral[data-ts]")
+                if "Only visible to you" in m.text and "opsgate" in m.text.lower()
+            ),
+            None,
+        ),
+        "the answer to /opsgate help",
+    )
+    page.as_user(SAM)
+    page.wait(
+        lambda d: not d.find_elements(By.CSS_SELECTOR, f'#messages [data-ts="{help_}"]'),
+        "the answer hidden from Sam",
+    )
+
+
+def test_an_allowance_lets_the_same_command_run_without_a_card(page: WorkspacePage) -> None:
+    ts = page.say("@OpsGate run: echo allowed for a while")
+    page.open_thread(ts)
+    page.as_user(SAM)
+    page.button("opsgate_allow", "echo allowed for a while").click()
+    form = page.modal("opsgate_allow_modal")
+    assert form.find_elements(By.CSS_SELECTOR, "input[type=radio][name=allow_shape_choice]")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.thread_says("The tool answered", "allowed for a while")
+    page.as_user(RILEY)
+    again = page.say("@OpsGate run: echo allowed for a while")
+    assert again != ts
+    page.open_thread(again)
+    page.thread_says("The tool answered", "allowed for a while")
+    assert not page.driver.find_elements(
+        By.CSS_SELECTOR, '#thread button[data-action-id="opsgate_approve"]'
+    )
+
+
+def test_an_approver_edits_the_command_before_it_runs(page: WorkspacePage) -> None:
+    ts = page.say("@OpsGate run: echo as asked")
+    page.open_thread(ts)
+    page.as_user(ALEX)
+    page.button("opsgate_edit", "echo as asked").click()
+    form = page.modal("opsgate_edit_modal")
+    field = form.find_element(By.CSS_SELECTOR, "[name=value]")
+    field.clear()
+    field.send_keys("echo as edited")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.thread_says("The tool answered", "as edited")
+
+
+def test_the_dm_and_the_home_tab(page: WorkspacePage) -> None:
+    page.channel("dm")
+    asked = page.say("run: uptime")  # a free read: no card
+    page.open_thread(asked)
+    page.thread_says("The tool answered", "load average")
+    page.channel("ops")
+    ts = page.say("@OpsGate run: echo waiting on the home tab")
+    page.open_thread(ts)
+    page.button("opsgate_approve", "waiting on the home tab")
+    page.as_user(SAM)
+    page.driver.find_element(By.CSS_SELECTOR, "[data-home]").click()
+    page.wait(
+        lambda d: "waiting on the home tab" in d.find_element(By.ID, "home").text or None,
+        "the waiting call on Sam's Home tab",
+    )
+
+
+def test_the_policy_page_explains_a_typed_command(driver: WebDriver, workspace: Workspace) -> None:
+    driver.get(workspace.url + "policy")
+    box = WorkspacePage(driver, workspace.url).wait(
+        lambda d: next(iter(d.find_elements(By.CSS_SELECTOR, "textarea[name=command]")), None),
+        "the policy page",
+    )
+    assert "free reads" in driver.find_element(By.ID, "policy").text
+    box.send_keys("rm -rf /" + Keys.ENTER)
+    WorkspacePage(driver, workspace.url).wait(
+        lambda d: (
+            "verdict: forbidden" in d.find_element(By.CSS_SELECTOR, "[data-explain]").text or None
+        ),
+        "the verdict",
+    )
