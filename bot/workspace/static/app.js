@@ -120,7 +120,7 @@ function messageNode(m, s, channel, inThread) {
     class: "message" + (m.ephemeral_for ? " ephemeral" : "") + (m.streaming ? " streaming" : ""),
     "data-ts": m.ts,
     "data-thread-ts": inThread ? m.thread_ts || m.ts : null,
-    "data-channel": channel.name,
+    "data-conversation": channel.name,
     "data-streaming": m.streaming ? "true" : null,
   });
   const head = el("div", { class: "head" }, el("strong", { text: name }));
@@ -278,7 +278,7 @@ function click(button) {
     value: button.dataset.value,
     text: button.textContent,
   };
-  if (message) post("/workspace/action", { ...body, channel: message.dataset.channel, ts: message.dataset.ts });
+  if (message) post("/workspace/action", { ...body, channel: message.dataset.conversation, ts: message.dataset.ts });
   else if (viewRoot) post("/workspace/action", { ...body, view_id: viewRoot.dataset.viewId });
 }
 
@@ -300,7 +300,7 @@ function confirmThen(button) {
 }
 
 document.addEventListener("click", (event) => {
-  const target = event.target.closest("[data-channel], [data-home], [data-open-thread], [data-action-id], [data-close], #close-thread, #send-alert");
+  const target = event.target.closest("a.nav[data-channel], [data-home], [data-open-thread], [data-action-id], [data-close], #close-thread, #send-alert");
   if (!target || target.closest("#modal-root form") && !target.matches("[data-close]")) return;
   if (target.matches("a.nav[data-channel]")) {
     event.preventDefault();
@@ -317,7 +317,7 @@ document.addEventListener("click", (event) => {
     post("/workspace/home", {});
   } else if (target.matches("[data-open-thread]")) {
     event.preventDefault();
-    openThread(target.closest("[data-channel]").dataset.channel, target.dataset.openThread);
+    openThread(target.closest("[data-conversation]").dataset.conversation, target.dataset.openThread);
   } else if (target.matches("[data-action-id]")) {
     if (target.dataset.url) window.open(target.dataset.url, "_blank", "noopener");
     if (target.dataset.confirm) confirmThen(target);
