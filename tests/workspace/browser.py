@@ -138,7 +138,7 @@ def chromium() -> WebDriver:
     for flag in FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='opsgate-chromium-')}")
-    options.add_argument("--window-size=1400,860")
+    options.add_argument("--window-size=1400,960")
     return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
 
 
@@ -195,8 +195,23 @@ class WorkspacePage:
             if text.replace("@OpsGate ", "") in message.text
         ]
 
+    def _clicked(self, find: Callable[[], WebElement | None]) -> bool | None:
+        """Click what `find` finds; None (wait on) while there is none. A node redrawn between
+        finding and clicking is stale: the wait ignores that and finds it again."""
+        element = find()
+        if element is None:
+            return None
+        element.click()
+        return True
+
     def open_thread(self, ts: str) -> None:
-        self.driver.find_element(By.CSS_SELECTOR, f'#messages [data-open-thread="{ts}"]').click()
+        link = f'#messages [data-open-thread="{ts}"]'
+        self.wait(
+            lambda d: self._clicked(
+                lambda: next(iter(d.find_elements(By.CSS_SELECTOR, link)), None)
+            ),
+            f"the link to the thread of {ts}",
+        )
         self.wait(
             lambda d: d.find_elements(By.CSS_SELECTOR, f'#thread [data-thread-ts="{ts}"]'),
             f"the thread of {ts}",
@@ -208,15 +223,22 @@ class WorkspacePage:
     def button(self, action_id: str, containing: str = "") -> WebElement:
         """The thread's newest button with `action_id`, on a message containing `containing`."""
 
-        def found(d: WebDriver) -> WebElement | None:
-            for message in reversed(self.thread_messages()):
-                found = f'button[data-action-id="{action_id}"]'
-                buttons = message.find_elements(By.CSS_SELECTOR, found)
-                if buttons and containing in message.text:
-                    return buttons[0]
-            return None
+        return self.wait(lambda d: self._button(action_id, containing), f"a {action_id} button")
 
-        return self.wait(found, f"a {action_id} button")
+    def _button(self, action_id: str, containing: str) -> WebElement | None:
+        for message in reversed(self.thread_messages()):
+            found = f'button[data-action-id="{action_id}"]'
+            buttons = message.find_elements(By.CSS_SELECTOR, found)
+            if buttons and containing in message.text:
+                return buttons[0]
+        return None
+
+    def press(self, action_id: str, containing: str = "") -> None:
+        """Click the thread's newest `action_id` button on a message containing `containing`."""
+        self.wait(
+            lambda d: self._clicked(lambda: self._button(action_id, containing)),
+            f"a {action_id} button to click",
+        )
 
     def thread_says(self, *fragments: str) -> WebElement:
         """Until one message of the open thread contains every fragment; that message."""

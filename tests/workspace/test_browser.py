@@ -70,7 +70,7 @@ def test_a_mention_posts_a_card_and_a_second_person_approves_it(page: WorkspaceP
     page.button("opsgate_approve", "echo hello from the workspace")
     page.as_user(SAM)
     page.record_streams()
-    page.button("opsgate_approve", "echo hello from the workspace").click()
+    page.press("opsgate_approve", "echo hello from the workspace")
     answer = page.thread_says("The tool answered", "hello from the workspace", "whole flow")
     assert "demo model" in answer.text
     grown = page.stream_lengths(answer.get_attribute("data-ts") or "")
@@ -82,7 +82,7 @@ def test_reject_with_a_reason_from_the_modal(page: WorkspacePage) -> None:
     ts = page.say("@OpsGate run: echo please reject me")
     page.open_thread(ts)
     page.as_user(ALEX)
-    page.button("opsgate_reject", "echo please reject me").click()
+    page.press("opsgate_reject", "echo please reject me")
     form = page.modal("opsgate_reject_modal")
     form.find_element(By.CSS_SELECTOR, "textarea[name=reason_input]").send_keys("not on a Friday")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
@@ -101,15 +101,15 @@ def test_two_people_approve_an_rm_and_the_requester_cannot(
     ts = page.say("@OpsGate run: rm -rf scratch")
     page.open_thread(ts)
     page.thread_says("old.log")  # the preview: `ls -la` of what would be removed
-    page.button("opsgate_approve", "rm -rf scratch").click()  # Riley asked: not theirs to give
+    page.press("opsgate_approve", "rm -rf scratch")  # Riley asked: not theirs to give
     page.thread_says("Only visible to you")
     page.as_user(SAM)
-    page.button("opsgate_approve", "rm -rf scratch").click()
+    page.press("opsgate_approve", "rm -rf scratch")
     page.thread_says("rm -rf scratch", "1 of 2")
     assert scratch.exists()
     page.driver.save_screenshot(str(SCREENSHOT))
     page.as_user(ALEX)
-    page.button("opsgate_approve", "rm -rf scratch").click()
+    page.press("opsgate_approve", "rm -rf scratch")
     page.thread_says("The tool answered")
     assert not scratch.exists()
 
@@ -150,7 +150,7 @@ def test_a_waiting_card_is_approved_after_a_restart(tmp_path: Path, driver: WebD
         page.as_user(SAM)
         page.channel("ops")
         page.open_thread(ts)
-        page.button("opsgate_approve", "still here after a restart").click()
+        page.press("opsgate_approve", "still here after a restart")
         page.thread_says("The tool answered", "still here after a restart")
     finally:
         running.stop()
@@ -182,7 +182,7 @@ def test_an_allowance_lets_the_same_command_run_without_a_card(page: WorkspacePa
     ts = page.say("@OpsGate run: echo allowed for a while")
     page.open_thread(ts)
     page.as_user(SAM)
-    page.button("opsgate_allow", "echo allowed for a while").click()
+    page.press("opsgate_allow", "echo allowed for a while")
     form = page.modal("opsgate_allow_modal")
     assert form.find_elements(By.CSS_SELECTOR, "input[type=radio][name=allow_shape_choice]")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
@@ -201,7 +201,7 @@ def test_an_approver_edits_the_command_before_it_runs(page: WorkspacePage) -> No
     ts = page.say("@OpsGate run: echo as asked")
     page.open_thread(ts)
     page.as_user(ALEX)
-    page.button("opsgate_edit", "echo as asked").click()
+    page.press("opsgate_edit", "echo as asked")
     form = page.modal("opsgate_edit_modal")
     field = form.find_element(By.CSS_SELECTOR, "[name=value]")
     field.clear()

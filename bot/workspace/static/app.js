@@ -94,7 +94,14 @@ function drawPeople(s) {
   select.value = view.user;
 }
 
+// What is on screen stays the same nodes while it does not change: a person (or a test) who
+// found a link or a button can click it after a redraw.
+let sidebarDrawn = null;
+
 function drawSidebar(s) {
+  const key = JSON.stringify([s.channels, view.channel, view.home]);
+  if (key === sidebarDrawn) return;
+  sidebarDrawn = key;
   const link = (c) =>
     el("a", {
       href: `#${c.name}`,
@@ -214,9 +221,12 @@ function drawHome(s) {
     box.replaceChildren(el("p", { class: "empty", text: "Loading the Home tab…" }));
     return;
   }
-  const content = Blocks.render(s.home.blocks, { names: s.names });
-  content.dataset.viewId = s.home.id;
-  box.replaceChildren(content);
+  const content = cached(`home:${s.user}`, JSON.stringify(s.home), () => {
+    const node = Blocks.render(s.home.blocks, { names: s.names });
+    node.dataset.viewId = s.home.id;
+    return node;
+  });
+  if (box.firstChild !== content) box.replaceChildren(content);
 }
 
 function drawModal(s) {
