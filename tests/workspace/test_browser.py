@@ -241,3 +241,72 @@ def test_the_policy_page_explains_a_typed_command(driver: WebDriver, workspace: 
         ),
         "the verdict",
     )
+
+
+def test_a_button_with_a_confirm_dialog_asks_first(page: WorkspacePage) -> None:
+    ts = page.say("@OpsGate run: echo never mind")
+    page.open_thread(ts)
+    page.press("opsgate_cancel", "echo never mind")
+    dialog = page.wait(
+        lambda d: next(iter(d.find_elements(By.CSS_SELECTOR, "form[data-confirm-dialog]")), None),
+        "the confirm dialog",
+    )
+    assert "Cancel the whole run?" in dialog.text
+    dialog.find_element(By.CSS_SELECTOR, "[data-confirm-answer=no]").click()
+    page.wait(
+        lambda d: not d.find_elements(By.CSS_SELECTOR, "form[data-confirm-dialog]"), "it closed"
+    )
+    page.button("opsgate_approve", "echo never mind")  # nothing was sent: still waiting
+    page.press("opsgate_cancel", "echo never mind")
+    page.wait(
+        lambda d: next(iter(d.find_elements(By.CSS_SELECTOR, "[data-confirm-answer=yes]")), None),
+        "the confirm dialog again",
+    ).click()
+    page.thread_says("echo never mind", "Cancelled")
+    page.wait(
+        lambda d: (
+            not d.find_elements(By.CSS_SELECTOR, '#thread [data-action-id="opsgate_approve"]')
+        ),
+        "the card decided",
+    )
+
+
+def test_block_kit_and_mrkdwn_are_drawn_as_slack_draws_them(page: WorkspacePage) -> None:
+    """The page's renderer in the browser: what each block becomes, as DOM nodes."""
+    blocks = [
+        {"type": "header", "text": {"type": "plain_text", "text": "Deploy"}},
+        {
+            "type": "section",
+            "text": {
+                "type": "mrkdwn",
+                "text": "*bold* <@U0SAM> <https://example.com|docs> &lt;b&gt;\n```ls -la```",
+            },
+        },
+        {"type": "divider"},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": "_small_"}]},
+        {"type": "sparkle_block", "answer": 42},
+    ]
+    drawn = page.driver.execute_script(
+        """
+        const node = Blocks.render(arguments[0], { names: { U0SAM: "Sam" } });
+        const one = (css) => node.querySelector(css);
+        return {
+          header: one("h3").textContent,
+          bold: one(".block-section strong").textContent,
+          mention: one(".mention").textContent,
+          link: [one("a").getAttribute("href"), one("a").textContent],
+          code: one("pre").textContent,
+          text: one(".block-section").textContent,
+          divider: !!one("hr"),
+          context: one(".block-context em").textContent,
+          unknown: JSON.parse(one("[data-block-type=sparkle_block]").textContent),
+          scripts: node.querySelectorAll("script, b").length,
+        };
+        """,
+        blocks,
+    )
+    assert drawn["header"] == "Deploy" and drawn["bold"] == "bold"
+    assert drawn["mention"] == "@Sam" and drawn["link"] == ["https://example.com", "docs"]
+    assert drawn["code"] == "ls -la" and "<b>" in drawn["text"] and drawn["scripts"] == 0
+    assert drawn["divider"] and drawn["context"] == "small"
+    assert drawn["unknown"] == {"type": "sparkle_block", "answer": 42}
