@@ -151,9 +151,7 @@ def _reader_gone() -> int:
     return 0
 
 
-def run_bot(
-    *, http: bool, port: int | None, verbose: bool = False, host: str | None = None
-) -> int:
+def run_bot(*, http: bool, port: int | None, verbose: bool = False, host: str | None = None) -> int:
     """`opsgate run [--http [--port N]]`: serve until stopped, in Socket Mode or serving HTTP;
     without SLACK_BOT_TOKEN, the local workspace (`bot.workspace`). Settings, policy and
     database errors propagate to `main`."""

@@ -100,7 +100,8 @@ class Page:
     async def _state(self, request: web.Request) -> web.Response:
         user = _user(request.query.get("user", ""))
         after = int(request.query.get("after") or 0)
-        await self.state.wait_newer(after, _WAIT)
+        if request.query.get("epoch") == self.state.epoch:  # else it saw another process
+            await self.state.wait_newer(after, _WAIT)
         return web.json_response(self.snapshot(user))
 
     def snapshot(self, user: str) -> dict[str, Any]:
@@ -121,6 +122,7 @@ class Page:
         names[ALERT_BOT.user_id] = ALERT_BOT.name
         return {
             "version": self.state.version,
+            "epoch": self.state.epoch,
             "user": user,
             "people": [{"id": p.user_id, "name": p.name, "role": p.role} for p in PEOPLE],
             "channels": [_channel(c) for c in channels],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -70,6 +71,9 @@ class WorkspaceState:
         for view_id, user_id, body in self._db.execute("SELECT view_id, user_id, body FROM views"):
             self.views[view_id] = OpenView(view_id, user_id, json.loads(body))
         self.version = 1
+        self.epoch = secrets.token_hex(4)
+        """Names this process's run of the state: a page that saw another (before a restart)
+        is answered at once, whatever version it saw."""
         self._changed = asyncio.Event()
         self._last_ts = max((_micros(ts) for _, ts in self.messages), default=0)
         self.triggers: dict[str, str] = {}

@@ -143,10 +143,13 @@ def test_a_waiting_card_is_approved_after_a_restart(tmp_path: Path, driver: WebD
         ts = page.say("@OpsGate run: echo still here after a restart")
         page.open_thread(ts)
         page.button("opsgate_approve", "still here after a restart")
+        epoch = page.driver.execute_script("return view.state.epoch")
         assert running.stop() == 0
-        running.start()  # same port, same files
-        page.driver.refresh()
-        page.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "a[data-channel=ops]"), "the page")
+        running.start()  # same port, same files; the page, not reloaded, carries on
+        page.wait(
+            lambda d: d.execute_script("return view.state.epoch") != epoch or None,
+            "the page to find the new process by itself",
+        )
         page.as_user(SAM)
         page.channel("ops")
         page.open_thread(ts)

@@ -31,7 +31,8 @@ async function poll() {
   for (;;) {
     const generation = view.generation;
     try {
-      const query = `user=${encodeURIComponent(view.user)}&after=${view.version}`;
+      const epoch = view.state ? view.state.epoch : "";
+      const query = `user=${encodeURIComponent(view.user)}&after=${view.version}&epoch=${epoch}`;
       const response = await fetch(`/workspace/state?${query}`);
       if (!response.ok) throw new Error(String(response.status));
       const state = await response.json();
