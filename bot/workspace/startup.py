@@ -122,7 +122,7 @@ async def serve_workspace(
                 *page.routes(),
             ]
         )
-        runner = web.AppRunner(web_app, access_log=None)
+        runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE)
         await runner.setup()
         try:
             await web.TCPSite(runner, host, port).start()
@@ -134,6 +134,7 @@ async def serve_workspace(
         try:
             await _run_bot(local, policy, events, stop, host=host, port=port, out=out)
         finally:
+            state.release()
             await runner.cleanup()
             state.close()
 

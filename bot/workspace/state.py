@@ -75,12 +75,19 @@ class WorkspaceState:
         """Names this process's run of the state: a page that saw another (before a restart)
         is answered at once, whatever version it saw."""
         self._changed = asyncio.Event()
+        self._closing = False
         self._last_ts = max((_micros(ts) for _, ts in self.messages), default=0)
         self.triggers: dict[str, str] = {}
         """trigger_id → the user whose click made it (`views.open` opens for them)."""
 
     def close(self) -> None:
         self._db.close()
+
+    def release(self) -> None:
+        """Answer every page waiting for news now, and those that ask later at once: the
+        process is stopping, and a waiting request would hold its stop."""
+        self._closing = True
+        self._changed.set()
 
     # -- changes -------------------------------------------------------------------------------
 
@@ -125,7 +132,7 @@ class WorkspaceState:
 
     async def wait_newer(self, version: int, timeout: float) -> None:
         """Until the state is newer than `version`, or `timeout` seconds have passed."""
-        if self.version > version:
+        if self.version > version or self._closing:
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
