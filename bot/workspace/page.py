@@ -147,7 +147,7 @@ class Page:
     # -- what a person does --------------------------------------------------------------------
 
     async def _message(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        body = await _json(request)
         user = _user(str(body.get("user") or ""))
         channel = _conversation(str(body.get("channel") or ""), user)
         text = str(body.get("text") or "").strip()
@@ -194,7 +194,7 @@ class Page:
         return reply
 
     async def _action(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        body = await _json(request)
         user = _user(str(body.get("user") or ""))
         action = {
             "action_id": str(body.get("action_id") or ""),
@@ -222,7 +222,7 @@ class Page:
         return web.json_response({"status": reply.status})
 
     async def _submit(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        body = await _json(request)
         user = _user(str(body.get("user") or ""))
         open_ = self.state.views.get(str(body.get("view_id") or ""))
         if open_ is None or open_.user_id != user:
@@ -241,7 +241,7 @@ class Page:
         return web.json_response({"status": reply.status, "response_action": action})
 
     async def _close(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        body = await _json(request)
         user = _user(str(body.get("user") or ""))
         open_ = self.state.views.get(str(body.get("view_id") or ""))
         if open_ is not None and open_.user_id == user:
@@ -249,14 +249,14 @@ class Page:
         return web.json_response({"ok": True})
 
     async def _home(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        body = await _json(request)
         user = _user(str(body.get("user") or ""))
         reply = await self.sender.event(events.app_home_opened(user))
         return web.json_response({"status": reply.status})
 
     async def _alert(self, request: web.Request) -> web.Response:
         """A sample alert in `#alerts`, posted by the Alertmanager integration."""
-        body = await request.json()
+        body = await _json(request)
         title = str(body.get("text") or "").strip() or "DiskFull: / on web-1 is 97% full"
         channel = channel_named("alerts")
         assert channel is not None
@@ -299,7 +299,7 @@ class Page:
         hook = self._hooks.get(request.match_info["hook"])
         if hook is None:
             raise web.HTTPNotFound(text="no such response_url")
-        body = await request.json()
+        body = await _json(request)
         self._answer_hook(hook, body)
         return web.json_response({"ok": True})
 
@@ -324,6 +324,18 @@ class Page:
         if body.get("response_type") != "in_channel":
             message["ephemeral_for"] = hook.user
         self.state.put(hook.channel, message)
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object. Only `application/json`: another site's page cannot send that
+    to this one without the browser asking first (CORS), which this server never allows, so it
+    cannot click or write here on behalf of whoever has the workspace open."""
+    if request.content_type != "application/json":
+        raise web.HTTPUnsupportedMediaType(text="send application/json")
+    body = await request.json()
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text="send a JSON object")
+    return body
 
 
 def _read(name: str) -> str:

@@ -17,7 +17,7 @@ import secrets
 import signal
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import aiohttp
 from aiohttp import web
@@ -79,6 +79,21 @@ class _Events:
         return await to_aiohttp_response(response)
 
 
+def _loopback_only(port: int) -> Any:
+    """Refuse requests that name another host than this one (a DNS name rebound to 127.0.0.1
+    by someone else's page): on the loopback address, the page is this machine's alone."""
+    allowed = {f"{LOOPBACK}:{port}", f"localhost:{port}"}
+
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.host not in allowed:
+            raise web.HTTPMisdirectedRequest(text=f"open http://{LOOPBACK}:{port}/")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return check
+
+
 def _stop_on_signals() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -111,7 +126,7 @@ async def serve_workspace(
             policy_text=policy_text,
             model_note=note,
         )
-        web_app = web.Application()
+        web_app = web.Application(middlewares=[_loopback_only(port)] if host == LOOPBACK else [])
         web_app.add_routes(
             [
                 web.post("/slack/events", events.handle),

@@ -4,9 +4,11 @@ approval flow as three people."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -313,3 +315,21 @@ def test_block_kit_and_mrkdwn_are_drawn_as_slack_draws_them(page: WorkspacePage)
     assert drawn["code"] == "ls -la" and "<b>" in drawn["text"] and drawn["scripts"] == 0
     assert drawn["divider"] and drawn["context"] == "small"
     assert drawn["unknown"] == {"type": "sparkle_block", "answer": 42}
+
+
+def test_another_site_cannot_act_through_the_page(workspace: Workspace) -> None:
+    """A cross-site form or a rebound DNS name reaches the loopback port, but does nothing."""
+    message = {"user": RILEY, "channel": "ops", "text": "@OpsGate run: echo from elsewhere"}
+    with httpx.Client(base_url=workspace.url) as client:
+        as_form = client.post(
+            "/workspace/message",
+            content=json.dumps(message),
+            headers={"Content-Type": "text/plain"},
+        )
+        assert as_form.status_code == 415
+        rebound = client.post(
+            "/workspace/message", json=message, headers={"Host": f"evil.example:{workspace.port}"}
+        )
+        assert rebound.status_code == 421
+        state = client.get("/workspace/state", params={"user": RILEY, "after": 0}).json()
+    assert not any("from elsewhere" in m["text"] for m in state["messages"]["ops"])
