@@ -120,6 +120,7 @@ class Page:
         home = self.state.home_of(user)
         names = {p.user_id: p.name for p in PEOPLE} | {BOT.user_id: BOT.name}
         names[ALERT_BOT.user_id] = ALERT_BOT.name
+        names |= {c.channel_id: c.name for c in CHANNELS}  # `<#C…>` shows the channel's name
         return {
             "version": self.state.version,
             "epoch": self.state.epoch,

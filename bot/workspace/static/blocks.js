@@ -57,7 +57,10 @@ const Blocks = (() => {
       const id = target.slice(1);
       return el("span", { class: "mention", "data-user": id, text: "@" + (names[id] || label || id) });
     }
-    if (target.startsWith("#")) return el("span", { class: "mention", text: "#" + (label || target.slice(1)) });
+    if (target.startsWith("#")) {
+      const id = target.slice(1);
+      return el("span", { class: "mention", text: "#" + (label || names[id] || id) });
+    }
     if (target.startsWith("!date^")) return el("time", { text: label || target });
     if (target.startsWith("!")) return el("span", { class: "mention", text: "@" + (label || target.slice(1)) });
     const href = decode(target);
