@@ -284,7 +284,8 @@ def test_block_kit_and_mrkdwn_are_drawn_as_slack_draws_them(page: WorkspacePage)
             "type": "section",
             "text": {
                 "type": "mrkdwn",
-                "text": "*bold* <@U0SAM> <https://example.com|docs> &lt;b&gt;\n```ls -la```",
+                "text": "*bold* <@U0SAM> in <#C0OPS> <https://example.com|docs> &lt;b&gt;"
+                "\n```ls -la```",
             },
         },
         {"type": "divider"},
@@ -293,12 +294,12 @@ def test_block_kit_and_mrkdwn_are_drawn_as_slack_draws_them(page: WorkspacePage)
     ]
     drawn = page.driver.execute_script(
         """
-        const node = Blocks.render(arguments[0], { names: { U0SAM: "Sam" } });
+        const node = Blocks.render(arguments[0], { names: { U0SAM: "Sam", C0OPS: "ops" } });
         const one = (css) => node.querySelector(css);
         return {
           header: one("h3").textContent,
           bold: one(".block-section strong").textContent,
-          mention: one(".mention").textContent,
+          mentions: [...node.querySelectorAll(".mention")].map((m) => m.textContent),
           link: [one("a").getAttribute("href"), one("a").textContent],
           code: one("pre").textContent,
           text: one(".block-section").textContent,
@@ -311,7 +312,10 @@ def test_block_kit_and_mrkdwn_are_drawn_as_slack_draws_them(page: WorkspacePage)
         blocks,
     )
     assert drawn["header"] == "Deploy" and drawn["bold"] == "bold"
-    assert drawn["mention"] == "@Sam" and drawn["link"] == ["https://example.com", "docs"]
+    assert drawn["mentions"] == ["@Sam", "#ops"] and drawn["link"] == [
+        "https://example.com",
+        "docs",
+    ]
     assert drawn["code"] == "ls -la" and "<b>" in drawn["text"] and drawn["scripts"] == 0
     assert drawn["divider"] and drawn["context"] == "small"
     assert drawn["unknown"] == {"type": "sparkle_block", "answer": 42}
