@@ -18,7 +18,7 @@ from .errors import SettingsError
 
 __all__ = ["Mode", "Settings", "load_settings"]
 
-Mode = Literal["socket", "http", "chat", "audit"]
+Mode = Literal["socket", "http", "chat", "audit", "workspace"]
 
 _DEFAULT_POLICY = Path("opsgate.toml")
 
@@ -183,7 +183,8 @@ class Settings(BaseSettings):
 def load_settings(*, mode: Mode, env_file: str | None = ".env") -> Settings:
     """Read and check the settings `mode` needs.
 
-    "socket" and "http" run the Slack bot; "chat" (`opsgate chat`) needs the LLM settings but
+    "socket" and "http" run the Slack bot; "workspace" the local workspace (no Slack settings,
+    a demo model when none is set); "chat" (`opsgate chat`) needs the LLM settings but
     no Slack ones; "audit" needs only the database. `env_file=None` reads the process
     environment only. Raises `SettingsError` naming the first problem (and the other variables
     to check), in the order of the README's table.
@@ -240,7 +241,7 @@ def _mode_problems(settings: Settings, mode: Mode) -> list[Problem]:
     if settings.opsgate_heartbeat_seconds >= settings.opsgate_lease_seconds:
         name = "OPSGATE_HEARTBEAT_SECONDS"
         problems.append((name, f"{name} is not below OPSGATE_LEASE_SECONDS: " + _WHERE[name]))
-    if not settings.opsgate_model:
+    if not settings.opsgate_model and mode != "workspace":  # the workspace has a demo model
         problems.append(("OPSGATE_MODEL", _missing("OPSGATE_MODEL")))
     directory = db.parent if isinstance(db, Path) else None
     if directory is not None and not directory.is_dir():

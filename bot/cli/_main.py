@@ -31,13 +31,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"opsgate {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="start the bot (Socket Mode unless --http)")
+    run = sub.add_parser(
+        "run",
+        help="start the bot (Socket Mode unless --http; without SLACK_BOT_TOKEN, a local "
+        "workspace in the browser)",
+    )
     run.add_argument("--http", action="store_true", help="serve POST /slack/events instead")
     run.add_argument(
         "--port",
         type=int,
         default=None,
         help="HTTP port: Slack (with --http), /healthz, /readyz, /metrics (default OPSGATE_PORT)",
+    )
+    run.add_argument(
+        "--host",
+        default=None,
+        help="the local workspace's address to listen on (default 127.0.0.1: this machine only)",
     )
     check = sub.add_parser("check", help="check config, policy, Slack auth.test and the LLM")
     check.add_argument(
@@ -82,7 +91,9 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
     """The chosen command, imported only now: `opsgate audit` need not load Slack's SDK."""
     match args.command:
         case "run":
-            return lambda: run_bot(http=args.http, port=args.port, verbose=args.verbose)
+            return lambda: run_bot(
+                http=args.http, port=args.port, verbose=args.verbose, host=args.host
+            )
         case "check":
             from .check import run_check
 
@@ -157,13 +168,23 @@ def _reader_gone() -> int:
     return 0
 
 
-def run_bot(*, http: bool, port: int | None, verbose: bool = False) -> int:
+def run_bot(*, http: bool, port: int | None, verbose: bool = False, host: str | None = None) -> int:
     """`opsgate run [--http [--port N]]`: serve until stopped, in Socket Mode or serving HTTP;
-    settings, policy and database errors propagate to `main`."""
+    without SLACK_BOT_TOKEN, the local workspace (`bot.workspace`). Settings, policy and
+    database errors propagate to `main`."""
     from ..server import serve  # imported only now: other commands need not load Slack's SDK
     from ..settings import load_settings
     from ._logging import log_from_settings
 
+    local = load_settings(mode="workspace")
+    if not local.slack_bot_token.get_secret_value():
+        from ..workspace import LOOPBACK, serve_workspace
+
+        # Its one line, not the bot's INFO logs, is what a newcomer reads (-v shows them).
+        log_from_settings(local, verbose=verbose, floor="WARNING")
+        where = host or LOOPBACK
+        asyncio.run(serve_workspace(local, host=where, port=port or local.opsgate_port))
+        return 0
     settings = load_settings(mode="http" if http else "socket")
     log_from_settings(settings, verbose=verbose)
     asyncio.run(serve(settings, http=http, port=port or settings.opsgate_port))

@@ -242,8 +242,9 @@ def _opsgate(
     )
 
 
-def test_run_without_settings_stops_with_one_clear_line(tmp_path: Path) -> None:
-    result = _opsgate(["run"], cwd=tmp_path, env={})
+def test_run_with_a_malformed_token_stops_with_one_clear_line(tmp_path: Path) -> None:
+    """(Without any token, `run` starts the local workspace: tests/workspace.)"""
+    result = _opsgate(["run"], cwd=tmp_path, env={"SLACK_BOT_TOKEN": "xoxp-a-user-token"})
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

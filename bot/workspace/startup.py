@@ -1,0 +1,189 @@
+"""Starting the local workspace: one process serving the page, the Slack Web API, the demo model
+and the bot's own `/slack/events` on one port, with the bot built exactly as `opsgate run
+--http` builds it (`bot.server.started`), only pointed at itself.
+
+The bot gets a generated bot token and signing secret, `SLACK_API_URL` on this server and, with
+no `OPSGATE_MODEL`, the demo model on it too. The port listens before the bot is built (start-up
+asks the model server about its context window); `/slack/events` answers 503 until the bot is
+ready, and the one line with the page's address is printed then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import signal
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import aiohttp
+from aiohttp import web
+from pydantic import SecretStr
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.async_app import AsyncApp
+
+from ..observability import HealthServerError, Metrics
+from ..policy import Policy
+from ..server import started
+from ..settings import Settings
+from ..slack.app import wait_for_listeners
+from ..slack.mrkdwn import user_mention
+from ..tools import protect_process_environment
+from ..wiring import open_deps
+from .default_policy import workspace_policy
+from .demo_model import DEMO_MODEL, DEMO_NOTE, DemoModel
+from .events import EventSender
+from .page import Page
+from .state import WorkspaceState, state_path
+from .web_api import WebAPI
+
+__all__ = ["LOOPBACK", "local_settings", "serve_workspace"]
+
+logger = logging.getLogger("opsgate.workspace")
+
+LOOPBACK = "127.0.0.1"
+SHUTDOWN_GRACE = 10.0
+
+
+def local_settings(settings: Settings, base_url: str, *, secret: str) -> Settings:
+    """`settings` pointed at the workspace at `base_url`: its token, secret and Web API, and the
+    demo model when no model is configured."""
+    update: dict[str, object] = {
+        "slack_bot_token": SecretStr(f"xoxb-local-{secrets.token_hex(12)}"),
+        "slack_app_token": None,
+        "slack_signing_secret": SecretStr(secret),
+        "slack_api_url": f"{base_url}/api/",
+    }
+    if not settings.opsgate_model:
+        update |= {
+            "openai_base_url": f"{base_url}{DemoModel.PREFIX}",
+            "openai_api_key": SecretStr(""),
+            "opsgate_model": DEMO_MODEL,
+        }
+    return settings.model_copy(update=update)
+
+
+class _Events:
+    """`POST /slack/events`, handed to the Bolt app once it is built."""
+
+    def __init__(self) -> None:
+        self.app: AsyncApp | None = None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if self.app is None:
+            return web.json_response({"error": "starting"}, status=503)
+        response = await self.app.async_dispatch(await to_bolt_request(request))
+        return await to_aiohttp_response(response)
+
+
+def _loopback_only(port: int) -> Any:
+    """Refuse requests that name another host than this one (a DNS name rebound to 127.0.0.1
+    by someone else's page): on the loopback address, the page is this machine's alone."""
+    allowed = {f"{LOOPBACK}:{port}", f"localhost:{port}"}
+
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.host not in allowed:
+            raise web.HTTPMisdirectedRequest(text=f"open http://{LOOPBACK}:{port}/")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return check
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def serve_workspace(
+    settings: Settings, *, host: str = LOOPBACK, port: int, out: TextIO = sys.stdout
+) -> None:
+    """Serve the local workspace on `host`:`port` until SIGINT or SIGTERM."""
+    protect_process_environment()
+    stop = _stop_on_signals()
+    base_url = f"http://{LOOPBACK}:{port}"
+    secret = secrets.token_hex(32)
+    local = local_settings(settings, base_url, secret=secret)
+    policy, policy_text = workspace_policy(settings.opsgate_policy)
+    db = settings.opsgate_db
+    state = WorkspaceState(state_path(db if isinstance(db, Path) else None))
+    events = _Events()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        sender = EventSender(f"{base_url}/slack/events", secret, session)
+        note = DEMO_NOTE if local.opsgate_model == DEMO_MODEL else None
+        page = Page(
+            state,
+            sender,
+            base_url=base_url,
+            policy=policy,
+            policy_text=policy_text,
+            model_note=note,
+        )
+        web_app = web.Application(middlewares=[_loopback_only(port)] if host == LOOPBACK else [])
+        web_app.add_routes(
+            [
+                web.post("/slack/events", events.handle),
+                *WebAPI(
+                    state, token=local.slack_bot_token.get_secret_value(), base_url=base_url
+                ).routes(),
+                *DemoModel().routes(),
+                *page.routes(),
+            ]
+        )
+        runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise HealthServerError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from exc
+        try:
+            await _run_bot(local, policy, events, stop, host=host, port=port, out=out)
+        finally:
+            state.release()
+            await runner.cleanup()
+            state.close()
+
+
+async def _run_bot(
+    local: Settings,
+    policy: Policy,
+    events: _Events,
+    stop: asyncio.Event,
+    *,
+    host: str,
+    port: int,
+    out: TextIO,
+) -> None:
+    metrics = Metrics()
+    async with (
+        open_deps(local, policy=policy, person=user_mention, observer=metrics) as deps,
+        started(local, deps, shutdown_grace=SHUTDOWN_GRACE) as bot,
+    ):
+        events.app = bot.app
+        where = (
+            "this machine only (--host to change)"
+            if host == LOOPBACK
+            else f"{host}: anyone who can reach it can use the workspace"
+        )
+        print(
+            f"OpsGate local workspace: http://{LOOPBACK}:{port}/ (listening on {where}; "
+            "set SLACK_BOT_TOKEN and SLACK_APP_TOKEN to connect a real Slack workspace)",
+            file=out,
+            flush=True,
+        )
+        try:
+            await stop.wait()
+        finally:
+            events.app = None
+            with contextlib.suppress(Exception):
+                await wait_for_listeners(SHUTDOWN_GRACE)
