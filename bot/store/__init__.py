@@ -61,6 +61,7 @@ from .reasons import (
     PreviewChanged,
     SelfAllow,
 )
+from .recorded import RecordedCall
 from .replicas import LeaseHolder, Wake, WakeSource
 from .rules import HOME_VIEWERS_KEPT, SEEN_EVENT_TTL, card_state
 from .rules import already as already_reason
@@ -117,6 +118,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "QueueNotice",
     "QueueState",
     "REDRAW_PRIORITY",
+    "RecordedCall",
     "RecoveredSession",
     "RunState",
     "SCHEMA_VERSION",

@@ -40,6 +40,7 @@ from .models import (
 )
 from .outbox import OutboxEntry, OutboxRow, OutboxStats
 from .queue_notices import QueueNotice
+from .recorded import RecordedCall
 from .states import CardLock, InboxKind
 
 __all__ = ["Store"]
@@ -327,6 +328,13 @@ class Store(Protocol):
 
     async def revoke_allowance(self, allowance_id: str, *, user_id: str) -> bool:
         """End an allowance now; conditional (False if already revoked or unknown)."""
+
+    async def recorded_calls(self, *, since: datetime) -> list[RecordedCall]:
+        """The ledger's calls created at or after `since`, oldest first, with their channel
+        and requester (for `opsgate policy replay`; reads only)."""
+
+    async def allowances_since(self, since: datetime) -> list[AllowanceRow]:
+        """Every allowance in force at some moment after `since`, revoked ones included."""
 
     # -- change freezes and break-glass (`bot/store/freezes.py`) ---------------------------------
 

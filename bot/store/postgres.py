@@ -23,6 +23,7 @@ from .errors import PostgresSchemaTooNew
 from .freezes import Freezes
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
+from .recorded import RecordedCalls
 from .recovery import Recovery
 from .replicas import DEFAULT_LEASE, Replicas
 from .rules import Person
@@ -32,7 +33,15 @@ __all__ = ["DEFAULT_LEASE", "SCHEMA_VERSION", "PostgresSchemaTooNew", "PostgresS
 
 
 class PostgresStore(
-    Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Replicas, Freezes
+    Edits,
+    Recovery,
+    Audit,
+    Outbox,
+    QueueNoticeRows,
+    AssistantThreads,
+    Replicas,
+    Freezes,
+    RecordedCalls,
 ):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 

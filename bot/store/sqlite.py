@@ -20,13 +20,16 @@ from .edits import Edits
 from .freezes import Freezes
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
+from .recorded import RecordedCalls
 from .recovery import Recovery
 from .rules import Person
 
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Freezes):
+class SQLiteStore(
+    Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Freezes, RecordedCalls
+):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`). Use it as an async context manager.
 
