@@ -54,6 +54,7 @@ class Rejudge:
         self._decisions: dict[tuple[str, str], GateDecision] = {}
         self._freezes = freezes
         self._granted: dict[tuple[str, str], list[Granted]] = {}
+        self._verdicts: dict[tuple[str, str, str, bool, bool], CallVerdict] = {}
 
     def decision(self, tool: str, arguments: str) -> GateDecision:
         key = (tool, arguments)
@@ -84,13 +85,18 @@ class Rejudge:
 
     def verdict(self, call: RecordedCall) -> CallVerdict:
         decision = self.decision(call.tool, call.arguments)
-        if decision.forbidden or not decision.requires_approval:
-            return call_verdict(self.policy, decision, call.channel_id)
-        frozen = self.frozen(call)
-        allowance = not frozen and self._covered(call, decision)
-        return call_verdict(
-            self.policy, decision, call.channel_id, frozen=frozen, allowance=allowance
-        )
+        frozen = allowance = False
+        if decision.requires_approval and not decision.forbidden:
+            frozen = self.frozen(call)
+            allowance = not frozen and self._covered(call, decision)
+        key = (call.tool, call.arguments, call.channel_id, frozen, allowance)
+        found = self._verdicts.get(key)
+        if found is None:
+            found = call_verdict(
+                self.policy, decision, call.channel_id, frozen=frozen, allowance=allowance
+            )
+            self._verdicts[key] = found
+        return found
 
     def _covered(self, call: RecordedCall, decision: GateDecision) -> bool:
         held = self._granted.get((call.channel_id, call.tool))

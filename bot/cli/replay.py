@@ -106,9 +106,12 @@ def replay(current: Policy, new: Policy, ledger: Ledger) -> Replay:
     granting = {c.id: c for c in (*ledger.granting, *ledger.calls)}
     before.allow(granted_shapes(ledger.allowances, granting, before, before))
     after.allow(granted_shapes(ledger.allowances, granting, before, after))
+    unchanged = _unchanged_tools(current, new, {c.tool for c in ledger.calls})
     looser: list[Change] = []
     tighter: list[Change] = []
     for call in ledger.calls:
+        if call.tool in unchanged:
+            continue
         old, new_verdict = before.verdict(call), after.verdict(call)
         if old == new_verdict:
             continue
@@ -117,6 +120,17 @@ def replay(current: Policy, new: Policy, ledger: Ledger) -> Replay:
             found = looser if direction == "looser" else tighter
             found.append(Change(call, direction, old, new_verdict))
     return Replay(len(ledger.calls), tuple(looser), tuple(tighter))
+
+
+_CONTEXT = ("defaults", "channels_policy", "freezes", "mcp_servers")
+
+
+def _unchanged_tools(current: Policy, new: Policy, tools: set[str]) -> set[str]:
+    """The tools whose every call gets the same verdict under both policies without judging
+    it: the same section (or built-in default), channels, defaults, freezes and servers."""
+    if any(getattr(current, key) != getattr(new, key) for key in _CONTEXT):
+        return set()
+    return {t for t in tools if current.tool_policy(t) == new.tool_policy(t)}
 
 
 def replay_command(args: argparse.Namespace) -> int:
