@@ -32,6 +32,7 @@ from .runs.context import Deadlines, RunContext
 from .runs.metrics import NoObserver, ObservedChatClient, RunObserver
 from .runs.options import ChannelInstructions
 from .runs.replicas import held_lease
+from .runs.shadow import load_shadow
 from .settings import Settings
 from .store import Store, WriteHealth, open_store, utc_now
 from .tasks import TaskSupervisor
@@ -104,6 +105,8 @@ class Deps:
     in `opsgate run`)."""
     deadlines: Deadlines = field(default_factory=Deadlines)
     """How long a model turn and a run may take (`OPSGATE_TURN_TIMEOUT`, `…_RUN_TIMEOUT`)."""
+    shadow: Policy | None = None
+    """The shadow policy (`OPSGATE_SHADOW_POLICY` or `[shadow] policy`), judged, not acted on."""
 
 
 def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list[Tool]:
@@ -140,6 +143,7 @@ async def open_deps(
         policy = (
             Policy.load(settings.opsgate_policy) if settings.opsgate_policy else Policy.default()
         )
+    shadow = load_shadow(settings.opsgate_shadow_policy, policy)
     timeout = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=10.0)
     async with (
         httpx.AsyncClient(timeout=timeout) as llm_http,
@@ -211,6 +215,7 @@ async def open_deps(
                 settings.opsgate_run_timeout,
                 settings.opsgate_max_answer_chars,
             ),
+            shadow=shadow,
         )
         try:
             yield deps
@@ -248,5 +253,6 @@ def run_service(
             observer=deps.observer,
             deadline_set=deadline_set or (lambda: None),
             deadlines=deps.deadlines,
+            shadow=deps.shadow,
         )
     )

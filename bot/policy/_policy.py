@@ -36,6 +36,7 @@ from ._model import (
     ToolPolicy,
     check_reachable,
 )
+from ._shadow import ShadowSection
 
 __all__ = ["Policy"]
 
@@ -54,6 +55,8 @@ class Policy(Model):
     """`[audit]`: the audit log's export (a webhook)."""
     freezes: tuple[FreezeSpec, ...] = ()
     """`[[freezes]]`: change freezes (`bot.policy._freezes`)."""
+    shadow: ShadowSection = ShadowSection()
+    """`[shadow]`: a policy judged beside this one, not acted on (`bot.runs.shadow`)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)
@@ -188,6 +191,11 @@ class Policy(Model):
                 )
 
     # settings
+
+    @property
+    def shadow_path(self) -> Path | None:
+        """The file `[shadow] policy` names (relative: beside this policy's file)."""
+        return self.shadow.path(self._source)
 
     @property
     def source(self) -> str:
