@@ -33,6 +33,7 @@ from .runs.metrics import NoObserver, ObservedChatClient, RunObserver
 from .runs.options import ChannelInstructions
 from .runs.replicas import held_lease
 from .runs.shadow import load_shadow
+from .runs.tool_pins import pin_mcp_tools
 from .settings import Settings
 from .store import Store, WriteHealth, open_store, utc_now
 from .tasks import TaskSupervisor
@@ -164,12 +165,14 @@ async def open_deps(
     ):
         all_tools = list(tools) if tools is not None else default_tools(tool_http, policy)
         all_tools += load_tools(policy.tools_modules, taken=[t.name for t in all_tools])
-        all_tools += await start_mcp_servers(
+        mcp_tools = await start_mcp_servers(
             servers,
             policy.mcp_servers,
             taken=[t.name for t in all_tools],
             observer=observer if isinstance(observer, McpObserver) else None,
         )
+        await pin_mcp_tools(store, mcp_tools, policy.mcp_servers)
+        all_tools += mcp_tools
         policy.check_tools([t.name for t in all_tools])
         llm = OpenAIChatClient(
             llm_http,

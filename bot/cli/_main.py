@@ -57,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("chat", help="the same agent, tools and policy in this terminal")
     sub.add_parser("migrate", help="bring the database's schema up to date (idempotent)")
+    mcp = sub.add_parser("mcp", help="MCP tool servers")
+    mcp_inner = mcp.add_subparsers(dest="mcp_command", required=True)
+    tools = mcp_inner.add_parser("tools", help="each pinned MCP tool, its digest and state")
+    tools.add_argument("--json", action="store_true", help="JSON lines instead of text")
     _add_policy_parser(sub)
     return parser
 
@@ -121,6 +125,10 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
             return migrate_command
         case "policy":
             return _policy_command(args)
+        case "mcp":
+            from .mcp_tools import mcp_tools_command
+
+            return lambda: mcp_tools_command(as_json=args.json)
     raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
 
 

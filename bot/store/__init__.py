@@ -23,6 +23,7 @@ from .errors import (
 )
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .health import WriteHealth, require_writable
+from .mcp_pins import ListedTool, McpPin
 from .models import (
     AllowanceGrant,
     AllowanceRow,
@@ -103,6 +104,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "InvalidTransition",
     "LateResult",
     "LeaseHolder",
+    "ListedTool",
+    "McpPin",
     "MoreApprovalsNeeded",
     "NeedsNoApproval",
     "NoAllowanceOffered",

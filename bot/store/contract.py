@@ -20,6 +20,7 @@ from agent_core.messages import ChatMessage, ToolCall
 from agent_core.sessions import StoredContext, Summary
 
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
+from .mcp_pins import ListedTool, McpPin
 from .models import (
     AllowanceGrant,
     AllowanceRow,
@@ -335,6 +336,24 @@ class Store(Protocol):
 
     async def allowances_since(self, since: datetime) -> list[AllowanceRow]:
         """Every allowance in force at some moment after `since`, revoked ones included."""
+
+    # -- pinned MCP tool definitions (`bot/store/mcp_pins.py`) ---------------------------------
+
+    async def pin_tools(
+        self,
+        server: str,
+        listed: Sequence[ListedTool],
+        *,
+        changes: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[McpPin]:
+        """Pin first sightings, quarantine changed definitions (audited); every listed pin."""
+
+    async def accept_tool_definition(
+        self, server: str, tool: str, digest: str, *, user_id: str
+    ) -> bool:
+        """Pin a quarantined tool's listed definition `digest`; conditional, audited."""
+
+    async def mcp_pins(self) -> list[McpPin]: ...
 
     # -- change freezes and break-glass (`bot/store/freezes.py`) ---------------------------------
 

@@ -21,6 +21,7 @@ from .db.postgres import PostgresDb
 from .edits import Edits
 from .errors import PostgresSchemaTooNew
 from .freezes import Freezes
+from .mcp_pins import McpPins
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
 from .recorded import RecordedCalls
@@ -42,6 +43,7 @@ class PostgresStore(
     Replicas,
     Freezes,
     RecordedCalls,
+    McpPins,
 ):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 

@@ -18,6 +18,7 @@ from .db import utc_now
 from .db.sqlite import SQLiteDb
 from .edits import Edits
 from .freezes import Freezes
+from .mcp_pins import McpPins
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
 from .recorded import RecordedCalls
@@ -28,7 +29,15 @@ __all__ = ["SQLiteStore"]
 
 
 class SQLiteStore(
-    Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Freezes, RecordedCalls
+    Edits,
+    Recovery,
+    Audit,
+    Outbox,
+    QueueNoticeRows,
+    AssistantThreads,
+    Freezes,
+    RecordedCalls,
+    McpPins,
 ):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`). Use it as an async context manager.

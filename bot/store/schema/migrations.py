@@ -63,6 +63,18 @@ _EXPORT_POSTGRES = """
 """
 _EXPORT_START = "INSERT INTO audit_export (singleton, delivered_seq) VALUES (1, 0)"
 
+
+def _pins_table(time: str) -> str:
+    return f"""
+    CREATE TABLE mcp_tool_pins (
+        server TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL, definition TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pinned','quarantined')),
+        listed_digest TEXT, listed_definition TEXT, pinned_at {time} NOT NULL,
+        changed_at {time}, accepted_by TEXT, PRIMARY KEY (server, tool)
+    )
+    """
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         9,
@@ -414,6 +426,13 @@ MIGRATIONS: tuple[Migration, ...] = (
             )
             """,
         ),
+    ),
+    Migration(
+        17,
+        # MCP tool pinning (`bot.store.mcp_pins`): each tool's reviewed definition and digest.
+        "pinned MCP tool definitions, and the changed ones waiting for review",
+        sqlite=(_pins_table("TEXT"),),
+        postgres=(_pins_table("timestamptz"),),
     ),
 )
 
