@@ -36,7 +36,7 @@ from ._model import (
     ToolPolicy,
     check_reachable,
 )
-from ._shadow import ShadowSection
+from ._shadow import McpReviewSection, ShadowSection
 
 __all__ = ["Policy"]
 
@@ -57,6 +57,8 @@ class Policy(Model):
     """`[[freezes]]`: change freezes (`bot.policy._freezes`)."""
     shadow: ShadowSection = ShadowSection()
     """`[shadow]`: a policy judged beside this one, not acted on (`bot.runs.shadow`)."""
+    mcp: McpReviewSection = McpReviewSection()
+    """`[mcp]`: the review of changed MCP tool definitions (`bot.slack.mcp_review`)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)

@@ -94,3 +94,70 @@ async def test_pin_false_leaves_a_server_unpinned(tmp_path: Path) -> None:
         assert await _audit(bot, "mcp_tool_pinned") == []
     async with SQLiteStore(tmp_path / "opsgate.db") as store:
         assert await store.mcp_pins() == []
+
+
+REVIEW = """
+[mcp]
+review_channel = "C0REVIEW"
+mcp_admins = ["U0ADMIN"]
+"""
+
+
+def _reviewed(version: int, log: Path) -> Policy:
+    return Policy.from_toml(_policy_text(version, log) + REVIEW, source="pins.toml")
+
+
+def _policy_text(version: int, log: Path) -> str:
+    return f"""
+[mcp_servers.net]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(SERVER)}]
+env = {{ CHANGING_VERSION = "{version}", CHANGING_CALL_LOG = {json.dumps(str(log))} }}
+"""
+
+
+async def test_the_review_card_is_decided_by_an_mcp_admin_only(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    tools = make_tools(tmp_path)
+    async with running_bot(tmp_path, tools=tools, policy=_reviewed(1, log)) as bot:
+        assert await _audit(bot, "mcp_tool_pinned")
+    async with running_bot(tmp_path, tools=tools, policy=_reviewed(2, log)) as bot:
+        [post] = await bot.slack.wait_for(
+            "chat.postMessage", where=lambda c: c.params.get("channel") == "C0REVIEW"
+        )
+        shown = json.dumps(post.params["blocks"])
+        for words in (
+            "description",
+            "input_schema",
+            "annotations",
+            "Accept the new definition",
+            "Keep quarantined",
+            "also_delete",
+        ):
+            assert words in shown
+        blocks = post.params["blocks"]
+        blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+        [accept] = [
+            e["value"]
+            for b in blocks
+            if b["type"] == "actions"
+            for e in b["elements"]
+            if e["action_id"] == "opsgate_mcp_accept"
+        ]
+        await bot.click("opsgate_mcp_accept", accept, user="U0MALLORY", channel="C0REVIEW")
+        await bot.slack.wait_for("chat.postEphemeral")
+        [pin] = await bot.deps.store.mcp_pins()
+        assert pin.state == "quarantined" and await _audit(bot, "mcp_tool_accepted") == []
+        await bot.click("opsgate_mcp_accept", accept, user="U0ADMIN", channel="C0REVIEW")
+        await bot.slack.wait_for("chat.update", where=lambda c: "accepted" in str(c.params))
+        [pin] = await bot.deps.store.mcp_pins()
+        assert pin.state == "pinned" and pin.accepted_by == "U0ADMIN"
+        assert not bot.deps.tools["net__lookup"].quarantined  # type: ignore[attr-defined]
+    async with running_bot(tmp_path, tools=tools, policy=_reviewed(2, log)) as bot:
+        await bot.settle()
+        review = [
+            c
+            for c in bot.slack.calls_to("chat.postMessage")
+            if c.params.get("channel") == "C0REVIEW"
+        ]
+        assert review == []  # accepted: no card again
