@@ -33,6 +33,7 @@ from .runs.timer import ExpiryTimer
 from .settings import Settings
 from .slack import SlackThreadOutput, channel_members, create_app, group_members, slack_client
 from .slack.app import wait_for_listeners
+from .slack.mcp_review import post_reviews
 from .slack.mrkdwn import user_mention
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
@@ -150,6 +151,7 @@ async def started(
     # it from the call's state when it sends it (`bot.slack.redraws`).
     outbox.render_with(CARD_REDRAW, card_renderer(service.cards.drawing, deps.store.card_drawn))
     deps.store.owe_card_redraws(outbox.wake)
+    await post_reviews(deps.store, deps.policy)  # changed MCP tools' review cards, once each
     await sign_in(app, signing_in or SignIn())  # before the first burst, once, not per request
     await service.recover()
     deps.tasks.spawn(timer.run(service.expire_due), name="expiry", service=True)

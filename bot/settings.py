@@ -98,6 +98,8 @@ class Settings(BaseSettings):
     opsgate_db: Path | DatabaseURL = Path("./opsgate.db")
     """An SQLite file, or a PostgreSQL URL (replicas; its password never shows)."""
     opsgate_policy: Path | None = Field(default_factory=_default_policy)
+    opsgate_shadow_policy: Path | None = None
+    """A policy judged beside the live one, never acted on (overrides `[shadow] policy`)."""
     opsgate_port: int = Field(default=3000, ge=1, le=65535)
     opsgate_context_tokens: int | None = Field(default=None, ge=1000)
     """The model's context budget; None: what the server says, else by model name

@@ -32,6 +32,8 @@ from .runs.context import Deadlines, RunContext
 from .runs.metrics import NoObserver, ObservedChatClient, RunObserver
 from .runs.options import ChannelInstructions
 from .runs.replicas import held_lease
+from .runs.shadow import load_shadow
+from .runs.tool_pins import pin_mcp_tools
 from .settings import Settings
 from .store import Store, WriteHealth, open_store, utc_now
 from .tasks import TaskSupervisor
@@ -103,6 +105,8 @@ class Deps:
     in `opsgate run`)."""
     deadlines: Deadlines = field(default_factory=Deadlines)
     """How long a model turn and a run may take (`OPSGATE_TURN_TIMEOUT`, `…_RUN_TIMEOUT`)."""
+    shadow: Policy | None = None
+    """The shadow policy (`OPSGATE_SHADOW_POLICY` or `[shadow] policy`), judged, not acted on."""
 
 
 def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list[Tool]:
@@ -139,6 +143,7 @@ async def open_deps(
         policy = (
             Policy.load(settings.opsgate_policy) if settings.opsgate_policy else Policy.default()
         )
+    shadow = load_shadow(settings.opsgate_shadow_policy, policy)
     timeout = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=10.0)
     async with (
         httpx.AsyncClient(timeout=timeout) as llm_http,
@@ -159,12 +164,14 @@ async def open_deps(
     ):
         all_tools = list(tools) if tools is not None else default_tools(tool_http, policy)
         all_tools += load_tools(policy.tools_modules, taken=[t.name for t in all_tools])
-        all_tools += await start_mcp_servers(
+        mcp_tools = await start_mcp_servers(
             servers,
             policy.mcp_servers,
             taken=[t.name for t in all_tools],
             observer=observer if isinstance(observer, McpObserver) else None,
         )
+        await pin_mcp_tools(store, mcp_tools, policy.mcp_servers)
+        all_tools += mcp_tools
         policy.check_tools([t.name for t in all_tools])
         llm = OpenAIChatClient(
             llm_http,
@@ -210,6 +217,7 @@ async def open_deps(
                 settings.opsgate_run_timeout,
                 settings.opsgate_max_answer_chars,
             ),
+            shadow=shadow,
         )
         try:
             yield deps
@@ -247,5 +255,6 @@ def run_service(
             observer=deps.observer,
             deadline_set=deadline_set or (lambda: None),
             deadlines=deps.deadlines,
+            shadow=deps.shadow,
         )
     )

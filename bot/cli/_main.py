@@ -73,18 +73,35 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("chat", help="the same agent, tools and policy in this terminal")
     sub.add_parser("migrate", help="bring the database's schema up to date (idempotent)")
+    mcp = sub.add_parser("mcp", help="MCP tool servers")
+    mcp_inner = mcp.add_subparsers(dest="mcp_command", required=True)
+    tools = mcp_inner.add_parser("tools", help="each pinned MCP tool, its digest and state")
+    tools.add_argument("--json", action="store_true", help="JSON lines instead of text")
     _add_policy_parser(sub)
     return parser
 
 
 def _add_policy_parser(sub: Any) -> None:
-    """`opsgate policy explain ...`: defined here, so that `--help` loads no policy code."""
+    """`opsgate policy explain|replay|diff ...`: here, so that `--help` loads no policy code."""
     policy = sub.add_parser("policy", help="ask the policy about a call, running nothing")
     inner = policy.add_subparsers(dest="policy_command", required=True)
     explain_ = inner.add_parser("explain", help="the verdict for one call (runs nothing)")
     explain_.add_argument("--channel", default=None, help="the channel id (C...) it would run in")
     explain_.add_argument("tool", help="the tool's name, e.g. run_command")
     explain_.add_argument("args", nargs="+", help="run_command: the command; else JSON arguments")
+    replay = inner.add_parser("replay", help="judge the ledger's calls again under a new policy")
+    replay.add_argument("new", metavar="NEW.toml", help="the policy to try")
+    replay.add_argument(
+        "--against", default=None, help="the policy to compare with (default OPSGATE_POLICY)"
+    )
+    replay.add_argument("--since", default="30d", help="ISO date/time, or a span like 30d, 2w")
+    replay.add_argument("--json", action="store_true", help="one JSON object")
+    replay.add_argument(
+        "--fail-on-loosen", action="store_true", help="exit 1 when any call would be looser"
+    )
+    diff = inner.add_parser("diff", help="the rules two policy files add, remove and change")
+    diff.add_argument("old", metavar="OLD.toml")
+    diff.add_argument("new", metavar="NEW.toml")
 
 
 def _command(args: argparse.Namespace) -> Callable[[], int]:
@@ -126,10 +143,27 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
 
             return migrate_command
         case "policy":
-            from .policy import explain_command
+            return _policy_command(args)
+        case "mcp":
+            from .mcp_tools import mcp_tools_command
 
-            return lambda: explain_command(args)
+            return lambda: mcp_tools_command(as_json=args.json)
     raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
+
+
+def _policy_command(args: argparse.Namespace) -> Callable[[], int]:
+    match args.policy_command:
+        case "replay":
+            from .replay import replay_command
+
+            return lambda: replay_command(args)
+        case "diff":
+            from .policy_diff import diff_command
+
+            return lambda: diff_command(args)
+    from .policy import explain_command
+
+    return lambda: explain_command(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

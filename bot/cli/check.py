@@ -28,6 +28,7 @@ from ..tools import load_tools, privilege_warnings, resolve_run_as
 from ..tools.mcp import check_servers
 from ..wiring import TEMPLATE_WARNING, default_tools
 from ._logging import log_from_settings
+from .check_warnings import program_warnings, slack_warnings
 
 __all__ = ["run_check"]
 
@@ -76,12 +77,17 @@ async def run_check(
 
     policy = await _check_policy(settings, report)
     if policy is not None:
-        for warning in _privilege_warnings(policy, settings):
+        for warning in (*_privilege_warnings(policy, settings), *program_warnings(policy)):
             warn(warning)
     if isinstance(settings.opsgate_db, DatabaseURL):
         await _check_postgres(settings.opsgate_db, report)
     if not chat:
-        await _check_slack(settings, report)
+        if await _check_slack(settings, report) and policy is not None:
+            try:
+                for warning in await slack_warnings(policy, _slack_client(settings)):
+                    warn(warning)
+            except Exception as exc:  # a warning's lookup failing is no reason to fail a check
+                warn(f"slack: could not look up the policy's approvers and channels ({exc})")
         if not http:
             await _check_socket_mode(settings, report)
     await _check_llm(settings, report, warn, tools=tools)
@@ -150,17 +156,23 @@ async def _check_postgres(url: DatabaseURL, report: Report) -> None:
         )
 
 
-async def _check_slack(settings: Settings, report: Report) -> None:
-    client = AsyncWebClient(
+def _slack_client(settings: Settings) -> AsyncWebClient:
+    return AsyncWebClient(
         token=settings.slack_bot_token.get_secret_value(), base_url=settings.slack_api_url
     )
+
+
+async def _check_slack(settings: Settings, report: Report) -> bool:
+    """auth.test; True when Slack accepted the token."""
     try:
-        auth = await client.auth_test()
+        auth = await _slack_client(settings).auth_test()
         report(True, f"slack: signed in as {auth.get('user')} in team {auth.get('team')}")
+        return True
     except SlackApiError as exc:
         report(False, auth_refused(str(exc.response.get("error"))))
     except Exception as exc:
         report(False, unreachable(settings.slack_api_url, exc))
+    return False
 
 
 async def _check_socket_mode(settings: Settings, report: Report) -> None:

@@ -9,8 +9,8 @@ rule's preview (the command it would run, never run here) and, while one of the 
 freezes is in force and covers the call, a `freeze: ` line (no Approve until when; who may
 break glass). With
 `--channel`, the channel's approvers apply and its allowances are read from the configured
-database, read-only. Exits 0 whatever the verdict; 2 when the policy or the arguments are
-unusable.
+database, read-only. Exits 0 whatever the verdict; 1 for a tool the bot does not have (it says
+so, and gives no verdict); 2 when the policy or the arguments are unusable.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ..words import format_duration
 __all__ = ["explain", "explain_command"]
 
 COMMAND_TOOL = "run_command"
+BUILT_IN_TOOLS = (COMMAND_TOOL, "http_request")
 
 
 class ExplainError(BotError):
@@ -81,8 +82,18 @@ def explain(
 ) -> int:
     """Print what the policy says of one call of `tool_name` with `text` (see the module);
     `now` (default: the clock's) is when the policy's freezes are looked at."""
-    arguments = _arguments(tool_name, text)
     tools = {t.name: t for t in load_tools(policy.tools_modules, taken=())}
+    known = sorted({*BUILT_IN_TOOLS, *tools, *policy.tools})
+    server = tool_name.partition("__")[0] if "__" in tool_name else None
+    if tool_name not in known and server not in policy.mcp_servers:
+        print(
+            f"policy: {policy.source}\ntool: {tool_name}\nunknown tool {tool_name!r}: the bot "
+            f"has no such tool, so there is no verdict; known tools: {', '.join(known)}"
+            + (", and the MCP servers' NAME__TOOL" if policy.mcp_servers else ""),
+            file=out,
+        )
+        return 1
+    arguments = _arguments(tool_name, text)
     tool: Tool | str = tools.get(tool_name, tool_name)
     call = ToolCall(id="explain", name=tool_name, arguments=json.dumps(arguments))
     decision = policy.decide(tool, call)

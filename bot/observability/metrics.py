@@ -28,6 +28,7 @@ __all__ = [
     "McpCallOutcome",
     "Metrics",
     "RunOutcome",
+    "ShadowDirection",
     "ToolOutcome",
     "classify_llm_error",
 ]
@@ -46,6 +47,9 @@ ToolOutcome = Literal["ok", "error", "timeout", "interrupted", "rejected", "expi
 """How one tool call ended: it ran (`ok`, `error`, `timeout`), the process stopped under it or
 before it began (`interrupted`), or it never ran (`rejected`, `expired`, `cancelled`: those are
 observed at 0 seconds, so the histogram's count holds every call)."""
+
+ShadowDirection = Literal["looser", "tighter"]
+"""How the shadow policy's verdict on a live call differs from the live one."""
 
 FeedbackValue = Literal["good", "bad"]
 """A click on the feedback buttons under a final answer."""
@@ -186,6 +190,12 @@ class Metrics:
             "Failed deliveries of audit rows to the webhook.",
             registry=r,
         )
+        self._shadow_differences = Counter(
+            "opsgate_shadow_differences",
+            "Live calls the shadow policy judged otherwise, by direction and policy rule.",
+            ["direction", "rule"],
+            registry=r,
+        )
         # Every fixed label value exists from the start, so a rate() over a family that has
         # not happened yet is 0, not "no data".
         for outcome in get_args(RunOutcome):
@@ -275,6 +285,11 @@ class Metrics:
 
     def mcp_restart(self, server: str) -> None:
         self._mcp_restarts.labels(server).inc()
+
+    def shadow_differs(self, direction: ShadowDirection, rule: str) -> None:
+        """`rule`: a policy rule's name (`tools.<tool>.rules[<i>]`) or `none`: bounded by the
+        policy files."""
+        self._shadow_differences.labels(direction, rule).inc()
 
     def audit_export_failed(self) -> None:
         self._audit_export_failures.inc()

@@ -24,7 +24,8 @@ command cannot be judged), `_words` (a word's value), `_wrappers` and `_wrapper_
 (peeling `sudo`, `timeout`, ...), `_load` (reading the file and explaining its errors),
 `_policy` (`Policy` and its queries), `_preview` (a rule's preview template), `_gate` (the
 approval gate and its verdict order), `_approvers` (who may decide, as listed), `_freezes`
-(`[[freezes]]`: change freezes), `_audit` (`[audit]`: the webhook the audit log is exported
+(`[[freezes]]`: change freezes), `_changes` (one call's verdict as a value, and whether
+another policy's is looser), `_audit` (`[audit]`: the webhook the audit log is exported
 to), `_errors` (`PolicyError`).
 """
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 from ._approvers import ApproverSpec
 from ._audit import AuditPolicy
+from ._changes import ANYONE, CallVerdict, Direction, call_verdict, compare_verdicts
 from ._errors import PolicyError
 from ._fields import Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
@@ -43,13 +45,16 @@ from ._rules import Rule, Tier
 from ._shell import ParsedCommand, SimpleCommand, parse_command
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
+    "ANYONE",
     "ActiveFreeze",
     "ApproverSpec",
     "ArgumentRule",
     "AuditPolicy",
+    "CallVerdict",
     "ChannelPolicy",
     "DEFAULT_PREVIEW_TTL",
     "Defaults",
+    "Direction",
     "FreezeSpec",
     "GateDecision",
     "ParsedCommand",
@@ -63,6 +68,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "Tier",
     "ToolPolicy",
     "Trigger",
+    "call_verdict",
+    "compare_verdicts",
     "freeze_name",
     "parse_command",
 ]

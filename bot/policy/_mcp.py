@@ -12,6 +12,7 @@ from collections.abc import Collection, Iterable, Mapping
 from agent_core import Tool, ToolCall
 from bot.argument_rule import schema_defaults
 from bot.tools.mcp.config import McpServerConfig
+from bot.tools.mcp.pins import QUARANTINED
 from bot.tools.mcp.tool import SEPARATOR, McpTool, qualified_name
 
 from ._gate import GateDecision
@@ -38,6 +39,8 @@ def mcp_decision(tool: McpTool, call: ToolCall) -> GateDecision:
             True, f"mcp_servers.{tool.server}: arguments unreadable, approval required"
         )
     decided = tool.decide(arguments)
+    if tool.quarantined:
+        return GateDecision(True, decided.rule, justification=QUARANTINED)
     override = tool.override
     if not decided.required or override is None or override.preview is None:
         return GateDecision(decided.required, decided.rule)

@@ -36,6 +36,7 @@ from ._model import (
     ToolPolicy,
     check_reachable,
 )
+from ._shadow import McpReviewSection, ShadowSection
 
 __all__ = ["Policy"]
 
@@ -54,6 +55,10 @@ class Policy(Model):
     """`[audit]`: the audit log's export (a webhook)."""
     freezes: tuple[FreezeSpec, ...] = ()
     """`[[freezes]]`: change freezes (`bot.policy._freezes`)."""
+    shadow: ShadowSection = ShadowSection()
+    """`[shadow]`: a policy judged beside this one, not acted on (`bot.runs.shadow`)."""
+    mcp: McpReviewSection = McpReviewSection()
+    """`[mcp]`: the review of changed MCP tool definitions (`bot.slack.mcp_review`)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)
@@ -188,6 +193,11 @@ class Policy(Model):
                 )
 
     # settings
+
+    @property
+    def shadow_path(self) -> Path | None:
+        """The file `[shadow] policy` names (relative: beside this policy's file)."""
+        return self.shadow.path(self._source)
 
     @property
     def source(self) -> str:

@@ -22,6 +22,7 @@ from ..policy import GateDecision
 from ..store import ToolCallRow, card_state
 from ..tools import tool_summary
 from ..tools.mcp import McpTool
+from ..tools.mcp.pins import QUARANTINED
 from ..words import format_duration
 from ._preview_run import card_preview, ensure_preview
 from .card_facts import absent_allow, card_parts, model_reason
@@ -379,7 +380,7 @@ def server_tool(tool: Tool | None) -> ServerTool | None:
         server=tool.server,
         tool=tool.tool,
         title=hints.title,
-        labels=hints.labels(),
+        labels=((QUARANTINED,) if tool.quarantined else ()) + hints.labels(),
         destructive=hints.destructive is True and hints.read_only is not True,
     )
 

@@ -133,6 +133,8 @@ class RunContext:
     """How long a model turn and a run may take (settings; none by default)."""
     live: LiveRuns = field(default_factory=LiveRuns)
     """The runs going in this process, for `cancel`."""
+    shadow: Policy | None = None
+    """A policy every live call is also judged by, never acted on (`bot.runs.shadow`)."""
 
 
 async def thread_of(ctx: RunContext, row: ToolCallRow) -> Thread | None:

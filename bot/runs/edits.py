@@ -65,6 +65,7 @@ from .notices import (
 )
 from .output import Thread
 from .requirements import quorums
+from .shadow import judge_in_shadow
 from .timeline import AllowanceUses
 from .views import AllowanceInfo, AllowChoice, AllowForm, EditErrors, EditForm
 
@@ -399,9 +400,13 @@ class _Gate:
     async def __call__(self, tool: Tool, call: ToolCall) -> bool:
         ctx = self.owner.ctx
         decision = ctx.policy.decide(tool, call)
+        channel = self.thread.channel_id
+        if ctx.shadow is not None:
+            await judge_in_shadow(
+                ctx, tool, call, decision, channel=channel, session_id=self.session_id
+            )
         if not decision.requires_approval:
             return False
-        channel = self.thread.channel_id
         if decision.forbidden or ctx.policy.allow_window(tool.name, channel, decision) is None:
             return True
         if await freeze_for(ctx, channel, tool.name) is not None:

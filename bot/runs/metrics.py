@@ -26,6 +26,7 @@ from ..observability.metrics import (
     FeedbackValue,
     LLMErrorKind,
     RunOutcome,
+    ShadowDirection,
     ToolOutcome,
 )
 from ..policy import Policy
@@ -65,6 +66,10 @@ class RunObserver(Protocol):
         """Someone voted good or bad on a final answer (`replaces`: the vote they took back)."""
         ...
 
+    def shadow_differs(self, direction: ShadowDirection, rule: str) -> None:
+        """The shadow policy judged a live call otherwise (`bot.runs.shadow`)."""
+        ...
+
 
 class NoObserver:
     """Observes nothing."""
@@ -87,6 +92,9 @@ class NoObserver:
         pass
 
     def feedback_given(self, value: FeedbackValue, *, replaces: FeedbackValue | None) -> None:
+        pass
+
+    def shadow_differs(self, direction: ShadowDirection, rule: str) -> None:
         pass
 
 

@@ -24,6 +24,7 @@ from .errors import (
 from .feedback import Vote, VoteValue
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .health import WriteHealth, require_writable
+from .mcp_pins import ListedTool, McpPin
 from .models import (
     AllowanceGrant,
     AllowanceRow,
@@ -64,6 +65,7 @@ from .reasons import (
     PreviewChanged,
     SelfAllow,
 )
+from .recorded import RecordedCall
 from .replicas import LeaseHolder, Wake, WakeSource
 from .rules import HOME_VIEWERS_KEPT, SEEN_EVENT_TTL, card_state
 from .rules import already as already_reason
@@ -106,6 +108,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "InvalidTransition",
     "LateResult",
     "LeaseHolder",
+    "ListedTool",
+    "McpPin",
     "MoreApprovalsNeeded",
     "NeedsNoApproval",
     "NoAllowanceOffered",
@@ -123,6 +127,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "Quorum",
     "QuorumState",
     "REDRAW_PRIORITY",
+    "RecordedCall",
     "RecoveredSession",
     "RunState",
     "SCHEMA_VERSION",

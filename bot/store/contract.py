@@ -22,6 +22,7 @@ from agent_core.sessions import StoredContext, Summary
 from .chain import AuditEntry, RecordedHead
 from .feedback import Vote, VoteValue
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
+from .mcp_pins import ListedTool, McpPin
 from .models import (
     AllowanceGrant,
     AllowanceRow,
@@ -43,6 +44,7 @@ from .models import (
 from .outbox import OutboxEntry, OutboxRow, OutboxStats
 from .queue_notices import QueueNotice
 from .quorum import Quorum
+from .recorded import RecordedCall
 from .states import CardLock, InboxKind
 from .timelines import StoredTimeline
 
@@ -346,6 +348,31 @@ class Store(Protocol):
 
     async def revoke_allowance(self, allowance_id: str, *, user_id: str) -> bool:
         """End an allowance now; conditional (False if already revoked or unknown)."""
+
+    async def recorded_calls(self, *, since: datetime) -> list[RecordedCall]:
+        """The ledger's calls created at or after `since`, oldest first, with their channel
+        and requester (for `opsgate policy replay`; reads only)."""
+
+    async def allowances_since(self, since: datetime) -> list[AllowanceRow]:
+        """Every allowance in force at some moment after `since`, revoked ones included."""
+
+    # -- pinned MCP tool definitions (`bot/store/mcp_pins.py`) ---------------------------------
+
+    async def pin_tools(
+        self,
+        server: str,
+        listed: Sequence[ListedTool],
+        *,
+        changes: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[McpPin]:
+        """Pin first sightings, quarantine changed definitions (audited); every listed pin."""
+
+    async def accept_tool_definition(
+        self, server: str, tool: str, digest: str, *, user_id: str
+    ) -> bool:
+        """Pin a quarantined tool's listed definition `digest`; conditional, audited."""
+
+    async def mcp_pins(self) -> list[McpPin]: ...
 
     # -- change freezes and break-glass (`bot/store/freezes.py`) ---------------------------------
 

@@ -22,8 +22,10 @@ from .edits import Edits
 from .errors import PostgresSchemaTooNew
 from .feedback import FeedbackVotes
 from .freezes import Freezes
+from .mcp_pins import McpPins
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
+from .recorded import RecordedCalls
 from .recovery import Recovery
 from .replicas import DEFAULT_LEASE, Replicas
 from .rules import Person
@@ -44,6 +46,8 @@ class PostgresStore(
     Freezes,
     FeedbackVotes,
     RunTimelines,
+    RecordedCalls,
+    McpPins,
 ):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 

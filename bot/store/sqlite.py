@@ -19,8 +19,10 @@ from .db.sqlite import SQLiteDb
 from .edits import Edits
 from .feedback import FeedbackVotes
 from .freezes import Freezes
+from .mcp_pins import McpPins
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
+from .recorded import RecordedCalls
 from .recovery import Recovery
 from .rules import Person
 from .timelines import RunTimelines
@@ -38,6 +40,8 @@ class SQLiteStore(
     Freezes,
     FeedbackVotes,
     RunTimelines,
+    RecordedCalls,
+    McpPins,
 ):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`). Use it as an async context manager.

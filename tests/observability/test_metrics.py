@@ -31,6 +31,7 @@ FAMILIES = {
     "opsgate_slack_writes_dropped": "counter",
     "opsgate_outbox_depth": "gauge",
     "opsgate_outbox_oldest_seconds": "gauge",
+    "opsgate_shadow_differences": "counter",
 }
 
 

@@ -194,3 +194,13 @@ def test_each_part_says_which_rule_and_why_in_words(
         "a program: approval required (tools.run_command.rules[0] alone would not ask) "
         "-> needs approval"
     ) in risky
+
+
+def test_an_unknown_tool_is_said_to_be_unknown(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["policy", "explain", "run_comand", "ls"]) == 1
+    out = capsys.readouterr().out
+    assert "unknown tool 'run_comand': the bot has no such tool, so there is no verdict" in out
+    assert "verdict:" not in out
+    assert "known tools: http_request, run_command" in out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .. import mcp_review as _mcp_review
 from ..intake import request_kind as _request_kind
 from . import assistant, break_glass, cards, commands, feedback, home, messages, previews
 
@@ -58,4 +59,5 @@ def register(
     break_glass.register(app, service, output)
     feedback.register(app, service, output)
     commands.register(app, service, output)
+    _mcp_review.register(app, service, policy)
     messages.register_other_events(app)

@@ -73,6 +73,18 @@ _V18: tuple[Statement, ...] = (
 )
 """Version 18's tables, the same on both databases (text columns only)."""
 
+
+def _pins_table(time: str) -> str:
+    return f"""
+    CREATE TABLE mcp_tool_pins (
+        server TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL, definition TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pinned','quarantined')),
+        listed_digest TEXT, listed_definition TEXT, pinned_at {time} NOT NULL,
+        changed_at {time}, accepted_by TEXT, PRIMARY KEY (server, tool)
+    )
+    """
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         9,
@@ -443,6 +455,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         "the audit chain's key fingerprint, feedback votes, paused runs' timeline messages",
         sqlite=("ALTER TABLE audit_chain ADD COLUMN key_fingerprint TEXT", *_V18),
         postgres=("ALTER TABLE audit_chain ADD COLUMN key_fingerprint text", *_V18),
+    ),
+    Migration(
+        19,
+        # MCP tool pinning (`bot.store.mcp_pins`): each tool's reviewed definition and digest.
+        "pinned MCP tool definitions, and the changed ones waiting for review",
+        sqlite=(_pins_table("TEXT"),),
+        postgres=(_pins_table("timestamptz"),),
     ),
 )
 

@@ -17,6 +17,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     StrictStr,
     model_validator,
@@ -129,6 +130,9 @@ class McpServerConfig(_Model):
     url: Annotated[StrictStr, Field(pattern=r"^https?://")] | None = None
     headers: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     approval: McpApprovalMode = "annotations"
+    pin: StrictBool = True
+    """Pin each tool's definition at first sight and quarantine it when the server changes it
+    (`pins.py`); false turns that off for this server (loudly, at start-up)."""
     timeout: Duration = DEFAULT_START_TIMEOUT
     """The longest the server may take to start and list its tools."""
     call_timeout: Duration = DEFAULT_CALL_TIMEOUT

@@ -95,6 +95,8 @@ class McpTool:
         self._parameters = parameters
         self._config = config
         self._caller = caller
+        self.quarantined = False
+        """Its listing differs from the pinned definition (`pins.py`): every call waits."""
 
     @property
     def name(self) -> str:
@@ -120,6 +122,8 @@ class McpTool:
 
     def requires_approval(self) -> bool:
         """Without arguments: True unless no call of this tool can ever wait."""
+        if self.quarantined:
+            return True
         mode = self._mode()
         if mode == "never":
             return False
@@ -136,6 +140,8 @@ class McpTool:
         override = self._config.tools.get(self.tool)
         if override is not None:
             where = f"{where}.tools.{self.tool}"
+        if self.quarantined:  # the strictest of its rule and `always`: always, whatever it says
+            return McpApproval("approval_required", f"{where}: quarantined (definition changed)")
         mode = self._mode()
         if mode == "rules" and override is not None:
             defaults = schema_defaults(self._parameters)

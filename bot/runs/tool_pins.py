@@ -1,0 +1,79 @@
+"""Pinning the MCP servers' tool definitions at start-up, and quarantining the changed ones.
+
+Each server's listing is compared with the store's pins (`Store.pin_tools`, one transaction per
+server, audited): a tool seen for the first time is pinned; one whose definition differs from
+its pin (any field: description, input schema, annotations) is quarantined: `McpTool.quarantined`
+makes every call of it wait for approval (the strictest of its rule and `always`, never
+`annotations`, so a tool that newly claims `readOnlyHint: true` gains nothing), and its card
+says "this tool changed since it was reviewed". The change is logged field by field until an
+MCP admin accepts it. A server with `pin = false` is not pinned, and start-up says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..store import ListedTool, McpPin, Store
+from ..tools.mcp import McpTool
+from ..tools.mcp.config import McpServerConfig
+from ..tools.mcp.pins import ToolDefinition, changed_fields, definition_of
+
+__all__ = ["pin_mcp_tools"]
+
+logger = logging.getLogger("opsgate.mcp")
+
+
+async def pin_mcp_tools(
+    store: Store, tools: Sequence[McpTool], configs: Mapping[str, McpServerConfig]
+) -> list[McpPin]:
+    """Pin or check every listed tool; mark the quarantined ones; their pins."""
+    pinned = {(p.server, p.tool): p for p in await store.mcp_pins()}
+    quarantined: list[McpPin] = []
+    for server, config in configs.items():
+        mine = [t for t in tools if t.server == server]
+        if not config.pin:
+            logger.warning(
+                "mcp_servers.%s: pin = false: its tools' definitions are not pinned, so a "
+                "changed description, schema or readOnlyHint takes effect unreviewed",
+                server,
+            )
+            continue
+        listed, changes = [], {}
+        for tool in mine:
+            definition = definition_of(tool)
+            listed.append(ListedTool(tool.tool, definition.digest, definition.canonical()))
+            old = pinned.get((server, tool.tool))
+            if old is not None and old.digest != definition.digest:
+                before = ToolDefinition.from_json(old.definition)
+                changes[tool.tool] = changed_fields(before, definition)
+        by_tool = {t.tool: t for t in mine}
+        for pin in await store.pin_tools(server, listed, changes=changes):
+            if pin.state == "quarantined":
+                by_tool[pin.tool].quarantined = True
+                quarantined.append(pin)
+                _warn(pin, changes.get(pin.tool))
+    return quarantined
+
+
+def _warn(pin: McpPin, changes: Mapping[str, Any] | None) -> None:
+    if changes is None and pin.listed_definition is not None:
+        changes = changed_fields(
+            ToolDefinition.from_json(pin.definition),
+            ToolDefinition.from_json(pin.listed_definition),
+        )
+    said = "; ".join(
+        f"{field}: {json.dumps(c['before'], sort_keys=True)} -> "
+        f"{json.dumps(c['after'], sort_keys=True)}"
+        for field, c in (changes or {}).items()
+    )
+    logger.warning(
+        "MCP tool %s__%s changed since it was reviewed (%s); quarantined: every call needs "
+        "approval until an MCP admin accepts the new definition (digest %s)",
+        pin.server,
+        pin.tool,
+        said or "definition differs",
+        pin.listed_digest,
+    )
