@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ..chain import chain_existing_rows, record_key_fingerprint
+from ..chain import chain_existing_rows
 from ..db import Dialect, Tx
 from . import postgres, sqlite
+from .tables import EXPORT_POSTGRES, EXPORT_SQLITE, EXPORT_START, V18, pins_table
 
 __all__ = ["AUDIT_CHANNEL", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "Statement", "steps"]
 
@@ -41,48 +42,6 @@ class Migration:
 
     def statements(self, dialect: Dialect) -> tuple[Statement, ...]:
         return self.sqlite if dialect == "sqlite" else self.postgres
-
-
-# The audit export's durable cursor: the last seq the webhook acknowledged, and which replica
-# delivers (a lease, so replicas do not post the same rows side by side).
-_EXPORT_SQLITE = """
-    CREATE TABLE audit_export (
-        singleton     INTEGER PRIMARY KEY CHECK (singleton = 1),
-        delivered_seq INTEGER NOT NULL,
-        holder        TEXT,
-        held_until    TEXT
-    )
-"""
-_EXPORT_POSTGRES = """
-    CREATE TABLE audit_export (
-        singleton     integer PRIMARY KEY CHECK (singleton = 1),
-        delivered_seq bigint NOT NULL,
-        holder        text,
-        held_until    timestamptz
-    )
-"""
-_EXPORT_START = "INSERT INTO audit_export (singleton, delivered_seq) VALUES (1, 0)"
-
-_V18: tuple[Statement, ...] = (
-    record_key_fingerprint,
-    "CREATE TABLE feedback_votes (session_id TEXT NOT NULL, message_ts TEXT NOT NULL, "
-    "user_id TEXT NOT NULL, value TEXT NOT NULL CHECK (value IN ('good', 'bad')), "
-    "PRIMARY KEY (session_id, message_ts, user_id))",
-    "CREATE TABLE run_timelines (session_id TEXT PRIMARY KEY, ts TEXT NOT NULL, "
-    "shown TEXT NOT NULL)",
-)
-"""Version 18's tables, the same on both databases (text columns only)."""
-
-
-def _pins_table(time: str) -> str:
-    return f"""
-    CREATE TABLE mcp_tool_pins (
-        server TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL, definition TEXT NOT NULL,
-        state TEXT NOT NULL CHECK (state IN ('pinned','quarantined')),
-        listed_digest TEXT, listed_definition TEXT, pinned_at {time} NOT NULL,
-        changed_at {time}, accepted_by TEXT, PRIMARY KEY (server, tool)
-    )
-    """
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -154,8 +113,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                 UPDATE audit_chain SET seq = NEW.seq, hash = NEW.hash, last_id = NEW.id;
             END
             """,
-            _EXPORT_SQLITE,
-            _EXPORT_START,
+            EXPORT_SQLITE,
+            EXPORT_START,
             "ALTER TABLE tool_calls ADD COLUMN trace_id TEXT",
             "ALTER TABLE tool_calls ADD COLUMN span_id TEXT",
         ),
@@ -205,8 +164,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             CREATE TRIGGER audit_appended AFTER INSERT ON audit
             FOR EACH ROW EXECUTE FUNCTION opsgate_audit_appended()
             """,
-            _EXPORT_POSTGRES,
-            _EXPORT_START,
+            EXPORT_POSTGRES,
+            EXPORT_START,
             "ALTER TABLE tool_calls ADD COLUMN trace_id text, ADD COLUMN span_id text",
         ),
     ),
@@ -453,15 +412,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         # feedback votes, one per person per answer (`bot/store/feedback.py`); and the message
         # a paused run's timeline is shown in, which its resume edits (`bot/store/timelines.py`).
         "the audit chain's key fingerprint, feedback votes, paused runs' timeline messages",
-        sqlite=("ALTER TABLE audit_chain ADD COLUMN key_fingerprint TEXT", *_V18),
-        postgres=("ALTER TABLE audit_chain ADD COLUMN key_fingerprint text", *_V18),
+        sqlite=("ALTER TABLE audit_chain ADD COLUMN key_fingerprint TEXT", *V18),
+        postgres=("ALTER TABLE audit_chain ADD COLUMN key_fingerprint text", *V18),
     ),
     Migration(
         19,
         # MCP tool pinning (`bot.store.mcp_pins`): each tool's reviewed definition and digest.
         "pinned MCP tool definitions, and the changed ones waiting for review",
-        sqlite=(_pins_table("TEXT"),),
-        postgres=(_pins_table("timestamptz"),),
+        sqlite=(pins_table("TEXT"),),
+        postgres=(pins_table("timestamptz"),),
     ),
 )
 

@@ -1,0 +1,55 @@
+"""Tables the common line of migrations creates whole, kept apart from the steps that add them.
+
+`migrations.py` reads as the order of versions; the longer CREATE TABLE texts those steps run
+are here, each the same on both databases unless its name says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from ..chain import record_key_fingerprint
+from ..db import Tx
+
+__all__ = ["EXPORT_POSTGRES", "EXPORT_SQLITE", "EXPORT_START", "V18", "pins_table"]
+
+# The audit export's durable cursor: the last seq the webhook acknowledged, and which replica
+# delivers (a lease, so replicas do not post the same rows side by side).
+EXPORT_SQLITE = """
+    CREATE TABLE audit_export (
+        singleton     INTEGER PRIMARY KEY CHECK (singleton = 1),
+        delivered_seq INTEGER NOT NULL,
+        holder        TEXT,
+        held_until    TEXT
+    )
+"""
+EXPORT_POSTGRES = """
+    CREATE TABLE audit_export (
+        singleton     integer PRIMARY KEY CHECK (singleton = 1),
+        delivered_seq bigint NOT NULL,
+        holder        text,
+        held_until    timestamptz
+    )
+"""
+EXPORT_START = "INSERT INTO audit_export (singleton, delivered_seq) VALUES (1, 0)"
+
+V18: tuple[str | Callable[[Tx], Awaitable[None]], ...] = (
+    record_key_fingerprint,
+    "CREATE TABLE feedback_votes (session_id TEXT NOT NULL, message_ts TEXT NOT NULL, "
+    "user_id TEXT NOT NULL, value TEXT NOT NULL CHECK (value IN ('good', 'bad')), "
+    "PRIMARY KEY (session_id, message_ts, user_id))",
+    "CREATE TABLE run_timelines (session_id TEXT PRIMARY KEY, ts TEXT NOT NULL, "
+    "shown TEXT NOT NULL)",
+)
+"""Version 18's tables, the same on both databases (text columns only)."""
+
+
+def pins_table(time: str) -> str:
+    return f"""
+    CREATE TABLE mcp_tool_pins (
+        server TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL, definition TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pinned','quarantined')),
+        listed_digest TEXT, listed_definition TEXT, pinned_at {time} NOT NULL,
+        changed_at {time}, accepted_by TEXT, PRIMARY KEY (server, tool)
+    )
+    """
