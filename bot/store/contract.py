@@ -165,7 +165,8 @@ class Store(Protocol):
         self, session_id: str, call: ToolCall, message: ChatMessage, *, is_error: bool
     ) -> None:
         """In one transaction: the `executing` call `done` with its result, and its tool message
-        appended; audited "execution_end". A call not executing is a `StoreError`."""
+        appended; audited "execution_end". A call not executing is a `StoreError`. With
+        redraws owed, a carded call's redraw commits with its result (the card says "ran")."""
 
     # -- the ledger ------------------------------------------------------------------------------
 
