@@ -119,7 +119,9 @@ class Driver:
         if message_ts:
             await output.react(thread, message_ts, True)
         try:
-            handed = await self.paused.close(session_id)
+            # The paused part's calls as decided: one approved is no longer shown waiting there.
+            batch = await self.ctx.store.batch_calls(session_id) if resuming else ()
+            handed = await self.paused.close(session_id, batch)
         except Exception:
             logger.exception("ending the paused timeline failed")
             handed = None
