@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
@@ -434,17 +434,32 @@ class PausedTimelines:
         return self._by_session.get(session_id)
 
     async def close(
-        self, session_id: str, batch: Sequence[ToolCallRow] = ()
+        self,
+        session_id: str,
+        batch: Sequence[ToolCallRow] = (),
+        *,
+        later: Callable[[Coroutine[Any, Any, None]], object] | None = None,
     ) -> StoredTimeline | None:
         """The session's paused timeline is over: its run resumes or another starts, or the
         run was cancelled (`batch`: the calls as they are now, shown before it closes). What a
-        resume needs to go on in its message (`Timeline.handover`), if it was here."""
+        resume needs to go on in its message (`Timeline.handover`), if it was here; with
+        `later`, a timeline the resume does not go on in is settled by what `later` starts."""
         timeline = self._by_session.pop(session_id, None)
         if timeline is None:
             return None
-        await timeline.settled(batch)
-        await timeline.close()
+        if later is not None and timeline.handover() is None:
+            # Nothing for the resume to go on in (a stream): settling the message waits on
+            # Slack (a hanging edit), the resumed run need not.
+            later(_settle(timeline, batch))
+            return None
+        await _settle(timeline, batch)
         return timeline.handover()
+
+
+async def _settle(timeline: Timeline, batch: Sequence[ToolCallRow]) -> None:
+    """The paused timeline shows `batch` as decided, then is closed."""
+    await timeline.settled(batch)
+    await timeline.close()
 
 
 _SEEDED: dict[str, TaskStatus] = {
