@@ -25,6 +25,7 @@ A preview runs in the tool's working directory with the bot's environment, so a 
 that a `cd` (`pushd`, `popd`) before it in the same command moved elsewhere, or that runs with
 its own assignments (`KUBECONFIG=/prod kubectl ...`), would be previewed against other files or
 another cluster than it acts on: its preview fails instead (`in_context`), and the card says so.
+So does one with file-name patterns (`-f *.yaml`): the preview's argv is not run by a shell.
 
 A plan also names the files the command reads through `FILE_OPTIONS` (`inputs`): the preview
 reads them at preview time, their digests are bound to the approval, and the run refuses if any
@@ -155,6 +156,8 @@ def in_context(
     if plan is None or plan.tool is not None:
         return plan
     why: str | None = None
+    if part.patterns:
+        why = "the previewed part has file-name patterns: the shell expands them, a preview not"
     if part.assignments:
         names = ", ".join(a.partition("=")[0] for a in part.assignments)
         why = f"the previewed part runs with its own environment ({names})"

@@ -242,3 +242,11 @@ def test_a_previewed_part_with_assignments_fails_its_preview(command: str) -> No
     plan = _decide(_policy(["kubectl", "apply"], "kubectl diff -f {arg:-f}"), command).preview
     assert plan is not None and plan.argv is None
     assert plan.missing == "the previewed part runs with its own environment (KUBECONFIG)"
+
+
+def test_a_previewed_part_with_file_name_patterns_fails_its_preview() -> None:
+    """The shell turns `*.yaml` into file names; the preview's argv, run without a shell,
+    would look for a file named `*.yaml`."""
+    plan = _decide(_policy(["kubectl", "apply"], "cat {arg:-f}"), "kubectl apply -f *.yaml")
+    assert plan.preview is not None and plan.preview.argv is None
+    assert plan.preview.missing is not None and "file-name patterns" in plan.preview.missing
