@@ -267,6 +267,7 @@ _TASK_MARKS = {
     "rejected": "[-]",
     "expired": "[-]",
     "not_run": "[-]",
+    "approved": "[+]",
 }
 TASK_LINE_MAX = 120
 """Longest task line printed (a terminal line, not wrapped)."""
@@ -292,6 +293,8 @@ def task_text(task: Task) -> str:
             status = ("done" if task.status == "complete" else "failed") + took
         case "not_run":
             status = "not run"
+        case "approved":
+            status = "runs in the resumed run"
         case other:
             status = other
     if task.decided_by:

@@ -23,7 +23,7 @@ from agent_core import Tool, ToolCall
 from bot.argument_rule import schema_defaults
 
 from ._model import ToolPolicy
-from ._preview import PreviewPlan, tool_preview
+from ._preview import PreviewPlan, in_context, tool_preview
 from ._programs import layout, risky_options
 from ._rules import TIER_RANK, Rule, Tier, program_is
 from ._shell import FLAG_WORDS, ParsedCommand, SimpleCommand, parse_command
@@ -431,13 +431,20 @@ class _Judge:
             justification=rule.justification,
             parts=parts,
             command=parsed,
-            preview=None if best.part is None else rule.preview_for(best.part),
+            preview=None if best.part is None else self._preview(rule, best.part, parsed),
             break_glass=best.tier == "always" and (rule.break_glass or self.break_glass),
         )
         if len(needs) < 2:
             return decision
         # Several rules ask: each must be met, and no allowance covers the call.
         return replace(decision, requirements=needs, allow_for=None, allow_prefix=None)
+
+    @staticmethod
+    def _preview(
+        rule: Rule, part: SimpleCommand, parsed: ParsedCommand | None
+    ) -> PreviewPlan | None:
+        """The rule's preview of `part`, failed when the command around it moves it elsewhere."""
+        return in_context(rule.preview_for(part), () if parsed is None else parsed.parts, part)
 
     def _requirements(
         self, best: _Candidate, candidates: list[_Candidate]

@@ -21,6 +21,12 @@ Placeholders:
 A placeholder with no value (no operands, an option not given) makes no argv: the preview
 fails with a message saying which, and the card shows "preview failed".
 
+A preview runs in the tool's working directory with the bot's environment, so a previewed part
+that a `cd` (`pushd`, `popd`) before it in the same command moved elsewhere, or that runs with
+its own assignments (`KUBECONFIG=/prod kubectl ...`), would be previewed against other files or
+another cluster than it acts on: its preview fails instead (`in_context`), and the card says so.
+So does one with file-name patterns (`-f *.yaml`): the preview's argv is not run by a shell.
+
 A plan also names the files the command reads through `FILE_OPTIONS` (`inputs`): the preview
 reads them at preview time, their digests are bound to the approval, and the run refuses if any
 changed since (`bot.tools.preview`).
@@ -31,8 +37,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -47,6 +53,7 @@ __all__ = [
     "PreviewPlan",
     "PreviewTemplate",
     "file_operands",
+    "in_context",
     "tool_preview",
 ]
 
@@ -134,6 +141,32 @@ class PreviewTemplate:
     def _missing(self, name: str, ttl: timedelta | None, inputs: tuple[str, ...]) -> PreviewPlan:
         why = f"no value for {{{name}}} in this command"
         return PreviewPlan(self.text, None, why, ttl or DEFAULT_PREVIEW_TTL, inputs=inputs)
+
+
+DIRECTORY_CHANGERS = frozenset({"cd", "pushd", "popd"})
+"""Programs that change the shell's working directory for the parts after them."""
+
+
+def in_context(
+    plan: PreviewPlan | None, parts: Sequence[SimpleCommand], part: SimpleCommand
+) -> PreviewPlan | None:
+    """`plan` for `part` (one of the command's `parts`), or a failed plan when the preview
+    would not see what the part acts on: a directory change before it, or assignments of
+    its own. Its files are not bound either: they would be read in the wrong place."""
+    if plan is None or plan.tool is not None:
+        return plan
+    why: str | None = None
+    if part.patterns:
+        why = "the previewed part has file-name patterns: the shell expands them, a preview not"
+    if part.assignments:
+        names = ", ".join(a.partition("=")[0] for a in part.assignments)
+        why = f"the previewed part runs with its own environment ({names})"
+    at = next((i for i, p in enumerate(parts) if p is part), len(parts))
+    if any(p.program in DIRECTORY_CHANGERS for p in parts[:at]):
+        why = "the command changes directory before the previewed part"
+    if why is None:
+        return plan
+    return replace(plan, argv=None, missing=why, inputs=())
 
 
 def tool_preview(

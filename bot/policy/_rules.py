@@ -30,6 +30,7 @@ from pydantic_core import PydanticCustomError
 from bot.argument_rule import Regex, argument_label, argument_matches
 
 from ._fields import AllowWindow, Approvals, ApproverId, Duration, check_reachable
+from ._globs import word_fits
 from ._preview import PreviewPlan, PreviewTemplate
 from ._programs import Layout, layout
 from ._shell import SimpleCommand, parse_command
@@ -191,26 +192,45 @@ class Rule(BaseModel):
         if self.prefix is None:
             return None
         argv, prefix = part.argv, self.prefix
-        if not argv or not program_is(argv[0], prefix[0]):
+        if not argv or not self._words_at(part, 0, prefix[:1]):
             return None
+        argv = (prefix[0], *argv[1:])  # `/usr/bin/r[m]`, `$'rm'`: laid out as the rule's program
         if len(prefix) == 1 or prefix[1].startswith("-"):  # no verb: the words as written
-            if argv[1 : len(prefix)] != prefix[1:]:
+            if not self._words_at(part, 1, prefix[1:]):
                 return None
             return "yes" if self._rest_matches(argv[len(prefix) :], ()) else None
         where = layout(argv)
         if where.verb is not None:
             verb = where.verb
-            if argv[verb : verb + len(prefix) - 1] != prefix[1:]:
+            if not self._words_at(part, verb, prefix[1:]):
                 return None
             rest = argv[verb + len(prefix) - 1 :]
             return "yes" if self._rest_matches(rest, where.leading(argv)) else None
         start = argv.index(where.unknown or "", 1) + 1
         for verb in range(start, len(argv) - len(prefix) + 2):
-            if argv[verb : verb + len(prefix) - 1] == prefix[1:]:
+            if self._words_at(part, verb, prefix[1:]):
                 rest = argv[verb + len(prefix) - 1 :]
                 if self._rest_matches(rest, argv[1:verb]):
                     return "maybe"
         return None
+
+    def _words_at(self, part: SimpleCommand, start: int, words: tuple[str, ...]) -> bool:
+        """Whether `part`'s words from `start` could be `words` (`bot.policy._globs`: a
+        pattern or an ANSI-C quoted word counts where this rule asks or forbids)."""
+        found = part.argv[start : start + len(words)]
+        if len(found) != len(words):
+            return False
+        loose = self.approval != "never"
+        return all(
+            word_fits(
+                word,
+                expected,
+                pattern=start + k in part.patterns,
+                loose=loose,
+                program=start + k == 0,
+            )
+            for k, (word, expected) in enumerate(zip(found, words, strict=True))
+        )
 
     def _rest_matches(self, rest: tuple[str, ...], leading: tuple[str, ...]) -> bool:
         if self.pattern is None:

@@ -226,6 +226,8 @@ class Cards:
                 # "cancelled by <@U>" is what the card says already; the reason would repeat it.
                 reason=None if status == "cancelled" else row.reason,
                 ran=row.status == "done",
+                ended=_first_line(row.result) if row.status == "done" else None,
+                failed=row.status == "done" and bool(row.is_error),
             )
         return CardDrawing(ref, card, outcome, card_state(row))
 
@@ -267,6 +269,14 @@ def _ref(row: ToolCallRow) -> CardRef | None:
     if not (row.card_channel and row.card_ts):
         return None
     return CardRef(row.card_channel, row.card_ts)
+
+
+def _first_line(result: str | None) -> str | None:
+    """The first non-blank line of a call's result: how it ended ("exit code: 0")."""
+    for line in (result or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return None
 
 
 def _card_status(status: str) -> Literal["approved", "rejected", "expired", "cancelled"]:

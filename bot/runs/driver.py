@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 from agent_core import (
@@ -125,7 +126,10 @@ class Driver:
         if message_ts and not marked:
             await output.react(thread, message_ts, True)
         try:
-            handed = await self.paused.close(session_id)
+            # The paused part's calls as decided: one approved is no longer shown waiting there.
+            batch = await self.ctx.store.batch_calls(session_id) if resuming else ()
+            later = partial(self.ctx.tasks.spawn, name="settling a paused timeline")
+            handed = await self.paused.close(session_id, batch, later=later)
         except Exception:
             logger.exception("ending the paused timeline failed")
             handed = None

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
@@ -74,11 +74,16 @@ TaskStatus = Literal[
     "rejected",
     "expired",
     "not_run",
+    "approved",
 ]
 """Where one call is: `waiting` for approval (see `Task.approvals`); `error` ran and failed;
-`rejected`, `expired` and `not_run` (cancelled, interrupted, never started) did not run."""
+`rejected`, `expired` and `not_run` (cancelled, interrupted, never started) did not run;
+`approved`, in a paused part's timeline its resume does not go on in (a stream): the wait is
+over and the call carries on in the resume's own timeline."""
 
-_FINAL: frozenset[TaskStatus] = frozenset({"complete", "error", "rejected", "expired", "not_run"})
+_FINAL: frozenset[TaskStatus] = frozenset(
+    {"complete", "error", "rejected", "expired", "not_run", "approved"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,11 +271,19 @@ class Timeline:
         await self._sink.flush()
 
     async def settled(self, batch: Sequence[ToolCallRow]) -> None:
-        """A paused batch closed without a resume (cancelled): its calls as they ended."""
+        """A paused batch closed: its calls as they ended (cancelled, rejected, expired), and,
+        where the resume does not go on in this timeline's message (a stream), each approved
+        call that was waiting as `approved` (it carries on in the resume's timeline), so the
+        message is left with no call waiting."""
+        handed_on = self._sink.message() is None
         for row in batch:
             task, status = self._tasks.get(row.call_id), _SEEDED.get(row.status)
-            if task is not None and status is not None and status != "pending":
+            if task is None or status is None:
+                continue
+            if status != "pending":
                 await self._put(replace(task, status=status, decided_by=None))
+            elif handed_on and task.status == "waiting" and row.status == "approved":
+                await self._put(replace(task, status="approved", decided_by=row.decided_by))
 
     async def update(self, update: AgentResponseUpdate) -> None:
         match update:
@@ -421,17 +434,32 @@ class PausedTimelines:
         return self._by_session.get(session_id)
 
     async def close(
-        self, session_id: str, batch: Sequence[ToolCallRow] = ()
+        self,
+        session_id: str,
+        batch: Sequence[ToolCallRow] = (),
+        *,
+        later: Callable[[Coroutine[Any, Any, None]], object] | None = None,
     ) -> StoredTimeline | None:
         """The session's paused timeline is over: its run resumes or another starts, or the
-        run was cancelled (`batch`: the calls as they ended, shown before it closes). What a
-        resume needs to go on in its message (`Timeline.handover`), if it was here."""
+        run was cancelled (`batch`: the calls as they are now, shown before it closes). What a
+        resume needs to go on in its message (`Timeline.handover`), if it was here; with
+        `later`, a timeline the resume does not go on in is settled by what `later` starts."""
         timeline = self._by_session.pop(session_id, None)
         if timeline is None:
             return None
-        await timeline.settled(batch)
-        await timeline.close()
+        if later is not None and timeline.handover() is None:
+            # Nothing for the resume to go on in (a stream): settling the message waits on
+            # Slack (a hanging edit), the resumed run need not.
+            later(_settle(timeline, batch))
+            return None
+        await _settle(timeline, batch)
         return timeline.handover()
+
+
+async def _settle(timeline: Timeline, batch: Sequence[ToolCallRow]) -> None:
+    """The paused timeline shows `batch` as decided, then is closed."""
+    await timeline.settled(batch)
+    await timeline.close()
 
 
 _SEEDED: dict[str, TaskStatus] = {

@@ -238,6 +238,10 @@ class CardOutcome:
     reason: str | None = None
     ran: bool = False
     """An approved call that has run (the card says "ran", not "was approved")."""
+    ended: str | None = None
+    """How a call that ran ended, in the first line of its result ("exit code: 0"); untrusted."""
+    failed: bool = False
+    """The run ended in an error (the tool raised, timed out)."""
 
 
 @dataclass(frozen=True)

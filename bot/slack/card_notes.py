@@ -127,7 +127,11 @@ def decided_title(call: CardCall, outcome: CardOutcome) -> str:
     who = f" by {user_mention(outcome.decided_by)}" if outcome.decided_by else ""
     match outcome.status:
         case "approved":
-            return f"{tool} ran" if outcome.ran else f"{tool} was approved{who} to run"
+            if not outcome.ran:
+                return f"{tool} was approved{who} to run"
+            how = "failed" if outcome.failed else "ended"
+            ended = f", {how}: {one_line(outcome.ended, 200)}" if outcome.ended else ""
+            return f"{tool} ran (approved{who}){ended}"
         case "rejected":
             return f"{tool} was rejected{who or ' by the policy'}: it did not run"
         case "expired":

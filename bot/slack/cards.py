@@ -182,6 +182,8 @@ def card_text(call: CardCall) -> str:
 def decided_text(call: CardCall, outcome: CardOutcome) -> str:
     """Notification / fallback text of the decided card."""
     who = f" by {user_mention(outcome.decided_by)}" if outcome.decided_by else ""
+    if outcome.ran:
+        return f"Ran (approved{who}): {code_span(call.tool)}"
     return f"{outcome.status.capitalize()}{who}: {code_span(call.tool)}"
 
 

@@ -70,6 +70,7 @@ _SLACK_STATUS = {
     "rejected": "error",
     "expired": "error",
     "not_run": "error",
+    "approved": "complete",
 }
 _MARKS = {
     "pending": "◻️",
@@ -80,6 +81,7 @@ _MARKS = {
     "rejected": "🚫",
     "expired": "⌛",
     "not_run": "⏭️",
+    "approved": "☑️",
 }
 _STREAM_EXPIRED = "message_not_in_streaming_state"
 _STREAM_UNAVAILABLE = {
@@ -133,6 +135,10 @@ def _details(task: Task) -> str:
             parts.append("expired: nobody decided in time")
         case "not_run":
             parts.append("not run")
+        case "approved":
+            by = f" by {user_mention(task.decided_by)}" if task.decided_by else ""
+            parts.append(f"approved{by}: it runs in the timeline below")
+            return "; ".join(parts)
     if task.decided_by and task.status in ("in_progress", "complete", "error", "pending"):
         parts.append(f"approved by {user_mention(task.decided_by)}")
     if task.allowance_by:

@@ -167,7 +167,8 @@ class Store(Protocol):
         self, session_id: str, call: ToolCall, message: ChatMessage, *, is_error: bool
     ) -> None:
         """In one transaction: the `executing` call `done` with its result, and its tool message
-        appended; audited "execution_end". A call not executing is a `StoreError`."""
+        appended; audited "execution_end". A call not executing is a `StoreError`. With
+        redraws owed, a carded call's redraw commits with its result (the card says "ran")."""
 
     # -- the ledger ------------------------------------------------------------------------------
 
@@ -659,9 +660,9 @@ class Store(Protocol):
 
     def owe_card_redraws(self, wake: Callable[[], None] | None) -> None:
         """From now on, every change a card shows (a decision or an approval of N, an edit,
-        "Allow for", an expiry, a cancel) writes a `CARD_REDRAW` row (key `card:<ledger id>`)
-        for the call's card, when it has one, in the change's transaction; `wake` is called
-        after the commit. A rollback leaves neither the change nor the row."""
+        "Allow for", an expiry, a cancel, the call's result) writes a `CARD_REDRAW` row (key
+        `card:<ledger id>`) for the call's card, when it has one, in the change's transaction;
+        `wake` is called after the commit. A rollback leaves neither the change nor the row."""
 
     @property
     def card_redraws(self) -> bool:

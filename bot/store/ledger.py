@@ -180,7 +180,7 @@ class Ledger(Sessions):
     async def finish_tool_call(
         self, session_id: str, call: ToolCall, message: ChatMessage, *, is_error: bool
     ) -> None:
-        late = False
+        late = carded = False
         async with self._db.transaction("finish_tool_call") as tx:
             session = await self._session(tx, session_id, lock=True)
             row = await tx.fetch_one(
@@ -200,8 +200,14 @@ class Ledger(Sessions):
                 )
             else:
                 await self._record_result(tx, session, current, message, is_error, late=False)
+                # The card says what happened ("ran", how it ended): its redraw commits with
+                # the result; one still unsent (the decision's) is superseded, not doubled.
+                await self._owe_redraw(tx, current)
+                carded = bool(current.card_ts and current.needs_approval)
         if late:
             raise LateResult(call.id, session_id)
+        if carded:
+            self._redraws_owed()
 
     async def _record_result(
         self,

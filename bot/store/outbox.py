@@ -14,7 +14,8 @@ its arguments, which the store does not read.
 
 One kind of row is an intent rather than a call: `CARD_REDRAW` ("redraw the card of this call",
 key `card:<ledger id>`), which the store itself writes in the transaction of every change a card
-shows (a decision, an approval of N, an edit, "Allow for", an expiry, a cancel) once
+shows (a decision, an approval of N, an edit, "Allow for", an expiry, a cancel, the call's
+result) once
 `owe_card_redraws` was called (the Slack server does: its sender draws the card from the call's
 state when it sends the row). So a decision and its card's redraw commit together.
 """

@@ -149,7 +149,7 @@ def why(command: str) -> str:
 
 
 def test_the_card_says_why_a_part_was_not_understood() -> None:
-    assert "program" in why("/usr/bin/r[m] x")
+    assert "program" in why("/usr/bin/l[s] x")
     assert "writes to a file" in why("> /etc/motd")
     assert "bash" in why("shopt -s extglob")
     assert "line continuation" in why("ls x\\\n#;ls y")
@@ -200,3 +200,56 @@ def test_what_already_needed_a_card_still_does(command: str) -> None:
 )
 def test_what_was_already_forbidden_stays_so(command: str) -> None:
     test_a_forbidden_command_is_forbidden_however_it_is_wrapped(command)
+
+
+GLOBS = Policy.from_toml(
+    '[tools.run_command]\napproval = "rules"\ndefault = "never"\n'
+    '[[tools.run_command.rules]]\nprefix = ["rm"]\napproval = "forbidden"\n'
+    '[[tools.run_command.rules]]\nprefix = ["kubectl", "delete", "ns"]\napproval = "forbidden"\n'
+    '[[tools.run_command.rules]]\nprefix = ["kubectl", "scale"]\nrequired_approvals = 2\n'
+    '[[tools.run_command.rules]]\nprefix = ["kubectl", "get"]\napproval = "never"\n'
+)
+
+
+def _globbed(command: str) -> GateDecision:
+    call = ToolCall(id="c", name="run_command", arguments=json.dumps({"command": command}))
+    return GLOBS.decide("run_command", call)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "/usr/bin/r[m] x",
+        "r* -rf /",
+        "/usr/*/rm x",
+        "$'rm' x",
+        "$'\\x72m' -rf /",
+        "$'\\162'm x",
+        "/bin/$'rm' x",
+        "kubectl delete n[s] web",
+        "kubectl delete n* web",
+        "kubectl -n x del?te ns web",
+        "kubectl $'delete' ns web",
+    ],
+)
+def test_a_pattern_or_quoted_word_that_could_be_a_forbidden_rules_is_forbidden(
+    command: str,
+) -> None:
+    """The shell makes the pattern a file name, or decodes the quoted word, before it runs:
+    what runs could be (or is) the forbidden command, so the rule applies."""
+    decision = _globbed(command)
+    assert decision.forbidden, (command, decision.rule)
+
+
+def test_a_pattern_that_could_be_an_asking_rules_verb_gets_that_rules_card() -> None:
+    decision = _globbed("kubectl sc?le deploy/web --replicas=0")
+    assert decision.requires_approval and not decision.forbidden
+    assert decision.policy_rule == "tools.run_command.rules[2]"
+    assert decision.required_approvals == 2
+
+
+@pytest.mark.parametrize("command", ["/usr/bin/l[s] x", "$X x", "x* y"])
+def test_a_pattern_no_asking_rule_could_be_still_needs_a_card(command: str) -> None:
+    """A free rule is never matched by a pattern; an expansion names no word: a card."""
+    decision = _globbed(command)
+    assert decision.requires_approval and not decision.forbidden, (command, decision.rule)

@@ -209,3 +209,44 @@ async def test_a_preview_reads_its_inputs_and_binds_them(tmp_path: Path) -> None
     ]
     assert result.digest != preview_digest(result.output)  # it covers the files too
     assert result.failed == "it does not show 'gone.yaml', which the command reads"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cd /x && kubectl apply -f web.yaml",
+        "pushd /x; kubectl apply -f web.yaml",
+        "(cd /x; kubectl apply -f web.yaml)",
+        "builtin cd /x; kubectl apply -f web.yaml",
+        "popd && kubectl apply -f web.yaml",
+    ],
+)
+def test_a_directory_change_before_the_previewed_part_fails_its_preview(command: str) -> None:
+    """The preview would read `web.yaml` in the tool's directory, the command applies
+    `/x/web.yaml`: no preview (nor file binding) built on the wrong directory."""
+    plan = _decide(_policy(["kubectl", "apply"], "cat {arg:-f}"), command).preview
+    assert plan is not None and plan.argv is None and plan.inputs == ()
+    assert plan.missing == "the command changes directory before the previewed part"
+
+
+def test_a_directory_change_after_the_previewed_part_leaves_its_preview() -> None:
+    plan = _decide(_policy(["kubectl", "apply"], "cat {arg:-f}"), "kubectl apply -f a; cd /x")
+    assert plan.preview is not None and plan.preview.argv == ("cat", "a")
+
+
+@pytest.mark.parametrize(
+    "command", ["KUBECONFIG=/prod kubectl apply -f x", "env KUBECONFIG=/prod kubectl apply -f x"]
+)
+def test_a_previewed_part_with_assignments_fails_its_preview(command: str) -> None:
+    """Previewed in the bot's own environment, it would show another cluster's diff."""
+    plan = _decide(_policy(["kubectl", "apply"], "kubectl diff -f {arg:-f}"), command).preview
+    assert plan is not None and plan.argv is None
+    assert plan.missing == "the previewed part runs with its own environment (KUBECONFIG)"
+
+
+def test_a_previewed_part_with_file_name_patterns_fails_its_preview() -> None:
+    """The shell turns `*.yaml` into file names; the preview's argv, run without a shell,
+    would look for a file named `*.yaml`."""
+    plan = _decide(_policy(["kubectl", "apply"], "cat {arg:-f}"), "kubectl apply -f *.yaml")
+    assert plan.preview is not None and plan.preview.argv is None
+    assert plan.preview.missing is not None and "file-name patterns" in plan.preview.missing

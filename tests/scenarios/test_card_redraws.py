@@ -1,6 +1,7 @@
 """A decision's card redraw goes through the outbox, written with the decision (issue 20): the
 click commits the decision and an `opsgate.card` intent together; the sender draws the card
-from the call's state when it sends it (no buttons, who decided), once, and records it drawn.
+from the call's state when it sends it (no buttons, who decided), and records it drawn. The
+call's result owes one more (the card says it ran), unless it supersedes one still unsent.
 The kill -9 between the two is tests/processes/test_card_redraw_kill.py."""
 
 from __future__ import annotations
@@ -45,9 +46,14 @@ async def test_a_decisions_redraw_is_owed_with_it_and_sent_by_the_outbox(tmp_pat
         await bot.settle()  # the outbox included
         assert owed_rows(tmp_path / "opsgate.db") == []
         redraws = [c for c in bot.slack.calls_to("chat.update") if c.params.get("ts") == card_ts]
-        [redraw] = redraws  # once: the run service did not redraw it again
-        blocks = json.dumps(redraw.params["blocks"])
-        assert '"actions"' not in blocks and BOB in blocks
+        # Twice: the decision's (held while the call ran, so the result's could not supersede
+        # it), then the result's: the card says it ran. The run service redrew nothing itself.
+        decided, ran = redraws
+        for redraw in redraws:
+            blocks = json.dumps(redraw.params["blocks"])
+            assert '"actions"' not in blocks and BOB in blocks
+        assert "`run_command` ran (approved by" in json.dumps(ran.params["blocks"])
+        assert "ran (approved" not in json.dumps(decided.params["blocks"])
         drawn = await bot.deps.store.get_call(ledger_id)
         assert drawn is not None and drawn.card_drawn == "approved"
         assert await bot.deps.store.stale_cards() == []

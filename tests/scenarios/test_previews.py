@@ -240,6 +240,26 @@ async def test_a_placeholder_with_no_value_shows_preview_failed_and_keeps_approv
         assert ran["argv"] == [] and ran["exit_status"] is None and ran["failed"]
 
 
+async def test_a_previewed_part_after_a_cd_shows_preview_failed_not_the_wrong_file(
+    tmp_path: Path,
+) -> None:
+    """`cd /x && kubectl apply -f web.yaml` applies `/x/web.yaml`: a preview of `web.yaml`
+    in the tool's directory would show (and bind) another file. It fails closed instead."""
+    (tmp_path / "web.yaml").write_text("kind: Decoy\n")
+    (tmp_path / "x").mkdir()
+    command = f"cd {tmp_path / 'x'} && kubectl apply -f web.yaml"
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=_policy()) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": command})])
+        await bot.mention("apply it", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        shown = json.dumps(_blocks(card["params"]), ensure_ascii=False)
+        assert "*preview failed*" in shown
+        assert "the command changes directory before the previewed part" in shown
+        assert "Decoy" not in shown
+        [ran] = await _audit(bot, "preview")
+        assert ran["argv"] == [] and ran["exit_status"] is None and ran["failed"]
+
+
 def _edit(bot: Bot, ledger_id: str, command: str, user: str) -> Any:
     payload = view_submission(
         CALLBACK_EDIT, ledger_id, {"command": {ACTION_FIELD: command}}, user=user

@@ -342,6 +342,20 @@ def test_decided_card_other_outcomes() -> None:
     assert "<!date^1704171845^" in naive[-1]["text"]["text"]  # naive means UTC
 
 
+def test_a_call_that_ran_says_how_it_ended_escaped() -> None:
+    moment = datetime(2024, 1, 2, 5, 4, 5, tzinfo=UTC)
+    ended = CardOutcome("approved", "U0BOSS", moment, ran=True, ended="exit code: 2")
+    title = json.dumps(decided_card(make_call(), ended))
+    assert "`shell` ran (approved by <@U0BOSS>), ended: exit code: 2" in title
+    assert "expires" not in title
+    assert decided_text(make_call(), ended) == "Ran (approved by <@U0BOSS>): `shell`"
+    hostile = "Error: <!channel> *boom*"
+    failed = CardOutcome("approved", None, moment, ran=True, ended=hostile, failed=True)
+    text = json.dumps(decided_card(make_call(), failed))
+    assert "`shell` ran (approved), failed: Error: &lt;!channel&gt;" in text
+    assert "<!channel>" not in text
+
+
 # -- reject modal ------------------------------------------------------------------------------
 
 

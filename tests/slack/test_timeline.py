@@ -429,3 +429,35 @@ async def test_without_streaming_two_pauses_of_one_run_keep_one_timeline_message
         lines = final["blocks"][0]["elements"][0]["text"].splitlines()
         assert [line[:1] for line in lines] == ["✅", "✅"], lines
         assert "echo one" in lines[0] and "echo two" in lines[1]
+
+
+async def test_the_paused_streams_approved_call_is_left_settled_not_waiting(
+    tmp_path: Path,
+) -> None:
+    """The pause ended the timeline's stream with the call waiting; the resume streams a
+    timeline of its own. The paused message must not go on saying the call waits: it says
+    who approved it and that it carries on below."""
+    async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
+        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_text("Done.")
+        await bot.mention("go", user=ALICE)
+        [card] = await bot.wait_cards(1)
+        await bot.settle()
+        [started] = bot.slack.calls_to("chat.startStream")
+        paused_ts = started.response["ts"]
+        await bot.click("opsgate_approve", card["ledger_id"], user=BOB)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        message = bot.slack.message(started.params["channel"], paused_ts)
+        assert message is not None
+        shown = json.dumps(message.get("blocks"))  # what the edit left (the chunks: before)
+        assert "waiting for approval" not in shown
+        assert f"approved by <@{BOB}>: it runs in the timeline below" in shown
+        # The resume's own stream carries the call on to its end.
+        timelines = [
+            c
+            for c in bot.slack.calls_to("chat.startStream")
+            if c.params.get("task_display_mode") == "timeline"
+        ]
+        assert len(timelines) == 2 and timelines[0] is started
+        assert statuses(task_chunks(bot.slack), "call_1")[-1] == "complete"

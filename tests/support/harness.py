@@ -281,11 +281,18 @@ def _button_values(blocks: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def texts(slack: SlackAPIStandIn) -> list[str]:
-    """Everything the bot wrote into threads (posted, edited or streamed), in order."""
-    out = []
+    """Everything the bot wrote into threads (posted, edited or streamed), in order; cards'
+    redraws last (the outbox sends a card's "ran" while the answer streams)."""
+    out: list[str] = []
+    redraws: list[str] = []
+    cards = set()
     for call in slack.calls:
         params = call.params
-        if call.method in ("chat.postMessage", "chat.update", "chat.postEphemeral"):
+        if call.method == "chat.postMessage" and _button_values(params.get("blocks") or []):
+            cards.add(call.response.get("ts"))
+        if call.method == "chat.update" and params.get("ts") in cards:
+            redraws.append(str(params.get("text", "")))
+        elif call.method in ("chat.postMessage", "chat.update", "chat.postEphemeral"):
             out.append(str(params.get("text", "")))
         elif call.method in ("chat.startStream", "chat.appendStream", "chat.stopStream"):
             chunks = params.get("chunks") or []
@@ -293,7 +300,7 @@ def texts(slack: SlackAPIStandIn) -> list[str]:
                 chunks = json.loads(chunks)
             out.append("".join(c.get("text", "") for c in chunks if isinstance(c, dict)))
             out.append(str(params.get("markdown_text") or ""))
-    return out
+    return out + redraws
 
 
 class HeldReplies:

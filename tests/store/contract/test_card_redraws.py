@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent_core import call_digest, canonical_arguments
+from agent_core import ChatMessage, call_digest, canonical_arguments
 from bot.faults import HOLD_ENV
 from bot.store import (
     CARD_REDRAW,
@@ -28,7 +28,7 @@ from bot.store import (
     ToolCallRow,
 )
 
-from .helpers import T0, Clock, paused_session
+from .helpers import RESTART, STATUS, T0, Clock, paused_session
 
 LEASE = timedelta(seconds=30)
 
@@ -91,6 +91,34 @@ async def test_a_decision_writes_its_cards_redraw_and_wakes_the_sender(store: St
     await store.decide(second.id, "approved", user_id="UCAROL", required_approvals=2)
     assert not (await store.decide(first.id, "rejected", user_id="UCAROL")).recorded
     assert await owed(store) == [intent(second.id)]
+
+
+async def test_a_calls_result_owes_its_cards_redraw_superseding_an_unsent_one(
+    store: Store,
+) -> None:
+    """The card says what happened once the call ran: the result and the redraw commit
+    together. The decision's redraw still unsent then is superseded (one row, not two); one
+    already sent is followed by the result's."""
+    wakes = Wakes()
+    store.owe_card_redraws(wakes)
+    session_id, [first, _] = await carded(store)
+    await store.decide(first.id, "approved", user_id="UBOB")
+    await store.start_tool_call(session_id, RESTART)
+    await store.start_tool_call(session_id, STATUS)  # the held sibling has no card
+    answer = ChatMessage.tool("exit code: 0", RESTART.id)
+    await store.finish_tool_call(session_id, RESTART, answer, is_error=False)
+    await store.finish_tool_call(
+        session_id, STATUS, ChatMessage.tool("up", STATUS.id), is_error=False
+    )
+    assert wakes.count == 2  # the decision and the carded call's result
+    assert await owed(store) == [intent(first.id)]  # superseded, not doubled
+
+    session_id, [again, _] = await carded(store, "1700000009.000100")
+    await store.decide(again.id, "approved", user_id="UBOB")
+    assert await owed(store) == [intent(again.id)]  # the decision's redraw was sent
+    await store.start_tool_call(session_id, RESTART)
+    await store.finish_tool_call(session_id, RESTART, answer, is_error=False)
+    assert await owed(store) == [intent(again.id)]  # and the result owes another
 
 
 async def test_edit_allow_expiry_and_cancel_owe_their_redraws(store: Store, clock: Clock) -> None:
