@@ -20,11 +20,13 @@ from typing import Any
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
+from ..approvals import Refused
 from ..policy import Policy
 from ..runs.service import RunService
 from ..store import McpPin, OutboxEntry, Store
 from ..tools.mcp import McpTool
 from ..tools.mcp.pins import ToolDefinition, changed_fields
+from .answers import refusal_text
 
 __all__ = ["ACTION_MCP_ACCEPT", "ACTION_MCP_KEEP", "post_reviews", "register", "review_blocks"]
 
@@ -126,7 +128,12 @@ async def _is_admin(client: AsyncWebClient, admins: Iterable[str], user: str) ->
 def register(app: AsyncApp, service: RunService, policy: Policy) -> None:
     async def decide(body: dict[str, Any], client: AsyncWebClient, *, accept: bool) -> None:
         user = str((body.get("user") or {}).get("id") or "")
+        team = (body.get("user") or {}).get("team_id") or (body.get("team") or {}).get("id")
         channel = str((body.get("channel") or {}).get("id") or "")
+        if not team:  # a click that hides its workspace is refused, as every card click is
+            refused = Refused("unknown_workspace", "approve", "the actor's workspace is unknown")
+            await client.chat_postEphemeral(channel=channel, user=user, text=refusal_text(refused))
+            return
         ts = str((body.get("container") or {}).get("message_ts") or "")
         actions = body.get("actions") or [{}]
         server, _, rest = str(actions[0].get("value") or "").partition("\t")

@@ -45,6 +45,7 @@ from bot.slack.ids import (
     SHORTCUT,
     feedback_block_id,
 )
+from bot.slack.mcp_review import ACTION_MCP_ACCEPT, ACTION_MCP_KEEP
 from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools
 from tests.scenarios.test_assistant import (
     _app_context_changed,
@@ -170,6 +171,8 @@ async def test_every_action_and_modal_handler_refuses_a_click_with_no_workspace(
             ),
             ("action", ACTION_REVIEWED): click(ACTION_REVIEWED, ledger_id),
             ("action", ACTION_FEEDBACK): feedback,
+            ("action", ACTION_MCP_ACCEPT): click(ACTION_MCP_ACCEPT, "srv\ttool\tdigest"),
+            ("action", ACTION_MCP_KEEP): click(ACTION_MCP_KEEP, "srv\ttool\tdigest"),
             ("view_submission", CALLBACK_FEEDBACK): view_submission(
                 CALLBACK_FEEDBACK, said, why, user=CAROL
             ),
