@@ -25,7 +25,7 @@ command cannot be judged), `_words` (a word's value), `_wrappers` and `_wrapper_
 `_policy` (`Policy` and its queries), `_preview` (a rule's preview template), `_gate` (the
 approval gate and its verdict order), `_approvers` (who may decide, as listed), `_freezes`
 (`[[freezes]]`: change freezes), `_audit` (`[audit]`: the webhook the audit log is exported
-to), `_errors` (`PolicyError`).
+to), `_errors` (`PolicyError`), `_ladder` (reminders, escalation, on-call).
 """
 
 from __future__ import annotations
@@ -36,6 +36,15 @@ from ._errors import PolicyError
 from ._fields import Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import GateDecision, PartVerdict, Requirement
+from ._ladder import (
+    NOBODY_ON_CALL,
+    EscalationStep,
+    Ladder,
+    OncallSpec,
+    added_by,
+    escalated,
+    ladder_for,
+)
 from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
 from ._policy import Policy
 from ._preview import DEFAULT_PREVIEW_TTL, PreviewPlan
@@ -50,8 +59,12 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "ChannelPolicy",
     "DEFAULT_PREVIEW_TTL",
     "Defaults",
+    "EscalationStep",
     "FreezeSpec",
     "GateDecision",
+    "Ladder",
+    "NOBODY_ON_CALL",
+    "OncallSpec",
     "ParsedCommand",
     "PartVerdict",
     "Policy",
@@ -63,6 +76,9 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "Tier",
     "ToolPolicy",
     "Trigger",
+    "added_by",
+    "escalated",
     "freeze_name",
+    "ladder_for",
     "parse_command",
 ]

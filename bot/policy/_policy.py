@@ -19,6 +19,7 @@ from ._errors import PolicyError
 from ._fields import GROUP_ID, ChannelId, Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import COMMAND_TOOL, GateDecision, approval_summary, built_in_tools, decide
+from ._ladder import NOBODY_ON_CALL, OncallSpec, check_oncall_names, resolve
 from ._load import did_you_mean, explain, parse_toml, read_policy_file
 from ._mcp import (
     mcp_decision,
@@ -54,6 +55,10 @@ class Policy(Model):
     """`[audit]`: the audit log's export (a webhook)."""
     freezes: tuple[FreezeSpec, ...] = ()
     """`[[freezes]]`: change freezes (`bot.policy._freezes`)."""
+    oncall: dict[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]+$")], OncallSpec] = Field(
+        default_factory=dict
+    )
+    """`[oncall.<name>]`: who an approver entry `oncall:<name>` is (`bot.policy._ladder`)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)
@@ -108,6 +113,7 @@ class Policy(Model):
                         f"tools.{name}.rules[{index}]: `prefix` matches shell commands, so it is "
                         f"for [[tools.{COMMAND_TOOL}.rules]] only; use `argument` and `pattern`"
                     )
+        check_oncall_names(self)
         lists = {channel: c.tools for channel, c in self.channels_policy.items()}
         problem = unknown_wildcards(lists, self.mcp_servers) or misplaced_mcp_sections(
             self.tools, self.mcp_servers
@@ -230,10 +236,14 @@ class Policy(Model):
         return found if found is not None else NO_OVERRIDE
 
     def approvers_for(
-        self, channel: str | None, decision: GateDecision | None = None
+        self,
+        channel: str | None,
+        decision: GateDecision | None = None,
+        now: datetime | None = None,
     ) -> ApproverSpec:
         """Who may decide a call in `channel`: the deciding rule's `approvers` when it has
-        them (they replace the channel's), else the channel's, else the defaults'."""
+        them (they replace the channel's), else the channel's, else the defaults'; each
+        `oncall:<name>` is whoever is on call at `now` (default: this moment)."""
         own = self.channel(channel).approvers
         if decision is not None and decision.approvers is not None:
             approvers, source = decision.approvers, f"{decision.policy_rule}.approvers"
@@ -241,6 +251,8 @@ class Policy(Model):
             approvers, source = own, f"channels_policy.{channel}.approvers"
         else:
             approvers, source = self.defaults.approvers, "defaults.approvers"
+        if any(a.startswith("oncall:") for a in approvers):
+            approvers = resolve(approvers, self.oncall, now) or (NOBODY_ON_CALL,)
         return ApproverSpec(
             users=tuple(a for a in approvers if not GROUP_ID.fullmatch(a)),
             groups=tuple(a for a in approvers if GROUP_ID.fullmatch(a)),
