@@ -254,6 +254,30 @@ class Store(Protocol):
     async def next_expiry(self) -> datetime | None:
         """When the next undecided gated call expires (a sweeper's sleep)."""
 
+    async def waiting_calls(self, limit: int = 10_000) -> list[ToolCallRow]:
+        """Undecided gated calls whose card was posted, oldest first (`bot.store.ladder`)."""
+
+    async def claim_escalation(
+        self,
+        row: ToolCallRow,
+        step: int,
+        details: Mapping[str, Any],
+        owed: Sequence[OutboxEntry] = (),
+    ) -> bool:
+        """Conditional: move the call's `escalation_step` from what `row` shows to `step`,
+        audited "escalated" (`details`), with `owed` outbox rows and its card's redraw; False
+        when another process did it first or the call is decided."""
+
+    async def claim_reminder(
+        self,
+        row: ToolCallRow,
+        count: int,
+        details: Mapping[str, Any],
+        owed: Sequence[OutboxEntry] = (),
+    ) -> bool:
+        """Conditional: move the call's `reminders_sent` from what `row` shows to `count`,
+        audited "reminded" (`details`), with `owed` outbox rows; False as above."""
+
     async def responses_for_batch(self, session_id: str) -> list[ToolApprovalResponse]:
         """The decisions of the latest batch's gated calls, as the resume needs them; deciders
         named by the store's `person`."""

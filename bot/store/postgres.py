@@ -21,6 +21,7 @@ from .db.postgres import PostgresDb
 from .edits import Edits
 from .errors import PostgresSchemaTooNew
 from .freezes import Freezes
+from .ladder import Escalations
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
 from .recovery import Recovery
@@ -32,7 +33,15 @@ __all__ = ["DEFAULT_LEASE", "SCHEMA_VERSION", "PostgresSchemaTooNew", "PostgresS
 
 
 class PostgresStore(
-    Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Replicas, Freezes
+    Edits,
+    Recovery,
+    Audit,
+    Outbox,
+    QueueNoticeRows,
+    AssistantThreads,
+    Replicas,
+    Freezes,
+    Escalations,
 ):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 

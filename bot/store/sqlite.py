@@ -18,6 +18,7 @@ from .db import utc_now
 from .db.sqlite import SQLiteDb
 from .edits import Edits
 from .freezes import Freezes
+from .ladder import Escalations
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
 from .recovery import Recovery
@@ -26,7 +27,9 @@ from .rules import Person
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Freezes):
+class SQLiteStore(
+    Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Freezes, Escalations
+):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`). Use it as an async context manager.
 

@@ -424,6 +424,20 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite=("ALTER TABLE tool_calls ADD COLUMN quorum TEXT",),
         postgres=("ALTER TABLE tool_calls ADD COLUMN quorum text",),
     ),
+    Migration(
+        18,
+        # When nobody answers (`bot.store.ladder`): the steps of a waiting call's escalation
+        # ladder passed so far and the reminders sent, each moved on by a compare-and-set.
+        "a waiting call's escalation steps passed and reminders sent",
+        sqlite=(
+            "ALTER TABLE tool_calls ADD COLUMN escalation_step INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE tool_calls ADD COLUMN reminders_sent INTEGER NOT NULL DEFAULT 0",
+        ),
+        postgres=(
+            "ALTER TABLE tool_calls ADD COLUMN escalation_step integer NOT NULL DEFAULT 0",
+            "ALTER TABLE tool_calls ADD COLUMN reminders_sent integer NOT NULL DEFAULT 0",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
