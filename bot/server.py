@@ -27,6 +27,7 @@ from .observability.audit_export import AuditExporter
 from .observability.health import ReadinessCheck, socket_mode_check
 from .observability.readiness import add_operations_routes, operations_checks, outbox_check
 from .observability.tracing import configure_tracing
+from .policy import ladder_tick
 from .runs.replicas import replica_name, start_replica_duties
 from .runs.service import RunService
 from .runs.timer import ExpiryTimer
@@ -136,7 +137,7 @@ async def started(
         deps.store,
         clock=deps.clock,
         remind_before=deps.policy.remind_before,
-        longest=expiry_interval,
+        longest=ladder_tick(deps.policy, expiry_interval),
     )
     service = run_service(
         deps,

@@ -109,6 +109,15 @@ class Metrics:
             buckets=DECISION_BUCKETS,
             registry=r,
         )
+        self._escalations = Counter(
+            "opsgate_escalations",
+            "Escalation steps passed by waiting calls, by rule and step.",
+            ["rule", "step"],
+            registry=r,
+        )
+        self._reminders = Counter(
+            "opsgate_reminders", "Reminders sent to approvers by direct message.", registry=r
+        )
         self._tool_seconds = Histogram(
             "opsgate_tool_seconds",
             "Seconds one tool execution took, by tool and outcome.",
@@ -218,6 +227,12 @@ class Metrics:
             posted_at = posted_at.replace(tzinfo=UTC)
         end = now if now is not None else datetime.now(UTC)
         self.decision(decision, (end - posted_at).total_seconds())
+
+    def escalated(self, rule: str, step: int) -> None:
+        self._escalations.labels(rule, str(step)).inc()
+
+    def reminded(self, messages: int) -> None:
+        self._reminders.inc(messages)
 
     def tool_finished(self, tool: str, outcome: ToolOutcome, seconds: float) -> None:
         label = tool if tool in self._tools else OTHER

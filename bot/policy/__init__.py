@@ -44,6 +44,7 @@ from ._ladder import (
     added_by,
     escalated,
     ladder_for,
+    ladder_tick,
 )
 from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
 from ._policy import Policy
@@ -80,5 +81,6 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "escalated",
     "freeze_name",
     "ladder_for",
+    "ladder_tick",
     "parse_command",
 ]

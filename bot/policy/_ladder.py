@@ -46,6 +46,7 @@ __all__ = [
     "escalated",
     "grown",
     "ladder_for",
+    "ladder_tick",
     "oncall_name",
     "resolve",
     "steps_due",
@@ -312,3 +313,18 @@ def added_by(policy: Policy, decision: GateDecision, step: int, now: datetime) -
     if not 0 < step <= len(steps):
         return ()
     return resolve(steps[step - 1].approvers, policy.oncall, now)
+
+
+def ladder_tick(policy: Policy, longest: float) -> float:
+    """How often the expiry timer must look at waiting calls for their steps and reminders to
+    come on time: a tenth of the shortest such time in the file (at least 0.2 s), or `longest`
+    without any."""
+    spans = [s.after for s in policy.defaults.escalate]
+    spans += [policy.defaults.remind_every] if policy.defaults.remind_every else []
+    for section in policy.tools.values():
+        for rule in section.rules:
+            spans += [s.after for s in rule.escalate or ()]
+            spans += [rule.remind_every] if rule.remind_every else []
+    if not spans:
+        return longest
+    return min(longest, max(0.2, min(spans).total_seconds() / 10))

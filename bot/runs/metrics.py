@@ -57,6 +57,14 @@ class RunObserver(Protocol):
 
     def tool_finished(self, tool: str, outcome: ToolOutcome, seconds: float) -> None: ...
 
+    def escalated(self, rule: str, step: int) -> None:
+        """A waiting call passed step `step` of its escalation ladder (`rule`: its rule)."""
+        ...
+
+    def reminded(self, messages: int) -> None:
+        """`messages` reminders went to approvers."""
+        ...
+
     def llm_error(self, kind: LLMErrorKind) -> None: ...
 
     def slack_api_error(self, method: str) -> None: ...
@@ -75,6 +83,12 @@ class NoObserver:
     def decision_since(
         self, decision: Decision, posted_at: datetime, *, now: datetime | None = None
     ) -> None:
+        pass
+
+    def escalated(self, rule: str, step: int) -> None:
+        pass
+
+    def reminded(self, messages: int) -> None:
         pass
 
     def tool_finished(self, tool: str, outcome: ToolOutcome, seconds: float) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "AllowanceRevoked",
     "AllowanceUsed",
     "AwaitingDecision",
+    "AwaitsYou",
     "BreakGlassUsed",
     "CallLink",
     "CancelledBeforeStart",
@@ -413,6 +414,19 @@ class FreezeAnswer:
     kind: Literal["freeze_answer"] = "freeze_answer"
 
 
+@dataclass(frozen=True, slots=True)
+class AwaitsYou:
+    """A direct message to an approver: `call` waits for their decision (`why`: "reminder",
+    or "escalated": they were just added by its escalation ladder)."""
+
+    call: CallLink
+    summary: str
+    requested_by: str | None
+    waited: timedelta
+    why: Literal["reminder", "escalated"]
+    kind: Literal["awaits_you"] = "awaits_you"
+
+
 Notice = (
     ChannelNotAllowed
     | Queued
@@ -451,6 +465,7 @@ Notice = (
     | FreezeAnnounced
     | BreakGlassUsed
     | FreezeAnswer
+    | AwaitsYou
 )
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,

@@ -174,6 +174,8 @@ class CardCall:
     approver_users: tuple[str, ...] = ()
     approver_groups: tuple[str, ...] = ()
     """Who may approve (policy ids); both empty: anyone in the channel."""
+    escalated_to: tuple[str, ...] = ()
+    """Who its escalation ladder added (users and groups), once a step passed."""
     policy_rule: str | None = None
     """The policy rule that gated the call, in words (`tools.run_command.rules[1] (kubectl
     delete …)`); None when no rule of its own did."""

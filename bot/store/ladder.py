@@ -75,6 +75,6 @@ class Escalations(Ledger):
                 await self._owe_redraw(tx, row)
             if owed:
                 await put_rows(self._db, tx, owed, self._now())
-        if event == "escalated":
-            self._redraws_owed()
+        if event == "escalated" or owed:
+            self._redraws_owed()  # wakes the outbox's sender
         return True

@@ -30,6 +30,8 @@ FAMILIES = {
     "opsgate_slack_writes_dropped": "counter",
     "opsgate_outbox_depth": "gauge",
     "opsgate_outbox_oldest_seconds": "gauge",
+    "opsgate_escalations": "counter",
+    "opsgate_reminders": "counter",
 }
 
 
@@ -155,3 +157,12 @@ def test_feedback_is_counted_by_value_from_zero() -> None:
     metrics.feedback_given("bad")
     assert value(metrics, "opsgate_feedback_total", value="good") == 2
     assert value(metrics, "opsgate_feedback_total", value="bad") == 1
+
+
+def test_escalations_and_reminders_are_counted() -> None:
+    metrics = Metrics()
+    metrics.escalated("tools.run_command.rules[0]", 2)
+    metrics.reminded(3)
+    labels = {"rule": "tools.run_command.rules[0]", "step": "2"}
+    assert value(metrics, "opsgate_escalations_total", **labels) == 1
+    assert value(metrics, "opsgate_reminders_total") == 3

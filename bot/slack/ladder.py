@@ -1,0 +1,27 @@
+"""The direct message an approver gets when a call waits for them: a reminder, or the news
+that an escalation step added them (`bot.runs.ladder`)."""
+
+from __future__ import annotations
+
+from ..runs.notices import AwaitsYou
+from ..words import format_duration
+from .mrkdwn import escape_mrkdwn, user_mention
+
+__all__ = ["awaits_you_text"]
+
+
+def awaits_you_text(notice: AwaitsYou) -> str:
+    """One line saying what waits, for how long, who asked, and a link to its card."""
+    name = f"`{escape_mrkdwn(notice.call.tool)}`"
+    card = f"<{notice.call.permalink}|the card>" if notice.call.permalink else "its card"
+    asked = f" asked by {user_mention(notice.requested_by)}" if notice.requested_by else ""
+    waited = format_duration(notice.waited, approximate=True)
+    lead = (
+        ":arrow_up: Nobody has decided yet, so this was escalated to you"
+        if notice.why == "escalated"
+        else ":alarm_clock: Reminder: this waits for your decision"
+    )
+    return (
+        f"{lead}: {name}{asked}, waiting {waited}: {escape_mrkdwn(notice.summary)}. "
+        f"Decide on {card}."
+    )

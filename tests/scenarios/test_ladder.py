@@ -1,0 +1,205 @@
+"""When nobody answers, end to end with the Slack stand-in and a fake clock moved by hand:
+reminders go once per interval to those who may still decide (never to who decided, never to
+the requester); escalation steps add approvers, change the quorum, write to the added people,
+show on the card and are audited once each, also across a restart; a freeze holds them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bot.policy import Policy
+from tests.scenarios.test_app import ALICE, make_tools
+from tests.support.harness import Bot, running_bot
+from tests.support.slack_api import SlackAPIStandIn
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def dms(slack: SlackAPIStandIn, user: str) -> list[str]:
+    """Direct messages the bot sent `user` (a post whose channel is the user's id)."""
+    return [
+        str(c.params.get("text", ""))
+        for c in slack.calls_to("chat.postMessage")
+        if c.ok and c.params.get("channel") == user
+    ]
+
+
+async def tick(bot: Bot, clock: Clock, **span: float) -> None:
+    clock.now += timedelta(**span)
+    await bot.service.expire_due()
+    await bot.settle()  # direct messages go out through the outbox
+
+
+async def ask(bot: Bot, command: str = "systemctl restart api") -> dict[str, Any]:
+    bot.llm.reply_tool_calls([("call_1", "run_command", {"command": command})])
+    bot.llm.reply_text("done")
+    await bot.mention("please")
+    [card] = await bot.wait_cards(1)
+    return card
+
+
+async def events(bot: Bot, name: str) -> list[dict[str, Any]]:
+    return [dict(r.details) for r in await bot.deps.store.audit_rows() if r.event == name]
+
+
+REMIND = f"""
+[defaults]
+approvers = ["U0ANN", "U0BOB", "{ALICE}"]
+required_approvals = 2
+allow_self_approval = true
+ttl = "1h"
+remind_every = "5m"
+remind_max = 2
+"""
+
+
+async def test_reminders_once_per_interval_never_to_the_decided(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(REMIND)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        card = await ask(bot)
+        await tick(bot, clock, minutes=4, seconds=59)
+        assert dms(bot.slack, "U0ANN") == [] and dms(bot.slack, "U0BOB") == []
+
+        await tick(bot, clock, seconds=1)  # 5 minutes
+        [first] = dms(bot.slack, "U0ANN")
+        assert len(dms(bot.slack, "U0BOB")) == 1
+        assert "Reminder" in first and "systemctl restart api" in first
+        assert dms(bot.slack, ALICE) == []  # the requester is never reminded
+        await tick(bot, clock, minutes=1)  # same interval: nothing more
+        assert len(dms(bot.slack, "U0ANN")) == 1
+
+        await bot.click("opsgate_approve", card["ledger_id"], user="U0ANN")
+        await bot.settle()
+        await tick(bot, clock, minutes=4)  # 10 minutes
+        assert len(dms(bot.slack, "U0ANN")) == 1  # decided: no second reminder
+        assert len(dms(bot.slack, "U0BOB")) == 2
+
+        await tick(bot, clock, minutes=10)  # remind_max = 2
+        assert len(dms(bot.slack, "U0BOB")) == 2
+        assert [e["to"] for e in await events(bot, "reminded")] == [
+            ["U0ANN", "U0BOB"],
+            ["U0BOB"],
+        ]
+        assert "opsgate_reminders_total 3.0" in bot.metrics.render().decode()
+
+
+LADDER = """
+[defaults]
+approvers = ["U0PRIMARY", "U0SPARE"]
+required_approvals = 2
+ttl = "2h"
+escalate = [
+  {after = "10m", approvers = ["U0SECOND"]},
+  {after = "30m", approvers = ["oncall:boss"], required_approvals = 1},
+]
+
+[oncall.boss]
+rotation = ["U0BOSSA", "U0BOSSB"]
+handoff = "MON 09:00"
+timezone = "UTC"
+"""
+
+
+async def test_two_steps_grow_the_approvers_and_lower_the_quorum(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(LADDER)
+    boss = policy.oncall["boss"].who(T0 + timedelta(minutes=30))
+    assert boss is not None
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        card = await ask(bot)
+        ledger_id = card["ledger_id"]
+        refused = await bot.click("opsgate_approve", ledger_id, user="U0SECOND")
+        assert refused.status_code == 200
+        await bot.settle()
+        row = await bot.deps.store.get_call(ledger_id)
+        assert row is not None and row.approvals == ()  # not an approver yet
+
+        await tick(bot, clock, minutes=9)
+        assert await events(bot, "escalated") == []
+        await tick(bot, clock, minutes=1)  # step 1: U0SECOND is added
+        assert [(e["step"], e["added"]) for e in await events(bot, "escalated")] == [
+            (1, ["U0SECOND"])
+        ]
+        [news] = dms(bot.slack, "U0SECOND")
+        assert "escalated to you" in news
+        drawn = bot.slack.message(row.card_channel or "", row.card_ts or "")
+        assert drawn is not None and "escalated to" in str(drawn.get("blocks"))
+        await tick(bot, clock, minutes=5)  # nothing new
+        assert len(await events(bot, "escalated")) == 1
+
+        await bot.click("opsgate_approve", ledger_id, user="U0SECOND")
+        await bot.settle()
+        row = await bot.deps.store.get_call(ledger_id)
+        assert row is not None and row.approvals == ("U0SECOND",) and row.status == "pending"
+
+        await tick(bot, clock, minutes=15)  # 30 minutes: step 2, quorum 1
+        assert [e["added"] for e in await events(bot, "escalated")][1] == [boss]
+        assert len(dms(bot.slack, boss)) == 1
+        await bot.click("opsgate_approve", ledger_id, user=boss)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        row = await bot.deps.store.get_call(ledger_id)
+        assert row is not None and row.status == "done"
+        assert row.approvals == ("U0SECOND", boss)
+
+
+async def test_a_step_lowers_the_quorum_at_the_click(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(LADDER)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        card = await ask(bot)
+        await tick(bot, clock, minutes=30)  # both steps: the quorum is 1 now
+        assert [e["step"] for e in await events(bot, "escalated")] == [1, 2]
+        await bot.click("opsgate_approve", card["ledger_id"], user="U0PRIMARY")
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        row = await bot.deps.store.get_call(card["ledger_id"])
+        assert row is not None and row.status == "done"
+        assert row.approvals == ("U0PRIMARY",)  # one approval, where the rule asked two
+
+
+async def test_a_step_passes_once_across_a_restart(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(LADDER)
+    async with SlackAPIStandIn() as slack:
+        async with running_bot(
+            tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock, slack=slack
+        ) as bot:
+            card = await ask(bot)
+            await tick(bot, clock, minutes=10)
+        async with running_bot(
+            tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock, slack=slack
+        ) as bot:
+            await tick(bot, clock, seconds=1)
+            await tick(bot, clock, minutes=19)
+            assert [e["step"] for e in await events(bot, "escalated")] == [1]
+            assert len(dms(slack, "U0SECOND")) == 1
+            await tick(bot, clock, minutes=1)  # 30 minutes: step 2, in the new process
+            assert [e["step"] for e in await events(bot, "escalated")] == [1, 2]
+            row = await bot.deps.store.get_call(card["ledger_id"])
+            assert row is not None and row.escalation_step == 2
+
+
+async def test_a_freeze_holds_escalation(tmp_path: Path) -> None:
+    clock = Clock()
+    frozen = LADDER + (
+        '\n[[freezes]]\nstart = "2026-12-01T00:00:00Z"\nend = "2026-12-02T00:00:00Z"\n'
+        'message = "release"\n'
+    )
+    policy = Policy.from_toml(frozen)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        await ask(bot)
+        await tick(bot, clock, minutes=45)
+        assert await events(bot, "escalated") == []
+        assert dms(bot.slack, "U0SECOND") == []
