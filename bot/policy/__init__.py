@@ -45,6 +45,7 @@ from ._ladder import (
     escalated,
     ladder_for,
     ladder_tick,
+    oncall_now,
 )
 from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
 from ._policy import Policy
@@ -82,5 +83,6 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "freeze_name",
     "ladder_for",
     "ladder_tick",
+    "oncall_now",
     "parse_command",
 ]

@@ -48,6 +48,7 @@ __all__ = [
     "ladder_for",
     "ladder_tick",
     "oncall_name",
+    "oncall_now",
     "resolve",
     "steps_due",
 ]
@@ -275,14 +276,14 @@ def escalated(
     now: datetime | None = None,
 ) -> GateDecision:
     """`decision` after the first `step` steps of its ladder: each requirement's approvers
-    grown by theirs (resolved now), its quorum the last step's that sets one (never above
-    its own). Step 0, or a call nothing may approve, is `decision` itself."""
+    grown by theirs, its quorum the last step's that sets one (never above its own); with
+    on-call names in the file, every `oncall:<name>` resolved at `now`, so whoever asks the
+    decision later (a click) sees who is on call then. Step 0 without on-call names, or a
+    call nothing may approve, is `decision` itself."""
     needs = decision.needs()
-    if step <= 0 or not needs:
+    if (step <= 0 and not policy.oncall) or not needs:
         return decision
-    passed = ladder_for(policy, decision).steps[:step]
-    if not passed:
-        return decision
+    passed = ladder_for(policy, decision).steps[: max(step, 0)]
     added = resolve([a for s in passed for a in s.approvers], policy.oncall, now)
     quorum = next((s.required_approvals for s in reversed(passed) if s.required_approvals), None)
     grown_needs: list[Requirement] = []
@@ -291,6 +292,9 @@ def escalated(
         spec = policy.approvers_for(channel, under, now)
         base = (*spec.users, *spec.groups)
         own = policy.required_approvals_for(channel, under)
+        if not base:  # anyone in the channel: stays so, only the quorum may change
+            grown_needs.append(replace(need, required_approvals=min(own, quorum or own)))
+            continue
         grown_needs.append(
             replace(
                 need,
@@ -328,3 +332,8 @@ def ladder_tick(policy: Policy, longest: float) -> float:
     if not spans:
         return longest
     return min(longest, max(0.2, min(spans).total_seconds() / 10))
+
+
+def oncall_now(policy: Policy, now: datetime) -> tuple[tuple[str, str | None], ...]:
+    """Each `[oncall.<name>]` of the file and who is on call for it at `now` (None: nobody)."""
+    return tuple((name, spec.who(now)) for name, spec in sorted(policy.oncall.items()))

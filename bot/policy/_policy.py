@@ -246,7 +246,8 @@ class Policy(Model):
         `oncall:<name>` is whoever is on call at `now` (default: this moment)."""
         own = self.channel(channel).approvers
         if decision is not None and decision.approvers is not None:
-            approvers, source = decision.approvers, f"{decision.policy_rule}.approvers"
+            approvers = decision.approvers
+            source = f"{decision.policy_rule or 'defaults'}.approvers"
         elif own is not None:
             approvers, source = own, f"channels_policy.{channel}.approvers"
         else:

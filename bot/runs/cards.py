@@ -341,7 +341,7 @@ def call_decision(ctx: RunContext, row: ToolCallRow) -> GateDecision:
     tool = ctx.tools.get(row.tool)
     decision = ctx.policy.decide(tool if tool is not None else row.tool, call)
     # The steps of its escalation ladder passed so far widen who may decide, at every click.
-    return escalated(ctx.policy, row.card_channel, decision, row.escalation_step)
+    return escalated(ctx.policy, row.card_channel, decision, row.escalation_step, ctx.clock())
 
 
 def escalated_to(ctx: RunContext, row: ToolCallRow, decision: GateDecision) -> tuple[str, ...]:

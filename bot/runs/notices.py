@@ -46,6 +46,7 @@ __all__ = [
     "NothingRevoked",
     "NothingToCancel",
     "Notice",
+    "OnCallNow",
     "PendingList",
     "Queued",
     "Recovered",
@@ -427,6 +428,14 @@ class AwaitsYou:
     kind: Literal["awaits_you"] = "awaits_you"
 
 
+@dataclass(frozen=True, slots=True)
+class OnCallNow:
+    """`/opsgate who`: each on-call name of the policy and who is on call now (None: nobody)."""
+
+    people: tuple[tuple[str, str | None], ...]
+    kind: Literal["oncall_now"] = "oncall_now"
+
+
 Notice = (
     ChannelNotAllowed
     | Queued
@@ -466,6 +475,7 @@ Notice = (
     | BreakGlassUsed
     | FreezeAnswer
     | AwaitsYou
+    | OnCallNow
 )
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,

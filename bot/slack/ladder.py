@@ -3,11 +3,11 @@ that an escalation step added them (`bot.runs.ladder`)."""
 
 from __future__ import annotations
 
-from ..runs.notices import AwaitsYou
+from ..runs.notices import AwaitsYou, OnCallNow
 from ..words import format_duration
 from .mrkdwn import escape_mrkdwn, user_mention
 
-__all__ = ["awaits_you_text"]
+__all__ = ["awaits_you_text", "oncall_text"]
 
 
 def awaits_you_text(notice: AwaitsYou) -> str:
@@ -25,3 +25,15 @@ def awaits_you_text(notice: AwaitsYou) -> str:
         f"{lead}: {name}{asked}, waiting {waited}: {escape_mrkdwn(notice.summary)}. "
         f"Decide on {card}."
     )
+
+
+def oncall_text(notice: OnCallNow) -> str:
+    """`/opsgate who`: one line per on-call name of the policy."""
+    if not notice.people:
+        return "The policy names no on-call rotation (`[oncall.<name>]`)."
+    lines = [
+        f"• `oncall:{escape_mrkdwn(name)}`: "
+        + (user_mention(who) if who else "nobody (no approval through this name)")
+        for name, who in notice.people
+    ]
+    return ":telephone_receiver: On call now:\n" + "\n".join(lines)

@@ -36,6 +36,7 @@ from ..runs.notices import (
     NothingToCancel,
     Notice,
     NotSaved,
+    OnCallNow,
     PendingList,
     Queued,
     Recovered,
@@ -57,7 +58,7 @@ from ..words import count_verb
 from .answers import cancel_reason_text, decision_reason_text, help_text, pending_text, refusal_text
 from .cards import lock_text, slack_date
 from .freezes import freeze_notice_text
-from .ladder import awaits_you_text
+from .ladder import awaits_you_text, oncall_text
 from .mrkdwn import code_span, escape_mrkdwn, outcome_text, preformatted, user_mention
 
 __all__ = [
@@ -150,6 +151,8 @@ def render(notice: Notice) -> Rendered:
             return Rendered(freeze_notice_text(notice))
         case AwaitsYou():
             return Rendered(awaits_you_text(notice))
+        case OnCallNow():
+            return Rendered(oncall_text(notice))
         case _:
             return Rendered(_answer_text(notice))
 

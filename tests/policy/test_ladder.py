@@ -154,7 +154,9 @@ def test_nobody_on_call_lets_nobody_decide() -> None:
 def test_escalation_grows_the_set_and_lowers_the_quorum() -> None:
     policy = Policy.from_toml(LADDER)
     decision = _decide(policy, "kubectl delete pod x")
-    assert escalated(policy, None, decision, 0) is decision
+    before = escalated(policy, None, decision, 0)
+    assert policy.approvers_for(None, before).users == ("U0LEAD", "U0OPS")
+    assert policy.required_approvals_for(None, before) == 2
     after = escalated(policy, None, decision, 1)
     spec = policy.approvers_for(None, after)
     assert spec.users == ("U0LEAD", "U0OPS", "U0CTO")
@@ -178,4 +180,21 @@ def test_each_step_adds_its_own_and_keeps_the_earlier() -> None:
 def test_anyone_in_the_channel_stays_anyone() -> None:
     policy = Policy.from_toml('[defaults]\nescalate = [{after = "1m", approvers = ["U0BOSS"]}]\n')
     decision = _decide(policy, "df -h")
+    assert escalated(policy, None, decision, 0) is decision  # no step, no on-call: unchanged
     assert policy.approvers_for(None, escalated(policy, None, decision, 1)).anyone
+
+
+def test_policy_explain_prints_the_ladder_and_who_is_on_call() -> None:
+    import io
+
+    from bot.cli.policy import explain
+
+    policy = Policy.from_toml(LADDER)
+    monday = datetime(2026, 12, 7, 8, 0, tzinfo=UTC)
+    out = io.StringIO()
+    assert explain(policy, "run_command", "df -h", out=out, now=monday) == 0
+    lines = out.getvalue().splitlines()
+    assert "reminders: every 5m to who may still decide, at most 3" in lines
+    assert "escalate 1: after 10m add S0SECONDARY" in lines
+    assert "escalate 2: after 30m add oncall:primary, quorum 1" in lines
+    assert f"on call: oncall:primary = {policy.oncall['primary'].who(monday)}" in lines

@@ -203,3 +203,63 @@ async def test_a_freeze_holds_escalation(tmp_path: Path) -> None:
         await tick(bot, clock, minutes=45)
         assert await events(bot, "escalated") == []
         assert dms(bot.slack, "U0SECOND") == []
+
+
+ONCALL = """
+[defaults]
+approvers = ["oncall:primary"]
+ttl = "2h"
+
+[oncall.primary]
+rotation = ["U0ANNA", "U0BORIS"]
+handoff = "TUE 09:30"
+timezone = "UTC"
+overrides = [{user = "U0DORA", start = "2026-12-01T10:00:00Z", end = "2026-12-01T11:00:00Z"}]
+"""
+
+
+async def test_on_call_is_asked_at_the_click(tmp_path: Path) -> None:
+    clock = Clock()  # Tuesday 09:00 UTC: before the handoff
+    policy = Policy.from_toml(ONCALL)
+    before = policy.oncall["primary"].who(T0)
+    after = policy.oncall["primary"].who(T0 + timedelta(minutes=30))
+    assert before is not None and after is not None and before != after
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        card = await ask(bot)
+        ledger_id = card["ledger_id"]
+        clock.now += timedelta(minutes=31)  # handed off
+        await bot.click("opsgate_approve", ledger_id, user=before)
+        await bot.settle()
+        row = await bot.deps.store.get_call(ledger_id)
+        assert row is not None and row.status == "pending" and row.approvals == ()
+        refusals = [r for r in await bot.deps.store.audit_rows() if r.event == "refusal"]
+        assert [r.actor for r in refusals] == [before]
+
+        _, hook = await bot.slash("who", user="U0ZED")
+        [answer] = await bot.hook_answers(hook)
+        assert f"<@{after}>" in str(answer.get("text")) and "oncall:primary" in str(answer)
+
+        await bot.click("opsgate_approve", ledger_id, user=after)
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        row = await bot.deps.store.get_call(ledger_id)
+        assert row is not None and row.status == "done" and row.approvals == (after,)
+
+
+async def test_an_override_decides_while_it_holds(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(ONCALL)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        card = await ask(bot)
+        clock.now += timedelta(hours=1, minutes=5)  # 10:05: the override holds
+        rotation = policy.oncall["primary"].rotation
+        for person in rotation:
+            await bot.click("opsgate_approve", card["ledger_id"], user=person)
+        await bot.settle()
+        row = await bot.deps.store.get_call(card["ledger_id"])
+        assert row is not None and row.approvals == ()
+        await bot.click("opsgate_approve", card["ledger_id"], user="U0DORA")
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        row = await bot.deps.store.get_call(card["ledger_id"])
+        assert row is not None and row.status == "done" and row.approvals == ("U0DORA",)
