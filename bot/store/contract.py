@@ -254,6 +254,9 @@ class Store(Protocol):
     async def next_expiry(self) -> datetime | None:
         """When the next undecided gated call expires (a sweeper's sleep)."""
 
+    async def calls_since(self, since: datetime) -> list[ToolCallRow]:
+        """Every ledger row created at or after `since`, oldest first (`opsgate report`)."""
+
     async def waiting_calls(self, limit: int = 10_000) -> list[ToolCallRow]:
         """Undecided gated calls whose card was posted, oldest first (`bot.store.ladder`)."""
 

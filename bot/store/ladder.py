@@ -11,6 +11,7 @@ skips a step.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from ._outbox_rows import OutboxEntry, put_rows
@@ -30,6 +31,15 @@ class Escalations(Ledger):
                 "SELECT * FROM tool_calls WHERE status = 'pending' AND needs_approval "
                 "AND card_ts IS NOT NULL ORDER BY created_at LIMIT :limit",
                 {"limit": limit},
+            )
+        return [self._call_model(row) for row in rows]
+
+    async def calls_since(self, since: datetime) -> list[ToolCallRow]:
+        """Every ledger row created at or after `since`, oldest first (`opsgate report`)."""
+        async with self._db.reading("calls_since") as tx:
+            rows = await tx.fetch_all(
+                "SELECT * FROM tool_calls WHERE created_at >= :since ORDER BY created_at",
+                {"since": self._db.time_in(since)},
             )
         return [self._call_model(row) for row in rows]
 
