@@ -43,11 +43,7 @@ class RuleFigures:
 
     def as_json(self) -> dict[str, Any]:
         """The pinned fields only (the top people are for the table)."""
-        return {
-            k: getattr(self, k)
-            for k in self.__slots__
-            if k not in ("requesters", "approvers")
-        }
+        return {k: getattr(self, k) for k in self.__slots__ if k not in ("requesters", "approvers")}
 
 
 @dataclass(frozen=True, slots=True)

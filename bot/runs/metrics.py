@@ -49,7 +49,12 @@ class RunObserver(Protocol):
         ...
 
     def decision_since(
-        self, decision: Decision, posted_at: datetime, *, now: datetime | None = None
+        self,
+        decision: Decision,
+        posted_at: datetime,
+        *,
+        now: datetime | None = None,
+        rule: str = "default",
     ) -> None:
         """A card was decided; `posted_at` is when it was asked (stored, so it holds across
         replicas)."""
@@ -81,7 +86,12 @@ class NoObserver:
         pass
 
     def decision_since(
-        self, decision: Decision, posted_at: datetime, *, now: datetime | None = None
+        self,
+        decision: Decision,
+        posted_at: datetime,
+        *,
+        now: datetime | None = None,
+        rule: str = "default",
     ) -> None:
         pass
 
@@ -126,11 +136,20 @@ def note_decision(ctx: _Observed, row: ToolCallRow, decision: Decision) -> None:
     """A card's call was decided (or expired, or cancelled); latency from when it was asked,
     and the approval's span in the paused run's trace."""
     now = ctx.clock()
-    ctx.observer.decision_since(decision, row.created_at, now=now)
+    ctx.observer.decision_since(decision, row.created_at, now=now, rule=_rule(ctx, row))
     if tracing.tracing_on():
         _approval_span(ctx, row, decision, now)
     with log_context(session=row.session_id, call=row.call_id):
         log_event("decision", decision=decision, tool=row.name, by=row.decided_by)
+
+
+def _rule(ctx: _Observed, row: ToolCallRow) -> str:
+    """The call's policy rule (`tools.<tool>.rules[<i>]`), or "default", for the metrics."""
+    try:
+        call = ToolCall(id=row.call_id, name=row.name, arguments=row.arguments)
+        return ctx.policy.decide(row.name, call).policy_rule or "default"
+    except Exception:  # a metric label never fails a decision
+        return "default"
 
 
 def _approval_span(ctx: _Observed, row: ToolCallRow, decision: Decision, now: datetime) -> None:
