@@ -198,3 +198,22 @@ def test_policy_explain_prints_the_ladder_and_who_is_on_call() -> None:
     assert "escalate 1: after 10m add S0SECONDARY" in lines
     assert "escalate 2: after 30m add oncall:primary, quorum 1" in lines
     assert f"on call: oncall:primary = {policy.oncall['primary'].who(monday)}" in lines
+
+
+def test_the_readme_worked_example_is_real() -> None:
+    import io
+    from pathlib import Path
+
+    from bot.cli.policy import explain
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("#### When nobody answers", 1)[1]
+    toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    shown = section.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    policy = Policy.from_toml(toml)
+    out = io.StringIO()
+    explain(policy, "run_command", "systemctl restart api", out=out, now=datetime.now(UTC))
+    lines = out.getvalue().splitlines()
+    assert shown[:3] == [line for line in lines if line.startswith(("reminders", "escalate"))]
+    assert shown[3].startswith("on call: oncall:primary = U0")
+    assert any(line.startswith("on call: oncall:primary = U0") for line in lines)
