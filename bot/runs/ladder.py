@@ -49,13 +49,12 @@ async def _one(ctx: RunContext, cards: Cards, row: ToolCallRow, now: datetime) -
     if decision.forbidden or not decision.needs():
         return 0
     ladder = ladder_for(ctx.policy, decision)
-    if not ladder.steps and ladder.every is None:
-        return 0
-    channel = row.card_channel or ""
-    if await freeze_for(ctx, channel, row.tool) is not None:
+    due = sum(1 for step in ladder.steps if row.created_at + step.after <= now)
+    if due <= row.escalation_step and _rounds_due(row, ladder, now) <= row.reminders_sent:
+        return 0  # the common case: nothing due, no database read
+    if await freeze_for(ctx, row.card_channel or "", row.tool) is not None:
         return 0  # a freeze holds escalation as it holds approvals
     sent = 0
-    due = sum(1 for step in ladder.steps if row.created_at + step.after <= now)
     while row.escalation_step < due:
         step = row.escalation_step + 1
         added = added_by(ctx.policy, decision, step, now)
@@ -75,9 +74,7 @@ async def _one(ctx: RunContext, cards: Cards, row: ToolCallRow, now: datetime) -
 async def _remind(
     ctx: RunContext, cards: Cards, row: ToolCallRow, ladder: Ladder, now: datetime
 ) -> int:
-    if ladder.every is None or row.reminders_sent >= ladder.most:
-        return 0
-    due = min(ladder.most, int((now - row.created_at) / ladder.every))
+    due = _rounds_due(row, ladder, now)
     if due <= row.reminders_sent:
         return 0
     people = await waiting_for(ctx, row, call_decision(ctx, row), now)
@@ -88,6 +85,13 @@ async def _remind(
     if people:
         ctx.observer.reminded(len(people))
     return len(people)
+
+
+def _rounds_due(row: ToolCallRow, ladder: Ladder, now: datetime) -> int:
+    """How many reminder rounds should have gone out by `now` (at most `remind_max`)."""
+    if ladder.every is None:
+        return 0
+    return min(ladder.most, int((now - row.created_at) / ladder.every))
 
 
 async def waiting_for(
