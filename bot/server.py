@@ -35,6 +35,7 @@ from .settings import Settings
 from .slack import SlackThreadOutput, channel_members, create_app, group_members, slack_client
 from .slack.app import wait_for_listeners
 from .slack.mrkdwn import user_mention
+from .slack.oncall import start_pagerduty
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
 from .slack.redraws import card_renderer
@@ -153,6 +154,7 @@ async def started(
     deps.store.owe_card_redraws(outbox.wake)
     await sign_in(app, signing_in or SignIn())  # before the first burst, once, not per request
     await service.recover()
+    await start_pagerduty(settings, deps.policy, client, deps.tasks, deps.clock)
     deps.tasks.spawn(timer.run(service.expire_due), name="expiry", service=True)
     start_replica_duties(deps.tasks, service, interval=settings.opsgate_heartbeat_seconds)
     checks: dict[str, ReadinessCheck] = {}

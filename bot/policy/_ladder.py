@@ -10,7 +10,7 @@ card, each step, each click), so someone who went off call cannot decide any mor
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, time, timedelta
 from typing import TYPE_CHECKING, Annotated
@@ -40,6 +40,7 @@ __all__ = [
     "Ladder",
     "OncallOverride",
     "OncallSpec",
+    "Paged",
     "added_by",
     "check_ladder",
     "check_oncall_names",
@@ -53,6 +54,9 @@ __all__ = [
     "steps_due",
 ]
 
+Paged = Callable[[str], "str | None"]
+"""Who PagerDuty says is on call for a schedule id, as last fetched (`bot.approvals.pagerduty`);
+None: nobody known (fail closed)."""
 ONCALL_PREFIX = "oncall:"
 NOBODY_ON_CALL = "(nobody on call)"
 """What a list of only on-call entries holds when nobody is on call: it matches no one (an
@@ -146,9 +150,13 @@ class OncallSpec(BaseModel):
     @model_validator(mode="after")
     def _source(self) -> OncallSpec:
         if self.pagerduty_schedule is not None:
-            raise ValueError("pagerduty_schedule is not supported by this build; use `rotation`")
+            if self.rotation or self.overrides:
+                raise ValueError(
+                    "pagerduty_schedule says who is on call: remove `rotation` and `overrides`"
+                )
+            return self
         if not self.rotation:
-            raise ValueError("needs a `rotation` (the people on call in turn)")
+            raise ValueError("needs a `rotation` or a `pagerduty_schedule`")
         for entry in self.rotation:
             if not entry.startswith(("U", "W")):
                 raise ValueError(f"rotation lists {entry!r}: a rotation is of people (U… or W…)")
@@ -162,8 +170,11 @@ class OncallSpec(BaseModel):
                 return override.user
         return None
 
-    def who(self, now: datetime) -> str | None:
-        """Who is on call at `now` (aware): an override in force, else the rotation's turn."""
+    def who(self, now: datetime, paged: Paged | None = None) -> str | None:
+        """Who is on call at `now` (aware): PagerDuty's on-call as `paged` last knew it (None
+        without it: nobody), else an override in force, else the rotation's turn."""
+        if self.pagerduty_schedule is not None:
+            return paged(self.pagerduty_schedule) if paged is not None else None
         overridden = self._overrides_at(now)
         if overridden is not None:
             return overridden
@@ -190,7 +201,10 @@ def _aware(moment: datetime, zone: ZoneInfo) -> datetime:
 
 
 def resolve(
-    entries: Sequence[str], oncall: Mapping[str, OncallSpec], now: datetime | None
+    entries: Sequence[str],
+    oncall: Mapping[str, OncallSpec],
+    now: datetime | None,
+    paged: Paged | None = None,
 ) -> tuple[str, ...]:
     """`entries` with each `oncall:<name>` replaced by whoever is on call (dropped when
     nobody is, or the name is unknown: fail closed)."""
@@ -202,7 +216,7 @@ def resolve(
             out.append(entry)
             continue
         spec = oncall.get(name)
-        person = spec.who(moment) if spec is not None else None
+        person = spec.who(moment, paged) if spec is not None else None
         if person is not None:
             out.append(person)
     return tuple(dict.fromkeys(out))
@@ -284,7 +298,7 @@ def escalated(
     if (step <= 0 and not policy.oncall) or not needs:
         return decision
     passed = ladder_for(policy, decision).steps[: max(step, 0)]
-    added = resolve([a for s in passed for a in s.approvers], policy.oncall, now)
+    added = resolve([a for s in passed for a in s.approvers], policy.oncall, now, policy.paged)
     quorum = next((s.required_approvals for s in reversed(passed) if s.required_approvals), None)
     grown_needs: list[Requirement] = []
     for need in needs:
@@ -316,7 +330,7 @@ def added_by(policy: Policy, decision: GateDecision, step: int, now: datetime) -
     steps = ladder_for(policy, decision).steps
     if not 0 < step <= len(steps):
         return ()
-    return resolve(steps[step - 1].approvers, policy.oncall, now)
+    return resolve(steps[step - 1].approvers, policy.oncall, now, policy.paged)
 
 
 def ladder_tick(policy: Policy, longest: float) -> float:
@@ -336,4 +350,6 @@ def ladder_tick(policy: Policy, longest: float) -> float:
 
 def oncall_now(policy: Policy, now: datetime) -> tuple[tuple[str, str | None], ...]:
     """Each `[oncall.<name>]` of the file and who is on call for it at `now` (None: nobody)."""
-    return tuple((name, spec.who(now)) for name, spec in sorted(policy.oncall.items()))
+    return tuple(
+        (name, spec.who(now, policy.paged)) for name, spec in sorted(policy.oncall.items())
+    )

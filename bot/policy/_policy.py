@@ -19,7 +19,7 @@ from ._errors import PolicyError
 from ._fields import GROUP_ID, ChannelId, Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import COMMAND_TOOL, GateDecision, approval_summary, built_in_tools, decide
-from ._ladder import NOBODY_ON_CALL, OncallSpec, check_oncall_names, resolve
+from ._ladder import NOBODY_ON_CALL, OncallSpec, Paged, check_oncall_names, resolve
 from ._load import did_you_mean, explain, parse_toml, read_policy_file
 from ._mcp import (
     mcp_decision,
@@ -61,6 +61,7 @@ class Policy(Model):
     """`[oncall.<name>]`: who an approver entry `oncall:<name>` is (`bot.policy._ladder`)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
+    _paged: Paged | None = PrivateAttr(default=None)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)
 
     @model_validator(mode="before")
@@ -253,7 +254,7 @@ class Policy(Model):
         else:
             approvers, source = self.defaults.approvers, "defaults.approvers"
         if any(a.startswith("oncall:") for a in approvers):
-            approvers = resolve(approvers, self.oncall, now) or (NOBODY_ON_CALL,)
+            approvers = resolve(approvers, self.oncall, now, self.paged) or (NOBODY_ON_CALL,)
         return ApproverSpec(
             users=tuple(a for a in approvers if not GROUP_ID.fullmatch(a)),
             groups=tuple(a for a in approvers if GROUP_ID.fullmatch(a)),
@@ -267,6 +268,21 @@ class Policy(Model):
             return decision.required_approvals
         own = self.channel(channel).required_approvals
         return own if own is not None else self.defaults.required_approvals
+
+    @property
+    def paged(self) -> Paged | None:
+        """Who PagerDuty says is on call per schedule (set at start-up, `page_with`)."""
+        return self._paged
+
+    def page_with(self, paged: Paged) -> None:
+        """Resolve `pagerduty_schedule` on-call names through `paged` from now on."""
+        self._paged = paged
+
+    @property
+    def pagerduty_schedules(self) -> tuple[str, ...]:
+        return tuple(
+            sorted({s.pagerduty_schedule for s in self.oncall.values() if s.pagerduty_schedule})
+        )
 
     def ttl_for(self, decision: GateDecision | None = None) -> timedelta:
         """How long a call waits for its decision: the deciding rule's `ttl`, or the default."""

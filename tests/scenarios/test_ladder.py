@@ -9,9 +9,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bot.approvals.pagerduty import PagerDutyOncall
 from bot.policy import Policy
 from tests.scenarios.test_app import ALICE, make_tools
 from tests.support.harness import Bot, running_bot
+from tests.support.pagerduty import PagerDutyStandIn
 from tests.support.slack_api import SlackAPIStandIn
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -263,3 +265,48 @@ async def test_an_override_decides_while_it_holds(tmp_path: Path) -> None:
         await bot.settle()
         row = await bot.deps.store.get_call(card["ledger_id"])
         assert row is not None and row.status == "done" and row.approvals == ("U0DORA",)
+
+
+PAGED = """
+[defaults]
+approvers = ["oncall:primary"]
+ttl = "2h"
+
+[oncall.primary]
+pagerduty_schedule = "PSCHED1"
+"""
+
+
+async def test_pagerduty_on_call_changes_between_card_and_click(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(PAGED)
+    async with PagerDutyStandIn() as pd, SlackAPIStandIn() as slack:
+        slack.set_user("U0OLD", profile={"email": "old@example.com"})
+        slack.set_user("U0NEW", profile={"email": "new@example.com"})
+        pd.oncall["PSCHED1"] = "old@example.com"
+        settings = {"pagerduty_token": pd.token, "pagerduty_api_url": pd.url}
+        async with running_bot(
+            tmp_path,
+            tools=make_tools(tmp_path),
+            policy=policy,
+            clock=clock,
+            slack=slack,
+            settings=settings,
+        ) as bot:
+            card = await ask(bot)
+            assert "U0OLD" in str(card["params"].get("blocks"))
+            pd.oncall["PSCHED1"] = "new@example.com"
+            clock.now += timedelta(seconds=61)  # the answer is stale: ask PagerDuty again
+            paging = getattr(policy.paged, "__self__", None)  # the bound `known` of the bot's
+            assert isinstance(paging, PagerDutyOncall)
+            await paging.refresh("PSCHED1")  # what the background refresh does every 20 s
+            await bot.click("opsgate_approve", card["ledger_id"], user="U0OLD")
+            await bot.settle()
+            row = await bot.deps.store.get_call(card["ledger_id"])
+            assert row is not None and row.approvals == ()
+            await bot.click("opsgate_approve", card["ledger_id"], user="U0NEW")
+            await bot.llm.wait_for_requests(2)
+            await bot.settle()
+            row = await bot.deps.store.get_call(card["ledger_id"])
+            assert row is not None and row.status == "done" and row.approvals == ("U0NEW",)
+            assert pd.requests[0]["schedule_ids[]"] == "PSCHED1"
