@@ -5,6 +5,7 @@ show on the card and are audited once each, also across a restart; a freeze hold
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,10 @@ from typing import Any
 from bot.approvals.pagerduty import PagerDutyOncall
 from bot.policy import Policy
 from tests.scenarios.test_app import ALICE, make_tools
-from tests.support.harness import Bot, running_bot
+from tests.support.harness import TEAM, Bot, running_bot
 from tests.support.pagerduty import PagerDutyStandIn
 from tests.support.slack_api import SlackAPIStandIn
+from tests.support.slack_requests import event_body
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -310,3 +312,37 @@ async def test_pagerduty_on_call_changes_between_card_and_click(tmp_path: Path) 
             row = await bot.deps.store.get_call(card["ledger_id"])
             assert row is not None and row.status == "done" and row.approvals == ("U0NEW",)
             assert pd.requests[0]["schedule_ids[]"] == "PSCHED1"
+
+
+async def _home(bot: Bot, user: str, n: int) -> str:
+    """Open `user`'s Home tab; what it shows, as JSON text."""
+    body = {
+        "type": "event_callback",
+        "token": "legacy-verification-token",
+        "team_id": TEAM,
+        "api_app_id": "ATEST",
+        "event_id": f"Ev0LADDER{n}",
+        "event_time": 1700000100,
+        "event": {
+            "type": "app_home_opened",
+            "user": user,
+            "channel": "D0HOME",
+            "tab": "home",
+            "event_ts": "1700000100.000100",
+        },
+    }
+    await bot.post(event_body(body), "application/json")
+    await bot.settle()
+    [*_, last] = [c for c in bot.slack.calls_to("views.publish") if c.params["user_id"] == user]
+    view = last.params["view"]
+    return view if isinstance(view, str) else json.dumps(view)
+
+
+async def test_the_home_tab_lists_a_call_once_escalated_to_me(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(LADDER)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        await ask(bot, "systemctl restart billing")
+        assert "systemctl restart billing" not in await _home(bot, "U0SECOND", 1)
+        await tick(bot, clock, minutes=10)
+        assert "systemctl restart billing" in await _home(bot, "U0SECOND", 2)
