@@ -20,6 +20,7 @@ from ..policy import GateDecision, Ladder, added_by, ladder_for
 from ..store import OutboxEntry, ToolCallRow
 from .cards import Cards, call_decision
 from .context import RunContext, thread_of
+from .delegation import lapse
 from .freezes import freeze_for
 from .notices import AwaitsYou
 from .output import Thread
@@ -36,6 +37,7 @@ async def climb(ctx: RunContext, cards: Cards) -> int:
     """Pass the escalation steps and send the reminders due now; returns the messages sent."""
     sent = 0
     now = ctx.clock()
+    await lapse(ctx)  # delegations end by themselves
     for row in await ctx.store.waiting_calls():
         try:
             sent += await _one(ctx, cards, row, now)

@@ -33,6 +33,7 @@ __all__ = [
     "CardNotPosted",
     "ChannelNotAllowed",
     "DecisionNotRecorded",
+    "DelegationAnswer",
     "EarlierQueued",
     "FinishNote",
     "FreezeAnnounced",
@@ -436,6 +437,14 @@ class OnCallNow:
     kind: Literal["oncall_now"] = "oncall_now"
 
 
+@dataclass(frozen=True, slots=True)
+class DelegationAnswer:
+    """`/opsgate delegate`: what happened, in words (mrkdwn, drawn as written)."""
+
+    text: str
+    kind: Literal["delegation_answer"] = "delegation_answer"
+
+
 Notice = (
     ChannelNotAllowed
     | Queued
@@ -476,6 +485,7 @@ Notice = (
     | FreezeAnswer
     | AwaitsYou
     | OnCallNow
+    | DelegationAnswer
 )
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,

@@ -22,6 +22,7 @@ from ..runs.notices import (
     CardNotPosted,
     ChannelNotAllowed,
     DecisionNotRecorded,
+    DelegationAnswer,
     EarlierQueued,
     EditAwaitsPreview,
     FinishNote,
@@ -153,6 +154,8 @@ def render(notice: Notice) -> Rendered:
             return Rendered(awaits_you_text(notice))
         case OnCallNow():
             return Rendered(oncall_text(notice))
+        case DelegationAnswer(text=text):
+            return Rendered(text)
         case _:
             return Rendered(_answer_text(notice))
 

@@ -19,6 +19,7 @@ from agent_core.events import ToolApprovalRequest, ToolCallHeld
 from agent_core.messages import ChatMessage, ToolCall
 from agent_core.sessions import StoredContext, Summary
 
+from .delegations import Delegation
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .models import (
     AllowanceGrant,
@@ -209,8 +210,11 @@ class Store(Protocol):
         preview_digest: str | None = None,
         requirements: Sequence[Quorum] | None = None,
         counts_for: Sequence[str] | None = None,
+        delegate: str | None = None,
     ) -> DecisionOutcome:
         """Record a decision if the call is still pending: conditional, first writer wins.
+        `delegate`: who clicked for `user_id` (a delegation; the audit's actor, with
+        `acting_for`).
 
         `requirements`: every requirement the call must meet at once (None: one, of
         `required_approvals`); `counts_for`: the keys of those the decider's approval counts
@@ -253,6 +257,21 @@ class Store(Protocol):
 
     async def next_expiry(self) -> datetime | None:
         """When the next undecided gated call expires (a sweeper's sleep)."""
+
+    async def delegate(
+        self, delegator: str, delegate: str, until: datetime, reason: str | None
+    ) -> None:
+        """`delegate` decides for `delegator` until `until`, replacing an earlier delegation
+        of `delegator` (audited "delegated")."""
+
+    async def end_delegation(self, delegator: str, why: str = "ended") -> bool:
+        """End `delegator`'s delegation now (audited "delegation_ended"); False: none."""
+
+    async def end_lapsed_delegations(self, now: datetime) -> int:
+        """End the delegations whose time passed, each audited once across all stores."""
+
+    async def delegations(self, now: datetime) -> list[Delegation]:
+        """The delegations in force at `now`."""
 
     async def calls_since(self, since: datetime) -> list[ToolCallRow]:
         """Every ledger row created at or after `since`, oldest first (`opsgate report`)."""

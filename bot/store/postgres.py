@@ -18,6 +18,7 @@ from .assistant_threads import AssistantThreads
 from .audit import Audit
 from .db import utc_now
 from .db.postgres import PostgresDb
+from .delegations import Delegations
 from .edits import Edits
 from .errors import PostgresSchemaTooNew
 from .freezes import Freezes
@@ -42,6 +43,7 @@ class PostgresStore(
     Replicas,
     Freezes,
     Escalations,
+    Delegations,
 ):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 

@@ -16,6 +16,7 @@ from .assistant_threads import AssistantThreads
 from .audit import Audit
 from .db import utc_now
 from .db.sqlite import SQLiteDb
+from .delegations import Delegations
 from .edits import Edits
 from .freezes import Freezes
 from .ladder import Escalations
@@ -28,7 +29,15 @@ __all__ = ["SQLiteStore"]
 
 
 class SQLiteStore(
-    Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Freezes, Escalations
+    Edits,
+    Recovery,
+    Audit,
+    Outbox,
+    QueueNoticeRows,
+    AssistantThreads,
+    Freezes,
+    Escalations,
+    Delegations,
 ):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`). Use it as an async context manager.

@@ -346,3 +346,69 @@ async def test_the_home_tab_lists_a_call_once_escalated_to_me(tmp_path: Path) ->
         assert "systemctl restart billing" not in await _home(bot, "U0SECOND", 1)
         await tick(bot, clock, minutes=10)
         assert "systemctl restart billing" in await _home(bot, "U0SECOND", 2)
+
+
+DELEGATE = """
+[defaults]
+approvers = ["U0ONE", "U0ANN"]
+required_approvals = 2
+ttl = "2h"
+"""
+
+
+async def test_a_delegate_decides_for_the_delegator_counted_once(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(DELEGATE)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        _, hook = await bot.slash("delegate <@U0TWO|two> until 2h on leave", user="U0ONE")
+        [answer] = await bot.hook_answers(hook)
+        assert "<@U0TWO> decides for you until" in str(answer.get("text"))
+        card = await ask(bot)
+        ledger_id = card["ledger_id"]
+
+        await bot.click("opsgate_approve", ledger_id, user="U0TWO")  # "U0TWO for U0ONE"
+        await bot.click("opsgate_approve", ledger_id, user="U0ONE")  # the same person again
+        await bot.settle()
+        row = await bot.deps.store.get_call(ledger_id)
+        assert row is not None and row.approvals == ("U0ONE",) and row.status == "pending"
+
+        await bot.click("opsgate_approve", ledger_id, user="U0ANN")
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        decisions = [
+            (r.actor, r.details.get("acting_for"))
+            for r in await bot.deps.store.audit_rows()
+            if r.event == "decision"
+        ]
+        assert decisions == [("U0TWO", "U0ONE"), ("U0ANN", None)]
+        assert [e["delegate"] for e in await events(bot, "delegated")] == ["U0TWO"]
+
+        # The delegation ends by itself.
+        clock.now += timedelta(hours=2)
+        await bot.service.expire_due()
+        assert [e["why"] for e in await events(bot, "delegation_ended")] == ["expired"]
+
+
+async def test_a_delegate_decides_alone_and_never_their_own_request(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(DELEGATE.replace("required_approvals = 2", "required_approvals = 1"))
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        _, hook = await bot.slash(f"delegate <@{ALICE}> until 1h", user="U0ONE")
+        await bot.hook_answers(hook)
+        card = await ask(bot)  # ALICE asks
+        await bot.click("opsgate_approve", card["ledger_id"], user=ALICE)
+        await bot.settle()
+        row = await bot.deps.store.get_call(card["ledger_id"])
+        assert row is not None and row.approvals == () and row.status == "pending"
+
+        _, hook = await bot.slash("delegate off", user="U0ONE")
+        [answer] = await bot.hook_answers(hook)
+        assert "ended" in str(answer.get("text"))
+        _, hook = await bot.slash("delegate <@U0TWO> until 1h", user="U0ONE")
+        await bot.hook_answers(hook)
+        await bot.click("opsgate_approve", card["ledger_id"], user="U0TWO")
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        row = await bot.deps.store.get_call(card["ledger_id"])
+        assert row is not None and row.status == "done" and row.approvals == ("U0ONE",)
+        assert [e["why"] for e in await events(bot, "delegation_ended")] == ["off"]

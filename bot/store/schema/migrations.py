@@ -428,14 +428,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         18,
         # When nobody answers (`bot.store.ladder`): the steps of a waiting call's escalation
         # ladder passed so far and the reminders sent, each moved on by a compare-and-set.
-        "a waiting call's escalation steps passed and reminders sent",
+        "a waiting call's escalation steps passed and reminders sent; delegations",
         sqlite=(
             "ALTER TABLE tool_calls ADD COLUMN escalation_step INTEGER NOT NULL DEFAULT 0",
             "ALTER TABLE tool_calls ADD COLUMN reminders_sent INTEGER NOT NULL DEFAULT 0",
+            "CREATE TABLE delegations (delegator TEXT PRIMARY KEY, delegate TEXT NOT NULL,"
+            " until TEXT NOT NULL, reason TEXT, created_at TEXT NOT NULL)",
         ),
         postgres=(
             "ALTER TABLE tool_calls ADD COLUMN escalation_step integer NOT NULL DEFAULT 0",
             "ALTER TABLE tool_calls ADD COLUMN reminders_sent integer NOT NULL DEFAULT 0",
+            "CREATE TABLE delegations (delegator text PRIMARY KEY, delegate text NOT NULL,"
+            " until timestamptz NOT NULL, reason text, created_at timestamptz NOT NULL)",
         ),
     ),
 )
