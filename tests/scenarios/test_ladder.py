@@ -412,3 +412,14 @@ async def test_a_delegate_decides_alone_and_never_their_own_request(tmp_path: Pa
         row = await bot.deps.store.get_call(card["ledger_id"])
         assert row is not None and row.status == "done" and row.approvals == ("U0ONE",)
         assert [e["why"] for e in await events(bot, "delegation_ended")] == ["off"]
+
+
+async def test_the_home_tab_lists_what_a_delegate_may_decide(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(DELEGATE)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        await ask(bot, "systemctl restart payroll")
+        assert "systemctl restart payroll" not in await _home(bot, "U0TWO", 11)
+        _, hook = await bot.slash("delegate <@U0TWO> until 1h", user="U0ONE")
+        await bot.hook_answers(hook)
+        assert "systemctl restart payroll" in await _home(bot, "U0TWO", 12)
