@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from datetime import datetime
 from typing import Literal
 
-from ..policy import GateDecision, Ladder, added_by, ladder_for
+from ..policy import GateDecision, Ladder, added_by, ladder_for, ladder_tick
 from ..store import OutboxEntry, ToolCallRow
 from .cards import Cards, call_decision
 from .context import RunContext, thread_of
@@ -38,6 +39,8 @@ async def climb(ctx: RunContext, cards: Cards) -> int:
     sent = 0
     now = ctx.clock()
     await lapse(ctx)  # delegations end by themselves
+    if ladder_tick(ctx.policy, math.inf) == math.inf:
+        return 0  # no reminders or steps anywhere in the file: nothing to look at
     for row in await ctx.store.waiting_calls():
         try:
             sent += await _one(ctx, cards, row, now)
