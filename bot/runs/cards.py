@@ -87,6 +87,7 @@ class Cards:
             approver_users=approvers.users,
             approver_groups=approvers.groups,
             escalated_to=escalated_to(self.ctx, row, decision),
+            asked_at=row.created_at,
             policy_rule=decision.rule if decision.policy_rule is not None else None,
             justification=decision.justification,
             preview=card_preview(row, decision),

@@ -176,6 +176,8 @@ class CardCall:
     """Who may approve (policy ids); both empty: anyone in the channel."""
     escalated_to: tuple[str, ...] = ()
     """Who its escalation ladder added (users and groups), once a step passed."""
+    asked_at: datetime | None = None
+    """When the call began to wait (the Home tab says how long ago)."""
     policy_rule: str | None = None
     """The policy rule that gated the call, in words (`tools.run_command.rules[1] (kubectl
     delete …)`); None when no rule of its own did."""

@@ -3,11 +3,13 @@ that an escalation step added them (`bot.runs.ladder`)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from ..runs.notices import AwaitsYou, OnCallNow
 from ..words import format_duration
 from .mrkdwn import escape_mrkdwn, user_mention
 
-__all__ = ["awaits_you_text", "oncall_text"]
+__all__ = ["awaits_you_text", "oncall_text", "waited_text"]
 
 
 def awaits_you_text(notice: AwaitsYou) -> str:
@@ -37,3 +39,10 @@ def oncall_text(notice: OnCallNow) -> str:
         for name, who in notice.people
     ]
     return ":telephone_receiver: On call now:\n" + "\n".join(lines)
+
+
+def waited_text(asked_at: datetime) -> str:
+    """How long ago a call began to wait, as each reader's Slack shows it ("12 minutes ago")."""
+    moment = asked_at if asked_at.tzinfo is not None else asked_at.replace(tzinfo=UTC)
+    fallback = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} {{time}} ({{ago}})|{fallback}>"

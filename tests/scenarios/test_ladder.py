@@ -345,7 +345,9 @@ async def test_the_home_tab_lists_a_call_once_escalated_to_me(tmp_path: Path) ->
         await ask(bot, "systemctl restart billing")
         assert "systemctl restart billing" not in await _home(bot, "U0SECOND", 1)
         await tick(bot, clock, minutes=10)
-        assert "systemctl restart billing" in await _home(bot, "U0SECOND", 2)
+        shown = await _home(bot, "U0SECOND", 2)
+        assert "systemctl restart billing" in shown
+        assert f"Waiting since <!date^{int(T0.timestamp())}^" in shown and "({ago})" in shown
 
 
 DELEGATE = """
