@@ -91,6 +91,9 @@ class Home:
             channels=tuple(sorted(channels)),
             freezes=freezes,
             unreviewed=unreviewed,
+            delegations=tuple(
+                d for d in await store.delegations(now) if user in (d.delegator, d.delegate)
+            ),
         )
 
     async def _freezes(self) -> tuple[tuple[FreezeInfo, ...], tuple[GlassInfo, ...]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from ..store.delegations import Delegation
 from ..store.states import CardLock
 
 __all__ = [
@@ -386,3 +387,5 @@ class HomeView:
     """Change freezes in force now."""
     unreviewed: tuple[GlassInfo, ...] = ()
     """Break-glass uses nobody has reviewed yet."""
+    delegations: tuple[Delegation, ...] = ()
+    """Delegations in force that `user` gave or holds (`/opsgate delegate`)."""

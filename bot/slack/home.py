@@ -32,7 +32,7 @@ from .ids import (
     ACTION_REVOKE,
     decision_block_id,
 )
-from .ladder import waited_text
+from .ladder import delegation_lines, waited_text
 from .mrkdwn import escape_cut
 from .notices import allowance_line
 
@@ -66,6 +66,8 @@ def home_view(home: HomeView) -> dict[str, Any]:
     blocks.append(section("*Active allowances*"))
     blocks += allowance_blocks(home.allowances) or [_note("No allowances are active.")]
     blocks += _freeze_blocks(home)
+    if home.delegations:
+        blocks.append(section("*Delegations*\n" + delegation_lines(home.user, home.delegations)))
     blocks.append(section("*Policy*\n" + escape_cut(home.policy, 2500)))
     view = View(type="home", blocks=blocks[:100])
     result: dict[str, Any] = view.to_dict()

@@ -6,10 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ..runs.notices import AwaitsYou, OnCallNow
+from ..store import Delegation
 from ..words import format_duration
-from .mrkdwn import escape_mrkdwn, user_mention
+from .mrkdwn import escape_mrkdwn, slack_date, user_mention
 
-__all__ = ["awaits_you_text", "oncall_text", "waited_text"]
+__all__ = ["awaits_you_text", "delegation_lines", "oncall_text", "waited_text"]
 
 
 def awaits_you_text(notice: AwaitsYou) -> str:
@@ -46,3 +47,15 @@ def waited_text(asked_at: datetime) -> str:
     moment = asked_at if asked_at.tzinfo is not None else asked_at.replace(tzinfo=UTC)
     fallback = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} {{time}} ({{ago}})|{fallback}>"
+
+
+def delegation_lines(user: str, held: tuple[Delegation, ...]) -> str:
+    """The Home tab's delegations of `user`: who decides for them, and for whom they decide."""
+    lines = []
+    for d in held:
+        until = slack_date(d.until)
+        if d.delegator == user:
+            lines.append(f"• {user_mention(d.delegate)} decides for you until {until}")
+        else:
+            lines.append(f"• You decide for {user_mention(d.delegator)} until {until}")
+    return "\n".join(lines)

@@ -424,4 +424,7 @@ async def test_the_home_tab_lists_what_a_delegate_may_decide(tmp_path: Path) -> 
         assert "systemctl restart payroll" not in await _home(bot, "U0TWO", 11)
         _, hook = await bot.slash("delegate <@U0TWO> until 1h", user="U0ONE")
         await bot.hook_answers(hook)
-        assert "systemctl restart payroll" in await _home(bot, "U0TWO", 12)
+        shown = await _home(bot, "U0TWO", 12)
+        assert "systemctl restart payroll" in shown
+        assert "You decide for <@U0ONE> until" in shown
+        assert "<@U0TWO> decides for you until" in await _home(bot, "U0ONE", 13)
