@@ -27,6 +27,7 @@ from .observability.audit_export import AuditExporter
 from .observability.health import ReadinessCheck, socket_mode_check
 from .observability.readiness import add_operations_routes, operations_checks, outbox_check
 from .observability.tracing import configure_tracing
+from .policy import ladder_tick
 from .runs.replicas import replica_name, start_replica_duties
 from .runs.service import RunService
 from .runs.timer import ExpiryTimer
@@ -35,6 +36,7 @@ from .slack import SlackThreadOutput, channel_members, create_app, group_members
 from .slack.app import wait_for_listeners
 from .slack.mcp_review import post_reviews
 from .slack.mrkdwn import user_mention
+from .slack.oncall import start_pagerduty
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
 from .slack.redraws import card_renderer
@@ -137,7 +139,7 @@ async def started(
         deps.store,
         clock=deps.clock,
         remind_before=deps.policy.remind_before,
-        longest=expiry_interval,
+        longest=ladder_tick(deps.policy, expiry_interval),
     )
     service = run_service(
         deps,
@@ -154,6 +156,7 @@ async def started(
     await post_reviews(deps.store, deps.policy)  # changed MCP tools' review cards, once each
     await sign_in(app, signing_in or SignIn())  # before the first burst, once, not per request
     await service.recover()
+    await start_pagerduty(settings, deps.policy, client, deps.tasks, deps.clock)
     deps.tasks.spawn(timer.run(service.expire_due), name="expiry", service=True)
     start_replica_duties(deps.tasks, service, interval=settings.opsgate_heartbeat_seconds)
     checks: dict[str, ReadinessCheck] = {}

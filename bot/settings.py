@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     slack_app_token: SecretStr | None = None
     slack_signing_secret: SecretStr | None = None
     slack_api_url: str = "https://slack.com/api/"
+    pagerduty_token: SecretStr | None = None
+    """For `[oncall.<name>] pagerduty_schedule`: a PagerDuty REST API token (read-only)."""
+    pagerduty_api_url: str = "https://api.pagerduty.com"
     openai_api_key: SecretStr = SecretStr("")
     openai_base_url: str = "https://api.openai.com/v1"
     opsgate_model: str = ""

@@ -319,6 +319,8 @@ def test_manifest_has_what_the_bot_needs() -> None:
         "reactions:write",
         "files:write",
         "usergroups:read",
+        "users:read",  # users.lookupByEmail needs it with users:read.email
+        "users:read.email",  # PagerDuty's on-call, by email, to a Slack user
         "commands",
     }
     settings = manifest["settings"]

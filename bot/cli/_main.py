@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SEQ",
         help="with --follow: start after this seq (the last one a log shipper stored)",
     )
+    report = sub.add_parser("report", help="how approvals are given, per rule and tool")
+    report.add_argument("--since", default="7d", help="ISO date/time, or a duration (default 7d)")
+    report.add_argument("--json", action="store_true", help="one JSON object instead of text")
     sub.add_parser("chat", help="the same agent, tools and policy in this terminal")
     sub.add_parser("migrate", help="bring the database's schema up to date (idempotent)")
     mcp = sub.add_parser("mcp", help="MCP tool servers")
@@ -134,6 +137,10 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
                 follow=args.follow,
                 after=args.after,
             )
+        case "report":
+            from .report import report_command
+
+            return lambda: report_command(since=args.since, as_json=args.json)
         case "chat":
             from .chat import run_chat
 

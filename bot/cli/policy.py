@@ -34,6 +34,7 @@ from ..settings import load_settings
 from ..store import AllowanceRow, SQLiteStore, StoreError, open_store
 from ..tools import load_tools
 from ..words import format_duration
+from ._ladder_lines import ladder_lines
 
 __all__ = ["explain", "explain_command"]
 
@@ -119,6 +120,7 @@ def explain(
     lines += _terms(policy, tool_name, arguments, decision, channel)
     lines += _preview(decision)
     lines += _freezes(policy, tool_name, decision, channel, now or datetime.now(UTC))
+    lines += ladder_lines(policy, decision, now or datetime.now(UTC))
     print("\n".join(lines), file=out)
     return 0
 

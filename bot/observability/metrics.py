@@ -109,9 +109,19 @@ class Metrics:
         )
         self._decision_seconds = Histogram(
             "opsgate_decision_seconds",
-            "Seconds from an approval card being posted to its decision.",
+            "Seconds from an approval card being posted to its decision, by rule and outcome.",
+            ["rule", "outcome"],
             buckets=DECISION_BUCKETS,
             registry=r,
+        )
+        self._escalations = Counter(
+            "opsgate_escalations",
+            "Escalation steps passed by waiting calls, by rule and step.",
+            ["rule", "step"],
+            registry=r,
+        )
+        self._reminders = Counter(
+            "opsgate_reminders", "Reminders sent to approvers by direct message.", registry=r
         )
         self._tool_seconds = Histogram(
             "opsgate_tool_seconds",
@@ -219,22 +229,36 @@ class Metrics:
     def run_finished(self, outcome: RunOutcome) -> None:
         self._runs.labels(outcome).inc()
 
-    def decision(self, decision: Decision, seconds: float | None = None) -> None:
-        """Count a card's decision; `seconds` since the card was posted feeds the histogram
-        (None when unknown, e.g. a card from before an upgrade)."""
+    def decision(
+        self, decision: Decision, seconds: float | None = None, *, rule: str = "default"
+    ) -> None:
+        """Count a card's decision; `seconds` since the card was posted feeds the histogram,
+        labelled with the call's policy rule (None when unknown, e.g. a card from before an
+        upgrade)."""
         self._decisions.labels(decision).inc()
         if seconds is not None:
-            self._decision_seconds.observe(max(0.0, seconds))
+            self._decision_seconds.labels(rule, decision).observe(max(0.0, seconds))
 
     def decision_since(
-        self, decision: Decision, posted_at: datetime, *, now: datetime | None = None
+        self,
+        decision: Decision,
+        posted_at: datetime,
+        *,
+        now: datetime | None = None,
+        rule: str = "default",
     ) -> None:
         """`decision` with the latency measured from the stored time the card was posted, so it
         holds when one replica posted the card and another took the click."""
         if posted_at.tzinfo is None:
             posted_at = posted_at.replace(tzinfo=UTC)
         end = now if now is not None else datetime.now(UTC)
-        self.decision(decision, (end - posted_at).total_seconds())
+        self.decision(decision, (end - posted_at).total_seconds(), rule=rule)
+
+    def escalated(self, rule: str, step: int) -> None:
+        self._escalations.labels(rule, str(step)).inc()
+
+    def reminded(self, messages: int) -> None:
+        self._reminders.inc(messages)
 
     def tool_finished(self, tool: str, outcome: ToolOutcome, seconds: float) -> None:
         label = tool if tool in self._tools else OTHER

@@ -26,7 +26,7 @@ command cannot be judged), `_words` (a word's value), `_wrappers` and `_wrapper_
 approval gate and its verdict order), `_approvers` (who may decide, as listed), `_freezes`
 (`[[freezes]]`: change freezes), `_changes` (one call's verdict as a value, and whether
 another policy's is looser), `_audit` (`[audit]`: the webhook the audit log is exported
-to), `_errors` (`PolicyError`).
+to), `_errors` (`PolicyError`), `_ladder` (reminders, escalation, on-call).
 """
 
 from __future__ import annotations
@@ -38,6 +38,17 @@ from ._errors import PolicyError
 from ._fields import Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import GateDecision, PartVerdict, Requirement
+from ._ladder import (
+    NOBODY_ON_CALL,
+    EscalationStep,
+    Ladder,
+    OncallSpec,
+    added_by,
+    escalated,
+    ladder_for,
+    ladder_tick,
+    oncall_now,
+)
 from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
 from ._policy import Policy
 from ._preview import DEFAULT_PREVIEW_TTL, PreviewPlan
@@ -55,8 +66,12 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "DEFAULT_PREVIEW_TTL",
     "Defaults",
     "Direction",
+    "EscalationStep",
     "FreezeSpec",
     "GateDecision",
+    "Ladder",
+    "NOBODY_ON_CALL",
+    "OncallSpec",
     "ParsedCommand",
     "PartVerdict",
     "Policy",
@@ -70,6 +85,11 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "Trigger",
     "call_verdict",
     "compare_verdicts",
+    "added_by",
+    "escalated",
     "freeze_name",
+    "ladder_for",
+    "ladder_tick",
+    "oncall_now",
     "parse_command",
 ]

@@ -62,11 +62,16 @@ def _allow_window(value: timedelta) -> timedelta:
     return value
 
 
+ONCALL_ENTRY = re.compile(r"oncall:[A-Za-z0-9_-]+")
+
+
 def _approver_id(value: str) -> str:
+    if ONCALL_ENTRY.fullmatch(value):
+        return value
     if not (USER_ID.fullmatch(value) or GROUP_ID.fullmatch(value)):
         raise ValueError(
-            f"{value!r} is not a Slack user id (U… or W…) or user-group id (S…); "
-            "copy the id from the person's or the group's profile"
+            f"{value!r} is not a Slack user id (U… or W…), user-group id (S…) or "
+            "oncall:<name>; copy the id from the person's or the group's profile"
         )
     return value
 

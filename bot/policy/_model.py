@@ -41,6 +41,7 @@ from ._fields import (
     check_reachable,
     unique,
 )
+from ._ladder import EscalationStep, check_ladder
 from ._rules import Rule
 
 __all__ = [
@@ -143,6 +144,12 @@ class Defaults(Model):
     allow_self_approval: StrictBool = False
     ttl: Duration = timedelta(hours=1)
     remind_before: Duration | None = None
+    remind_every: Duration | None = None
+    """Each approver who has not decided gets a direct message this often (at most
+    `remind_max` times) while a call waits."""
+    remind_max: Approvals = 3
+    escalate: tuple[EscalationStep, ...] = ()
+    """The escalation ladder of calls whose rule has none (`bot.policy._ladder`)."""
     channels: tuple[ChannelId, ...] | None = None
     tools_modules: tuple[StrictStr, ...] = ()
     concurrency: Concurrency = 2
@@ -172,6 +179,7 @@ class Defaults(Model):
                 f"ttl ({format_duration(self.ttl)})"
             )
         check_reachable(self.approvers, self.required_approvals, "approvers")
+        check_ladder(self.escalate, self.required_approvals, self.ttl, "escalate")
         return self
 
 

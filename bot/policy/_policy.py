@@ -19,6 +19,7 @@ from ._errors import PolicyError
 from ._fields import GROUP_ID, ChannelId, Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import COMMAND_TOOL, GateDecision, approval_summary, built_in_tools, decide
+from ._ladder import NOBODY_ON_CALL, OncallSpec, Paged, check_oncall_names, resolve
 from ._load import did_you_mean, explain, parse_toml, read_policy_file
 from ._mcp import (
     mcp_decision,
@@ -59,8 +60,13 @@ class Policy(Model):
     """`[shadow]`: a policy judged beside this one, not acted on (`bot.runs.shadow`)."""
     mcp: McpReviewSection = McpReviewSection()
     """`[mcp]`: the review of changed MCP tool definitions (`bot.slack.mcp_review`)."""
+    oncall: dict[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]+$")], OncallSpec] = Field(
+        default_factory=dict
+    )
+    """`[oncall.<name>]`: who an approver entry `oncall:<name>` is (`bot.policy._ladder`)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
+    _paged: Paged | None = PrivateAttr(default=None)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)
 
     @model_validator(mode="before")
@@ -113,6 +119,7 @@ class Policy(Model):
                         f"tools.{name}.rules[{index}]: `prefix` matches shell commands, so it is "
                         f"for [[tools.{COMMAND_TOOL}.rules]] only; use `argument` and `pattern`"
                     )
+        check_oncall_names(self)
         lists = {channel: c.tools for channel, c in self.channels_policy.items()}
         problem = unknown_wildcards(lists, self.mcp_servers) or misplaced_mcp_sections(
             self.tools, self.mcp_servers
@@ -240,17 +247,24 @@ class Policy(Model):
         return found if found is not None else NO_OVERRIDE
 
     def approvers_for(
-        self, channel: str | None, decision: GateDecision | None = None
+        self,
+        channel: str | None,
+        decision: GateDecision | None = None,
+        now: datetime | None = None,
     ) -> ApproverSpec:
         """Who may decide a call in `channel`: the deciding rule's `approvers` when it has
-        them (they replace the channel's), else the channel's, else the defaults'."""
+        them (they replace the channel's), else the channel's, else the defaults'; each
+        `oncall:<name>` is whoever is on call at `now` (default: this moment)."""
         own = self.channel(channel).approvers
         if decision is not None and decision.approvers is not None:
-            approvers, source = decision.approvers, f"{decision.policy_rule}.approvers"
+            approvers = decision.approvers
+            source = f"{decision.policy_rule or 'defaults'}.approvers"
         elif own is not None:
             approvers, source = own, f"channels_policy.{channel}.approvers"
         else:
             approvers, source = self.defaults.approvers, "defaults.approvers"
+        if any(a.startswith("oncall:") for a in approvers):
+            approvers = resolve(approvers, self.oncall, now, self.paged) or (NOBODY_ON_CALL,)
         return ApproverSpec(
             users=tuple(a for a in approvers if not GROUP_ID.fullmatch(a)),
             groups=tuple(a for a in approvers if GROUP_ID.fullmatch(a)),
@@ -264,6 +278,21 @@ class Policy(Model):
             return decision.required_approvals
         own = self.channel(channel).required_approvals
         return own if own is not None else self.defaults.required_approvals
+
+    @property
+    def paged(self) -> Paged | None:
+        """Who PagerDuty says is on call per schedule (set at start-up, `page_with`)."""
+        return self._paged
+
+    def page_with(self, paged: Paged) -> None:
+        """Resolve `pagerduty_schedule` on-call names through `paged` from now on."""
+        self._paged = paged
+
+    @property
+    def pagerduty_schedules(self) -> tuple[str, ...]:
+        return tuple(
+            sorted({s.pagerduty_schedule for s in self.oncall.values() if s.pagerduty_schedule})
+        )
 
     def ttl_for(self, decision: GateDecision | None = None) -> timedelta:
         """How long a call waits for its decision: the deciding rule's `ttl`, or the default."""

@@ -31,6 +31,7 @@ from bot.argument_rule import Regex, argument_label, argument_matches
 
 from ._fields import AllowWindow, Approvals, ApproverId, Duration, check_reachable
 from ._globs import word_fits
+from ._ladder import EscalationStep, check_ladder
 from ._preview import PreviewPlan, PreviewTemplate
 from ._programs import Layout, layout
 from ._shell import SimpleCommand, parse_command
@@ -94,6 +95,11 @@ class Rule(BaseModel):
     shown on the card and bound to the approval (`bot.policy._preview`)."""
     preview_ttl: Duration | None = None
     """How old the preview may be when the last approval arrives (default 10m)."""
+    remind_every: Duration | None = None
+    """Replace `defaults.remind_every` for the calls this rule decides."""
+    remind_max: Approvals | None = None
+    escalate: tuple[EscalationStep, ...] | None = None
+    """Replace `defaults.escalate` for the calls this rule decides (`[]`: none)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Rule:
@@ -118,6 +124,9 @@ class Rule(BaseModel):
                 "allow_prefix",
                 "preview",
                 "preview_ttl",
+                "remind_every",
+                "remind_max",
+                "escalate",
             )
             if getattr(self, k) is not None
         ]
@@ -130,6 +139,8 @@ class Rule(BaseModel):
             raise ValueError("break_glass: a forbidden call is never run, so it cannot be broken")
         if self.approvers is not None:
             check_reachable(self.approvers, self.required_approvals or 1, "approvers")
+        if self.escalate and self.required_approvals is not None:
+            check_ladder(self.escalate, self.required_approvals, self.ttl, "escalate")
         self._check_preview()
         self._check_examples()
         return self

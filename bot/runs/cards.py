@@ -18,7 +18,7 @@ from typing import Literal
 from agent_core import Tool, ToolCall
 
 from ..allowances import Shape, offered_shapes, shape_of
-from ..policy import GateDecision
+from ..policy import GateDecision, added_by, escalated
 from ..store import ToolCallRow, card_state
 from ..tools import tool_summary
 from ..tools.mcp import McpTool
@@ -87,6 +87,8 @@ class Cards:
             expires_at=row.expires_at,
             approver_users=approvers.users,
             approver_groups=approvers.groups,
+            escalated_to=escalated_to(self.ctx, row, decision),
+            asked_at=row.created_at,
             policy_rule=decision.rule if decision.policy_rule is not None else None,
             justification=decision.justification,
             preview=card_preview(row, decision),
@@ -349,7 +351,16 @@ def call_decision(ctx: RunContext, row: ToolCallRow) -> GateDecision:
     arguments = (row.edited_arguments or row.arguments) if isinstance(shown, dict) else str(shown)
     call = ToolCall(id=row.call_id, name=row.tool, arguments=arguments)
     tool = ctx.tools.get(row.tool)
-    return ctx.policy.decide(tool if tool is not None else row.tool, call)
+    decision = ctx.policy.decide(tool if tool is not None else row.tool, call)
+    # The steps of its escalation ladder passed so far widen who may decide, at every click.
+    return escalated(ctx.policy, row.card_channel, decision, row.escalation_step, ctx.clock())
+
+
+def escalated_to(ctx: RunContext, row: ToolCallRow, decision: GateDecision) -> tuple[str, ...]:
+    """Who the escalation steps passed so far added (on-call entries resolved now)."""
+    now = ctx.clock()
+    steps = range(1, row.escalation_step + 1)
+    return tuple(dict.fromkeys(a for s in steps for a in added_by(ctx.policy, decision, s, now)))
 
 
 def forbidden_reason(decision: GateDecision) -> str:

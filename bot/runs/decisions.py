@@ -11,6 +11,7 @@ from ..approvals import GateAction
 from ..store import MoreApprovalsNeeded, ToolCallRow, already_reason
 from .cards import Cards
 from .context import RunContext, thread_of
+from .delegation import acting_for
 from .gate import audit_refusal, audit_unknown, call_lock, on_call, refusal_notice
 from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
@@ -63,6 +64,11 @@ class Decisions:
         row, session, policy = on.row, on.session, on.decision
         action: GateAction = "approve" if decision == "approved" else "reject"
         verdict = await on.authorize(self.ctx, action, user=user, team=team)
+        delegate = None
+        if verdict.kind == "refused" and verdict.reason == "not_an_approver":
+            found = await acting_for(self.ctx, on, user, team, action)
+            if found is not None:  # "U2 for U1": the approval is U1's, U2 is the actor
+                delegate, (user, verdict) = user, found
         if verdict.kind == "refused":
             locked = verdict.reason == "card_locked"
             await audit_refusal(
@@ -99,6 +105,7 @@ class Decisions:
             # Every requirement at once; the clicker counts toward those that name them.
             requirements=quorums(self.ctx, session.channel_id, policy) or None,
             counts_for=verdict.counts or None,
+            delegate=delegate,
         )
         # Redrawn whether or not this click changed anything: a card still showing buttons
         # for a decided (or just expired) call must lose them. In the background: the

@@ -50,13 +50,26 @@ class RunObserver(Protocol):
         ...
 
     def decision_since(
-        self, decision: Decision, posted_at: datetime, *, now: datetime | None = None
+        self,
+        decision: Decision,
+        posted_at: datetime,
+        *,
+        now: datetime | None = None,
+        rule: str = "default",
     ) -> None:
         """A card was decided; `posted_at` is when it was asked (stored, so it holds across
         replicas)."""
         ...
 
     def tool_finished(self, tool: str, outcome: ToolOutcome, seconds: float) -> None: ...
+
+    def escalated(self, rule: str, step: int) -> None:
+        """A waiting call passed step `step` of its escalation ladder (`rule`: its rule)."""
+        ...
+
+    def reminded(self, messages: int) -> None:
+        """`messages` reminders went to approvers."""
+        ...
 
     def llm_error(self, kind: LLMErrorKind) -> None: ...
 
@@ -78,8 +91,19 @@ class NoObserver:
         pass
 
     def decision_since(
-        self, decision: Decision, posted_at: datetime, *, now: datetime | None = None
+        self,
+        decision: Decision,
+        posted_at: datetime,
+        *,
+        now: datetime | None = None,
+        rule: str = "default",
     ) -> None:
+        pass
+
+    def escalated(self, rule: str, step: int) -> None:
+        pass
+
+    def reminded(self, messages: int) -> None:
         pass
 
     def tool_finished(self, tool: str, outcome: ToolOutcome, seconds: float) -> None:
@@ -120,11 +144,20 @@ def note_decision(ctx: _Observed, row: ToolCallRow, decision: Decision) -> None:
     """A card's call was decided (or expired, or cancelled); latency from when it was asked,
     and the approval's span in the paused run's trace."""
     now = ctx.clock()
-    ctx.observer.decision_since(decision, row.created_at, now=now)
+    ctx.observer.decision_since(decision, row.created_at, now=now, rule=_rule(ctx, row))
     if tracing.tracing_on():
         _approval_span(ctx, row, decision, now)
     with log_context(session=row.session_id, call=row.call_id):
         log_event("decision", decision=decision, tool=row.name, by=row.decided_by)
+
+
+def _rule(ctx: _Observed, row: ToolCallRow) -> str:
+    """The call's policy rule (`tools.<tool>.rules[<i>]`), or "default", for the metrics."""
+    try:
+        call = ToolCall(id=row.call_id, name=row.name, arguments=row.arguments)
+        return ctx.policy.decide(row.name, call).policy_rule or "default"
+    except Exception:  # a metric label never fails a decision
+        return "default"
 
 
 def _approval_span(ctx: _Observed, row: ToolCallRow, decision: Decision, now: datetime) -> None:

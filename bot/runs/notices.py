@@ -26,12 +26,14 @@ __all__ = [
     "AllowanceRevoked",
     "AllowanceUsed",
     "AwaitingDecision",
+    "AwaitsYou",
     "BreakGlassUsed",
     "CallLink",
     "CancelledBeforeStart",
     "CardNotPosted",
     "ChannelNotAllowed",
     "DecisionNotRecorded",
+    "DelegationAnswer",
     "EarlierQueued",
     "FinishNote",
     "FreezeAnnounced",
@@ -45,6 +47,7 @@ __all__ = [
     "NothingRevoked",
     "NothingToCancel",
     "Notice",
+    "OnCallNow",
     "PendingList",
     "Queued",
     "Recovered",
@@ -413,6 +416,35 @@ class FreezeAnswer:
     kind: Literal["freeze_answer"] = "freeze_answer"
 
 
+@dataclass(frozen=True, slots=True)
+class AwaitsYou:
+    """A direct message to an approver: `call` waits for their decision (`why`: "reminder",
+    or "escalated": they were just added by its escalation ladder)."""
+
+    call: CallLink
+    summary: str
+    requested_by: str | None
+    waited: timedelta
+    why: Literal["reminder", "escalated"]
+    kind: Literal["awaits_you"] = "awaits_you"
+
+
+@dataclass(frozen=True, slots=True)
+class OnCallNow:
+    """`/opsgate who`: each on-call name of the policy and who is on call now (None: nobody)."""
+
+    people: tuple[tuple[str, str | None], ...]
+    kind: Literal["oncall_now"] = "oncall_now"
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationAnswer:
+    """`/opsgate delegate`: what happened, in words (mrkdwn, drawn as written)."""
+
+    text: str
+    kind: Literal["delegation_answer"] = "delegation_answer"
+
+
 Notice = (
     ChannelNotAllowed
     | Queued
@@ -451,6 +483,9 @@ Notice = (
     | FreezeAnnounced
     | BreakGlassUsed
     | FreezeAnswer
+    | AwaitsYou
+    | OnCallNow
+    | DelegationAnswer
 )
 """Everything the run service says. Private ones (`tell`, or a command's answer) are
 `NotAllowed`, `NothingToCancel`, `NothingCancelled`, `UnknownRequest`, `DecisionNotRecorded`,

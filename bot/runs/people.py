@@ -16,9 +16,10 @@ from ..store import HomeViewer
 from ..words import format_duration
 from .cards import Cards, call_decision
 from .context import RunContext
+from .delegation import acting_for
 from .edits import Allowances
 from .freezes import active_freezes, freeze_info, freeze_summary
-from .gate import authorize_on
+from .gate import OnCall, authorize_on
 from .views import (
     AllowanceInfo,
     CardCall,
@@ -69,6 +70,11 @@ class Home:
                 row=row,
                 decision=decision,
             )
+            if verdict.kind == "refused" and verdict.reason == "not_an_approver":
+                # Someone this person stands in for (`/opsgate delegate`) may decide it.
+                on = OnCall(row, session, decision)
+                if (found := await acting_for(self.ctx, on, user, team, "show")) is not None:
+                    verdict = found[1]
             # A locked call is listed still (it may be rejected); the Home tab draws it with no
             # Approve or Edit (`bot.slack.home`).
             if verdict.kind == "allowed" or verdict.reason == "card_locked":
@@ -85,6 +91,9 @@ class Home:
             channels=tuple(sorted(channels)),
             freezes=freezes,
             unreviewed=unreviewed,
+            delegations=tuple(
+                d for d in await store.delegations(now) if user in (d.delegator, d.delegate)
+            ),
         )
 
     async def _freezes(self) -> tuple[tuple[FreezeInfo, ...], tuple[GlassInfo, ...]]:

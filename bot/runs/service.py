@@ -35,6 +35,7 @@ from .driver import Driver
 from .edits import Allowances, Edits
 from .feedback import Feedback
 from .inbox import Inbox
+from .ladder import climb
 from .metrics import note_decision, note_recovered
 from .notices import (
     AwaitingDecision,
@@ -313,6 +314,7 @@ class RunService:
         store = self.ctx.store
         await self.freezes.tick()
         await send_reminders(self.ctx, self.cards)
+        await climb(self.ctx, self.cards)
         expired = await store.expire_due(self.ctx.clock())
         for row in expired:
             note_decision(self.ctx, row, "expired")

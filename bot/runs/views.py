@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from ..store.delegations import Delegation
 from ..store.states import CardLock
 
 __all__ = [
@@ -174,6 +175,10 @@ class CardCall:
     approver_users: tuple[str, ...] = ()
     approver_groups: tuple[str, ...] = ()
     """Who may approve (policy ids); both empty: anyone in the channel."""
+    escalated_to: tuple[str, ...] = ()
+    """Who its escalation ladder added (users and groups), once a step passed."""
+    asked_at: datetime | None = None
+    """When the call began to wait (the Home tab says how long ago)."""
     policy_rule: str | None = None
     """The policy rule that gated the call, in words (`tools.run_command.rules[1] (kubectl
     delete …)`); None when no rule of its own did."""
@@ -386,3 +391,5 @@ class HomeView:
     """Change freezes in force now."""
     unreviewed: tuple[GlassInfo, ...] = ()
     """Break-glass uses nobody has reviewed yet."""
+    delegations: tuple[Delegation, ...] = ()
+    """Delegations in force that `user` gave or holds (`/opsgate delegate`)."""

@@ -290,6 +290,10 @@ def _context_text(call: CardCall, *, decided: bool = False) -> str:
         parts.append(progress)
     if not call.requirements:
         parts.append(f"Approvers: {approvers_text(call.approver_users, call.approver_groups)}")
+    if call.escalated_to and not decided:
+        users = tuple(a for a in call.escalated_to if not a.startswith("S"))
+        groups = tuple(a for a in call.escalated_to if a.startswith("S"))
+        parts.append(f"escalated to {approvers_text(users, groups)}")
     if call.expires_at is not None and not decided:
         parts.append(f"expires {slack_date(call.expires_at)}")
     return " · ".join(parts)

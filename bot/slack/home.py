@@ -32,6 +32,7 @@ from .ids import (
     ACTION_REVOKE,
     decision_block_id,
 )
+from .ladder import delegation_lines, waited_text
 from .mrkdwn import escape_cut
 from .notices import allowance_line
 
@@ -53,6 +54,8 @@ def home_view(home: HomeView) -> dict[str, Any]:
         blocks.append(_note("Nothing waits for your decision right now."))
     for call in home.to_decide[:_SHOWN_MAX]:
         blocks += card_body(call, _ARG_LIMIT)
+        if call.asked_at is not None:
+            blocks.append(_note(f"Waiting since {waited_text(call.asked_at)}"))
         blocks += _decision_buttons(call)
         blocks.append(DividerBlock())
     blocks.append(section("*Your requests waiting for approval*"))
@@ -63,6 +66,8 @@ def home_view(home: HomeView) -> dict[str, Any]:
     blocks.append(section("*Active allowances*"))
     blocks += allowance_blocks(home.allowances) or [_note("No allowances are active.")]
     blocks += _freeze_blocks(home)
+    if home.delegations:
+        blocks.append(section("*Delegations*\n" + delegation_lines(home.user, home.delegations)))
     blocks.append(section("*Policy*\n" + escape_cut(home.policy, 2500)))
     view = View(type="home", blocks=blocks[:100])
     result: dict[str, Any] = view.to_dict()

@@ -15,12 +15,14 @@ from ..runs.notices import (
     AllowanceRevoked,
     AllowanceUsed,
     AwaitingDecision,
+    AwaitsYou,
     BreakGlassUsed,
     CallLink,
     CancelledBeforeStart,
     CardNotPosted,
     ChannelNotAllowed,
     DecisionNotRecorded,
+    DelegationAnswer,
     EarlierQueued,
     EditAwaitsPreview,
     FinishNote,
@@ -35,6 +37,7 @@ from ..runs.notices import (
     NothingToCancel,
     Notice,
     NotSaved,
+    OnCallNow,
     PendingList,
     Queued,
     Recovered,
@@ -56,6 +59,7 @@ from ..words import count_verb
 from .answers import cancel_reason_text, decision_reason_text, help_text, pending_text, refusal_text
 from .cards import lock_text, slack_date
 from .freezes import freeze_notice_text
+from .ladder import awaits_you_text, oncall_text
 from .mrkdwn import code_span, escape_mrkdwn, outcome_text, preformatted, user_mention
 
 __all__ = [
@@ -146,6 +150,12 @@ def render(notice: Notice) -> Rendered:
             return Rendered(ux_text(notice))
         case FreezeAnnounced() | BreakGlassUsed() | FreezeAnswer():
             return Rendered(freeze_notice_text(notice))
+        case AwaitsYou():
+            return Rendered(awaits_you_text(notice))
+        case OnCallNow():
+            return Rendered(oncall_text(notice))
+        case DelegationAnswer(text=text):
+            return Rendered(text)
         case _:
             return Rendered(_answer_text(notice))
 

@@ -10,6 +10,7 @@ it knows Slack ids only as strings and never imports a Slack library.
 from .backends import open_store
 from .contract import Store
 from .db import utc_now
+from .delegations import Delegation
 from .errors import (
     DatabaseLocked,
     DatabaseReplaced,
@@ -97,6 +98,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "DatabaseUnwritable",
     "DecisionOutcome",
     "DecisionReason",
+    "Delegation",
     "EditNotAllowed",
     "EnqueueOutcome",
     "FreezeRow",

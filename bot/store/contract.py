@@ -20,6 +20,7 @@ from agent_core.messages import ChatMessage, ToolCall
 from agent_core.sessions import StoredContext, Summary
 
 from .chain import AuditEntry, RecordedHead
+from .delegations import Delegation
 from .feedback import Vote, VoteValue
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .mcp_pins import ListedTool, McpPin
@@ -215,8 +216,11 @@ class Store(Protocol):
         preview_digest: str | None = None,
         requirements: Sequence[Quorum] | None = None,
         counts_for: Sequence[str] | None = None,
+        delegate: str | None = None,
     ) -> DecisionOutcome:
         """Record a decision if the call is still pending: conditional, first writer wins.
+        `delegate`: who clicked for `user_id` (a delegation; the audit's actor, with
+        `acting_for`).
 
         `requirements`: every requirement the call must meet at once (None: one, of
         `required_approvals`); `counts_for`: the keys of those the decider's approval counts
@@ -259,6 +263,48 @@ class Store(Protocol):
 
     async def next_expiry(self) -> datetime | None:
         """When the next undecided gated call expires (a sweeper's sleep)."""
+
+    async def delegate(
+        self, delegator: str, delegate: str, until: datetime, reason: str | None
+    ) -> None:
+        """`delegate` decides for `delegator` until `until`, replacing an earlier delegation
+        of `delegator` (audited "delegated")."""
+
+    async def end_delegation(self, delegator: str, why: str = "ended") -> bool:
+        """End `delegator`'s delegation now (audited "delegation_ended"); False: none."""
+
+    async def end_lapsed_delegations(self, now: datetime) -> int:
+        """End the delegations whose time passed, each audited once across all stores."""
+
+    async def delegations(self, now: datetime) -> list[Delegation]:
+        """The delegations in force at `now`."""
+
+    async def calls_since(self, since: datetime) -> list[ToolCallRow]:
+        """Every ledger row created at or after `since`, oldest first (`opsgate report`)."""
+
+    async def waiting_calls(self, limit: int = 10_000) -> list[ToolCallRow]:
+        """Undecided gated calls whose card was posted, oldest first (`bot.store.ladder`)."""
+
+    async def claim_escalation(
+        self,
+        row: ToolCallRow,
+        step: int,
+        details: Mapping[str, Any],
+        owed: Sequence[OutboxEntry] = (),
+    ) -> bool:
+        """Conditional: move the call's `escalation_step` from what `row` shows to `step`,
+        audited "escalated" (`details`), with `owed` outbox rows and its card's redraw; False
+        when another process did it first or the call is decided."""
+
+    async def claim_reminder(
+        self,
+        row: ToolCallRow,
+        count: int,
+        details: Mapping[str, Any],
+        owed: Sequence[OutboxEntry] = (),
+    ) -> bool:
+        """Conditional: move the call's `reminders_sent` from what `row` shows to `count`,
+        audited "reminded" (`details`), with `owed` outbox rows; False as above."""
 
     async def responses_for_batch(self, session_id: str) -> list[ToolApprovalResponse]:
         """The decisions of the latest batch's gated calls, as the resume needs them; deciders

@@ -131,6 +131,7 @@ class Decisions(Ledger):
         preview_digest: str | None = None,
         requirements: Sequence[Quorum] | None = None,
         counts_for: Sequence[str] | None = None,
+        delegate: str | None = None,
     ) -> DecisionOutcome:
         _check_decision(decision, required_approvals)
         needs = _needs(requirements, required_approvals)
@@ -150,6 +151,7 @@ class Decisions(Ledger):
                 preview_digest=preview_digest,
                 needs=needs,
                 counts_for=counts_for,
+                delegate=delegate,
             )
         self._redraws_owed()
         return outcome
@@ -179,9 +181,11 @@ class Decisions(Ledger):
         policy_match: str | None = None,
         needs: Sequence[Quorum] | None = None,
         counts_for: Sequence[str] | None = None,
+        delegate: str | None = None,
     ) -> DecisionOutcome:
         """`decide` inside the caller's transaction (`allow_call` adds the allowance to it).
-        `needs`: every requirement (None: one, of `required_approvals`)."""
+        `needs`: every requirement (None: one, of `required_approvals`); `delegate`: who
+        clicked for `user_id` (audited as the actor, with `acting_for`)."""
         needs = needs or _needs(None, required_approvals)
         row = await self._locked_call(tx, ledger_id)
         why = (
@@ -202,10 +206,13 @@ class Decisions(Ledger):
             "reason": reason,
             "team_id": team_id,
         }
+        actor = user_id
+        if delegate is not None:
+            common["acting_for"], actor = user_id, delegate
         if why is not None:
             details = {**common, "why": why.kind, "shown_digest": digest}
             after = await self._call(tx, ledger_id)
-            await self._audit_call(tx, "refusal", row, details, actor=user_id)
+            await self._audit_call(tx, "refusal", row, details, actor=actor)
             return DecisionOutcome(recorded=False, row=after, why=why)
         approved = decision == "approved"
         count = tally(
@@ -245,7 +252,7 @@ class Decisions(Ledger):
         # The audit row last: on PostgreSQL it locks the chain's head until the commit.
         after = await self._call(tx, ledger_id)
         await self._owe_redraw(tx, row)  # the card's redraw commits with the decision
-        await self._audit_call(tx, "decision", row, details, actor=user_id)
+        await self._audit_call(tx, "decision", row, details, actor=actor)
         return DecisionOutcome(recorded=True, row=after, why=why)
 
     # -- previews ----------------------------------------------------------------------------------

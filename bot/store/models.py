@@ -134,6 +134,10 @@ class ToolCallRow(BaseModel):
     preview: str | None = None
     """The last run of the deciding rule's preview, as `StoredPreview` JSON (`preview_run`)."""
 
+    escalation_step: int = 0
+    """How many steps of its escalation ladder have passed (`bot.store.ladder`)."""
+    reminders_sent: int = 0
+    """How many reminder rounds its approvers were sent."""
     quorum: str | None = None
     """Its requirements and which approvals count toward each, as `QuorumState` JSON, once
     a decision stored them (`quorum_state`); None: one requirement every approval counts

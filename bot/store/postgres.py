@@ -18,10 +18,12 @@ from .assistant_threads import AssistantThreads
 from .audit import Audit
 from .db import utc_now
 from .db.postgres import PostgresDb
+from .delegations import Delegations
 from .edits import Edits
 from .errors import PostgresSchemaTooNew
 from .feedback import FeedbackVotes
 from .freezes import Freezes
+from .ladder import Escalations
 from .mcp_pins import McpPins
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
@@ -48,6 +50,8 @@ class PostgresStore(
     RunTimelines,
     RecordedCalls,
     McpPins,
+    Escalations,
+    Delegations,
 ):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 

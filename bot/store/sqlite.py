@@ -16,9 +16,11 @@ from .assistant_threads import AssistantThreads
 from .audit import Audit
 from .db import utc_now
 from .db.sqlite import SQLiteDb
+from .delegations import Delegations
 from .edits import Edits
 from .feedback import FeedbackVotes
 from .freezes import Freezes
+from .ladder import Escalations
 from .mcp_pins import McpPins
 from .outbox import Outbox
 from .queue_notices import QueueNoticeRows
@@ -42,6 +44,8 @@ class SQLiteStore(
     RunTimelines,
     RecordedCalls,
     McpPins,
+    Escalations,
+    Delegations,
 ):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`). Use it as an async context manager.

@@ -73,7 +73,8 @@ async def test_standalone_server_answers_all_three(http: httpx.AsyncClient) -> N
         assert refreshed == 1
         assert values[("opsgate_runs_total", (("outcome", "completed"),))] == 1
         assert values[("opsgate_decisions_total", (("decision", "approved"),))] == 1
-        assert values[("opsgate_decision_seconds_count", ())] == 1
+        labels = (("outcome", "approved"), ("rule", "default"))
+        assert values[("opsgate_decision_seconds_count", labels)] == 1
         assert values[("opsgate_pending_approvals", ())] == 5
         key = ("opsgate_tool_seconds_count", (("outcome", "ok"), ("tool", "run_command")))
         assert values[key] == 1

@@ -32,6 +32,8 @@ FAMILIES = {
     "opsgate_outbox_depth": "gauge",
     "opsgate_outbox_oldest_seconds": "gauge",
     "opsgate_shadow_differences": "counter",
+    "opsgate_escalations": "counter",
+    "opsgate_reminders": "counter",
 }
 
 
@@ -78,10 +80,11 @@ def test_typed_methods_count_under_their_labels() -> None:
     assert value(metrics, "opsgate_decisions_total", decision="approved") == 1
     assert value(metrics, "opsgate_decisions_total", decision="rejected") == 1
     # Only the decision that knew its card's age is in the latency histogram.
-    assert value(metrics, "opsgate_decision_seconds_count") == 1
-    assert value(metrics, "opsgate_decision_seconds_sum") == 12.0
-    assert value(metrics, "opsgate_decision_seconds_bucket", le="15.0") == 1
-    assert value(metrics, "opsgate_decision_seconds_bucket", le="5.0") == 0
+    approved = {"rule": "default", "outcome": "approved"}
+    assert value(metrics, "opsgate_decision_seconds_count", **approved) == 1
+    assert value(metrics, "opsgate_decision_seconds_sum", **approved) == 12.0
+    assert value(metrics, "opsgate_decision_seconds_bucket", le="15.0", **approved) == 1
+    assert value(metrics, "opsgate_decision_seconds_bucket", le="5.0", **approved) == 0
     assert value(metrics, "opsgate_llm_errors_total", kind="rate_limited") == 1
     assert value(metrics, "opsgate_slack_api_errors_total", method="chat.postMessage") == 1
     assert value(metrics, "opsgate_pending_approvals") == 3
@@ -92,9 +95,11 @@ def test_typed_methods_count_under_their_labels() -> None:
 def test_decision_since_measures_from_the_stored_posting_time() -> None:
     metrics = Metrics()
     posted = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-    metrics.decision_since("edited", posted, now=posted + timedelta(seconds=90))
+    rule = "tools.run_command.rules[0]"
+    metrics.decision_since("edited", posted, now=posted + timedelta(seconds=90), rule=rule)
     metrics.decision_since("allowed", posted.replace(tzinfo=None), now=posted)  # naive = UTC
-    assert value(metrics, "opsgate_decision_seconds_sum") == 90.0
+    assert value(metrics, "opsgate_decision_seconds_sum", rule=rule, outcome="edited") == 90.0
+    assert value(metrics, "opsgate_decision_seconds_sum", rule="default", outcome="allowed") == 0
     assert value(metrics, "opsgate_decisions_total", decision="edited") == 1
     assert value(metrics, "opsgate_decisions_total", decision="allowed") == 1
 
@@ -160,3 +165,12 @@ def test_feedback_is_counted_by_value_from_zero() -> None:
     metrics.feedback_given("bad", replaces="good")  # a change of mind takes "good" back
     assert value(metrics, "opsgate_feedback_withdrawn_total", value="good") == 1
     assert value(metrics, "opsgate_feedback_withdrawn_total", value="bad") == 0
+
+
+def test_escalations_and_reminders_are_counted() -> None:
+    metrics = Metrics()
+    metrics.escalated("tools.run_command.rules[0]", 2)
+    metrics.reminded(3)
+    labels = {"rule": "tools.run_command.rules[0]", "step": "2"}
+    assert value(metrics, "opsgate_escalations_total", **labels) == 1
+    assert value(metrics, "opsgate_reminders_total") == 3

@@ -42,7 +42,8 @@ def after_approval(samples: Samples) -> None:
     assert samples[("opsgate_runs_total", (("outcome", "completed"),))] == 1
     assert samples[("opsgate_runs_total", (("outcome", "failed"),))] == 0
     assert samples[("opsgate_decisions_total", (("decision", "approved"),))] == 1
-    assert samples[("opsgate_decision_seconds_count", ())] == 1
+    labels = (("outcome", "approved"), ("rule", "default"))
+    assert samples[("opsgate_decision_seconds_count", labels)] == 1
     key = ("opsgate_tool_seconds_count", (("outcome", "ok"), ("tool", "run_command")))
     assert samples[key] == 1
     assert samples[("opsgate_pending_approvals", ())] == 0
@@ -115,6 +116,7 @@ def _free_port() -> int:
 
 
 OPSGATE = Path(sys.executable).with_name("opsgate")
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 class _Process:
@@ -153,6 +155,7 @@ async def test_socket_mode_serves_metrics_and_writes_json_logs(tmp_path: Path) -
     async with LLMStandIn() as llm, SlackAPIStandIn() as slack, SocketModeStandIn(slack) as sock:
         env = {
             "PATH": os.environ.get("PATH", ""),
+            "PYTHONPATH": str(CHECKOUT),  # this checkout's code, not the installed one
             "HOME": str(tmp_path),
             "SLACK_BOT_TOKEN": "xoxb-test-token",
             "SLACK_APP_TOKEN": "xapp-1-A0TEST-secret",

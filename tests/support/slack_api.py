@@ -176,6 +176,7 @@ class SlackAPIStandIn:
             "views.update": self._views_update,
             "views.publish": self._views_publish,
             "users.info": self._users_info,
+            "users.lookupByEmail": self._users_by_email,
             "usergroups.users.list": self._usergroup_users,
             "conversations.info": self._conversations_info,
             "conversations.members": self._conversations_members,
@@ -698,6 +699,14 @@ class SlackAPIStandIn:
         }
         user.update(self._users.get(user_id, {}))
         return {"user": user}
+
+    def _users_by_email(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The user whose `set_user` profile has this email; else `users_not_found`."""
+        email = _required(params, "email", "users_not_found")
+        for user_id, fields in self._users.items():
+            if (fields.get("profile") or {}).get("email") == email:
+                return self._users_info({"user": user_id})
+        raise _SlackError("users_not_found")
 
     def _usergroup_users(self, params: dict[str, Any]) -> dict[str, Any]:
         group = _required(params, "usergroup", "no_such_subteam")

@@ -19,8 +19,10 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
 
+from ...policy import oncall_now
+from ...runs.delegation import delegate_command
 from ...runs.inbox import SlashDelivery
-from ...runs.notices import AllowanceList, Notice, NotSaved
+from ...runs.notices import AllowanceList, Notice, NotSaved, OnCallNow
 from ...runs.service import RunService
 from ...store import InboxItem, StoreError
 from ..ids import COMMAND
@@ -36,10 +38,11 @@ __all__ = [
 
 
 _HELP_WORDS = frozenset({"", "help", "?", "-h", "--help"})
-_ANSWERED_AT_ONCE = _HELP_WORDS | {"pending", "cancel", "allowances"}
+_ANSWERED_AT_ONCE = _HELP_WORDS | {"pending", "cancel", "allowances", "who"}
 """Words that only read: everything else is a request, saved before it is acknowledged."""
-_FREEZE_WORDS = frozenset({"freeze", "unfreeze"})
-"""`/opsgate freeze <duration> <reason>` and `/opsgate unfreeze` (freeze admins only)."""
+_FREEZE_WORDS = frozenset({"freeze", "unfreeze", "delegate"})
+"""`/opsgate freeze <duration> <reason>`, `/opsgate unfreeze` (freeze admins only) and
+`/opsgate delegate …`: answered at once, each invocation once."""
 _CANCEL_HINT = (
     "To cancel a run that waits for approval, write `cancel` in its thread or click "
     "*Cancel run* on one of its cards."
@@ -98,6 +101,8 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
                 notice = await (
                     desk.freeze(channel, user=user, text=rest)
                     if first == "freeze"
+                    else delegate_command(service.ctx, user, rest)
+                    if first == "delegate"
                     else desk.unfreeze(channel, user=user)
                 )
                 await output.replies.answer_command(hook, channel=channel, user=user, notice=notice)
@@ -131,6 +136,8 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
             )
         elif word == "pending":
             await answer(await service.pending_for(user, channel=channel, team=team))
+        elif word == "who":
+            await answer(OnCallNow(oncall_now(service.ctx.policy, service.ctx.clock())))
         elif word == "cancel":
             await output.replies.answer_command_mrkdwn(
                 hook, channel=channel, user=user, text=_CANCEL_HINT

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..chain import chain_existing_rows
 from ..db import Dialect, Tx
 from . import postgres, sqlite
-from .tables import EXPORT_POSTGRES, EXPORT_SQLITE, EXPORT_START, V18, pins_table
+from .tables import EXPORT_POSTGRES, EXPORT_SQLITE, EXPORT_START, V18, ladder_tables, pins_table
 
 __all__ = ["AUDIT_CHANNEL", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "Statement", "steps"]
 
@@ -421,6 +421,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         "pinned MCP tool definitions, and the changed ones waiting for review",
         sqlite=(pins_table("TEXT"),),
         postgres=(pins_table("timestamptz"),),
+    ),
+    Migration(
+        20,
+        # When nobody answers (`bot.store.ladder`): the steps of a waiting call's escalation
+        # ladder passed so far and the reminders sent, each moved on by a compare-and-set.
+        "a waiting call's escalation steps passed and reminders sent; delegations",
+        sqlite=ladder_tables("INTEGER", "TEXT"),
+        postgres=ladder_tables("integer", "timestamptz"),
     ),
 )
 

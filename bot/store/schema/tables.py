@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from ..chain import record_key_fingerprint
 from ..db import Tx
 
-__all__ = ["EXPORT_POSTGRES", "EXPORT_SQLITE", "EXPORT_START", "V18", "pins_table"]
+__all__ = ["EXPORT_POSTGRES", "EXPORT_SQLITE", "EXPORT_START", "V18", "ladder_tables", "pins_table"]
 
 # The audit export's durable cursor: the last seq the webhook acknowledged, and which replica
 # delivers (a lease, so replicas do not post the same rows side by side).
@@ -53,3 +53,13 @@ def pins_table(time: str) -> str:
         changed_at {time}, accepted_by TEXT, PRIMARY KEY (server, tool)
     )
     """
+
+
+def ladder_tables(integer: str, time: str) -> tuple[str, ...]:
+    """A waiting call's escalation steps passed and reminders sent; who delegates to whom."""
+    return (
+        f"ALTER TABLE tool_calls ADD COLUMN escalation_step {integer} NOT NULL DEFAULT 0",
+        f"ALTER TABLE tool_calls ADD COLUMN reminders_sent {integer} NOT NULL DEFAULT 0",
+        f"CREATE TABLE delegations (delegator TEXT PRIMARY KEY, delegate TEXT NOT NULL,"
+        f" until {time} NOT NULL, reason TEXT, created_at {time} NOT NULL)",
+    )

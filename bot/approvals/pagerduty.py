@@ -1,0 +1,102 @@
+"""Who PagerDuty says is on call, for `[oncall.<name>] pagerduty_schedule` (`bot.policy._ladder`).
+
+`GET {PAGERDUTY_API_URL}/oncalls?schedule_ids[]=<id>&earliest=true&include[]=users` (the token
+from `PAGERDUTY_TOKEN`) gives the on-call user's email; Slack's `users.lookupByEmail` maps it
+to a Slack user. An answer is trusted for at most `FRESH` (60 s): `refresh` runs in the
+background more often than that, and the policy reads the last answer synchronously
+(`known`). When PagerDuty cannot be reached, the last known on-call holds for `HOLD` (15
+minutes), then nobody is on call through that schedule: fail closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+
+import httpx
+
+__all__ = ["FRESH", "HOLD", "LookupEmail", "PagerDutyOncall"]
+
+logger = logging.getLogger("opsgate.approvals")
+
+FRESH: Final = timedelta(seconds=60)
+HOLD: Final = timedelta(minutes=15)
+LookupEmail = Callable[[str], Awaitable[str | None]]
+"""A Slack user id for an email (`users.lookupByEmail`); None when Slack knows nobody."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    user: str | None
+    at: datetime
+    """When PagerDuty last answered for the schedule."""
+
+
+class PagerDutyOncall:
+    """The on-call of each PagerDuty schedule, kept fresh in the background."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        token: str,
+        base_url: str,
+        lookup_email: LookupEmail,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._http = http
+        self._token = token
+        self._base = base_url.rstrip("/")
+        self._lookup = lookup_email
+        self._clock = clock
+        self._known: dict[str, _Known] = {}
+
+    def known(self, schedule: str) -> str | None:
+        """The on-call Slack user of `schedule` as last fetched; None once the last answer is
+        older than `HOLD` (or there never was one)."""
+        found = self._known.get(schedule)
+        if found is None or self._clock() - found.at > HOLD:
+            return None
+        return found.user
+
+    async def refresh(self, schedule: str) -> None:
+        """Ask PagerDuty (and Slack) again unless the answer is younger than `FRESH`; a failure
+        keeps the last answer (`known` drops it after `HOLD`)."""
+        found = self._known.get(schedule)
+        if found is not None and self._clock() - found.at < FRESH:
+            return
+        try:
+            email = await self._oncall_email(schedule)
+            user = await self._lookup(email) if email else None
+        except Exception as exc:
+            logger.warning("PagerDuty schedule %s: on-call unknown (%s)", schedule, exc)
+            return
+        self._known[schedule] = _Known(user, self._clock())
+
+    async def run(self, schedules: tuple[str, ...], every: float = 20.0) -> None:
+        """Refresh every schedule each `every` seconds, until cancelled."""
+        while True:
+            for schedule in schedules:
+                await self.refresh(schedule)
+            await asyncio.sleep(every)
+
+    async def _oncall_email(self, schedule: str) -> str | None:
+        response = await self._http.get(
+            f"{self._base}/oncalls",
+            params={"schedule_ids[]": schedule, "earliest": "true", "include[]": "users"},
+            headers={
+                "Authorization": f"Token token={self._token}",
+                "Accept": "application/vnd.pagerduty+json;version=2",
+            },
+            timeout=10,
+        )
+        response.raise_for_status()
+        for entry in response.json().get("oncalls") or []:
+            user = entry.get("user") or {}
+            if isinstance(user.get("email"), str):
+                return str(user["email"])
+        return None

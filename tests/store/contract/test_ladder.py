@@ -1,0 +1,80 @@
+"""The contract of "when nobody answers": each escalation step and each reminder round of a
+waiting call is claimed once, by one of any number of stores (processes or replicas) on one
+database, with its audit row and the direct messages it owes; a decided call is never
+escalated or reminded about."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from bot.store import OutboxEntry, Store
+
+from .conftest import StoreFactory
+from .helpers import mention, paused_session
+
+
+def _dm(user: str) -> OutboxEntry:
+    return OutboxEntry("chat.postMessage", {"channel": user, "text": "waiting"}, 5, user)
+
+
+async def _carded(store: Store) -> list[str]:
+    _, rows = await paused_session(store)
+    for n, row in enumerate(rows):
+        await store.set_card(row.id, "C1", f"1700000000.00020{n}")
+    return [row.id for row in rows]
+
+
+async def test_only_carded_waiting_calls_are_listed(store: Store) -> None:
+    _, rows = await paused_session(store)
+    assert await store.waiting_calls() == []
+    await store.set_card(rows[0].id, "C1", "1700000000.000200")
+    assert [r.id for r in await store.waiting_calls()] == [rows[0].id]
+
+
+async def test_two_stores_racing_one_step_pass_it_once(new_store: StoreFactory) -> None:
+    async with new_store(person=mention) as one, new_store(person=mention) as two:
+        ledger_id = (await _carded(one))[0]
+        row = await one.get_call(ledger_id)
+        assert row is not None and row.escalation_step == 0
+        details = {"step": 1, "added": ["U0SECOND"]}
+        won = await asyncio.gather(
+            *[s.claim_escalation(row, 1, details, [_dm("U0SECOND")]) for s in (one, two, one, two)]
+        )
+        assert sorted(won) == [False, False, False, True]
+        after = await two.get_call(ledger_id)
+        assert after is not None and after.escalation_step == 1
+        escalated = [r for r in await one.audit_rows() if r.event == "escalated"]
+        assert [(r.details["step"], r.details["added"]) for r in escalated] == [(1, ["U0SECOND"])]
+        claimed = await one.claim_outbox("t", limit=50, lease=timedelta(seconds=30))
+        dms = [r for r in claimed if r.params.get("channel") == "U0SECOND"]
+        assert len(dms) == 1
+        # A stale view of the row (step 0) cannot pass step 1 again, nor jump to step 2.
+        assert not await two.claim_escalation(row, 2, {"step": 2, "added": []})
+        assert await two.claim_escalation(after, 2, {"step": 2, "added": []})
+
+
+async def test_reminders_are_claimed_once_per_round(new_store: StoreFactory) -> None:
+    async with new_store(person=mention) as one, new_store(person=mention) as two:
+        ledger_id = (await _carded(one))[0]
+        row = await one.get_call(ledger_id)
+        assert row is not None
+        details = {"round": 1, "to": ["U0A"]}
+        won = await asyncio.gather(
+            one.claim_reminder(row, 1, details), two.claim_reminder(row, 1, details)
+        )
+        assert sorted(won) == [False, True]
+        again = await one.get_call(ledger_id)
+        assert again is not None and again.reminders_sent == 1
+        reminded = [r for r in await two.audit_rows() if r.event == "reminded"]
+        assert [r.details["to"] for r in reminded] == [["U0A"]]
+
+
+async def test_a_decided_call_is_never_escalated(store: Store) -> None:
+    ledger_id = (await _carded(store))[0]
+    row = await store.get_call(ledger_id)
+    assert row is not None
+    await store.decide(ledger_id, "rejected", user_id="U0NO")
+    assert not await store.claim_escalation(row, 1, {"step": 1, "added": []})
+    assert not await store.claim_reminder(row, 1, {"round": 1, "to": []})
+    assert ledger_id not in [r.id for r in await store.waiting_calls()]
