@@ -11,7 +11,7 @@ checked: every answer whole once, every command output shown, no card with butto
 decision, no stream left open, no 👀 left, nothing dropped, no 429 told, every ack within 3 s.
 `SPEED` runs the buckets faster than the clock on both sides (the stand-in and the bot's
 pacer), so a storm of Slack minutes takes seconds; the ratio does not depend on it. The bar
-(issue 20) is 1.2x.
+is 1.2x.
 """
 
 from __future__ import annotations

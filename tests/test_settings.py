@@ -308,10 +308,10 @@ def test_manifest_has_what_the_bot_needs() -> None:
     ]
     assert set(manifest["oauth_config"]["scopes"]["bot"]) == {
         "app_mentions:read",
-        "assistant:write",  # the AI-app container (issue 24)
+        "assistant:write",  # the AI-app container
         "chat:write",
         "channels:history",
-        "channels:read",  # the Home tab: who is in a channel where anyone approves (issue 20)
+        "channels:read",  # the Home tab: who is in a channel where anyone approves
         "groups:history",
         "groups:read",
         "im:history",
@@ -332,10 +332,10 @@ def test_manifest_has_what_the_bot_needs() -> None:
         "message.mpim",
         "app_home_opened",  # the Home tab, and the agent's Messages tab opened
         "app_context_changed",  # the agent messaging experience: the channel looked at
-        "member_joined_channel",  # the Home tab's channel members (issue 20)
+        "member_joined_channel",  # the Home tab's channel members
         "member_left_channel",
     ]
-    # The Home tab and the message shortcut (issue 16).
+    # The Home tab and the message shortcut.
     assert features["app_home"]["home_tab_enabled"] is True
     assert features["shortcuts"] == [
         {

@@ -205,6 +205,6 @@ def load_shape(text: str) -> Shape | None:
         case "command" if isinstance(data.get("program"), str) and isinstance(
             data.get("subcommand"), str
         ):
-            # Before issue 23: program and subcommand. Read as the strict argv prefix.
+            # In older releases: program and subcommand. Read as the strict argv prefix.
             return ArgvShape((data["program"], data["subcommand"]), True, None)
     return None

@@ -242,7 +242,7 @@ _PREVIEW_LINES = 10
 
 
 def _preview_text(card: CardCall) -> str:
-    """The deciding rule's preview (issue 23): what ran, how it ended, its first lines."""
+    """The deciding rule's preview: what ran, how it ended, its first lines."""
     preview = card.preview
     if preview is None:
         return ""

@@ -158,7 +158,7 @@ def _freezes(
 
 
 def _preview(decision: GateDecision) -> list[str]:
-    """The deciding rule's preview (issue 23): the template and the argv it would run (not
+    """The deciding rule's preview: the template and the argv it would run (not
     run here), or why it would fail."""
     plan = decision.preview
     if plan is None:

@@ -151,7 +151,7 @@ class Metrics:
             ["value"],
             registry=r,
         )
-        # Issue 20: the outbox of Slack writes and what Slack's rate limits cost.
+        # the outbox of Slack writes and what Slack's rate limits cost.
         self._ratelimited = Counter(
             "opsgate_slack_ratelimited",
             "HTTP 429s from Slack (waited out, not failures), by method.",

@@ -78,7 +78,7 @@ def gauges_refresh(store: Store, metrics: Metrics) -> Refresh:
 
 
 OUTBOX_STUCK_SECONDS = 300.0
-"""Not ready when writes wait in the outbox and none was finished for this long (issue 20)."""
+"""Not ready when writes wait in the outbox and none was finished for this long."""
 
 
 def outbox_check(stuck_for: Callable[[], float]) -> ReadinessCheck:

@@ -149,7 +149,7 @@ class Cards:
         next start-up tries again too. `adopt`: a card may already be in the thread (see
         `_adopt_or_post`)."""
         post = self._adopt_or_post if adopt else self._post_once
-        # The deciding rule's preview runs before the card is posted (issue 23).
+        # The deciding rule's preview runs before the card is posted.
         row = await ensure_preview(self.ctx, row, call_decision(self.ctx, row))
         error = await post(thread, row, batch)
         if error is not None:

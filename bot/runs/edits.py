@@ -179,7 +179,7 @@ class Edits:
             return refusal_notice(verdict, edited, decision)
         # A call whose edited form has a preview is approved on the card that shows that
         # preview: the edit counts no approval, even one that would complete the quorum
-        # (issue 23: Approve binds to a preview someone saw).
+        # (Approve binds to a preview someone saw).
         previewed = decision.preview is not None
         outcome = await self.ctx.store.edit_call(
             ledger_id,

@@ -380,7 +380,7 @@ class NothingRevoked:
 
 
 # -- freezes ------------------------------------------------------------------------------------
-# Change freezes and break-glass (issue 23): what is announced in the channels a freeze covers,
+# Change freezes and break-glass: what is announced in the channels a freeze covers,
 # and the answers to `/opsgate freeze`, `/opsgate unfreeze` and "Mark reviewed".
 
 

@@ -68,7 +68,7 @@ async def take_over_lapsed(service: RunService) -> None:
         tools = tuple(r.tool for r in recovered.interrupted)
         thread = Thread.of(session)
         await ctx.output.say(thread, Recovered(tools))
-        # The dead replica never unmarked the message of the run it was on (issue 20).
+        # The dead replica never unmarked the message of the run it was on.
         for item in started:
             if item.session_id == session.id and item.message_ts:
                 await ctx.output.react(thread, item.message_ts, False)

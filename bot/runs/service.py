@@ -338,7 +338,7 @@ class RunService:
             tools = tuple(r.tool for r in recovered.interrupted)
             thread = Thread.of(recovered.session)
             await self.ctx.output.say(thread, Recovered(tools))
-            # The run cut short never unmarked its message (issue 20: no 👀 left behind).
+            # The run cut short never unmarked its message (no 👀 left behind).
             for item in started:
                 if item.session_id == recovered.session.id and item.message_ts:
                     await self.ctx.output.react(thread, item.message_ts, False)
@@ -350,7 +350,7 @@ class RunService:
         # mistake for runs cut short.
         await self.inbox.recover()
         await self.dispatcher.kick_all()
-        # Last (issue 20): redraw only the cards whose drawn state differs from their call's
+        # Last: redraw only the cards whose drawn state differs from their call's
         # (a decision, an interruption or a cancel recorded before its redraw), once saved
         # deliveries and queued runs have started; unchanged cards cost no call.
         await self.cards.redraw_stale()

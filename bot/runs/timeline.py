@@ -18,8 +18,8 @@ store (`handover`), for a resume after a restart or on another replica.
 Changes are shown when the run waits (`TimelineSink.flush`): when a tool starts, when a batch
 is answered, when the run pauses, when it ends. When it waits with no task moving (it paused for
 people, or every call of the batch is answered and the model is asked next) the sink `rest`s
-instead: Slack ends the timeline's stream then, not in the burst of the run's last words
-(issue 20); a later change edits the same message. What changed in between (five calls written,
+instead: Slack ends the timeline's stream then, not in the burst of the run's last words; a later
+change edits the same message. What changed in between (five calls written,
 gated, one answered and the next started) reaches the output together, the latest state of
 each task only, so a run costs Slack about one write per tool, not one per status change.
 

@@ -185,7 +185,7 @@ class CardCall:
     justification: str | None = None
     """That rule's `justification` (the operator's words)."""
     preview: CardPreview | None = None
-    """The deciding rule's preview (issue 23); None when its rule declares none."""
+    """The deciding rule's preview; None when its rule declares none."""
     # -- change freezes and break-glass (`bot.runs.freezes`) --
     frozen: str | None = None
     """The change freeze that blocks the call, in words; then no Approve, Edit or Allow."""

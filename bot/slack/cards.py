@@ -430,7 +430,7 @@ def minimal_blocks(card: CardCall, filename: str) -> list[dict[str, Any]]:
     if card.locked is not None:  # the lock's explanation is the section before the buttons
         kept = full[-2:]
     section_ = {"type": "section", "text": {"type": "mrkdwn", "text": text, "verbatim": True}}
-    # The preview stays: Approve binds to it (issue 23).
+    # The preview stays: Approve binds to it.
     return [section_, *_to_dicts(preview_blocks(card)), *kept]
 
 

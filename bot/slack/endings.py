@@ -1,4 +1,4 @@
-"""The ending of a streamed answer, kept in the outbox until Slack shows it (issue 20).
+"""The ending of a streamed answer, kept in the outbox until Slack shows it.
 
 Streaming text in flight stays in memory; but once an answer has all its text, what Slack still
 lacks of it (the current message's whole text, its closing blocks, the attached file) is stored

@@ -97,7 +97,7 @@ def allowance_blocks(allowances: Sequence[AllowanceInfo]) -> list[Block]:
 def _decision_buttons(call: CardCall) -> list[Block]:
     """Approve, Reject, Edit; only Reject (and a line saying why) when the tab cannot show the
     whole call: what is approved must be what was shown, here as on the card."""
-    # A previewed call is approved on its card, where the preview is shown (issue 23).
+    # A previewed call is approved on its card, where the preview is shown.
     previewed = call.preview is not None
     shown_whole = call.locked is None and overflow(call, _ARG_LIMIT) is None and not previewed
     approve = ButtonElement(

@@ -80,7 +80,7 @@ ACTION_EDIT = "opsgate_edit"
 ACTION_ALLOW = "opsgate_allow"
 BLOCK_ACTIONS = "opsgate_decision"
 """The prefix of a card's actions block id: `opsgate_decision:<digest>[.<preview digest>]
-[:<ledger id>]` (the preview digest on cards whose rule declares a preview, issue 23)."""
+[:<ledger id>]` (the preview digest on cards whose rule declares a preview)."""
 ACTION_RERUN_PREVIEW = "opsgate_rerun_preview"
 """A card's "Re-run preview" button: run the deciding rule's preview again and redraw."""
 ACTION_REVOKE = "opsgate_revoke"

@@ -1,4 +1,4 @@
-"""One "queued" notice per channel per burst, edited as the queue moves (issue 20).
+"""One "queued" notice per channel per burst, edited as the queue moves.
 
 A burst of alerts in a channel at its `concurrency` used to post one "Queued" notice into each
 queued thread: as many `chat.postMessage` calls as alerts, all against the channel's one post a

@@ -141,7 +141,7 @@ class ThreadReply:
             self.text = rest
         waiting = len(self.text) - self._sent
         # Slack's bucket for the next call is short: send bigger pieces, less often, instead of
-        # queueing small ones behind it (issue 20).
+        # queueing small ones behind it.
         method = "chat.appendStream" if self.use_streaming else "chat.update"
         busy = self.started and self.short is not None and self.short(method)
         flush_chars = self.flush_chars * (BUSY_FACTOR if busy else 1)

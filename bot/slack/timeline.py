@@ -338,7 +338,7 @@ class SlackTimeline:
         """No task moves for a while (the run paused, or its batch is answered): what is held
         is shown and the stream is ended now, not at the run's end. Slack ends a stream left
         idle anyway, and a stream kept open costs its `chat.stopStream` (Tier 2) in the burst
-        of the runs' last words, behind the answers' own streams (issue 20: 30 approvals
+        of the runs' last words, behind the answers' own streams (30 approvals
         drained in 1.48x the floor, 1.15x so). Later changes (a partial count, a cancel, a
         later turn's calls) edit the same message, as after an expired stream."""
         async with self._sending:

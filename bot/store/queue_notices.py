@@ -1,4 +1,4 @@
-"""Each channel's one "queued" notice per burst, shared by every process (issue 20).
+"""Each channel's one "queued" notice per burst, shared by every process.
 
 A burst is the time a channel's queue is not empty. Its notice is one message in the channel,
 posted once and then edited as the queue moves; which message that is, and what it shows, is a

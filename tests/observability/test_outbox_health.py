@@ -1,4 +1,4 @@
-"""`/readyz` and `/metrics` for the Slack outbox (issue 20): not ready when writes wait and the
+"""`/readyz` and `/metrics` for the Slack outbox: not ready when writes wait and the
 sender made no progress past the threshold; the rate-limit and outbox metrics are exported."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""`[[freezes]]`, `freeze_admins`, `break_glass_approvers` and `break_glass` in the policy file
-(issue 23): which window holds a moment, and the mistakes that stop start-up, named."""
+"""`[[freezes]]`, `freeze_admins`, `break_glass_approvers` and `break_glass` in the policy file:
+which window holds a moment, and the mistakes that stop start-up, named."""
 
 from __future__ import annotations
 

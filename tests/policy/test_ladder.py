@@ -207,7 +207,7 @@ def test_the_readme_worked_example_is_real() -> None:
     from bot.cli.policy import explain
 
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("#### When nobody answers", 1)[1]
+    section = readme.split("## When nobody answers", 1)[1]
     toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
     shown = section.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
     policy = Policy.from_toml(toml)

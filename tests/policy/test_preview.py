@@ -1,4 +1,4 @@
-"""A rule's `preview` template (issue 23): checked when the file is read, expanded into an argv
+"""A rule's `preview` template: checked when the file is read, expanded into an argv
 from the simple command the rule matched (never a shell string)."""
 
 from __future__ import annotations

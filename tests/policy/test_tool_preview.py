@@ -1,4 +1,4 @@
-"""A custom or MCP tool's `preview` (issue 23): a paired read-only tool named in the policy,
+"""A custom or MCP tool's `preview`: a paired read-only tool named in the policy,
 called with `preview_args` filled from the call's arguments; the keys checked when the file is
 read (unknown keys still stop start-up)."""
 

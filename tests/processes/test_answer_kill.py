@@ -1,4 +1,4 @@
-"""A kill -9 while a long answer is being streamed loses none of it (issue 20): a real
+"""A kill -9 while a long answer is being streamed loses none of it: a real
 `opsgate run --http` child streams a 9,000-character answer; its ending is in the outbox before
 `chat.stopStream` is called, and the child is killed with that stop in flight (Slack not having
 applied it, or having applied it without answering). Started again on the same file, the sender

@@ -1,4 +1,4 @@
-"""kill -9 after a decision committed and before its card's redraw reached Slack (issue 20): a
+"""kill -9 after a decision committed and before its card's redraw reached Slack: a
 real `opsgate run --http` child holds at the `redraw_claimed` fault point (the sender took the
 redraw the store wrote with the decision, and has not drawn it) and is killed there. The
 database holds the decision and its `opsgate.card` intent together; the restarted bot sends it,

@@ -1,4 +1,4 @@
-"""A kill -9 in the middle of a storm loses nothing owed to Slack (issue 20): a real
+"""A kill -9 in the middle of a storm loses nothing owed to Slack: a real
 `opsgate run --http` child process, against the stand-in that enforces Slack's tiers, is killed
 while its outbox still holds writes and a run is mid-answer; started again on the same file it
 sends what was left, tells the cut run's thread, and leaves no 👀 behind."""

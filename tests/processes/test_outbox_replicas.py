@@ -1,4 +1,4 @@
-"""A kill -9 of one of three replicas in the middle of a storm loses nothing (issue 20).
+"""A kill -9 of one of three replicas in the middle of a storm loses nothing.
 
 Three real `opsgate run --http` replicas on one PostgreSQL database share the stand-in that
 enforces Slack's tiers (at Slack's own pace), each spending a third of the workspace's budget

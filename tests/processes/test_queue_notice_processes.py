@@ -1,4 +1,4 @@
-"""One "queued" notice per channel per burst across processes (issue 20): two real processes
+"""One "queued" notice per channel per burst across processes: two real processes
 (`tests/support/queue_notice_child.py`) on one database, an SQLite file or PostgreSQL, queue
 and start messages of one channel; one of them is killed (-9) and started again. Whichever
 process sends a drawing, it edits the one message the burst posted, until the queue is empty;

@@ -189,7 +189,7 @@ async def test_check_warns_once_for_each_way_commands_reach_the_bots_files(
 async def test_a_preview_runs_as_run_as_too(
     tmp_path: Path, unprivileged: pwd.struct_passwd, shared_dir: Path
 ) -> None:
-    """Issue 23: a rule's preview runs before the card as `run_as`, in `workdir`, unapproved:
+    """a rule's preview runs before the card as `run_as`, in `workdir`, unapproved:
     it cannot read what the bot's user alone may."""
     policy = Policy.from_toml(
         f'[tools.run_command]\napproval = "rules"\nrun_as = "{unprivileged.pw_name}"\n'

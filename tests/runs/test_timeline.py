@@ -79,7 +79,7 @@ async def test_a_task_is_in_progress_when_its_tool_starts_running() -> None:
 
 async def test_the_timeline_rests_once_every_call_of_the_batch_is_answered() -> None:
     """The model is asked next: no task moves, so the sink may end what only lasts while
-    tasks move (Slack's stream), not in the burst of the run's last words (issue 20)."""
+    tasks move (Slack's stream), not in the burst of the run's last words."""
     shown = _Shown()
     timeline = Timeline(shown, lambda call_id: None)
     for n in (1, 2):

@@ -1,4 +1,4 @@
-"""A run whose final answer Slack never took is counted `answer_lost` (issue 20): the end of
+"""A run whose final answer Slack never took is counted `answer_lost`: the end of
 the streamed answer is refused (the stream's stop, then the outbox's redraw of the message
 with the whole answer), so `opsgate_runs_total{outcome="answer_lost"}` counts it. (The run was
 counted completed when its ending was stored: the answer was then whole in the database.)"""

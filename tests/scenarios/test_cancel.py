@@ -200,7 +200,7 @@ async def test_cancel_withdraws_a_queued_message(tmp_path: Path) -> None:
 
 async def test_recovery_redraws_cards_left_live_by_a_crash_after_a_cancel(tmp_path: Path) -> None:
     """A cancel recorded with no redraw owed (simulated: straight in a store that owes none,
-    as a release before issue 20's card redraws did, and a crash before its redraw): start-up
+    as a release before the card redraws did, and a crash before its redraw): start-up
     finds the cards drawn pending for calls that are cancelled, and takes their buttons away;
     a second start-up redraws nothing. (A store that owes redraws writes them with the cancel:
     tests/scenarios/test_card_redraws.py.)"""

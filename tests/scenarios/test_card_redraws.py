@@ -1,4 +1,4 @@
-"""A decision's card redraw goes through the outbox, written with the decision (issue 20): the
+"""A decision's card redraw goes through the outbox, written with the decision: the
 click commits the decision and an `opsgate.card` intent together; the sender draws the card
 from the call's state when it sends it (no buttons, who decided), and records it drawn. The
 call's result owes one more (the card says it ran), unless it supersedes one still unsent.

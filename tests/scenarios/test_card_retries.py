@@ -31,7 +31,7 @@ def _is_card(params: dict[str, Any]) -> bool:
 async def test_a_rate_limited_card_waits_its_turn_and_runs(tmp_path: Path) -> None:
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
         _short_retries(bot)
-        # Issue 20: a 429 is waited out, never given up, and never told as a failure.
+        # a 429 is waited out, never given up, and never told as a failure.
         bot.slack.fail_next(
             "chat.postMessage", status=429, retry_after=0, times=RATE_LIMITED, where=_is_card
         )

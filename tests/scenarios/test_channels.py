@@ -199,7 +199,7 @@ async def test_fifty_alerts_fifty_runs_never_more_than_the_limit(tmp_path: Path)
         for i in range(total):
             session = await store.find_session("T0TEST", ALERTS, f"1700100{i:03d}.000300")
             assert session is not None and session.state == "idle"
-        # One "queued" notice for the burst (issue 20), redrawn until the queue emptied.
+        # One "queued" notice for the burst, redrawn until the queue emptied.
         [notice] = [
             c
             for c in bot.slack.calls_to("chat.postMessage")

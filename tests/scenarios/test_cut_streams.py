@@ -1,4 +1,4 @@
-"""A stream cut off for good is finished from the outbox (issue 20): when `chat.appendStream`
+"""A stream cut off for good is finished from the outbox: when `chat.appendStream`
 keeps failing with a real error, the streamed message is taken over by `chat.update` (its text
 is never shown twice), and when the answer's last write fails too, the outbox's sender, holding
 the answer's ending, completes it: the thread shows the whole answer exactly once."""

@@ -167,7 +167,7 @@ async def test_an_invalid_edit_comes_back_as_field_errors(tmp_path: Path) -> Non
 
 # -- allow ------------------------------------------------------------------------------------
 
-# Since issue 23 an "Allow for" click allows the exact argv unless the deciding rule declares a
+# Now an "Allow for" click allows the exact argv unless the deciding rule declares a
 # prefix (`allow_prefix`): this policy gates every echo and declares `echo hi …` allowable, so
 # that a later `echo hi two` is of the allowed shape.
 ALLOW_POLICY = (

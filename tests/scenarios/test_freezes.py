@@ -1,4 +1,4 @@
-"""Change freezes and break-glass through the real app over signed loopback HTTP (issue 23): a
+"""Change freezes and break-glass through the real app over signed loopback HTTP: a
 scheduled freeze on an injected clock blocks Approve and allowances and is lifted at its end
 (cards redrawn with their buttons); `/opsgate freeze` is for freeze admins only; break-glass
 by a listed person runs the call, posts the notice and leaves a review item the breaker cannot

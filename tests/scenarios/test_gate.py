@@ -161,7 +161,7 @@ async def test_every_action_and_modal_handler_refuses_a_click_with_no_workspace(
             ("view_submission", CALLBACK_ALLOW): view_submission(
                 CALLBACK_ALLOW, f"{ledger_id} {row.running_digest}", shape, user=CAROL
             ),
-            # Change freezes (issue 23): "Break glass", its reason form, "Mark reviewed".
+            # Change freezes: "Break glass", its reason form, "Mark reviewed".
             ("action", ACTION_BREAK_GLASS): click(ACTION_BREAK_GLASS, ledger_id),
             ("view_submission", CALLBACK_BREAK_GLASS): view_submission(
                 CALLBACK_BREAK_GLASS,
@@ -204,7 +204,7 @@ async def test_every_action_and_modal_handler_refuses_a_click_with_no_workspace(
         assert len(refused) == len(requests) - 1, told
         [revoked] = await bot.hook_answers(ACTION_REVOKE)
         assert "only its granter or an approver" in revoked["text"]
-        # Issue 23: every refusal row names who may decide (`rule`) and the policy rule that
+        # every refusal row names who may decide (`rule`) and the policy rule that
         # applied (`policy_rule`, None where no tool call's rule is involved).
         refusals = [r for r in await bot.deps.store.audit_rows() if r.event == "refusal"]
         assert len(refusals) >= 10
@@ -266,7 +266,7 @@ async def test_every_kind_of_request_is_saved_before_its_listener_runs(tmp_path:
                 ),
                 "application/json",
             ),
-            # The AI-app container's events (issue 24), each its own listener.
+            # The AI-app container's events, each its own listener.
             "event:assistant_thread_started": (event_body(started), "application/json"),
             "event:assistant_thread_context_changed": (event_body(changed), "application/json"),
             # The agent messaging experience's: the Messages tab opened, the context changed.
@@ -292,7 +292,7 @@ async def test_every_kind_of_request_is_saved_before_its_listener_runs(tmp_path:
                 ),
                 FORM,
             ),
-            # The feedback button and its modal (issue 24), the Allow dialog (issue 23).
+            # The feedback button and its modal, the Allow dialog.
             "action:feedback": (
                 interaction_body(
                     block_actions(

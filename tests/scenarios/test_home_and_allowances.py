@@ -1,4 +1,4 @@
-"""The rest of issue 16 end to end (signed requests into the Bolt app, the Slack Web API
+"""The Home tab and allowances end to end (signed requests into the Bolt app, the Slack Web API
 stand-in, the LLM stand-in, a real SQLite file): `/opsgate allowances` and Revoke, Reject and
 Edit from the Home tab, Home tabs republished for the people a decision affects, a stale
 Approve from a card drawn before an edit, and the shortcut in a thread awaiting approval."""

@@ -1,5 +1,5 @@
 """A message the bot acts on goes through the one intake as one row and one commit before its
-200 (issue 20's burst: not a `request` row and then a `message` row, each its own wait), and
+200 (burst: not a `request` row and then a `message` row, each its own wait), and
 keeps every guarantee of the intake: dedupe per delivery, replay of rows left behind, the
 author told when the database refuses, Slack's retry handled once. Through the real app over
 signed loopback HTTP and a real SQLite file."""

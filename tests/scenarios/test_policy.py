@@ -207,15 +207,15 @@ async def test_a_reminder_goes_out_once_before_expiry(tmp_path: Path) -> None:
 
         clock.now += timedelta(minutes=9)
         await bot.service.expire_due()
-        await bot.settle()  # the reminder goes out through the outbox (issue 20)
+        await bot.settle()  # the reminder goes out through the outbox
         assert reminders() == []
         clock.now += timedelta(minutes=2)  # 4 minutes left
         await bot.service.expire_due()
-        await bot.settle()  # the reminder goes out through the outbox (issue 20)
+        await bot.settle()  # the reminder goes out through the outbox
         assert len(reminders()) == 1 and "`run_command`" in reminders()[0]
         clock.now += timedelta(minutes=1)
         await bot.service.expire_due()
-        await bot.settle()  # the reminder goes out through the outbox (issue 20)
+        await bot.settle()  # the reminder goes out through the outbox
         assert len(reminders()) == 1  # once only
         assert [a.event for a in await bot.deps.store.audit_rows()].count("reminder") == 1
         assert len(bot.llm.requests) == 1  # a reminder resumes nothing

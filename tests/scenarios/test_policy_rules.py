@@ -1,4 +1,4 @@
-"""Command-aware policy rules end to end (issue 23): signed requests into the real Bolt app, the
+"""Command-aware policy rules end to end: signed requests into the real Bolt app, the
 Slack Web API and LLM stand-ins, real commands and the real SQLite file."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Previews on the card, bound to the approval (issue 23), end to end: signed requests into the
+"""Previews on the card, bound to the approval, end to end: signed requests into the
 real Bolt app, the Slack Web API and LLM stand-ins, real preview commands (`cat` of a file the
 test changes) and the real SQLite file, with an injected clock for the preview's age."""
 

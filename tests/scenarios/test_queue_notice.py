@@ -1,4 +1,4 @@
-"""Merged "queued" notices (issue 20): a burst of mentions in one channel at its concurrency
+"""Merged "queued" notices: a burst of mentions in one channel at its concurrency
 gets one notice in the channel, redrawn as the queue moves, instead of one post per queued
 thread against the channel's one post a second; through the stand-in that enforces Slack's
 tiers (at `SPEED`), nothing is refused for long, dropped, or told to anyone."""

@@ -1,4 +1,4 @@
-"""Storms through the stand-in that enforces Slack's tiers (issue 20), at a reduced scale of
+"""Storms through the stand-in that enforces Slack's tiers, at a reduced scale of
 size and time (`SPEED`: Slack's minute in a few seconds, on both sides): the five storms of the
 issue (`tests.support.storms`; `bench/storms.py` runs them at full scale), each ending with
 every answer whole and once, every command output shown, no card keeping its buttons after its

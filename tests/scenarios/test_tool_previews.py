@@ -1,4 +1,4 @@
-"""Previews of custom and MCP tools (issue 23): the tool's policy names a paired read-only tool
+"""Previews of custom and MCP tools: the tool's policy names a paired read-only tool
 (`preview`, with `preview_args` filled from the call), called before the card is posted, its
 output on the card and bound to Approve like a command's preview. End to end: signed requests
 into the real Bolt app, the Slack and LLM stand-ins, a team's own tools

@@ -1,4 +1,4 @@
-"""The durable sender (issue 20): writes stored in the outbox reach Slack once each, cards'
+"""The durable sender: writes stored in the outbox reach Slack once each, cards'
 redraws first, superseded ones merged, through the paced client against the stand-in that
 enforces Slack's tiers; what one process left is sent by the next; real errors are dropped
 (and counted) at once."""

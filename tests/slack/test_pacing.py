@@ -1,4 +1,4 @@
-"""Pacing (issue 20): the bot's Web API client takes turns at Slack's tiers, so a storm is spread
+"""Pacing: the bot's Web API client takes turns at Slack's tiers, so a storm is spread
 out instead of refused, waits out every 429 (`Retry-After`) until the call is applied, and still
 fails fast on real errors. Against the stand-in enforcing the same tiers, run faster (`speed`)."""
 

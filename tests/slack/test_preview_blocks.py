@@ -1,4 +1,4 @@
-"""The preview on a card (issue 23): first lines only with a note for the rest, untrusted output
+"""The preview on a card: first lines only with a note for the rest, untrusted output
 escaped, "preview failed" with Approve kept, and the minimal card keeps it (Approve binds to it)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The channel's one "queued" notice is the store's (issue 20): two senders on one database (as
+"""The channel's one "queued" notice is the store's: two senders on one database (as
 two replicas) and a restart edit the same message, drawn from the store's queue, until the
 queue is empty; then the burst is over and the next queued message posts a new notice. Never
 two notices for one burst."""

@@ -1,7 +1,7 @@
 """The Slack stand-in's rate-limit mode, checked against slack_sdk's own AsyncWebClient and its
 RateLimitErrorRetryHandler: Slack's tiers per app and method (and per channel for
 chat.postMessage), 429 with Retry-After, the call not applied, 429s counted per method; and what
-the bot does today under those limits (issue 20)."""
+the bot does today under those limits."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ async def test_after_its_retries_slack_sdk_gives_the_write_up(
     slack: SlackAPIStandIn, clock: ManualClock
 ) -> None:
     """Time stands still here, so every retry is refused too: the write is dropped, the way
-    issue 20 saw answers lost."""
+    an unpaced bot lost answers."""
     client = AsyncWebClient(token=TOKEN, base_url=slack.url)
     client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=1))
     for n in range(3):
@@ -195,7 +195,7 @@ async def test_off_by_default_nothing_is_limited() -> None:
 
 
 BURST = 12
-"""Mentions in one channel at once (issue 20 measured 60; 12 keep this test near 20 s)."""
+"""Mentions in one channel at once."""
 
 
 async def answer(body: dict[str, Any]) -> web.StreamResponse:
@@ -215,8 +215,8 @@ async def test_a_burst_of_mentions_in_one_channel_at_slacks_limits(tmp_path: Pat
     12/12 answers; 429s: chat.postMessage 19, chat.startStream 13; given up: 2 "Queued" notices.
     20 mentions: 20/20 answers; given up: 10 of 18 "Queued" notices and 1 chat.startStream
     (that answer was posted instead). 12 mentions over 12 channels: 12/12; 4 chat.startStream
-    given up (posted instead). The losses issue 20 reports need its larger storms. Since
-    issue 20 the bot paces its calls at these limits (`bot.slack.pacing`)."""
+    given up (posted instead). Larger storms lost answers before the bot was paced; the bot paces
+    its calls at these limits (`bot.slack.pacing`)."""
     rate_limits = RateLimits()
     async with SlackAPIStandIn(rate_limits=rate_limits) as slack, LLMStandIn() as llm:
         for _ in range(BURST):
@@ -233,7 +233,7 @@ async def test_a_burst_of_mentions_in_one_channel_at_slacks_limits(tmp_path: Pat
             for message in slack.messages
         )
     ]
-    # The burst did meet the limits; since issue 20 the bot paces itself under them, so Slack
+    # The burst did meet the limits; the bot paces itself under them, so Slack
     # refuses little or nothing (each refusal is waited out, never given up).
     assert rate_limits.admitted["chat.startStream"] > TIER_2.burst
     assert sum(rate_limits.refused.values()) <= 2

@@ -1,4 +1,4 @@
-"""Streaming answers under Slack's limits (issue 20): an answer takes at most five messages (the
+"""Streaming answers under Slack's limits: an answer takes at most five messages (the
 whole of it attached as a file) on every path, streaming or post-and-edit, and a 429 on
 `chat.startStream` is waited out instead of turning streaming off."""
 

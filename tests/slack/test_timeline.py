@@ -229,7 +229,7 @@ async def test_a_partial_approval_moves_the_waiting_count_on(
         if streaming:
             waiting = [d for d in details(task_chunks(bot.slack), "call_1") if "approval" in d]
             # Waiting once its card is posted (the count-less state before is coalesced
-            # away); the pause ends the stream (issue 20), so the count edits its message.
+            # away); the pause ends the stream, so the count edits its message.
             assert waiting == ["waiting for approval (0 of 2)"]
             [started] = bot.slack.calls_to("chat.startStream")
             [stopped] = bot.slack.calls_to("chat.stopStream")
@@ -341,7 +341,7 @@ async def test_a_cancelled_pause_shows_its_calls_not_run_on_its_ended_stream(
         root = await bot.mention("go", user=ALICE)
         await bot.wait_cards(1)
         await bot.settle()
-        # The pause ended the stream (issue 20: not in the burst after the decisions).
+        # The pause ended the stream (not in the burst after the decisions).
         [stopped] = [c for c in bot.slack.calls_to("chat.stopStream") if c.ok]
         [started] = bot.slack.calls_to("chat.startStream")
         assert stopped.params["ts"] == started.response["ts"]
@@ -383,7 +383,7 @@ async def test_a_paused_stream_that_slack_expired_is_edited_in_place(tmp_path: P
 
 
 async def test_the_resumes_timeline_stream_ends_before_the_answer_starts(tmp_path: Path) -> None:
-    """Issue 20: each timeline stream is stopped as soon as no task moves (the pause; the
+    """each timeline stream is stopped as soon as no task moves (the pause; the
     batch answered), so its `chat.stopStream` is not queued behind the answers' streams."""
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
         bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])

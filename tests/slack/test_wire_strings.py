@@ -50,7 +50,7 @@ ACTION_IDS = {
     "reason_choice_select",
     "reason_input",
     "value",
-    # Change freezes (issue 23)
+    # Change freezes
     "opsgate_break_glass",
     "opsgate_mark_reviewed",
     "glass_reason_input",
@@ -175,7 +175,7 @@ def test_decision_block_ids_carry_digest_and_ledger_id() -> None:
     assert decision == {
         f"opsgate_decision:{DIGEST}",
         f"opsgate_decision:{DIGEST}:{LEDGER}",
-        f"opsgate_decision:{DIGEST}.{PREVIEW_DIGEST}",  # a card with a preview (issue 23)
+        f"opsgate_decision:{DIGEST}.{PREVIEW_DIGEST}",  # a card with a preview
     }
     pattern = re.compile(
         r"^opsgate_decision:[0-9a-f]{1,64}(\.[0-9a-f]{1,64})?(:[0-9A-Za-z_-]{1,64})?$"

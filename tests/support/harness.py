@@ -230,7 +230,7 @@ class Bot:
                 if runs and self.deps.tasks.running:
                     await self.deps.tasks.wait_idle()
                     continue
-                # What the runs said is in the outbox (issue 20) until its sender sent it.
+                # What the runs said is in the outbox until its sender sent it.
                 outbox = getattr(self.service.ctx.output, "outbox", None)
                 if outbox is not None and not outbox.idle:
                     await outbox.wait_idle()

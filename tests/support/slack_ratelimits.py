@@ -5,7 +5,7 @@ Slack limits each method per app per workspace (one bot token here) by tier, and
 limit answers HTTP 429 `{"ok": false, "error": "ratelimited"}` with `Retry-After` (whole
 seconds) and is not applied. Each limit here is a token bucket: `burst` calls at once, refilled
 at `per_minute`. Tiers from https://docs.slack.dev/apis/web-api/rate-limits and each method's
-reference page ("Rate limits" under Facts); bursts are the ones issue 20 measures against.
+reference page ("Rate limits" under Facts); bursts are the ones the storms measure against.
 
 The clock is a hook: `ManualClock` lets a test move time on instead of waiting for it, and
 `speed` runs the buckets faster than the clock (a storm at a reduced scale of time; `Retry-After`

@@ -1,4 +1,4 @@
-"""The storms of issue 20 at any scale, and what is checked once each has drained.
+"""The outbox's storms at any scale, and what is checked once each has drained.
 
 Each storm sends its events through the running bot (`tests.support.harness.running_bot`
 against `SlackAPIStandIn(rate_limits=...)`) and returns a check: the problems it finds, in

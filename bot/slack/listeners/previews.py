@@ -1,4 +1,4 @@
-"""The "Re-run preview" button of an approval card (issue 23): the call's preview is run again
+"""The "Re-run preview" button of an approval card: the call's preview is run again
 and the card redrawn with it; who may click is who may approve the call (`authorize()`, action
 `preview`, in `bot/runs/previews.py`)."""
 

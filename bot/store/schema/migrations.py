@@ -287,7 +287,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         14,
-        # Change freezes and break-glass (issue 23). Ad hoc freezes (`/opsgate freeze`) must hold
+        # Change freezes and break-glass. Ad hoc freezes (`/opsgate freeze`) must hold
         # on every replica, so they are rows; each start and end of a freeze is announced and
         # audited once across replicas by claiming its key here; a break-glass use is a row
         # until an approver other than the breaker marks it reviewed.
@@ -359,7 +359,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         15,
-        # Issue 23's previews: the last run of a gated call's preview (JSON text on both
+        # Previews: the last run of a gated call's preview (JSON text on both
         # databases), shown on its card and bound to its approval.
         "the last preview run of a gated call",
         sqlite=("ALTER TABLE tool_calls ADD COLUMN preview TEXT",),
@@ -367,7 +367,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         16,
-        # Issue 20: each channel's one "queued" notice of a burst, shared by every process
+        # each channel's one "queued" notice of a burst, shared by every process
         # (`bot.store.queue_notices`): the posted message's ts and what it shows, so any
         # replica, or the next start, edits that message instead of posting another.
         "each channel's queued notice: its message and what it shows",

@@ -1,4 +1,4 @@
-"""The contract of the AI-app container's conversations (issue 24): the channel each one's user
+"""The contract of the AI-app container's conversations: the channel each one's user
 looks at is in the database, so a restart and every process on it see the last change, and
 exactly one run of a conversation names it."""
 

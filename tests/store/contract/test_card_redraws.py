@@ -1,4 +1,4 @@
-"""A change a card shows and the card's redraw commit together (issue 20): with redraws owed
+"""A change a card shows and the card's redraw commit together: with redraws owed
 (`owe_card_redraws`, as the Slack server sets), a decision, an approval of N, an edit, "Allow
 for", an expiry, a cancel, a break-glass use and its review, and a preview's run each write one
 `CARD_REDRAW` intent for the call's card in their own transaction, and wake the sender after

@@ -1,4 +1,4 @@
-"""The contract of the learned context windows (issue 22): remembered in the database, so a
+"""The contract of the learned context windows: remembered in the database, so a
 restart and every replica know what a provider's refusal taught one of them."""
 
 from __future__ import annotations

@@ -211,7 +211,7 @@ async def test_a_click_bound_to_the_pre_edit_digest_records_nothing(store: Store
 
 
 async def test_decision_and_refusal_rows_carry_the_policy_rule(store: Store) -> None:
-    """Issue 23: `details.policy_rule` names the policy rule that gated the call, next to
+    """`details.policy_rule` names the policy rule that gated the call, next to
     `details.rule` (who may decide), on decision and refusal rows, from `decide` and
     `allow_call` alike."""
     _, rows = await paused_session(store)

@@ -1,4 +1,4 @@
-"""The contract of change freezes and break-glass in the store (issue 23): ad hoc freezes hold
+"""The contract of change freezes and break-glass in the store: ad hoc freezes hold
 on every store sharing the database, each freeze announcement is claimed once however many
 replicas race for it (an end only after its start), and a break-glass use is recorded once and
 reviewed once, never by its breaker."""

@@ -1,4 +1,4 @@
-"""The contract of the outbox (issue 20): a write owed to Slack is stored before it is tried,
+"""The contract of the outbox: a write owed to Slack is stored before it is tried,
 claimed by one sender at a time for a lease, re-claimed when that lease lapses (a dead replica),
 and writes that supersede each other are merged before they are sent."""
 

@@ -1,4 +1,4 @@
-"""The contract of a held outbox row (issue 20, an answer's ending): stored already claimed by the
+"""The contract of a held outbox row (an answer's ending): stored already claimed by the
 process making its write, so no sender takes it while that process lives and holds it; its
 restart (taking the same name) or the lapse of its lease hands it to a sender."""
 

@@ -1,4 +1,4 @@
-"""The contract of a call's preview (issue 23): stored with the call and audited; a run that
+"""The contract of a call's preview: stored with the call and audited; a run that
 changed resets the approvals so far; an approval from a card that showed another preview
 digest counts for nothing; decision rows carry the preview digest."""
 

@@ -1,4 +1,4 @@
-"""The contract of each channel's queued notice (issue 20): a burst is a row every store on the
+"""The contract of each channel's queued notice: a burst is a row every store on the
 database shares, opened by a "queued" in the transaction of its outbox intent, drawn again on a
 start only while open, holding the posted message's ts, and ended once (a "queued" that came
 meanwhile keeps the burst going, without the old message)."""

@@ -1,4 +1,4 @@
-"""The README's "Policy rules" worked example is real (issue 23): its kubectl policy is read as
+"""The policy reference's worked example is real: its kubectl policy is read as
 written and every `opsgate policy explain` transcript shown under it is what the command prints,
 line for line, through the real command line."""
 
@@ -13,15 +13,15 @@ import pytest
 from bot.cli import main
 from bot.policy import Policy
 
-README = Path(__file__).parents[2] / "README.md"
+POLICY_DOC = Path(__file__).parents[2] / "docs" / "policy.md"
 _SECTION = "**Worked example: a kubectl policy.**"
 
 
 def _example() -> tuple[str, list[tuple[str, list[str]]]]:
     """The example's TOML and each transcript: (the command line, the lines it prints)."""
-    text = README.read_text(encoding="utf-8")
+    text = POLICY_DOC.read_text(encoding="utf-8")
     start = text.index(_SECTION)
-    end = text.index("#### Change freezes and break-glass", start)
+    end = text.index("### Change freezes and break-glass", start)
     blocks = re.findall(r"```(\w*)\n(.*?)```", text[start:end], flags=re.S)
     [toml] = [body for lang, body in blocks if lang == "toml"]
     transcripts: list[tuple[str, list[str]]] = []
