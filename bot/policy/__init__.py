@@ -36,6 +36,7 @@ from ._fields import Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import GateDecision, PartVerdict
 from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
+from ._plane import PlaneClient, PlanePolicy
 from ._policy import Policy
 from ._preview import DEFAULT_PREVIEW_TTL, PreviewPlan
 from ._rules import Rule, Tier
@@ -53,6 +54,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "GateDecision",
     "ParsedCommand",
     "PartVerdict",
+    "PlaneClient",
+    "PlanePolicy",
     "Policy",
     "PolicyError",
     "PreviewPlan",

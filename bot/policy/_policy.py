@@ -36,6 +36,7 @@ from ._model import (
     ToolPolicy,
     check_reachable,
 )
+from ._plane import PlanePolicy
 
 __all__ = ["Policy"]
 
@@ -54,6 +55,8 @@ class Policy(Model):
     """`[audit]`: the audit log's export (a webhook)."""
     freezes: tuple[FreezeSpec, ...] = ()
     """`[[freezes]]`: change freezes (`bot.policy._freezes`)."""
+    plane: PlanePolicy = PlanePolicy()
+    """`[plane]`: outside automation that may ask for approvals (`bot.policy._plane`)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)

@@ -32,6 +32,7 @@ __all__ = [
     "GlassInfo",
     "HomeView",
     "OutcomeStatus",
+    "OutsideAsk",
     "PendingEntry",
     "ServerTool",
     "preview_file",
@@ -102,6 +103,14 @@ def preview_file(call_id: str, output: str, digest: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class OutsideAsk:
+    """Who asked for a call from outside OpsGate (`bot.plane`): OpsGate will not run it."""
+
+    client: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class CardCall:
     """Everything a card shows; the service builds it from a ledger row."""
 
@@ -158,6 +167,8 @@ class CardCall:
     """The frozen card offers "Break glass" (the policy's `break_glass`)."""
     glass: GlassInfo | None = None
     """Someone broke glass on this call: the decided card keeps "Mark reviewed" until then."""
+    outside: OutsideAsk | None = None
+    """An outside request's: who asked and why; the caller runs the command, not OpsGate."""
 
 
 @dataclass(frozen=True, slots=True)

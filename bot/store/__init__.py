@@ -44,6 +44,7 @@ from .models import (
     batch_complete,
 )
 from .outbox import CARD_REDRAW, REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, card_redraw
+from .plane import PlaneRequest, PlaneState
 from .queue_notices import QUEUE_NOTICE, QUEUE_PRIORITY, QueueNotice, queue_redraw
 from .reasons import (
     AlreadyApprovedByYou,
@@ -110,6 +111,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "OutboxRow",
     "OutboxStats",
     "PendingApproval",
+    "PlaneRequest",
+    "PlaneState",
     "PreviewChanged",
     "QUEUE_NOTICE",
     "QUEUE_PRIORITY",

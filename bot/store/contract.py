@@ -39,6 +39,7 @@ from .models import (
     ToolCallRow,
 )
 from .outbox import OutboxEntry, OutboxRow, OutboxStats
+from .plane import PlaneRequest
 from .queue_notices import QueueNotice
 from .states import CardLock, InboxKind
 
@@ -610,3 +611,23 @@ class Store(Protocol):
         """A run of the conversation starts with `run_channel`'s policy (its resume reads it
         back). True for the first run of the conversation only, across all stores: it names
         the conversation. A thread outside the container: nothing is written, False."""
+
+    # -- requests from outside automation (`bot.store.plane`) -----------------------------------
+
+    async def plane_record(
+        self, request: PlaneRequest, *, audit: dict[str, Any]
+    ) -> tuple[PlaneRequest, bool]:
+        """Record an outside request under a new id and audit `plane_request`, in one
+        transaction; a request repeating its client's idempotency key gets the first, False."""
+
+    async def plane_attach(self, request_id: str, session_id: str) -> None:
+        """The request's session (its one-call paused batch), before the batch is recorded."""
+
+    async def plane_request(self, request_id: str) -> PlaneRequest | None:
+        """The outside request with that id, if any."""
+
+    async def plane_of_session(self, session_id: str) -> PlaneRequest | None:
+        """The outside request a session holds; None for an agent's own session."""
+
+    async def plane_signing_key(self, make: Callable[[], str]) -> str:
+        """The receipts' signing key (PEM), made by `make` once for the whole database."""

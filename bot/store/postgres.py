@@ -22,6 +22,7 @@ from .edits import Edits
 from .errors import PostgresSchemaTooNew
 from .freezes import Freezes
 from .outbox import Outbox
+from .plane import PlaneRows
 from .queue_notices import QueueNoticeRows
 from .recovery import Recovery
 from .replicas import DEFAULT_LEASE, Replicas
@@ -32,7 +33,15 @@ __all__ = ["DEFAULT_LEASE", "SCHEMA_VERSION", "PostgresSchemaTooNew", "PostgresS
 
 
 class PostgresStore(
-    Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Replicas, Freezes
+    Edits,
+    Recovery,
+    Audit,
+    Outbox,
+    QueueNoticeRows,
+    AssistantThreads,
+    Replicas,
+    Freezes,
+    PlaneRows,
 ):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 

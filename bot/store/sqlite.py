@@ -19,6 +19,7 @@ from .db.sqlite import SQLiteDb
 from .edits import Edits
 from .freezes import Freezes
 from .outbox import Outbox
+from .plane import PlaneRows
 from .queue_notices import QueueNoticeRows
 from .recovery import Recovery
 from .rules import Person
@@ -26,7 +27,9 @@ from .rules import Person
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Freezes):
+class SQLiteStore(
+    Edits, Recovery, Audit, Outbox, QueueNoticeRows, AssistantThreads, Freezes, PlaneRows
+):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`). Use it as an async context manager.
 

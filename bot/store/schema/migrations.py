@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..chain import chain_existing_rows
 from ..db import Dialect, Tx
-from . import postgres, sqlite
+from . import plane, postgres, sqlite
 
 __all__ = ["AUDIT_CHANNEL", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "Statement", "steps"]
 
@@ -414,6 +414,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             )
             """,
         ),
+    ),
+    Migration(
+        17,
+        # Requests from outside automation (`bot.store.plane`) and the receipts' signing key,
+        # shared by every replica on the database.
+        "outside approval requests and the receipt signing key",
+        sqlite=plane.statements("TEXT", "TEXT"),
+        postgres=plane.statements("text", "timestamptz"),
     ),
 )
 

@@ -1,0 +1,274 @@
+"""Outside requests through the one gate: a request that needs a person becomes a session whose
+paused batch is its one call, so the same policy verdict, card, outbox, ledger, decisions,
+expiry, audit chain and metrics apply as to the agent's own calls. OpsGate never runs it: the
+run service settles such a session when its batch is decided instead of resuming a model
+(`RunService.maybe_resume`), and the requester polls for the decision and its receipt."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_core import ToolCall
+from agent_core.events import ToolApprovalRequest
+from agent_core.messages import ChatMessage, call_digest, canonical_arguments
+
+from ..policy import GateDecision
+from ..runs.cards import Cards, call_decision, forbidden_reason
+from ..runs.context import RunContext
+from ..runs.output import PostFailed, Thread
+from ..runs.views import CardRef
+from ..store import PlaneRequest, PlaneState, Store, ToolCallRow
+from .asks import Ask, Outside, argv_of
+from .receipts import Claims, SigningKey, new_key_pem, sign
+
+__all__ = ["Answer", "PlaneDesk", "call_id_of", "load_signing_key"]
+
+POLL_INTERVAL = 0.25
+"""How often a long poll reads the store: a decision recorded by another replica is seen
+within this (the store is shared; no notification is needed to be correct)."""
+
+_STATES = {
+    "pending": "pending",
+    "approved": "approved",
+    "executing": "approved",
+    "done": "approved",
+    "rejected": "rejected",
+    "cancelled": "rejected",
+    "interrupted": "rejected",
+    "expired": "expired",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the API says of a request."""
+
+    id: str
+    state: str
+    digest: str
+    permalink: str | None = None
+    decided_by: tuple[str, ...] = ()
+    reason: str | None = None
+    receipt: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def decided(self) -> bool:
+        return self.state != "pending"
+
+    def as_json(self, *, full: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "state": self.state, "digest": self.digest}
+        if self.permalink:
+            out["permalink"] = self.permalink
+        if full:
+            out |= {"decided_by": list(self.decided_by), "reason": self.reason}
+            if self.receipt is not None:
+                out["receipt"] = self.receipt
+        return out
+
+
+def call_id_of(request_id: str) -> str:
+    """The tool call id of an outside request's one call."""
+    return f"plane_{request_id}"
+
+
+async def load_signing_key(store: Store, path: Path | None) -> SigningKey:
+    """The receipts' key: the PEM file `path` (`OPSGATE_RECEIPT_KEY`), else the database's."""
+    if path is not None:
+        return SigningKey(await asyncio.to_thread(path.read_bytes))
+    return SigningKey(await store.plane_signing_key(new_key_pem))
+
+
+class PlaneDesk:
+    def __init__(self, ctx: RunContext, cards: Cards, key: SigningKey) -> None:
+        self.ctx = ctx
+        self.cards = cards
+        self.key = key
+
+    # -- submitting --------------------------------------------------------------------------
+
+    async def submit(self, client: str, where: Outside, ask: Ask) -> tuple[Answer, bool]:
+        """Record the request (before the caller answers 201) and, when it needs a person,
+        open its session and card; a repeated idempotency key returns the first request and
+        False."""
+        arguments = canonical_arguments(ask.arguments)
+        decision = self.ctx.policy.decide(
+            self.ctx.tools.get(ask.tool) or ask.tool,
+            ToolCall(id="plane", name=ask.tool, arguments=arguments),
+        )
+        state: PlaneState = (
+            "forbidden"
+            if decision.forbidden
+            else "pending"
+            if decision.requires_approval
+            else "allowed"
+        )
+        digest = call_digest(ask.tool, ask.arguments)
+        rule = decision.policy_rule or decision.rule
+        record, created = await self.ctx.store.plane_record(
+            PlaneRequest(
+                id="",
+                client=client,
+                idempotency_key=ask.idempotency_key,
+                tool=ask.tool,
+                arguments=arguments,
+                digest=digest,
+                channel_id=where.channel,
+                requester=where.requester,
+                reason=ask.reason,
+                state=state,
+                rule=rule,
+                created_at=self.ctx.clock(),
+            ),
+            audit={
+                "client": client,
+                "tool": ask.tool,
+                "arguments": arguments,
+                "digest": digest,
+                "channel": where.channel,
+                "reason": ask.reason,
+                "state": state,
+                "rule": decision.rule,
+                "policy_rule": decision.policy_rule,
+                "tier": decision.tier,
+            },
+        )
+        if created and record.state == "pending":
+            await self._open(record, decision)
+        answer = await self.answer(record.id, links=False)
+        assert answer is not None
+        return answer, created
+
+    async def _open(self, record: PlaneRequest, decision: GateDecision) -> None:
+        """The request's thread (a root message saying who asked), its session and its paused
+        one-call batch; the card is posted in the background, as a run's are."""
+        text = _root_text(record)
+        posted = await self.ctx.output.post_root(record.channel_id, record.requester or "", text)
+        if isinstance(posted, PostFailed):
+            raise OSError(f"could not post the request to {record.channel_id!r}: {posted.error}")
+        store = self.ctx.store
+        session = await store.get_or_create_session(
+            posted.team_id, posted.channel_id, posted.thread_ts
+        )
+        await store.plane_attach(record.id, session.id)  # before the batch: never resumed
+        if record.requester:
+            await store.set_requester(session.id, record.requester)
+        call = ToolCall(id=call_id_of(record.id), name=record.tool, arguments=record.arguments)
+        request = ToolApprovalRequest(
+            call_id=call.id,
+            name=call.name,
+            arguments=call.display_arguments(),
+            description="",
+            digest=record.digest,
+        )
+        await store.record_pause(session.id, ChatMessage.assistant(None, (call,)), [request], [])
+        thread = Thread(posted.team_id, posted.channel_id, posted.thread_ts)
+        self.ctx.tasks.spawn(self._post_card(thread, session.id), name=f"plane card {record.id}")
+
+    async def _post_card(self, thread: Thread, session_id: str) -> None:
+        await self.cards.post_all(thread, session_id)
+
+    # -- answering ---------------------------------------------------------------------------
+
+    async def answer(self, request_id: str, *, links: bool = True) -> Answer | None:
+        """The request's state now; `links`: with its card's permalink (a Slack call)."""
+        record = await self.ctx.store.plane_request(request_id)
+        if record is None:
+            return None
+        if record.state != "pending":
+            return self._settled_at_once(record)
+        row = None
+        if record.session_id is not None:
+            row = await self.ctx.store.find_call(record.session_id, call_id_of(record.id))
+        if row is None:
+            return Answer(record.id, "pending", record.digest)
+        permalink = None
+        if links and row.card_channel and row.card_ts:
+            permalink = await self.ctx.output.permalink(CardRef(row.card_channel, row.card_ts))
+        state = _STATES[row.status]
+        approvers = tuple(row.approvals) or ((row.decided_by,) if row.decided_by else ())
+        decided_by = approvers if state == "approved" else _decider(row)
+        receipt = None
+        if state == "approved":
+            decided = row.decided_at or self.ctx.clock()
+            receipt = self._receipt(record, int(decided.timestamp()), approvers, row)
+        reason = row.reason
+        if state == "rejected" and row.status == "cancelled":
+            reason = reason or "cancelled"
+        return Answer(record.id, state, row.running_digest, permalink, decided_by, reason, receipt)
+
+    def _settled_at_once(self, record: PlaneRequest) -> Answer:
+        """Forbidden or allowed by the policy itself: no card, no person."""
+        if record.state == "forbidden":
+            decision = self._decision(record)
+            return Answer(record.id, "forbidden", record.digest, reason=forbidden_reason(decision))
+        receipt = self._receipt(record, int(record.created_at.timestamp()), (), None)
+        return Answer(record.id, "allowed", record.digest, reason=record.rule, receipt=receipt)
+
+    def _decision(self, record: PlaneRequest) -> GateDecision:
+        call = ToolCall(id="plane", name=record.tool, arguments=record.arguments)
+        return self.ctx.policy.decide(self.ctx.tools.get(record.tool) or record.tool, call)
+
+    def _receipt(
+        self,
+        record: PlaneRequest,
+        iat: int,
+        approvers: tuple[str, ...],
+        row: ToolCallRow | None,
+    ) -> str:
+        import json
+
+        arguments = json.loads(row.edited_arguments or row.arguments) if row else None
+        arguments = arguments if isinstance(arguments, dict) else json.loads(record.arguments)
+        rule = record.rule
+        if row is not None:
+            decision = call_decision(self.ctx, row)
+            rule = decision.policy_rule or decision.rule
+        ttl = int(self.ctx.policy.plane.receipt_ttl.total_seconds())
+        claims = Claims(
+            jti=record.id,
+            iat=iat,
+            exp=iat + ttl,
+            tool=record.tool,
+            digest=row.running_digest if row is not None else record.digest,
+            approvers=approvers,
+            rule=rule,
+            channel=record.channel_id,
+            argv=argv_of(record.tool, arguments),
+        )
+        return sign(self.key, claims)
+
+    async def wait(self, request_id: str, seconds: float) -> Answer | None:
+        """The request's state once decided, or after `seconds` (a long poll)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            answer = await self.answer(request_id, links=False)
+            if answer is None or answer.decided or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(min(POLL_INTERVAL, max(0.0, deadline - time.monotonic())))
+        return await self.answer(request_id)
+
+
+def _decider(row: ToolCallRow) -> tuple[str, ...]:
+    return (row.decided_by,) if row.decided_by else ()
+
+
+def _root_text(record: PlaneRequest) -> str:
+    """The thread's root: who asked, what, why, and that OpsGate will not run it."""
+    import json
+
+    arguments = json.loads(record.arguments)
+    what = (
+        f"`{arguments.get('command')}`"
+        if record.tool == "run_command" and isinstance(arguments, dict)
+        else f"{record.tool} {record.arguments}"
+    )
+    why = f" Reason: {record.reason}" if record.reason else ""
+    return (
+        f"approval of {what} through {record.client} (outside OpsGate).{why} "
+        f"OpsGate will not run it: {record.client} does, once approved."
+    )
