@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,13 +15,14 @@ from typing import Any
 
 import httpx
 
+from bot.slack.ids import ACTION_REASON, BLOCK_REASON, CALLBACK_REJECT
 from tests.processes.test_durability import _approve_value
 from tests.support.bot_process import SECRET, BotProcess, bot_process
 from tests.support.llm_server import LLMStandIn
 from tests.support.slack_api import SlackAPIStandIn
-from tests.support.slack_requests import block_actions, interaction_body, sign
+from tests.support.slack_requests import block_actions, interaction_body, sign, view_submission
 
-__all__ = ["CI_TOKEN", "Plane", "plane_bot", "token_hash"]
+__all__ = ["CI_TOKEN", "OTHER_TOKEN", "Cli", "Plane", "opsgate", "plane_bot", "token_hash"]
 
 CI_TOKEN = "ci-token-0123456789"
 OTHER_TOKEN = "other-token-0123456789"
@@ -115,6 +119,19 @@ class Plane:
         )
         return response.status_code
 
+    async def reject(self, ledger_id: str, card_ts: str, user: str, reason: str) -> None:
+        """Reject as a person does: the button, then the reason form."""
+        assert await self.click("opsgate_reject", ledger_id, card_ts, user) == 200
+        await self.slack.wait_for("views.open", timeout=30)
+        values = {BLOCK_REASON: {ACTION_REASON: reason}}
+        body = interaction_body(view_submission(CALLBACK_REJECT, ledger_id, values, user=user))
+        response = await self.http.post(
+            f"{self.bot.url}/slack/events",
+            content=body,
+            headers={"Content-Type": "application/x-www-form-urlencoded", **sign(SECRET, body)},
+        )
+        assert response.status_code == 200
+
     def cards(self) -> list[Any]:
         return [c for c in self.slack.calls_to("chat.postMessage") if c.ok and _is_card(c.params)]
 
@@ -136,3 +153,36 @@ async def plane_bot(tmp_path: Path, *, ttl: str = "15m", **env: str) -> AsyncIte
 
 def loads(text: str) -> Any:
     return json.loads(text)
+
+
+OPSGATE = Path(sys.executable).with_name("opsgate")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Cli:
+    """An `opsgate` command run as a child process."""
+
+    process: asyncio.subprocess.Process
+
+    async def result(self, timeout: float = 60) -> tuple[int, str, str]:
+        out, err = await asyncio.wait_for(self.process.communicate(), timeout)
+        assert self.process.returncode is not None
+        return self.process.returncode, out.decode(), err.decode()
+
+
+async def opsgate(*args: str, url: str | None = None, token: str = CI_TOKEN, cwd: Path) -> Cli:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPSGATE_", "SLACK_"))}
+    env |= {"PYTHONPATH": str(ROOT), "OPSGATE_CLIENT_TOKEN": token}
+    if url is not None:
+        env["OPSGATE_URL"] = url
+    process = await asyncio.create_subprocess_exec(
+        str(OPSGATE),
+        *args,
+        env=env,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    return Cli(process)
