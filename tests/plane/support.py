@@ -76,6 +76,7 @@ def _is_card(params: dict[str, object]) -> bool:
 class Plane:
     bot: BotProcess
     slack: SlackAPIStandIn
+    llm: LLMStandIn
     http: httpx.AsyncClient
     tmp_path: Path
 
@@ -148,7 +149,7 @@ async def plane_bot(tmp_path: Path, *, ttl: str = "15m", **env: str) -> AsyncIte
         httpx.AsyncClient(timeout=10) as http,
         bot_process(tmp_path, llm, slack, OPSGATE_POLICY=str(policy), **env) as bot,
     ):
-        yield Plane(bot, slack, http, tmp_path)
+        yield Plane(bot, slack, llm, http, tmp_path)
 
 
 def loads(text: str) -> Any:

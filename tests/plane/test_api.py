@@ -3,24 +3,44 @@ an outside request becomes a card like an agent's, decided by signed clicks."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from tests.plane.support import OTHER_TOKEN, plane_bot
+from tests.support.bot_process import SECRET
+from tests.support.slack_requests import event_body, message, sign
 
 pytestmark = pytest.mark.processes
 
 
-def _requests(db: Path) -> int:
+def _count(db: Path, table: str) -> int:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM plane_requests").fetchone()[0])
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+
+def _requests(db: Path) -> int:
+    return _count(db, "plane_requests")
 
 
 def _events(db: Path, event: str) -> list[str]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         return [r[0] for r in conn.execute("SELECT details FROM audit WHERE event = ?", (event,))]
+
+
+async def _until_inbox_done(db: Path, timeout: float = 30) -> None:
+    """Until every saved delivery was processed (the store's own record of it)."""
+
+    def undone() -> int:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            rows = conn.execute("SELECT COUNT(*) FROM inbox WHERE state != 'done'").fetchone()
+            return int(rows[0])
+
+    async with asyncio.timeout(timeout):
+        while undone():  # noqa: ASYNC110 -- the database says when: no event to wait on
+            await asyncio.sleep(0.05)
 
 
 async def test_an_outside_request_is_a_card_and_its_approval_a_receipt(tmp_path: Path) -> None:
@@ -42,7 +62,27 @@ async def test_an_outside_request_is_a_card_and_its_approval_a_receipt(tmp_path:
         assert answer["receipt"].count(".") == 2
         keys = (await plane.http.get(f"{plane.bot.url}/v1/keys")).json()
         assert keys["keys"][0]["crv"] == "Ed25519"
-        # A reply in the card's thread starts no agent run.
+        # A reply in the card's thread is the card's: it starts no agent run.
+        [card] = plane.cards()
+        root = str(card.params["thread_ts"])
+        reply = message(
+            "<@UBOT> run it now",
+            channel="C0OPS",
+            user="U0BOB",
+            ts="1700000100.000100",
+            event_id="EvReply",
+            thread_ts=root,
+        )
+        body = event_body(reply)
+        sent = await plane.http.post(
+            f"{plane.bot.url}/slack/events",
+            content=body,
+            headers={"Content-Type": "application/json", **sign(SECRET, body)},
+        )
+        assert sent.status_code == 200
+        await _until_inbox_done(tmp_path / "opsgate.db")
+        assert _count(tmp_path / "opsgate.db", "run_queue") == 0
+        assert plane.llm.requests == []
     assert _events(tmp_path / "opsgate.db", "plane_request")
 
 
