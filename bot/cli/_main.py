@@ -86,6 +86,10 @@ def _add_plane_parsers(sub: Any) -> None:
     run.add_argument("--keys", default=None, help="JWKS URL or file, or PEM key file")
     run.add_argument("--once", default=None, help="SQLite file of used receipts: refuse reuse")
     run.add_argument("argv", nargs="*", help="-- then the command")
+    hook = sub.add_parser("hook", help="an agent's hook that asks OpsGate (claude-code)")
+    hook.add_argument("agent", choices=["claude-code"], help="claude-code: its PreToolUse hook")
+    hook.add_argument("--wait", default=None, help="deny after DURATION undecided (default 570s)")
+    sub.add_parser("mcp-serve", help="an MCP server (stdio) with the tool request_approval")
 
 
 def _add_policy_parser(sub: Any) -> None:
@@ -137,7 +141,7 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
             from .policy import explain_command
 
             return lambda: explain_command(args)
-        case "ask" | "receipt" | "exec-approved":
+        case "ask" | "receipt" | "exec-approved" | "hook" | "mcp-serve":
             return _plane_command(args)
     raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
 
@@ -157,6 +161,15 @@ def _plane_command(args: argparse.Namespace) -> Callable[[], int]:
             as_json=args.json,
             run=args.exec,
         )
+    if args.command == "hook":
+        from ..plane.hook import DEFAULT_WAIT, claude_code_hook
+
+        wait = cli.parse_wait(args.wait)
+        return lambda: claude_code_hook(wait=DEFAULT_WAIT if wait is None else wait)
+    if args.command == "mcp-serve":
+        from ..plane.mcp_server import serve_mcp
+
+        return serve_mcp
     if args.command == "receipt":
         return lambda: cli.receipt_verify_command(
             receipt=args.receipt, argv=args.argv, keys=args.keys, once=args.once

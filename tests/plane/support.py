@@ -22,7 +22,16 @@ from tests.support.llm_server import LLMStandIn
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_requests import block_actions, interaction_body, sign, view_submission
 
-__all__ = ["CI_TOKEN", "OTHER_TOKEN", "Cli", "Plane", "opsgate", "plane_bot", "token_hash"]
+__all__ = [
+    "CI_TOKEN",
+    "OTHER_TOKEN",
+    "Cli",
+    "Plane",
+    "client_env",
+    "opsgate",
+    "plane_bot",
+    "token_hash",
+]
 
 CI_TOKEN = "ci-token-0123456789"
 OTHER_TOKEN = "other-token-0123456789"
@@ -166,23 +175,31 @@ class Cli:
 
     process: asyncio.subprocess.Process
 
-    async def result(self, timeout: float = 60) -> tuple[int, str, str]:
-        out, err = await asyncio.wait_for(self.process.communicate(), timeout)
+    async def result(self, timeout: float = 60, stdin: bytes | None = None) -> tuple[int, str, str]:
+        out, err = await asyncio.wait_for(self.process.communicate(stdin), timeout)
         assert self.process.returncode is not None
         return self.process.returncode, out.decode(), err.decode()
 
 
-async def opsgate(*args: str, url: str | None = None, token: str = CI_TOKEN, cwd: Path) -> Cli:
+def client_env(url: str | None, token: str = CI_TOKEN) -> dict[str, str]:
+    """A client's environment: the repository's code, the bot's URL and the client token."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPSGATE_", "SLACK_"))}
     env |= {"PYTHONPATH": str(ROOT), "OPSGATE_CLIENT_TOKEN": token}
     if url is not None:
         env["OPSGATE_URL"] = url
+    return env
+
+
+async def opsgate(
+    *args: str, url: str | None = None, token: str = CI_TOKEN, cwd: Path, stdin: bool = False
+) -> Cli:
+    env = client_env(url, token)
     process = await asyncio.create_subprocess_exec(
         str(OPSGATE),
         *args,
         env=env,
         cwd=cwd,
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
