@@ -16,6 +16,7 @@ from agent_core import ToolCall
 from agent_core.events import ToolApprovalRequest
 from agent_core.messages import ChatMessage, call_digest, canonical_arguments
 
+from ..faults import checkpoint
 from ..policy import GateDecision
 from ..runs.cards import Cards, call_decision, forbidden_reason
 from ..runs.context import RunContext
@@ -170,6 +171,8 @@ class PlaneDesk:
         self.ctx.tasks.spawn(self._post_card(thread, session.id), name=f"plane card {record.id}")
 
     async def _post_card(self, thread: Thread, session_id: str) -> None:
+        # A kill here (after the 201, before the card): start-up posts it (`repost_missing`).
+        await checkpoint("plane_card")
         await self.cards.post_all(thread, session_id)
 
     # -- answering ---------------------------------------------------------------------------
