@@ -31,6 +31,7 @@ __all__ = [
     "opsgate",
     "plane_bot",
     "token_hash",
+    "write_policy",
 ]
 
 CI_TOKEN = "ci-token-0123456789"
@@ -146,12 +147,19 @@ class Plane:
         return [c for c in self.slack.calls_to("chat.postMessage") if c.ok and _is_card(c.params)]
 
 
-@contextlib.asynccontextmanager
-async def plane_bot(tmp_path: Path, *, ttl: str = "15m", **env: str) -> AsyncIterator[Plane]:
+def write_policy(tmp_path: Path, ttl: str = "15m", extra: str = "") -> Path:
+    """The plane's test policy (clients `ci` and `other`), `extra` TOML appended."""
     policy = tmp_path / "policy.toml"
-    policy.write_text(
-        POLICY.format(ci=token_hash(CI_TOKEN), other=token_hash(OTHER_TOKEN), ttl=ttl)
-    )
+    text = POLICY.format(ci=token_hash(CI_TOKEN), other=token_hash(OTHER_TOKEN), ttl=ttl)
+    policy.write_text(text + extra)
+    return policy
+
+
+@contextlib.asynccontextmanager
+async def plane_bot(
+    tmp_path: Path, *, ttl: str = "15m", extra: str = "", **env: str
+) -> AsyncIterator[Plane]:
+    policy = write_policy(tmp_path, ttl, extra)
     async with (
         LLMStandIn() as llm,
         SlackAPIStandIn() as slack,
