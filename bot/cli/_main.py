@@ -88,7 +88,7 @@ def _add_plane_parsers(sub: Any) -> None:
     run.add_argument("argv", nargs="*", help="-- then the command")
     hook = sub.add_parser("hook", help="an agent's hook that asks OpsGate (claude-code)")
     hook.add_argument("agent", choices=["claude-code"], help="claude-code: its PreToolUse hook")
-    hook.add_argument("--wait", default=None, help="deny after DURATION undecided (default 570s)")
+    hook.add_argument("--wait", default=None, help="deny after DURATION undecided (default 9m30s)")
     sub.add_parser("mcp-serve", help="an MCP server (stdio) with the tool request_approval")
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -17,24 +16,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..words import parse_duration
 from .client import PlaneClientError, ask_and_wait
 from .errors import PlaneError, ReceiptInvalid
 from .verify import check_receipt
 
 __all__ = ["ask_command", "exec_approved_command", "parse_wait", "receipt_verify_command"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
 
 def parse_wait(text: str | None) -> float | None:
-    """`--wait` as seconds ("90", "90s", "15m", "2h"); None: until decided."""
+    """`--wait` as seconds ("90s", "15m", "1h30m"); None: until decided."""
     if text is None:
         return None
-    match = _DURATION.match(text)
-    if match is None:
-        raise PlaneError(f"--wait {text!r}: not a duration (e.g. 90s, 15m, 2h)")
-    return float(match.group(1)) * _UNIT[match.group(2)]
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError as exc:
+        raise PlaneError(f"--wait: {exc}") from None
 
 
 def _argv(raw: Sequence[str]) -> list[str]:

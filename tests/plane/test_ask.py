@@ -133,3 +133,13 @@ async def test_ask_without_a_reachable_opsgate_exits_2(tmp_path: Path) -> None:
     asking = await opsgate("ask", "--", "true", url="http://127.0.0.1:9", cwd=tmp_path)
     code, _, err = await asking.result()
     assert code == 2 and "cannot reach" in err
+
+
+async def test_ask_exits_3_when_the_request_expires(tmp_path: Path) -> None:
+    rule = '\n[[tools.run_command.rules]]\nprefix = ["slow"]\napproval = "always"\nttl = "2s"\n'
+    async with plane_bot(tmp_path, extra=rule) as plane:
+        asking = await opsgate("ask", "--", "slow", "job", url=plane.bot.url, cwd=tmp_path)
+        await plane.card()
+        code, out, err = await asking.result()
+        assert (code, out) == (3, "")
+        assert "expired" in err
