@@ -24,6 +24,7 @@ from ..runs.output import PostFailed, Thread
 from ..runs.views import CardRef
 from ..store import PlaneRequest, PlaneState, Store, ToolCallRow
 from .asks import Ask, Outside, argv_of
+from .errors import NotOpened
 from .receipts import Claims, SigningKey, new_key_pem, sign
 
 __all__ = ["Answer", "PlaneDesk", "call_id_of", "load_signing_key"]
@@ -150,7 +151,9 @@ class PlaneDesk:
         text = _root_text(record)
         posted = await self.ctx.output.post_root(record.channel_id, record.requester or "", text)
         if isinstance(posted, PostFailed):
-            raise OSError(f"could not post the request to {record.channel_id!r}: {posted.error}")
+            why = f"Slack refused the request's message in {record.channel_id}: {posted.error}"
+            await self.ctx.store.plane_withdraw(record.id, why=why)
+            raise NotOpened(why)
         store = self.ctx.store
         session = await store.get_or_create_session(
             posted.team_id, posted.channel_id, posted.thread_ts

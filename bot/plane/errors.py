@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import BotError
 
-__all__ = ["BadRequest", "PlaneError", "ReceiptInvalid"]
+__all__ = ["BadRequest", "NotOpened", "PlaneError", "ReceiptInvalid"]
 
 
 class PlaneError(BotError):
@@ -22,3 +22,8 @@ class BadRequest(PlaneError):
 
 class ReceiptInvalid(PlaneError):
     """A receipt that does not prove an approval of this command: the message says why."""
+
+
+class NotOpened(PlaneError):
+    """A request that needs a person whose thread could not be posted (the API answers 502;
+    nothing is kept, so the caller may ask again)."""

@@ -623,6 +623,10 @@ class Store(Protocol):
     async def plane_attach(self, request_id: str, session_id: str) -> None:
         """The request's session (its one-call paused batch), before the batch is recorded."""
 
+    async def plane_withdraw(self, request_id: str, *, why: str) -> None:
+        """Forget a request not yet given a session (its thread could not be posted), so its
+        idempotency key may be used again; audited `plane_refused`."""
+
     async def plane_request(self, request_id: str) -> PlaneRequest | None:
         """The outside request with that id, if any."""
 

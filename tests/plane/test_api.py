@@ -149,3 +149,18 @@ async def test_no_client_configured_is_404(tmp_path: Path) -> None:
     ):
         response = await http.post(f"{bot.url}/v1/approvals", json={})
         assert response.status_code == 404
+
+
+async def test_a_thread_slack_refuses_is_a_502_and_the_same_key_may_ask_again(
+    tmp_path: Path,
+) -> None:
+    body = {"tool": "run_command", "arguments": {"command": "echo again"}, "idempotency_key": "k"}
+    async with plane_bot(tmp_path) as plane:
+        plane.slack.fail_next("chat.postMessage", error="channel_not_found")
+        refused = await plane.post(body)
+        assert refused.status_code == 502 and "channel_not_found" in refused.text
+        assert _requests(tmp_path / "opsgate.db") == 0
+        retried = await plane.post(body)
+        assert retried.status_code == 201
+        await plane.card()
+        assert len(plane.cards()) == 1
