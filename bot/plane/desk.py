@@ -7,6 +7,7 @@ run service settles such a session when its batch is decided instead of resuming
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +30,10 @@ from .receipts import Claims, SigningKey, new_key_pem, sign
 
 __all__ = ["Answer", "PlaneDesk", "call_id_of", "load_signing_key"]
 
-POLL_INTERVAL = 0.25
-"""How often a long poll reads the store: a decision recorded by another replica is seen
-within this (the store is shared; no notification is needed to be correct)."""
+POLL_INTERVAL = 1.0
+"""The longest a long poll waits before reading the store again. A decision made here, or on
+another replica (PostgreSQL's wake-ups reach `RunService.maybe_resume`), wakes it at once;
+reading the shared store is the fallback for a missed wake-up."""
 
 _STATES = {
     "pending": "pending",
@@ -90,6 +92,13 @@ class PlaneDesk:
         self.ctx = ctx
         self.cards = cards
         self.key = key
+        self._decided = asyncio.Event()
+        """Set (and replaced) whenever an outside request's call is decided."""
+
+    def decided(self, session_id: str) -> None:
+        """An outside request's call was decided: wake every long poll to read again."""
+        self._decided.set()
+        self._decided = asyncio.Event()
 
     # -- submitting --------------------------------------------------------------------------
 
@@ -252,10 +261,13 @@ class PlaneDesk:
         """The request's state once decided, or after `seconds` (a long poll)."""
         deadline = time.monotonic() + seconds
         while True:
+            decided = self._decided  # taken before reading: a decision in between still wakes
             answer = await self.answer(request_id, links=False)
             if answer is None or answer.decided or time.monotonic() >= deadline:
                 break
-            await asyncio.sleep(min(POLL_INTERVAL, max(0.0, deadline - time.monotonic())))
+            left = min(POLL_INTERVAL, max(0.0, deadline - time.monotonic()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(decided.wait(), left)
         return await self.answer(request_id)
 
 

@@ -32,7 +32,9 @@ MAX_WAIT = 60.0
 async def plane_desk(service: RunService, store: Store, key_file: Path | None) -> PlaneDesk:
     """The desk of a started bot, with the receipts' key (`OPSGATE_RECEIPT_KEY`, else the
     database's)."""
-    return PlaneDesk(service.ctx, service.cards, await load_signing_key(store, key_file))
+    desk = PlaneDesk(service.ctx, service.cards, await load_signing_key(store, key_file))
+    service.outside_decided = desk.decided
+    return desk
 
 
 class PlaneRoutes:
