@@ -4,10 +4,12 @@ against a real `opsgate run --http`, decided by signed clicks."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from bot.plane.receipts import Claims, SigningKey, new_key_pem, sign
 from tests.plane.support import opsgate, plane_bot
 
 pytestmark = pytest.mark.processes
@@ -143,3 +145,22 @@ async def test_ask_exits_3_when_the_request_expires(tmp_path: Path) -> None:
         code, out, err = await asking.result()
         assert (code, out) == (3, "")
         assert "expired" in err
+
+
+async def test_the_bot_signs_with_opsgate_receipt_key_and_an_expired_receipt_is_refused(
+    tmp_path: Path,
+) -> None:
+    key_file = tmp_path / "receipts.pem"
+    key_file.write_text(new_key_pem())
+    key = SigningKey(key_file.read_text())
+    async with plane_bot(tmp_path, OPSGATE_RECEIPT_KEY=str(key_file)) as plane:
+        served = (await plane.http.get(f"{plane.bot.url}/v1/keys")).json()
+        assert [k["kid"] for k in served["keys"]] == [key.kid]
+        asking = await opsgate("ask", "--", "uptime", url=plane.bot.url, cwd=tmp_path)
+        code, out, err = await asking.result()
+        assert code == 0, err
+        assert (await _verify(str(key_file), out.strip(), "--argv", "uptime", cwd=tmp_path))[0] == 0
+    now = int(time.time())
+    stale = sign(key, Claims("r9", now - 120, now - 60, "run_command", "d", (), None, "C0OPS"))
+    code, said = await _verify(str(key_file), stale, cwd=tmp_path)
+    assert code == 1 and said.startswith("receipt invalid: expired")
