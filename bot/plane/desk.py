@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,12 @@ POLL_INTERVAL = 1.0
 """The longest a long poll waits before reading the store again. A decision made here, or on
 another replica (PostgreSQL's wake-ups reach `RunService.maybe_resume`), wakes it at once;
 reading the shared store is the fallback for a missed wake-up."""
+
+OPENING_GRACE = timedelta(seconds=30)
+"""A request still without its batch this long after its opening began was cut short (the
+opening is one Slack post and two writes): it is opened again."""
+
+logger = logging.getLogger("opsgate.plane")
 
 _STATES = {
     "pending": "pending",
@@ -149,25 +157,31 @@ class PlaneDesk:
             },
         )
         if created and record.state == "pending":
-            await self._open(record, decision)
+            await self._open(record)
         answer = await self.answer(record.id, links=False)
         assert answer is not None
         return answer, created
 
-    async def _open(self, record: PlaneRequest, decision: GateDecision) -> None:
+    async def _open(self, record: PlaneRequest) -> None:
         """The request's thread (a root message saying who asked), its session and its paused
-        one-call batch; the card is posted in the background, as a run's are."""
-        text = _root_text(record)
-        posted = await self.ctx.output.post_root(record.channel_id, record.requester or "", text)
-        if isinstance(posted, PostFailed):
-            why = f"Slack refused the request's message in {record.channel_id}: {posted.error}"
-            await self.ctx.store.plane_withdraw(record.id, why=why)
-            raise NotOpened(why)
+        one-call batch; the card is posted in the background, as a run's are. A request cut
+        short after its thread was posted keeps that thread."""
         store = self.ctx.store
-        session = await store.get_or_create_session(
-            posted.team_id, posted.channel_id, posted.thread_ts
-        )
-        await store.plane_attach(record.id, session.id)  # before the batch: never resumed
+        session = None if record.session_id is None else await store.get_session(record.session_id)
+        if session is None:
+            text = _root_text(record)
+            posted = await self.ctx.output.post_root(
+                record.channel_id, record.requester or "", text
+            )
+            if isinstance(posted, PostFailed):
+                why = f"Slack refused the request's message in {record.channel_id}: {posted.error}"
+                await store.plane_withdraw(record.id, why=why)
+                raise NotOpened(why)
+            session = await store.get_or_create_session(
+                posted.team_id, posted.channel_id, posted.thread_ts
+            )
+            await store.plane_attach(record.id, session.id)  # before the batch: never resumed
+            await checkpoint("plane_opening")  # a kill here: `reopen_cut` opens it later
         if record.requester:
             await store.set_requester(session.id, record.requester)
         call = ToolCall(id=call_id_of(record.id), name=record.tool, arguments=record.arguments)
@@ -179,8 +193,30 @@ class PlaneDesk:
             digest=record.digest,
         )
         await store.record_pause(session.id, ChatMessage.assistant(None, (call,)), [request], [])
-        thread = Thread(posted.team_id, posted.channel_id, posted.thread_ts)
+        thread = Thread.of(session)
         self.ctx.tasks.spawn(self._post_card(thread, session.id), name=f"plane card {record.id}")
+
+    async def reopen_cut(self) -> int:
+        """Open the requests a process died opening (recorded, never given their batch): each
+        once, by whichever replica claims it first. Returns how many."""
+        store, reopened = self.ctx.store, 0
+        for record in await store.plane_unopened(OPENING_GRACE):
+            if await store.plane_claim_opening(record, OPENING_GRACE):
+                try:
+                    await self._open(record)
+                except NotOpened:
+                    continue
+                reopened += 1
+        return reopened
+
+    async def keep_opening(self) -> None:
+        """Every `OPENING_GRACE`, open what a dead process left (`reopen_cut`)."""
+        while True:
+            try:
+                await self.reopen_cut()
+            except Exception:
+                logger.exception("reopening outside requests failed; trying again")
+            await asyncio.sleep(OPENING_GRACE.total_seconds())
 
     async def _post_card(self, thread: Thread, session_id: str) -> None:
         # A kill here (after the 201, before the card): start-up posts it (`repost_missing`).

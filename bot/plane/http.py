@@ -34,6 +34,7 @@ async def plane_desk(service: RunService, store: Store, key_file: Path | None) -
     database's)."""
     desk = PlaneDesk(service.ctx, service.cards, await load_signing_key(store, key_file))
     service.outside_decided = desk.decided
+    service.ctx.tasks.spawn(desk.keep_opening(), name="plane reopening", service=True)
     return desk
 
 

@@ -623,6 +623,12 @@ class Store(Protocol):
     async def plane_attach(self, request_id: str, session_id: str) -> None:
         """The request's session (its one-call paused batch), before the batch is recorded."""
 
+    async def plane_unopened(self, older_than: timedelta) -> list[PlaneRequest]:
+        """Pending requests whose opening began over `older_than` ago and has no ledger row."""
+
+    async def plane_claim_opening(self, request: PlaneRequest, older_than: timedelta) -> bool:
+        """Conditional: one caller reopens a request `plane_unopened` returned."""
+
     async def plane_withdraw(self, request_id: str, *, why: str) -> None:
         """Forget a request not yet given a session (its thread could not be posted), so its
         idempotency key may be used again; audited `plane_refused`."""

@@ -9,7 +9,7 @@ idempotency key is unique per client, so a repeated request finds the first one'
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -52,13 +52,13 @@ class PlaneRows(StoreCore):
         """Record `request` (its id is replaced by a new one) and audit `plane_request`, once:
         a request with the same client and idempotency key returns the first, and False."""
         values = request.model_dump()
-        values |= {"id": new_id(), "created_at": self._now()}
+        values |= {"id": new_id(), "created_at": self._now(), "opening_at": self._now()}
         async with self._db.transaction("plane_record") as tx:
             touched = await tx.execute(
                 "INSERT INTO plane_requests (id, client, idempotency_key, tool, arguments, digest, "
-                "channel_id, requester, reason, state, rule, session_id, created_at) "
+                "channel_id, requester, reason, state, rule, session_id, created_at, opening_at) "
                 "VALUES (:id, :client, :idempotency_key, :tool, :arguments, :digest, :channel_id, "
-                ":requester, :reason, :state, :rule, :session_id, :created_at) "
+                ":requester, :reason, :state, :rule, :session_id, :created_at, :opening_at) "
                 "ON CONFLICT (client, idempotency_key) DO NOTHING",
                 values,
             )
@@ -89,6 +89,31 @@ class PlaneRows(StoreCore):
                 "UPDATE plane_requests SET session_id = :session WHERE id = :id",
                 {"session": session_id, "id": request_id},
             )
+
+    async def plane_unopened(self, older_than: timedelta) -> list[PlaneRequest]:
+        """Pending requests whose opening began more than `older_than` ago and never reached
+        their batch (the process opening them died): no ledger row holds their call."""
+        before = self._db.time_in(self._moment() - older_than)
+        async with self._db.reading("plane_unopened") as tx:
+            rows = await tx.fetch_all(
+                "SELECT * FROM plane_requests AS p WHERE p.state = 'pending' "
+                "AND p.opening_at < :before AND NOT EXISTS (SELECT 1 FROM tool_calls AS t "
+                "WHERE t.session_id = p.session_id) ORDER BY p.created_at",
+                {"before": before},
+            )
+        return [self._plane_model(row) for row in rows]
+
+    async def plane_claim_opening(self, request: PlaneRequest, older_than: timedelta) -> bool:
+        """Claim the opening of a request `plane_unopened` returned: of any number of callers,
+        one wins until `older_than` has passed again."""
+        before = self._db.time_in(self._moment() - older_than)
+        async with self._db.transaction("plane_claim_opening") as tx:
+            touched = await tx.execute(
+                "UPDATE plane_requests SET opening_at = :now WHERE id = :id "
+                "AND opening_at < :before",
+                {"now": self._now(), "id": request.id, "before": before},
+            )
+        return touched == 1
 
     async def plane_withdraw(self, request_id: str, *, why: str) -> None:
         """Forget a request that could not be opened (its thread could not be posted), so the

@@ -24,6 +24,7 @@ def statements(text: str, moment: str) -> tuple[str, ...]:
             rule            {text},
             session_id      {text},
             created_at      {moment} NOT NULL,
+            opening_at      {moment} NOT NULL,
             UNIQUE (client, idempotency_key)
         )
         """,
