@@ -41,6 +41,9 @@ OPENING_GRACE = timedelta(seconds=30)
 """A request still without its batch this long after its opening began was cut short (the
 opening is one Slack post and two writes): it is opened again."""
 
+OPEN_RETRY_DELAYS = (1.0, 5.0)
+"""Seconds before the further tries of a request whose thread Slack refused."""
+
 logger = logging.getLogger("opsgate.plane")
 
 _STATES = {
@@ -157,7 +160,9 @@ class PlaneDesk:
             },
         )
         if created and record.state == "pending":
-            await self._open(record)
+            # Saved: the 201 goes now; the thread, the batch and the card follow (Slack paces
+            # posts per channel, so a burst of requests must not wait for them).
+            self.ctx.tasks.spawn(self._open_soon(record), name=f"plane open {record.id}")
         answer = await self.answer(record.id, links=False)
         assert answer is not None
         return answer, created
@@ -174,9 +179,10 @@ class PlaneDesk:
                 record.channel_id, record.requester or "", text
             )
             if isinstance(posted, PostFailed):
-                why = f"Slack refused the request's message in {record.channel_id}: {posted.error}"
-                await store.plane_withdraw(record.id, why=why)
-                raise NotOpened(why)
+                raise NotOpened(
+                    f"request {record.id}: Slack refused its message in {record.channel_id}: "
+                    f"{posted.error}"
+                )
             session = await store.get_or_create_session(
                 posted.team_id, posted.channel_id, posted.thread_ts
             )
@@ -196,6 +202,19 @@ class PlaneDesk:
         thread = Thread.of(session)
         self.ctx.tasks.spawn(self._post_card(thread, session.id), name=f"plane card {record.id}")
 
+    async def _open_soon(self, record: PlaneRequest) -> None:
+        """Open a request just saved; a thread Slack refuses is tried again a few times, then
+        left to `reopen_cut`."""
+        for delay in (*OPEN_RETRY_DELAYS, None):
+            try:
+                await self._open(record)
+                return
+            except NotOpened as exc:
+                logger.warning("%s", exc)
+            if delay is None:
+                return
+            await asyncio.sleep(delay)
+
     async def reopen_cut(self) -> int:
         """Open the requests a process died opening (recorded, never given their batch): each
         once, by whichever replica claims it first. Returns how many."""
@@ -204,7 +223,8 @@ class PlaneDesk:
             if await store.plane_claim_opening(record, OPENING_GRACE):
                 try:
                     await self._open(record)
-                except NotOpened:
+                except NotOpened as exc:
+                    logger.warning("%s", exc)
                     continue
                 reopened += 1
         return reopened

@@ -25,5 +25,4 @@ class ReceiptInvalid(PlaneError):
 
 
 class NotOpened(PlaneError):
-    """A request that needs a person whose thread could not be posted (the API answers 502;
-    nothing is kept, so the caller may ask again)."""
+    """A request that needs a person whose thread Slack refused (it is tried again)."""

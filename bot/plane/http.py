@@ -15,7 +15,7 @@ from aiohttp import web
 from ..policy import PlanePolicy
 from .asks import MAX_BODY, parse_ask, place
 from .desk import PlaneDesk, load_signing_key
-from .errors import BadRequest, NotOpened
+from .errors import BadRequest
 from .receipts import jwks
 
 if TYPE_CHECKING:
@@ -92,10 +92,7 @@ class PlaneRoutes:
             return await self._refuse(desk, 403, where, client)
         if not desk.ctx.policy.allows_channel(where.channel):
             return await self._refuse(desk, 403, f"OpsGate does not act in {where.channel}", client)
-        try:
-            answer, created = await desk.submit(client, where, ask)
-        except NotOpened as exc:
-            return web.json_response({"error": str(exc)}, status=502)
+        answer, created = await desk.submit(client, where, ask)
         return web.json_response(answer.as_json(full=False), status=201 if created else 200)
 
     async def get(self, request: web.Request) -> web.Response:

@@ -629,10 +629,6 @@ class Store(Protocol):
     async def plane_claim_opening(self, request: PlaneRequest, older_than: timedelta) -> bool:
         """Conditional: one caller reopens a request `plane_unopened` returned."""
 
-    async def plane_withdraw(self, request_id: str, *, why: str) -> None:
-        """Forget a request not yet given a session (its thread could not be posted), so its
-        idempotency key may be used again; audited `plane_refused`."""
-
     async def plane_request(self, request_id: str) -> PlaneRequest | None:
         """The outside request with that id, if any."""
 

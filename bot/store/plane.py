@@ -115,18 +115,6 @@ class PlaneRows(StoreCore):
             )
         return touched == 1
 
-    async def plane_withdraw(self, request_id: str, *, why: str) -> None:
-        """Forget a request that could not be opened (its thread could not be posted), so the
-        caller may ask again with the same idempotency key; audited `plane_refused`."""
-        async with self._db.transaction("plane_withdraw") as tx:
-            touched = await tx.execute(
-                "DELETE FROM plane_requests WHERE id = :id AND session_id IS NULL",
-                {"id": request_id},
-            )
-            if touched:
-                details = {"request": request_id, "status": 502, "reason": why}
-                await self._write_audit(tx, "plane_refused", actor=None, details=details)
-
     async def plane_request(self, request_id: str) -> PlaneRequest | None:
         async with self._db.reading("plane_request") as tx:
             row = await tx.fetch_one(

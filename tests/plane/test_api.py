@@ -151,16 +151,13 @@ async def test_no_client_configured_is_404(tmp_path: Path) -> None:
         assert response.status_code == 404
 
 
-async def test_a_thread_slack_refuses_is_a_502_and_the_same_key_may_ask_again(
-    tmp_path: Path,
-) -> None:
-    body = {"tool": "run_command", "arguments": {"command": "echo again"}, "idempotency_key": "k"}
+async def test_a_thread_slack_refuses_once_is_posted_on_the_next_try(tmp_path: Path) -> None:
+    body = {"tool": "run_command", "arguments": {"command": "echo again"}}
     async with plane_bot(tmp_path) as plane:
-        plane.slack.fail_next("chat.postMessage", error="channel_not_found")
-        refused = await plane.post(body)
-        assert refused.status_code == 502 and "channel_not_found" in refused.text
-        assert _requests(tmp_path / "opsgate.db") == 0
-        retried = await plane.post(body)
-        assert retried.status_code == 201
+        plane.slack.fail_next("chat.postMessage", error="internal_error")
+        posted = await plane.post(body)
+        assert posted.status_code == 201 and posted.json()["state"] == "pending"
         await plane.card()
+        roots = [c for c in plane.slack.calls_to("chat.postMessage") if "thread_ts" not in c.params]
+        assert [c.ok for c in roots] == [False, True]
         assert len(plane.cards()) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from bot.store import PlaneRequest, Store
+from bot.store import PlaneRequest
 
 from .conftest import StoreFactory
 from .helpers import T0, Clock
@@ -56,15 +56,6 @@ async def test_a_request_cut_while_opening_is_claimed_once(
             await two.plane_claim_opening(cut, grace),
         ]
         assert claims == [True, False]
-
-
-async def test_a_withdrawn_request_frees_its_key(store: Store) -> None:
-    record, _ = await store.plane_record(_request(), audit={})
-    await store.plane_withdraw(record.id, why="channel_not_found")
-    assert await store.plane_request(record.id) is None
-    _, created = await store.plane_record(_request(), audit={})
-    assert created
-    assert [r.event for r in await store.audit_rows()].count("plane_refused") == 1
 
 
 async def test_every_store_signs_with_the_one_key(new_store: StoreFactory) -> None:
