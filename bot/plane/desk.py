@@ -41,6 +41,9 @@ OPENING_GRACE = timedelta(seconds=30)
 """A request still without its batch this long after its opening began was cut short (the
 opening is one Slack post and two writes): it is opened again."""
 
+OPENING_AT_ONCE = 2
+"""Requests opened at once (Slack posts one channel's messages one at a time anyway)."""
+
 OPEN_RETRY_DELAYS = (1.0, 5.0)
 """Seconds before the further tries of a request whose thread Slack refused."""
 
@@ -105,6 +108,8 @@ class PlaneDesk:
         self.key = key
         self._decided = asyncio.Event()
         """Set (and replaced) whenever an outside request's call is decided."""
+        self._opening = asyncio.Semaphore(OPENING_AT_ONCE)
+        """Requests opened at once: a burst's openings must not crowd out the next 201s."""
 
     def decided(self, session_id: str) -> None:
         """An outside request's call was decided: wake every long poll to read again."""
@@ -163,9 +168,12 @@ class PlaneDesk:
             # Saved: the 201 goes now; the thread, the batch and the card follow (Slack paces
             # posts per channel, so a burst of requests must not wait for them).
             self.ctx.tasks.spawn(self._open_soon(record), name=f"plane open {record.id}")
+        if created:  # what it is now is what was just written: no read needed
+            reason = forbidden_reason(decision) if state == "forbidden" else None
+            return Answer(record.id, state, digest, reason=reason), True
         answer = await self.answer(record.id, links=False)
         assert answer is not None
-        return answer, created
+        return answer, False
 
     async def _open(self, record: PlaneRequest) -> None:
         """The request's thread (a root message saying who asked), its session and its paused
@@ -207,7 +215,8 @@ class PlaneDesk:
         left to `reopen_cut`."""
         for delay in (*OPEN_RETRY_DELAYS, None):
             try:
-                await self._open(record)
+                async with self._opening:
+                    await self._open(record)
                 return
             except NotOpened as exc:
                 logger.warning("%s", exc)

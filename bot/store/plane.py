@@ -76,11 +76,7 @@ class PlaneRows(StoreCore):
                 actor=request.requester,
                 details={"request": values["id"], **audit},
             )
-            row = await tx.fetch_one(
-                "SELECT * FROM plane_requests WHERE id = :id", {"id": values["id"]}
-            )
-        assert row is not None
-        return self._plane_model(row), True
+        return request.model_copy(update={"id": values["id"]}), True
 
     async def plane_attach(self, request_id: str, session_id: str) -> None:
         """The request's session, before its batch is recorded (so no run resumes it)."""
