@@ -29,6 +29,7 @@ from ..store import PlaneRequest, PlaneState, Store, ToolCallRow
 from .asks import Ask, Outside, argv_of
 from .errors import NotOpened
 from .receipts import Claims, SigningKey, new_key_pem, sign
+from .recorder import Recorder
 
 __all__ = ["Answer", "PlaneDesk", "call_id_of", "load_signing_key"]
 
@@ -108,6 +109,7 @@ class PlaneDesk:
         self.key = key
         self._decided = asyncio.Event()
         """Set (and replaced) whenever an outside request's call is decided."""
+        self._recorder = Recorder(ctx.store)
         self._opening = asyncio.Semaphore(OPENING_AT_ONCE)
         """Requests opened at once: a burst's openings must not crowd out the next 201s."""
 
@@ -136,7 +138,7 @@ class PlaneDesk:
         )
         digest = call_digest(ask.tool, ask.arguments)
         rule = decision.policy_rule or decision.rule
-        record, created = await self.ctx.store.plane_record(
+        record, created = await self._recorder.record(
             PlaneRequest(
                 id="",
                 client=client,
@@ -151,7 +153,7 @@ class PlaneDesk:
                 rule=rule,
                 created_at=self.ctx.clock(),
             ),
-            audit={
+            {
                 "client": client,
                 "tool": ask.tool,
                 "arguments": arguments,

@@ -620,6 +620,11 @@ class Store(Protocol):
         """Record an outside request under a new id and audit `plane_request`, in one
         transaction; a request repeating its client's idempotency key gets the first, False."""
 
+    async def plane_record_many(
+        self, requests: Sequence[tuple[PlaneRequest, dict[str, Any]]]
+    ) -> list[tuple[PlaneRequest, bool]]:
+        """`plane_record` of each, in order, in one transaction."""
+
     async def plane_attach(self, request_id: str, session_id: str) -> None:
         """The request's session (its one-call paused batch), before the batch is recorded."""
 

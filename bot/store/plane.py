@@ -8,14 +8,14 @@ idempotency key is unique per client, so a repeated request finds the first one'
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from .core import StoreCore
-from .db import Row
+from .db import Row, Tx
 from .rules import new_id
 
 __all__ = ["PlaneRequest", "PlaneRows", "PlaneState"]
@@ -51,31 +51,41 @@ class PlaneRows(StoreCore):
     ) -> tuple[PlaneRequest, bool]:
         """Record `request` (its id is replaced by a new one) and audit `plane_request`, once:
         a request with the same client and idempotency key returns the first, and False."""
+        [recorded] = await self.plane_record_many([(request, audit)])
+        return recorded
+
+    async def plane_record_many(
+        self, requests: Sequence[tuple[PlaneRequest, dict[str, Any]]]
+    ) -> list[tuple[PlaneRequest, bool]]:
+        """`plane_record` of each, in one transaction (a burst's group commit)."""
+        out: list[tuple[PlaneRequest, bool]] = []
+        async with self._db.transaction("plane_record") as tx:
+            for request, audit in requests:
+                out.append(await self._record_one(tx, request, audit))
+        return out
+
+    async def _record_one(
+        self, tx: Tx, request: PlaneRequest, audit: dict[str, Any]
+    ) -> tuple[PlaneRequest, bool]:
         values = request.model_dump()
         values |= {"id": new_id(), "created_at": self._now(), "opening_at": self._now()}
-        async with self._db.transaction("plane_record") as tx:
-            touched = await tx.execute(
-                "INSERT INTO plane_requests (id, client, idempotency_key, tool, arguments, digest, "
-                "channel_id, requester, reason, state, rule, session_id, created_at, opening_at) "
-                "VALUES (:id, :client, :idempotency_key, :tool, :arguments, :digest, :channel_id, "
-                ":requester, :reason, :state, :rule, :session_id, :created_at, :opening_at) "
-                "ON CONFLICT (client, idempotency_key) DO NOTHING",
-                values,
+        touched = await tx.execute(
+            "INSERT INTO plane_requests (id, client, idempotency_key, tool, arguments, digest, "
+            "channel_id, requester, reason, state, rule, session_id, created_at, opening_at) "
+            "VALUES (:id, :client, :idempotency_key, :tool, :arguments, :digest, :channel_id, "
+            ":requester, :reason, :state, :rule, :session_id, :created_at, :opening_at) "
+            "ON CONFLICT (client, idempotency_key) DO NOTHING",
+            values,
+        )
+        if touched == 0:
+            row = await tx.fetch_one(
+                "SELECT * FROM plane_requests WHERE client = :client AND idempotency_key = :key",
+                {"client": request.client, "key": request.idempotency_key},
             )
-            if touched == 0:
-                row = await tx.fetch_one(
-                    "SELECT * FROM plane_requests "
-                    "WHERE client = :client AND idempotency_key = :key",
-                    {"client": request.client, "key": request.idempotency_key},
-                )
-                assert row is not None
-                return self._plane_model(row), False
-            await self._write_audit(
-                tx,
-                "plane_request",
-                actor=request.requester,
-                details={"request": values["id"], **audit},
-            )
+            assert row is not None
+            return self._plane_model(row), False
+        details = {"request": values["id"], **audit}
+        await self._write_audit(tx, "plane_request", actor=request.requester, details=details)
         return request.model_copy(update={"id": values["id"]}), True
 
     async def plane_attach(self, request_id: str, session_id: str) -> None:

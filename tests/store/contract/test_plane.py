@@ -62,3 +62,14 @@ async def test_every_store_signs_with_the_one_key(new_store: StoreFactory) -> No
     async with new_store() as one, new_store() as two:
         assert await one.plane_signing_key(lambda: "first") == "first"
         assert await two.plane_signing_key(lambda: "second") == "first"
+
+
+async def test_a_burst_is_recorded_in_one_transaction_and_a_repeated_key_once(
+    new_store: StoreFactory,
+) -> None:
+    async with new_store() as store:
+        burst = [(_request("a"), {}), (_request("b"), {}), (_request("a"), {})]
+        [(a, a_new), (b, b_new), (a_again, again_new)] = await store.plane_record_many(burst)
+        assert (a_new, b_new, again_new) == (True, True, False)
+        assert a_again.id == a.id != b.id
+        assert [r.event for r in await store.audit_rows()].count("plane_request") == 2
