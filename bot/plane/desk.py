@@ -19,13 +19,15 @@ from agent_core import ToolCall
 from agent_core.events import ToolApprovalRequest
 from agent_core.messages import ChatMessage, call_digest, canonical_arguments
 
+from ..allowances import covers, load_shape
 from ..faults import checkpoint
 from ..policy import GateDecision
 from ..runs.cards import Cards, call_decision, forbidden_reason
 from ..runs.context import RunContext
+from ..runs.freezes import freeze_for
 from ..runs.output import PostFailed, Thread
 from ..runs.views import CardRef
-from ..store import PlaneRequest, PlaneState, Store, ToolCallRow
+from ..store import AllowanceRow, PlaneRequest, PlaneState, Store, ToolCallRow
 from .asks import Ask, Outside, argv_of
 from .errors import NotOpened
 from .receipts import Claims, SigningKey, new_key_pem, sign
@@ -138,6 +140,12 @@ class PlaneDesk:
         )
         digest = call_digest(ask.tool, ask.arguments)
         rule = decision.policy_rule or decision.rule
+        allowance = None
+        if state == "pending":
+            allowance = await self._allowance(ask, where.channel, decision)
+            if allowance is not None:
+                state = "allowed"
+                rule = f"allowance {allowance.id} granted by {allowance.granted_by}"
         record, created = await self._recorder.record(
             PlaneRequest(
                 id="",
@@ -164,6 +172,7 @@ class PlaneDesk:
                 "rule": decision.rule,
                 "policy_rule": decision.policy_rule,
                 "tier": decision.tier,
+                "allowance": None if allowance is None else allowance.id,
             },
         )
         if created and record.state == "pending":
@@ -176,6 +185,22 @@ class PlaneDesk:
         answer = await self.answer(record.id, links=False)
         assert answer is not None
         return answer, False
+
+    async def _allowance(
+        self, ask: Ask, channel: str, decision: GateDecision
+    ) -> AllowanceRow | None:
+        """The channel's allowance covering the call, as the agent's gate finds one (none
+        under a change freeze, or where the policy offers no "Allow for")."""
+        ctx = self.ctx
+        if ctx.policy.allow_window(ask.tool, channel, decision) is None:
+            return None
+        if await freeze_for(ctx, channel, ask.tool) is not None:
+            return None
+        for row in await ctx.store.active_allowances(channel_id=channel, now=ctx.clock()):
+            shape = load_shape(row.shape)
+            if row.tool == ask.tool and shape and covers(shape, ask.tool, ask.arguments, decision):
+                return row
+        return None
 
     async def _open(self, record: PlaneRequest) -> None:
         """The request's thread (a root message saying who asked), its session and its paused

@@ -43,6 +43,7 @@ required_approvals = 1
 
 [tools.run_command]
 approval = "rules"
+{allow_for}
 
 [[tools.run_command.rules]]
 prefix = ["rm", "-rf", "/"]
@@ -147,19 +148,28 @@ class Plane:
         return [c for c in self.slack.calls_to("chat.postMessage") if c.ok and _is_card(c.params)]
 
 
-def write_policy(tmp_path: Path, ttl: str = "15m", extra: str = "") -> Path:
+def write_policy(
+    tmp_path: Path, ttl: str = "15m", extra: str = "", allow_for: str | None = None
+) -> Path:
     """The plane's test policy (clients `ci` and `other`), `extra` TOML appended."""
     policy = tmp_path / "policy.toml"
-    text = POLICY.format(ci=token_hash(CI_TOKEN), other=token_hash(OTHER_TOKEN), ttl=ttl)
+    allow = "" if allow_for is None else f'allow_for = "{allow_for}"'
+    tokens = {"ci": token_hash(CI_TOKEN), "other": token_hash(OTHER_TOKEN)}
+    text = POLICY.format(ttl=ttl, allow_for=allow, **tokens)
     policy.write_text(text + extra)
     return policy
 
 
 @contextlib.asynccontextmanager
 async def plane_bot(
-    tmp_path: Path, *, ttl: str = "15m", extra: str = "", **env: str
+    tmp_path: Path,
+    *,
+    ttl: str = "15m",
+    extra: str = "",
+    allow_for: str | None = None,
+    **env: str,
 ) -> AsyncIterator[Plane]:
-    policy = write_policy(tmp_path, ttl, extra)
+    policy = write_policy(tmp_path, ttl, extra, allow_for)
     async with (
         LLMStandIn() as llm,
         SlackAPIStandIn() as slack,

@@ -161,3 +161,21 @@ async def test_a_thread_slack_refuses_once_is_posted_on_the_next_try(tmp_path: P
         roots = [c for c in plane.slack.calls_to("chat.postMessage") if "thread_ts" not in c.params]
         assert [c.ok for c in roots] == [False, True]
         assert len(plane.cards()) == 1
+
+
+async def test_a_channel_allowance_lets_the_same_shape_through_without_a_card(
+    tmp_path: Path,
+) -> None:
+    allow = '\n[[tools.run_command.rules]]\nprefix = ["echo"]\nallow_prefix = ["echo", "hi"]\n'
+    async with plane_bot(tmp_path, extra=allow, allow_for="1h") as plane:
+        first = await plane.post({"tool": "run_command", "arguments": {"command": "echo hi one"}})
+        ledger_id, card_ts = await plane.card()
+        assert await plane.click("opsgate_allow", ledger_id, card_ts, "U0BOB") == 200
+        assert (await plane.get(first.json()["id"], wait=20))["state"] == "approved"
+        second = await plane.post({"tool": "run_command", "arguments": {"command": "echo hi two"}})
+        answer = await plane.get(second.json()["id"])
+        assert answer["state"] == "allowed" and "U0BOB" in answer["reason"]
+        assert answer["receipt"]
+        other = await plane.post({"tool": "run_command", "arguments": {"command": "echo bye"}})
+        assert (await plane.get(other.json()["id"]))["state"] == "pending"
+        assert len(plane.cards()) == 1
