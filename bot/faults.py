@@ -5,7 +5,9 @@ Points: `inbox` (a saved delivery, before it is processed), `resume_claimed` (af
 claim), `resume_started` (after `resume_started`, before the first call is marked executing),
 `allow_decided` (in `Store.allow_call`'s transaction: the call approved, its allowance not yet
 written), `shortcut` (the message shortcut acknowledged, its run not yet queued),
-`redraw_claimed` (the outbox's sender took a card's owed redraw, not yet drawn or sent).
+`redraw_claimed` (the outbox's sender took a card's owed redraw, not yet drawn or sent),
+`plane_card` (an outside request answered 201, its card not yet posted), `plane_opening`
+(an outside request's thread posted, its batch not yet recorded).
 Unset, a point costs one environment lookup.
 """
 

@@ -27,6 +27,7 @@ from .observability.audit_export import AuditExporter
 from .observability.health import ReadinessCheck, socket_mode_check
 from .observability.readiness import add_operations_routes, operations_checks, outbox_check
 from .observability.tracing import configure_tracing
+from .plane.http import PlaneRoutes, plane_desk
 from .policy import ladder_tick
 from .runs.replicas import replica_name, start_replica_duties
 from .runs.service import RunService
@@ -292,6 +293,8 @@ async def _serve(
         if http:
             web_app.add_routes([web.post("/slack/events", events.handle)])
         add_operations_routes(web_app, deps.store, metrics, checks=checks)
+        plane = PlaneRoutes(deps.policy.plane)
+        plane.add_to(web_app)
         async with (
             _listening(web_app, port, http=http),
             started(
@@ -302,6 +305,7 @@ async def _serve(
             ) as bot,
         ):
             checks.update(bot.checks)
+            plane.desk = await plane_desk(bot.service, deps.store, settings.opsgate_receipt_key)
             if http:
                 signing_in.done()
                 await _serve_http(bot, events, port, stop, up)

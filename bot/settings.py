@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     opsgate_shadow_policy: Path | None = None
     """A policy judged beside the live one, never acted on (overrides `[shadow] policy`)."""
     opsgate_port: int = Field(default=3000, ge=1, le=65535)
+    opsgate_receipt_key: Path | None = None
+    """A PEM Ed25519 private key that signs outside approvals' receipts; None: one made once
+    and kept in the database (shared by replicas)."""
     opsgate_context_tokens: int | None = Field(default=None, ge=1000)
     """The model's context budget; None: what the server says, else by model name
     (`agent_core.resolve_context_window`)."""

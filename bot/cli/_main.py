@@ -81,7 +81,38 @@ def _parser() -> argparse.ArgumentParser:
     tools = mcp_inner.add_parser("tools", help="each pinned MCP tool, its digest and state")
     tools.add_argument("--json", action="store_true", help="JSON lines instead of text")
     _add_policy_parser(sub)
+    _add_plane_parsers(sub)
     return parser
+
+
+def _add_plane_parsers(sub: Any) -> None:
+    """`ask`, `receipt verify`, `exec-approved`: the approval plane's client commands."""
+    ask = sub.add_parser("ask", help="ask OpsGate for an approval; block until decided")
+    ask.add_argument("--channel", default=None, help="where the card goes (C...)")
+    ask.add_argument("--tool", default="run_command", help="the tool (default run_command)")
+    ask.add_argument("--args", default=None, help="with --tool: its arguments as JSON")
+    ask.add_argument("--reason", default=None, help="why, shown on the card")
+    ask.add_argument("--requester", default=None, help="the Slack user asking (U...)")
+    ask.add_argument("--wait", default=None, help="give up after DURATION (exit 3), e.g. 15m")
+    ask.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    ask.add_argument("--exec", action="store_true", help="run the approved argv (no shell)")
+    ask.add_argument("argv", nargs="*", help="-- then the command")
+    receipt = sub.add_parser("receipt", help="check an approval receipt")
+    inner = receipt.add_subparsers(dest="receipt_command", required=True)
+    verify = inner.add_parser("verify", help="signature, expiry, argv; exit 0 valid, 1 not")
+    verify.add_argument("receipt", help="the receipt (- reads stdin)")
+    verify.add_argument("--keys", default=None, help="JWKS URL or file, or PEM key file")
+    verify.add_argument("--once", default=None, help="SQLite file of used receipts: refuse reuse")
+    verify.add_argument("--argv", nargs=argparse.REMAINDER, default=None, help="the command")
+    run = sub.add_parser("exec-approved", help="verify the receipt, then exec the command")
+    run.add_argument("receipt", help="the receipt (- reads stdin)")
+    run.add_argument("--keys", default=None, help="JWKS URL or file, or PEM key file")
+    run.add_argument("--once", default=None, help="SQLite file of used receipts: refuse reuse")
+    run.add_argument("argv", nargs="*", help="-- then the command")
+    hook = sub.add_parser("hook", help="an agent's hook that asks OpsGate (claude-code)")
+    hook.add_argument("agent", choices=["claude-code"], help="claude-code: its PreToolUse hook")
+    hook.add_argument("--wait", default=None, help="deny after DURATION undecided (default 9m30s)")
+    sub.add_parser("mcp-serve", help="an MCP server (stdio) with the tool request_approval")
 
 
 def _add_policy_parser(sub: Any) -> None:
@@ -155,6 +186,8 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
             from .mcp_tools import mcp_tools_command
 
             return lambda: mcp_tools_command(as_json=args.json)
+        case "ask" | "receipt" | "exec-approved" | "hook" | "mcp-serve":
+            return _plane_command(args)
     raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
 
 
@@ -173,9 +206,54 @@ def _policy_command(args: argparse.Namespace) -> Callable[[], int]:
     return lambda: explain_command(args)
 
 
+def _plane_command(args: argparse.Namespace) -> Callable[[], int]:
+    from ..plane import cli
+
+    if args.command == "ask":
+        return lambda: cli.ask_command(
+            argv=args.argv,
+            tool=args.tool,
+            args_json=args.args,
+            channel=args.channel,
+            reason=args.reason,
+            requester=args.requester,
+            wait=args.wait,
+            as_json=args.json,
+            run=args.exec,
+        )
+    if args.command == "hook":
+        from ..plane.hook import DEFAULT_WAIT, claude_code_hook
+
+        wait = cli.parse_wait(args.wait)
+        return lambda: claude_code_hook(wait=DEFAULT_WAIT if wait is None else wait)
+    if args.command == "mcp-serve":
+        from ..plane.mcp_server import serve_mcp
+
+        return serve_mcp
+    if args.command == "receipt":
+        return lambda: cli.receipt_verify_command(
+            receipt=args.receipt, argv=args.argv, keys=args.keys, once=args.once
+        )
+    return lambda: cli.exec_approved_command(
+        receipt=args.receipt, argv=args.argv, keys=args.keys, once=args.once
+    )
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`ask ... -- ARGV` and `exec-approved RECEIPT ... -- ARGV`: everything after `--` is the
+    command, whatever options came before it (argparse would stop at the first positional)."""
+    words = [w for w in argv if not w.startswith("-")]
+    if "--" not in argv or not words or words[0] not in ("ask", "exec-approved"):
+        return parser.parse_args(argv)
+    cut = argv.index("--")
+    args = parser.parse_args(argv[:cut])
+    args.argv = [*args.argv, *argv[cut + 1 :]]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, list(sys.argv[1:] if argv is None else argv))
     from ..observability import configure_logging
 
     # Until a command has read the settings (`OPSGATE_LOG_FORMAT`, `OPSGATE_LOG_LEVEL`).

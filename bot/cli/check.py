@@ -79,6 +79,8 @@ async def run_check(
     if policy is not None:
         for warning in (*_privilege_warnings(policy, settings), *program_warnings(policy)):
             warn(warning)
+        if not chat:  # the terminal chat serves no API
+            print(f"note {_plane_note(policy)}", file=out)
     if isinstance(settings.opsgate_db, DatabaseURL):
         await _check_postgres(settings.opsgate_db, report)
     if not chat:
@@ -125,6 +127,14 @@ async def _check_policy(settings: Settings, report: Report) -> Policy | None:
     where = f"{path} is valid" if path else "no policy file; using the built-in defaults"
     report(True, f"policy: {where}; tools: {', '.join(sorted(names))}")
     return policy
+
+
+def _plane_note(policy: Policy) -> str:
+    """Whether outside automation may ask for approvals (`[plane.clients]`)."""
+    clients = sorted(policy.plane.clients)
+    if not clients:
+        return "approval plane: off (no [plane.clients] in the policy; /v1/approvals answers 404)"
+    return f"approval plane: on for {', '.join(clients)} (POST /v1/approvals)"
 
 
 def _privilege_warnings(policy: Policy, settings: Settings) -> list[str]:

@@ -50,6 +50,7 @@ from ._ladder import (
     oncall_now,
 )
 from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
+from ._plane import PlaneClient, PlanePolicy
 from ._policy import Policy
 from ._preview import DEFAULT_PREVIEW_TTL, PreviewPlan
 from ._rules import Rule, Tier
@@ -74,6 +75,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "OncallSpec",
     "ParsedCommand",
     "PartVerdict",
+    "PlaneClient",
+    "PlanePolicy",
     "Policy",
     "PolicyError",
     "PreviewPlan",

@@ -19,6 +19,7 @@ from bot.tools.mcp.config import McpServerConfig, McpToolOverride
 from ._errors import PolicyError
 from ._freezes import FreezeSpec
 from ._model import RUN_COMMAND_ONLY, ArgumentRule, ChannelPolicy, Defaults, Rule, ToolPolicy
+from ._plane import PlaneClient, PlanePolicy
 from ._rules import NEEDS_MATCH
 
 __all__ = ["did_you_mean", "explain", "parse_toml", "read_policy_file"]
@@ -87,6 +88,10 @@ def _section(loc: tuple[int | str, ...], root: type[BaseModel]) -> type[BaseMode
             return ChannelPolicy
         case ["freezes", int()]:
             return FreezeSpec
+        case ["plane"]:
+            return PlanePolicy
+        case ["plane", "clients", _]:
+            return PlaneClient
         case ["mcp_servers", _]:
             return McpServerConfig
         case ["mcp_servers", _, "tools", _]:

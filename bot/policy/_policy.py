@@ -37,6 +37,7 @@ from ._model import (
     ToolPolicy,
     check_reachable,
 )
+from ._plane import PlanePolicy
 from ._shadow import McpReviewSection, ShadowSection
 
 __all__ = ["Policy"]
@@ -64,6 +65,8 @@ class Policy(Model):
         default_factory=dict
     )
     """`[oncall.<name>]`: who an approver entry `oncall:<name>` is (`bot.policy._ladder`)."""
+    plane: PlanePolicy = PlanePolicy()
+    """`[plane]`: outside automation that may ask for approvals (`bot.policy._plane`)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _paged: Paged | None = PrivateAttr(default=None)

@@ -9,6 +9,7 @@ or a cancel and redrawing).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -34,7 +35,7 @@ from .notices import (
 )
 from .output import PostFailed, Thread
 from .requirements import card_requirements
-from .views import CardCall, CardDrawing, CardOutcome, CardRef, ServerTool
+from .views import CardCall, CardDrawing, CardOutcome, CardRef, OutsideAsk, ServerTool
 
 __all__ = [
     "CARD_RETRY_DELAYS",
@@ -105,6 +106,13 @@ class Cards:
         reason = await model_reason(self.ctx, row, self.ctx.tools.get(row.tool))
         return replace(card, model_reason=reason)
 
+    async def _asked(self, card: CardCall, row: ToolCallRow) -> CardCall:
+        """An outside request's card says who asked, and that OpsGate will not run it."""
+        ask = await self.ctx.store.plane_of_session(row.session_id)
+        if ask is None:
+            return card
+        return dataclasses.replace(card, outside=OutsideAsk(ask.client, ask.reason))
+
     async def link(self, row: ToolCallRow) -> CallLink:
         ref = _ref(row)
         return CallLink(row.tool, None if ref is None else await self.ctx.output.permalink(ref))
@@ -159,7 +167,7 @@ class Cards:
     async def _post_once(
         self, thread: Thread, row: ToolCallRow, batch: list[ToolCallRow]
     ) -> str | None:
-        card = await self.card_with_reason(row, batch, thread.channel_id)
+        card = await self._asked(await self.card_with_reason(row, batch, thread.channel_id), row)
         card = await with_freeze(
             self.ctx, card, row, thread.channel_id, call_decision(self.ctx, row)
         )
@@ -216,7 +224,7 @@ class Cards:
         if ref is None:
             return None
         batch = await self.ctx.store.batch_calls(row.session_id)
-        card = await self.card_with_reason(row, batch, ref.channel_id)
+        card = await self._asked(await self.card_with_reason(row, batch, ref.channel_id), row)
         card = await with_freeze(self.ctx, card, row, ref.channel_id, call_decision(self.ctx, row))
         outcome = None
         if row.status != "pending":

@@ -97,6 +97,8 @@ class RunService:
         """What a person's Home tab shows."""
         self.inbox = Inbox(ctx, on_message=self.on_message, on_slash=self.slash_request)
         """Deliveries saved before their 200, processed from the saved row."""
+        self.outside_decided: Callable[[str], None] = lambda session_id: None
+        """Told the session of an outside request whose call was decided (`bot.plane`)."""
 
     # -- intake ---------------------------------------------------------------------------------
 
@@ -129,6 +131,8 @@ class RunService:
         if _CANCEL.fullmatch(text):
             await self.cancels.from_message(thread, user=user, team=team)
             return
+        if await self._outside_thread(thread):
+            return  # an outside request's thread is its card's: no agent run there
         await self._enqueue(thread, user=user, text=text, message_ts=message_ts)
 
     async def slash_request(
@@ -154,6 +158,12 @@ class RunService:
         thread = Thread(team, posted.channel_id, posted.thread_ts)
         await self._enqueue(thread, user=user, text=text, message_ts=thread.thread_ts)
         return None
+
+    async def _outside_thread(self, thread: Thread) -> bool:
+        """Whether the thread holds a request from outside automation (`bot.plane`)."""
+        store = self.ctx.store
+        session = await store.find_session(thread.team_id, thread.channel_id, thread.thread_ts)
+        return session is not None and await store.plane_of_session(session.id) is not None
 
     async def _enqueue(self, thread: Thread, *, user: str, text: str, message_ts: str) -> None:
         store = self.ctx.store
@@ -269,6 +279,9 @@ class RunService:
         batch = await store.batch_calls(session_id)
         if not batch or not batch_complete(batch):
             return False
+        if await store.plane_of_session(session_id) is not None:
+            self.outside_decided(session_id)  # here, or a wake-up from the replica that decided
+            return await _settle_outside(store, session_id)
         if not await store.claim_resume(session_id):
             return False
         await checkpoint("resume_claimed")
@@ -367,6 +380,16 @@ class RunService:
         info = self.answers.channel_help(channel)
         freezes = await self.freezes.freezes_now(channel)
         return Help(dataclasses.replace(info, freezes=freezes) if freezes else info)
+
+
+async def _settle_outside(store: Store, session_id: str) -> bool:
+    """An outside request's batch is decided: its session ends without a run (the caller runs
+    the command, or not); exactly one caller moves it on."""
+    if not await store.claim_resume(session_id):
+        return False
+    await store.resume_started(session_id)
+    await store.end_run(session_id)
+    return True
 
 
 # -- queue ---------------------------------------------------------------------------------------

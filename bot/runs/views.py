@@ -35,6 +35,7 @@ __all__ = [
     "GlassInfo",
     "HomeView",
     "OutcomeStatus",
+    "OutsideAsk",
     "PendingEntry",
     "ServerTool",
     "preview_file",
@@ -135,6 +136,14 @@ class CardPart:
 
 
 @dataclass(frozen=True)
+class OutsideAsk:
+    """Who asked for a call from outside OpsGate (`bot.plane`): OpsGate will not run it."""
+
+    client: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class CardCall:
     """Everything a card shows; the service builds it from a ledger row."""
 
@@ -207,6 +216,8 @@ class CardCall:
     no_allow: str | None = None
     """Why the card offers no "Allow for", in words (None: it offers one, or the tool has no
     allowances to speak of)."""
+    outside: OutsideAsk | None = None
+    """An outside request's: who asked and why; the caller runs the command, not OpsGate."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ from .mrkdwn import (
     slack_date,
     user_mention,
 )
+from .outside import outside_blocks
 from .previews import preview_blocks, preview_digest_text, rerun_button
 
 __all__ = [
@@ -242,6 +243,7 @@ def card_body(call: CardCall, arg_limit: int, outcome: CardOutcome | None = None
     if call.description.strip():
         title += "\n" + escape_cut(call.description.strip(), _DESCRIPTION_MAX)
     blocks: list[Block] = [section(title)]
+    blocks += outside_blocks(call)
     blocks += arguments_blocks(call.arguments, arg_limit).blocks
     if (warning := _warning(call.arguments)) is not None:
         blocks.append(section(warning))

@@ -48,6 +48,7 @@ from .models import (
     batch_complete,
 )
 from .outbox import CARD_REDRAW, REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, card_redraw
+from .plane import PlaneRequest, PlaneState
 from .queue_notices import QUEUE_NOTICE, QUEUE_PRIORITY, QueueNotice, queue_redraw
 from .quorum import Quorum, QuorumState, Shortfall
 from .reasons import (
@@ -120,6 +121,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "OutboxRow",
     "OutboxStats",
     "PendingApproval",
+    "PlaneRequest",
+    "PlaneState",
     "PreviewChanged",
     "QUEUE_NOTICE",
     "QUEUE_PRIORITY",

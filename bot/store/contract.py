@@ -43,6 +43,7 @@ from .models import (
     ToolCallRow,
 )
 from .outbox import OutboxEntry, OutboxRow, OutboxStats
+from .plane import PlaneRequest
 from .queue_notices import QueueNotice
 from .quorum import Quorum
 from .recorded import RecordedCall
@@ -735,3 +736,34 @@ class Store(Protocol):
         """A run of the conversation starts with `run_channel`'s policy (its resume reads it
         back). True for the first run of the conversation only, across all stores: it names
         the conversation. A thread outside the container: nothing is written, False."""
+
+    # -- requests from outside automation (`bot.store.plane`) -----------------------------------
+
+    async def plane_record(
+        self, request: PlaneRequest, *, audit: dict[str, Any]
+    ) -> tuple[PlaneRequest, bool]:
+        """Record an outside request under a new id and audit `plane_request`, in one
+        transaction; a request repeating its client's idempotency key gets the first, False."""
+
+    async def plane_record_many(
+        self, requests: Sequence[tuple[PlaneRequest, dict[str, Any]]]
+    ) -> list[tuple[PlaneRequest, bool]]:
+        """`plane_record` of each, in order, in one transaction."""
+
+    async def plane_attach(self, request_id: str, session_id: str) -> None:
+        """The request's session (its one-call paused batch), before the batch is recorded."""
+
+    async def plane_unopened(self, older_than: timedelta) -> list[PlaneRequest]:
+        """Pending requests whose opening began over `older_than` ago and has no ledger row."""
+
+    async def plane_claim_opening(self, request: PlaneRequest, older_than: timedelta) -> bool:
+        """Conditional: one caller reopens a request `plane_unopened` returned."""
+
+    async def plane_request(self, request_id: str) -> PlaneRequest | None:
+        """The outside request with that id, if any."""
+
+    async def plane_of_session(self, session_id: str) -> PlaneRequest | None:
+        """The outside request a session holds; None for an agent's own session."""
+
+    async def plane_signing_key(self, make: Callable[[], str]) -> str:
+        """The receipts' signing key (PEM), made by `make` once for the whole database."""

@@ -26,6 +26,7 @@ from .freezes import Freezes
 from .ladder import Escalations
 from .mcp_pins import McpPins
 from .outbox import Outbox
+from .plane import PlaneRows
 from .queue_notices import QueueNoticeRows
 from .recorded import RecordedCalls
 from .recovery import Recovery
@@ -52,6 +53,7 @@ class PostgresStore(
     McpPins,
     Escalations,
     Delegations,
+    PlaneRows,
 ):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 

@@ -23,6 +23,7 @@ from .freezes import Freezes
 from .ladder import Escalations
 from .mcp_pins import McpPins
 from .outbox import Outbox
+from .plane import PlaneRows
 from .queue_notices import QueueNoticeRows
 from .recorded import RecordedCalls
 from .recovery import Recovery
@@ -46,6 +47,7 @@ class SQLiteStore(
     McpPins,
     Escalations,
     Delegations,
+    PlaneRows,
 ):
     """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
     `agent_core.SessionStore`). Use it as an async context manager.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..chain import chain_existing_rows
 from ..db import Dialect, Tx
-from . import postgres, sqlite
+from . import plane, postgres, sqlite
 from .tables import EXPORT_POSTGRES, EXPORT_SQLITE, EXPORT_START, V18, ladder_tables, pins_table
 
 __all__ = ["AUDIT_CHANNEL", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "Statement", "steps"]
@@ -429,6 +429,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         "a waiting call's escalation steps passed and reminders sent; delegations",
         sqlite=ladder_tables("INTEGER", "TEXT"),
         postgres=ladder_tables("integer", "timestamptz"),
+    ),
+    Migration(
+        21,
+        # Requests from outside automation (`bot.store.plane`) and the receipts' signing key,
+        # shared by every replica on the database.
+        "outside approval requests and the receipt signing key",
+        sqlite=plane.statements("TEXT", "TEXT"),
+        postgres=plane.statements("text", "timestamptz"),
     ),
 )
 

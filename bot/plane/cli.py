@@ -1,0 +1,166 @@
+"""`opsgate ask`, `opsgate receipt verify` and `opsgate exec-approved`: the plane's commands on
+the hosts of other automation. They load no Slack code (and `--help` loads none of this).
+
+`ask` exits 0 approved (or allowed), 1 rejected or forbidden, 3 expired or `--wait` elapsed,
+2 usage or connection errors; `receipt verify` 0 valid, 1 invalid (one line naming what
+failed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..words import parse_duration
+from .client import PlaneClientError, ask_and_wait
+from .errors import PlaneError, ReceiptInvalid
+from .verify import check_receipt
+
+__all__ = ["ask_command", "exec_approved_command", "parse_wait", "receipt_verify_command"]
+
+
+def parse_wait(text: str | None) -> float | None:
+    """`--wait` as seconds ("90s", "15m", "1h30m"); None: until decided."""
+    if text is None:
+        return None
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError as exc:
+        raise PlaneError(f"--wait: {exc}") from None
+
+
+def _argv(raw: Sequence[str]) -> list[str]:
+    return list(raw[1:] if raw and raw[0] == "--" else raw)
+
+
+def _say(text: str) -> None:
+    print(f"opsgate: {text}", file=sys.stderr, flush=True)
+
+
+def _body(
+    tool: str, argv: list[str], args_json: str | None, **fields: str | None
+) -> dict[str, Any]:
+    if tool == "run_command":
+        if not argv:
+            raise PlaneError("ask: name the command after --, e.g. opsgate ask -- ./deploy.sh prod")
+        arguments: Any = {"command": shlex.join(argv)}
+    else:
+        try:
+            arguments = json.loads(args_json or "{}")
+        except ValueError as exc:
+            raise PlaneError(f"--args: not JSON: {exc}") from None
+    body: dict[str, Any] = {"tool": tool, "arguments": arguments}
+    return body | {k: v for k, v in fields.items() if v is not None}
+
+
+def ask_command(
+    *,
+    argv: Sequence[str],
+    tool: str = "run_command",
+    args_json: str | None = None,
+    channel: str | None = None,
+    reason: str | None = None,
+    requester: str | None = None,
+    wait: str | None = None,
+    as_json: bool = False,
+    run: bool = False,
+) -> int:
+    try:
+        body = _body(
+            tool, _argv(argv), args_json, channel=channel, reason=reason, requester=requester
+        )
+        asked = ask_and_wait(body, wait=parse_wait(wait), on_link=lambda u: _say(f"card: {u}"))
+    except PlaneClientError as exc:
+        _say(str(exc))
+        return 1 if exc.status == 403 else 2
+    except PlaneError as exc:
+        _say(str(exc))
+        return 2
+    answer = asked.answer
+    if as_json:
+        print(json.dumps(answer))
+    if asked.timed_out:
+        _say(f"no decision within --wait {wait}; request {answer.get('id')} is still pending")
+        return 3
+    state = asked.state
+    if state in ("approved", "allowed"):
+        receipt = str(answer.get("receipt", ""))
+        if not as_json:
+            print(receipt, flush=True)
+        if run:
+            return _run_approved(receipt, _argv(argv))
+        return 0
+    _say(f"{state}: {answer.get('reason') or 'no reason given'}")
+    return 3 if state == "expired" else 1
+
+
+def _run_approved(receipt: str, argv: list[str]) -> int:
+    """Run exactly the approved argv (no shell), the receipt in its `OPSGATE_RECEIPT`."""
+    from .receipts import unverified_claims
+
+    approved = unverified_claims(receipt).argv
+    if approved is None or list(approved) != argv:
+        _say(f"--exec: the approved command is {approved!r}, not {argv!r}; not run")
+        return 1
+    sys.stdout.flush()
+    env = {**os.environ, "OPSGATE_RECEIPT": receipt}
+    try:
+        return subprocess.run(list(approved), env=env, check=False).returncode
+    except OSError as exc:
+        _say(f"--exec: cannot run {approved[0]!r}: {exc}")
+        return 127
+
+
+def _keys(source: str | None) -> str:
+    found = source or os.environ.get("OPSGATE_URL")
+    if not found:
+        raise PlaneError("name the verification keys: --keys URL_OR_FILE (or set OPSGATE_URL)")
+    return found
+
+
+def _receipt_text(text: str) -> str:
+    return sys.stdin.read().strip() if text == "-" else text
+
+
+def receipt_verify_command(
+    *, receipt: str, argv: Sequence[str] | None, keys: str | None, once: str | None
+) -> int:
+    try:
+        claims = check_receipt(
+            _receipt_text(receipt),
+            _keys(keys),
+            argv=None if argv is None else list(argv),
+            once=None if once is None else Path(once),
+        )
+    except ReceiptInvalid as exc:
+        print(f"receipt invalid: {exc}", file=sys.stderr)
+        return 1
+    approvers = ", ".join(claims.approvers) or "the policy"
+    print(f"receipt valid: {claims.tool} {claims.digest} approved by {approvers}")
+    return 0
+
+
+def exec_approved_command(
+    *, receipt: str, argv: Sequence[str], keys: str | None, once: str | None
+) -> int:
+    """Verify (argv included), then replace this process with the command."""
+    command = _argv(argv)
+    if not command:
+        raise PlaneError("exec-approved: name the command after --")
+    text = _receipt_text(receipt)
+    try:
+        check_receipt(text, _keys(keys), argv=command, once=None if once is None else Path(once))
+    except ReceiptInvalid as exc:
+        print(f"receipt invalid: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.flush()
+    try:
+        os.execvpe(command[0], command, {**os.environ, "OPSGATE_RECEIPT": text})
+    except OSError as exc:
+        _say(f"exec-approved: cannot run {command[0]!r}: {exc}")
+        return 127
