@@ -1,6 +1,7 @@
 """The parts of an approval card that say why the call is there and what it still needs: the
 model's stated reason, each rule that must approve, the parts of a command the policy judged,
-why "Allow for" is absent, and the line a decided card leads with.
+why "Allow for" is absent, the line a decided card leads with, and the line naming an MCP
+server's tool.
 
 The model's words and a command's text are untrusted: they reach mrkdwn only through
 `bot.slack.mrkdwn`, on one line each, so they cannot draw a line of the card of their own.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from slack_sdk.models.blocks import Block, ContextBlock, MarkdownTextObject, SectionBlock
 
-from ..runs.views import CardCall, CardOutcome, CardPart, CardRequirement
+from ..runs.views import CardCall, CardOutcome, CardPart, CardRequirement, ServerTool
 from .mrkdwn import code_span, escape_cut, neutralise_links, one_line, slack_date, user_mention
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "parts_blocks",
     "reason_blocks",
     "requirements_blocks",
+    "server_tool_text",
     "why_blocks",
 ]
 
@@ -156,3 +158,24 @@ def outcome_text(outcome: CardOutcome) -> str:
     if outcome.reason and outcome.reason.strip():
         text += f"\n*Reason:* {escape_cut(outcome.reason.strip(), _OUTCOME_REASON_MAX)}"
     return text
+
+
+# -- server_tool ---------------------------------------------------------------------------------
+# The line of an approval card that names an MCP server's tool and its annotations.
+#
+# The server's title for the tool is untrusted (a server says what it likes), so it is escaped;
+# the labels are ours. A tool annotated destructive is flagged where nobody can miss it.
+
+
+_TITLE_MAX = 200
+
+
+def server_tool_text(tool: ServerTool) -> str:
+    """e.g. ":warning: *destructive* · MCP server `k8s`, tool `delete_pod` (Delete a pod)"."""
+    named = f"MCP server {code_span(tool.server, 60)}, tool {code_span(tool.tool, 80)}"
+    if tool.title and tool.title != tool.tool:
+        named += f" ({one_line(tool.title, _TITLE_MAX)})"
+    labels = [label for label in tool.labels if not (tool.destructive and label == "destructive")]
+    hints = f" · _{escape_cut(', '.join(labels), 200)}_" if labels else ""
+    warning = ":warning: *destructive* · " if tool.destructive else ""
+    return f"{warning}{named}{hints}"

@@ -27,13 +27,14 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from ..runs.views import CardCall, CardOutcome, OutcomeStatus, ServerTool
+from ..runs.views import CardCall, CardOutcome, OutcomeStatus
 from ..store import CardLock
 from .card_notes import (
     approvers_words,
     decided_title,
     no_allow_blocks,
     outcome_text,
+    server_tool_text,
     why_blocks,
 )
 from .freezes import break_glass_button, frozen_blocks, review_blocks
@@ -79,7 +80,6 @@ __all__ = [
     "minimal_file_text",
     "overflow",
     "section",
-    "server_tool_text",
     "slack_date",
 ]
 
@@ -434,27 +434,6 @@ def minimal_blocks(card: CardCall, filename: str) -> list[dict[str, Any]]:
     section_ = {"type": "section", "text": {"type": "mrkdwn", "text": text, "verbatim": True}}
     # The preview stays: Approve binds to it.
     return [section_, *_to_dicts(preview_blocks(card)), *kept]
-
-
-# -- server_tool ---------------------------------------------------------------------------------
-# The line of an approval card that names an MCP server's tool and its annotations.
-#
-# The server's title for the tool is untrusted (a server says what it likes), so it is escaped;
-# the labels are ours. A tool annotated destructive is flagged where nobody can miss it.
-
-
-_TITLE_MAX = 200
-
-
-def server_tool_text(tool: ServerTool) -> str:
-    """e.g. ":warning: *destructive* · MCP server `k8s`, tool `delete_pod` (Delete a pod)"."""
-    named = f"MCP server {code_span(tool.server, 60)}, tool {code_span(tool.tool, 80)}"
-    if tool.title and tool.title != tool.tool:
-        named += f" ({one_line(tool.title, _TITLE_MAX)})"
-    labels = [label for label in tool.labels if not (tool.destructive and label == "destructive")]
-    hints = f" · _{escape_cut(', '.join(labels), 200)}_" if labels else ""
-    warning = ":warning: *destructive* · " if tool.destructive else ""
-    return f"{warning}{named}{hints}"
 
 
 _ALLOW_SCOPE_MAX = 180
