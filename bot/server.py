@@ -25,7 +25,12 @@ from slack_bolt.async_app import AsyncApp
 from .observability import HealthServerError, Metrics
 from .observability.audit_export import AuditExporter
 from .observability.health import ReadinessCheck, socket_mode_check
-from .observability.readiness import add_operations_routes, operations_checks, outbox_check
+from .observability.readiness import (
+    add_operations_routes,
+    mcp_quarantine_note,
+    operations_checks,
+    outbox_check,
+)
 from .observability.tracing import configure_tracing
 from .plane.http import PlaneRoutes, plane_desk
 from .policy import ladder_tick
@@ -155,6 +160,7 @@ async def started(
     outbox.render_with(CARD_REDRAW, card_renderer(service.cards.drawing, deps.store.card_drawn))
     deps.store.owe_card_redraws(outbox.wake)
     await post_reviews(deps.store, deps.policy)  # changed MCP tools' review cards, once each
+    deps.mcp_reviews.append(lambda: post_reviews(deps.store, deps.policy))  # and later ones
     await sign_in(app, signing_in or SignIn())  # before the first burst, once, not per request
     await service.recover()
     await start_pagerduty(settings, deps.policy, client, deps.tasks, deps.clock)
@@ -292,7 +298,10 @@ async def _serve(
         web_app = web.Application()
         if http:
             web_app.add_routes([web.post("/slack/events", events.handle)])
-        add_operations_routes(web_app, deps.store, metrics, checks=checks)
+        # Without a review channel, a changed MCP tool is told in the log and on /readyz.
+        quiet = deps.policy.mcp.review_channel is None
+        notes = {"mcp": mcp_quarantine_note(deps.store)} if quiet else {}
+        add_operations_routes(web_app, deps.store, metrics, checks=checks, notes=notes)
         plane = PlaneRoutes(deps.policy.plane)
         plane.add_to(web_app)
         async with (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -33,7 +33,7 @@ from .runs.metrics import NoObserver, ObservedChatClient, RunObserver
 from .runs.options import ChannelInstructions
 from .runs.replicas import held_lease
 from .runs.shadow import load_shadow
-from .runs.tool_pins import pin_mcp_tools
+from .runs.tool_pins import pin_mcp_tools, repin_listing
 from .settings import Settings
 from .store import Store, WriteHealth, open_store, utc_now
 from .tasks import TaskSupervisor
@@ -45,7 +45,7 @@ from .tools import (
     make_run_command,
     resolve_run_as,
 )
-from .tools.mcp import McpObserver, start_mcp_servers
+from .tools.mcp import McpObserver, McpTool, start_mcp_servers
 
 __all__ = [
     "CONTEXT_ADVICE",
@@ -107,6 +107,8 @@ class Deps:
     """How long a model turn and a run may take (`OPSGATE_TURN_TIMEOUT`, `…_RUN_TIMEOUT`)."""
     shadow: Policy | None = None
     """The shadow policy (`OPSGATE_SHADOW_POLICY` or `[shadow] policy`), judged, not acted on."""
+    mcp_reviews: list[Callable[[], Awaitable[object]]] = field(default_factory=list)
+    """Run after a running MCP server's new listing quarantined a tool (the review cards)."""
 
 
 def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list[Tool]:
@@ -164,14 +166,26 @@ async def open_deps(
     ):
         all_tools = list(tools) if tools is not None else default_tools(tool_http, policy)
         all_tools += load_tools(policy.tools_modules, taken=[t.name for t in all_tools])
+        offered: dict[str, Tool] = {}
+        reviews: list[Callable[[], Awaitable[object]]] = []
+        configs = policy.mcp_servers
+
+        async def relisted(server: str, listed: tuple[McpTool, ...]) -> None:
+            """The same pin check on a running server's new listing."""
+            if await repin_listing(store, listed, {server: configs[server]}, offered):
+                for review in reviews:
+                    await review()
+
         mcp_tools = await start_mcp_servers(
             servers,
             policy.mcp_servers,
             taken=[t.name for t in all_tools],
             observer=observer if isinstance(observer, McpObserver) else None,
+            relisted=relisted,
         )
         await pin_mcp_tools(store, mcp_tools, policy.mcp_servers)
         all_tools += mcp_tools
+        offered.update((t.name, t) for t in all_tools)
         policy.check_tools([t.name for t in all_tools])
         llm = OpenAIChatClient(
             llm_http,
@@ -218,6 +232,7 @@ async def open_deps(
                 settings.opsgate_max_answer_chars,
             ),
             shadow=shadow,
+            mcp_reviews=reviews,
         )
         try:
             yield deps

@@ -9,10 +9,12 @@ from .health import (
     CHECK_TIMEOUT,
     HealthServer,
     ReadinessCheck,
+    ReadinessNote,
     Refresh,
     add_health_routes,
     health_app,
     not_ready_reasons,
+    readiness_notes,
     serve_health,
     socket_mode_check,
 )
@@ -57,6 +59,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "ObservabilityError",
     "QUIET_LIBRARIES",
     "ReadinessCheck",
+    "ReadinessNote",
     "Refresh",
     "RunOutcome",
     "TOOL_BUCKETS",
@@ -70,6 +73,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "log_event",
     "mask_secrets",
     "not_ready_reasons",
+    "readiness_notes",
     "serve_health",
     "socket_mode_check",
 ]

@@ -4,6 +4,8 @@ In HTTP mode `add_health_routes` puts them on the app that serves Slack; in Sock
 has no HTTP server of its own, `serve_health` runs `health_app` alone. Liveness says only that
 the process answers; readiness runs the injected checks (the database accepts writes, the
 Socket Mode connection is up), each of which returns None when fine or a one-line reason.
+Notes are for the operator only (e.g. a quarantined MCP tool with nowhere to review it): they
+are listed under `notes` in the answer and never make the bot unready.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ __all__ = [
     "CHECK_TIMEOUT",
     "HealthServer",
     "ReadinessCheck",
+    "ReadinessNote",
     "Refresh",
     "add_health_routes",
     "health_app",
     "not_ready_reasons",
+    "readiness_notes",
     "serve_health",
     "socket_mode_check",
 ]
@@ -38,6 +42,10 @@ logger = logging.getLogger("opsgate.health")
 
 ReadinessCheck = Callable[[], Awaitable[str | None]]
 """One readiness condition: None when it holds, else a one-line reason (no secrets)."""
+
+ReadinessNote = Callable[[], Awaitable[list[str]]]
+"""Something the operator should see on `/readyz` that does not stop the bot serving: zero or
+more one-line notes (no secrets)."""
 
 Refresh = Callable[[], Awaitable[None]]
 """Run before each scrape, e.g. to set the pending-approval and queue gauges from the database,
@@ -69,6 +77,26 @@ async def not_ready_reasons(
     return [reason for reason in results if reason is not None]
 
 
+async def readiness_notes(
+    notes: Mapping[str, ReadinessNote], *, timeout: float = CHECK_TIMEOUT
+) -> list[str]:
+    """Every note, each prefixed by its name; one that fails says so as its note, since a
+    note never decides readiness."""
+
+    async def run(name: str, note: ReadinessNote) -> list[str]:
+        try:
+            async with asyncio.timeout(timeout):
+                said = await note()
+        except TimeoutError:
+            said = [f"no answer within {timeout:g}s"]
+        except Exception as exc:
+            said = [f"{type(exc).__name__}: {exc}"]
+        return [mask_secrets(f"{name}: {line}") for line in said]
+
+    results = await asyncio.gather(*(run(name, note) for name, note in notes.items()))
+    return [line for lines in results for line in lines]
+
+
 def add_health_routes(
     app: web.Application,
     metrics: Metrics,
@@ -76,21 +104,26 @@ def add_health_routes(
     *,
     refresh: Refresh | None = None,
     timeout: float = CHECK_TIMEOUT,
+    notes: Mapping[str, ReadinessNote] | None = None,
 ) -> None:
     """Add `/healthz`, `/readyz` and `/metrics` to `app` (HTTP mode: the Slack app).
 
     `checks` is read at each probe, not copied: a starting bot adds its checks as its parts
     come up (Slack's sign-in first, the Socket Mode connection once it is made)."""
     checks = checks if checks is not None else {}
+    notes = notes if notes is not None else {}
 
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
     async def readyz(request: web.Request) -> web.Response:
-        reasons = await not_ready_reasons(checks, timeout=timeout)
+        reasons, said = await asyncio.gather(
+            not_ready_reasons(checks, timeout=timeout), readiness_notes(notes, timeout=timeout)
+        )
+        extra = {"notes": said} if said else {}
         if reasons:
-            return web.json_response({"ready": False, "reasons": reasons}, status=503)
-        return web.json_response({"ready": True})
+            return web.json_response({"ready": False, "reasons": reasons, **extra}, status=503)
+        return web.json_response({"ready": True, **extra})
 
     async def metrics_page(request: web.Request) -> web.Response:
         if refresh is not None:
@@ -116,10 +149,11 @@ def health_app(
     *,
     refresh: Refresh | None = None,
     timeout: float = CHECK_TIMEOUT,
+    notes: Mapping[str, ReadinessNote] | None = None,
 ) -> web.Application:
     """An app serving only the three endpoints (Socket Mode)."""
     app = web.Application()
-    add_health_routes(app, metrics, checks, refresh=refresh, timeout=timeout)
+    add_health_routes(app, metrics, checks, refresh=refresh, timeout=timeout, notes=notes)
     return app
 
 

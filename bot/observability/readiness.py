@@ -15,6 +15,7 @@ from aiohttp import web
 from ..store import Store, WriteHealth
 from .health import (
     ReadinessCheck,
+    ReadinessNote,
     Refresh,
     SocketModeConnection,
     add_health_routes,
@@ -26,6 +27,7 @@ __all__ = [
     "add_operations_routes",
     "database_check",
     "gauges_refresh",
+    "mcp_quarantine_note",
     "operations_checks",
     "outbox_check",
 ]
@@ -93,6 +95,23 @@ def outbox_check(stuck_for: Callable[[], float]) -> ReadinessCheck:
     return check
 
 
+def mcp_quarantine_note(store: Store) -> ReadinessNote:
+    """Each quarantined MCP tool, from the store (the truth across replicas): for a bot with no
+    `[mcp] review_channel`, where the log and `/readyz` are where a change is seen. The bot
+    stays ready: the tool's calls already wait for a person."""
+
+    async def note() -> list[str]:
+        return [
+            f"MCP tool {pin.server}__{pin.tool} changed since it was reviewed (listed digest "
+            f"{pin.listed_digest}); quarantined: every call needs approval until an MCP admin "
+            "accepts the new definition"
+            for pin in await store.mcp_pins()
+            if pin.state == "quarantined"
+        ]
+
+    return note
+
+
 def operations_checks(
     store: Store,
     health: WriteHealth | None = None,
@@ -116,10 +135,11 @@ def add_operations_routes(
     more: Mapping[str, ReadinessCheck] | None = None,
     *,
     checks: Mapping[str, ReadinessCheck] | None = None,
+    notes: Mapping[str, ReadinessNote] | None = None,
 ) -> None:
     """`/healthz`, `/readyz` and `/metrics` on `web_app` (beside `POST /slack/events` in HTTP
     mode), their gauges counted in `store`. `checks`: the readiness checks, read live (else
-    `operations_checks(store, health, more)`)."""
+    `operations_checks(store, health, more)`); `notes`: what `/readyz` also says."""
     if checks is None:
         checks = operations_checks(store, health, more)
-    add_health_routes(web_app, metrics, checks, refresh=gauges_refresh(store, metrics))
+    add_health_routes(web_app, metrics, checks, refresh=gauges_refresh(store, metrics), notes=notes)

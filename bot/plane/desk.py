@@ -180,9 +180,12 @@ class PlaneDesk:
             # posts per channel, so a burst of requests must not wait for them).
             self.ctx.tasks.spawn(self._open_soon(record), name=f"plane open {record.id}")
         if created:  # what it is now is what was just written: no read needed
+            # No permalink: the card is posted after the 201 (`_open_soon`), never before it.
             reason = forbidden_reason(decision) if state == "forbidden" else None
             return Answer(record.id, state, digest, reason=reason), True
-        answer = await self.answer(record.id, links=False)
+        # A repeat (a client retrying after a lost answer): by now the card may be up, so its
+        # link is given, as GET gives it.
+        answer = await self.answer(record.id)
         assert answer is not None
         return answer, False
 

@@ -7,6 +7,10 @@ makes every call of it wait for approval (the strictest of its rule and `always`
 `annotations`, so a tool that newly claims `readOnlyHint: true` gains nothing), and its card
 says "this tool changed since it was reviewed". The change is logged field by field until an
 MCP admin accepts it. A server with `pin = false` is not pinned, and start-up says so.
+
+The same check runs on each later listing of a running server (`repin_listing`): after a
+restart, or when the server says its tools changed. A changed tool is quarantined at once, in
+the store and on the tool the model is offered.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from ..tools.mcp import McpTool
 from ..tools.mcp.config import McpServerConfig
 from ..tools.mcp.pins import ToolDefinition, changed_fields, definition_of
 
-__all__ = ["pin_mcp_tools"]
+__all__ = ["pin_mcp_tools", "repin_listing"]
 
 logger = logging.getLogger("opsgate.mcp")
 
@@ -55,6 +59,29 @@ async def pin_mcp_tools(
                 by_tool[pin.tool].quarantined = True
                 quarantined.append(pin)
                 _warn(pin, changes.get(pin.tool))
+    return quarantined
+
+
+async def repin_listing(
+    store: Store,
+    listed: Sequence[McpTool],
+    configs: Mapping[str, McpServerConfig],
+    offered: Mapping[str, object],
+) -> list[McpPin]:
+    """Check a running server's new listing against the pins; quarantine the tool offered
+    under each changed one's name (`offered`: the bot's tools by name). A tool listed for
+    the first time is pinned but not offered before the next start."""
+    quarantined = await pin_mcp_tools(store, listed, configs)
+    for tool in listed:
+        live = offered.get(tool.name)
+        if tool.quarantined and isinstance(live, McpTool):
+            live.quarantined = True
+        elif live is None:
+            logger.warning(
+                "MCP server %r now lists %r; it is offered from the next start",
+                tool.server,
+                tool.tool,
+            )
     return quarantined
 
 

@@ -115,6 +115,40 @@ async def test_not_ready_lists_every_reason(http: httpx.AsyncClient) -> None:
     assert health.status_code == 200  # alive, only not ready
 
 
+async def test_notes_are_told_without_making_the_bot_unready(http: httpx.AsyncClient) -> None:
+    async def quarantined() -> list[str]:
+        return ["MCP tool net__lookup changed since it was reviewed"]
+
+    async def nothing() -> list[str]:
+        return []
+
+    async def broken() -> list[str]:
+        raise ConnectionError("cannot reach postgresql://opsgate:hunter2@db/opsgate")
+
+    notes = {"mcp": quarantined, "quiet": nothing, "broken": broken}
+    app = health_app(Metrics(), {"database": ok()}, notes=notes)
+    async with serve_health(port=0, host="127.0.0.1", app=app) as server:
+        ready = await http.get(f"{server.url}/readyz")
+    assert ready.status_code == 200
+    body = ready.json()
+    assert body["ready"] is True
+    assert sorted(body["notes"]) == [
+        "broken: ConnectionError: cannot reach postgresql://opsgate:***@db/opsgate",
+        "mcp: MCP tool net__lookup changed since it was reviewed",
+    ]
+
+    unready = health_app(Metrics(), {"database": failing("disk full")}, notes=notes)
+    async with serve_health(port=0, host="127.0.0.1", app=unready) as server:
+        answer = await http.get(f"{server.url}/readyz")
+    assert answer.status_code == 503
+    assert answer.json()["reasons"] == ["database: disk full"]
+    assert "mcp: MCP tool net__lookup changed since it was reviewed" in answer.json()["notes"]
+
+    plain = health_app(Metrics(), {"database": ok()}, notes={"quiet": nothing})
+    async with serve_health(port=0, host="127.0.0.1", app=plain) as server:
+        assert (await http.get(f"{server.url}/readyz")).json() == {"ready": True}
+
+
 async def test_socket_mode_check_reports_a_closed_connection(http: httpx.AsyncClient) -> None:
     client = SocketModeClient(app_token="xapp-1-A0-test")  # never connected
     try:

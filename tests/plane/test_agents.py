@@ -1,5 +1,6 @@
 """Other agents through the plane: Claude Code's PreToolUse hook and the MCP server, against a
-real `opsgate run --http`, decided by signed clicks."""
+real `opsgate run --http`, decided by signed clicks. The hook is fed the PreToolUse inputs of
+Claude Code's hooks reference byte for byte (tests/fixtures/claude-code/SOURCE.md)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,21 @@ from tests.plane.support import OPSGATE, client_env, opsgate, plane_bot
 
 pytestmark = pytest.mark.processes
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude_code"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude-code"
 
 
 def _decision(out: str) -> dict[str, str]:
-    output: dict[str, str] = json.loads(out)["hookSpecificOutput"]
+    """The hook's stdout, checked against the reference's PreToolUse decision control: one
+    JSON object whose only key is `hookSpecificOutput`, holding exactly the event name, the
+    decision and its reason, all strings."""
+    answer = json.loads(out)
+    assert list(answer) == ["hookSpecificOutput"], answer
+    output: dict[str, str] = answer["hookSpecificOutput"]
+    assert set(output) == {"hookEventName", "permissionDecision", "permissionDecisionReason"}
     assert output["hookEventName"] == "PreToolUse"
+    assert output["permissionDecision"] in ("allow", "deny", "ask")
+    assert isinstance(output["permissionDecisionReason"], str)
+    assert output["permissionDecisionReason"]
     return output
 
 
@@ -31,7 +41,8 @@ async def test_the_claude_code_hook_allows_an_approved_bash_command(tmp_path: Pa
         answered = asyncio.create_task(hook.result(stdin=payload))
         ledger_id, card_ts = await plane.card()
         shown = json.dumps(plane.slack.message("C0OPS", card_ts))
-        assert "echo deployed" in shown and "Claude Code" in shown
+        assert "npm test" in shown and "Claude Code" in shown
+        assert "/home/user/my-project" in shown and "abc123" in shown
         assert await plane.click("opsgate_approve", ledger_id, card_ts, "U0BOB") == 200
         code, out, err = await answered
         assert code == 0, err
@@ -47,7 +58,8 @@ async def test_the_claude_code_hook_denies_a_rejected_write(tmp_path: Path) -> N
         answered = asyncio.create_task(hook.result(stdin=payload))
         ledger_id, card_ts = await plane.card()
         shown = json.dumps(plane.slack.message("C0OPS", card_ts))
-        assert "claude_code.Write" in shown and "prod.yaml" in shown
+        assert "claude_code.Write" in shown and "/path/to/file.txt" in shown
+        assert "file content" in shown
         await plane.reject(ledger_id, card_ts, "U0BOB", "not in prod")
         code, out, err = await answered
         assert code == 0, err

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.plane.support import OTHER_TOKEN, plane_bot
+from tests.plane.support import OTHER_TOKEN, Plane, plane_bot
 from tests.support.bot_process import SECRET
 from tests.support.slack_requests import event_body, message, sign
 
@@ -95,9 +95,22 @@ async def test_a_repeated_idempotency_key_is_the_same_request_and_one_card(
         second = await plane.post(body)
         assert (first.status_code, second.status_code) == (201, 200)
         assert first.json()["id"] == second.json()["id"]
+        assert "permalink" not in first.json()  # the card is posted after the 201
         await plane.card()
+        link = await _linked(plane, first.json()["id"])
+        third = await plane.post(body)  # a retry once the card is up: it links to it
+        assert third.status_code == 200 and third.json()["permalink"] == link
         assert len(plane.cards()) == 1
     assert _requests(tmp_path / "opsgate.db") == 1
+
+
+async def _linked(plane: Plane, request_id: str) -> str:
+    """The card's permalink, once the bot has recorded where its card went (just after Slack
+    answered the post the stand-in has seen): asked for until then, for at most 10 s."""
+    async with asyncio.timeout(10):
+        while "permalink" not in (answer := await plane.get(request_id)):
+            pass
+    return str(answer["permalink"])
 
 
 async def test_forbidden_and_allowed_are_answered_at_once_without_a_card(

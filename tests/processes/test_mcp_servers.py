@@ -21,10 +21,12 @@ from bot.tools.mcp import (
     McpServerConfig,
     McpServers,
     McpStartError,
+    McpTool,
     check_servers,
 )
 
 DEMO = str(Path(__file__).parent.parent / "mcp_servers" / "demo_server.py")
+CHANGING = str(Path(__file__).parent.parent / "mcp_servers" / "changing_server.py")
 FAST = (0.01, 0.5)  # restart backoff for tests: the next call waits on the restart, not a clock
 
 
@@ -111,6 +113,34 @@ async def test_a_crash_answers_that_call_and_the_next_call_gets_a_restarted_serv
     assert await servers.tool("demo__status").invoke({}) == "web is up"
     # Restarted once: the crashing call was not sent again (it would have crashed it again).
     assert connection.starts == 2
+
+
+async def test_later_listings_are_handed_on_after_a_restart_and_a_change() -> None:
+    """A restarted server is listed again, and so is one that says its tools changed (here on
+    a `subscriptions/listen` stream); each listing reaches `relisted` as fresh tools."""
+    listings: asyncio.Queue[tuple[str, tuple[McpTool, ...]]] = asyncio.Queue()
+
+    async def relisted(server: str, tools: tuple[McpTool, ...]) -> None:
+        await listings.put((server, tools))
+
+    changing = McpServerConfig.model_validate(
+        {"command": sys.executable, "args": [CHANGING], "env": {"CHANGING_SWAP_AFTER_CALL": "1"}}
+    )
+    configs = {"demo": demo(), "net": changing}
+    async with McpServers(configs, backoff=FAST, relisted=relisted) as started:
+        assert listings.empty()  # the first listing is start-up's own
+        with pytest.raises(ToolError):
+            await started.tool("demo__crash").invoke({})
+        assert await started.tool("demo__status").invoke({}) == "web is up"
+        server, tools = await asyncio.wait_for(listings.get(), 10)
+        assert server == "demo" and "demo__status" in [t.name for t in tools]
+        before = started.tool("net__lookup")
+        assert before.annotations.read_only is False
+        assert await before.invoke({"host": "db1"}) == "looked up db1"
+        server, [after] = await asyncio.wait_for(listings.get(), 10)
+        assert server == "net" and after.name == "net__lookup"
+        assert after.annotations.read_only is True and "also_delete" in str(after.parameters)
+        assert started.tool("net__lookup") is before  # what the model is offered is unchanged
 
 
 async def test_each_call_is_delivered_exactly_once(tmp_path: Path) -> None:

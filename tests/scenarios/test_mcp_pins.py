@@ -10,11 +10,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
+
 from bot.cli.mcp_tools import print_pins
 from bot.policy import Policy
 from bot.store import SQLiteStore
 from tests.scenarios.test_app import make_tools
+from tests.support.bot_process import bot_process
 from tests.support.harness import Bot, running_bot
+from tests.support.llm_server import LLMStandIn
+from tests.support.slack_api import SlackAPIStandIn
 
 SERVER = str(Path(__file__).parent.parent / "mcp_servers" / "changing_server.py")
 
@@ -161,3 +167,65 @@ async def test_the_review_card_is_decided_by_an_mcp_admin_only(tmp_path: Path) -
             if c.params.get("channel") == "C0REVIEW"
         ]
         assert review == []  # accepted: no card again
+
+
+def _swapping(log: Path) -> Policy:
+    """A server that lists version 2 of `lookup` once its first call is answered, and says so
+    while it runs; its calls run without a card until then (`approval = "never"`)."""
+    return Policy.from_toml(
+        f"""
+[mcp_servers.net]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(SERVER)}]
+approval = "never"
+env = {{ CHANGING_SWAP_AFTER_CALL = "1", CHANGING_CALL_LOG = {json.dumps(str(log))} }}
+"""
+        + REVIEW,
+        source="pins.toml",
+    )
+
+
+async def test_a_definition_changed_while_running_is_quarantined_at_once(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=_swapping(log)) as bot:
+        lookup = bot.deps.tools["net__lookup"]
+        bot.llm.reply_tool_calls([("call_1", "net__lookup", {"host": "db1"})])
+        bot.llm.reply_text("done")
+        await bot.mention("look up db1")
+        await bot.llm.wait_for_requests(2)
+        await bot.settle()
+        assert _calls(log) == ["looked up db1"]  # as reviewed: it ran without a card
+        # The server now lists another definition and says so: the pins are checked again
+        # while the bot runs, and the review card goes out without a restart.
+        [post] = await bot.slack.wait_for(
+            "chat.postMessage", where=lambda c: c.params.get("channel") == "C0REVIEW", timeout=30
+        )
+        assert "also_delete" in json.dumps(post.params["blocks"])
+        assert lookup.quarantined  # type: ignore[attr-defined]
+        [changed] = await _audit(bot, "mcp_tool_changed")
+        assert set(changed["changes"]) == {"description", "input_schema", "annotations"}
+        bot.llm.reply_tool_calls([("call_2", "net__lookup", {"host": "db2"})])
+        await bot.mention("look up db2", ts="1700000999.000100")
+        [card] = await bot.wait_cards(1)
+        assert "this tool changed since it was reviewed" in json.dumps(card["params"]["blocks"])
+        assert _calls(log) == ["looked up db1"]
+
+
+@pytest.mark.processes
+async def test_without_a_review_channel_readyz_tells_of_the_quarantine(tmp_path: Path) -> None:
+    """`opsgate run --http`: with no `[mcp] review_channel`, `/readyz` names the quarantined
+    tool in its notes and the bot stays ready (its calls already wait for a person)."""
+    log, policy = tmp_path / "calls.log", tmp_path / "policy.toml"
+    async with LLMStandIn() as llm, SlackAPIStandIn() as slack, httpx.AsyncClient() as http:
+        for version in (1, 2):
+            policy.write_text(_policy_text(version, log))
+            async with bot_process(tmp_path, llm, slack, OPSGATE_POLICY=str(policy)) as bot:
+                ready = await http.get(f"{bot.url}/readyz", timeout=10)
+                assert ready.status_code == 200, ready.text
+                body = ready.json()
+                assert body["ready"] is True
+                if version == 1:
+                    assert "notes" not in body  # pinned, nothing to tell
+        [note] = body["notes"]
+        assert note.startswith("mcp: MCP tool net__lookup changed since it was reviewed")
+        assert "quarantined" in note

@@ -14,7 +14,7 @@ from .config import (
 )
 from .errors import McpConfigError, McpServerError, McpStartError
 from .observer import McpObserver, NoMcpObserver
-from .servers import McpServers, ServerCheck, check_servers, start_mcp_servers
+from .servers import McpServers, Relisted, ServerCheck, check_servers, start_mcp_servers
 from .tool import McpAnnotations, McpApproval, McpTool, qualified_name, selects
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "McpTool",
     "McpToolOverride",
     "NoMcpObserver",
+    "Relisted",
     "ServerCheck",
     "check_servers",
     "expand_variables",

@@ -5,6 +5,9 @@ A call past `call_timeout` is cancelled (the SDK sends `notifications/cancelled`
 waiting); a server that then does not answer a ping is hung, so it is restarted, as after a
 crash. Each call's outcome and each restart are logged and counted (`McpObserver`).
 
+The tools are listed again after each restart and whenever the server says its list changed
+(`_listing`); each such listing is handed to `relisted`, where the pins are checked.
+
 The SDK's client is an anyio context manager that must be entered and left in one task, so each
 server gets its own supervisor task (owned here, cancelled on `aclose`); callers in other tasks
 only send requests over the open session.
@@ -16,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 from typing import Any, TextIO
@@ -35,16 +38,19 @@ from bot.observability.metrics import McpCallOutcome
 from bot.words import format_duration
 
 from ._environment import server_command, server_environment
+from ._listing import ListChanges, list_tools
 from ._results import result_text
 from .config import McpServerConfig, expand_variables
 from .errors import McpConfigError, McpStartError
 from .observer import McpObserver, NoMcpObserver
 
-__all__ = ["ServerConnection", "describe_failure"]
+__all__ = ["Relisted", "ServerConnection", "describe_failure"]
 
 logger = logging.getLogger("bot.tools.mcp")
 
-_PAGE_CAP = 100
+Relisted = Callable[[str, list[types.Tool]], Awaitable[None]]
+"""Told of a running server's new listing (after a restart, or a change it announced)."""
+
 _STOP_GRACE = 10.0
 _PING_TIMEOUT = 5.0
 """At most this long (and at most `call_timeout`) for a ping after a call timed out."""
@@ -71,6 +77,7 @@ class ServerConnection:
         *,
         backoff: tuple[float, float] = (0.5, 30.0),
         observer: McpObserver | None = None,
+        relisted: Relisted | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -84,6 +91,8 @@ class ServerConnection:
         self._first: asyncio.Future[list[types.Tool]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._last_error = ""
+        self._relisted = relisted
+        self._changes = ListChanges(name)
         self.starts = 0
         """How many times the server was started (1 + restarts); tests and metrics read it."""
 
@@ -267,19 +276,50 @@ class ServerConnection:
                 async with self._session(errlog) as client:
                     async with asyncio.timeout(self.config.timeout.total_seconds()):
                         await client.__aenter__()
-                        tools = await _list_tools(client)
+                        tools = await list_tools(client)
                     self.starts += 1
                     self._client = client
                     self._ready.set()
                     if self._first is not None and not self._first.done():
                         self._first.set_result(tools)
-                    await self._broken.wait()
+                    else:
+                        await self._hand_on(tools)  # a restarted server may list others
+                    watcher = self._watch(client)
+                    try:
+                        await self._broken.wait()
+                    finally:
+                        await ListChanges.stop(watcher)
             except Exception as exc:
                 errlog.seek(0)
                 raise _Failed(exc, errlog.read()[-400:].strip()) from exc
             finally:
                 self._ready.clear()
                 self._client = None
+
+    def _watch(self, client: Client) -> asyncio.Task[None] | None:
+        """While connected: list again each time the server says its tools changed."""
+        if self._relisted is None:
+            return None
+
+        async def watch() -> None:
+            listening = asyncio.create_task(self._changes.listen(client))
+            try:
+                while True:
+                    await self._hand_on(await self._changes.relist(client))
+            except Exception as exc:  # a dead server is noticed and restarted by its calls
+                logger.warning("MCP server %r: listing its tools again failed: %s", self.name, exc)
+            finally:
+                await ListChanges.stop(listening)
+
+        return asyncio.create_task(watch(), name=f"mcp tool changes {self.name}")
+
+    async def _hand_on(self, tools: list[types.Tool]) -> None:
+        if self._relisted is None:
+            return
+        try:
+            await self._relisted(self.name, tools)
+        except Exception:
+            logger.exception("MCP server %r: checking its new tool listing failed", self.name)
 
     @asynccontextmanager
     async def _session(self, errlog: TextIO) -> AsyncIterator[Client]:
@@ -292,7 +332,10 @@ class ServerConnection:
                 program, args = server_command(self.config.command, self.config.args, environment)
                 params = StdioServerParameters(command=program, args=args, env=environment)
                 client = Client(
-                    stdio_client(params, errlog=errlog), cache=None, client_info=_CLIENT_INFO
+                    stdio_client(params, errlog=errlog),
+                    cache=None,
+                    client_info=_CLIENT_INFO,
+                    message_handler=self._changes.message_handler,
                 )
             else:
                 assert self.config.url is not None
@@ -306,6 +349,7 @@ class ServerConnection:
                     streamable_http_client(self.config.url, http_client=http),
                     cache=None,
                     client_info=_CLIENT_INFO,
+                    message_handler=self._changes.message_handler,
                 )
             stack.push_async_exit(client.__aexit__)
             yield client
@@ -331,20 +375,6 @@ async def _answers_ping(client: Client, within: timedelta) -> bool:
     except (TimeoutError, anyio.ClosedResourceError, anyio.BrokenResourceError):
         return False
     return True
-
-
-async def _list_tools(client: Client) -> list[types.Tool]:
-    tools: list[types.Tool] = []
-    cursor: str | None = None
-    for _ in range(_PAGE_CAP):
-        page = await client.session.list_tools(
-            params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
-        )
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    return tools
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

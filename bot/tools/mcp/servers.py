@@ -1,6 +1,10 @@
 """`McpServers`: every configured MCP server started, and its tools as agent_core `Tool`s.
 
 `check_servers` is the same start-up for `opsgate check`: one line per server.
+
+A running server's later listings (after a restart, or when it says its tools changed) are
+handed to `relisted` as fresh `McpTool`s, for the pin check; the tools offered to the model
+stay those of start-up, so a tool added later is not offered until the next start.
 """
 
 from __future__ import annotations
@@ -8,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -22,7 +26,10 @@ from .errors import McpConfigError, McpServerError, McpStartError
 from .observer import McpObserver
 from .tool import McpAnnotations, McpTool, qualified_name
 
-__all__ = ["McpServers", "ServerCheck", "check_servers", "start_mcp_servers"]
+__all__ = ["McpServers", "Relisted", "ServerCheck", "check_servers", "start_mcp_servers"]
+
+Relisted = Callable[[str, tuple[McpTool, ...]], Awaitable[None]]
+"""Told of a running server's new listing: its name and the tools it lists now."""
 
 _OPENAI_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
@@ -40,13 +47,23 @@ class McpServers:
         taken: Collection[str] = (),
         backoff: tuple[float, float] = (0.5, 30.0),
         observer: McpObserver | None = None,
+        relisted: Relisted | None = None,
     ) -> None:
         """`environ` is where `${VAR}` and the inherited basics come from (default: the
         process environment); `taken` are the names of the other tools, which MCP tools must
-        not shadow; `observer` counts each server's calls and restarts."""
+        not shadow; `observer` counts each server's calls and restarts; `relisted` hears of
+        each later listing."""
         env = os.environ if environ is None else environ
+        self._relisted = relisted
         self._connections = {
-            name: ServerConnection(name, config, env, backoff=backoff, observer=observer)
+            name: ServerConnection(
+                name,
+                config,
+                env,
+                backoff=backoff,
+                observer=observer,
+                relisted=self._listed_again if relisted is not None else None,
+            )
             for name, config in configs.items()
         }
         if observer is not None:
@@ -118,15 +135,24 @@ class McpServers:
                     f"MCP server {server!r} tool {tool.name!r} would be offered as {name!r}, "
                     "which another tool already is"
                 )
-            self._tools[name] = McpTool(
-                server=server,
-                tool=tool.name,
-                description=tool.description,
-                parameters=tool.input_schema,
-                annotations=_annotations(tool),
-                config=config,
-                caller=connection.call,
-            )
+            self._tools[name] = _tool(connection, tool)
+
+    async def _listed_again(self, server: str, listing: list[types.Tool]) -> None:
+        if self._relisted is not None:
+            connection = self._connections[server]
+            await self._relisted(server, tuple(_tool(connection, tool) for tool in listing))
+
+
+def _tool(connection: ServerConnection, tool: types.Tool) -> McpTool:
+    return McpTool(
+        server=connection.name,
+        tool=tool.name,
+        description=tool.description,
+        parameters=tool.input_schema,
+        annotations=_annotations(tool),
+        config=connection.config,
+        caller=connection.call,
+    )
 
 
 async def start_mcp_servers(
@@ -135,12 +161,15 @@ async def start_mcp_servers(
     *,
     taken: Collection[str],
     observer: McpObserver | None = None,
+    relisted: Relisted | None = None,
 ) -> tuple[McpTool, ...]:
     """Start every server (none configured: nothing starts) and leave them to `stack` to
-    stop; their tools, for the bot's tool set."""
+    stop; their tools, for the bot's tool set. `relisted` hears of later listings."""
     if not configs:
         return ()
-    servers = await stack.enter_async_context(McpServers(configs, taken=taken, observer=observer))
+    servers = await stack.enter_async_context(
+        McpServers(configs, taken=taken, observer=observer, relisted=relisted)
+    )
     return servers.tools
 
 
