@@ -314,6 +314,29 @@ async def test_pagerduty_on_call_changes_between_card_and_click(tmp_path: Path) 
             assert pd.requests[0]["schedule_ids[]"] == "PSCHED1"
 
 
+async def test_the_card_says_why_nobody_is_on_call(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(PAGED)
+    async with PagerDutyStandIn() as pd, SlackAPIStandIn() as slack:
+        pd.down = True  # from the start: never reached
+        settings = {"pagerduty_token": pd.token, "pagerduty_api_url": pd.url}
+        async with running_bot(
+            tmp_path,
+            tools=make_tools(tmp_path),
+            policy=policy,
+            clock=clock,
+            slack=slack,
+            settings=settings,
+        ) as bot:
+            card = await ask(bot)
+            shown = str(card["params"].get("blocks"))
+            assert "oncall:primary: nobody on call (PagerDuty unreachable since 09:00 UTC)" in shown
+            await bot.click("opsgate_approve", card["ledger_id"], user="U0ANY")
+            await bot.settle()
+            row = await bot.deps.store.get_call(card["ledger_id"])
+            assert row is not None and row.status == "pending" and row.approvals == ()
+
+
 async def _home(bot: Bot, user: str, n: int) -> str:
     """Open `user`'s Home tab; what it shows, as JSON text."""
     body = {
