@@ -20,13 +20,14 @@ from datetime import datetime
 from typing import Literal
 
 from ..policy import GateDecision, Ladder, added_by, ladder_for, ladder_tick
-from ..store import LadderClaim, OutboxEntry, ToolCallRow
+from ..store import LadderClaim, OutboxEntry, Quorum, ToolCallRow
 from .cards import Cards, call_decision
 from .context import RunContext, thread_of
 from .delegation import lapse
 from .freezes import freeze_for
 from .notices import AwaitsYou, CallLink
 from .output import Thread
+from .requirements import quorums
 
 __all__ = ["climb", "waiting_for"]
 
@@ -49,15 +50,16 @@ class _Planned:
     people: int
 
 
-async def climb(ctx: RunContext, cards: Cards) -> int:
-    """Pass the escalation steps and send the reminders due now; returns the messages sent."""
+async def climb(ctx: RunContext, cards: Cards) -> list[ToolCallRow]:
+    """Pass the escalation steps and send the reminders due now; returns the calls a step
+    approved (its lowered quorum met by the approvals already given: their runs resume)."""
     now = ctx.clock()
     await lapse(ctx)  # delegations end by themselves
     if ladder_tick(ctx.policy, math.inf) == math.inf:
-        return 0  # no reminders or steps anywhere in the file: nothing to look at
+        return []  # no reminders or steps anywhere in the file: nothing to look at
     rows = await ctx.store.waiting_calls()
     frozen: dict[tuple[str, str], bool] = {}
-    sent = 0
+    approved: list[ToolCallRow] = []
     for first in range(0, len(rows), CHUNK):
         planned: list[_Planned] = []
         for row in rows[first : first + CHUNK]:
@@ -72,14 +74,14 @@ async def climb(ctx: RunContext, cards: Cards) -> int:
             logger.exception("claiming %d ladder steps and reminders failed", len(planned))
             continue
         for plan, done in zip(planned, made, strict=True):
-            if not done:
+            if not done.made:
                 continue
-            sent += plan.people
+            approved += [done.approved] if done.approved is not None else []
             if plan.claim.column == "escalation_step":
                 ctx.observer.escalated(plan.rule, plan.claim.value)
             elif plan.people:
                 ctx.observer.reminded(plan.people)
-    return sent
+    return approved
 
 
 async def _plan(
@@ -111,7 +113,8 @@ async def _plan(
         people = await _people(ctx, added)
         owed = await _messages(ctx, cards, row, people, now, "escalated", links)
         details = {"step": step, "added": list(added)}
-        claim = LadderClaim(row, "escalation_step", step - 1, step, details, owed)
+        needs = _needs(ctx, row, ladder, step)
+        claim = LadderClaim(row, "escalation_step", step - 1, step, details, owed, needs)
         planned.append(_Planned(claim, rule, len(people)))
     if rounds > row.reminders_sent:
         stepped = row.model_copy(update={"escalation_step": max(due, row.escalation_step)})
@@ -121,6 +124,15 @@ async def _plan(
         claim = LadderClaim(row, "reminders_sent", row.reminders_sent, rounds, details, owed)
         planned.append(_Planned(claim, rule, len(people)))
     return planned
+
+
+def _needs(ctx: RunContext, row: ToolCallRow, ladder: Ladder, step: int) -> tuple[Quorum, ...]:
+    """The call's requirements once `step` has passed, when the step sets a quorum (the
+    store approves the call with the step if the approvals given meet them); else none."""
+    if ladder.steps[step - 1].required_approvals is None:
+        return ()
+    stepped = row.model_copy(update={"escalation_step": step})
+    return quorums(ctx, row.card_channel, call_decision(ctx, stepped))
 
 
 def _rounds_due(row: ToolCallRow, ladder: Ladder, now: datetime) -> int:

@@ -25,7 +25,7 @@ from .errors import (
 from .feedback import Vote, VoteValue
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .health import WriteHealth, require_writable
-from .ladder import LadderClaim
+from .ladder import Claimed, LadderClaim
 from .mcp_pins import ListedTool, McpPin
 from .models import (
     AllowanceGrant,
@@ -95,6 +95,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "CancelOutcome",
     "CancelReason",
     "CardLock",
+    "Claimed",
     "DatabaseLocked",
     "DatabaseReplaced",
     "DatabaseUnwritable",
