@@ -5,8 +5,9 @@ At each tick every undecided call with a posted card is looked at once: the step
 ladder (`bot.policy._ladder`) whose time since the card has come are passed, one by one, each
 claimed in the store (once across replicas and restarts) with the direct messages to the
 people it adds and its card's redraw; then, if `remind_every` has come round again, each
-approver who may still decide gets a reminder. The claims of a hundred calls share one
-transaction (`Store.claim_all`), so 10,000 calls due at once fit in one tick. A
+approver who may still decide gets a reminder. Every call is planned before the first
+commit (so the outbox's sender, which wakes on its own every few seconds, does not compete with
+the planning), then the claims of a hundred calls share one transaction (`Store.claim_all`). A
 forbidden call never escalates; a change freeze over the call holds both.
 """
 
@@ -59,21 +60,23 @@ async def climb(ctx: RunContext, cards: Cards) -> list[ToolCallRow]:
         return []  # no reminders or steps anywhere in the file: nothing to look at
     rows = await ctx.store.waiting_calls()
     frozen: dict[tuple[str, str], bool] = {}
-    approved: list[ToolCallRow] = []
-    for first in range(0, len(rows), CHUNK):
-        planned: list[_Planned] = []
-        for row in rows[first : first + CHUNK]:
-            try:
-                planned += await _plan(ctx, cards, row, now, frozen)
-            except Exception:
-                logger.exception("escalating or reminding about call %s failed", row.id)
+    per_call: list[list[_Planned]] = []  # everything planned before the first commit
+    for row in rows:
         try:
-            last = first + CHUNK >= len(rows)  # the sender is woken once, at the end
-            made = await ctx.store.claim_all([p.claim for p in planned], wake=last)
+            if planned := await _plan(ctx, cards, row, now, frozen):
+                per_call.append(planned)
         except Exception:
-            logger.exception("claiming %d ladder steps and reminders failed", len(planned))
+            logger.exception("escalating or reminding about call %s failed", row.id)
+    approved: list[ToolCallRow] = []
+    for first in range(0, len(per_call), CHUNK):
+        chunk = [plan for planned in per_call[first : first + CHUNK] for plan in planned]
+        try:
+            last = first + CHUNK >= len(per_call)  # the sender is woken once, at the end
+            made = await ctx.store.claim_all([p.claim for p in chunk], wake=last)
+        except Exception:
+            logger.exception("claiming %d ladder steps and reminders failed", len(chunk))
             continue
-        for plan, done in zip(planned, made, strict=True):
+        for plan, done in zip(chunk, made, strict=True):
             if not done.made:
                 continue
             approved += [done.approved] if done.approved is not None else []
