@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import httpx
@@ -54,6 +54,8 @@ class PagerDutyOncall:
         self._lookup = lookup_email
         self._clock = clock
         self._known: dict[str, _Known] = {}
+        self._failing: dict[str, datetime] = {}
+        """Since when each schedule PagerDuty does not answer for has failed."""
 
     def known(self, schedule: str) -> str | None:
         """The on-call Slack user of `schedule` as last fetched; None once the last answer is
@@ -74,8 +76,19 @@ class PagerDutyOncall:
             user = await self._lookup(email) if email else None
         except Exception as exc:
             logger.warning("PagerDuty schedule %s: on-call unknown (%s)", schedule, exc)
+            self._failing.setdefault(schedule, self._clock())
             return
+        self._failing.pop(schedule, None)
         self._known[schedule] = _Known(user, self._clock())
+
+    def why_nobody(self, schedule: str) -> str:
+        """Why `known` names nobody for `schedule`, in the card's words."""
+        since = self._failing.get(schedule)
+        if since is not None:
+            return f"PagerDuty unreachable since {since.astimezone(UTC):%H:%M} UTC"
+        if schedule in self._known:
+            return "PagerDuty names no one Slack knows"
+        return "PagerDuty not reached yet"
 
     async def run(self, schedules: tuple[str, ...], every: float = 20.0) -> None:
         """Refresh every schedule each `every` seconds, until cancelled."""

@@ -41,6 +41,7 @@ __all__ = [
     "OncallOverride",
     "OncallSpec",
     "Paged",
+    "Unpaged",
     "added_by",
     "check_ladder",
     "check_oncall_names",
@@ -48,6 +49,7 @@ __all__ = [
     "grown",
     "ladder_for",
     "ladder_tick",
+    "nobody_on_call",
     "oncall_name",
     "oncall_now",
     "resolve",
@@ -57,6 +59,8 @@ __all__ = [
 Paged = Callable[[str], "str | None"]
 """Who PagerDuty says is on call for a schedule id, as last fetched (`bot.approvals.pagerduty`);
 None: nobody known (fail closed)."""
+Unpaged = Callable[[str], str]
+"""Why PagerDuty names nobody for a schedule id ("PagerDuty unreachable since 14:02 UTC")."""
 ONCALL_PREFIX = "oncall:"
 NOBODY_ON_CALL = "(nobody on call)"
 """What a list of only on-call entries holds when nobody is on call: it matches no one (an
@@ -219,6 +223,35 @@ def resolve(
         person = spec.who(moment, paged) if spec is not None else None
         if person is not None:
             out.append(person)
+    return tuple(dict.fromkeys(out))
+
+
+def nobody_on_call(
+    entries: Sequence[str],
+    oncall: Mapping[str, OncallSpec],
+    now: datetime | None,
+    paged: Paged | None = None,
+    unpaged: Unpaged | None = None,
+) -> tuple[str, ...]:
+    """For each `oncall:<name>` of `entries` that resolves to nobody, why, as the card shows
+    it: "oncall:primary: nobody on call (PagerDuty unreachable since 14:02 UTC)". These
+    entries match no Slack user, so they let nobody decide (fail closed)."""
+    moment = now if now is not None else datetime.now(UTC)
+    out: list[str] = []
+    for entry in entries:
+        name = oncall_name(entry)
+        spec = oncall.get(name) if name is not None else None
+        if name is None or (spec is not None and spec.who(moment, paged) is not None):
+            continue
+        if spec is None:
+            why = "not in the policy"
+        elif spec.pagerduty_schedule is None:
+            why = "the rotation names nobody"
+        elif paged is None:
+            why = "PagerDuty is not set up"
+        else:
+            why = unpaged(spec.pagerduty_schedule) if unpaged is not None else "PagerDuty"
+        out.append(f"{entry}: nobody on call ({why})")
     return tuple(dict.fromkeys(out))
 
 

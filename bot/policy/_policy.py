@@ -19,7 +19,15 @@ from ._errors import PolicyError
 from ._fields import GROUP_ID, ChannelId, Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import COMMAND_TOOL, GateDecision, approval_summary, built_in_tools, decide
-from ._ladder import NOBODY_ON_CALL, OncallSpec, Paged, check_oncall_names, resolve
+from ._ladder import (
+    NOBODY_ON_CALL,
+    OncallSpec,
+    Paged,
+    Unpaged,
+    check_oncall_names,
+    nobody_on_call,
+    resolve,
+)
 from ._load import did_you_mean, explain, parse_toml, read_policy_file
 from ._mcp import (
     mcp_decision,
@@ -70,6 +78,7 @@ class Policy(Model):
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _paged: Paged | None = PrivateAttr(default=None)
+    _unpaged: Unpaged | None = PrivateAttr(default=None)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)
 
     @model_validator(mode="before")
@@ -267,7 +276,9 @@ class Policy(Model):
         else:
             approvers, source = self.defaults.approvers, "defaults.approvers"
         if any(a.startswith("oncall:") for a in approvers):
-            approvers = resolve(approvers, self.oncall, now, self.paged) or (NOBODY_ON_CALL,)
+            nobody = nobody_on_call(approvers, self.oncall, now, self.paged, self._unpaged)
+            people = resolve(approvers, self.oncall, now, self.paged)
+            approvers = (*people, *nobody) or (NOBODY_ON_CALL,)
         return ApproverSpec(
             users=tuple(a for a in approvers if not GROUP_ID.fullmatch(a)),
             groups=tuple(a for a in approvers if GROUP_ID.fullmatch(a)),
@@ -287,9 +298,10 @@ class Policy(Model):
         """Who PagerDuty says is on call per schedule (set at start-up, `page_with`)."""
         return self._paged
 
-    def page_with(self, paged: Paged) -> None:
-        """Resolve `pagerduty_schedule` on-call names through `paged` from now on."""
-        self._paged = paged
+    def page_with(self, paged: Paged, unpaged: Unpaged | None = None) -> None:
+        """Resolve `pagerduty_schedule` on-call names through `paged` from now on; `unpaged`
+        says why a schedule names nobody (the card shows it)."""
+        self._paged, self._unpaged = paged, unpaged
 
     @property
     def pagerduty_schedules(self) -> tuple[str, ...]:

@@ -3,9 +3,11 @@ timer's tick (`RunService.expire_due`).
 
 At each tick every undecided call with a posted card is looked at once: the steps of its
 ladder (`bot.policy._ladder`) whose time since the card has come are passed, one by one, each
-claimed in the store (`Store.claim_escalation`: once across replicas and restarts) with the
-direct messages to the people it adds and its card's redraw; then, if `remind_every` has come
-round again, each approver who may still decide gets a reminder (`Store.claim_reminder`). A
+claimed in the store (once across replicas and restarts) with the direct messages to the
+people it adds and its card's redraw; then, if `remind_every` has come round again, each
+approver who may still decide gets a reminder. Every call is planned before the first
+commit (so the outbox's sender, which wakes on its own every few seconds, does not compete with
+the planning), then the claims of a hundred calls share one transaction (`Store.claim_all`). A
 forbidden call never escalates; a change freeze over the call holds both.
 """
 
@@ -14,17 +16,19 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from ..policy import GateDecision, Ladder, added_by, ladder_for, ladder_tick
-from ..store import OutboxEntry, ToolCallRow
+from ..store import LadderClaim, OutboxEntry, Quorum, ToolCallRow
 from .cards import Cards, call_decision
 from .context import RunContext, thread_of
 from .delegation import lapse
 from .freezes import freeze_for
-from .notices import AwaitsYou
+from .notices import AwaitsYou, CallLink
 from .output import Thread
+from .requirements import quorums
 
 __all__ = ["climb", "waiting_for"]
 
@@ -34,62 +38,104 @@ SUMMARY_MAX = 200
 """Characters of a call's arguments a direct message shows (the card has them whole)."""
 
 
-async def climb(ctx: RunContext, cards: Cards) -> int:
-    """Pass the escalation steps and send the reminders due now; returns the messages sent."""
-    sent = 0
+CHUNK = 100
+"""Waiting calls whose steps and reminders are claimed in one transaction (one commit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A claim this tick makes, and what to count once it is made."""
+
+    claim: LadderClaim
+    rule: str
+    people: int
+
+
+async def climb(ctx: RunContext, cards: Cards) -> list[ToolCallRow]:
+    """Pass the escalation steps and send the reminders due now; returns the calls a step
+    approved (its lowered quorum met by the approvals already given: their runs resume)."""
     now = ctx.clock()
     await lapse(ctx)  # delegations end by themselves
     if ladder_tick(ctx.policy, math.inf) == math.inf:
-        return 0  # no reminders or steps anywhere in the file: nothing to look at
-    for row in await ctx.store.waiting_calls():
+        return []  # no reminders or steps anywhere in the file: nothing to look at
+    rows = await ctx.store.waiting_calls()
+    frozen: dict[tuple[str, str], bool] = {}
+    per_call: list[list[_Planned]] = []  # everything planned before the first commit
+    for row in rows:
         try:
-            sent += await _one(ctx, cards, row, now)
+            if planned := await _plan(ctx, cards, row, now, frozen):
+                per_call.append(planned)
         except Exception:
             logger.exception("escalating or reminding about call %s failed", row.id)
-    return sent
+    approved: list[ToolCallRow] = []
+    for first in range(0, len(per_call), CHUNK):
+        chunk = [plan for planned in per_call[first : first + CHUNK] for plan in planned]
+        try:
+            last = first + CHUNK >= len(per_call)  # the sender is woken once, at the end
+            made = await ctx.store.claim_all([p.claim for p in chunk], wake=last)
+        except Exception:
+            logger.exception("claiming %d ladder steps and reminders failed", len(chunk))
+            continue
+        for plan, done in zip(chunk, made, strict=True):
+            if not done.made:
+                continue
+            approved += [done.approved] if done.approved is not None else []
+            if plan.claim.column == "escalation_step":
+                ctx.observer.escalated(plan.rule, plan.claim.value)
+            elif plan.people:
+                ctx.observer.reminded(plan.people)
+    return approved
 
 
-async def _one(ctx: RunContext, cards: Cards, row: ToolCallRow, now: datetime) -> int:
+async def _plan(
+    ctx: RunContext,
+    cards: Cards,
+    row: ToolCallRow,
+    now: datetime,
+    frozen: dict[tuple[str, str], bool],
+) -> list[_Planned]:
+    """The steps and the reminder round of `row` due now, as claims (none: nothing due)."""
     decision = call_decision(ctx, row)
     if decision.forbidden or not decision.needs():
-        return 0
+        return []
     ladder = ladder_for(ctx.policy, decision)
     due = sum(1 for step in ladder.steps if row.created_at + step.after <= now)
-    if due <= row.escalation_step and _rounds_due(row, ladder, now) <= row.reminders_sent:
-        return 0  # the common case: nothing due, no database read
-    if await freeze_for(ctx, row.card_channel or "", row.tool) is not None:
-        return 0  # a freeze holds escalation as it holds approvals
-    sent = 0
-    while row.escalation_step < due:
-        step = row.escalation_step + 1
+    rounds = _rounds_due(row, ladder, now)
+    if due <= row.escalation_step and rounds <= row.reminders_sent:
+        return []  # the common case: nothing due, no database read
+    where = (row.card_channel or "", row.tool)
+    if where not in frozen:
+        frozen[where] = await freeze_for(ctx, *where) is not None
+    if frozen[where]:
+        return []  # a freeze holds escalation as it holds approvals
+    rule = decision.policy_rule or "defaults"
+    links: list[tuple[str, CallLink]] = []  # the workspace and the card's link, read once
+    planned: list[_Planned] = []
+    for step in range(row.escalation_step + 1, due + 1):
         added = added_by(ctx.policy, decision, step, now)
         people = await _people(ctx, added)
-        owed = await _messages(ctx, cards, row, people, now, "escalated")
+        owed = await _messages(ctx, cards, row, people, now, "escalated", links)
         details = {"step": step, "added": list(added)}
-        if await ctx.store.claim_escalation(row, step, details, owed):
-            ctx.observer.escalated(decision.policy_rule or "defaults", step)
-            sent += len(people)
-        fresh = await ctx.store.get_call(row.id)
-        if fresh is None or fresh.status != "pending":
-            return sent
-        row = fresh
-    return sent + await _remind(ctx, cards, row, ladder, now)
+        needs = _needs(ctx, row, ladder, step)
+        claim = LadderClaim(row, "escalation_step", step - 1, step, details, owed, needs)
+        planned.append(_Planned(claim, rule, len(people)))
+    if rounds > row.reminders_sent:
+        stepped = row.model_copy(update={"escalation_step": max(due, row.escalation_step)})
+        people = await waiting_for(ctx, stepped, call_decision(ctx, stepped), now)
+        owed = await _messages(ctx, cards, row, people, now, "reminder", links)
+        details = {"round": rounds, "to": list(people)}
+        claim = LadderClaim(row, "reminders_sent", row.reminders_sent, rounds, details, owed)
+        planned.append(_Planned(claim, rule, len(people)))
+    return planned
 
 
-async def _remind(
-    ctx: RunContext, cards: Cards, row: ToolCallRow, ladder: Ladder, now: datetime
-) -> int:
-    due = _rounds_due(row, ladder, now)
-    if due <= row.reminders_sent:
-        return 0
-    people = await waiting_for(ctx, row, call_decision(ctx, row), now)
-    owed = await _messages(ctx, cards, row, people, now, "reminder")
-    details = {"round": due, "to": list(people)}
-    if not await ctx.store.claim_reminder(row, due, details, owed):
-        return 0
-    if people:
-        ctx.observer.reminded(len(people))
-    return len(people)
+def _needs(ctx: RunContext, row: ToolCallRow, ladder: Ladder, step: int) -> tuple[Quorum, ...]:
+    """The call's requirements once `step` has passed, when the step sets a quorum (the
+    store approves the call with the step if the approvals given meet them); else none."""
+    if ladder.steps[step - 1].required_approvals is None:
+        return ()
+    stepped = row.model_copy(update={"escalation_step": step})
+    return quorums(ctx, row.card_channel, call_decision(ctx, stepped))
 
 
 def _rounds_due(row: ToolCallRow, ladder: Ladder, now: datetime) -> int:
@@ -137,14 +183,17 @@ async def _messages(
     people: tuple[str, ...],
     now: datetime,
     why: Literal["reminder", "escalated"],
+    asked: list[tuple[str, CallLink]],
 ) -> list[OutboxEntry]:
     """The direct messages to `people` about `row`, as outbox rows (empty without an outbox:
-    nothing is then sent, and the claim still counts the round)."""
+    nothing is then sent, and the claim still counts the round). `asked` keeps the call's
+    workspace and its card's link once read."""
     if not people:
         return []
-    thread = await thread_of(ctx, row)
-    team = thread.team_id if thread is not None else ""
-    link = await cards.link(row)
+    if not asked:
+        thread = await thread_of(ctx, row)
+        asked.append((thread.team_id if thread is not None else "", await cards.link(row)))
+    [(team, link)] = asked
     notice = AwaitsYou(link, _summary(row), row.requested_by, now - row.created_at, why)
     owed: list[OutboxEntry] = []
     for person in people:

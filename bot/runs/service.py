@@ -327,7 +327,9 @@ class RunService:
         store = self.ctx.store
         await self.freezes.tick()
         await send_reminders(self.ctx, self.cards)
-        await climb(self.ctx, self.cards)
+        for row in await climb(self.ctx, self.cards):  # a step's lower quorum was met
+            note_decision(self.ctx, row, "approved")
+            await self.maybe_resume(row.session_id)
         expired = await store.expire_due(self.ctx.clock())
         for row in expired:
             note_decision(self.ctx, row, "expired")

@@ -12,7 +12,15 @@ from __future__ import annotations
 from slack_sdk.models.blocks import Block, ContextBlock, MarkdownTextObject, SectionBlock
 
 from ..runs.views import CardCall, CardOutcome, CardPart, CardRequirement, ServerTool
-from .mrkdwn import code_span, escape_cut, neutralise_links, one_line, slack_date, user_mention
+from .mrkdwn import (
+    code_span,
+    escape_cut,
+    escape_mrkdwn,
+    neutralise_links,
+    one_line,
+    slack_date,
+    user_mention,
+)
 
 __all__ = [
     "REASON_SHOWN_MAX",
@@ -55,7 +63,7 @@ def approvers_words(users: tuple[str, ...], groups: tuple[str, ...]) -> str:
     anyone in the channel. Ids come from the policy file, not from a message."""
     if not users and not groups:
         return "anyone in the channel"
-    names = [f"<@{u}>" for u in users]
+    names = [f"<@{u}>" if u.startswith(("U", "W")) else escape_mrkdwn(u) for u in users]
     if groups:
         names.append("members of " + ", ".join(f"<!subteam^{g}>" for g in groups))
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]

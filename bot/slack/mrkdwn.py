@@ -30,6 +30,7 @@ __all__ = [
     "escape_mrkdwn",
     "hidden_characters",
     "mark_whitespace",
+    "message_link",
     "neutralise_links",
     "one_line",
     "outcome_text",
@@ -340,3 +341,11 @@ def slack_date(moment: datetime) -> str:
         moment = moment.replace(tzinfo=UTC)
     fallback = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} at {{time}}|{fallback}>"
+
+
+def message_link(workspace_url: str, channel: str, ts: str) -> str | None:
+    """A message's permalink as Slack builds it (`https://x.slack.com/archives/C1/p1700…`),
+    from the workspace's URL (`auth.test`); None without one."""
+    if not workspace_url.startswith("https://"):
+        return None
+    return f"{workspace_url.rstrip('/')}/archives/{channel}/p{ts.replace('.', '')}"

@@ -40,7 +40,7 @@ async def start_pagerduty(
     paging = PagerDutyOncall(
         http, token=token, base_url=settings.pagerduty_api_url, lookup_email=lookup, clock=clock
     )
-    policy.page_with(paging.known)
+    policy.page_with(paging.known, paging.why_nobody)
     for schedule in schedules:
         await paging.refresh(schedule)
 

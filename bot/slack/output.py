@@ -41,7 +41,7 @@ from .feedback import feedback_blocks
 from .home import allowance_blocks, home_view
 from .ids import card_metadata, find_marked_card
 from .modals import allow_modal, edit_modal, reject_modal
-from .mrkdwn import escape_cut, truncate, user_mention
+from .mrkdwn import escape_cut, message_link, truncate, user_mention
 from .notices import card_file, render
 from .outbox import CARD, HOME, NOTICE, REACTION, UPLOAD, SlackOutbox
 from .pacing import Pacer
@@ -83,6 +83,7 @@ class SlackThreadOutput:
         self.queue = QueueNotices(outbox)
         """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
         self._team_id: str | None = None
+        self._workspace_url = ""
         self._bot_id: str | None = None
 
     async def say(self, thread: Thread, notice: Notice) -> None:
@@ -294,13 +295,15 @@ class SlackThreadOutput:
         return True
 
     async def permalink(self, ref: CardRef) -> str | None:
+        """Built like Slack's own links: `chat.getPermalink` is Tier 4, a tick links 10,000."""
         try:
-            response = await self.client.chat_getPermalink(
-                channel=ref.channel_id, message_ts=ref.ts
+            await self._home_team()
+            response = message_link(self._workspace_url, ref.channel_id, ref.ts) or (
+                await self.client.chat_getPermalink(channel=ref.channel_id, message_ts=ref.ts)
             )
         except SLACK_ERRORS:
             return None
-        link = response.get("permalink")
+        link = response if isinstance(response, str) else response.get("permalink")
         return str(link) if link else None
 
     async def post_root(self, channel: str, requester: str, text: str) -> Thread | PostFailed:
@@ -321,6 +324,7 @@ class SlackThreadOutput:
             response = await self.client.auth_test()
             self._team_id = str(response.get("team_id") or "")
             self._bot_id = str(response.get("bot_id") or "")
+            self._workspace_url = str(response.get("url") or "")
         return self._team_id
 
 

@@ -25,6 +25,7 @@ from .errors import (
 from .feedback import Vote, VoteValue
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .health import WriteHealth, require_writable
+from .ladder import Claimed, LadderClaim
 from .mcp_pins import ListedTool, McpPin
 from .models import (
     AllowanceGrant,
@@ -94,6 +95,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "CancelOutcome",
     "CancelReason",
     "CardLock",
+    "Claimed",
     "DatabaseLocked",
     "DatabaseReplaced",
     "DatabaseUnwritable",
@@ -109,6 +111,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "InboxItem",
     "InboxKind",
     "InvalidTransition",
+    "LadderClaim",
     "LateResult",
     "LeaseHolder",
     "ListedTool",

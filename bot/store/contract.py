@@ -23,6 +23,7 @@ from .chain import AuditEntry, RecordedHead
 from .delegations import Delegation
 from .feedback import Vote, VoteValue
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
+from .ladder import Claimed, LadderClaim
 from .mcp_pins import ListedTool, McpPin
 from .models import (
     AllowanceGrant,
@@ -306,6 +307,11 @@ class Store(Protocol):
     ) -> bool:
         """Conditional: move the call's `reminders_sent` from what `row` shows to `count`,
         audited "reminded" (`details`), with `owed` outbox rows; False as above."""
+
+    async def claim_all(self, claims: Sequence[LadderClaim], *, wake: bool = True) -> list[Claimed]:
+        """Each claim (a step or a reminder round) as the two above, in order, in one
+        transaction; which were made, and the calls a step approved (its `needs` met by the
+        approvals already given). `wake`: wake the outbox's sender afterwards."""
 
     async def responses_for_batch(self, session_id: str) -> list[ToolApprovalResponse]:
         """The decisions of the latest batch's gated calls, as the resume needs them; deciders

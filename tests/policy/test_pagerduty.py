@@ -62,6 +62,17 @@ async def test_cached_then_held_then_nobody() -> None:
         clock.now += timedelta(minutes=10, seconds=2)
         await paging.refresh("PSCHED1")
         assert paging.known("PSCHED1") is None  # 15 minutes without an answer: nobody
+        policy = Policy.from_toml(
+            '[defaults]\napprovers = ["oncall:primary"]\n'
+            '[oncall.primary]\npagerduty_schedule = "PSCHED1"\n'
+        )
+        policy.page_with(paging.known, paging.why_nobody)
+        assert policy.approvers_for(None, now=clock.now).users == (
+            "oncall:primary: nobody on call (PagerDuty unreachable since 09:06 UTC)",
+        )
+        pd.down = False
+        await paging.refresh("PSCHED1")
+        assert policy.approvers_for(None, now=clock.now).users == ("U0NEW",)
 
 
 async def test_a_wrong_token_is_nobody() -> None:
@@ -85,7 +96,8 @@ def test_the_policy_resolves_a_schedule_through_what_pagerduty_said() -> None:
         '[oncall.primary]\npagerduty_schedule = "PSCHED1"\n'
     )
     assert policy.pagerduty_schedules == ("PSCHED1",)
-    assert policy.approvers_for(None).users == ("(nobody on call)",)
+    nobody = "oncall:primary: nobody on call (PagerDuty is not set up)"
+    assert policy.approvers_for(None).users == (nobody,)
     policy.page_with({"PSCHED1": "U0NEW"}.get)
     assert policy.approvers_for(None).users == ("U0NEW",)
 

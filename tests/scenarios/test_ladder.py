@@ -147,15 +147,14 @@ async def test_two_steps_grow_the_approvers_and_lower_the_quorum(tmp_path: Path)
         row = await bot.deps.store.get_call(ledger_id)
         assert row is not None and row.approvals == ("U0SECOND",) and row.status == "pending"
 
-        await tick(bot, clock, minutes=15)  # 30 minutes: step 2, quorum 1
+        await tick(bot, clock, minutes=15)  # 30 minutes: step 2, quorum 1, already met
         assert [e["added"] for e in await events(bot, "escalated")][1] == [boss]
         assert len(dms(bot.slack, boss)) == 1
-        await bot.click("opsgate_approve", ledger_id, user=boss)
         await bot.llm.wait_for_requests(2)
         await bot.settle()
         row = await bot.deps.store.get_call(ledger_id)
         assert row is not None and row.status == "done"
-        assert row.approvals == ("U0SECOND", boss)
+        assert row.approvals == ("U0SECOND",)
 
 
 async def test_a_step_lowers_the_quorum_at_the_click(tmp_path: Path) -> None:
@@ -171,6 +170,28 @@ async def test_a_step_lowers_the_quorum_at_the_click(tmp_path: Path) -> None:
         row = await bot.deps.store.get_call(card["ledger_id"])
         assert row is not None and row.status == "done"
         assert row.approvals == ("U0PRIMARY",)  # one approval, where the rule asked two
+
+
+async def test_a_step_lowering_the_quorum_to_the_approvals_given_approves(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(LADDER)
+    async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy, clock=clock) as bot:
+        card = await ask(bot)
+        await bot.click("opsgate_approve", card["ledger_id"], user="U0PRIMARY")  # 1 of 2
+        await bot.settle()
+        await tick(bot, clock, minutes=29)
+        row = await bot.deps.store.get_call(card["ledger_id"])
+        assert row is not None and row.status == "pending" and row.escalation_step == 1
+        await tick(bot, clock, minutes=1)  # step 2: the quorum is 1, already given
+        await bot.llm.wait_for_requests(2)  # the run resumed without another click
+        await bot.settle()
+        row = await bot.deps.store.get_call(card["ledger_id"])
+        assert row is not None and row.status == "done" and row.approvals == ("U0PRIMARY",)
+        decisions = [dict(r.details) for r in await bot.deps.store.audit_rows()]
+        decisions = [d for d in decisions if d.get("decision") == "approved" and d.get("final")]
+        assert [(d["step"], d["approved_by"]) for d in decisions] == [(2, ["U0PRIMARY"])]
 
 
 async def test_a_step_passes_once_across_a_restart(tmp_path: Path) -> None:
@@ -312,6 +333,29 @@ async def test_pagerduty_on_call_changes_between_card_and_click(tmp_path: Path) 
             row = await bot.deps.store.get_call(card["ledger_id"])
             assert row is not None and row.status == "done" and row.approvals == ("U0NEW",)
             assert pd.requests[0]["schedule_ids[]"] == "PSCHED1"
+
+
+async def test_the_card_says_why_nobody_is_on_call(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = Policy.from_toml(PAGED)
+    async with PagerDutyStandIn() as pd, SlackAPIStandIn() as slack:
+        pd.down = True  # from the start: never reached
+        settings = {"pagerduty_token": pd.token, "pagerduty_api_url": pd.url}
+        async with running_bot(
+            tmp_path,
+            tools=make_tools(tmp_path),
+            policy=policy,
+            clock=clock,
+            slack=slack,
+            settings=settings,
+        ) as bot:
+            card = await ask(bot)
+            shown = str(card["params"].get("blocks"))
+            assert "oncall:primary: nobody on call (PagerDuty unreachable since 09:00 UTC)" in shown
+            await bot.click("opsgate_approve", card["ledger_id"], user="U0ANY")
+            await bot.settle()
+            row = await bot.deps.store.get_call(card["ledger_id"])
+            assert row is not None and row.status == "pending" and row.approvals == ()
 
 
 async def _home(bot: Bot, user: str, n: int) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from bot.store import OutboxEntry, Store
+from bot.store import LadderClaim, OutboxEntry, Quorum, Store
 
 from .conftest import StoreFactory
 from .helpers import mention, paused_session
@@ -78,3 +78,67 @@ async def test_a_decided_call_is_never_escalated(store: Store) -> None:
     assert not await store.claim_escalation(row, 1, {"step": 1, "added": []})
     assert not await store.claim_reminder(row, 1, {"round": 1, "to": []})
     assert ledger_id not in [r.id for r in await store.waiting_calls()]
+
+
+async def test_racing_batches_of_claims_make_each_once(new_store: StoreFactory) -> None:
+    """A tick claims many calls' steps and reminders in one transaction: two stores racing
+    the same batch make each claim once between them, and a claim already made (or on a
+    decided call) does not stop the rest of its batch."""
+    async with new_store(person=mention) as one, new_store(person=mention) as two:
+        first, *_, second = await _carded(one)
+        a, b = await one.get_call(first), await one.get_call(second)
+        assert a is not None and b is not None
+        batch = [
+            LadderClaim(a, "escalation_step", 0, 1, {"step": 1, "added": ["U0S"]}, [_dm("U0S")]),
+            LadderClaim(a, "escalation_step", 1, 2, {"step": 2, "added": ["U0T"]}, [_dm("U0T")]),
+            LadderClaim(a, "reminders_sent", 0, 1, {"round": 1, "to": ["U0S"]}, [_dm("U0S")]),
+            LadderClaim(b, "escalation_step", 0, 1, {"step": 1, "added": []}),
+        ]
+        assert [c.made for c in await one.claim_all(batch[3:])] == [True]  # before the race
+        raced = await asyncio.gather(one.claim_all(batch), two.claim_all(batch))
+        made = [[c.made for c in claimed] for claimed in raced]
+        assert [x or y for x, y in zip(*made, strict=True)] == [True, True, True, False]
+        assert [x and y for x, y in zip(*made, strict=True)] == [False] * 4
+        after = await two.get_call(first)
+        assert after is not None and (after.escalation_step, after.reminders_sent) == (2, 1)
+        audit = await one.audit_rows()
+        steps = [
+            (r.details["ledger_id"], r.details["step"]) for r in audit if r.event == "escalated"
+        ]
+        assert sorted(steps) == sorted([(first, 1), (first, 2), (second, 1)])
+        assert len([r for r in audit if r.event == "reminded"]) == 1
+        claimed = await one.claim_outbox("t", limit=50, lease=timedelta(seconds=30))
+        dms = sorted(r.params["channel"] for r in claimed if r.method == "chat.postMessage")
+        assert dms == ["U0S", "U0S", "U0T"]
+
+
+async def test_a_step_lowering_the_quorum_approves_with_its_claim(
+    new_store: StoreFactory,
+) -> None:
+    """A step whose quorum is at or below the approvals already given approves the call in
+    the claim's transaction, once, however many stores race it; one that is not met leaves
+    the call waiting."""
+    async with new_store(person=mention) as one, new_store(person=mention) as two:
+        first, *_, second = await _carded(one)
+        for ledger_id in (first, second):
+            outcome = await one.decide(ledger_id, "approved", user_id="U0A", required_approvals=2)
+            assert outcome.recorded and outcome.row.status == "pending"
+        a, b = await one.get_call(first), await one.get_call(second)
+        assert a is not None and b is not None
+        lowered = (Quorum(key="channel", needed=1),)
+        step = {"step": 1, "added": []}
+        racing = [LadderClaim(a, "escalation_step", 0, 1, step, needs=lowered)]
+        raced = await asyncio.gather(one.claim_all(racing), two.claim_all(racing))
+        [won] = [c for claimed in raced for c in claimed if c.made]
+        assert won.approved is not None and won.approved.status == "approved"
+        assert won.approved.decided_by == "U0A" and won.approved.approvals == ("U0A",)
+        unmet = (Quorum(key="channel", needed=2),)
+        [kept] = await two.claim_all([LadderClaim(b, "escalation_step", 0, 1, step, needs=unmet)])
+        assert kept.made and kept.approved is None
+        after = await one.get_call(second)
+        assert after is not None and after.status == "pending"
+        audit = await two.audit_rows()
+        finals = [r.details for r in audit if r.event == "decision" and r.details.get("final")]
+        assert [(d["ledger_id"], d["step"], d["approved_by"]) for d in finals] == [
+            (first, 1, ["U0A"])
+        ]
