@@ -314,7 +314,14 @@ async def test_mentions_killed_with_their_model_request_in_flight_are_each_answe
             return sum(f"Answer to {ask}." in str(m.get("text")) for m in slack.messages)
 
         async with bot_process(tmp_path, llm, slack, **env) as bot:
-            await slack.wait_until(lambda: all(answers(a) for a in asks), timeout=120)
+            try:
+                await slack.wait_until(lambda: all(answers(a) for a in asks), timeout=120)
+            except TimeoutError:
+                unanswered = [a for a in asks if not answers(a)]
+                said = [str(c.params.get("text"))[:120] for c in slack.calls_to("chat.postMessage")]
+                raise AssertionError(
+                    f"unanswered: {unanswered}; posted: {said}; bot: {bot.lines[-40:]}"
+                ) from None
             await slack.wait_until_ended(set(asks.values()), "Answer to m", timeout=60)
             assert await bot.stop(signal.SIGTERM) == 0
     assert {ask: answers(ask) for ask in asks} == dict.fromkeys(asks, 1)
