@@ -18,8 +18,16 @@ from dataclasses import dataclass
 
 from ..chain import chain_existing_rows
 from ..db import Dialect, Tx
-from . import plane, postgres, sqlite
-from .tables import EXPORT_POSTGRES, EXPORT_SQLITE, EXPORT_START, V18, ladder_tables, pins_table
+from . import postgres, sqlite
+from .tables import (
+    EXPORT_POSTGRES,
+    EXPORT_SQLITE,
+    EXPORT_START,
+    V18,
+    ladder_tables,
+    pins_table,
+    plane_tables,
+)
 
 __all__ = ["AUDIT_CHANNEL", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "Statement", "steps"]
 
@@ -435,8 +443,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         # Requests from outside automation (`bot.store.plane`) and the receipts' signing key,
         # shared by every replica on the database.
         "outside approval requests and the receipt signing key",
-        sqlite=plane.statements("TEXT", "TEXT"),
-        postgres=plane.statements("text", "timestamptz"),
+        sqlite=plane_tables("TEXT", "TEXT"),
+        postgres=plane_tables("text", "timestamptz"),
     ),
 )
 

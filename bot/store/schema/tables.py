@@ -11,7 +11,15 @@ from collections.abc import Awaitable, Callable
 from ..chain import record_key_fingerprint
 from ..db import Tx
 
-__all__ = ["EXPORT_POSTGRES", "EXPORT_SQLITE", "EXPORT_START", "V18", "ladder_tables", "pins_table"]
+__all__ = [
+    "EXPORT_POSTGRES",
+    "EXPORT_SQLITE",
+    "EXPORT_START",
+    "V18",
+    "ladder_tables",
+    "pins_table",
+    "plane_tables",
+]
 
 # The audit export's durable cursor: the last seq the webhook acknowledged, and which replica
 # delivers (a lease, so replicas do not post the same rows side by side).
@@ -62,4 +70,38 @@ def ladder_tables(integer: str, time: str) -> tuple[str, ...]:
         f"ALTER TABLE tool_calls ADD COLUMN reminders_sent {integer} NOT NULL DEFAULT 0",
         f"CREATE TABLE delegations (delegator TEXT PRIMARY KEY, delegate TEXT NOT NULL,"
         f" until {time} NOT NULL, reason TEXT, created_at {time} NOT NULL)",
+    )
+
+
+def plane_tables(text: str, moment: str) -> tuple[str, ...]:
+    """Outside requests (`bot.store.plane`) and the receipts' signing key; `text` and `moment`
+    are the database's text and timestamp types."""
+    return (
+        f"""
+        CREATE TABLE plane_requests (
+            id              {text} PRIMARY KEY,
+            client          {text} NOT NULL,
+            idempotency_key {text},
+            tool            {text} NOT NULL,
+            arguments       {text} NOT NULL,
+            digest          {text} NOT NULL,
+            channel_id      {text} NOT NULL,
+            requester       {text},
+            reason          {text},
+            state           {text} NOT NULL,
+            rule            {text},
+            session_id      {text},
+            created_at      {moment} NOT NULL,
+            opening_at      {moment} NOT NULL,
+            UNIQUE (client, idempotency_key)
+        )
+        """,
+        "CREATE INDEX plane_requests_by_session ON plane_requests (session_id)",
+        f"""
+        CREATE TABLE plane_keys (
+            name       {text} PRIMARY KEY,
+            pem        {text} NOT NULL,
+            created_at {moment} NOT NULL
+        )
+        """,
     )
