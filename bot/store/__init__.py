@@ -51,7 +51,7 @@ from .models import (
 from .outbox import CARD_REDRAW, REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, card_redraw
 from .plane import PlaneRequest, PlaneState
 from .queue_notices import QUEUE_NOTICE, QUEUE_PRIORITY, QueueNotice, queue_redraw
-from .quorum import ONE_APPROVAL, Quorum, QuorumState, Ruling, Shortfall
+from .quorum import Quorum, QuorumState, Ruling, Shortfall
 from .reasons import (
     AlreadyApprovedByYou,
     AlreadyDecided,
@@ -121,7 +121,6 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "NeedsNoApproval",
     "NoAllowanceOffered",
     "NotWaiting",
-    "ONE_APPROVAL",
     "OutboxEntry",
     "OutboxRow",
     "OutboxStats",

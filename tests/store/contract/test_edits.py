@@ -9,12 +9,15 @@ import asyncio
 import json
 from datetime import timedelta
 
+import pytest
+
 from agent_core import call_digest, canonical_arguments
 from bot.store import (
     AllowanceGrant,
     AlreadyDecided,
     ArgumentsChanged,
     MoreApprovalsNeeded,
+    Quorum,
     Ruling,
     Store,
 )
@@ -195,6 +198,28 @@ async def test_allow_call_approves_and_creates_the_allowance_together(store: Sto
     assert not again.decision.recorded and again.allowance is None
     assert isinstance(again.decision.why, AlreadyDecided)
     assert len(await store.active_allowances()) == 1
+
+
+async def test_allow_for_approves_with_one_approval_whatever_quorum_the_ruling_names(
+    store: Store,
+) -> None:
+    _, rows = await paused_session(store)
+    two = Quorum(key="tools.restart_service.rules[0]", label="restarts", needed=2)
+    ruling = Ruling(
+        rule="allow_for", policy_rule=two.key, required_approvals=2, requirements=(two,)
+    )
+    outcome = await store.allow_call(rows[0].id, _grant(), user_id="UBOB", ruling=ruling)
+    assert outcome.decision.recorded and outcome.decision.row.status == "approved"
+    assert outcome.allowance is not None
+    (decided,) = [a for a in await store.audit_rows() if a.event == "decision"]
+    assert decided.details["required_approvals"] == 1
+    assert (decided.details["rule"], decided.details["policy_rule"]) == ("allow_for", two.key)
+
+
+def test_a_ruling_needs_at_least_one_approval() -> None:
+    assert Ruling().needs == (Quorum(key="channel", needed=1),)
+    with pytest.raises(ValueError, match="required_approvals must be at least 1, not 0"):
+        Ruling(required_approvals=0)
 
 
 async def test_a_click_bound_to_the_pre_edit_digest_records_nothing(store: Store) -> None:
