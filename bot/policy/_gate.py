@@ -20,8 +20,8 @@ from types import MappingProxyType
 from typing import Any
 
 from agent_core import Tool, ToolCall
-from bot.argument_rule import schema_defaults
 
+from ._arguments import schema_defaults
 from ._model import ToolPolicy
 from ._preview import PreviewPlan, in_context, tool_preview
 from ._programs import layout, risky_options

@@ -14,10 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from bot.tools.mcp.config import McpServerConfig, McpToolOverride
-
 from ._errors import PolicyError
 from ._freezes import FreezeSpec
+from ._mcp import McpServerConfig, McpToolOverride
 from ._model import RUN_COMMAND_ONLY, ArgumentRule, ChannelPolicy, Defaults, Rule, ToolPolicy
 from ._plane import PlaneClient, PlanePolicy
 from ._rules import NEEDS_MATCH

@@ -16,10 +16,9 @@ from pydantic import (
     model_validator,
 )
 
-from bot.argument_rule import ArgumentRule
-from bot.preview_args import PreviewArgs, check_tool_preview
 from bot.words import format_duration
 
+from ._arguments import ArgumentRule, PreviewArgs, check_tool_preview
 from ._fields import (
     DEFAULT_REJECT_REASONS,
     MAX_SUGGESTED_PROMPTS,
@@ -103,7 +102,7 @@ class ToolPolicy(Model):
     before the card is posted; its output is on the card and bound to Approve (run_command's
     previews are its rules' `preview`)."""
     preview_args: PreviewArgs | None = None
-    """The preview tool's arguments, `{name}` filled from the call's (`bot.preview_args`);
+    """The preview tool's arguments, `{name}` filled from the call's (`_arguments`);
     absent: none."""
     preview_ttl: Duration | None = None
     """How old the preview may be when the last approval arrives (default 10m)."""

@@ -10,8 +10,6 @@ from typing import Annotated, Any
 from pydantic import Field, PrivateAttr, StrictStr, ValidationError, model_validator
 
 from agent_core import Tool, ToolCall
-from bot.tools.mcp.config import McpServerConfig, McpServerName
-from bot.tools.mcp.tool import McpTool
 
 from ._approvers import ApproverSpec
 from ._audit import AuditPolicy
@@ -30,6 +28,10 @@ from ._ladder import (
 )
 from ._load import did_you_mean, explain, parse_toml, read_policy_file
 from ._mcp import (
+    McpServerConfig,
+    McpServerName,
+    is_mcp,
+    mcp_approval_summary,
     mcp_decision,
     misplaced_mcp_sections,
     offered_tools,
@@ -361,14 +363,14 @@ class Policy(Model):
 
     def approval_summary(self, tool: Tool | str) -> str:
         """When calls of a tool wait for a human, in a few words (for `/opsgate help`)."""
-        if isinstance(tool, McpTool):
-            return tool.approval_summary()
+        if is_mcp(tool):
+            return mcp_approval_summary(tool)
         return approval_summary(tool, self.tools, self._built_in)
 
     def decide(self, tool: Tool | str, call: ToolCall) -> GateDecision:
         """Whether `call` waits for a human, and which rule decided (see `_gate.decide`; an
         MCP tool decides by its server's settings, see `_mcp.mcp_decision`)."""
-        if isinstance(tool, McpTool):
+        if is_mcp(tool):
             return mcp_decision(tool, call)
         return decide(tool, call, self.tools, self._built_in)
 

@@ -27,8 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from bot.argument_rule import Regex, argument_label, argument_matches
-
+from ._arguments import Regex, argument_label, argument_matches
 from ._fields import AllowWindow, Approvals, ApproverId, Duration, check_reachable
 from ._globs import word_fits
 from ._ladder import EscalationStep, check_ladder

@@ -35,12 +35,12 @@ from pydantic import ValidationError
 
 from agent_core import ToolError, ToolTimeout
 from bot.observability.metrics import McpCallOutcome
+from bot.policy import McpServerConfig
 from bot.words import format_duration
 
-from ._environment import server_command, server_environment
+from ._environment import expand_variables, server_command, server_environment
 from ._listing import ListChanges, list_tools
 from ._results import result_text
-from .config import McpServerConfig, expand_variables
 from .errors import McpConfigError, McpStartError
 from .observer import McpObserver, NoMcpObserver
 

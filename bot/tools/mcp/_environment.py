@@ -15,8 +15,10 @@ from collections.abc import Mapping, Sequence
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 
 from ..environment import BASE_NAMES, tool_environment
+from ..environment import expand_variables as expand
+from .errors import McpConfigError
 
-__all__ = ["ENV_PROGRAM", "INHERITED", "server_command", "server_environment"]
+__all__ = ["ENV_PROGRAM", "INHERITED", "expand_variables", "server_command", "server_environment"]
 
 INHERITED = BASE_NAMES
 """Names copied from the bot's environment when set (and `LC_*`); every other variable stays
@@ -45,3 +47,11 @@ def server_command(
         raise FileNotFoundError(command)
     unset = [word for name in added for word in ("-u", name)]
     return ENV_PROGRAM, [*unset, "--", found, *args]
+
+
+def expand_variables(
+    values: Mapping[str, str], environ: Mapping[str, str], *, where: str
+) -> dict[str, str]:
+    """`values` with every `${VAR}` replaced from `environ`; a missing one is an error naming
+    it and `where` (e.g. "mcp_servers.github.headers.Authorization"). Never shows a value."""
+    return expand(values, environ, where=where, error=McpConfigError)

@@ -17,10 +17,7 @@ from typing import Any
 
 from .tool import McpTool
 
-__all__ = ["QUARANTINED", "ToolDefinition", "changed_fields", "definition_of"]
-
-QUARANTINED = "this tool changed since it was reviewed"
-"""What the card of a quarantined tool's call says (its justification)."""
+__all__ = ["ToolDefinition", "changed_fields", "definition_of"]
 
 _FIELDS = ("name", "description", "input_schema", "annotations")
 
