@@ -22,8 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..database import DatabaseURL
-from ..settings import load_settings
+from ..settings import DatabaseURL, load_settings
 from ..store import AuditRow, SQLiteStore, Store, StoreError, open_store
 from ..store.chain import (
     AuditEntry,

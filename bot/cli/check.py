@@ -19,10 +19,9 @@ from agent_core import resolve_context_window
 from agent_core.exceptions import ChatClientError, ProviderError
 from agent_core.openai import OpenAIChatClient
 
-from ..database import DatabaseURL
 from ..errors import BotError
 from ..policy import Policy, ToolPolicy
-from ..settings import Settings, load_settings
+from ..settings import DatabaseURL, Settings, load_settings
 from ..slack.signin import auth_refused, connections_refused, unreachable
 from ..tools import load_tools, privilege_warnings, resolve_run_as
 from ..tools.mcp import check_servers

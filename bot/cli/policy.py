@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from agent_core import Tool, ToolCall
+from bot.errors import ExplainError
 
 from ..allowances import covers, examples_for, load_shape, offered_shapes, shape_of
-from ..database import DatabaseURL
-from ..errors import BotError
 from ..policy import GateDecision, Policy
-from ..settings import load_settings
+from ..settings import DatabaseURL, load_settings
 from ..store import AllowanceRow, SQLiteStore, StoreError, open_store
 from ..tools import load_tools
 from ..words import format_duration
@@ -40,10 +39,6 @@ __all__ = ["explain", "explain_command"]
 
 COMMAND_TOOL = "run_command"
 BUILT_IN_TOOLS = (COMMAND_TOOL, "http_request")
-
-
-class ExplainError(BotError):
-    """The arguments given to `opsgate policy explain` cannot be read."""
 
 
 def explain_command(args: argparse.Namespace) -> int:

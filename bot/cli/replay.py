@@ -22,10 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..database import DatabaseURL
-from ..errors import BotError
+from bot.errors import ReplayError
+
 from ..policy import CallVerdict, Direction, Policy, compare_verdicts
-from ..settings import load_settings
+from ..settings import DatabaseURL, load_settings
 from ..store import (
     AllowanceRow,
     FreezeRow,
@@ -41,10 +41,6 @@ from .audit import parse_since
 __all__ = ["Change", "Ledger", "Replay", "replay", "replay_command"]
 
 DEFAULT_SINCE = "30d"
-
-
-class ReplayError(BotError):
-    """`opsgate policy replay` cannot run: its window, or the ledger, cannot be read."""
 
 
 @dataclass(frozen=True, slots=True)

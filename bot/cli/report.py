@@ -19,9 +19,8 @@ from typing import TextIO
 
 from agent_core import ToolCall
 
-from ..database import DatabaseURL
 from ..policy import Policy
-from ..settings import load_settings
+from ..settings import DatabaseURL, load_settings
 from ..store import AuditRow, SQLiteStore, StoreError, ToolCallRow, open_store
 from ._figures import Report, RuleFigures, figures
 from .audit import parse_since

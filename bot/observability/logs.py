@@ -14,6 +14,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, Final, Literal, TextIO, get_args
 
+from bot.errors import LogSettingError
+
 from ._logformat import (
     EVENT_ATTR,
     FIELDS_ATTR,
@@ -24,7 +26,6 @@ from ._logformat import (
     context_vars,
     mask_secrets,
 )
-from .errors import LogSettingError
 
 __all__ = [
     "EVENTS_LOGGER",

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bot.errors import PlaneClientError, PlaneError, ReceiptInvalid
+
 from ..words import parse_duration
-from .client import PlaneClientError, ask_and_wait
-from .errors import PlaneError, ReceiptInvalid
+from .client import ask_and_wait
 from .verify import check_receipt
 
 __all__ = ["ask_command", "exec_approved_command", "parse_wait", "receipt_verify_command"]

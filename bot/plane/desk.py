@@ -18,6 +18,7 @@ from typing import Any
 from agent_core import ToolCall
 from agent_core.events import ToolApprovalRequest
 from agent_core.messages import ChatMessage, call_digest, canonical_arguments
+from bot.errors import NotOpened
 
 from ..allowances import covers, load_shape
 from ..faults import checkpoint
@@ -29,7 +30,6 @@ from ..runs.output import PostFailed, Thread
 from ..runs.views import CardRef
 from ..store import AllowanceRow, PlaneRequest, PlaneState, Store, ToolCallRow
 from .asks import Ask, Outside, argv_of
-from .errors import NotOpened
 from .receipts import Claims, SigningKey, new_key_pem, sign
 from .recorder import Recorder
 

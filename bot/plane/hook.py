@@ -10,8 +10,9 @@ import json
 import sys
 from typing import IO, Any
 
-from .client import Asked, PlaneClientError, ask_and_wait
-from .errors import PlaneError
+from bot.errors import PlaneClientError, PlaneError
+
+from .client import Asked, ask_and_wait
 
 __all__ = ["DEFAULT_WAIT", "claude_code_hook", "hook_body"]
 

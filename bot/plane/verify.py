@@ -13,7 +13,8 @@ import httpx
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .errors import PlaneError, ReceiptInvalid
+from bot.errors import PlaneError, ReceiptInvalid
+
 from .receipts import Claims, key_id, public_keys, verify
 
 __all__ = ["check_receipt", "load_keys", "use_once"]

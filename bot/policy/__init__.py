@@ -31,10 +31,11 @@ to), `_errors` (`PolicyError`), `_ladder` (reminders, escalation, on-call).
 
 from __future__ import annotations
 
+from bot.errors import PolicyError
+
 from ._approvers import ApproverSpec
 from ._audit import AuditPolicy
 from ._changes import ANYONE, CallVerdict, Direction, call_verdict, compare_verdicts
-from ._errors import PolicyError
 from ._fields import Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import GateDecision, PartVerdict, Requirement

@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ._errors import PolicyError
+from bot.errors import PolicyError
+
 from ._freezes import FreezeSpec
 from ._mcp import McpServerConfig, McpToolOverride
 from ._model import RUN_COMMAND_ONLY, ArgumentRule, ChannelPolicy, Defaults, Rule, ToolPolicy

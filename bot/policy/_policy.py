@@ -10,10 +10,10 @@ from typing import Annotated, Any
 from pydantic import Field, PrivateAttr, StrictStr, ValidationError, model_validator
 
 from agent_core import Tool, ToolCall
+from bot.errors import PolicyError
 
 from ._approvers import ApproverSpec
 from ._audit import AuditPolicy
-from ._errors import PolicyError
 from ._fields import GROUP_ID, ChannelId, Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import COMMAND_TOOL, GateDecision, approval_summary, built_in_tools, decide

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from agent_core import Tool
+from bot.errors import ToolEnvironmentError
 
 from ._run_as import RunAs
 from .command import run_argv
-from .environment import ToolEnvironmentError, expand_variables, tool_environment
+from .environment import expand_variables, tool_environment
 from .preview_inputs import InputDigest, bound_digest, read_inputs, unshown_inputs
 
 __all__ = [

@@ -12,16 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import BotError
+from bot.errors import ShellMissing
 
-__all__ = ["BASH", "ShellMissing", "checked_shell"]
+__all__ = ["BASH", "checked_shell"]
 
 BASH = Path("/bin/bash")
 """The shell every `run_command` command runs under, as `bash -c <command text>`."""
-
-
-class ShellMissing(BotError):
-    """The shell that runs commands is not there, or cannot be executed."""
 
 
 def checked_shell(path: Path = BASH) -> Path:

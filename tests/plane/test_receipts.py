@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.plane.errors import ReceiptInvalid
+from bot.errors import ReceiptInvalid
 from bot.plane.receipts import Claims, SigningKey, jwks, new_key_pem, public_keys, sign, verify
 from bot.plane.verify import check_receipt, load_keys
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 
-from bot.database import redact_url
+from bot.settings import redact_url
 
 from ..errors import PostgresSchemaTooNew, StoreError
 from ..schema import SCHEMA_VERSION, VERSION_TABLE, steps

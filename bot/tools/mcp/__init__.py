@@ -1,8 +1,9 @@
 """MCP tool servers from the policy file's `[mcp_servers.NAME]` (`bot.policy`, which also gates
 each call), offered as `NAME__TOOL` tools and kept connected here."""
 
+from bot.errors import McpConfigError, McpServerError, McpStartError
+
 from ._environment import INHERITED, expand_variables, server_environment
-from .errors import McpConfigError, McpServerError, McpStartError
 from .observer import McpObserver, NoMcpObserver
 from .servers import McpServers, Relisted, ServerCheck, check_servers, start_mcp_servers
 from .tool import McpAnnotations, McpTool

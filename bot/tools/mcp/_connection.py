@@ -34,6 +34,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from agent_core import ToolError, ToolTimeout
+from bot.errors import McpConfigError, McpStartError
 from bot.observability.metrics import McpCallOutcome
 from bot.policy import McpServerConfig
 from bot.words import format_duration
@@ -41,7 +42,6 @@ from bot.words import format_duration
 from ._environment import expand_variables, server_command, server_environment
 from ._listing import ListChanges, list_tools
 from ._results import result_text
-from .errors import McpConfigError, McpStartError
 from .observer import McpObserver, NoMcpObserver
 
 __all__ = ["Relisted", "ServerConnection", "describe_failure"]

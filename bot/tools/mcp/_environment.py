@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 
+from bot.errors import McpConfigError
+
 from ..environment import BASE_NAMES, tool_environment
 from ..environment import expand_variables as expand
-from .errors import McpConfigError
 
 __all__ = ["ENV_PROGRAM", "INHERITED", "expand_variables", "server_command", "server_environment"]
 

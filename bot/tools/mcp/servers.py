@@ -20,10 +20,10 @@ from typing import Literal
 
 import mcp_types as types
 
+from bot.errors import McpConfigError, McpServerError, McpStartError
 from bot.policy import McpServerConfig, qualified_name
 
 from ._connection import ServerConnection, describe_failure
-from .errors import McpConfigError, McpServerError, McpStartError
 from .observer import McpObserver
 from .tool import McpAnnotations, McpTool
 
