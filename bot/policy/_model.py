@@ -1,10 +1,29 @@
 """The sections of the policy file as frozen pydantic models (`extra="forbid"`: a typo stops the
-bot). `Policy` itself, the whole file, is in `_policy`."""
+bot). `Policy` itself, the whole file, is in `_policy`.
+
+Beside the tools and channels: who may decide in one channel as the file lists it
+(`ApproverSpec`; the rules that use it, and the user-group lookups, live in `bot.approvals`);
+`[audit]`, where the audit log is exported to (`bot/observability/audit_export.py`); `[shadow]`,
+a second policy judged beside the live one, its verdicts only counted and audited; and `[mcp]`,
+who reviews a changed MCP tool's definition, and where.
+
+The audit webhook receives every audit row, untrusted text included, so it must be https, or
+plain http only to an address that cannot leave the host or the private network (a loopback or
+private IP literal, or `localhost`): a typo must not send the log across the internet in the
+clear. The shadow's `policy` names a file (relative to the policy file's directory);
+`OPSGATE_SHADOW_POLICY` overrides it. A change can so run beside the current policy for a week
+before it is switched on, with `opsgate_shadow_differences_total` and the `shadow_differs` audit
+rows saying where it would have decided otherwise.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -12,6 +31,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictInt,
     StrictStr,
     model_validator,
 )
@@ -46,13 +66,18 @@ from ._rules import Rule
 __all__ = [
     "NO_OVERRIDE",
     "RUN_COMMAND_ONLY",
+    "ApproverSpec",
     "ArgumentRule",
+    "AuditPolicy",
     "ChannelPolicy",
     "Defaults",
+    "McpReviewSection",
     "Model",
     "Rule",
+    "ShadowSection",
     "ToolPolicy",
     "check_reachable",
+    "webhook_url",
 ]
 
 
@@ -206,3 +231,76 @@ NO_OVERRIDE = ChannelPolicy()
 
 RUN_COMMAND_ONLY = ("workdir", "timeout", "output_limit", "run_as", "env")
 """Keys of `[tools.run_command]` that no other tool's section takes."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApproverSpec:
+    """Who may decide in one channel. Neither users nor groups means anyone in the channel."""
+
+    users: tuple[str, ...]
+    groups: tuple[str, ...]
+    source: str
+    """Where this list comes from: "defaults.approvers" or "channels_policy.<id>.approvers"."""
+
+    @property
+    def anyone(self) -> bool:
+        return not self.users and not self.groups
+
+
+def webhook_url(url: str) -> str:
+    """`url` if it is https, or http to a loopback or private address; else ValueError."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme not in ("https", "http") or not host:
+        raise ValueError(f"the audit webhook must be an https:// URL, not {url!r}")
+    if parts.username or parts.password:
+        raise ValueError("the audit webhook URL must not hold credentials (they would be logged)")
+    if parts.scheme == "http" and not _local(host):
+        raise ValueError(
+            f"the audit webhook {host!r} is plain http: use https, or http only to a loopback "
+            "or private address"
+        )
+    return url
+
+
+def _local(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
+
+
+class AuditPolicy(Model):
+    """`webhook`: the collector each batch of rows is POSTed to (a JSON array, in seq order,
+    at least once). `batch`: rows per delivery at most. `retry_max`: the longest wait between
+    retries (the wait doubles from one second up to it). `unready_after`: failed deliveries in
+    a row after which `/readyz` reports the export."""
+
+    webhook: Annotated[StrictStr, AfterValidator(webhook_url)] | None = None
+    batch: Annotated[StrictInt, Field(ge=1, le=10_000)] = 100
+    retry_max: Duration = timedelta(minutes=1)
+    unready_after: Annotated[StrictInt, Field(ge=1)] = 5
+
+
+class ShadowSection(Model):
+    policy: StrictStr | None = Field(default=None, min_length=1)
+
+    def path(self, source: str) -> Path | None:
+        """The shadow policy's file; a relative one is found beside `source`, the policy file."""
+        if self.policy is None:
+            return None
+        path = Path(self.policy)
+        base = Path(source).parent if Path(source).is_file() else Path.cwd()
+        return path if path.is_absolute() else base / path
+
+
+class McpReviewSection(Model):
+    """`[mcp]`: where a changed MCP tool's review card goes (`review_channel`; without it the
+    change is only logged) and who may accept the new definition (`mcp_admins`: user and
+    user-group ids)."""
+
+    review_channel: ChannelId | None = None
+    mcp_admins: tuple[ApproverId, ...] = ()

@@ -12,8 +12,6 @@ from pydantic import Field, PrivateAttr, StrictStr, ValidationError, model_valid
 from agent_core import Tool, ToolCall
 from bot.errors import PolicyError
 
-from ._approvers import ApproverSpec
-from ._audit import AuditPolicy
 from ._fields import GROUP_ID, ChannelId, Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import COMMAND_TOOL, GateDecision, approval_summary, built_in_tools, decide
@@ -41,14 +39,17 @@ from ._mcp import (
 from ._model import (
     NO_OVERRIDE,
     RUN_COMMAND_ONLY,
+    ApproverSpec,
+    AuditPolicy,
     ChannelPolicy,
     Defaults,
+    McpReviewSection,
     Model,
+    ShadowSection,
     ToolPolicy,
     check_reachable,
 )
 from ._plane import PlanePolicy
-from ._shadow import McpReviewSection, ShadowSection
 
 __all__ = ["Policy"]
 
