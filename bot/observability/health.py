@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from bot.errors import HealthServerError
 
-from ._logformat import mask_secrets
+from .logs import mask_secrets
 from .metrics import Metrics
 
 __all__ = [
