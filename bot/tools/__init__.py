@@ -4,8 +4,10 @@ from ..errors import RunAsError, ShellMissing, ToolEnvironmentError, ToolLoadErr
 from ._loader import load_tool, load_tools
 from ._run_as import RunAs, privilege_warnings, resolve_run_as
 from .command import (
+    BASH,
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
+    checked_shell,
     make_run_command,
     protect_process_environment,
 )
@@ -16,7 +18,6 @@ from .environment import (
     tool_environment,
 )
 from .http import SAFE_METHODS, http_gate, make_http_request
-from .shell import BASH, checked_shell
 from .summary import BUILT_IN_SUMMARIES, tool_summary
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here

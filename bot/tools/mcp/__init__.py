@@ -3,8 +3,7 @@ each call), offered as `NAME__TOOL` tools and kept connected here."""
 
 from bot.errors import McpConfigError, McpServerError, McpStartError
 
-from ._environment import INHERITED, expand_variables, server_environment
-from .observer import McpObserver, NoMcpObserver
+from ._connection import INHERITED, McpObserver, NoMcpObserver, expand_variables, server_environment
 from .servers import McpServers, Relisted, ServerCheck, check_servers, start_mcp_servers
 from .tool import McpAnnotations, McpTool
 

@@ -23,8 +23,7 @@ import mcp_types as types
 from bot.errors import McpConfigError, McpServerError, McpStartError
 from bot.policy import McpServerConfig, qualified_name
 
-from ._connection import ServerConnection, describe_failure
-from .observer import McpObserver
+from ._connection import McpObserver, ServerConnection, describe_failure
 from .tool import McpAnnotations, McpTool
 
 __all__ = ["McpServers", "Relisted", "ServerCheck", "check_servers", "start_mcp_servers"]

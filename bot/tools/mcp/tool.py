@@ -3,17 +3,44 @@
 Whether a call waits is the policy's to say (`bot.policy.mcp_approval`, by the tool's
 `[mcp_servers.NAME.tools.TOOL]` override, its server's `approval` and its annotations): the tool
 carries its server's section (`server_config`) for the policy to read.
+
+A server's tool list while it runs: listing it (`list_tools`), and hearing that it changed
+(`ListChanges`). A server may change its tools without restarting. It says so with
+`notifications/tools/list_changed` on the handshake protocols, or with the tools event on a
+`subscriptions/listen` stream on 2026-07-28, which the client must open. `ListChanges` hears
+both and sets one event; the connection then lists again and hands the new listing on, so the
+same pin check as at start-up runs on it (a changed definition is quarantined at once).
+
+A `tools/call` result is the text the model reads (`result_text`): text joined, structured
+content as JSON, other content named, and the whole capped (head and tail kept, the cut
+counted).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import mcp_types as types
+from mcp import Client
+from mcp.client.session import IncomingMessage
+from mcp.client.subscriptions import ListenNotSupportedError
+
 from bot.policy import McpServerConfig, mcp_approval, mcp_requires_approval, qualified_name
 
-__all__ = ["McpAnnotations", "McpTool"]
+__all__ = [
+    "ListChanges",
+    "McpAnnotations",
+    "McpTool",
+    "cap",
+    "list_tools",
+    "result_text",
+]
 
 
 @dataclass(frozen=True)
@@ -112,3 +139,121 @@ class McpTool:
 
     def __repr__(self) -> str:
         return f"McpTool({self._name!r})"
+
+
+def cap(text: str, limit: int) -> str:
+    """Keep the head and the tail of `text` within `limit` characters and say what was cut."""
+    if len(text) <= limit:
+        return text
+    head = limit - limit // 2
+    tail = limit // 2
+    cut = len(text) - head - tail
+    return (
+        f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail :] if tail else ''}"
+    )
+
+
+def _block_text(block: Any) -> str:
+    match block:
+        case types.TextContent(text=text):
+            return str(text)
+        case types.ImageContent(mime_type=mime):
+            return f"[image content ({mime}) not shown]"
+        case types.AudioContent(mime_type=mime):
+            return f"[audio content ({mime}) not shown]"
+        case types.ResourceLink(uri=uri):
+            return f"[resource link: {uri}]"
+        case types.EmbeddedResource(resource=types.TextResourceContents(uri=uri, text=text)):
+            return f"[resource {uri}]\n{text}"
+        case types.EmbeddedResource(resource=resource):
+            return f"[binary resource {getattr(resource, 'uri', '')} not shown]"
+        case _:
+            return f"[{getattr(block, 'type', type(block).__name__)} content not shown]"
+
+
+def _same_json(text: str, value: Any) -> bool:
+    try:
+        return bool(json.loads(text) == value)
+    except ValueError:
+        return False
+
+
+def _already_said(parts: list[str], structured: Any) -> bool:
+    """Servers usually send structured content twice: also as a JSON text block, or (SDK
+    servers returning a plain value) as the text of `{"result": value}`."""
+    if any(_same_json(p, structured) for p in parts):
+        return True
+    if isinstance(structured, dict) and set(structured) == {"result"}:
+        value = structured["result"]
+        return "\n".join(parts) == (value if isinstance(value, str) else json.dumps(value))
+    return False
+
+
+def result_text(result: types.CallToolResult, limit: int) -> str:
+    """The model-facing text of `result` (the caller looks at `is_error` itself)."""
+    parts = [_block_text(block) for block in result.content]
+    structured = result.structured_content
+    if structured is not None and not _already_said(parts, structured):
+        parts.append(json.dumps(structured, ensure_ascii=False, default=str))
+    return cap("\n".join(parts), limit)
+
+
+logger = logging.getLogger("bot.tools.mcp")
+
+_PAGE_CAP = 100
+
+
+async def list_tools(client: Client) -> list[types.Tool]:
+    """Every tool the server lists, following its pages (at most `_PAGE_CAP`)."""
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(_PAGE_CAP):
+        page = await client.session.list_tools(
+            params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools
+
+
+class ListChanges:
+    """Hears that one server's tool list changed; `changed` is set until it is listed again."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.changed = asyncio.Event()
+
+    async def message_handler(self, message: IncomingMessage) -> None:
+        """The SDK client's `message_handler`: the notification of the handshake protocols."""
+        if isinstance(message, types.ToolListChangedNotification):
+            self.changed.set()
+
+    async def listen(self, client: Client) -> None:
+        """Hold a `subscriptions/listen` stream for tool changes while connected (2026-07-28;
+        on older protocols the notification above is enough). Ends quietly when the server
+        does not offer it or the stream drops: a restart lists the tools again anyway."""
+        try:
+            async with client.listen(tools_list_changed=True) as stream:
+                if not stream.honored.tools_list_changed:
+                    return
+                async for _ in stream:
+                    self.changed.set()
+        except ListenNotSupportedError:
+            return
+        except Exception as exc:  # the connection's own supervision notices a dead server
+            logger.info("MCP server %r: no longer hearing of tool changes: %s", self.server, exc)
+
+    async def relist(self, client: Client) -> list[types.Tool]:
+        """Wait for a change, then list the tools again."""
+        await self.changed.wait()
+        self.changed.clear()
+        return await list_tools(client)
+
+    @staticmethod
+    async def stop(task: asyncio.Task[None] | None) -> None:
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
