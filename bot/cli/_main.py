@@ -222,7 +222,7 @@ def _plane_command(args: argparse.Namespace) -> Callable[[], int]:
             run=args.exec,
         )
     if args.command == "hook":
-        from ..plane.hook import DEFAULT_WAIT, claude_code_hook
+        from ..plane.cli import DEFAULT_WAIT, claude_code_hook
 
         wait = cli.parse_wait(args.wait)
         return lambda: claude_code_hook(wait=DEFAULT_WAIT if wait is None else wait)
