@@ -11,6 +11,9 @@ break glass). With
 `--channel`, the channel's approvers apply and its allowances are read from the configured
 database, read-only. Exits 0 whatever the verdict; 1 for a tool the bot does not have (it says
 so, and gives no verdict); 2 when the policy or the arguments are unusable.
+
+The lines `opsgate policy explain` adds about what happens when nobody answers: the
+reminders, each escalation step, and who is on call now for each on-call name.
 """
 
 from __future__ import annotations
@@ -28,14 +31,17 @@ from agent_core import Tool, ToolCall
 from bot.errors import ExplainError
 
 from ..allowances import covers, examples_for, load_shape, offered_shapes, shape_of
-from ..policy import GateDecision, Policy
+from ..policy import GateDecision, Policy, ladder_for, oncall_now
 from ..settings import DatabaseURL, load_settings
 from ..store import AllowanceRow, SQLiteStore, StoreError, open_store
 from ..tools import load_tools
 from ..words import format_duration
-from ._ladder_lines import ladder_lines
 
-__all__ = ["explain", "explain_command"]
+__all__ = [
+    "explain",
+    "explain_command",
+    "ladder_lines",
+]
 
 COMMAND_TOOL = "run_command"
 BUILT_IN_TOOLS = (COMMAND_TOOL, "http_request")
@@ -266,4 +272,25 @@ def _terms(
     matching, not_matching = examples_for(shape)
     lines.append("  covers: " + " | ".join(matching))
     lines.append("  does not cover: " + " | ".join(not_matching))
+    return lines
+
+
+def ladder_lines(policy: Policy, decision: GateDecision, now: datetime) -> list[str]:
+    """`reminders: …`, `escalate N: …` (for a call that waits) and `on call: …` lines."""
+    lines: list[str] = []
+    if decision.requires_approval and not decision.forbidden:
+        ladder = ladder_for(policy, decision)
+        if ladder.every is not None:
+            every = format_duration(ladder.every)
+            lines.append(f"reminders: every {every} to who may still decide, at most {ladder.most}")
+        for number, step in enumerate(ladder.steps, start=1):
+            quorum = (
+                f", quorum {step.required_approvals}" if step.required_approvals is not None else ""
+            )
+            added = ", ".join(step.approvers)
+            lines.append(
+                f"escalate {number}: after {format_duration(step.after)} add {added}{quorum}"
+            )
+    for name, who in oncall_now(policy, now):
+        lines.append(f"on call: oncall:{name} = {who or 'nobody'}")
     return lines
