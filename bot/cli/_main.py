@@ -298,11 +298,13 @@ def run_bot(*, http: bool, port: int | None, verbose: bool = False, host: str | 
     local = load_settings(mode="workspace")
     if not local.slack_bot_token.get_secret_value():
         from ..workspace import LOOPBACK, serve_workspace
+        from .policy import explain_text
 
         # Its one line, not the bot's INFO logs, is what a newcomer reads (-v shows them).
         log_from_settings(local, verbose=verbose, floor="WARNING")
         where = host or LOOPBACK
-        asyncio.run(serve_workspace(local, host=where, port=port or local.opsgate_port))
+        port = port or local.opsgate_port
+        asyncio.run(serve_workspace(local, explain=explain_text, host=where, port=port))
         return 0
     settings = load_settings(mode="http" if http else "socket")
     log_from_settings(settings, verbose=verbose)

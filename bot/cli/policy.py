@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import sys
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from agent_core import Tool, ToolCall
-from bot.errors import ExplainError
+from bot.errors import BotError, ExplainError
 
 from ..allowances import covers, examples_for, load_shape, offered_shapes, shape_of
 from ..policy import GateDecision, Policy, ladder_for, oncall_now
@@ -40,6 +41,7 @@ from ..words import format_duration
 __all__ = [
     "explain",
     "explain_command",
+    "explain_text",
     "ladder_lines",
 ]
 
@@ -124,6 +126,17 @@ def explain(
     lines += ladder_lines(policy, decision, now or datetime.now(UTC))
     print("\n".join(lines), file=out)
     return 0
+
+
+def explain_text(policy: Policy, command: str, channel: str | None = None) -> str:
+    """What `opsgate policy explain run_command <command>` prints for this policy (the local
+    workspace's page shows it), or why it cannot."""
+    out = io.StringIO()
+    try:
+        explain(policy, COMMAND_TOOL, command, channel=channel, out=out)
+    except BotError as exc:
+        return f"cannot explain it: {exc}"
+    return out.getvalue()
 
 
 def _freezes(
