@@ -28,7 +28,7 @@ from bot.errors import PlaneClientError, PlaneError, ReceiptInvalid
 
 from ..words import parse_duration
 from .client import Asked, ask_and_wait
-from .verify import check_receipt
+from .receipts import check_receipt
 
 __all__ = [
     "DEFAULT_WAIT",
