@@ -19,15 +19,15 @@ run there (`trigger`), which integrations' messages may (`allowed_bots`), extra 
 for the model, the `tools` offered, who approves, and how many runs go at once (`concurrency`).
 
 Modules: `_fields` (the value types), `_model` (the file's sections: tools, channels, who may
-decide as listed, `[audit]`, `[shadow]`, `[mcp]`), `_rules` (one `[[tools.<name>.rules]]`
-entry), `_arguments` (argument rules and `preview_args`), `_shell` (shell text to simple
-commands), `_words` (a word's value, and why a command cannot be judged), `_wrappers` and
-`_wrapper_table` (peeling `sudo`, `timeout`, ...), `_load` (reading the file and explaining
-its errors), `_policy` (`Policy` and its queries), `_preview` (a rule's preview template),
-`_gate` (the approval gate and its verdict order), `_mcp` (`[mcp_servers]` and MCP tools'
-gate), `_freezes` (`[[freezes]]`: change freezes), `_changes` (one call's verdict as a value,
-and whether another policy's is looser), `_plane` (`[plane]`), `_ladder` (reminders,
-escalation, on-call). `PolicyError` is in `bot.errors`.
+decide as listed, `[audit]`, `[shadow]`, `[mcp]`, `[plane]`), `_rules` (one
+`[[tools.<name>.rules]]` entry), `_arguments` (argument rules and `preview_args`), `_shell` (shell
+text to simple commands), `_words` (a word's value, and why a command cannot be judged),
+`_wrappers` and `_wrapper_table` (peeling `sudo`, `timeout`, ...), `_load` (reading the file and
+explaining its errors), `_policy` (`Policy` and its queries), `_preview` (a rule's preview
+template), `_gate` (the approval gate and its verdict order), `_mcp` (`[mcp_servers]` and MCP
+tools' gate), `_freezes` (`[[freezes]]`: change freezes), `_changes` (one call's verdict as a
+value, and whether another policy's is looser), `_ladder` (reminders, escalation, on-call).
+`PolicyError` is in `bot.errors`.
 """
 
 from __future__ import annotations
@@ -65,8 +65,16 @@ from ._mcp import (
     qualified_name,
     selects,
 )
-from ._model import ApproverSpec, ArgumentRule, AuditPolicy, ChannelPolicy, Defaults, ToolPolicy
-from ._plane import PlaneClient, PlanePolicy
+from ._model import (
+    ApproverSpec,
+    ArgumentRule,
+    AuditPolicy,
+    ChannelPolicy,
+    Defaults,
+    PlaneClient,
+    PlanePolicy,
+    ToolPolicy,
+)
 from ._policy import Policy
 from ._preview import DEFAULT_PREVIEW_TTL, PreviewPlan
 from ._rules import Rule, Tier

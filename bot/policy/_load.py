@@ -18,8 +18,16 @@ from bot.errors import PolicyError
 
 from ._freezes import FreezeSpec
 from ._mcp import McpServerConfig, McpToolOverride
-from ._model import RUN_COMMAND_ONLY, ArgumentRule, ChannelPolicy, Defaults, Rule, ToolPolicy
-from ._plane import PlaneClient, PlanePolicy
+from ._model import (
+    RUN_COMMAND_ONLY,
+    ArgumentRule,
+    ChannelPolicy,
+    Defaults,
+    PlaneClient,
+    PlanePolicy,
+    Rule,
+    ToolPolicy,
+)
 from ._rules import NEEDS_MATCH
 
 __all__ = ["did_you_mean", "explain", "parse_toml", "read_policy_file"]

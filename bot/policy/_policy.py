@@ -45,11 +45,11 @@ from ._model import (
     Defaults,
     McpReviewSection,
     Model,
+    PlanePolicy,
     ShadowSection,
     ToolPolicy,
     check_reachable,
 )
-from ._plane import PlanePolicy
 
 __all__ = ["Policy"]
 
@@ -77,7 +77,7 @@ class Policy(Model):
     )
     """`[oncall.<name>]`: who an approver entry `oncall:<name>` is (`bot.policy._ladder`)."""
     plane: PlanePolicy = PlanePolicy()
-    """`[plane]`: outside automation that may ask for approvals (`bot.policy._plane`)."""
+    """`[plane]`: outside automation that may ask for approvals (`_model.PlanePolicy`)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _paged: Paged | None = PrivateAttr(default=None)
