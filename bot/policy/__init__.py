@@ -26,8 +26,9 @@ text to simple commands), `_words` (a word's value, and why a command cannot be 
 explaining its errors), `_policy` (`Policy` and its queries), `_preview` (a rule's preview
 template), `_gate` (the approval gate and its verdict order), `_mcp` (`[mcp_servers]` and MCP
 tools' gate), `_freezes` (`[[freezes]]`: change freezes), `_changes` (one call's verdict as a
-value, and whether another policy's is looser), `_ladder` (reminders, escalation, on-call).
-`PolicyError` is in `bot.errors`.
+value, and whether another policy's is looser), `_oncall` (`[oncall.<name>]` and escalation steps
+as written), `_ladder` (a waiting call's reminders and escalation). `PolicyError` is in
+`bot.errors`.
 """
 
 from __future__ import annotations
@@ -38,17 +39,7 @@ from ._changes import ANYONE, CallVerdict, Direction, call_verdict, compare_verd
 from ._fields import Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import GateDecision, PartVerdict, Requirement
-from ._ladder import (
-    NOBODY_ON_CALL,
-    EscalationStep,
-    Ladder,
-    OncallSpec,
-    added_by,
-    escalated,
-    ladder_for,
-    ladder_tick,
-    oncall_now,
-)
+from ._ladder import Ladder, added_by, escalated, ladder_for, ladder_tick, oncall_now
 from ._mcp import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_OUTPUT_LIMIT,
@@ -75,6 +66,7 @@ from ._model import (
     PlanePolicy,
     ToolPolicy,
 )
+from ._oncall import NOBODY_ON_CALL, EscalationStep, OncallSpec
 from ._policy import Policy
 from ._preview import DEFAULT_PREVIEW_TTL, PreviewPlan
 from ._rules import Rule, Tier

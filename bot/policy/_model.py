@@ -67,7 +67,7 @@ from ._fields import (
     check_reachable,
     unique,
 )
-from ._ladder import EscalationStep, check_ladder
+from ._oncall import EscalationStep, check_ladder
 from ._rules import Rule
 
 __all__ = [
@@ -182,7 +182,7 @@ class Defaults(Model):
     `remind_max` times) while a call waits."""
     remind_max: Approvals = 3
     escalate: tuple[EscalationStep, ...] = ()
-    """The escalation ladder of calls whose rule has none (`bot.policy._ladder`)."""
+    """The escalation ladder of calls whose rule has none (`_ladder`)."""
     channels: tuple[ChannelId, ...] | None = None
     tools_modules: tuple[StrictStr, ...] = ()
     concurrency: Concurrency = 2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,15 +15,6 @@ from bot.errors import PolicyError
 from ._fields import GROUP_ID, ChannelId, Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import COMMAND_TOOL, GateDecision, approval_summary, built_in_tools, decide
-from ._ladder import (
-    NOBODY_ON_CALL,
-    OncallSpec,
-    Paged,
-    Unpaged,
-    check_oncall_names,
-    nobody_on_call,
-    resolve,
-)
 from ._load import did_you_mean, explain, parse_toml, read_policy_file
 from ._mcp import (
     McpServerConfig,
@@ -50,6 +41,15 @@ from ._model import (
     ToolPolicy,
     check_reachable,
 )
+from ._oncall import (
+    NOBODY_ON_CALL,
+    OncallSpec,
+    Paged,
+    Unpaged,
+    nobody_on_call,
+    oncall_name,
+    resolve,
+)
 
 __all__ = ["Policy"]
 
@@ -75,7 +75,7 @@ class Policy(Model):
     oncall: dict[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]+$")], OncallSpec] = Field(
         default_factory=dict
     )
-    """`[oncall.<name>]`: who an approver entry `oncall:<name>` is (`bot.policy._ladder`)."""
+    """`[oncall.<name>]`: who an approver entry `oncall:<name>` is (`_oncall`)."""
     plane: PlanePolicy = PlanePolicy()
     """`[plane]`: outside automation that may ask for approvals (`_model.PlanePolicy`)."""
 
@@ -134,7 +134,7 @@ class Policy(Model):
                         f"tools.{name}.rules[{index}]: `prefix` matches shell commands, so it is "
                         f"for [[tools.{COMMAND_TOOL}.rules]] only; use `argument` and `pattern`"
                     )
-        check_oncall_names(self)
+        _check_oncall_names(self)
         lists = {channel: c.tools for channel, c in self.channels_policy.items()}
         problem = unknown_wildcards(lists, self.mcp_servers) or misplaced_mcp_sections(
             self.tools, self.mcp_servers
@@ -433,3 +433,27 @@ class Policy(Model):
     def rule_for(self, tool_name: Tool | str, call: ToolCall) -> str:
         """A human-readable name of the rule that applies to `call`, for the audit log."""
         return self.decide(tool_name, call).rule
+
+
+def _check_oncall_names(policy: Policy) -> None:
+    """Every `oncall:<name>` the file uses names an `[oncall.<name>]` section."""
+    lists: list[tuple[str, Sequence[str]]] = [("defaults.approvers", policy.defaults.approvers)]
+    lists += [
+        (f"defaults.escalate[{i}].approvers", s.approvers)
+        for i, s in enumerate(policy.defaults.escalate)
+    ]
+    for channel, own in policy.channels_policy.items():
+        lists.append((f"channels_policy.{channel}.approvers", own.approvers or ()))
+    for tool, section in policy.tools.items():
+        for index, rule in enumerate(section.rules):
+            where = f"tools.{tool}.rules[{index}]"
+            lists.append((f"{where}.approvers", rule.approvers or ()))
+            lists += [
+                (f"{where}.escalate[{i}].approvers", s.approvers)
+                for i, s in enumerate(rule.escalate or ())
+            ]
+    for key, entries in lists:
+        for entry in entries:
+            name = oncall_name(entry)
+            if name is not None and name not in policy.oncall:
+                raise ValueError(f"{key} names {entry!r} but there is no [oncall.{name}] section")

@@ -39,7 +39,7 @@ from pydantic_core import PydanticCustomError
 
 from ._arguments import Regex, argument_label, argument_matches
 from ._fields import AllowWindow, Approvals, ApproverId, Duration, check_reachable
-from ._ladder import EscalationStep, check_ladder
+from ._oncall import EscalationStep, check_ladder
 from ._preview import PreviewPlan, PreviewTemplate
 from ._programs import Layout, layout
 from ._shell import SimpleCommand, parse_command
