@@ -112,9 +112,11 @@ def _fill(path: Path, count: int, tag: str) -> None:
             session = dict(session_of[seed["session_id"]])
             session["id"] = f"bench-{tag}-s{i}"
             session["thread_ts"] = f"19{i:08d}.{len(tag):06d}"
+            session["batch_id"] = f"bench-{tag}-b{i}"  # each its own turn's batch, as in life
             seed.update(
                 id=f"bench-{tag}-c{i}",
                 session_id=session["id"],
+                batch_id=session["batch_id"],
                 call_id=f"bench_{tag}_{i}",
                 card_ts=f"18{i:08d}.{len(tag):06d}",
             )

@@ -287,6 +287,9 @@ class Store(Protocol):
     async def waiting_calls(self, limit: int = 10_000) -> list[ToolCallRow]:
         """Undecided gated calls whose card was posted, oldest first (`bot.store.ladder`)."""
 
+    async def sessions_of(self, ids: Sequence[str]) -> dict[str, SessionRow]:
+        """The sessions of `ids` by id, read together (one gone is left out)."""
+
     async def claim_escalation(
         self,
         row: ToolCallRow,
