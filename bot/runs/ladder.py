@@ -91,6 +91,11 @@ async def climb(ctx: RunContext, cards: Cards) -> list[ToolCallRow]:
                 per_call.append(planned)
         except Exception:
             logger.exception("escalating or reminding about call %s failed", d.row.id)
+    return await _claim(ctx, per_call)
+
+
+async def _claim(ctx: RunContext, per_call: list[list[_Planned]]) -> list[ToolCallRow]:
+    """Make the planned claims, a hundred calls' to a transaction; the calls they approved."""
     approved: list[ToolCallRow] = []
     for first in range(0, len(per_call), CHUNK):
         chunk = [plan for planned in per_call[first : first + CHUNK] for plan in planned]

@@ -5,9 +5,10 @@ A call's row keeps how many steps of its ladder have passed (`escalation_step`) 
 reminders went out (`reminders_sent`). Passing a step or sending a reminder is a compare-and-set
 on that number, with its audit row and the direct messages it owes (outbox rows), so two
 replicas whose timers fire together act once, and a restart neither repeats nor skips a step.
-A tick claims many calls' steps and reminders in one transaction (`claim_all`): one commit
-(one fsync) per hundred calls, not one per step, so a store of 10,000 waiting calls all due
-at once is driven within one timer tick.
+A tick claims many calls' steps and reminders in one transaction (`claim_all`), set-based: a
+hundred calls' claims are a locked read, one update, one audit insert and two outbox statements,
+and one commit (one fsync), so a store of 10,000 waiting calls all due at once is driven
+within one timer tick.
 """
 
 from __future__ import annotations
