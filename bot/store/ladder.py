@@ -6,9 +6,9 @@ reminders went out (`reminders_sent`). Passing a step or sending a reminder is a
 on that number, with its audit row and the direct messages it owes (outbox rows), so two
 replicas whose timers fire together act once, and a restart neither repeats nor skips a step.
 A tick claims many calls' steps and reminders in one transaction (`claim_all`), set-based: a
-hundred calls' claims are a locked read, one update, one audit insert and two outbox statements,
-and one commit (one fsync), so a store of 10,000 waiting calls all due at once is driven
-within one timer tick.
+few hundred calls' claims are a locked read, one update, one audit insert and two outbox
+statements, and one commit (one fsync), so a store of 10,000 waiting calls all due at once is
+driven within one timer tick.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ class Escalations(Ledger, AuditBatch):
         the outbox's sender asleep (a tick wakes it once, after its last claims, so sending
         does not compete with claiming for the connection); with `wake` it is woken anyway.
 
-        Set-based, so a hundred calls cost a handful of statements, not a dozen each: the
+        Set-based, so hundreds of calls cost a handful of statements, not a dozen each: the
         calls' rows are read once, locked (`_held`), the claims checked against them in order,
         the new counts written in one statement, then the claims' audit rows appended
         together (`_write_audits`) and their outbox rows put together (`put_many`)."""
