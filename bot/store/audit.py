@@ -232,8 +232,8 @@ class AuditDraft:
 
 class AuditBatch(StoreCore):
     """Many audit rows appended in one statement, for an operation that audits hundreds of
-    changes in one transaction (the ladder's tick): one append per row would be a round trip
-    (and a trigger's check) each, where the chain only needs its links in order."""
+    changes in one transaction (the ladder's tick): one append per row would be a statement
+    (and a trip to the database) each, where the chain only needs its links in order."""
 
     async def _write_audits(self, tx: Tx, drafts: Sequence[AuditDraft]) -> None:
         """Append `drafts` in order, in the caller's transaction: the head is read once,
