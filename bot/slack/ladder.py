@@ -3,6 +3,7 @@ that an escalation step added them (`bot.runs.ladder`)."""
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 
 from ..runs.notices import AwaitsYou, OnCallNow
@@ -13,8 +14,10 @@ from .mrkdwn import escape_mrkdwn, slack_date, user_mention
 __all__ = ["awaits_you_text", "delegation_lines", "oncall_text", "waited_text"]
 
 
+@functools.lru_cache(maxsize=64)
 def awaits_you_text(notice: AwaitsYou) -> str:
-    """One line saying what waits, for how long, who asked, and a link to its card."""
+    """One line saying what waits, for how long, who asked, and a link to its card. Kept for
+    the last few notices: a tick writes the same one to each of a call's approvers."""
     name = f"`{escape_mrkdwn(notice.call.tool)}`"
     card = f"<{notice.call.permalink}|the card>" if notice.call.permalink else "its card"
     asked = f" asked by {user_mention(notice.requested_by)}" if notice.requested_by else ""

@@ -8,21 +8,38 @@ shared by every process and replica on the database.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from datetime import datetime, timedelta
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
-from .chain import GENESIS, AuditEntry, RecordedHead, Unreadable
-from .core import StoreCore
-from .db import Row, aware
+from .chain import (
+    GENESIS,
+    AuditEntry,
+    ChainHead,
+    RecordedHead,
+    Unreadable,
+    audit_key,
+    chain_links,
+    key_mark,
+    printed_time,
+)
+from .core import StoreCore, _has_float
+from .db import Row, Tx, aware, json_text
 from .errors import StoreError
 from .models import AuditRow, HomeViewer
 from .queue import _FIRST_SIGHTING
 from .rules import HOME_VIEWERS_KEPT, PROBE_EVENT_ID, SEEN_EVENT_TTL
 
-__all__ = ["Audit"]
+__all__ = ["Audit", "AuditBatch", "AuditDraft"]
+
+_INSERT = (
+    "INSERT INTO audit (id, at, event, actor, session_id, call_id, details, seq, prev_hash, "
+    "hash) VALUES (:id, :at, :event, :actor, :session_id, :call_id, :details, :seq, "
+    ":prev_hash, :hash)"
+)
 
 
 class Audit(StoreCore):
@@ -222,6 +239,78 @@ class Audit(StoreCore):
                 "tokens = excluded.tokens, learned_at = excluded.learned_at",
                 {"model": model, "tokens": tokens, "now": self._now()},
             )
+
+
+@dataclass(frozen=True, slots=True)
+class AuditDraft:
+    """An audit row to append with others (`AuditBatch._write_audits`)."""
+
+    event: str
+    actor: str | None
+    session_id: str | None
+    call_id: str | None
+    details: Mapping[str, Any]
+
+
+class AuditBatch(StoreCore):
+    """Many audit rows appended in one statement, for an operation that audits hundreds of
+    changes in one transaction (the ladder's tick): one append per row would be a statement
+    (and a trip to the database) each, where the chain only needs its links in order."""
+
+    async def _write_audits(self, tx: Tx, drafts: Sequence[AuditDraft]) -> None:
+        """Append `drafts` in order, in the caller's transaction: the head is read once,
+        locked as the single append locks it (PostgreSQL; SQLite's write transaction is the
+        only one), or is this transaction's own last link; the links are hashed here, one
+        after the other, and inserted together (the insert trigger still checks each is the
+        next link, and advances the head to the last)."""
+        if not drafts:
+            return
+        if not self._chained:
+            for d in drafts:
+                await self._write_audit(
+                    tx,
+                    d.event,
+                    actor=d.actor,
+                    session_id=d.session_id,
+                    call_id=d.call_id,
+                    details=d.details,
+                )
+            return
+        at = self._moment().astimezone(UTC)
+        printed_at, stored_at = printed_time(at), self._db.time_in(at)
+        fields, columns = [], []
+        for d in drafts:
+            text = json_text(dict(d.details))
+            stored = json.loads(text)
+            if self._db.dialect == "postgresql" and _has_float(stored):
+                # As the single append: hash what jsonb will give back.
+                stored = await tx.fetch_value("SELECT CAST(:details AS jsonb)", {"details": stored})
+            fields.append(
+                {
+                    "at": printed_at,
+                    "event": d.event,
+                    "actor": d.actor,
+                    "session_id": d.session_id,
+                    "call_id": d.call_id,
+                    "details": stored,
+                }
+            )
+            columns.append(text if self._db.dialect == "sqlite" else self._db.json_in(stored))
+        own = self._head is not None and self._head[0] is tx
+        head = self._head[1] if own and self._head is not None else await self._locked_head(tx)
+        key = audit_key()
+        links = chain_links(head, fields, key)
+        await tx.execute_many(
+            _INSERT,
+            [
+                link | {"at": stored_at, "details": c}
+                for link, c in zip(links, columns, strict=True)
+            ],
+        )
+        if head.seq == 0:  # the first rows: the chain is keyed as its first writer is
+            await tx.execute("UPDATE audit_chain SET key_fingerprint = :k", {"k": key_mark(key)})
+        last = links[-1]
+        self._head = (tx, ChainHead(last["seq"], last["hash"], last["id"]))
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -45,6 +45,7 @@ __all__ = [
     "audit_key",
     "canonical_hash",
     "chain_existing_rows",
+    "chain_links",
     "key_mark",
     "key_mismatch",
     "last_row_mark",
@@ -141,6 +142,20 @@ class ChainHead:
     seq: int
     hash: str
     last_id: int
+
+
+def chain_links(
+    head: ChainHead, rows: Sequence[dict[str, Any]], key: bytes | None
+) -> list[dict[str, Any]]:
+    """`rows` (printed, without id, seq and hashes) as the links that follow `head`, in order:
+    each hashed over the one before it, so a batch is appended as one append would write
+    each of its rows (`ChainHead` of the last: `chain_links(...)[-1]`)."""
+    links, prev = [], head.hash
+    for n, fields in enumerate(rows, start=1):
+        link = fields | {"id": head.last_id + n, "seq": head.seq + n, "prev_hash": prev}
+        link["hash"] = prev = canonical_hash(link, key)
+        links.append(link)
+    return links
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,10 @@ A call's row keeps how many steps of its ladder have passed (`escalation_step`) 
 reminders went out (`reminders_sent`). Passing a step or sending a reminder is a compare-and-set
 on that number, with its audit row and the direct messages it owes (outbox rows), so two
 replicas whose timers fire together act once, and a restart neither repeats nor skips a step.
-A tick claims many calls' steps and reminders in one transaction (`claim_all`): one commit
-(one fsync) per hundred calls, not one per step, so a store of 10,000 waiting calls all due
-at once is driven within one timer tick.
+A tick claims many calls' steps and reminders in one transaction (`claim_all`), set-based: a
+few hundred calls' claims are a locked read, one update, one audit insert and two outbox
+statements, and one commit (one fsync), so a store of 10,000 waiting calls all due at once is
+driven within one timer tick.
 """
 
 from __future__ import annotations
@@ -17,15 +18,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from ._outbox_rows import OutboxEntry, put_rows
-from .core import StoreCore
+from ._outbox_rows import OutboxEntry, card_redraw, put_many
+from .audit import AuditBatch, AuditDraft
 from .db import Tx
-from .models import ToolCallRow
+from .models import SessionRow, ToolCallRow
 from .quorum import Quorum, tally
 
 __all__ = ["Claimed", "Escalations", "LadderClaim"]
 
 _EVENTS = {"escalation_step": "escalated", "reminders_sent": "reminded"}
+_READ = 500
+"""Calls whose rows one locked read takes (parameters in one `IN` list)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +60,29 @@ class Claimed:
     approved: ToolCallRow | None = None
 
 
-class Escalations(StoreCore):
+@dataclass(slots=True)
+class _Held:
+    """A call a batch claims for, as its locked row says and its claims so far leave it."""
+
+    counts: dict[str, int]
+    """`escalation_step` and `reminders_sent`."""
+    approvals: bool
+    """Whether any approval was given (only then can a lowered quorum be met)."""
+    pending: bool = True
+    moved: bool = False
+
+    def take(self, claim: LadderClaim) -> bool:
+        """Make `claim` if it holds against the call as the batch has left it: a step claimed
+        after the one before it in the same batch holds, one another process passed first,
+        or on a call decided meanwhile, does not."""
+        if not self.pending or self.counts[claim.column] != claim.seen:
+            return False
+        self.counts[claim.column] = claim.value
+        self.moved = True
+        return True
+
+
+class Escalations(AuditBatch):
     """The ladder operations of `bot.store.Store`."""
 
     async def waiting_calls(self, limit: int = 10_000) -> list[ToolCallRow]:
@@ -69,6 +94,20 @@ class Escalations(StoreCore):
                 {"limit": limit},
             )
         return [self._call_model(row) for row in rows]
+
+    async def sessions_of(self, ids: Sequence[str]) -> dict[str, SessionRow]:
+        """The sessions of `ids` by id (one gone is left out): a tick's waiting calls' threads
+        read together, not one read per call."""
+        unique = sorted(set(ids))
+        found: dict[str, SessionRow] = {}
+        async with self._db.reading("sessions_of") as tx:
+            for first in range(0, len(unique), _READ):
+                names = _named(unique[first : first + _READ])
+                rows = await tx.fetch_all(
+                    f"SELECT * FROM sessions WHERE id IN ({_marks(names)})", names
+                )
+                found.update((str(r["id"]), self._session_model(r)) for r in rows)
+        return found
 
     async def calls_since(self, since: datetime) -> list[ToolCallRow]:
         """Every ledger row created at or after `since`, oldest first (`opsgate report`)."""
@@ -105,32 +144,77 @@ class Escalations(StoreCore):
         """Each claim in order, all in one transaction; which of them were made (a claim
         another process made first, or on a call decided since, is not). `wake=False` leaves
         the outbox's sender asleep (a tick wakes it once, after its last claims, so sending
-        does not compete with claiming for the connection); with `wake` it is woken anyway."""
+        does not compete with claiming for the connection); with `wake` it is woken anyway.
+
+        Set-based, so hundreds of calls cost a handful of statements, not a dozen each: the
+        calls' rows are read once, locked (`_held`), the claims checked against them in order,
+        the new counts written in one statement, then the claims' audit rows appended
+        together (`_write_audits`) and their outbox rows put together (`put_many`)."""
         done: list[Claimed] = []
         if claims:
             async with self._db.transaction(f"claim {len(claims)} ladder steps") as tx:
-                done = [await self._claim_in(tx, claim) for claim in claims]
+                done = await self._claim_in(tx, claims)
         if wake:
             self._redraws_owed()  # wakes the outbox's sender
         return done
 
-    async def _claim_in(self, tx: Tx, claim: LadderClaim) -> Claimed:
-        row, column = claim.row, claim.column
-        changed = await tx.execute(
-            f"UPDATE tool_calls SET {column} = :value WHERE id = :id "
-            f"AND status = 'pending' AND {column} = :seen",
-            {"value": claim.value, "id": row.id, "seen": claim.seen},
+    async def _claim_in(self, tx: Tx, claims: Sequence[LadderClaim]) -> list[Claimed]:
+        held = await self._held(tx, sorted({claim.row.id for claim in claims}))
+        done: list[Claimed] = []
+        drafts: list[AuditDraft] = []
+        owed: list[OutboxEntry] = []
+        for claim in claims:
+            call = held.get(claim.row.id)
+            if call is None or not call.take(claim):
+                done.append(Claimed(made=False))
+                continue
+            drafts.append(_audited(claim))
+            owed += self._owed_by(claim)
+            approved = None
+            if claim.needs and call.approvals:  # rare: a lowered quorum may be met already
+                await self._write_audits(tx, drafts)  # the step's row before the decision's
+                drafts = []
+                await self._write_counts(tx, {claim.row.id: call})
+                approved = await self._approve_if_met(tx, claim)
+                call.pending = approved is None
+            done.append(Claimed(made=True, approved=approved))
+        await self._write_audits(tx, drafts)
+        await self._write_counts(tx, {i: call for i, call in held.items() if call.moved})
+        await put_many(self._db, tx, owed, self._now())
+        return done
+
+    def _owed_by(self, claim: LadderClaim) -> list[OutboxEntry]:
+        """The outbox rows a claim made owes: its direct messages and, for a step, its card's
+        redraw ("escalated to ..."), when changes owe redraws (`_owe_redraw`)."""
+        row = claim.row
+        stepped = claim.column == "escalation_step" and row.needs_approval and row.card_ts
+        redraw = [card_redraw(row.id, row.card_channel)] if stepped and self.card_redraws else []
+        return [*redraw, *claim.owed]
+
+    async def _held(self, tx: Tx, ids: Sequence[str]) -> dict[str, _Held]:
+        """Those of `ids` still pending, locked for writing (PostgreSQL: in id order, so two
+        replicas claiming overlapping batches never wait on each other in a cycle)."""
+        held: dict[str, _Held] = {}
+        for first in range(0, len(ids), _READ):
+            names = _named(ids[first : first + _READ])
+            rows = await tx.fetch_all(
+                "SELECT id, escalation_step, reminders_sent, approvals FROM tool_calls "
+                f"WHERE id IN ({_marks(names)}) AND status = 'pending' "
+                f"ORDER BY id{self._db.for_update}",
+                names,
+            )
+            for row in rows:
+                counts = {c: int(row[c]) for c in ("escalation_step", "reminders_sent")}
+                held[str(row["id"])] = _Held(counts, bool(self._db.list_out(row["approvals"])))
+        return held
+
+    async def _write_counts(self, tx: Tx, calls: Mapping[str, _Held]) -> None:
+        """The calls' ladder counts as the batch left them, in one statement."""
+        await tx.execute_many(
+            "UPDATE tool_calls SET escalation_step = :escalation_step, "
+            "reminders_sent = :reminders_sent WHERE id = :id",
+            [{"id": ledger_id, **calls[ledger_id].counts} for ledger_id in sorted(calls)],
         )
-        if not changed:
-            return Claimed(made=False)
-        audited = {"ledger_id": row.id, "tool": row.name, **claim.details}
-        await self._audit_call(tx, claim.event, row, audited, actor=None)
-        if column == "escalation_step":
-            await self._owe_redraw(tx, row)
-        if claim.owed:
-            await put_rows(self._db, tx, claim.owed, self._now())
-        approved = await self._approve_if_met(tx, claim) if claim.needs else None
-        return Claimed(made=True, approved=approved)
 
     async def _approve_if_met(self, tx: Tx, claim: LadderClaim) -> ToolCallRow | None:
         """A step that lowered the quorum to the approvals already given approves the call
@@ -166,3 +250,18 @@ class Escalations(StoreCore):
         }
         await self._audit_call(tx, "decision", row, details, actor=None)
         return await self._call(tx, row.id)
+
+
+def _audited(claim: LadderClaim) -> AuditDraft:
+    row = claim.row
+    details = {"ledger_id": row.id, "tool": row.name, **claim.details}
+    return AuditDraft(claim.event, None, row.session_id, row.call_id, details)
+
+
+def _named(values: Sequence[str]) -> dict[str, str]:
+    """`values` as the parameters of an `IN` list (`_marks`)."""
+    return {f"v{n}": value for n, value in enumerate(values)}
+
+
+def _marks(names: Mapping[str, str]) -> str:
+    return ", ".join(f":{name}" for name in names)

@@ -6,16 +6,21 @@ escalated or reminded about."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from dataclasses import replace
 from datetime import timedelta
 
-from bot.store import LadderClaim, OutboxEntry, Quorum, Ruling, Store
+import pytest
+
+from bot.store import Claimed, LadderClaim, OutboxEntry, Quorum, Ruling, Store, ToolCallRow
+from bot.store.chain import Intact, key_mark, verify_chain
 
 from .conftest import StoreFactory
 from .helpers import mention, paused_session
 
 
-def _dm(user: str) -> OutboxEntry:
-    return OutboxEntry("chat.postMessage", {"channel": user, "text": "waiting"}, 5, user)
+def _dm(user: str, text: str = "waiting") -> OutboxEntry:
+    return OutboxEntry("chat.postMessage", {"channel": user, "text": text}, 5, user)
 
 
 async def _carded(store: Store) -> list[str]:
@@ -144,3 +149,128 @@ async def test_a_step_lowering_the_quorum_approves_with_its_claim(
         assert [(d["ledger_id"], d["step"], d["approved_by"]) for d in finals] == [
             (first, 1, ["U0A"])
         ]
+
+
+# -- a tick's worth of claims ----------------------------------------------------------------
+
+
+async def _many_carded(store: Store, sessions: int) -> list[ToolCallRow]:
+    """`sessions` paused sessions' gated calls, each with its card posted."""
+    rows: list[ToolCallRow] = []
+    for n in range(sessions):
+        _, batch = await paused_session(store, thread=f"1700000000.{n:06d}")
+        for row in batch:
+            await store.set_card(row.id, "C1", f"1700000001.{len(rows):06d}")
+            fresh = await store.get_call(row.id)
+            assert fresh is not None
+            rows.append(fresh)
+    return [row for row in rows if row.needs_approval]
+
+
+def _tick_claims(row: ToolCallRow) -> list[LadderClaim]:
+    """What a tick claims for a call both steps and a reminder round are due for."""
+    return [
+        LadderClaim(
+            row, "escalation_step", 0, 1, {"step": 1, "added": ["U0S"]}, [_dm("U0S", row.id)]
+        ),
+        LadderClaim(
+            row, "escalation_step", 1, 2, {"step": 2, "added": ["U0T"]}, [_dm("U0T", row.id)]
+        ),
+        LadderClaim(
+            row,
+            "reminders_sent",
+            0,
+            1,
+            {"round": 1, "to": ["U0A", "U0B"]},
+            [_dm("U0A", row.id), _dm("U0B", row.id)],
+        ),
+    ]
+
+
+async def _chain_verdict(store: Store, key: bytes | None = None) -> object:
+    recorded = await store.audit_head()
+    rows = await store.audit_entries()
+    return verify_chain(rows, key=key, keyed=recorded.keyed, chain_seq=recorded.seq)
+
+
+async def test_two_stores_racing_a_tick_over_many_calls_claim_each_once(
+    new_store: StoreFactory,
+) -> None:
+    """Two replicas whose timers fire together, each claiming a tick's worth of steps and
+    reminders a few calls per transaction (one from the first call on, the other from the
+    last, so they meet in the middle, where both claim the same calls at once): every step
+    and round is made by exactly one of them, with one audit row, its direct messages and its
+    card's redraw owed once, and the audit chain unbroken."""
+    async with new_store(person=mention) as one, new_store(person=mention) as two:
+        for store in (one, two):
+            store.owe_card_redraws(lambda: None)
+        rows = await _many_carded(one, 39)
+        chunks = [
+            [claim for row in rows[n : n + 6] for claim in _tick_claims(row)]
+            for n in range(0, len(rows), 6)
+        ]
+        assert len(chunks) % 2 == 1  # the middle chunk is raced by both at once
+        by_one: list[list[Claimed]] = []
+        by_two: list[list[Claimed]] = []
+        for mine, theirs in zip(chunks, chunks[::-1], strict=True):
+            made = await asyncio.gather(
+                one.claim_all(mine, wake=False), two.claim_all(theirs, wake=False)
+            )
+            by_one.append(made[0])
+            by_two.insert(0, made[1])
+        first = [c.made for chunk in by_one for c in chunk]
+        second = [c.made for chunk in by_two for c in chunk]
+        assert [a != b for a, b in zip(first, second, strict=True)] == [True] * len(first)
+        ids = {row.id for row in rows}
+        for row in [await two.get_call(ledger_id) for ledger_id in ids]:
+            assert row is not None and (row.escalation_step, row.reminders_sent) == (2, 1)
+        audit = await one.audit_rows()
+        steps = Counter(
+            (a.details["ledger_id"], a.details["step"]) for a in audit if a.event == "escalated"
+        )
+        assert steps == Counter({(i, s): 1 for i in ids for s in (1, 2)})
+        reminded = Counter(a.details["ledger_id"] for a in audit if a.event == "reminded")
+        assert reminded == Counter({i: 1 for i in ids})
+        owed = await one.claim_outbox("t", limit=10_000, lease=timedelta(seconds=30))
+        dms = Counter(
+            (r.params["channel"], r.params["text"]) for r in owed if r.method == "chat.postMessage"
+        )
+        assert dms == Counter({(u, i): 1 for i in ids for u in ("U0S", "U0T", "U0A", "U0B")})
+        redraws = Counter(r.key for r in owed if r.method == "opsgate.card")
+        assert redraws == Counter({f"card:{i}": 1 for i in ids})
+        assert isinstance(await _chain_verdict(two), Intact)
+
+
+async def test_batched_claims_keep_the_keyed_chain_whole_and_in_order(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's audit rows are appended together, around another store's single append:
+    the keyed chain verifies with no gap; a step that approves its call (a lowered quorum
+    met) is followed by the decision's row, and the call's later claims in the batch are
+    not made (it no longer waits)."""
+    monkeypatch.setenv("OPSGATE_AUDIT_KEY", "s3cret")
+    async with new_store(person=mention) as one, new_store(person=mention) as two:
+        first, *rest = await _many_carded(one, 5)
+        outcome = await one.decide(
+            first.id, "approved", user_id="U0A", ruling=Ruling(required_approvals=2)
+        )
+        assert outcome.recorded and outcome.row.status == "pending"
+        stepping, lowering, reminding = _tick_claims(outcome.row)
+        lowering = replace(lowering, needs=(Quorum(key="channel", needed=1),))
+        claims = [stepping, lowering, reminding] + [c for r in rest for c in _tick_claims(r)]
+        made = await one.claim_all(claims[:14])
+        await two.audit("request", actor="U9", details={"between": True})
+        made += await one.claim_all(claims[14:])
+        assert [c.made for c in made] == [True, True, False] + [True] * (len(claims) - 3)
+        approved = made[1].approved
+        assert approved is not None and approved.status == "approved"
+        audit = await two.audit_rows()
+        assert [r.seq for r in audit] == list(range(1, len(audit) + 1))
+        about_first = [
+            (r.event, r.details.get("step"))
+            for r in audit
+            if r.details.get("ledger_id") == first.id and r.event != "request"
+        ]
+        assert about_first[-3:] == [("escalated", 1), ("escalated", 2), ("decision", 2)]
+        assert isinstance(await _chain_verdict(two, key=b"s3cret"), Intact)
+        assert (await two.audit_head()).keyed == key_mark(b"s3cret")
