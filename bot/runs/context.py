@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from agent_core import ChatClientAgent, Tool
 
@@ -18,6 +19,9 @@ from ..tasks import TaskSupervisor
 from .metrics import NoObserver, RunObserver
 from .notices import RunStopped
 from .output import Thread, ThreadOutput
+
+if TYPE_CHECKING:
+    from .inbox import Replay
 
 __all__ = ["Deadlines", "LiveRun", "LiveRuns", "RunContext", "thread_of"]
 
@@ -135,6 +139,9 @@ class RunContext:
     """The runs going in this process, for `cancel`."""
     shadow: Policy | None = None
     """A policy every live call is also judged by, never acted on (`bot.runs.shadow`)."""
+    replay: Replay | None = None
+    """How the front end handles again a request an earlier process saved but never handled
+    (Slack: `bot.slack.intake.replayer`); None: such requests are only marked done."""
 
 
 async def thread_of(ctx: RunContext, row: ToolCallRow) -> Thread | None:

@@ -333,7 +333,6 @@ class RunService:
         expired = await store.expire_due(self.ctx.clock())
         for row in expired:
             note_decision(self.ctx, row, "expired")
-            await self.cards.changed(row)
         for session_id in {row.session_id for row in expired}:
             await self.maybe_resume(session_id)
         return len(expired)

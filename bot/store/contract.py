@@ -252,7 +252,7 @@ class Store(Protocol):
         """Store a run of the call's preview and audit it ("preview": digest, exit status,
         duration, `why` it ran); `reset_approvals` drops the approvals so far (they were
         given on another preview). None when the call is no longer pending (nothing stored).
-        With redraws owed (`owe_card_redraws`), the card's redraw commits with it."""
+        The card's redraw (`CARD_REDRAW`) commits with it."""
 
     async def expire_due(self, now: datetime | None = None) -> list[ToolCallRow]:
         """Expire every undecided gated call whose time is up (audited "expiry" each)."""
@@ -710,17 +710,6 @@ class Store(Protocol):
     async def end_queue_notice(self, channel_id: str, *, asks: int, ts: str | None) -> None:
         """The burst drawn at `asks` ended; if another message was queued since, the burst
         goes on without a message (the next drawing posts a new one)."""
-
-    def owe_card_redraws(self, wake: Callable[[], None] | None) -> None:
-        """From now on, every change a card shows (a decision or an approval of N, an edit,
-        "Allow for", an expiry, a cancel, the call's result) writes a `CARD_REDRAW` row (key
-        `card:<ledger id>`) for the call's card, when it has one, in the change's transaction;
-        `wake` is called after the commit. A rollback leaves neither the change nor the row."""
-
-    @property
-    def card_redraws(self) -> bool:
-        """Whether `owe_card_redraws` was called (the run service need not redraw after a
-        change: the outbox sends the redraw the store wrote)."""
 
     # -- conversations in Slack's AI-app container ----------------------------------------------
 
