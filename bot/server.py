@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,16 +75,26 @@ def http_app(
 
 
 class SlackEvents:
-    """`POST /slack/events`: 503 until the app is set (a starting bot, or a stopping one), so
-    that Slack delivers it again later; then Bolt's."""
+    """`POST /slack/events`: Bolt's while an app is `serving`; 503 before (a starting bot) and
+    after (a stopping one), so that Slack delivers the request again later. The route exists
+    from the moment the port listens, before the bot is built."""
 
     def __init__(self, app: AsyncApp | None = None) -> None:
-        self.app = app
+        self._app = app
+
+    @contextlib.contextmanager
+    def serving(self, app: AsyncApp) -> Iterator[None]:
+        """Slack's requests go to `app` inside the block."""
+        self._app = app
+        try:
+            yield
+        finally:
+            self._app = None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        if self.app is None:
+        if self._app is None:
             return web.json_response({"error": "starting or stopping"}, status=503)
-        response = await self.app.async_dispatch(await to_bolt_request(request))
+        response = await self._app.async_dispatch(await to_bolt_request(request))
         return await to_aiohttp_response(response)
 
 
@@ -264,12 +274,13 @@ async def _serve(
             ) as bot,
         ):
             checks.update(bot.checks)
-            plane.desk = await plane_desk(bot.service, deps.store, settings.opsgate_receipt_key)
-            if http:
-                signing_in.done()
-                await _serve_http(bot, events, port, stop, up)
-            else:
-                await _serve_socket_mode(settings, bot, checks, signing_in, stop, up)
+            desk = await plane_desk(bot.service, deps.store, settings.opsgate_receipt_key)
+            with plane.serving(desk):
+                if http:
+                    signing_in.done()
+                    await _serve_http(bot, events, port, stop, up)
+                else:
+                    await _serve_socket_mode(settings, bot, checks, signing_in, stop, up)
 
 
 @contextlib.asynccontextmanager
@@ -296,13 +307,12 @@ async def _listening(web_app: web.Application, port: int, *, http: bool) -> Asyn
 async def _serve_http(
     bot: Started, events: SlackEvents, port: int, stop: asyncio.Event, up: asyncio.Event
 ) -> None:
-    events.app = bot.app
-    up.set()
-    logger.info("OpsGate listening on :%d (POST /slack/events, /healthz, /readyz, /metrics)", port)
-    try:
+    with events.serving(bot.app):
+        up.set()
+        logger.info(
+            "OpsGate listening on :%d (POST /slack/events, /healthz, /readyz, /metrics)", port
+        )
         await stop.wait()
-    finally:
-        events.app = None
 
 
 async def _serve_socket_mode(

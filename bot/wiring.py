@@ -60,8 +60,17 @@ from .slack.intake import replayer
 from .slack.mcp_review import post_reviews
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
+from .slack.queue_notice import notice_finder, queue_renderer
 from .slack.redraws import card_renderer
-from .store import CARD_REDRAW, OutboxWake, Store, WriteHealth, open_store, utc_now
+from .store import (
+    CARD_REDRAW,
+    QUEUE_NOTICE,
+    OutboxWake,
+    Store,
+    WriteHealth,
+    open_store,
+    utc_now,
+)
 from .tasks import TaskSupervisor
 from .tools import (
     DEFAULT_OUTPUT_LIMIT,
@@ -358,11 +367,14 @@ def slack_bot(
         claimer=_outbox_claimer(deps),
         observer=metrics,
         wake=deps.wake,
-        renderers={CARD_REDRAW: card_renderer(draw, deps.store.card_drawn)},
+        renderers={
+            CARD_REDRAW: card_renderer(draw, deps.store.card_drawn),
+            # Each channel's one queued notice per burst is the store's (`bot.slack.queue_notice`).
+            QUEUE_NOTICE: queue_renderer(deps.store, notice_finder(client)),
+        },
         **_outbox_lease(settings),
     )
-    output = SlackThreadOutput(client, outbox)
-    output.queue.keep_in(deps.store)  # each channel's queued notice is the store's
+    output = SlackThreadOutput(client, outbox, queue_store=deps.store)
     timer = ExpiryTimer(
         deps.store,
         clock=deps.clock,

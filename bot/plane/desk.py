@@ -109,16 +109,9 @@ class PlaneDesk:
         self.ctx = ctx
         self.cards = cards
         self.key = key
-        self._decided = asyncio.Event()
-        """Set (and replaced) whenever an outside request's call is decided."""
         self._recorder = Recorder(ctx.store)
         self._opening = asyncio.Semaphore(OPENING_AT_ONCE)
         """Requests opened at once: a burst's openings must not crowd out the next 201s."""
-
-    def decided(self, session_id: str) -> None:
-        """An outside request's call was decided: wake every long poll to read again."""
-        self._decided.set()
-        self._decided = asyncio.Event()
 
     # -- submitting --------------------------------------------------------------------------
 
@@ -356,7 +349,7 @@ class PlaneDesk:
         """The request's state once decided, or after `seconds` (a long poll)."""
         deadline = time.monotonic() + seconds
         while True:
-            decided = self._decided  # taken before reading: a decision in between still wakes
+            decided = self.ctx.outside.rung  # taken before reading: a decision in between wakes
             answer = await self.answer(request_id, links=False)
             if answer is None or answer.decided or time.monotonic() >= deadline:
                 break

@@ -6,7 +6,7 @@ claims rows best priority first (cards and their redraws, then answers, notices,
 reactions), sends each through the paced client (`bot.slack.pacing`: its turn at Slack's tier,
 429s waited out), and deletes the row once Slack said ok. Rows left by a restart, or by a
 replica that died (its lease lapsed), are sent by whoever is alive. An intent row (a method of
-`render_with`, e.g. `CARD_REDRAW`: a card's redraw the store wrote with the decision) is turned
+`renderers`, e.g. `CARD_REDRAW`: a card's redraw the store wrote with the decision) is turned
 into its Web API call when it is sent, from the state then, so what is sent is the latest.
 Real errors (`channel_not_found`, `not_in_channel`, ...) are not retried: the row is dropped and
 counted; a write still rate limited past the pacer's deadline is dropped too, and its thread told
@@ -189,10 +189,6 @@ class SlackOutbox:
         self._reported = clock()
         self._renderers: dict[str, Renderer] = dict(renderers or {})
         """The intents among the rows (e.g. `CARD_REDRAW`), and how each is drawn when sent."""
-
-    def render_with(self, method: str, renderer: Renderer) -> None:
-        """Rows of `method` are intents: `renderer` makes their call when they are sent."""
-        self._renderers[method] = renderer
 
     def renders(self, method: str) -> bool:
         return method in self._renderers
