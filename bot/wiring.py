@@ -374,7 +374,7 @@ def slack_bot(
         },
         **_outbox_lease(settings),
     )
-    output = SlackThreadOutput(client, outbox, queue_store=deps.store)
+    output = SlackThreadOutput(client, outbox)
     timer = ExpiryTimer(
         deps.store,
         clock=deps.clock,

@@ -109,7 +109,7 @@ class PlaneDesk:
         self.ctx = ctx
         self.cards = cards
         self.key = key
-        self._recorder = Recorder(ctx.store)
+        self._recorder = Recorder(ctx.store, ctx.tasks)
         self._opening = asyncio.Semaphore(OPENING_AT_ONCE)
         """Requests opened at once: a burst's openings must not crowd out the next 201s."""
 

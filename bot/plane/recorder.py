@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from ..store import PlaneRequest, Store
+from ..tasks import TaskSupervisor
 
 __all__ = ["Recorder"]
 
@@ -14,12 +15,13 @@ _Pending = tuple[PlaneRequest, dict[str, Any], "asyncio.Future[tuple[PlaneReques
 
 
 class Recorder:
-    def __init__(self, store: Store) -> None:
+    """The writer runs as owned work of `tasks` (a graceful stop waits for it)."""
+
+    def __init__(self, store: Store, tasks: TaskSupervisor) -> None:
         self.store = store
+        self.tasks = tasks
         self._waiting: list[_Pending] = []
         self._writing = False
-        self._task: asyncio.Task[None] | None = None
-        """The writer, while it runs (kept so that it is not collected)."""
 
     async def record(
         self, request: PlaneRequest, audit: dict[str, Any]
@@ -29,7 +31,10 @@ class Recorder:
         self._waiting.append((request, audit, done))
         if not self._writing:
             self._writing = True
-            self._task = asyncio.get_running_loop().create_task(self._write())
+            try:
+                self.tasks.spawn(self._write(), name="plane requests")
+            except RuntimeError:  # stopping: no owner for it, so this request writes it
+                await self._write()
         return await done
 
     async def _write(self) -> None:

@@ -45,7 +45,7 @@ from .mrkdwn import escape_cut, message_link, truncate, user_mention
 from .notices import card_file, render
 from .outbox import CARD, HOME, NOTICE, REACTION, UPLOAD, SlackOutbox
 from .pacing import Pacer
-from .queue_notice import QueueNotices, QueueNoticeStore, merged
+from .queue_notice import QueueNotices, merged
 from .redraws import card_update
 from .streaming import ThreadReply
 from .timeline import SlackTimeline, set_status
@@ -75,20 +75,13 @@ class SlackThreadOutput:
     mrkdwn (`bot.slack.notices`), cards Block Kit (`bot.slack.cards`). The Slack-only calls of
     the listeners are `replies` (`SlackReplies`)."""
 
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        outbox: SlackOutbox | None = None,
-        *,
-        queue_store: QueueNoticeStore | None = None,
-    ) -> None:
+    def __init__(self, client: AsyncWebClient, outbox: SlackOutbox | None = None) -> None:
         self.client = client
         self.outbox = outbox
         self.replies = SlackReplies(client, outbox)
         """The Slack-only calls the listeners make (the run service never does)."""
-        self.queue = QueueNotices(outbox, queue_store)
-        """Each channel's one "queued" notice per burst, kept in `queue_store` (the server's;
-        `bot.slack.queue_notice`)."""
+        self.queue = QueueNotices.on(outbox)
+        """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
         self._team_id: str | None = None
         self._workspace_url = ""
         self._bot_id: str | None = None

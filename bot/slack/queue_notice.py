@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..runs.notices import Queued
 from ..runs.output import Thread
-from ..store import QueueItem, QueueNotice
+from ..store import QUEUE_NOTICE, QueueItem, QueueNotice
 from ._errors import SLACK_ERRORS, slack_error
 from .ids import find_marked_notice, queue_metadata
 from .notices import queue_notice_text
@@ -63,6 +63,7 @@ Find = Callable[[QueueNotice], Awaitable[str | None]]
 None."""
 
 
+@runtime_checkable
 class QueueNoticeStore(Protocol):
     """What the notices read and record (`bot.store.Store`)."""
 
@@ -91,6 +92,15 @@ class QueueNotices:
         with `queue_renderer`); without one each notice goes into its own thread."""
         self.outbox = outbox
         self.store = store
+
+    @classmethod
+    def on(cls, outbox: SlackOutbox | None) -> QueueNotices:
+        """The notices `outbox` draws: kept in its store when it was built to draw them (its
+        `QUEUE_NOTICE` renderer, as the server's is), else each in its own thread."""
+        if outbox is None or not outbox.renders(QUEUE_NOTICE):
+            return cls(outbox)
+        store = outbox.store
+        return cls(outbox, store if isinstance(store, QueueNoticeStore) else None)
 
     @property
     def kept(self) -> bool:
