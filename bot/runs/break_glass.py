@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from ..store import GlassUse, already_reason
+from ..store import GlassUse, Ruling, already_reason
 from ..words import format_duration, parse_duration
 from .cards import Cards
 from .context import RunContext, thread_of
@@ -173,13 +173,15 @@ class FreezeDesk:
             use,
             team_id=team,
             # Several requirements: breaking glass takes the strictest quorum of them.
-            required_approvals=max(
-                (q.needed for q in quorums(self.ctx, channel, decision)),
-                default=self.ctx.policy.required_approvals_for(channel, decision),
+            ruling=Ruling(
+                rule=verdict.rule,
+                policy_rule=decision.policy_rule,
+                policy_match=decision.rule_label,
+                required_approvals=max(
+                    (q.needed for q in quorums(self.ctx, channel, decision)),
+                    default=self.ctx.policy.required_approvals_for(channel, decision),
+                ),
             ),
-            rule=verdict.rule,
-            policy_rule=decision.policy_rule,
-            policy_match=decision.rule_label,
             digest=digest,
             notices=owed,
         )

@@ -20,7 +20,7 @@ from agent_core import Tool, ToolCall
 
 from ..allowances import Shape, offered_shapes, shape_of
 from ..policy import GateDecision, added_by, escalated
-from ..store import ToolCallRow, card_state
+from ..store import Ruling, ToolCallRow, card_state
 from ..tools import tool_summary
 from ..tools.mcp import McpTool
 from ..tools.mcp.pins import QUARANTINED
@@ -142,8 +142,7 @@ class Cards:
                     "rejected",
                     user_id="",
                     reason=forbidden_reason(decision),
-                    rule="policy: forbidden",
-                    policy_rule=decision.policy_rule,
+                    ruling=Ruling(rule="policy: forbidden", policy_rule=decision.policy_rule),
                 )
                 refused = refused or outcome.recorded
         return refused

@@ -17,7 +17,7 @@ from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .output import Thread
 from .previews import Previews
-from .requirements import quorums
+from .requirements import ruling
 from .timeline import PausedTimelines
 
 __all__ = ["Decisions"]
@@ -89,21 +89,18 @@ class Decisions:
             )
             if stale is not None:
                 return stale
-        needed = self.ctx.policy.required_approvals_for(session.channel_id, policy)
+        ruled = ruling(self.ctx, session.channel_id, policy, verdict.rule)
+        needed = ruled.required_approvals
         outcome = await store.decide(
             ledger_id,
             decision,
             user_id=user,
             team_id=team,
             reason=reason,
-            required_approvals=needed,
-            rule=verdict.rule,
-            policy_rule=policy.policy_rule,
-            policy_match=policy.rule_label,
+            ruling=ruled,
             digest=digest,
             preview_digest=preview_digest,
             # Every requirement at once; the clicker counts toward those that name them.
-            requirements=quorums(self.ctx, session.channel_id, policy) or None,
             counts_for=verdict.counts or None,
             delegate=delegate,
         )

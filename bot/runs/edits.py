@@ -29,6 +29,7 @@ from ..store import (
     AllowanceRow,
     EditNotAllowed,
     NoAllowanceOffered,
+    Ruling,
     SelfAllow,
     SessionRow,
     ToolCallRow,
@@ -64,7 +65,7 @@ from .notices import (
     UnknownRequest,
 )
 from .output import Thread
-from .requirements import quorums
+from .requirements import ruling
 from .shadow import judge_in_shadow
 from .timeline import AllowanceUses
 from .views import AllowanceInfo, AllowChoice, AllowForm, EditErrors, EditForm
@@ -186,12 +187,8 @@ class Edits:
             call_digest(row.tool, parsed),
             user_id=user,
             team_id=team,
-            required_approvals=self.ctx.policy.required_approvals_for(session.channel_id, decision),
-            rule=verdict.rule,
-            policy_rule=decision.policy_rule,
-            policy_match=decision.rule_label,
+            ruling=ruling(self.ctx, session.channel_id, decision, verdict.rule),
             approve=not previewed,
-            requirements=quorums(self.ctx, session.channel_id, decision) or None,
             counts_for=verdict.counts or None,
         )
         if outcome.recorded and outcome.row.status == "approved":
@@ -245,15 +242,16 @@ class Edits:
         # The allowance's shape is read from `row`; binding the approval to `row`'s digest
         # means an edit committed since makes the store refuse rather than allow a stale shape.
         decision = call_decision(self.ctx, row)
+        ruled = Ruling(
+            rule="allow_for", policy_rule=decision.policy_rule, policy_match=decision.rule_label
+        )
         if digest is not None and digest != row.running_digest:
             outcome = await self.ctx.store.decide(
                 ledger_id,
                 "approved",
                 user_id=user,
                 team_id=team,
-                rule="allow_for",
-                policy_rule=decision.policy_rule,
-                policy_match=decision.rule_label,
+                ruling=ruled,
                 digest=digest,
             )
         else:
@@ -264,9 +262,7 @@ class Edits:
                 user_id=user,
                 team_id=team,
                 reason=f"approved and allowed: {grant.label}",
-                rule="allow_for",
-                policy_rule=decision.policy_rule,
-                policy_match=decision.rule_label,
+                ruling=ruled,
                 digest=row.running_digest,
             )
             outcome = allowed.decision

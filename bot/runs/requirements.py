@@ -9,12 +9,12 @@ still missing.
 from __future__ import annotations
 
 from ..policy import GateDecision, Requirement
-from ..store import Quorum, ToolCallRow
+from ..store import Quorum, Ruling, ToolCallRow
 from ..store.quorum import counting
 from .context import RunContext
 from .views import CardRequirement
 
-__all__ = ["card_requirements", "quorums", "requirement_words"]
+__all__ = ["card_requirements", "quorums", "requirement_words", "ruling"]
 
 
 def quorums(ctx: RunContext, channel: str | None, decision: GateDecision) -> tuple[Quorum, ...]:
@@ -27,6 +27,21 @@ def quorums(ctx: RunContext, channel: str | None, decision: GateDecision) -> tup
             needed=ctx.policy.required_approvals_for(channel, decision.under(need)),
         )
         for need in decision.needs()
+    )
+
+
+def ruling(
+    ctx: RunContext, channel: str | None, decision: GateDecision, rule: str | None
+) -> Ruling:
+    """What the policy ruled for a decision on the call, as the store records and counts it:
+    who may decide (`rule`, the verdict's), the rule that gated the call and what it matches,
+    and every requirement at once with its quorum."""
+    return Ruling(
+        rule=rule,
+        policy_rule=decision.policy_rule,
+        policy_match=decision.rule_label,
+        required_approvals=ctx.policy.required_approvals_for(channel, decision),
+        requirements=quorums(ctx, channel, decision),
     )
 
 

@@ -1,14 +1,14 @@
 """The bot's durable state: sessions, messages, the tool-call ledger, the run queue, the audit log.
 
-`Store` (in `contract.py`) is the one interface. Its operations are written once (`sessions`,
-`ledger`, `decisions`, `edits`, `queue`, `recovery`, `audit`, `assistant_threads`) over a thin
-database seam (`db/`) with two adapters: `SQLiteStore` (one file) and `PostgresStore`
-(`bot.store.postgres`, for replicas); `open_store` picks one from a path or URL. Plain storage:
+`Store` (in `store.py`) is the one implementation and its contract, composed of one class
+per concern (`sessions`, `ledger`, `decisions`, `edits`, `queue`, `recovery`, `audit`, ...),
+each on `StoreCore` alone, over a thin database seam (`db/`) with two adapters: `SQLiteStore`
+(one file) and `PostgresStore` (`bot.store.postgres`, for replicas); `open_store` picks one
+from a path or URL. A decision takes the policy's `Ruling` (`quorum.py`). Plain storage:
 it knows Slack ids only as strings and never imports a Slack library.
 """
 
 from .backends import open_store
-from .contract import Store
 from .db import utc_now
 from .delegations import Delegation
 from .errors import (
@@ -59,7 +59,7 @@ from .outbox import (
 )
 from .plane import PlaneRequest, PlaneState
 from .queue_notices import QUEUE_NOTICE, QUEUE_PRIORITY, QueueNotice, queue_redraw
-from .quorum import Quorum, QuorumState, Shortfall
+from .quorum import Quorum, QuorumState, Ruling, Shortfall
 from .reasons import (
     AlreadyApprovedByYou,
     AlreadyDecided,
@@ -83,6 +83,7 @@ from .rules import already as already_reason
 from .schema import SCHEMA_VERSION
 from .sqlite import SQLiteStore
 from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
+from .store import Store
 from .timelines import StoredTimeline
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
@@ -146,6 +147,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "REDRAW_PRIORITY",
     "RecordedCall",
     "RecoveredSession",
+    "Ruling",
     "RunState",
     "SCHEMA_VERSION",
     "SEEN_EVENT_TTL",

@@ -20,6 +20,9 @@ class AssistantThreads(StoreCore):
     async def note_assistant_thread(
         self, team_id: str, channel_id: str, thread_ts: str, *, viewing: str | None
     ) -> None:
+        """The conversation (a DM thread) is in the AI-app container and its user now looks at
+        `viewing` (None: at no channel that counts); created on first use, the last writer
+        wins. Seen by every store on the database, and after a restart."""
         async with self._db.transaction("note_assistant_thread") as tx:
             await tx.execute(
                 "INSERT INTO assistant_threads (team_id, channel_id, thread_ts, "
@@ -38,6 +41,7 @@ class AssistantThreads(StoreCore):
     async def assistant_thread(
         self, team_id: str, channel_id: str, thread_ts: str
     ) -> AssistantThread | None:
+        """The container conversation of that thread; None for a thread outside it."""
         async with self._db.reading("assistant_thread") as tx:
             row = await tx.fetch_one(
                 f"SELECT * FROM assistant_threads WHERE {_KEY}",
@@ -53,6 +57,9 @@ class AssistantThreads(StoreCore):
     async def pin_assistant_run(
         self, team_id: str, channel_id: str, thread_ts: str, *, run_channel: str
     ) -> bool:
+        """A run of the conversation starts with `run_channel`'s policy (its resume reads it
+        back). True for the first run of the conversation only, across all stores: it names
+        the conversation. A thread outside the container: nothing is written, False."""
         key = {"team": team_id, "channel": channel_id, "ts": thread_ts, "now": self._now()}
         async with self._db.transaction("pin_assistant_run") as tx:
             titled = await tx.execute(

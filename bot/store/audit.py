@@ -35,7 +35,10 @@ class Audit(StoreCore):
         call_id: str | None = None,
         details: Mapping[str, Any] | None = None,
     ) -> None:
-        """Append-only: triggers refuse updates and deletes (and, on PostgreSQL, truncation)."""
+        """Append one row to the audit log, which is append-only and chained: the row gets
+        the next `seq` and its `hash` (`bot/store/chain.py`), in the caller's transaction.
+
+        Append-only: triggers refuse updates and deletes (and, on PostgreSQL, truncation)."""
         async with self._db.transaction("audit") as tx:
             await self._write_audit(
                 tx, event, actor=actor, session_id=session_id, call_id=call_id, details=details
@@ -48,7 +51,11 @@ class Audit(StoreCore):
         after_seq: int | None = None,
         limit: int | None = None,
     ) -> list[AuditRow]:
-        """The rows; a row that cannot be read (edited by hand) raises `StoreError` naming its
+        """Audit rows in the order written, from `since` on if given, past `after_seq` (the
+        follower's and the exporter's cursor), at most `limit`. A row that cannot be read
+        (edited by hand) raises `StoreError` naming its seq.
+
+        The rows; a row that cannot be read (edited by hand) raises `StoreError` naming its
         seq (`audit_entries` lists it instead)."""
         rows = []
         for entry in await self.audit_entries(since=since, after_seq=after_seq, limit=limit):
@@ -66,6 +73,8 @@ class Audit(StoreCore):
         after_seq: int | None = None,
         limit: int | None = None,
     ) -> list[AuditEntry]:
+        """As `audit_rows`, but a row that cannot be read is listed as `Unreadable` (its id,
+        its seq if that can be read, and why), so readers print and verify the others."""
         where, params = ["1 = 1"], dict[str, Any]()
         if after_seq is not None:
             where.append("seq > :after")
@@ -88,10 +97,12 @@ class Audit(StoreCore):
             return Unreadable(_int_or_none(row["id"]), _int_or_none(row["seq"]), _unreadable(exc))
 
     async def audit_chain_head(self) -> tuple[int, str]:
+        """The seq and hash the chain head records (0 and 64 zeros for an empty log)."""
         head = await self.audit_head()
         return head.seq, head.hash
 
     async def audit_head(self) -> RecordedHead:
+        """The chain head as recorded: seq, hash and the key fingerprint (None: not keyed)."""
         async with self._db.reading("audit_chain_head") as tx:
             head = await tx.fetch_one("SELECT seq, hash, key_fingerprint FROM audit_chain")
         if head is None:
@@ -104,8 +115,8 @@ class Audit(StoreCore):
     # -- the export's cursor (`bot/observability/audit_export.py`) --------------------------------
 
     async def claim_audit_export(self, holder: str, lease: timedelta) -> int | None:
-        """Hold (or renew) the export for `lease`; the last delivered seq, or None while
-        another holder's lease runs."""
+        """Hold (or renew) the audit export for `lease`, so one process delivers at a time;
+        the last delivered seq, or None while another holder's lease runs."""
         moment = self._moment()
         async with self._db.transaction("claim_audit_export") as tx:
             touched = await tx.execute(
@@ -132,6 +143,7 @@ class Audit(StoreCore):
         return touched == 1
 
     async def release_audit_export(self, holder: str) -> None:
+        """Give the export up (shutdown), so another replica takes it at once."""
         async with self._db.transaction("release_audit_export") as tx:
             await tx.execute(
                 "UPDATE audit_export SET holder = NULL, held_until = NULL WHERE holder = :holder",
@@ -139,6 +151,8 @@ class Audit(StoreCore):
             )
 
     async def first_sighting(self, event_id: str) -> bool:
+        """True the first time an event id is seen, across all stores; forgets after
+        `SEEN_EVENT_TTL`."""
         moment = self._moment()
         async with self._db.transaction("first_sighting") as tx:
             await tx.execute(
@@ -151,6 +165,8 @@ class Audit(StoreCore):
         return touched == 1
 
     async def probe_write(self) -> None:
+        """Write (and overwrite) one probe row: `/readyz` asks whether the database accepts
+        writes. Raises `StoreError` (or the driver's error) when it does not."""
         async with self._db.transaction("probe_write") as tx:
             await tx.execute(
                 "INSERT INTO seen_events (event_id, seen_at) VALUES (:key, :now) "
@@ -161,6 +177,8 @@ class Audit(StoreCore):
     # -- the Home tab ----------------------------------------------------------------------------
 
     async def home_opened(self, user_id: str, team_id: str | None = None) -> None:
+        """Remember that `user_id` opened the Home tab now; only the `HOME_VIEWERS_KEPT` most
+        recent are kept."""
         async with self._db.transaction("home_opened") as tx:
             await tx.execute(
                 "INSERT INTO home_viewers (user_id, team_id, opened_at) "
@@ -175,6 +193,7 @@ class Audit(StoreCore):
             )
 
     async def home_viewers(self) -> list[HomeViewer]:
+        """Who opened the Home tab lately, most recent first."""
         async with self._db.reading("home_viewers") as tx:
             rows = await tx.fetch_all(
                 "SELECT user_id, team_id FROM home_viewers ORDER BY opened_at DESC, user_id"
@@ -184,6 +203,7 @@ class Audit(StoreCore):
     # -- context windows ---------------------------------------------------------------------------
 
     async def context_window(self, model: str) -> int | None:
+        """The context window learned for `model`, in tokens; None if none was learned."""
         async with self._db.reading("context_window") as tx:
             tokens = await tx.fetch_value(
                 "SELECT tokens FROM context_windows WHERE model = :model", {"model": model}
@@ -191,6 +211,8 @@ class Audit(StoreCore):
         return None if tokens is None else int(tokens)
 
     async def remember_context_window(self, model: str, tokens: int) -> None:
+        """Remember `model`'s context window (tokens > 0) for every process and replica;
+        the last writer wins."""
         if tokens < 1:
             raise ValueError(f"a context window of {tokens!r} tokens for {model!r} is not one")
         async with self._db.transaction("remember_context_window") as tx:

@@ -11,8 +11,8 @@ from typing import Any
 
 from bot.database import SCHEMES, DatabaseURL, url_scheme
 
-from .contract import Store
 from .errors import StoreError
+from .store import Store
 
 __all__ = ["open_store"]
 

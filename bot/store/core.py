@@ -37,7 +37,8 @@ from .chain import (
 from .db import Db, Row, Tx, aware, json_text
 from .errors import StoreError, UnknownCall, UnknownSession
 from .models import AuditRow, QueueItem, SessionRow, ToolCallRow
-from .rules import Person
+from .rules import Person, expiry_ttl
+from .schema import SCHEMA_VERSION, steps
 
 __all__ = ["StoreCore", "message_body"]
 
@@ -62,6 +63,9 @@ after it, or refuses a key that is not the chain's). On PostgreSQL the head row 
 first whatever it holds (materialized, so the comparison sees the head after any wait, not
 the one from before it)."""
 
+
+MIGRATE_LOCK = 0x0F5_6A7E
+"""Advisory lock key held while migrating (replicas starting together migrate one at a time)."""
 
 _TURN_SECONDS = 1.0
 """Longest wait for the store's append turn (`_appending`) before appending without it."""
@@ -103,7 +107,9 @@ def _link(head: ChainHead, fields: dict[str, Any], columns: tuple[Any, Any]) -> 
 
 class StoreCore:
     """The database, the clock and the shared steps; an async context manager (entering opens
-    the database and migrates it, leaving closes it)."""
+    the database and migrates it, leaving closes it). `migrate=False` opens without migrating
+    (readers, and `opsgate migrate` itself, which asks first); a database newer than this code
+    is refused either way."""
 
     def __init__(
         self,
@@ -112,9 +118,11 @@ class StoreCore:
         clock: Callable[[], datetime],
         person: Person,
         chained: bool = True,
+        migrate: bool = True,
         wake: Callable[[], None] = lambda: None,
     ) -> None:
         self._db = db
+        self._migrate_on_open = migrate
         self._clock = clock
         self._person = person
         self._instance_id: str | None = None
@@ -155,12 +163,46 @@ class StoreCore:
 
     async def open(self) -> None:
         """Open the database and bring its schema up to date. Prefer `async with`."""
-        await self._db.open()
+        found = await self._db.open(SCHEMA_VERSION)
+        if not self._migrate_on_open or found >= SCHEMA_VERSION:
+            return
+        try:
+            await self._migrate()
+        except BaseException:
+            await self._db.close()
+            raise
+
+    async def _migrate(self) -> int:
+        """Apply the missing migrations (`bot.store.schema.steps`); idempotent, and safe when
+        processes or replicas start together: each transaction holds the migration lock
+        (PostgreSQL; SQLite's write transaction is the only one already) and re-reads the
+        version under it. SQLite commits each version on its own, PostgreSQL the whole line
+        at once; a crash leaves a whole version either way. The version reached."""
+        while True:
+            async with self._db.transaction("migrate") as tx:
+                await self._db.advisory_lock(tx, MIGRATE_LOCK)
+                found = await self._db.version(tx, SCHEMA_VERSION)
+                todo = steps(self._db.dialect, found)
+                if not todo:
+                    return found
+                if self._db.dialect == "sqlite":
+                    todo = todo[:1]
+                for _version, statements in todo:
+                    for statement in statements:
+                        if isinstance(statement, str):
+                            await tx.execute(statement)  # DDL: no `:name` parameters in it
+                        else:
+                            await statement(tx)
+                reached = todo[-1][0]
+                await self._db.set_version(tx, reached)
+            logger.info("migrated %s to schema version %d", self._db.name, reached)
 
     async def close(self) -> None:
         await self._db.close()
 
     async def abort(self) -> None:
+        """Drop the connections now, without waiting on the database (a stop while it does
+        not answer); the store is closed after it."""
         await self._db.abort()
 
     def _moment(self) -> datetime:
@@ -189,6 +231,54 @@ class StoreCore:
         return AuditRow.model_validate(data)
 
     # -- steps shared by the operations (inside a transaction) ------------------------------------
+
+    async def _locked_call(self, tx: Tx, ledger_id: str) -> ToolCallRow:
+        """The call, locked for writing after its session (the order every writer keeps)."""
+        unlocked = await self._call(tx, ledger_id)
+        if not self._db.for_update:
+            return unlocked  # the transaction is already the only writer
+        await self._session(tx, unlocked.session_id, lock=True)
+        return await self._call(tx, ledger_id, lock=True)
+
+    async def _mark(
+        self,
+        tx: Tx,
+        row: ToolCallRow,
+        event: str,
+        update: str,
+        values: dict[str, Any],
+        *,
+        redraw: bool = False,
+    ) -> ToolCallRow:
+        """What OpsGate itself does to a waiting call (expire it, remind about it): the
+        `update` of its row (`:id` is the row's), its audit row (`event`, with the
+        `values` other than `now`), and the row read back; `redraw`: the card's redraw is
+        owed with it (an expiry)."""
+        await tx.execute(update, {**values, "id": row.id})
+        if redraw:
+            await self._owe_redraw(tx, row)
+        details = {"ledger_id": row.id, "tool": row.name}
+        details |= {k: v for k, v in values.items() if k != "now"}
+        await self._audit_call(tx, event, row, details, actor=None)
+        return await self._call(tx, row.id)
+
+    async def _expire(self, tx: Tx, row: ToolCallRow, now: datetime) -> ToolCallRow:
+        return await self._mark(
+            tx,
+            row,
+            "expiry",
+            "UPDATE tool_calls SET status = 'expired', decided_at = :now, ttl = :ttl "
+            "WHERE id = :id AND status = 'pending'",
+            {"now": self._db.time_in(now), "ttl": expiry_ttl(row)},
+            redraw=True,
+        )
+
+    async def _expire_if_due(self, tx: Tx, row: ToolCallRow) -> ToolCallRow:
+        """The row expired (re-read) if it is undecided past its time, else `row` itself."""
+        now = self._moment()
+        if row.status == "pending" and row.expires_at is not None and row.expires_at <= now:
+            return await self._expire(tx, row, now)
+        return row
 
     async def _session(self, tx: Tx, session_id: str, *, lock: bool = False) -> Row:
         """The session's row; `lock`: for writing (the session before its calls, always)."""

@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from agent_core.approvals import ToolApprovalResponse
 from agent_core.batches import close_batch
 from bot.faults import checkpoint
 
+from .core import StoreCore
 from .db import Row, Tx
-from .ledger import Ledger
 from .models import (
     CancelOutcome,
     DecisionOutcome,
@@ -25,7 +24,7 @@ from .models import (
     StoredPreview,
     ToolCallRow,
 )
-from .quorum import Quorum, Tally, counting, tally
+from .quorum import ONE_APPROVAL, Ruling, Tally, counting, tally
 from .reasons import (
     AlreadyApprovedByYou,
     DecisionReason,
@@ -33,9 +32,9 @@ from .reasons import (
     NeedsNoApproval,
     PreviewChanged,
 )
-from .rules import already, arguments_changed, cancel_outcome, cancel_refusal, responses
+from .rules import already, arguments_changed, cancel_outcome, cancel_refusal
 
-__all__ = ["Decisions"]
+__all__ = ["Decisions", "decide_in"]
 
 _SESSION_COLUMNS = (
     "id",
@@ -62,11 +61,9 @@ _PENDING = (
 in one statement: the Home tab and the pending list read it after every click."""
 
 
-def _check_decision(decision: str, required_approvals: int) -> None:
+def _check_decision(decision: str) -> None:
     if decision not in ("approved", "rejected"):
         raise ValueError(f"decision must be 'approved' or 'rejected', not {decision!r}")
-    if required_approvals < 1:
-        raise ValueError(f"required_approvals must be at least 1, not {required_approvals!r}")
 
 
 def _preview_changed(row: ToolCallRow, decision: str, shown: str | None) -> PreviewChanged | None:
@@ -76,13 +73,6 @@ def _preview_changed(row: ToolCallRow, decision: str, shown: str | None) -> Prev
     if decision != "approved" or shown is None or stored is None or shown == stored.digest:
         return None
     return PreviewChanged()
-
-
-def _needs(requirements: Sequence[Quorum] | None, required_approvals: int) -> tuple[Quorum, ...]:
-    """The requirements of a decision: those given, or one of `required_approvals`."""
-    if requirements:
-        return tuple(requirements)
-    return (Quorum(key="channel", needed=required_approvals),)
 
 
 def _audited(count: Tally) -> list[dict[str, Any]]:
@@ -100,20 +90,111 @@ def _audited(count: Tally) -> list[dict[str, Any]]:
     ]
 
 
-class Decisions(Ledger):
-    async def _refusal(
-        self, tx: Tx, row: ToolCallRow, decision: str, user_id: str
-    ) -> DecisionReason | None:
-        """Why this decision cannot be recorded (expiring the call if its time is up), or None."""
-        if not row.needs_approval:
-            return NeedsNoApproval()
-        if (expired := await self._expire_if_due(tx, row)) is not row:
-            return already(expired)
-        if row.status != "pending":
-            return already(row)
-        if decision == "approved" and user_id in row.approvals:
-            return AlreadyApprovedByYou()
-        return None
+async def _refusal(
+    store: StoreCore, tx: Tx, row: ToolCallRow, decision: str, user_id: str
+) -> DecisionReason | None:
+    """Why this decision cannot be recorded (expiring the call if its time is up), or None."""
+    if not row.needs_approval:
+        return NeedsNoApproval()
+    if (expired := await store._expire_if_due(tx, row)) is not row:
+        return already(expired)
+    if row.status != "pending":
+        return already(row)
+    if decision == "approved" and user_id in row.approvals:
+        return AlreadyApprovedByYou()
+    return None
+
+
+async def decide_in(
+    store: StoreCore,
+    tx: Tx,
+    ledger_id: str,
+    decision: Literal["approved", "rejected"],
+    *,
+    user_id: str,
+    team_id: str | None,
+    reason: str | None,
+    ruling: Ruling,
+    digest: str | None,
+    preview_digest: str | None = None,
+    counts_for: Sequence[str] | None = None,
+    delegate: str | None = None,
+) -> DecisionOutcome:
+    """`Decisions.decide` inside the caller's transaction: the one decision step, which
+    "Allow for" (`Edits.allow_call`, with the allowance) and breaking glass
+    (`Freezes.break_glass`, with its record and notice) take in theirs too. `delegate`: who
+    clicked for `user_id` (audited as the actor, with `acting_for`)."""
+    needs = ruling.needs
+    row = await store._locked_call(tx, ledger_id)
+    why = (
+        await _refusal(store, tx, row, decision, user_id)
+        or arguments_changed(row, digest)
+        or _preview_changed(row, decision, preview_digest)
+    )
+    stored = row.preview_run()
+    common: dict[str, Any] = {
+        "ledger_id": ledger_id,
+        "tool": row.name,
+        "digest": row.digest,
+        "decision": decision,
+        **ruling.named(),
+        "preview_digest": None if stored is None else stored.digest,
+        "reason": reason,
+        "team_id": team_id,
+    }
+    actor = user_id
+    if delegate is not None:
+        common["acting_for"], actor = user_id, delegate
+    if why is not None:
+        details = {**common, "why": why.kind, "shown_digest": digest}
+        after = await store._call(tx, ledger_id)
+        await store._audit_call(tx, "refusal", row, details, actor=actor)
+        return DecisionOutcome(recorded=False, row=after, why=why)
+    approved = decision == "approved"
+    count = tally(
+        row.quorum_state(), row.approvals, user_id if approved else None, needs, counts_for
+    )
+    approvals = list(count.approvals)
+    final = not approved or not count.missing
+    state = count.state.model_dump_json()
+    db = store._db
+    if final:
+        await tx.execute(
+            "UPDATE tool_calls SET status = :decision, decided_by = :user, "
+            "decided_team = :team, decided_at = :now, reason = :reason, "
+            "approvals = :approvals, quorum = :quorum WHERE id = :id AND status = 'pending'",
+            {
+                "quorum": state,
+                "decision": decision,
+                "user": user_id,
+                "team": team_id,
+                "now": store._now(),
+                "reason": reason,
+                "approvals": db.list_in(approvals),
+                "id": ledger_id,
+            },
+        )
+    else:
+        await tx.execute(
+            "UPDATE tool_calls SET approvals = :approvals, quorum = :quorum WHERE id = :id "
+            "AND status = 'pending'",
+            {"approvals": db.list_in(approvals), "quorum": state, "id": ledger_id},
+        )
+        missing = count.missing if len(needs) > 1 else ()
+        why = MoreApprovalsNeeded(len(approvals), needs[0].needed, missing)
+    counts: dict[str, Any] = {"approvals": len(approvals), "final": final}
+    details = {**common, **counts, "required_approvals": needs[0].needed}
+    if len(needs) > 1:
+        details["requirements"] = _audited(count)
+    # The audit row last: on PostgreSQL it locks the chain's head until the commit.
+    after = await store._call(tx, ledger_id)
+    await store._owe_redraw(tx, row)  # the card's redraw commits with the decision
+    await store._audit_call(tx, "decision", row, details, actor=actor)
+    return DecisionOutcome(recorded=True, row=after, why=why)
+
+
+class Decisions(StoreCore):
+    """Deciding a gated call, its preview, what the pending list reads, cancelling a batch."""
 
     async def decide(
         self,
@@ -123,137 +204,49 @@ class Decisions(Ledger):
         user_id: str,
         team_id: str | None = None,
         reason: str | None = None,
-        required_approvals: int = 1,
-        rule: str | None = None,
-        policy_rule: str | None = None,
-        policy_match: str | None = None,
+        ruling: Ruling = ONE_APPROVAL,
         digest: str | None = None,
         preview_digest: str | None = None,
-        requirements: Sequence[Quorum] | None = None,
         counts_for: Sequence[str] | None = None,
         delegate: str | None = None,
     ) -> DecisionOutcome:
-        _check_decision(decision, required_approvals)
-        needs = _needs(requirements, required_approvals)
+        """Record a decision if the call is still pending: conditional, first writer wins.
+        `delegate`: who clicked for `user_id` (a delegation; the audit's actor, with
+        `acting_for`).
+
+        `ruling`: what the policy ruled (`bot.store.quorum.Ruling`): every requirement the call
+        must meet at once; `counts_for`: the keys of those the decider's approval counts
+        toward (None: the first). They are stored with the call (`ToolCallRow.quorum`), and
+        the call is approved, in this transaction, once each requirement has its distinct
+        approvers (`bot.store.quorum`); `MoreApprovalsNeeded.missing` says what is not met.
+
+        `digest` is what the decider's card showed: if the pending call now runs other
+        arguments (edited since), nothing is recorded (`ArgumentsChanged`); `preview_digest`
+        likewise for its preview's output (`PreviewChanged`: run again since, and changed). An
+        approval adds `user_id` to the distinct approvers and approves the call once there are
+        enough; one rejection rejects it. A call past its expiry is expired here instead
+        (audited "expiry"). Audited "decision" or "refusal" (with the ruling's `rule`, who may
+        decide, `policy_rule`, the policy rule `tools.<tool>.rules[<i>]` that gated it, and
+        `policy_match`, what that rule matches: its prefix and pattern in words). `why` tells
+        a loser who won and when, or how many approvals are missing."""
+        _check_decision(decision)
         async with self._db.transaction("decide") as tx:
-            outcome = await self._decide_in(
+            outcome = await decide_in(
+                self,
                 tx,
                 ledger_id,
                 decision,
                 user_id=user_id,
                 team_id=team_id,
                 reason=reason,
-                required_approvals=required_approvals,
-                rule=rule,
-                policy_rule=policy_rule,
-                policy_match=policy_match,
+                ruling=ruling,
                 digest=digest,
                 preview_digest=preview_digest,
-                needs=needs,
                 counts_for=counts_for,
                 delegate=delegate,
             )
         self._redraws_owed()
         return outcome
-
-    async def _locked_call(self, tx: Tx, ledger_id: str) -> ToolCallRow:
-        """The call, locked for writing after its session (the order every writer keeps)."""
-        unlocked = await self._call(tx, ledger_id)
-        if not self._db.for_update:
-            return unlocked  # the transaction is already the only writer
-        await self._session(tx, unlocked.session_id, lock=True)
-        return await self._call(tx, ledger_id, lock=True)
-
-    async def _decide_in(
-        self,
-        tx: Tx,
-        ledger_id: str,
-        decision: Literal["approved", "rejected"],
-        *,
-        user_id: str,
-        team_id: str | None,
-        reason: str | None,
-        required_approvals: int,
-        rule: str | None,
-        policy_rule: str | None,
-        digest: str | None,
-        preview_digest: str | None = None,
-        policy_match: str | None = None,
-        needs: Sequence[Quorum] | None = None,
-        counts_for: Sequence[str] | None = None,
-        delegate: str | None = None,
-    ) -> DecisionOutcome:
-        """`decide` inside the caller's transaction (`allow_call` adds the allowance to it).
-        `needs`: every requirement (None: one, of `required_approvals`); `delegate`: who
-        clicked for `user_id` (audited as the actor, with `acting_for`)."""
-        needs = needs or _needs(None, required_approvals)
-        row = await self._locked_call(tx, ledger_id)
-        why = (
-            await self._refusal(tx, row, decision, user_id)
-            or arguments_changed(row, digest)
-            or _preview_changed(row, decision, preview_digest)
-        )
-        stored = row.preview_run()
-        common: dict[str, Any] = {
-            "ledger_id": ledger_id,
-            "tool": row.name,
-            "digest": row.digest,
-            "decision": decision,
-            "rule": rule,
-            "policy_rule": policy_rule,
-            "policy_match": policy_match,
-            "preview_digest": None if stored is None else stored.digest,
-            "reason": reason,
-            "team_id": team_id,
-        }
-        actor = user_id
-        if delegate is not None:
-            common["acting_for"], actor = user_id, delegate
-        if why is not None:
-            details = {**common, "why": why.kind, "shown_digest": digest}
-            after = await self._call(tx, ledger_id)
-            await self._audit_call(tx, "refusal", row, details, actor=actor)
-            return DecisionOutcome(recorded=False, row=after, why=why)
-        approved = decision == "approved"
-        count = tally(
-            row.quorum_state(), row.approvals, user_id if approved else None, needs, counts_for
-        )
-        approvals = list(count.approvals)
-        final = not approved or not count.missing
-        state = count.state.model_dump_json()
-        if final:
-            await tx.execute(
-                "UPDATE tool_calls SET status = :decision, decided_by = :user, "
-                "decided_team = :team, decided_at = :now, reason = :reason, "
-                "approvals = :approvals, quorum = :quorum WHERE id = :id AND status = 'pending'",
-                {
-                    "quorum": state,
-                    "decision": decision,
-                    "user": user_id,
-                    "team": team_id,
-                    "now": self._now(),
-                    "reason": reason,
-                    "approvals": self._db.list_in(approvals),
-                    "id": ledger_id,
-                },
-            )
-        else:
-            await tx.execute(
-                "UPDATE tool_calls SET approvals = :approvals, quorum = :quorum WHERE id = :id "
-                "AND status = 'pending'",
-                {"approvals": self._db.list_in(approvals), "quorum": state, "id": ledger_id},
-            )
-            missing = count.missing if len(needs) > 1 else ()
-            why = MoreApprovalsNeeded(len(approvals), needs[0].needed, missing)
-        counts: dict[str, Any] = {"approvals": len(approvals), "final": final}
-        details = {**common, **counts, "required_approvals": needs[0].needed}
-        if len(needs) > 1:
-            details["requirements"] = _audited(count)
-        # The audit row last: on PostgreSQL it locks the chain's head until the commit.
-        after = await self._call(tx, ledger_id)
-        await self._owe_redraw(tx, row)  # the card's redraw commits with the decision
-        await self._audit_call(tx, "decision", row, details, actor=actor)
-        return DecisionOutcome(recorded=True, row=after, why=why)
 
     # -- previews ----------------------------------------------------------------------------------
 
@@ -266,6 +259,10 @@ class Decisions(Ledger):
         actor: str | None = None,
         reset_approvals: bool = False,
     ) -> ToolCallRow | None:
+        """Store a run of the call's preview and audit it ("preview": digest, exit status,
+        duration, `why` it ran); `reset_approvals` drops the approvals so far (they were
+        given on another preview). None when the call is no longer pending (nothing stored).
+        The card's redraw (`CARD_REDRAW`) commits with it."""
         async with self._db.transaction("set_preview") as tx:
             updated = await self._set_preview_in(
                 tx, ledger_id, preview, why, actor, reset_approvals
@@ -323,10 +320,8 @@ class Decisions(Ledger):
 
     # -- what a resume and the pending list read ---------------------------------------------------
 
-    async def responses_for_batch(self, session_id: str) -> list[ToolApprovalResponse]:
-        return responses(await self.batch_calls(session_id), self._person)
-
     async def pending_approvals(self) -> list[PendingApproval]:
+        """Every gated call still undecided in a paused run, oldest first, with its session."""
         async with self._db.reading("pending_approvals") as tx:
             rows = await tx.fetch_all(_PENDING)
         pending: list[PendingApproval] = []
@@ -338,6 +333,7 @@ class Decisions(Ledger):
         return pending
 
     async def sessions_awaiting_approval(self) -> list[SessionRow]:
+        """Paused sessions; at start-up the bot resumes those already decided."""
         async with self._db.reading("sessions_awaiting_approval") as tx:
             rows = await tx.fetch_all(
                 "SELECT * FROM sessions WHERE state = 'awaiting_approval' ORDER BY updated_at"
@@ -356,6 +352,12 @@ class Decisions(Ledger):
         via: str = "message",
         rule: str | None = None,
     ) -> CancelOutcome:
+        """End a paused run without running anything of its batch, in one transaction.
+
+        Conditional (awaiting_approval -> idle): of a cancel racing the resume claim or another
+        cancel, one wins. Pending and approved calls become `cancelled`; the batch is closed
+        (`agent_core.batches.close_batch`) with each call's outcome. With `batch_id`, applies
+        only to that batch. Audited "cancel" per call, or one "refusal"."""
         async with self._db.transaction("cancel_batch") as tx:
             session = await self._session(tx, session_id, lock=True)
             current = session["batch_id"]

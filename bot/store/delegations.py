@@ -31,7 +31,8 @@ class Delegations(StoreCore):
     async def delegate(
         self, delegator: str, delegate: str, until: datetime, reason: str | None
     ) -> None:
-        """`delegate` decides for `delegator` until `until` (audited "delegated")."""
+        """`delegate` decides for `delegator` until `until`, replacing an earlier delegation
+        of `delegator` (audited "delegated")."""
         async with self._db.transaction("delegate") as tx:
             await tx.execute("DELETE FROM delegations WHERE delegator = :d", {"d": delegator})
             await tx.execute(
@@ -51,7 +52,7 @@ class Delegations(StoreCore):
             )
 
     async def end_delegation(self, delegator: str, why: str = "ended") -> bool:
-        """End `delegator`'s delegation now; False when there was none."""
+        """End `delegator`'s delegation now (audited "delegation_ended"); False: none."""
         async with self._db.transaction("end delegation") as tx:
             return await self._end(tx, delegator, why, None)
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from bot.faults import checkpoint
 
+from .core import StoreCore
 from .db import Row, Tx, aware, to_text
-from .decisions import Decisions
+from .decisions import decide_in
 from .models import AllowanceGrant, AllowanceRow, AllowOutcome, DecisionOutcome
-from .quorum import Quorum, tally
+from .quorum import ONE_APPROVAL, Ruling, tally
 from .reasons import MoreApprovalsNeeded
 from .rules import edit_refusal, edit_summary, new_id
 
@@ -28,7 +30,9 @@ def _allowance(row: Row) -> AllowanceRow:
     return AllowanceRow.model_validate(dict(row))
 
 
-class Edits(Decisions):
+class Edits(StoreCore):
+    """Edit before approving, and the allowances of "Allow for"."""
+
     async def edit_call(
         self,
         ledger_id: str,
@@ -37,29 +41,26 @@ class Edits(Decisions):
         *,
         user_id: str,
         team_id: str | None = None,
-        required_approvals: int = 1,
-        rule: str | None = None,
-        policy_rule: str | None = None,
-        policy_match: str | None = None,
+        ruling: Ruling = ONE_APPROVAL,
         approve: bool = True,
-        requirements: Sequence[Quorum] | None = None,
         counts_for: Sequence[str] | None = None,
     ) -> DecisionOutcome:
-        if required_approvals < 1:
-            raise ValueError(f"required_approvals must be at least 1, not {required_approvals!r}")
-        named = {"rule": rule, "policy_rule": policy_rule, "policy_match": policy_match}
+        """Approve a pending call with the arguments `user_id` changed it to (canonical JSON,
+        and their `digest`): conditional like `decide` (an edit racing an approval has one
+        winner). The edited call is a new one: earlier approvals are dropped and the editor's is
+        its first (`approve=False`: none is, when the edited call has a preview nobody has seen
+        yet). `arguments` keeps the model's own; `ruling` as for `decide`. Audited "edited"
+        (both versions, and the ruling's rules as on every decision row)."""
         async with self._db.transaction("edit_call") as tx:
             outcome = await self._edit_in(
                 tx,
                 ledger_id,
-                arguments,
-                digest,
+                (arguments, digest),
                 user_id,
                 team_id,
-                required_approvals,
-                named,
+                ruling,
                 approve=approve,
-                count=(tuple(requirements or ()), counts_for),
+                counts_for=counts_for,
             )
         self._redraws_owed()  # an expiry found on the way owes its card's redraw too
         return outcome
@@ -68,28 +69,27 @@ class Edits(Decisions):
         self,
         tx: Tx,
         ledger_id: str,
-        arguments: str,
-        digest: str,
+        edited: tuple[str, str],
         user_id: str,
         team_id: str | None,
-        required_approvals: int,
-        named: dict[str, str | None],
+        ruling: Ruling,
         *,
         approve: bool,
-        count: tuple[tuple[Quorum, ...], Sequence[str] | None] = ((), None),
+        counts_for: Sequence[str] | None,
     ) -> DecisionOutcome:
-        """`named`: the rule that applied (who may approve, the policy rule, its match), on
-        the audit rows. `approve=False`: the edit counts no approval (its preview is shown
-        first)."""
+        """`edited`: the new arguments and their digest. `approve=False`: the edit counts no
+        approval (its preview is shown first)."""
+        arguments, digest = edited
+        named = ruling.named()
         row = await self._expire_if_due(tx, await self._locked_call(tx, ledger_id))
         why = edit_refusal(row)
         if why is not None:
             refusal = {"ledger_id": ledger_id, "decision": "edited", **named}
             await self._audit_call(tx, "refusal", row, {**refusal, "why": why.kind}, actor=user_id)
             return DecisionOutcome(recorded=False, row=row, why=why)
-        needs = count[0] or (Quorum(key="channel", needed=required_approvals),)
+        needs = ruling.needs
         # The edited call is a new one: no approval given before counts.
-        counted = tally(None, (), user_id if approve else None, needs, count[1])
+        counted = tally(None, (), user_id if approve else None, needs, counts_for)
         approvals = list(counted.approvals)
         final = approve and not counted.missing
         await tx.execute(
@@ -117,7 +117,7 @@ class Edits(Decisions):
                     "id": ledger_id,
                 },
             )
-        summary = edit_summary(row, arguments, digest, required_approvals, final)
+        summary = edit_summary(row, arguments, digest, ruling.required_approvals, final)
         details = {**summary, "approvals": len(approvals), **named, "team_id": team_id}
         await self._owe_redraw(tx, row)
         after = await self._call(tx, ledger_id)
@@ -139,6 +139,7 @@ class Edits(Decisions):
         ledger_id: str,
         expires_at: datetime,
     ) -> AllowanceRow:
+        """A new allowance (`shape` is JSON); audited "allowance"."""
         grant = AllowanceGrant(
             channel_id=channel_id, tool=tool, shape=shape, label=label, expires_at=expires_at
         )
@@ -153,23 +154,24 @@ class Edits(Decisions):
         user_id: str,
         team_id: str | None = None,
         reason: str | None = None,
-        rule: str | None = None,
-        policy_rule: str | None = None,
-        policy_match: str | None = None,
+        ruling: Ruling = ONE_APPROVAL,
         digest: str | None = None,
     ) -> AllowOutcome:
+        """ "Allow for": approve the call (one approval, as `decide` with `digest`) and, if that
+        approves it, create the allowance `grant` granted by `user_id`, in one transaction: a
+        crash leaves both or neither. Audited "decision" and "allowance"."""
+        # One approval allows: the ruling names the rules, its quorum does not apply.
+        alone = replace(ruling, required_approvals=1, requirements=())
         async with self._db.transaction("allow_call") as tx:
-            decision = await self._decide_in(
+            decision = await decide_in(
+                self,
                 tx,
                 ledger_id,
                 "approved",
                 user_id=user_id,
                 team_id=team_id,
                 reason=reason,
-                required_approvals=1,
-                rule=rule,
-                policy_rule=policy_rule,
-                policy_match=policy_match,
+                ruling=alone,
                 digest=digest,
             )
             made = None
@@ -226,6 +228,7 @@ class Edits(Decisions):
     async def active_allowances(
         self, *, channel_id: str | None = None, now: datetime | None = None
     ) -> list[AllowanceRow]:
+        """Allowances not revoked and not yet expired at `now`, oldest first."""
         moment = aware(now) if now is not None else self._moment()
         sql = "SELECT * FROM allowances WHERE revoked_at IS NULL AND expires_at > :now"
         if channel_id is not None:
@@ -238,6 +241,7 @@ class Edits(Decisions):
         return [_allowance(r) for r in rows]
 
     async def revoke_allowance(self, allowance_id: str, *, user_id: str) -> bool:
+        """End an allowance now; conditional (False if already revoked or unknown)."""
         async with self._db.transaction("revoke_allowance") as tx:
             touched = await tx.execute(
                 "UPDATE allowances SET revoked_at = :now, revoked_by = :user "

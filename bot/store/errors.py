@@ -130,8 +130,9 @@ class UnknownCall(StoreError):
 class InvalidTransition(StoreError):
     """A named state transition found the session in a state it does not start from.
 
-    Only the unconditional steps raise it (`resume_started`); the conditional ones (`begin_run`,
-    `end_run`, `claim_resume`) answer False instead, because losing that race is normal.
+    Only the unconditional steps raise it (`resume_started`); the conditional ones (`end_run`,
+    `claim_resume`, `claim_queued`) answer False (or None) instead, because losing that race is
+    normal.
     """
 
     def __init__(self, session_id: str, found: str, expected: str, to_state: str) -> None:

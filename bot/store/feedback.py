@@ -75,13 +75,3 @@ class FeedbackVotes(StoreCore):
                 tx, "feedback", actor=user, session_id=session_id, details=details
             )
         return Vote(value, counted=True, replaces=replaces)
-
-    async def votes(self, session_id: str, message_ts: str) -> dict[str, VoteValue]:
-        """Each person's vote on the answer, as it stands."""
-        async with self._db.reading("votes") as tx:
-            rows = await tx.fetch_all(
-                "SELECT user_id, value FROM feedback_votes WHERE session_id = :session "
-                "AND message_ts = :ts ORDER BY user_id",
-                {"session": session_id, "ts": message_ts},
-            )
-        return {str(row["user_id"]): _value(row["value"]) for row in rows}

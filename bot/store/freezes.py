@@ -23,9 +23,11 @@ from pydantic import BaseModel, ConfigDict
 from bot.faults import checkpoint
 
 from ._outbox_rows import OutboxEntry, put_rows
+from .core import StoreCore
 from .db import Row, Tx, aware
-from .decisions import Decisions
+from .decisions import decide_in
 from .models import DecisionOutcome
+from .quorum import ONE_APPROVAL, Ruling
 from .rules import new_id
 
 __all__ = ["BreakGlassRow", "FreezeRow", "Freezes", "GlassUse"]
@@ -76,7 +78,7 @@ class GlassUse:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
-class Freezes(Decisions):
+class Freezes(StoreCore):
     async def start_freeze(
         self, *, channel_id: str, started_by: str, reason: str, ends_at: datetime
     ) -> FreezeRow:
@@ -167,34 +169,13 @@ class Freezes(Decisions):
             await self._write_audit(tx, event, actor=None, details=details)
             return True
 
-    async def record_break_glass(
-        self,
-        ledger_id: str,
-        *,
-        channel_id: str,
-        user_id: str,
-        reason: str,
-        freeze: str,
-        session_id: str | None,
-        call_id: str | None,
-        details: Mapping[str, Any],
-    ) -> bool:
-        """Record a break-glass use on a call and audit `break_glass` (with the reason), once
-        per call: False when the call's glass was broken already."""
-        use = GlassUse(channel_id, user_id, reason, freeze, details)
-        async with self._db.transaction("record_break_glass") as tx:
-            return await self._record_glass(tx, ledger_id, use, session_id, call_id)
-
     async def break_glass(
         self,
         ledger_id: str,
         use: GlassUse,
         *,
         team_id: str | None = None,
-        required_approvals: int = 1,
-        rule: str | None = None,
-        policy_rule: str | None = None,
-        policy_match: str | None = None,
+        ruling: Ruling = ONE_APPROVAL,
         digest: str | None = None,
         notices: Sequence[OutboxEntry] = (),
     ) -> DecisionOutcome:
@@ -204,17 +185,15 @@ class Freezes(Decisions):
         so the card is never drawn from a decision without its break-glass use, the notice
         is never lost after it, and a crash leaves all of them or none."""
         async with self._db.transaction("break_glass") as tx:
-            outcome = await self._decide_in(
+            outcome = await decide_in(
+                self,
                 tx,
                 ledger_id,
                 "approved",
                 user_id=use.user_id,
                 team_id=team_id,
                 reason=f"break glass: {use.reason}",
-                required_approvals=required_approvals,
-                rule=rule,
-                policy_rule=policy_rule,
-                policy_match=policy_match,
+                ruling=ruling,
                 digest=digest,
             )
             if outcome.recorded:
@@ -267,8 +246,9 @@ class Freezes(Decisions):
         return None if row is None else self._glass(row)
 
     async def review_break_glass(self, ledger_id: str, *, user_id: str) -> BreakGlassRow | None:
-        """Mark a break-glass use reviewed by `user_id` (never its breaker) and audit
-        `break_glass_reviewed`; None when it was reviewed already (or is not one)."""
+        """Mark a break-glass use reviewed (never by its breaker), audit
+        `break_glass_reviewed`; conditional (None when reviewed already). The card's redraw
+        (when owed) commits with it."""
         async with self._db.transaction("review_break_glass") as tx:
             touched = await tx.execute(
                 "UPDATE break_glass SET reviewed_by = :user, reviewed_at = :now "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .errors import DatabaseUnwritable
 
 if TYPE_CHECKING:
-    from .contract import Store
+    from .store import Store
 
 __all__ = ["WriteHealth", "require_writable"]
 

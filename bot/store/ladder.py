@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ._outbox_rows import OutboxEntry, put_rows
+from .core import StoreCore
 from .db import Tx
-from .ledger import Ledger
 from .models import ToolCallRow
 from .quorum import Quorum, tally
 
@@ -57,7 +57,7 @@ class Claimed:
     approved: ToolCallRow | None = None
 
 
-class Escalations(Ledger):
+class Escalations(StoreCore):
     """The ladder operations of `bot.store.Store`."""
 
     async def waiting_calls(self, limit: int = 10_000) -> list[ToolCallRow]:

@@ -12,16 +12,17 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from agent_core.approvals import ToolApprovalResponse
 from agent_core.events import ToolApprovalRequest, ToolCallHeld
 from agent_core.exceptions import ToolCallAlreadyStarted
 from agent_core.messages import ChatMessage, ToolCall, call_digest, canonical_arguments
 from bot.words import format_duration
 
+from .core import StoreCore
 from .db import Row, Tx, aware
 from .errors import LateResult, StoreError, UnknownCall
 from .models import ToolCallRow
-from .rules import card_state, expiry_ttl, new_id, start_audit
-from .sessions import Sessions
+from .rules import card_state, new_id, responses, start_audit
 from .states import CardLock
 
 __all__ = ["Ledger"]
@@ -41,7 +42,7 @@ def _check_pause(message: ChatMessage, requests: Sequence[ToolApprovalRequest]) 
         raise StoreError(f"the message repeats a tool call id: {ids!r}")
 
 
-class Ledger(Sessions):
+class Ledger(StoreCore):
     async def record_pause(
         self,
         session_id: str,
@@ -49,6 +50,10 @@ class Ledger(Sessions):
         requests: Sequence[ToolApprovalRequest],
         held: Sequence[ToolCallHeld],
     ) -> None:
+        """In one transaction: the assistant message, a `pending` ledger row per call (gated or
+        held), a new batch, the pause transition (-> awaiting_approval) and a "request" audit
+        row per gated call. A request naming a call the message lacks, or a message repeating a
+        call id, is a `StoreError` that writes nothing."""
         _check_pause(message, requests)
         gated = {request.call_id: request for request in requests}
         async with self._db.transaction("record_pause") as tx:
@@ -139,7 +144,13 @@ class Ledger(Sessions):
         return ledger_id, digest
 
     async def start_tool_call(self, session_id: str, call: ToolCall) -> None:
-        """Notes which instance runs the call; refused (and audited) for a call already past
+        """Mark the call of the latest tool-call message `executing` and commit before it runs.
+
+        Conditional: allowed from `approved`, or `pending` for a held call; a call of a round
+        that did not pause gets its row here. Otherwise `ToolCallAlreadyStarted` (audited as a
+        "refusal"): a call never runs twice. Audited "execution_start".
+
+        Notes which instance runs the call; refused (and audited) for a call already past
         `approved`, whichever replica asks."""
         refused: str | None = None
         async with self._db.transaction("start_tool_call") as tx:
@@ -180,6 +191,9 @@ class Ledger(Sessions):
     async def finish_tool_call(
         self, session_id: str, call: ToolCall, message: ChatMessage, *, is_error: bool
     ) -> None:
+        """In one transaction: the `executing` call `done` with its result, and its tool message
+        appended; audited "execution_end". A call not executing is a `StoreError`. With
+        redraws owed, a carded call's redraw commits with its result (the card says "ran")."""
         late = carded = False
         async with self._db.transaction("finish_tool_call") as tx:
             session = await self._session(tx, session_id, lock=True)
@@ -256,6 +270,7 @@ class Ledger(Sessions):
         return None if row is None else self._call_model(row)
 
     async def find_call(self, session_id: str, call_id: str) -> ToolCallRow | None:
+        """The latest ledger row for a provider call id in a session (ids may repeat later)."""
         async with self._db.reading("find_call") as tx:
             row = await tx.fetch_one(
                 "SELECT * FROM tool_calls WHERE session_id = :session_id AND call_id = :call_id "
@@ -265,6 +280,7 @@ class Ledger(Sessions):
         return None if row is None else self._call_model(row)
 
     async def batch_calls(self, session_id: str) -> list[ToolCallRow]:
+        """The rows of the session's latest paused batch, in the model's order."""
         async with self._db.reading("batch_calls") as tx:
             rows = await tx.fetch_all(
                 "SELECT t.* FROM tool_calls AS t JOIN sessions AS s ON t.batch_id = s.batch_id "
@@ -273,11 +289,18 @@ class Ledger(Sessions):
             )
         return [self._call_model(row) for row in rows]
 
+    async def responses_for_batch(self, session_id: str) -> list[ToolApprovalResponse]:
+        """The decisions of the latest batch's gated calls, as the resume needs them; deciders
+        named by the store's `person`."""
+        return responses(await self.batch_calls(session_id), self._person)
+
     # -- cards -------------------------------------------------------------------------------------
 
     async def set_card(
         self, ledger_id: str, channel: str, ts: str, *, locked: CardLock | None = None
     ) -> None:
+        """Where the call's card was posted, and why it may not be approved (`locked`, None:
+        it may). `UnknownCall` for an unknown id."""
         async with self._db.transaction("set_card") as tx:
             touched = await tx.execute(
                 "UPDATE tool_calls SET card_channel = :channel, card_ts = :ts, "
@@ -288,6 +311,7 @@ class Ledger(Sessions):
                 raise UnknownCall(ledger_id)
 
     async def card_drawn(self, ledger_id: str, drawn: str) -> None:
+        """The card now shows `drawn` (`card_state` of the row it was drawn from)."""
         async with self._db.transaction("card_drawn") as tx:
             await tx.execute(
                 "UPDATE tool_calls SET card_drawn = :drawn WHERE id = :id",
@@ -295,6 +319,8 @@ class Ledger(Sessions):
             )
 
     async def stale_cards(self) -> list[ToolCallRow]:
+        """Posted cards that still show buttons (or old progress) for a call that has moved on,
+        e.g. after a crash between a cancel and the redraw: start-up redraws them."""
         async with self._db.reading("stale_cards") as tx:
             rows = await tx.fetch_all(
                 "SELECT * FROM tool_calls WHERE card_ts IS NOT NULL AND needs_approval "
@@ -309,6 +335,7 @@ class Ledger(Sessions):
     # -- expiry and reminders ----------------------------------------------------------------------
 
     async def note_trace(self, session_id: str, trace_id: str, span_id: str) -> None:
+        """Store the paused run's span ids with the calls of the session's current batch."""
         async with self._db.transaction("note_trace") as tx:
             await tx.execute(
                 "UPDATE tool_calls SET trace_id = :trace_id, span_id = :span_id WHERE batch_id = "
@@ -319,6 +346,8 @@ class Ledger(Sessions):
     async def set_expiry(
         self, ledger_id: str, expires_at: datetime, *, ttl: str | None = None
     ) -> None:
+        """When an undecided gated call expires; `ttl` in words defaults to the time left now,
+        rounded. `UnknownCall` for an unknown id."""
         words = ttl or format_duration(aware(expires_at) - self._moment(), approximate=True)
         async with self._db.transaction("set_expiry") as tx:
             touched = await tx.execute(
@@ -328,49 +357,10 @@ class Ledger(Sessions):
             if touched == 0:
                 raise UnknownCall(ledger_id)
 
-    async def _expire(self, tx: Tx, row: ToolCallRow, now: datetime) -> ToolCallRow:
-        ttl = expiry_ttl(row)
-        return await self._mark(
-            tx,
-            row,
-            "expiry",
-            "UPDATE tool_calls SET status = 'expired', decided_at = :now, ttl = :ttl "
-            "WHERE id = :id AND status = 'pending'",
-            {"now": self._db.time_in(now), "ttl": ttl},
-            redraw=True,
-        )
-
-    async def _mark(
-        self,
-        tx: Tx,
-        row: ToolCallRow,
-        event: str,
-        update: str,
-        values: dict[str, Any],
-        *,
-        redraw: bool = False,
-    ) -> ToolCallRow:
-        """What OpsGate itself does to a waiting call (expire it, remind about it): the
-        `update` of its row (`:id` is the row's), its audit row (`event`, with the
-        `values` other than `now`), and the row read back; `redraw`: the card's redraw is
-        owed with it (an expiry)."""
-        await tx.execute(update, {**values, "id": row.id})
-        if redraw:
-            await self._owe_redraw(tx, row)
-        details = {"ledger_id": row.id, "tool": row.name}
-        details |= {k: v for k, v in values.items() if k != "now"}
-        await self._audit_call(tx, event, row, details, actor=None)
-        return await self._call(tx, row.id)
-
-    async def _expire_if_due(self, tx: Tx, row: ToolCallRow) -> ToolCallRow:
-        """The row expired (re-read) if it is undecided past its time, else `row` itself."""
-        now = self._moment()
-        if row.status == "pending" and row.expires_at is not None and row.expires_at <= now:
-            return await self._expire(tx, row, now)
-        return row
-
     async def expire_due(self, now: datetime | None = None) -> list[ToolCallRow]:
-        """Rows another replica is deciding or expiring right now are skipped (it handles them)."""
+        """Expire every undecided gated call whose time is up (audited "expiry" each).
+
+        Rows another replica is deciding or expiring right now are skipped (it handles them)."""
         moment = aware(now) if now is not None else self._moment()
         async with self._db.transaction("expire_due") as tx:
             rows = await tx.fetch_all(
@@ -387,6 +377,8 @@ class Ledger(Sessions):
     async def due_reminders(
         self, before: timedelta, now: datetime | None = None
     ) -> list[ToolCallRow]:
+        """Undecided gated calls expiring within `before`, not reminded of yet; marks them
+        (audited "reminder"), so each reminder goes out once across all stores."""
         moment = aware(now) if now is not None else self._moment()
         reminded: list[ToolCallRow] = []
         async with self._db.transaction("due_reminders") as tx:
@@ -406,6 +398,7 @@ class Ledger(Sessions):
         return reminded
 
     async def next_expiry(self) -> datetime | None:
+        """When the next undecided gated call expires (a sweeper's sleep)."""
         async with self._db.reading("next_expiry") as tx:
             value = await tx.fetch_value(
                 "SELECT MIN(expires_at) FROM tool_calls WHERE status = 'pending' "

@@ -122,6 +122,7 @@ class PlaneRows(StoreCore):
         return touched == 1
 
     async def plane_request(self, request_id: str) -> PlaneRequest | None:
+        """The outside request with that id, if any."""
         async with self._db.reading("plane_request") as tx:
             row = await tx.fetch_one(
                 "SELECT * FROM plane_requests WHERE id = :id", {"id": request_id}

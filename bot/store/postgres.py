@@ -1,7 +1,7 @@
 """`PostgresStore`: the store on a PostgreSQL database several replicas share (asyncpg).
 
-The operations are the store's one implementation; this module picks the PostgreSQL adapter
-(`db/postgres.py`: the pool, row and advisory locks) and adds what replicas need
+The operations are the store's one implementation (`Store`); this module picks the PostgreSQL
+adapter (`db/postgres.py`: the pool, row and advisory locks) and adds what replicas need
 (`replicas.py`: leases, LISTEN/NOTIFY wake-ups). Imported only when a `postgresql://` URL is
 opened, so an SQLite deployment never loads the driver.
 """
@@ -14,47 +14,18 @@ from datetime import datetime
 
 from bot.database import redact_url as redact
 
-from .assistant_threads import AssistantThreads
-from .audit import Audit
 from .db import utc_now
 from .db.postgres import PostgresDb
-from .delegations import Delegations
-from .edits import Edits
 from .errors import PostgresSchemaTooNew
-from .feedback import FeedbackVotes
-from .freezes import Freezes
-from .ladder import Escalations
-from .mcp_pins import McpPins
-from .outbox import Outbox
-from .plane import PlaneRows
-from .queue_notices import QueueNoticeRows
-from .recorded import RecordedCalls
-from .recovery import Recovery
 from .replicas import DEFAULT_LEASE, Replicas
 from .rules import Person
 from .schema import SCHEMA_VERSION
-from .timelines import RunTimelines
+from .store import Store
 
 __all__ = ["DEFAULT_LEASE", "SCHEMA_VERSION", "PostgresSchemaTooNew", "PostgresStore", "redact"]
 
 
-class PostgresStore(
-    Edits,
-    Recovery,
-    Audit,
-    Outbox,
-    QueueNoticeRows,
-    AssistantThreads,
-    Replicas,
-    Freezes,
-    FeedbackVotes,
-    RunTimelines,
-    RecordedCalls,
-    McpPins,
-    Escalations,
-    Delegations,
-    PlaneRows,
-):
+class PostgresStore(Store, Replicas):
     """The bot's durable store on PostgreSQL; the same public API as `SQLiteStore`.
 
     Use it as an async context manager: entering opens an asyncpg pool and applies pending
@@ -79,10 +50,10 @@ class PostgresStore(
     ) -> None:
         # This store's `application_name`: wake-ups name the store whose write caused them.
         origin = f"opsgate {secrets.token_hex(6)}"
-        self._pg = PostgresDb(
-            url, origin=origin, min_size=min_size, max_size=max_size, migrate=migrate
+        self._pg = PostgresDb(url, origin=origin, min_size=min_size, max_size=max_size)
+        super().__init__(
+            self._pg, clock=clock, person=person, chained=chained, migrate=migrate, wake=wake
         )
-        super().__init__(self._pg, clock=clock, person=person, chained=chained, wake=wake)
 
     @property
     def url(self) -> str:
@@ -98,8 +69,9 @@ class PostgresStore(
 
     async def schema_version(self) -> int:
         """The database's schema version (0 when never migrated); refuses a newer one."""
-        return await self._pg.schema_version()
+        async with self._db.reading("schema_version") as tx:
+            return await self._db.version(tx, SCHEMA_VERSION)
 
     async def migrate(self) -> int:
         """Apply the missing migrations (idempotent; safe when replicas start together)."""
-        return await self._pg.migrate()
+        return await self._migrate()

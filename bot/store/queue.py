@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .core import StoreCore
 from .db import Row, Tx, json_text
 from .errors import StoreError
 from .models import EnqueueOutcome, QueueItem
 from .rules import SEEN_EVENT_TTL
-from .sessions import Sessions
 from .states import InboxKind
 
 __all__ = ["QUEUE_LOCK", "Queue"]
@@ -37,11 +37,14 @@ _FIRST_SIGHTING = (
 """Claim a dedupe key: one row touched the first time, none after (`first_sighting` too)."""
 
 
-class Queue(Sessions):
+class Queue(StoreCore):
     async def enqueue(
         self, session_id: str, *, requester: str, text: str, message_ts: str | None = None
     ) -> EnqueueOutcome:
-        """Busy: the session waits for approval, or another message of the thread is already
+        """Queue a message unless its session is busy (run active or paused, or a message
+        already queued); checked and written in one transaction.
+
+        Busy: the session waits for approval, or another message of the thread is already
         queued. A message that comes while the thread's run is going waits for it (one run
         per thread at a time, `docs/architecture.md`): the claim starts it once the session is
         idle again."""
@@ -98,6 +101,9 @@ class Queue(Sessions):
         return self._queue_model(row).model_copy(update={"rerun": rerun})
 
     async def claim_queued(self, channel_id: str, *, limit: int) -> QueueItem | None:
+        """Start the channel's oldest queued item if fewer than `limit` of its sessions are
+        running or resuming: conditional, in one transaction with the session's idle|failed ->
+        running (requester set). Never exceeds the limit or starts an item twice."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, not {limit!r}")
         async with self._db.transaction("claim_queued") as tx:
@@ -122,6 +128,7 @@ class Queue(Sessions):
             return None
 
     async def release_queued(self, item_id: int) -> None:
+        """Undo `claim_queued` for a run that could not start (shutting down)."""
         async with self._db.transaction("release_queued") as tx:
             row = await tx.fetch_one("SELECT * FROM run_queue WHERE id = :id", {"id": item_id})
             if row is None or row["state"] != "started":
@@ -146,6 +153,7 @@ class Queue(Sessions):
             )
 
     async def finish_queued(self, item_id: int) -> None:
+        """The item's run ended (answered, failed or paused)."""
         async with self._db.transaction("finish_queued") as tx:
             await tx.execute(
                 "UPDATE run_queue SET state = 'done', finished_at = :now "
@@ -154,6 +162,7 @@ class Queue(Sessions):
             )
 
     async def cancel_queued(self, session_id: str, *, user_id: str) -> QueueItem | None:
+        """Withdraw the thread's queued message (audited "cancel"); None if none waits."""
         async with self._db.transaction("cancel_queued") as tx:
             await self._session(tx, session_id, lock=True)
             waiting = await tx.fetch_one(_QUEUED_OF_SESSION, {"id": session_id})
@@ -181,6 +190,7 @@ class Queue(Sessions):
         return None if row is None else self._queue_model(row)
 
     async def queue_position(self, item_id: int) -> int | None:
+        """How many of the channel's items are queued ahead; None if no longer queued."""
         async with self._db.reading("queue_position") as tx:
             row = await tx.fetch_one("SELECT * FROM run_queue WHERE id = :id", {"id": item_id})
             if row is None or row["state"] != "queued":
@@ -209,6 +219,7 @@ class Queue(Sessions):
         return [self._queue_model(row) for row in rows]
 
     async def queued_channels(self) -> list[str]:
+        """Channels with messages waiting, the longest-waiting first."""
         async with self._db.reading("queued_channels") as tx:
             rows = await tx.fetch_all(
                 "SELECT channel_id FROM run_queue WHERE state = 'queued' "
@@ -223,6 +234,12 @@ class Queue(Sessions):
     ) -> int | None:
         # Deliveries that arrive while one is being saved are saved together, in one
         # transaction: a burst of mentions costs a few fsyncs, not one each.
+        """Save a delivery before it is acknowledged, owned by this store (its replica).
+
+        `keys` are dedupe keys (event id, channel and ts): in the same transaction each is
+        claimed as `first_sighting` does, and if any was seen before nothing is saved and the
+        answer is None. A crash therefore never leaves a key claimed with nothing saved.
+        Returns the row's id."""
         group = self.__dict__.get("_inbox_group")
         if group is None:
             group = self.__dict__["_inbox_group"] = _GroupCommit(self._add_all)
@@ -322,6 +339,7 @@ class Queue(Sessions):
         return ids
 
     async def inbox_done(self, item_id: int) -> None:
+        """The row was processed (its run queued, or it was answered); it is not recovered."""
         async with self._db.transaction("inbox_done") as tx:
             await tx.execute(
                 "UPDATE inbox SET state = 'done', done_at = :now WHERE id = :id",

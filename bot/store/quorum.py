@@ -5,7 +5,7 @@ A call whose parts match several rules that ask carries one `Quorum` per rule (i
 words, how many distinct approvers it needs). An approval counts toward the requirements whose
 approvers the person belongs to (the one gate, `bot.approvals`, says which), so one approval
 never satisfies a part whose rule does not name that person. The decision is made from the
-stored approvals in the decision's own transaction (`Decisions._decide_in`), so replicas racing
+stored approvals in the decision's own transaction (`decisions.decide_in`), so replicas racing
 clicks decide once. A call with one requirement counts every approval toward it, as before:
 a row written before requirements were stored keeps its single requirement.
 """
@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "ONE_APPROVAL",
     "Quorum",
     "QuorumState",
+    "Ruling",
     "Shortfall",
     "Tally",
     "counted",
@@ -52,6 +54,43 @@ class QuorumState(BaseModel):
 
     needs: tuple[Quorum, ...]
     counts: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Ruling:
+    """What the policy ruled for a decision on a call, as the store records and counts it:
+    `rule`, who may decide (the approvers' rule that let the decider in); `policy_rule`, the
+    rule `tools.<tool>.rules[<i>]` that gated the call, and `policy_match`, what it matches
+    in words (both on every decision and refusal row); and the requirements to meet at once
+    (`requirements`; none: one, of `required_approvals` distinct approvers). Built once where
+    the run service consults the policy, so every decision method takes the same value."""
+
+    rule: str | None = None
+    policy_rule: str | None = None
+    policy_match: str | None = None
+    required_approvals: int = 1
+    requirements: tuple[Quorum, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "requirements", tuple(self.requirements))
+        if self.required_approvals < 1:
+            raise ValueError(
+                f"required_approvals must be at least 1, not {self.required_approvals!r}"
+            )
+
+    @property
+    def needs(self) -> tuple[Quorum, ...]:
+        """Every requirement of the decision: those given, or one of `required_approvals`."""
+        return self.requirements or (Quorum(key="channel", needed=self.required_approvals),)
+
+    def named(self) -> dict[str, str | None]:
+        """The rules that applied, as the audit rows name them."""
+        rules = (self.rule, self.policy_rule, self.policy_match)
+        return dict(zip(("rule", "policy_rule", "policy_match"), rules, strict=True))
+
+
+ONE_APPROVAL = Ruling()
+"""The ruling a decision method assumes when given none: no rule named, one approval."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,8 @@ class RecordedCall:
 
 class RecordedCalls(StoreCore):
     async def recorded_calls(self, *, since: datetime) -> list[RecordedCall]:
-        """The ledger's calls created at or after `since`, oldest first."""
+        """The ledger's calls created at or after `since`, oldest first, with their channel
+        and requester (for `opsgate policy replay`; reads only)."""
         async with self._db.reading("recorded_calls", snapshot=True) as tx:
             rows = await tx.fetch_all(
                 "SELECT t.id, t.name, t.arguments, t.created_at, t.requested_by, "

@@ -16,10 +16,9 @@ from agent_core.batches import close_batch
 from agent_core.messages import ToolCall
 from agent_core.outcomes import CallOutcome, Interrupted, NotRun, render_outcome
 
+from .core import StoreCore
 from .db import Tx
-from .ledger import Ledger
 from .models import InboxItem, QueueItem, RecoveredSession, ToolCallRow
-from .queue import Queue
 from .rules import interruption_audits, resume_never_began, runs_again
 
 __all__ = ["RECOVER_LOCK", "Recovery"]
@@ -36,7 +35,7 @@ _LAPSED = (
 """PostgreSQL: work whose owner's lease lapsed (never this store's own instance's)."""
 
 
-class Recovery(Ledger, Queue):
+class Recovery(StoreCore):
     def _orphaned(self, table: str) -> str:
         """The condition on `table` (an alias) for work no live process owns."""
         if self._db.dialect == "sqlite":
@@ -44,6 +43,10 @@ class Recovery(Ledger, Queue):
         return _LAPSED.format(t=table)
 
     async def requeue_interrupted(self) -> list[QueueItem]:
+        """At start-up, before `recover`: started items whose run stored nothing go back to the
+        queue (their sessions to idle), and so do those whose run `runs_again` (stored its
+        message, no call reached `executing`), keeping `history_seq`: the claim that starts
+        one says `rerun`. The others are marked done (`recover` tells their threads)."""
         requeued: list[QueueItem] = []
         async with self._db.transaction("requeue_interrupted") as tx:
             await self._db.advisory_lock(tx, RECOVER_LOCK)
@@ -109,6 +112,9 @@ class Recovery(Ledger, Queue):
         return self._queue_model(row)
 
     async def recover(self) -> list[RecoveredSession]:
+        """Once at start-up: `executing` calls become `interrupted` (never run again), their
+        batches are closed (interrupted / not run), and sessions left running or resuming
+        become idle; paused sessions are left alone. Audited "interrupted"."""
         recovered: list[RecoveredSession] = []
         async with self._db.transaction("recover") as tx:
             await self._db.advisory_lock(tx, RECOVER_LOCK)
@@ -143,6 +149,10 @@ class Recovery(Ledger, Queue):
     async def stop_run(
         self, session_id: str, *, why: str, by: str | None = None
     ) -> RecoveredSession | None:
+        """running|resuming -> idle for a run this process stopped (cancelled, or past its
+        deadline), conditional: None if the session was not going. Exactly as recovery after a
+        crash: `executing` calls become `interrupted` (never run again), the batch's other
+        open calls are answered "Not run" (`close_batch`); audited as `run_stopped`."""
         async with self._db.transaction("stop_run") as tx:
             session = await self._session(tx, session_id, lock=True)
             if session["state"] not in ("running", "resuming"):
@@ -238,6 +248,9 @@ class Recovery(Ledger, Queue):
         )
 
     async def inbox_recover(self) -> list[InboxItem]:
+        """At start-up: claim the unprocessed rows of processes that are gone (SQLite: every
+        one, the file being exclusive; PostgreSQL: those of instances whose lease lapsed),
+        oldest first. Conditional: each row is claimed by one store, however many recover."""
         async with self._db.transaction("inbox_recover") as tx:
             await self._db.advisory_lock(tx, RECOVER_LOCK)
             if self._db.dialect == "sqlite":

@@ -35,6 +35,8 @@ class Sessions(StoreCore):
     async def get_or_create_session(
         self, team_id: str, channel_id: str, thread_ts: str
     ) -> SessionRow:
+        """The session of a Slack thread, created `idle` on first use; concurrent callers from
+        any number of stores get the same one."""
         key = {"team": team_id, "channel": channel_id, "thread": thread_ts}
         async with self._db.transaction("get_or_create_session") as tx:
             await tx.execute(
@@ -61,6 +63,8 @@ class Sessions(StoreCore):
         return None if row is None else self._session_model(row)
 
     async def set_requester(self, session_id: str, user_id: str) -> None:
+        """Who asked for the current run; the actor of its approval requests. `UnknownSession`
+        for an unknown id."""
         async with self._db.transaction("set_requester") as tx:
             touched = await tx.execute(
                 "UPDATE sessions SET requester = :user, updated_at = :now WHERE id = :id",
@@ -71,12 +75,12 @@ class Sessions(StoreCore):
 
     # -- the named transitions -------------------------------------------------------------------
 
-    async def begin_run(self, session_id: str) -> bool:
-        return await self._claim(session_id, ("idle", "failed"), "running")
-
     async def end_run(
         self, session_id: str, *, failed: bool = False, error: str | None = None
     ) -> bool:
+        """running -> idle (or failed, recording `error`), conditional: a run that paused or
+        was cancelled meanwhile is left alone (False). `error` without `failed` is a
+        `ValueError`."""
         if error is not None and not failed:
             raise ValueError(f"an error is recorded only for a failed run (session {session_id!r})")
         return await self._claim(
@@ -84,9 +88,13 @@ class Sessions(StoreCore):
         )
 
     async def claim_resume(self, session_id: str) -> bool:
+        """awaiting_approval -> resuming, conditional: of concurrent claimers (the last click,
+        the start-up sweep, another replica) exactly one resumes the run."""
         return await self._claim(session_id, ("awaiting_approval",), "resuming")
 
     async def resume_started(self, session_id: str) -> None:
+        """resuming -> running, by the claimer once it has the decisions; `InvalidTransition`
+        if the session is not resuming."""
         if not await self._claim(session_id, ("resuming",), "running"):
             session = await self.get_session(session_id)
             found = "gone" if session is None else session.state
@@ -130,6 +138,7 @@ class Sessions(StoreCore):
     # -- history (agent_core.SessionStore) -------------------------------------------------------
 
     async def load_messages(self, session_id: str) -> list[ChatMessage]:
+        """The whole history, oldest first (empty for an unknown session)."""
         async with self._db.reading("load_messages") as tx:
             rows = await tx.fetch_all(
                 "SELECT body FROM messages WHERE session_id = :id ORDER BY seq", {"id": session_id}
@@ -137,6 +146,9 @@ class Sessions(StoreCore):
         return [ChatMessage.from_json(row[0]) for row in rows]
 
     async def message_at(self, session_id: str, seq: int) -> ChatMessage | None:
+        """One message of the history by its position (a call's `message_seq`: the assistant
+        turn that asked for it, whose text a card shows as the model's reason); None when
+        there is none."""
         async with self._db.reading("message_at") as tx:
             row = await tx.fetch_one(
                 "SELECT body FROM messages WHERE session_id = :id AND seq = :seq",
@@ -145,13 +157,19 @@ class Sessions(StoreCore):
         return None if row is None else ChatMessage.from_json(row[0])
 
     async def append_messages(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
-        """Writes only the new rows, however long the history is."""
+        """Append in one transaction (nothing for an empty list); `UnknownSession` writes
+        nothing.
+
+        Writes only the new rows, however long the history is."""
         if not messages:
             return
         async with self._db.transaction("append_messages") as tx:
             await self._append(tx, session_id, messages)
 
     async def load_context(self, session_id: str) -> StoredContext:
+        """The latest compaction summary and the messages after it, read in one snapshot: what
+        a run loads, so a turn's cost does not grow with the thread (empty for an unknown
+        session)."""
         async with self._db.reading("load_context", snapshot=True) as tx:
             row = await tx.fetch_one(
                 "SELECT upto, kind, text FROM summaries WHERE session_id = :id "
@@ -169,7 +187,12 @@ class Sessions(StoreCore):
         return StoredContext(summary, [ChatMessage.from_json(r[0]) for r in rows])
 
     async def save_summary(self, session_id: str, summary: Summary) -> bool:
-        """Conditional on the session's row lock: of racing runs, the one reaching furthest
+        """Store a summary of the first `summary.upto` messages, append-only. Conditional:
+        False if a stored summary already reaches as far (of racing runs, one wins). A summary
+        reaching past the stored messages is a `StoreError`; `UnknownSession` for an unknown
+        id. The messages it stands for stay stored.
+
+        Conditional on the session's row lock: of racing runs, the one reaching furthest
         first wins; a summary that does not reach further is refused (False)."""
         async with self._db.transaction("save_summary") as tx:
             await self._session(tx, session_id, lock=True)

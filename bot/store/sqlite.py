@@ -1,7 +1,8 @@
 """`SQLiteStore`: the store over one SQLite file, for one serving process (WAL, `synchronous=FULL`).
 
-The operations are the store's one implementation; this module only picks the SQLite adapter
-(`db/sqlite.py`: the exclusive lock, the one connection, the cancel-safe `BEGIN IMMEDIATE`).
+The operations are the store's one implementation (`Store`); this module only picks the SQLite
+adapter (`db/sqlite.py`: the exclusive lock, the one connection, the cancel-safe
+`BEGIN IMMEDIATE`).
 """
 
 from __future__ import annotations
@@ -12,44 +13,16 @@ from pathlib import Path
 
 import aiosqlite
 
-from .assistant_threads import AssistantThreads
-from .audit import Audit
 from .db import utc_now
 from .db.sqlite import SQLiteDb
-from .delegations import Delegations
-from .edits import Edits
-from .feedback import FeedbackVotes
-from .freezes import Freezes
-from .ladder import Escalations
-from .mcp_pins import McpPins
-from .outbox import Outbox
-from .plane import PlaneRows
-from .queue_notices import QueueNoticeRows
-from .recorded import RecordedCalls
-from .recovery import Recovery
 from .rules import Person
-from .timelines import RunTimelines
+from .store import Store
 
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(
-    Edits,
-    Recovery,
-    Audit,
-    Outbox,
-    QueueNoticeRows,
-    AssistantThreads,
-    Freezes,
-    FeedbackVotes,
-    RunTimelines,
-    RecordedCalls,
-    McpPins,
-    Escalations,
-    Delegations,
-    PlaneRows,
-):
-    """The bot's durable store in one SQLite file; implements `bot.store.Store` (and so
+class SQLiteStore(Store):
+    """The bot's durable store in one SQLite file; a `bot.store.Store` (and so an
     `agent_core.SessionStore`). Use it as an async context manager.
 
     `exclusive=True` is for the one process that serves the bot: entering also takes an

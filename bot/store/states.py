@@ -8,8 +8,8 @@ __all__ = ["CallStatus", "CardLock", "InboxKind", "QueueState", "RunState"]
 
 RunState = Literal["idle", "running", "awaiting_approval", "resuming", "failed"]
 """A session's run state (`docs/architecture.md`, "Run states"). Only the store's named
-transitions change it: `begin_run`, `end_run`, `claim_resume`, `resume_started`, and the pause
-(`record_pause`), cancel (`cancel_batch`), queue and recovery steps."""
+transitions change it: `end_run`, `claim_resume`, `resume_started`, the pause (`record_pause`),
+cancel (`cancel_batch`), queue (`claim_queued` starts a run) and recovery steps."""
 
 CallStatus = Literal[
     "pending", "approved", "rejected", "expired", "executing", "done", "interrupted", "cancelled"

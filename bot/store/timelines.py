@@ -28,6 +28,7 @@ class RunTimelines(StoreCore):
     """The timeline operations of `bot.store.Store`."""
 
     async def keep_timeline(self, session_id: str, ts: str, shown: str) -> None:
+        """The paused run's timeline is message `ts`, showing `shown` (replaces what was kept)."""
         async with self._db.transaction("keep_timeline") as tx:
             await tx.execute(
                 "INSERT INTO run_timelines (session_id, ts, shown) VALUES (:id, :ts, :shown) "
@@ -36,6 +37,7 @@ class RunTimelines(StoreCore):
             )
 
     async def kept_timeline(self, session_id: str) -> StoredTimeline | None:
+        """The paused run's timeline message, for its resume to edit; None if none was kept."""
         async with self._db.reading("kept_timeline") as tx:
             row = await tx.fetch_one(
                 "SELECT ts, shown FROM run_timelines WHERE session_id = :id", {"id": session_id}
@@ -43,5 +45,6 @@ class RunTimelines(StoreCore):
         return None if row is None else StoredTimeline(str(row["ts"]), str(row["shown"]))
 
     async def drop_timeline(self, session_id: str) -> None:
+        """The run ended: its timeline message is no longer continued."""
         async with self._db.transaction("drop_timeline") as tx:
             await tx.execute("DELETE FROM run_timelines WHERE session_id = :id", {"id": session_id})

@@ -19,6 +19,7 @@ from bot.cli import main
 from bot.policy import Policy
 from bot.store import AllowanceGrant, Store, open_store
 from tests.support.postgres import postgres_cluster, postgres_url
+from tests.support.store_helpers import begin_run
 
 __all__ = ["postgres_cluster", "postgres_url"]
 
@@ -79,7 +80,7 @@ class Ledger:
         self.threads += 1
         session = await self.store.get_or_create_session("T1", "C0OPS", f"17000.{self.threads}")
         await self.store.set_requester(session.id, USER)
-        assert await self.store.begin_run(session.id)
+        assert await begin_run(self.store, session.id)
         await self.store.append_messages(session.id, [ChatMessage.user(f"please {command}")])
         return session.id, ToolCall(
             id=f"call_{self.threads}",

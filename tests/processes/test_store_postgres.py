@@ -18,6 +18,7 @@ from bot.store.chain import Intact, verify_chain
 from bot.store.postgres import SCHEMA_VERSION, PostgresStore
 from tests.store.contract.helpers import RESTART, STATUS, Clock, mention, paused_session
 from tests.support.postgres import postgres_cluster, postgres_url
+from tests.support.store_helpers import begin_run
 
 __all__ = ["postgres_cluster", "postgres_url"]  # the fixtures this module uses
 
@@ -70,7 +71,7 @@ async def test_racing_creators_and_run_claims_agree(
         a.get_or_create_session("T1", "C1", "1.0"), b.get_or_create_session("T1", "C1", "1.0")
     )
     assert one.id == other.id
-    wins = await asyncio.gather(*(s.begin_run(one.id) for s in (a, b, a, b)))
+    wins = await asyncio.gather(*(begin_run(s, one.id) for s in (a, b, a, b)))
     assert sorted(wins) == [False, False, False, True]
     assert (await b.get_session(one.id)).state == "running"  # type: ignore[union-attr]
 
@@ -192,7 +193,7 @@ async def test_a_released_lease_is_recovered_at_once(
     a, b = two
     await a.register_instance()
     session = await a.get_or_create_session("T1", "C1", "1.0")
-    assert await a.begin_run(session.id)
+    assert await begin_run(a, session.id)
     await b.register_instance()
     assert await b.recover() == []
     await a.release()

@@ -17,6 +17,7 @@ from bot.store import StoreError, Wake
 from bot.store.postgres import PostgresStore
 from tests.store.contract.helpers import T0, Clock, mention, paused_session
 from tests.support.postgres import postgres_cluster, postgres_url
+from tests.support.store_helpers import begin_run
 
 __all__ = ["postgres_cluster", "postgres_url"]  # the fixtures this module uses
 
@@ -150,7 +151,7 @@ async def test_the_bot_holds_a_lease_and_releases_it_last(new_store: Factory) ->
         ) as instance:
             assert instance is not None and bot.instance_id == instance
             session = await bot.get_or_create_session("T1", "C1", "1.0")
-            assert await bot.begin_run(session.id)
+            assert await begin_run(bot, session.id)
             assert await survivor.recover() == []  # the lease holds
         assert bot.instance_id is None
         [recovered] = await survivor.recover()  # released: taken over at once
@@ -170,7 +171,7 @@ async def test_a_lease_is_renewed_while_held(new_store: Factory, clock: Clock) -
         bot.heartbeat = heartbeat  # type: ignore[method-assign]
         async with held_lease(bot, lease=timedelta(seconds=1), heartbeat=timedelta(seconds=0.05)):
             session = await bot.get_or_create_session("T1", "C1", "1.0")
-            assert await bot.begin_run(session.id)
+            assert await begin_run(bot, session.id)
             clock.advance(seconds=5)  # without a heartbeat since, the lease would have lapsed
             beats.clear()
             await asyncio.wait_for(beats.wait(), 10)

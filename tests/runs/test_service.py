@@ -18,7 +18,7 @@ from bot.runs.context import RunContext
 from bot.runs.notices import NotAllowed, RunCancelled, ToolNotRun, ToolRan
 from bot.runs.redraws import LocalRedraws
 from bot.runs.timeline import AssistantStatus, Task
-from bot.store import SQLiteStore, utc_now
+from bot.store import Ruling, SQLiteStore, utc_now
 from bot.tasks import TaskSupervisor
 
 ALICE, BOB = "U0ALICE", "U0BOB"
@@ -222,7 +222,7 @@ async def test_a_click_on_a_decided_card_redraws_it(tmp_path: Path) -> None:
         await ask(w)
         [card] = w.output.cards
         # The decision is recorded but the process died before the card was redrawn.
-        await w.store.decide(card.ledger_id, "rejected", user_id=BOB, rule="test")
+        await w.store.decide(card.ledger_id, "rejected", user_id=BOB, ruling=Ruling(rule="test"))
         assert w.output.updates == []
 
         notice = await w.service.decide(card.ledger_id, "approved", user=BOB, team=THREAD.team_id)
@@ -235,7 +235,7 @@ async def test_recovery_redraws_cards_decided_before_a_crash(tmp_path: Path) -> 
     async with world(tmp_path, *paused_turns()) as w:
         await ask(w)
         [card] = w.output.cards
-        await w.store.decide(card.ledger_id, "approved", user_id=BOB, rule="test")
+        await w.store.decide(card.ledger_id, "approved", user_id=BOB, ruling=Ruling(rule="test"))
 
         await w.service.recover()
         await w.settle()

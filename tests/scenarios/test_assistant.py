@@ -20,6 +20,7 @@ from bot.slack.ids import (
 from tests.scenarios.test_app import ALICE, BOB, make_tools
 from tests.support.harness import CHANNEL, TEAM, Bot, running_bot
 from tests.support.slack_requests import block_actions, interaction_body, view_submission
+from tests.support.store_helpers import votes
 
 DM = "D0ALICE"
 DB_CHANNEL = "C0DB"
@@ -146,13 +147,13 @@ async def test_one_vote_per_person_per_answer_and_the_latest_counts(tmp_path: Pa
         await click("bad", BOB)  # a change of mind: "bad" counts, "good" is taken back
         [session_id] = {r.session_id for r in rows}
         assert session_id is not None
-        assert await bot.deps.store.votes(session_id, answer_ts) == {BOB: "bad"}
+        assert await votes(bot.deps.store, session_id, answer_ts) == {BOB: "bad"}
         text = bot.metrics.render().decode()
         assert f"{counted('opsgate_feedback_total', 'bad')} 1.0" in text
         assert f"{counted('opsgate_feedback_withdrawn_total', 'good')} 1.0" in text
 
         await click("good", ALICE)  # two people, two votes
-        assert await bot.deps.store.votes(session_id, answer_ts) == {ALICE: "good", BOB: "bad"}
+        assert await votes(bot.deps.store, session_id, answer_ts) == {ALICE: "good", BOB: "bad"}
         rows = [r for r in await bot.deps.store.audit_rows() if r.event == "feedback"]
         assert [(r.actor, r.details["value"]) for r in rows] == [
             (BOB, "good"),

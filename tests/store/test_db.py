@@ -3,12 +3,15 @@ string, and the one implementation writing the same audit rows on both databases
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 from pathlib import Path
 from typing import Any
 
+import bot.store.db
 from bot.store import AuditRow, open_store
 from bot.store.db import numbered
+from bot.store.schema import steps
 from tests.support.postgres import postgres_cluster, postgres_url
 
 __all__ = ["postgres_cluster", "postgres_url"]  # fixtures the cross-backend test uses
@@ -39,6 +42,28 @@ def test_numbering_is_computed_once_per_sql_string() -> None:
     before = numbered.cache_info().hits
     assert numbered(text) is numbered(text)
     assert numbered.cache_info().hits == before + 1
+
+
+def test_no_migration_statement_holds_a_named_parameter() -> None:
+    """The store's core runs the migrations through `Tx.execute`, which on PostgreSQL numbers
+    each `:name`: a statement must read the same after numbering."""
+    for dialect in ("sqlite", "postgresql"):
+        for version, statements in steps(dialect, 0):
+            for statement in statements:
+                if isinstance(statement, str):
+                    assert numbered(statement) == (statement, ()), (dialect, version)
+
+
+def test_the_adapters_never_import_the_schema() -> None:
+    """The store's core migrates (`StoreCore._migrate`); an adapter only reads and records
+    its version, so `db/` does not import `schema/` back."""
+    for path in sorted(Path(bot.store.db.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                assert "schema" not in module.split("."), (path.name, module)
+            elif isinstance(node, ast.Import):
+                assert not any("schema" in a.name.split(".") for a in node.names), path.name
 
 
 _IDS = {"ledger_id", "batch_id", "allowance_id", "queue_item", "ledger_ids", "interrupted"}

@@ -25,6 +25,7 @@ from bot.store import (
     SCHEMA_VERSION,
     MoreApprovalsNeeded,
     Quorum,
+    Ruling,
     Shortfall,
     SQLiteStore,
     Store,
@@ -186,7 +187,7 @@ async def test_the_upgraded_database_takes_the_next_steps(old: Opener) -> None:
             restart.id,
             "approved",
             user_id="UERIN",
-            required_approvals=2,
+            ruling=Ruling(required_approvals=2),
             digest=restart.digest,
         )
         assert outcome.recorded and outcome.why is None and outcome.row.status == "approved"
@@ -222,7 +223,7 @@ async def test_an_old_approval_counts_toward_the_first_of_several_requirements(
             restart.id,
             "approved",
             user_id="UERIN",
-            requirements=(first, second),
+            ruling=Ruling(requirements=(first, second)),
             counts_for=[second.key],
             digest=restart.digest,
         )

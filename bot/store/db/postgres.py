@@ -1,4 +1,4 @@
-"""The PostgreSQL adapter: an asyncpg pool, the jsonb codec, row and advisory locks, migrations.
+"""The PostgreSQL adapter: an asyncpg pool, the jsonb codec, row and advisory locks, the version.
 
 Replicas share the database, so there is no exclusive lock: each write transaction first locks
 the rows it reads before writing (`for_update`: the session before its calls, always in that
@@ -9,7 +9,6 @@ order, so two transactions never wait on each other in a cycle), and conditional
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -20,15 +19,18 @@ import asyncpg
 from bot.database import redact_url
 
 from ..errors import PostgresSchemaTooNew, StoreError
-from ..schema import SCHEMA_VERSION, VERSION_TABLE, steps
 from .seam import Dialect, Params, Row, aware, json_text, numbered
 
-__all__ = ["MIGRATE_LOCK", "PostgresDb"]
+__all__ = ["PostgresDb"]
 
-logger = logging.getLogger("bot.store")
-
-MIGRATE_LOCK = 0x0F5_6A7E
-"""Advisory lock key held while migrating (replicas starting together migrate one at a time)."""
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    singleton  boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    version    integer NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+"""Where the database's schema version is kept (one row), made by the first migration."""
 
 _FAILURES = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
@@ -80,26 +82,22 @@ async def _init_connection(conn: Any) -> None:
 
 class PostgresDb:
     """The database at `url`; `application_name` is `origin`, so the wake-up triggers can name
-    the store whose write caused them. `migrate=False` opens without migrating (readers, and
-    `opsgate migrate` itself, which asks first)."""
+    the store whose write caused them. Its version is the one row of `schema_version`."""
 
     dialect: Dialect = "postgresql"
     for_update = " FOR UPDATE"
     skip_locked = " FOR UPDATE SKIP LOCKED"
     exclusive = False
 
-    def __init__(
-        self, url: str, *, origin: str, min_size: int = 1, max_size: int = 10, migrate: bool = True
-    ) -> None:
+    def __init__(self, url: str, *, origin: str, min_size: int = 1, max_size: int = 10) -> None:
         self.url = url
         self.name = redact_url(url)
         self.origin = origin
         self._min_size = min_size
         self._max_size = max_size
-        self._migrate_on_open = migrate
         self._pool: asyncpg.Pool | None = None
 
-    async def open(self) -> None:
+    async def open(self, newest: int) -> int:
         if self._pool is not None:
             raise StoreError(f"store {self.name!r} is already open")
         try:
@@ -114,10 +112,8 @@ class PostgresDb:
             raise StoreError(f"cannot open database {self.name!r}: {exc}") from exc
         self._pool = pool
         try:
-            if self._migrate_on_open:
-                await self.migrate()
-            else:
-                await self.schema_version()
+            async with self.reading("schema_version") as tx:
+                return await self.version(tx, newest)
         except BaseException:
             self._pool = None
             await pool.close()
@@ -140,41 +136,21 @@ class PostgresDb:
             )
         return self._pool
 
-    async def schema_version(self) -> int:
-        """The database's schema version (0 when never migrated); refuses a newer one."""
-        async with self.reading("schema_version") as tx:
-            table = await tx.fetch_value("SELECT to_regclass('schema_version')")
-            found = (
-                0 if table is None else await tx.fetch_value("SELECT version FROM schema_version")
-            )
+    async def version(self, tx: Any, newest: int) -> int:
+        table = await tx.fetch_value("SELECT to_regclass('schema_version')")
+        found = 0 if table is None else await tx.fetch_value("SELECT version FROM schema_version")
         found = int(found or 0)
-        if found > SCHEMA_VERSION:
-            raise PostgresSchemaTooNew(self.name, found, SCHEMA_VERSION)
+        if found > newest:
+            raise PostgresSchemaTooNew(self.name, found, newest)
         return found
 
-    async def migrate(self) -> int:
-        """Apply the missing migrations; idempotent, and safe when replicas start together
-        (one transaction under an advisory lock: the others wait, then find nothing to do)."""
-        async with self.transaction("migrate") as tx:
-            await self.advisory_lock(tx, MIGRATE_LOCK)
-            await tx.execute(VERSION_TABLE)
-            current = int(await tx.fetch_value("SELECT version FROM schema_version") or 0)
-            if current > SCHEMA_VERSION:
-                raise PostgresSchemaTooNew(self.name, current, SCHEMA_VERSION)
-            for _version, statements in steps("postgresql", current):
-                for statement in statements:
-                    if isinstance(statement, str):
-                        await tx.conn.execute(statement)
-                    else:
-                        await statement(tx)
-            if current < SCHEMA_VERSION:
-                await tx.execute(
-                    "INSERT INTO schema_version (singleton, version) VALUES (true, :version) "
-                    "ON CONFLICT (singleton) DO UPDATE SET version = :version, updated_at = now()",
-                    {"version": SCHEMA_VERSION},
-                )
-                logger.info("migrated %s to schema version %d", self.name, SCHEMA_VERSION)
-            return SCHEMA_VERSION
+    async def set_version(self, tx: Any, version: int) -> None:
+        await tx.execute(_VERSION_TABLE)
+        await tx.execute(
+            "INSERT INTO schema_version (singleton, version) VALUES (true, :version) "
+            "ON CONFLICT (singleton) DO UPDATE SET version = :version, updated_at = now()",
+            {"version": version},
+        )
 
     @asynccontextmanager
     async def transaction(self, what: str) -> AsyncIterator[_Tx]:

@@ -61,7 +61,8 @@ class Tx(Protocol):
 
 
 class Db(Protocol):
-    """One database, opened and migrated by `open()`; the store's only way to it."""
+    """One database, the store's only way to it. The store migrates it (`StoreCore`): the
+    database keeps only its version."""
 
     dialect: Dialect
     name: str
@@ -76,7 +77,10 @@ class Db(Protocol):
     exclusive: bool
     """This store is the database's one serving process (SQLite's exclusive lock taken)."""
 
-    async def open(self) -> None: ...
+    async def open(self, newest: int) -> int:
+        """Connect, refusing (`SchemaTooNew`) a database whose schema is newer than `newest`
+        before anything is written to it; the version it is at."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -97,6 +101,14 @@ class Db(Protocol):
     async def advisory_lock(self, tx: Tx, key: int, name: str | None = None) -> None:
         """Serialise this transaction with others holding (`key`, `name`) until it ends
         (PostgreSQL); nothing on SQLite, whose write transactions are serial already."""
+        ...
+
+    async def version(self, tx: Tx, newest: int) -> int:
+        """The schema version (0: never migrated), read in `tx`; refuses one above `newest`."""
+        ...
+
+    async def set_version(self, tx: Tx, version: int) -> None:
+        """Record that the schema is at `version`, in the migration's transaction."""
         ...
 
     def time_in(self, moment: datetime) -> Any: ...

@@ -25,7 +25,6 @@ from typing import Any
 import aiosqlite
 
 from ..errors import DatabaseLocked, DatabaseReplaced, SchemaTooNew, StoreError
-from ..schema import SCHEMA_VERSION, steps
 from .seam import Dialect, Params, Row, json_text, to_text
 
 __all__ = ["SQLiteDb"]
@@ -104,7 +103,7 @@ class _Tx:
 
 
 class SQLiteDb:
-    """The file at `path` (WAL, `synchronous=FULL`), migrated on open.
+    """The file at `path` (WAL, `synchronous=FULL`); its version is `PRAGMA user_version`.
 
     `exclusive=True` is for the one process that serves the bot: opening also takes an
     exclusive lock on the sidecar file `<db>.lock`, held until close, and raises
@@ -129,7 +128,7 @@ class SQLiteDb:
         self._replaced: DatabaseReplaced | None = None
         self.lock = asyncio.Lock()
 
-    async def open(self) -> None:
+    async def open(self, newest: int) -> int:
         if self._conn is not None:
             raise StoreError(f"store {self.name!r} is already open")
         _create_private(self.path)
@@ -140,7 +139,7 @@ class SQLiteDb:
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot open database {self.name!r}: {exc}") from exc
             try:
-                await self._prepare(conn)
+                found = await self._prepare(conn, newest)
             except BaseException:
                 await conn.close()
                 raise
@@ -154,6 +153,7 @@ class SQLiteDb:
             for name, file in (("file", self.path), ("WAL", self._wal))
             if (identity := _identity(file)) is not None
         }
+        return found
 
     @property
     def _wal(self) -> Path:
@@ -195,49 +195,31 @@ class SQLiteDb:
         """A local file always answers: closing it is the quickest stop."""
         await self.close()
 
-    async def _prepare(self, conn: aiosqlite.Connection) -> None:
+    async def _prepare(self, conn: aiosqlite.Connection, newest: int) -> int:
         conn.row_factory = sqlite3.Row
         try:
             await conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             # Read the version before anything that could write (journal_mode writes the header).
             found = await _user_version(conn)
-            if found > SCHEMA_VERSION:
-                raise SchemaTooNew(self.path, found, SCHEMA_VERSION)
+            if found > newest:
+                raise SchemaTooNew(self.path, found, newest)
             await conn.execute("PRAGMA journal_mode = WAL")
             # FULL: a commit is on disk before the caller goes on, even across a power cut; an
             # `executing` mark that could vanish would let a call run twice.
             await conn.execute("PRAGMA synchronous = FULL")
             await conn.execute("PRAGMA foreign_keys = ON")
-            if found < SCHEMA_VERSION:
-                await self._migrate(conn)
+            return found
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open database {self.name!r}: {exc}") from exc
 
-    async def _migrate(self, conn: aiosqlite.Connection) -> None:
-        """One `BEGIN IMMEDIATE` transaction per version, with its `user_version` bump."""
-        while True:
-            await conn.execute("BEGIN IMMEDIATE")
-            try:
-                # Re-read under the write lock: another process may have migrated meanwhile.
-                current = await _user_version(conn)
-                if current > SCHEMA_VERSION:
-                    raise SchemaTooNew(self.path, current, SCHEMA_VERSION)
-                todo = steps("sqlite", current)
-                if not todo:
-                    await conn.execute("COMMIT")
-                    return
-                version, statements = todo[0]
-                for statement in statements:
-                    if isinstance(statement, str):
-                        await conn.execute(statement)
-                    else:
-                        await statement(_Tx(conn))
-                await conn.execute(f"PRAGMA user_version = {version}")
-                await conn.execute("COMMIT")
-                logger.info("migrated %s to schema version %d", self.path, version)
-            except BaseException:
-                await self._rollback(conn)
-                raise
+    async def version(self, tx: Any, newest: int) -> int:
+        found = int(await tx.fetch_value("PRAGMA user_version") or 0)
+        if found > newest:
+            raise SchemaTooNew(self.path, found, newest)
+        return found
+
+    async def set_version(self, tx: Any, version: int) -> None:
+        await tx.execute(f"PRAGMA user_version = {int(version)}")
 
     def connection(self) -> aiosqlite.Connection:
         if self._conn is None:

@@ -6,7 +6,7 @@ step with its SQLite and its PostgreSQL statements side by side.
 """
 
 from .migrations import AUDIT_CHANNEL, MIGRATIONS, SCHEMA_VERSION, Migration, Statement, steps
-from .postgres import VERSION_TABLE, WAKE_CHANNEL
+from .postgres import WAKE_CHANNEL
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AUDIT_CHANNEL",
@@ -14,7 +14,6 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "Migration",
     "SCHEMA_VERSION",
     "Statement",
-    "VERSION_TABLE",
     "WAKE_CHANNEL",
     "steps",
 ]

@@ -6,9 +6,10 @@ tables on both databases, and each step gives its SQLite and its PostgreSQL stat
 side (PostgreSQL has no version 8: its 7 is followed by 9). Never edit a shipped step: add the
 next one to `MIGRATIONS`.
 
-An adapter asks `steps(dialect, found)` for what to apply to a database at version `found`,
-and applies each step with its version bump in one transaction (SQLite), or all of them in one
-transaction under an advisory lock (PostgreSQL), so a crash leaves a whole version.
+The store (`StoreCore._migrate`) asks `steps(dialect, found)` for what to apply to a database
+at version `found`, and applies each step with its version bump in one transaction (SQLite),
+or all of them in one transaction under an advisory lock (PostgreSQL), so a crash leaves a
+whole version.
 """
 
 from __future__ import annotations

@@ -8,15 +8,7 @@ plus the replica bookkeeping: `instances` (one lease per running replica) and th
 
 from __future__ import annotations
 
-__all__ = ["SHIPPED", "VERSION_TABLE", "WAKE_CHANNEL"]
-
-VERSION_TABLE = """
-CREATE TABLE IF NOT EXISTS schema_version (
-    singleton  boolean PRIMARY KEY DEFAULT true CHECK (singleton),
-    version    integer NOT NULL,
-    updated_at timestamptz NOT NULL DEFAULT now()
-)
-"""
+__all__ = ["SHIPPED", "WAKE_CHANNEL"]
 
 _V1 = (
     """

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from agent_core import ChatMessage, ToolApprovalRequest, ToolCallHeld, call_digest
 from bot.store import Store, ToolCallRow
 from tests.support.scripted import call
+from tests.support.store_helpers import begin_run
 
 __all__ = ["DROP", "RESTART", "STATUS", "T0", "Clock", "mention", "paused_session"]
 
@@ -42,7 +43,7 @@ async def paused_session(
     """A session whose last turn paused: two gated calls around one held sibling."""
     session = await store.get_or_create_session("T1", "C1", thread)
     await store.set_requester(session.id, requester)
-    assert await store.begin_run(session.id)
+    assert await begin_run(store, session.id)
     await store.append_messages(session.id, [ChatMessage.user("restart api please")])
     message = ChatMessage.assistant("On it.", (RESTART, STATUS, DROP))
     requests = [

@@ -23,6 +23,7 @@ from bot.store import (
     AllowanceGrant,
     GlassUse,
     OutboxEntry,
+    Ruling,
     Store,
     StoredPreview,
     ToolCallRow,
@@ -99,8 +100,8 @@ async def test_a_decision_writes_its_cards_redraw_and_wakes_the_sender(
     assert await owed(store) == [intent(first.id)]
     # Two approvals of two: each one changes the card (its progress), the newer unsent redraw
     # supersedes the older; a refused click (already decided) owes nothing.
-    await store.decide(second.id, "approved", user_id="UBOB", required_approvals=2)
-    await store.decide(second.id, "approved", user_id="UCAROL", required_approvals=2)
+    await store.decide(second.id, "approved", user_id="UBOB", ruling=Ruling(required_approvals=2))
+    await store.decide(second.id, "approved", user_id="UCAROL", ruling=Ruling(required_approvals=2))
     assert not (await store.decide(first.id, "rejected", user_id="UCAROL")).recorded
     assert await owed(store) == [intent(second.id)]
 
@@ -248,10 +249,10 @@ async def test_break_glass_its_decision_and_its_redraw_commit_together(
     assert await store.review_break_glass(first.id, user_id="UBOB") is not None
     assert await owed(store) == [intent(first.id)] and wakes.count == 3
     # One of two approvals: recorded, glass broken once; the other approver's is a decision.
-    half = await store.break_glass(second.id, GLASS, required_approvals=2)
+    half = await store.break_glass(second.id, GLASS, ruling=Ruling(required_approvals=2))
     assert half.recorded and half.row.status == "pending"
     other = GlassUse("C1", "UERIN", "still down", "adhoc:x")
-    done = await store.break_glass(second.id, other, required_approvals=2)
+    done = await store.break_glass(second.id, other, ruling=Ruling(required_approvals=2))
     assert done.recorded and done.row.status == "approved"
     kept = await store.break_glass_of(second.id)
     assert kept is not None and kept.broken_by == "UDAVE"
@@ -276,7 +277,7 @@ async def test_a_previews_run_and_its_cards_redraw_commit_together(
     store: Store, monkeypatch: pytest.MonkeyPatch, wakes: Wakes
 ) -> None:
     _, [first, _] = await carded(store)
-    await store.decide(first.id, "approved", user_id="UBOB", required_approvals=2)
+    await store.decide(first.id, "approved", user_id="UBOB", ruling=Ruling(required_approvals=2))
     await owed(store)
     await _cut_off(
         monkeypatch,

@@ -9,12 +9,16 @@ import asyncio
 import json
 from datetime import timedelta
 
+import pytest
+
 from agent_core import call_digest, canonical_arguments
 from bot.store import (
     AllowanceGrant,
     AlreadyDecided,
     ArgumentsChanged,
     MoreApprovalsNeeded,
+    Quorum,
+    Ruling,
     Store,
 )
 
@@ -33,7 +37,9 @@ async def test_an_edit_approves_the_edited_call_and_keeps_the_models_arguments(
 ) -> None:
     session_id, rows = await paused_session(store)
     arguments, digest = _edit()
-    outcome = await store.edit_call(rows[0].id, arguments, digest, user_id="UEDIT", rule="ops")
+    outcome = await store.edit_call(
+        rows[0].id, arguments, digest, user_id="UEDIT", ruling=Ruling(rule="ops")
+    )
     assert outcome.recorded and outcome.why is None
     row = outcome.row
     assert (row.status, row.decided_by, row.approvals) == ("approved", "UEDIT", ("UEDIT",))
@@ -60,16 +66,16 @@ async def test_an_edit_that_counts_no_approval_leaves_the_call_pending(store: St
     earlier approvals are dropped, and nobody's approval counts yet."""
     _, rows = await paused_session(store)
     ledger_id = rows[0].id
-    await store.decide(ledger_id, "approved", user_id="UALICE", required_approvals=2)
+    await store.decide(ledger_id, "approved", user_id="UALICE", ruling=Ruling(required_approvals=2))
     arguments, digest = _edit()
     edit = await store.edit_call(
         ledger_id,
         arguments,
         digest,
         user_id="UBOB",
-        rule="ops",
-        policy_rule="tools.restart_service.rules[0]",
-        policy_match="service ~ /web/",
+        ruling=Ruling(
+            rule="ops", policy_rule="tools.restart_service.rules[0]", policy_match="service ~ /web/"
+        ),
         approve=False,
     )
     assert edit.recorded and edit.row.status == "pending" and edit.row.approvals == ()
@@ -86,16 +92,22 @@ async def test_an_edit_that_counts_no_approval_leaves_the_call_pending(store: St
 async def test_an_edit_discards_approvals_of_the_old_arguments(store: Store) -> None:
     _, rows = await paused_session(store)
     ledger_id = rows[0].id
-    first = await store.decide(ledger_id, "approved", user_id="UALICE", required_approvals=2)
+    first = await store.decide(
+        ledger_id, "approved", user_id="UALICE", ruling=Ruling(required_approvals=2)
+    )
     assert first.row.approvals == ("UALICE",)
     arguments, digest = _edit()
-    edit = await store.edit_call(ledger_id, arguments, digest, user_id="UBOB", required_approvals=2)
+    edit = await store.edit_call(
+        ledger_id, arguments, digest, user_id="UBOB", ruling=Ruling(required_approvals=2)
+    )
     assert edit.recorded and edit.row.status == "pending"
     assert edit.row.approvals == ("UBOB",)
     assert edit.why == MoreApprovalsNeeded(1, 2)
     assert (await store.audit_rows())[-1].details["discarded_approvals"] == ["UALICE"]
     # Alice approves again, now the edited call: that completes it.
-    again = await store.decide(ledger_id, "approved", user_id="UALICE", required_approvals=2)
+    again = await store.decide(
+        ledger_id, "approved", user_id="UALICE", ruling=Ruling(required_approvals=2)
+    )
     assert again.recorded and again.row.status == "approved"
     assert again.row.approvals == ("UBOB", "UALICE")
 
@@ -173,7 +185,7 @@ async def test_allow_call_approves_and_creates_the_allowance_together(store: Sto
     _, rows = await paused_session(store)
     ledger_id = rows[0].id
     outcome = await store.allow_call(
-        ledger_id, _grant(), user_id="UBOB", rule="allow_for", digest=rows[0].digest
+        ledger_id, _grant(), user_id="UBOB", ruling=Ruling(rule="allow_for"), digest=rows[0].digest
     )
     assert outcome.decision.recorded and outcome.decision.row.status == "approved"
     assert outcome.allowance is not None
@@ -188,13 +200,37 @@ async def test_allow_call_approves_and_creates_the_allowance_together(store: Sto
     assert len(await store.active_allowances()) == 1
 
 
+async def test_allow_for_approves_with_one_approval_whatever_quorum_the_ruling_names(
+    store: Store,
+) -> None:
+    _, rows = await paused_session(store)
+    two = Quorum(key="tools.restart_service.rules[0]", label="restarts", needed=2)
+    ruling = Ruling(
+        rule="allow_for", policy_rule=two.key, required_approvals=2, requirements=(two,)
+    )
+    outcome = await store.allow_call(rows[0].id, _grant(), user_id="UBOB", ruling=ruling)
+    assert outcome.decision.recorded and outcome.decision.row.status == "approved"
+    assert outcome.allowance is not None
+    (decided,) = [a for a in await store.audit_rows() if a.event == "decision"]
+    assert decided.details["required_approvals"] == 1
+    assert (decided.details["rule"], decided.details["policy_rule"]) == ("allow_for", two.key)
+
+
+def test_a_ruling_needs_at_least_one_approval() -> None:
+    assert Ruling().needs == (Quorum(key="channel", needed=1),)
+    with pytest.raises(ValueError, match="required_approvals must be at least 1, not 0"):
+        Ruling(required_approvals=0)
+
+
 async def test_a_click_bound_to_the_pre_edit_digest_records_nothing(store: Store) -> None:
     _, rows = await paused_session(store)
     ledger_id, shown = rows[0].id, rows[0].digest
     arguments, digest = _edit()
-    await store.edit_call(ledger_id, arguments, digest, user_id="UEDIT", required_approvals=2)
+    await store.edit_call(
+        ledger_id, arguments, digest, user_id="UEDIT", ruling=Ruling(required_approvals=2)
+    )
     stale = await store.decide(
-        ledger_id, "approved", user_id="UBOB", required_approvals=2, digest=shown
+        ledger_id, "approved", user_id="UBOB", ruling=Ruling(required_approvals=2), digest=shown
     )
     assert not stale.recorded and stale.why == ArgumentsChanged(shown, digest)
     assert stale.row.approvals == ("UEDIT",) and stale.row.status == "pending"
@@ -205,7 +241,7 @@ async def test_a_click_bound_to_the_pre_edit_digest_records_nothing(store: Store
     assert [r.details["why"] for r in refusals] == ["arguments_changed"] * 2
     # Bound to what the redrawn card shows, the same click counts.
     fresh = await store.decide(
-        ledger_id, "approved", user_id="UBOB", required_approvals=2, digest=digest
+        ledger_id, "approved", user_id="UBOB", ruling=Ruling(required_approvals=2), digest=digest
     )
     assert fresh.recorded and fresh.row.status == "approved"
 
@@ -217,10 +253,18 @@ async def test_decision_and_refusal_rows_carry_the_policy_rule(store: Store) -> 
     _, rows = await paused_session(store)
     first, second = [r for r in rows if r.needs_approval]
     rule = "tools.restart_service.rules[0]"
-    await store.decide(first.id, "approved", user_id="UBOB", rule="ops", policy_rule=rule)
-    await store.decide(first.id, "approved", user_id="UCAROL", rule="ops", policy_rule=rule)
+    await store.decide(
+        first.id, "approved", user_id="UBOB", ruling=Ruling(rule="ops", policy_rule=rule)
+    )
+    await store.decide(
+        first.id, "approved", user_id="UCAROL", ruling=Ruling(rule="ops", policy_rule=rule)
+    )
     await store.allow_call(
-        second.id, _grant(), user_id="UBOB", rule="allow_for", policy_rule=rule, digest="0" * 64
+        second.id,
+        _grant(),
+        user_id="UBOB",
+        ruling=Ruling(rule="allow_for", policy_rule=rule),
+        digest="0" * 64,
     )
     audited = [a for a in await store.audit_rows() if a.event in ("decision", "refusal")]
     assert [(a.event, a.details["rule"], a.details["policy_rule"]) for a in audited] == [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from bot.store import Store
+from tests.support.store_helpers import votes
 
 from .conftest import StoreFactory
 
@@ -24,7 +25,7 @@ async def test_five_clicks_of_one_person_are_one_vote(store: Store) -> None:
     session = await _session(store)
     outcomes = [await store.vote(session, "1.5", user="U1", value="good") for _ in range(5)]
     assert [o.counted for o in outcomes] == [True, False, False, False, False]
-    assert await store.votes(session, "1.5") == {"U1": "good"}
+    assert await votes(store, session, "1.5") == {"U1": "good"}
     assert await _feedback_rows(store) == [{"actor": "U1", "value": "good", "message_ts": "1.5"}]
 
 
@@ -33,7 +34,7 @@ async def test_a_change_of_mind_counts_the_latest_only(store: Store) -> None:
     await store.vote(session, "1.5", user="U1", value="good")
     changed = await store.vote(session, "1.5", user="U1", value="bad")
     assert changed.counted and changed.replaces == "good"
-    assert await store.votes(session, "1.5") == {"U1": "bad"}
+    assert await votes(store, session, "1.5") == {"U1": "bad"}
     assert (await _feedback_rows(store))[-1] == {
         "actor": "U1",
         "value": "bad",
@@ -47,8 +48,8 @@ async def test_two_people_are_two_votes_and_answers_are_apart(store: Store) -> N
     await store.vote(session, "1.5", user="U1", value="good")
     await store.vote(session, "1.5", user="U2", value="bad")
     await store.vote(session, "2.5", user="U1", value="bad")
-    assert await store.votes(session, "1.5") == {"U1": "good", "U2": "bad"}
-    assert await store.votes(session, "2.5") == {"U1": "bad"}
+    assert await votes(store, session, "1.5") == {"U1": "good", "U2": "bad"}
+    assert await votes(store, session, "2.5") == {"U1": "bad"}
 
 
 async def test_one_persons_clicks_on_two_stores_at_once_are_one_vote(

@@ -9,6 +9,7 @@ import asyncio
 from datetime import timedelta
 
 from bot.store import Store
+from tests.support.store_helpers import record_break_glass
 
 from .conftest import StoreFactory
 from .helpers import Clock
@@ -65,7 +66,8 @@ async def test_break_glass_is_recorded_once_and_reviewed_once_never_by_its_break
     store: Store,
 ) -> None:
     async def record(user: str) -> bool:
-        return await store.record_break_glass(
+        return await record_break_glass(
+            store,
             "L1",
             channel_id="C0OPS",
             user_id=user,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from bot.store import LadderClaim, OutboxEntry, Quorum, Store
+from bot.store import LadderClaim, OutboxEntry, Quorum, Ruling, Store
 
 from .conftest import StoreFactory
 from .helpers import mention, paused_session
@@ -121,7 +121,9 @@ async def test_a_step_lowering_the_quorum_approves_with_its_claim(
     async with new_store(person=mention) as one, new_store(person=mention) as two:
         first, *_, second = await _carded(one)
         for ledger_id in (first, second):
-            outcome = await one.decide(ledger_id, "approved", user_id="U0A", required_approvals=2)
+            outcome = await one.decide(
+                ledger_id, "approved", user_id="U0A", ruling=Ruling(required_approvals=2)
+            )
             assert outcome.recorded and outcome.row.status == "pending"
         a, b = await one.get_call(first), await one.get_call(second)
         assert a is not None and b is not None

@@ -21,6 +21,7 @@ from bot.store import (
     CallExpired,
     MoreApprovalsNeeded,
     NeedsNoApproval,
+    Ruling,
     Store,
     StoreError,
     UnknownCall,
@@ -101,7 +102,9 @@ async def test_racing_decisions_on_two_connections_record_exactly_one(
         _, rows = await paused_session(a)
         for row in (rows[0], rows[2]):
             approve, reject = await asyncio.gather(
-                a.decide(row.id, "approved", user_id="UALICE", team_id="T1", rule="ops"),
+                a.decide(
+                    row.id, "approved", user_id="UALICE", team_id="T1", ruling=Ruling(rule="ops")
+                ),
                 b.decide(row.id, "rejected", user_id="UBOB", team_id="T1", reason="not now"),
             )
             assert approve.recorded != reject.recorded
@@ -136,24 +139,34 @@ async def test_n_of_m_approvals_need_distinct_users(store: Store) -> None:
     _, rows = await paused_session(store)
     ledger_id = rows[0].id
 
-    first = await store.decide(ledger_id, "approved", user_id="U1", required_approvals=2)
+    first = await store.decide(
+        ledger_id, "approved", user_id="U1", ruling=Ruling(required_approvals=2)
+    )
     assert first.recorded and first.row.status == "pending"
     assert first.row.approvals == ("U1",)
     assert first.why == MoreApprovalsNeeded(1, 2)
 
-    repeat = await store.decide(ledger_id, "approved", user_id="U1", required_approvals=2)
+    repeat = await store.decide(
+        ledger_id, "approved", user_id="U1", ruling=Ruling(required_approvals=2)
+    )
     assert not repeat.recorded and repeat.why == AlreadyApprovedByYou()
     assert repeat.row.approvals == ("U1",)
 
     second = await store.decide(
-        ledger_id, "approved", user_id="U2", team_id="T1", required_approvals=2, rule="two-man"
+        ledger_id,
+        "approved",
+        user_id="U2",
+        team_id="T1",
+        ruling=Ruling(required_approvals=2, rule="two-man"),
     )
     assert second.recorded and second.why is None
     assert second.row.status == "approved"
     assert second.row.approvals == ("U1", "U2")
     assert second.row.decided_by == "U2"
 
-    late = await store.decide(ledger_id, "approved", user_id="U3", required_approvals=2)
+    late = await store.decide(
+        ledger_id, "approved", user_id="U3", ruling=Ruling(required_approvals=2)
+    )
     assert not late.recorded
     assert late.why == AlreadyDecided("approved", ("U1", "U2"), T0)
 
@@ -164,7 +177,7 @@ async def test_n_of_m_approvals_need_distinct_users(store: Store) -> None:
 
 async def test_one_rejection_rejects_a_partly_approved_call(store: Store) -> None:
     _, rows = await paused_session(store)
-    await store.decide(rows[0].id, "approved", user_id="U1", required_approvals=3)
+    await store.decide(rows[0].id, "approved", user_id="U1", ruling=Ruling(required_approvals=3))
     outcome = await store.decide(rows[0].id, "rejected", user_id="U2", reason="risky")
     assert outcome.recorded
     assert (outcome.row.status, outcome.row.reason, outcome.row.decided_by) == (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from bot.store import MoreApprovalsNeeded, PreviewChanged, Store, StoredPreview
+from bot.store import MoreApprovalsNeeded, PreviewChanged, Ruling, Store, StoredPreview
 
 from .helpers import T0, paused_session
 
@@ -41,7 +41,11 @@ async def test_a_changed_preview_resets_the_approvals_and_binds_the_next_ones(
     ledger_id = rows[0].id
     await store.set_preview(ledger_id, _preview("replicas: 3\n", "aa"), why="card")
     first = await store.decide(
-        ledger_id, "approved", user_id="U1", required_approvals=2, preview_digest="aa"
+        ledger_id,
+        "approved",
+        user_id="U1",
+        ruling=Ruling(required_approvals=2),
+        preview_digest="aa",
     )
     assert first.recorded and first.why == MoreApprovalsNeeded(1, 2)
 
@@ -50,14 +54,22 @@ async def test_a_changed_preview_resets_the_approvals_and_binds_the_next_ones(
     )
     assert changed is not None and changed.approvals == ()
     late = await store.decide(
-        ledger_id, "approved", user_id="U2", required_approvals=2, preview_digest="aa"
+        ledger_id,
+        "approved",
+        user_id="U2",
+        ruling=Ruling(required_approvals=2),
+        preview_digest="aa",
     )
     assert not late.recorded and late.why == PreviewChanged()
     assert late.row.approvals == ()
 
     for user in ("U1", "U2"):
         outcome = await store.decide(
-            ledger_id, "approved", user_id=user, required_approvals=2, preview_digest="bb"
+            ledger_id,
+            "approved",
+            user_id=user,
+            ruling=Ruling(required_approvals=2),
+            preview_digest="bb",
         )
         assert outcome.recorded
     assert outcome.row.status == "approved"

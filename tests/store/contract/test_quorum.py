@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.store import MoreApprovalsNeeded, Quorum, Shortfall, Store
+from bot.store import MoreApprovalsNeeded, Quorum, Ruling, Shortfall, Store
 
 from .conftest import StoreFactory
 from .helpers import mention, paused_session
@@ -21,7 +21,11 @@ async def test_one_approval_toward_one_rule_leaves_the_others_waiting(store: Sto
     ledger_id = rows[0].id
 
     first = await store.decide(
-        ledger_id, "approved", user_id="UDEP", requirements=BOTH, counts_for=[DEPLOY.key]
+        ledger_id,
+        "approved",
+        user_id="UDEP",
+        ruling=Ruling(requirements=BOTH),
+        counts_for=[DEPLOY.key],
     )
     assert first.recorded and first.row.status == "pending"
     missing = (Shortfall(DROP_DB.key, "drop-db …", 0, 2),)
@@ -30,13 +34,21 @@ async def test_one_approval_toward_one_rule_leaves_the_others_waiting(store: Sto
     assert state is not None and state.counts == {"UDEP": (DEPLOY.key,)}
 
     second = await store.decide(
-        ledger_id, "approved", user_id="UDB1", requirements=BOTH, counts_for=[DROP_DB.key]
+        ledger_id,
+        "approved",
+        user_id="UDB1",
+        ruling=Ruling(requirements=BOTH),
+        counts_for=[DROP_DB.key],
     )
     assert second.row.status == "pending"
     assert second.why == MoreApprovalsNeeded(2, 1, (Shortfall(DROP_DB.key, "drop-db …", 1, 2),))
 
     third = await store.decide(
-        ledger_id, "approved", user_id="UDB2", requirements=BOTH, counts_for=[DROP_DB.key]
+        ledger_id,
+        "approved",
+        user_id="UDB2",
+        ruling=Ruling(requirements=BOTH),
+        counts_for=[DROP_DB.key],
     )
     assert third.recorded and third.why is None and third.row.status == "approved"
     [*_, last] = [r for r in await store.audit_rows() if r.event == "decision"]
@@ -52,12 +64,16 @@ async def test_a_person_in_both_sets_counts_toward_both(store: Store) -> None:
     ledger_id = rows[0].id
     both = [DEPLOY.key, DROP_DB.key]
     first = await store.decide(
-        ledger_id, "approved", user_id="UBOTH", requirements=BOTH, counts_for=both
+        ledger_id, "approved", user_id="UBOTH", ruling=Ruling(requirements=BOTH), counts_for=both
     )
     assert first.row.status == "pending"
     assert first.why == MoreApprovalsNeeded(1, 1, (Shortfall(DROP_DB.key, "drop-db …", 1, 2),))
     second = await store.decide(
-        ledger_id, "approved", user_id="UDB1", requirements=BOTH, counts_for=[DROP_DB.key]
+        ledger_id,
+        "approved",
+        user_id="UDB1",
+        ruling=Ruling(requirements=BOTH),
+        counts_for=[DROP_DB.key],
     )
     assert second.row.status == "approved"
 
@@ -68,7 +84,11 @@ async def test_approvals_toward_one_rule_never_meet_another(store: Store) -> Non
     ledger_id = rows[0].id
     for user in ("UDEP1", "UDEP2", "UDEP3"):
         outcome = await store.decide(
-            ledger_id, "approved", user_id=user, requirements=BOTH, counts_for=[DEPLOY.key]
+            ledger_id,
+            "approved",
+            user_id=user,
+            ruling=Ruling(requirements=BOTH),
+            counts_for=[DEPLOY.key],
         )
         assert outcome.row.status == "pending"
     row = await store.get_call(ledger_id)
@@ -79,14 +99,18 @@ async def test_an_edit_counts_the_editor_toward_their_rules_only(store: Store) -
     _, rows = await paused_session(store)
     row = rows[0]
     await store.decide(
-        row.id, "approved", user_id="UDB1", requirements=BOTH, counts_for=[DROP_DB.key]
+        row.id,
+        "approved",
+        user_id="UDB1",
+        ruling=Ruling(requirements=BOTH),
+        counts_for=[DROP_DB.key],
     )
     edited = await store.edit_call(
         row.id,
         '{"x":1}',
         "d" * 64,
         user_id="UDEP",
-        requirements=BOTH,
+        ruling=Ruling(requirements=BOTH),
         counts_for=[DEPLOY.key],
     )
     assert edited.recorded and edited.row.status == "pending"
@@ -99,7 +123,11 @@ async def test_two_stores_racing_the_last_approvals_decide_once(new_store: Store
         _, rows = await paused_session(a)
         ledger_id = rows[0].id
         await a.decide(
-            ledger_id, "approved", user_id="UDEP", requirements=BOTH, counts_for=[DEPLOY.key]
+            ledger_id,
+            "approved",
+            user_id="UDEP",
+            ruling=Ruling(requirements=BOTH),
+            counts_for=[DEPLOY.key],
         )
         outcomes = await asyncio.gather(
             *(
@@ -107,7 +135,7 @@ async def test_two_stores_racing_the_last_approvals_decide_once(new_store: Store
                     ledger_id,
                     "approved",
                     user_id=f"UDB{i}",
-                    requirements=BOTH,
+                    ruling=Ruling(requirements=BOTH),
                     counts_for=[DROP_DB.key],
                 )
                 for i in range(6)

@@ -23,8 +23,9 @@ from agent_core import (
     render_outcome,
     tool,
 )
-from bot.store import Store, batch_complete
+from bot.store import Ruling, Store, batch_complete
 from tests.support.scripted import ScriptedChatClient, Turn, collect, history_problems
+from tests.support.store_helpers import begin_run
 
 from .conftest import StoreFactory
 from .helpers import DROP, RESTART, STATUS, mention, paused_session
@@ -77,13 +78,13 @@ async def test_recover_interrupts_executing_calls_and_answers_the_rest(
 
 async def test_recover_ends_crashed_runs_with_no_executing_call(store: Store) -> None:
     session = await store.get_or_create_session("T1", "C1", "1.0")
-    assert await store.begin_run(session.id)
+    assert await begin_run(store, session.id)
     # A round that did not pause: its assistant message is stored, no call had started yet.
     await store.append_messages(
         session.id, [ChatMessage.user("status?"), ChatMessage.assistant(None, (STATUS,))]
     )
     quiet = await store.get_or_create_session("T1", "C1", "2.0")
-    assert await store.begin_run(quiet.id)
+    assert await begin_run(store, quiet.id)
 
     recovered = await store.recover()
     by_id = {r.session.id: r for r in recovered}
@@ -106,7 +107,9 @@ async def test_reopening_returns_the_same_sessions_messages_ledger_and_audit(
     async with new_store(person=mention) as store:
         session_id, rows = await paused_session(store)
         await store.set_card(rows[0].id, "C1", "9.9")
-        await store.decide(rows[0].id, "approved", user_id="U1", required_approvals=2)
+        await store.decide(
+            rows[0].id, "approved", user_id="U1", ruling=Ruling(required_approvals=2)
+        )
         await store.audit("note", actor="U1", session_id=session_id, details={"k": [1, "ü"]})
         before = (
             await store.get_session(session_id),
@@ -160,7 +163,7 @@ async def test_pause_and_resume_through_the_agent_across_a_restart(new_store: St
         agent = ChatClientAgent(client, tools=tools, store=store)
         row = await store.get_or_create_session("T1", "C1", "1.0")
         await store.set_requester(row.id, "UREQ")
-        assert await store.begin_run(row.id)
+        assert await begin_run(store, row.id)
         updates = await collect(agent.run("restart api", AgentSession(row.id)))
         assert updates[-1] == Finish(FinishReason.AWAITING_APPROVAL, None)
         requests = [u for u in updates if isinstance(u, ToolApprovalRequest)]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bot.cli._figures import figures
 from bot.cli.report import run_report
-from bot.store import SQLiteStore, Store
+from bot.store import Ruling, SQLiteStore, Store
 
 from .helpers import T0, Clock, mention, paused_session
 
@@ -47,8 +47,8 @@ async def _build(store: Store, clock: Clock) -> None:
     assert row is not None
     assert await store.claim_escalation(row, 1, {"step": 1, "added": ["USECOND"]})
     clock.advance(seconds=40)
-    await store.decide(restart[1], "approved", user_id="UBOB", required_approvals=2)
-    await store.decide(restart[1], "approved", user_id="UDAN", required_approvals=2)
+    await store.decide(restart[1], "approved", user_id="UBOB", ruling=Ruling(required_approvals=2))
+    await store.decide(restart[1], "approved", user_id="UDAN", ruling=Ruling(required_approvals=2))
     await store.set_expiry(drop[1], clock.now)
     await store.set_expiry(drop[2], clock.now)
     clock.advance(seconds=1)

@@ -8,6 +8,7 @@ import pytest
 
 from agent_core import ChatMessage
 from bot.store import InvalidTransition, Store, UnknownSession
+from tests.support.store_helpers import begin_run
 
 from .conftest import StoreFactory
 from .helpers import RESTART, STATUS, T0, Clock, paused_session
@@ -56,7 +57,7 @@ async def test_of_concurrent_run_starts_across_two_stores_exactly_one_wins(
     async with new_store() as a, new_store() as b:
         session = await a.get_or_create_session("T1", "C1", "1.0")
         results = await asyncio.gather(
-            *((a if i % 2 else b).begin_run(session.id) for i in range(20))
+            *(begin_run(a if i % 2 else b, session.id) for i in range(20))
         )
         assert results.count(True) == 1
         row = await b.get_session(session.id)
@@ -67,13 +68,13 @@ async def test_the_named_transitions_move_only_from_their_states(store: Store) -
     session = await store.get_or_create_session("T1", "C1", "1.0")
     assert not await store.end_run(session.id)  # idle: no run to end
     assert not await store.claim_resume(session.id)
-    assert await store.begin_run(session.id)
-    assert not await store.begin_run(session.id)  # one run per thread
+    assert await begin_run(store, session.id)
+    assert not await begin_run(store, session.id)  # one run per thread
     assert await store.end_run(session.id, failed=True, error="the model endpoint said 500")
     failed = await store.get_session(session.id)
     assert failed is not None
     assert (failed.state, failed.error) == ("failed", "the model endpoint said 500")
-    assert await store.begin_run(session.id)  # a failed session takes a new message
+    assert await begin_run(store, session.id)  # a failed session takes a new message
     running = await store.get_session(session.id)
     assert running is not None and (running.state, running.error) == ("running", None)
     assert await store.end_run(session.id)
@@ -84,7 +85,7 @@ async def test_the_named_transitions_move_only_from_their_states(store: Store) -
     with pytest.raises(ValueError, match="only for a failed run"):
         await store.end_run(session.id, error="no")
     with pytest.raises(UnknownSession, match="'nope'"):
-        await store.begin_run("nope")
+        await begin_run(store, "nope")
     for step in (store.end_run, store.claim_resume, store.resume_started):
         with pytest.raises(UnknownSession, match="'nope'"):
             await step("nope")
@@ -96,7 +97,7 @@ async def test_a_resume_goes_from_the_pause_through_resuming_to_running(store: S
     session_id, _ = await paused_session(store)
     with pytest.raises(InvalidTransition, match=f"{session_id!r} is awaiting_approval"):
         await store.resume_started(session_id)
-    assert not await store.begin_run(session_id)  # paused: a new message cannot start a run
+    assert not await begin_run(store, session_id)  # paused: a new message cannot start a run
     assert not await store.end_run(session_id)  # the pause is not ended by the run's end
     assert await store.claim_resume(session_id)
     assert not await store.claim_resume(session_id)
