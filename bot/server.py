@@ -139,12 +139,7 @@ async def started(
     await start_pagerduty(settings, deps.policy, bot.client, deps.tasks, deps.clock)
     deps.tasks.spawn(bot.timer.run(service.expire_due), name="expiry", service=True)
     start_replica_duties(deps.tasks, service, interval=settings.opsgate_heartbeat_seconds)
-    checks: dict[str, ReadinessCheck] = {}
-    if deps.policy.audit.webhook is not None:
-        exporter = AuditExporter(deps.store, deps.policy.audit, metrics, clock=deps.clock)
-        deps.tasks.spawn(exporter.run(), name="audit export", service=True)
-        checks["audit_export"] = exporter.readiness()
-    checks["outbox"] = outbox_check(outbox.stuck_for)
+    checks = {**_audit_export(deps, metrics), "outbox": outbox_check(outbox.stuck_for)}
     # The outbox's sender is owned here: it outlives the runs (their last words are in it) and
     # is stopped, after a short drain, once they have stopped; what is left is sent next start.
     sender = asyncio.create_task(outbox.run(), name="outbox sender")
@@ -162,6 +157,16 @@ async def started(
         finally:
             sender.cancel()
             await _stopped(sender, deps.store)
+
+
+def _audit_export(deps: Deps, metrics: Metrics) -> dict[str, ReadinessCheck]:
+    """The audit log's export to the policy's webhook, when it names one, started as owned
+    work; its readiness check."""
+    if deps.policy.audit.webhook is None:
+        return {}
+    exporter = AuditExporter(deps.store, deps.policy.audit, metrics, clock=deps.clock)
+    deps.tasks.spawn(exporter.run(), name="audit export", service=True)
+    return {"audit_export": exporter.readiness()}
 
 
 async def _stopped(task: asyncio.Task[None], store: Store) -> None:
