@@ -331,7 +331,6 @@ async def _serve_socket_mode(
     """Socket Mode: Slack over a WebSocket; the port serves only health and metrics."""
     assert settings.slack_app_token is not None
     handler = socket_mode_handler(bot.app, settings.slack_app_token.get_secret_value())
-    signing_in.reason = "connecting to Slack (Socket Mode)"
     try:
         await connect_socket_mode(
             handler, signing_in, timeout=max(1.0, settings.opsgate_slack_timeout)
