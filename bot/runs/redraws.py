@@ -10,12 +10,15 @@ the row done. It runs where the front end needs its screen current (before a pro
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from ..store import CARD_REDRAW, OutboxRow
 from .cards import Cards
 
 __all__ = ["LocalRedraws"]
+
+logger = logging.getLogger("opsgate.runs")
 
 _LEASE = timedelta(seconds=60)
 _BATCH = 1000
@@ -38,11 +41,14 @@ class LocalRedraws:
             if not self._ours(row):
                 await store.outbox_later(row.id, self.cards.ctx.clock(), "left to its sender")
                 continue
-            call = await store.get_call(str(row.params.get("ledger_id") or ""))
-            if call is not None:
-                await self.cards.refresh(call)
-                drawn += 1
-            await store.outbox_sent(row.id)
+            try:
+                call = await store.get_call(str(row.params.get("ledger_id") or ""))
+                if call is not None:
+                    await self.cards.refresh(call)
+                    drawn += 1
+                await store.outbox_sent(row.id)
+            except Exception:  # a redraw is not worth ending the chat: drawn again later
+                logger.exception("could not redraw the card of %s", row.params.get("ledger_id"))
         return drawn
 
     def _ours(self, row: OutboxRow) -> bool:
