@@ -1,10 +1,22 @@
-"""Approvals: every authorisation rule in one place, answering with a typed `Verdict`;
-`authorize` is the one path every entry point takes to them."""
+"""Approvals: every authorisation rule in one place (`authorize.py`), answering with a typed
+`Verdict`; `authorize` is the one path every entry point takes to them. `pagerduty.py` says who
+PagerDuty has on call, for the policy's on-call rotations."""
 
-from .gate import Actor, GateAction, GatedCall, authorize
-from .groups import FetchMembers, GroupResolver
-from .rules import Approvals
-from .verdicts import Action, Allowed, RefusalReason, Refused, Verdict, Who
+from .authorize import (
+    Action,
+    Actor,
+    Allowed,
+    Approvals,
+    FetchMembers,
+    GateAction,
+    GatedCall,
+    GroupResolver,
+    RefusalReason,
+    Refused,
+    Verdict,
+    Who,
+    authorize,
+)
 
 __all__ = [
     "Action",

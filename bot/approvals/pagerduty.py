@@ -1,4 +1,4 @@
-"""Who PagerDuty says is on call, for `[oncall.<name>] pagerduty_schedule` (`bot.policy._ladder`).
+"""Who PagerDuty says is on call, for `[oncall.<name>] pagerduty_schedule` (`bot.policy._oncall`).
 
 `GET {PAGERDUTY_API_URL}/oncalls?schedule_ids[]=<id>&earliest=true&include[]=users` (the token
 from `PAGERDUTY_TOKEN`) gives the on-call user's email; Slack's `users.lookupByEmail` maps it

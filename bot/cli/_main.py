@@ -222,7 +222,7 @@ def _plane_command(args: argparse.Namespace) -> Callable[[], int]:
             run=args.exec,
         )
     if args.command == "hook":
-        from ..plane.hook import DEFAULT_WAIT, claude_code_hook
+        from ..plane.cli import DEFAULT_WAIT, claude_code_hook
 
         wait = cli.parse_wait(args.wait)
         return lambda: claude_code_hook(wait=DEFAULT_WAIT if wait is None else wait)
@@ -298,11 +298,13 @@ def run_bot(*, http: bool, port: int | None, verbose: bool = False, host: str | 
     local = load_settings(mode="workspace")
     if not local.slack_bot_token.get_secret_value():
         from ..workspace import LOOPBACK, serve_workspace
+        from .policy import explain_text
 
         # Its one line, not the bot's INFO logs, is what a newcomer reads (-v shows them).
         log_from_settings(local, verbose=verbose, floor="WARNING")
         where = host or LOOPBACK
-        asyncio.run(serve_workspace(local, host=where, port=port or local.opsgate_port))
+        port = port or local.opsgate_port
+        asyncio.run(serve_workspace(local, explain=explain_text, host=where, port=port))
         return 0
     settings = load_settings(mode="http" if http else "socket")
     log_from_settings(settings, verbose=verbose)

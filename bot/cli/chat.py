@@ -17,8 +17,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TextIO
 
-from ..approvals import Allowed, Approvals, Verdict
-from ..approvals.verdicts import Action
+from ..approvals import Action, Allowed, Approvals, Verdict
 from ..policy import GateDecision
 from ..runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
 from ..runs.context import RunContext

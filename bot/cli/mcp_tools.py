@@ -13,16 +13,12 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ..database import DatabaseURL
-from ..errors import BotError
-from ..settings import load_settings
+from bot.errors import McpToolsError
+
+from ..settings import DatabaseURL, load_settings
 from ..store import McpPin, SQLiteStore, StoreError, open_store
 
 __all__ = ["mcp_tools_command", "print_pins"]
-
-
-class McpToolsError(BotError):
-    """`opsgate mcp tools` cannot read the database."""
 
 
 def mcp_tools_command(*, as_json: bool) -> int:

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ..database import DatabaseURL
-from ..settings import load_settings
+from ..settings import DatabaseURL, load_settings
 from ..store import SCHEMA_VERSION, SQLiteStore
 
 __all__ = ["migrate_command", "run_migrate"]

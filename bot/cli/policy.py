@@ -11,12 +11,16 @@ break glass). With
 `--channel`, the channel's approvers apply and its allowances are read from the configured
 database, read-only. Exits 0 whatever the verdict; 1 for a tool the bot does not have (it says
 so, and gives no verdict); 2 when the policy or the arguments are unusable.
+
+The lines `opsgate policy explain` adds about what happens when nobody answers: the
+reminders, each escalation step, and who is on call now for each on-call name.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import sys
 from collections.abc import Sequence
@@ -25,25 +29,24 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from agent_core import Tool, ToolCall
+from bot.errors import BotError, ExplainError
 
 from ..allowances import covers, examples_for, load_shape, offered_shapes, shape_of
-from ..database import DatabaseURL
-from ..errors import BotError
-from ..policy import GateDecision, Policy
-from ..settings import load_settings
+from ..policy import GateDecision, Policy, ladder_for, oncall_now
+from ..settings import DatabaseURL, load_settings
 from ..store import AllowanceRow, SQLiteStore, StoreError, open_store
 from ..tools import load_tools
 from ..words import format_duration
-from ._ladder_lines import ladder_lines
 
-__all__ = ["explain", "explain_command"]
+__all__ = [
+    "explain",
+    "explain_command",
+    "explain_text",
+    "ladder_lines",
+]
 
 COMMAND_TOOL = "run_command"
 BUILT_IN_TOOLS = (COMMAND_TOOL, "http_request")
-
-
-class ExplainError(BotError):
-    """The arguments given to `opsgate policy explain` cannot be read."""
 
 
 def explain_command(args: argparse.Namespace) -> int:
@@ -123,6 +126,17 @@ def explain(
     lines += ladder_lines(policy, decision, now or datetime.now(UTC))
     print("\n".join(lines), file=out)
     return 0
+
+
+def explain_text(policy: Policy, command: str, channel: str | None = None) -> str:
+    """What `opsgate policy explain run_command <command>` prints for this policy (the local
+    workspace's page shows it), or why it cannot."""
+    out = io.StringIO()
+    try:
+        explain(policy, COMMAND_TOOL, command, channel=channel, out=out)
+    except BotError as exc:
+        return f"cannot explain it: {exc}"
+    return out.getvalue()
 
 
 def _freezes(
@@ -271,4 +285,25 @@ def _terms(
     matching, not_matching = examples_for(shape)
     lines.append("  covers: " + " | ".join(matching))
     lines.append("  does not cover: " + " | ".join(not_matching))
+    return lines
+
+
+def ladder_lines(policy: Policy, decision: GateDecision, now: datetime) -> list[str]:
+    """`reminders: …`, `escalate N: …` (for a call that waits) and `on call: …` lines."""
+    lines: list[str] = []
+    if decision.requires_approval and not decision.forbidden:
+        ladder = ladder_for(policy, decision)
+        if ladder.every is not None:
+            every = format_duration(ladder.every)
+            lines.append(f"reminders: every {every} to who may still decide, at most {ladder.most}")
+        for number, step in enumerate(ladder.steps, start=1):
+            quorum = (
+                f", quorum {step.required_approvals}" if step.required_approvals is not None else ""
+            )
+            added = ", ".join(step.approvers)
+            lines.append(
+                f"escalate {number}: after {format_duration(step.after)} add {added}{quorum}"
+            )
+    for name, who in oncall_now(policy, now):
+        lines.append(f"on call: oncall:{name} = {who or 'nobody'}")
     return lines

@@ -4,7 +4,8 @@ Slack-free building blocks: the app wires them in at start-up (`configure_loggin
 `serve_health` or `add_health_routes`) and at the points it counts (`Metrics`).
 """
 
-from .errors import HealthServerError, LogSettingError, ObservabilityError
+from bot.errors import HealthServerError, LogSettingError, ObservabilityError
+
 from .health import (
     CHECK_TIMEOUT,
     HealthServer,

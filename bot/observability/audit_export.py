@@ -27,13 +27,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..policy import AuditPolicy
 from ..store import Store, StoreError
 from ..store.chain import Unreadable, printed
 from ..store.db import utc_now
 from .health import ReadinessCheck
 
-__all__ = ["AuditExportObserver", "AuditExporter"]
+__all__ = ["AuditExportObserver", "AuditExporter", "ExportSettings"]
 
 logger = logging.getLogger("opsgate.audit")
 
@@ -52,13 +51,27 @@ class AuditExportObserver(Protocol):
     def set_audit_export_lag(self, seconds: float) -> None: ...
 
 
+class ExportSettings(Protocol):
+    """`[audit]` as the exporter reads it (`bot.policy.AuditPolicy` is one): the layer that
+    serves the export needs the values, not the policy that validated them."""
+
+    @property
+    def webhook(self) -> str | None: ...
+    @property
+    def batch(self) -> int: ...
+    @property
+    def retry_max(self) -> timedelta: ...
+    @property
+    def unready_after(self) -> int: ...
+
+
 class AuditExporter:
     """Delivers the audit log to `policy.webhook`; `run()` until cancelled."""
 
     def __init__(
         self,
         store: Store,
-        policy: AuditPolicy,
+        policy: ExportSettings,
         observer: AuditExportObserver,
         *,
         clock: Callable[[], datetime] = utc_now,

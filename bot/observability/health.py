@@ -20,8 +20,9 @@ from typing import Final, Protocol
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from ._logformat import mask_secrets
-from .errors import HealthServerError
+from bot.errors import HealthServerError
+
+from .logs import mask_secrets
 from .metrics import Metrics
 
 __all__ = [

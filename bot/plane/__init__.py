@@ -6,6 +6,6 @@ Only light modules are imported here: the CLI's clients must not load Slack's SD
 
 from __future__ import annotations
 
-from .errors import BadRequest, NotOpened, PlaneError, ReceiptInvalid
+from bot.errors import BadRequest, NotOpened, PlaneError, ReceiptInvalid
 
 __all__ = ["BadRequest", "NotOpened", "PlaneError", "ReceiptInvalid"]

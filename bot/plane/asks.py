@@ -8,8 +8,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from bot.errors import BadRequest
+
 from ..policy import PlaneClient, PlanePolicy
-from .errors import BadRequest
 
 __all__ = ["MAX_BODY", "Ask", "Outside", "argv_of", "parse_ask", "place"]
 

@@ -1,9 +1,17 @@
-"""`opsgate ask`, `opsgate receipt verify` and `opsgate exec-approved`: the plane's commands on
-the hosts of other automation. They load no Slack code (and `--help` loads none of this).
+"""`opsgate ask`, `opsgate receipt verify`, `opsgate exec-approved` and `opsgate hook`: the
+plane's commands on the hosts of other automation. They load no Slack code (and `--help`
+loads none of this).
 
 `ask` exits 0 approved (or allowed), 1 rejected or forbidden, 3 expired or `--wait` elapsed,
 2 usage or connection errors; `receipt verify` 0 valid, 1 invalid (one line naming what
-failed)."""
+failed).
+
+`opsgate hook claude-code` is Claude Code's PreToolUse hook. It reads the hook's JSON on stdin,
+asks OpsGate (`Bash` as `run_command` with its `command`; any other tool as
+`claude_code.<tool_name>` with `tool_input` as its arguments, so policy rules can name it),
+and answers allow or deny on stdout once decided. Anything but an approval, including a
+timeout, an expiry or an unreachable OpsGate, is a deny: the hook fails closed.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +22,23 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from bot.errors import PlaneClientError, PlaneError, ReceiptInvalid
 
 from ..words import parse_duration
-from .client import PlaneClientError, ask_and_wait
-from .errors import PlaneError, ReceiptInvalid
-from .verify import check_receipt
+from .client import Asked, ask_and_wait
+from .receipts import check_receipt
 
-__all__ = ["ask_command", "exec_approved_command", "parse_wait", "receipt_verify_command"]
+__all__ = [
+    "DEFAULT_WAIT",
+    "ask_command",
+    "claude_code_hook",
+    "exec_approved_command",
+    "hook_body",
+    "parse_wait",
+    "receipt_verify_command",
+]
 
 
 def parse_wait(text: str | None) -> float | None:
@@ -164,3 +181,68 @@ def exec_approved_command(
     except OSError as exc:
         _say(f"exec-approved: cannot run {command[0]!r}: {exc}")
         return 127
+
+
+DEFAULT_WAIT = 570.0
+"""Seconds to wait for a decision: under the 600 s `timeout` the README's settings give."""
+
+
+def hook_body(event: dict[str, Any]) -> dict[str, Any]:
+    """The approval request for one PreToolUse event."""
+    tool = event.get("tool_name")
+    tool_input = event.get("tool_input")
+    if not isinstance(tool, str) or not tool or not isinstance(tool_input, dict):
+        raise PlaneError("the hook's input has no tool_name and tool_input")
+    if tool == "Bash":
+        body: dict[str, Any] = {
+            "tool": "run_command",
+            "arguments": {"command": str(tool_input.get("command", ""))},
+        }
+    else:
+        body = {"tool": f"claude_code.{tool}", "arguments": tool_input}
+    where = f" in {event['cwd']}" if event.get("cwd") else ""
+    session = f" (session {event['session_id']})" if event.get("session_id") else ""
+    note = str(tool_input.get("description") or "") if tool == "Bash" else ""
+    body["reason"] = f"Claude Code{session}{where}" + (f": {note}" if note else "")
+    return body
+
+
+def _output(decision: str, reason: str) -> dict[str, Any]:
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": decision,
+            "permissionDecisionReason": reason,
+        }
+    }
+
+
+def _verdict(asked: Asked) -> tuple[str, str]:
+    answer = asked.answer
+    state = asked.state
+    if asked.timed_out:
+        return "deny", "OpsGate: no decision in time"
+    who = ", ".join(answer.get("decided_by") or ())
+    if state in ("approved", "allowed"):
+        return "allow", f"OpsGate: {state}" + (f" by {who}" if who else "")
+    why = answer.get("reason") or "no reason given"
+    return "deny", f"OpsGate: {state}" + (f" by {who}" if who else "") + f": {why}"
+
+
+def claude_code_hook(
+    stdin: IO[str] | None = None, stdout: IO[str] | None = None, wait: float = DEFAULT_WAIT
+) -> int:
+    """Always exits 0 with the decision JSON (Claude Code reads it only then)."""
+    source, sink = stdin or sys.stdin, stdout or sys.stdout
+    try:
+        event = json.loads(source.read())
+        if not isinstance(event, dict):
+            raise PlaneError("the hook's input is not a JSON object")
+        decision, reason = _verdict(ask_and_wait(hook_body(event), wait=wait))
+    except PlaneClientError as exc:
+        decision, reason = "deny", f"OpsGate could not decide: {exc}"
+    except (PlaneError, ValueError) as exc:
+        decision, reason = "deny", f"OpsGate hook: {exc}"
+    sink.write(json.dumps(_output(decision, reason)) + "\n")
+    sink.flush()
+    return 0

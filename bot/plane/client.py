@@ -11,20 +11,12 @@ from typing import Any
 
 import httpx
 
-from .errors import PlaneError
+from bot.errors import PlaneClientError
 
-__all__ = ["Asked", "PlaneClientError", "ask_and_wait", "client_from_env"]
+__all__ = ["Asked", "ask_and_wait", "client_from_env"]
 
 LONG_POLL = 55.0
 LINK_POLL = 1.0
-
-
-class PlaneClientError(PlaneError):
-    """The API could not be reached, or refused the request (`status`, when it answered)."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True, slots=True)

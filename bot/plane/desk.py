@@ -2,7 +2,12 @@
 paused batch is its one call, so the same policy verdict, card, outbox, ledger, decisions,
 expiry, audit chain and metrics apply as to the agent's own calls. OpsGate never runs it: the
 run service settles such a session when its batch is decided instead of resuming a model
-(`RunService.maybe_resume`), and the requester polls for the decision and its receipt."""
+(`RunService.maybe_resume`), and the requester polls for the decision and its receipt.
+
+Requests are recorded in group commits (`Recorder`): the requests that arrive while one
+transaction is being written are written together in the next, so a burst costs a few
+transactions, not one each.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from typing import Any
 from agent_core import ToolCall
 from agent_core.events import ToolApprovalRequest
 from agent_core.messages import ChatMessage, call_digest, canonical_arguments
+from bot.errors import NotOpened
 
 from ..allowances import covers, load_shape
 from ..faults import checkpoint
@@ -28,12 +34,63 @@ from ..runs.freezes import freeze_for
 from ..runs.output import PostFailed, Thread
 from ..runs.views import CardRef
 from ..store import AllowanceRow, PlaneRequest, PlaneState, Store, ToolCallRow
+from ..tasks import TaskSupervisor
 from .asks import Ask, Outside, argv_of
-from .errors import NotOpened
 from .receipts import Claims, SigningKey, new_key_pem, sign
-from .recorder import Recorder
 
-__all__ = ["Answer", "PlaneDesk", "call_id_of", "load_signing_key"]
+__all__ = [
+    "Answer",
+    "PlaneDesk",
+    "Recorder",
+    "call_id_of",
+    "load_signing_key",
+]
+
+_Pending = tuple[PlaneRequest, dict[str, Any], "asyncio.Future[tuple[PlaneRequest, bool]]"]
+
+
+class Recorder:
+    """The writer runs as owned work of `tasks` (a graceful stop waits for it)."""
+
+    def __init__(self, store: Store, tasks: TaskSupervisor) -> None:
+        self.store = store
+        self.tasks = tasks
+        self._waiting: list[_Pending] = []
+        self._writing = False
+
+    async def record(
+        self, request: PlaneRequest, audit: dict[str, Any]
+    ) -> tuple[PlaneRequest, bool]:
+        """`Store.plane_record`, committed with whatever else is waiting."""
+        done: asyncio.Future[tuple[PlaneRequest, bool]] = asyncio.get_running_loop().create_future()
+        self._waiting.append((request, audit, done))
+        if not self._writing:
+            self._writing = True
+            try:
+                self.tasks.spawn(self._write(), name="plane requests")
+            except RuntimeError:  # stopping: no owner for it, so this request writes it
+                await self._write()
+        return await done
+
+    async def _write(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                try:
+                    results = await self.store.plane_record_many([(r, a) for r, a, _ in batch])
+                except BaseException as exc:
+                    for _, _, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for (_, _, done), result in zip(batch, results, strict=True):
+                    if not done.done():
+                        done.set_result(result)
+        finally:
+            self._writing = False
+
 
 POLL_INTERVAL = 1.0
 """The longest a long poll waits before reading the store again. A decision made here, or on

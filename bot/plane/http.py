@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from bot.errors import BadRequest
+
 from ..policy import PlanePolicy
 from .asks import MAX_BODY, parse_ask, place
 from .desk import PlaneDesk, load_signing_key
-from .errors import BadRequest
 from .receipts import jwks
 
 if TYPE_CHECKING:

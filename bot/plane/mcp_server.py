@@ -9,7 +9,9 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 
-from .client import PlaneClientError, ask_and_wait
+from bot.errors import PlaneClientError
+
+from .client import ask_and_wait
 
 __all__ = ["request_approval", "serve_mcp", "server"]
 

@@ -18,39 +18,55 @@ Channels can be set up for ops automation in `[channels_policy.<channel id>]`: w
 run there (`trigger`), which integrations' messages may (`allowed_bots`), extra `instructions`
 for the model, the `tools` offered, who approves, and how many runs go at once (`concurrency`).
 
-Modules: `_fields` (the value types), `_model` (the file's sections), `_rules` (one
-`[[tools.<name>.rules]]` entry), `_shell` (shell text to simple commands), `_flags` (why a
-command cannot be judged), `_words` (a word's value), `_wrappers` and `_wrapper_table`
-(peeling `sudo`, `timeout`, ...), `_load` (reading the file and explaining its errors),
-`_policy` (`Policy` and its queries), `_preview` (a rule's preview template), `_gate` (the
-approval gate and its verdict order), `_approvers` (who may decide, as listed), `_freezes`
-(`[[freezes]]`: change freezes), `_changes` (one call's verdict as a value, and whether
-another policy's is looser), `_audit` (`[audit]`: the webhook the audit log is exported
-to), `_errors` (`PolicyError`), `_ladder` (reminders, escalation, on-call).
+Modules: `_fields` (the value types), `_model` (the file's sections: tools, channels, who may
+decide as listed, `[audit]`, `[shadow]`, `[mcp]`, `[plane]`), `_rules` (one
+`[[tools.<name>.rules]]` entry), `_arguments` (argument rules and `preview_args`), `_shell` (shell
+text to simple commands), `_words` (a word's value, and why a command cannot be judged),
+`_wrappers` and `_wrapper_table` (peeling `sudo`, `timeout`, ...), `_load` (reading the file and
+explaining its errors), `_policy` (`Policy` and its queries), `_preview` (a rule's preview
+template), `_gate` (the approval gate and its verdict order), `_mcp` (`[mcp_servers]` and MCP
+tools' gate), `_freezes` (`[[freezes]]`: change freezes), `_changes` (one call's verdict as a
+value, and whether another policy's is looser), `_oncall` (`[oncall.<name>]` and escalation steps
+as written), `_ladder` (a waiting call's reminders and escalation). `PolicyError` is in
+`bot.errors`.
 """
 
 from __future__ import annotations
 
-from ._approvers import ApproverSpec
-from ._audit import AuditPolicy
+from bot.errors import PolicyError
+
 from ._changes import ANYONE, CallVerdict, Direction, call_verdict, compare_verdicts
-from ._errors import PolicyError
 from ._fields import Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import GateDecision, PartVerdict, Requirement
-from ._ladder import (
-    NOBODY_ON_CALL,
-    EscalationStep,
-    Ladder,
-    OncallSpec,
-    added_by,
-    escalated,
-    ladder_for,
-    ladder_tick,
-    oncall_now,
+from ._ladder import Ladder, added_by, escalated, ladder_for, ladder_tick, oncall_now
+from ._mcp import (
+    DEFAULT_CALL_TIMEOUT,
+    DEFAULT_OUTPUT_LIMIT,
+    DEFAULT_START_TIMEOUT,
+    QUARANTINED,
+    McpApproval,
+    McpApprovalMode,
+    McpGated,
+    McpServerConfig,
+    McpServerName,
+    McpToolOverride,
+    mcp_approval,
+    mcp_requires_approval,
+    qualified_name,
+    selects,
 )
-from ._model import ArgumentRule, ChannelPolicy, Defaults, ToolPolicy
-from ._plane import PlaneClient, PlanePolicy
+from ._model import (
+    ApproverSpec,
+    ArgumentRule,
+    AuditPolicy,
+    ChannelPolicy,
+    Defaults,
+    PlaneClient,
+    PlanePolicy,
+    ToolPolicy,
+)
+from ._oncall import NOBODY_ON_CALL, EscalationStep, OncallSpec
 from ._policy import Policy
 from ._preview import DEFAULT_PREVIEW_TTL, PreviewPlan
 from ._rules import Rule, Tier
@@ -64,13 +80,22 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AuditPolicy",
     "CallVerdict",
     "ChannelPolicy",
+    "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_OUTPUT_LIMIT",
     "DEFAULT_PREVIEW_TTL",
+    "DEFAULT_START_TIMEOUT",
     "Defaults",
     "Direction",
     "EscalationStep",
     "FreezeSpec",
     "GateDecision",
     "Ladder",
+    "McpApproval",
+    "McpApprovalMode",
+    "McpGated",
+    "McpServerConfig",
+    "McpServerName",
+    "McpToolOverride",
     "NOBODY_ON_CALL",
     "OncallSpec",
     "ParsedCommand",
@@ -80,6 +105,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "Policy",
     "PolicyError",
     "PreviewPlan",
+    "QUARANTINED",
     "Requirement",
     "Rule",
     "SimpleCommand",
@@ -93,6 +119,10 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "freeze_name",
     "ladder_for",
     "ladder_tick",
+    "mcp_approval",
+    "mcp_requires_approval",
     "oncall_now",
     "parse_command",
+    "qualified_name",
+    "selects",
 ]

@@ -14,8 +14,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, StrictStr
 
-from bot.argument_rule import Regex
 from bot.words import parse_duration
+
+from ._arguments import Regex
 
 __all__ = [
     "DEFAULT_REJECT_REASONS",

@@ -20,13 +20,14 @@ from types import MappingProxyType
 from typing import Any
 
 from agent_core import Tool, ToolCall
-from bot.argument_rule import schema_defaults
 
+from ._arguments import schema_defaults
 from ._model import ToolPolicy
 from ._preview import PreviewPlan, in_context, tool_preview
 from ._programs import layout, risky_options
 from ._rules import TIER_RANK, Rule, Tier, program_is
-from ._shell import FLAG_WORDS, ParsedCommand, SimpleCommand, parse_command
+from ._shell import ParsedCommand, SimpleCommand, parse_command
+from ._words import FLAG_WORDS
 
 __all__ = [
     "COMMAND_TOOL",

@@ -14,12 +14,20 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from bot.tools.mcp.config import McpServerConfig, McpToolOverride
+from bot.errors import PolicyError
 
-from ._errors import PolicyError
 from ._freezes import FreezeSpec
-from ._model import RUN_COMMAND_ONLY, ArgumentRule, ChannelPolicy, Defaults, Rule, ToolPolicy
-from ._plane import PlaneClient, PlanePolicy
+from ._mcp import McpServerConfig, McpToolOverride
+from ._model import (
+    RUN_COMMAND_ONLY,
+    ArgumentRule,
+    ChannelPolicy,
+    Defaults,
+    PlaneClient,
+    PlanePolicy,
+    Rule,
+    ToolPolicy,
+)
 from ._rules import NEEDS_MATCH
 
 __all__ = ["did_you_mean", "explain", "parse_toml", "read_policy_file"]

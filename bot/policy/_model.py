@@ -1,10 +1,36 @@
 """The sections of the policy file as frozen pydantic models (`extra="forbid"`: a typo stops the
-bot). `Policy` itself, the whole file, is in `_policy`."""
+bot). `Policy` itself, the whole file, is in `_policy`.
+
+Beside the tools and channels: who may decide in one channel as the file lists it
+(`ApproverSpec`; the rules that use it, and the user-group lookups, live in `bot.approvals`);
+`[audit]`, where the audit log is exported to (`bot/observability/audit_export.py`); `[shadow]`,
+a second policy judged beside the live one, its verdicts only counted and audited; and `[mcp]`,
+who reviews a changed MCP tool's definition, and where.
+
+The audit webhook receives every audit row, untrusted text included, so it must be https, or
+plain http only to an address that cannot leave the host or the private network (a loopback or
+private IP literal, or `localhost`): a typo must not send the log across the internet in the
+clear. The shadow's `policy` names a file (relative to the policy file's directory);
+`OPSGATE_SHADOW_POLICY` overrides it. A change can so run beside the current policy for a week
+before it is switched on, with `opsgate_shadow_differences_total` and the `shadow_differs` audit
+rows saying where it would have decided otherwise.
+
+`[plane]` and `[plane.clients.<name>]`: which outside automation may ask for approvals.
+
+A client is known by the SHA-256 of its bearer token (the file never holds the token), and may
+ask only for its `tools`, with cards only in its `channels`. No client: the plane is off.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import ipaddress
+from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -12,14 +38,14 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictInt,
     StrictStr,
     model_validator,
 )
 
-from bot.argument_rule import ArgumentRule
-from bot.preview_args import PreviewArgs, check_tool_preview
 from bot.words import format_duration
 
+from ._arguments import ArgumentRule, PreviewArgs, check_tool_preview
 from ._fields import (
     DEFAULT_REJECT_REASONS,
     MAX_SUGGESTED_PROMPTS,
@@ -41,19 +67,26 @@ from ._fields import (
     check_reachable,
     unique,
 )
-from ._ladder import EscalationStep, check_ladder
+from ._oncall import EscalationStep, check_ladder
 from ._rules import Rule
 
 __all__ = [
     "NO_OVERRIDE",
     "RUN_COMMAND_ONLY",
+    "ApproverSpec",
     "ArgumentRule",
+    "AuditPolicy",
     "ChannelPolicy",
     "Defaults",
+    "McpReviewSection",
     "Model",
+    "PlaneClient",
+    "PlanePolicy",
     "Rule",
+    "ShadowSection",
     "ToolPolicy",
     "check_reachable",
+    "webhook_url",
 ]
 
 
@@ -103,7 +136,7 @@ class ToolPolicy(Model):
     before the card is posted; its output is on the card and bound to Approve (run_command's
     previews are its rules' `preview`)."""
     preview_args: PreviewArgs | None = None
-    """The preview tool's arguments, `{name}` filled from the call's (`bot.preview_args`);
+    """The preview tool's arguments, `{name}` filled from the call's (`_arguments`);
     absent: none."""
     preview_ttl: Duration | None = None
     """How old the preview may be when the last approval arrives (default 10m)."""
@@ -149,7 +182,7 @@ class Defaults(Model):
     `remind_max` times) while a call waits."""
     remind_max: Approvals = 3
     escalate: tuple[EscalationStep, ...] = ()
-    """The escalation ladder of calls whose rule has none (`bot.policy._ladder`)."""
+    """The escalation ladder of calls whose rule has none (`_ladder`)."""
     channels: tuple[ChannelId, ...] | None = None
     tools_modules: tuple[StrictStr, ...] = ()
     concurrency: Concurrency = 2
@@ -207,3 +240,124 @@ NO_OVERRIDE = ChannelPolicy()
 
 RUN_COMMAND_ONLY = ("workdir", "timeout", "output_limit", "run_as", "env")
 """Keys of `[tools.run_command]` that no other tool's section takes."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApproverSpec:
+    """Who may decide in one channel. Neither users nor groups means anyone in the channel."""
+
+    users: tuple[str, ...]
+    groups: tuple[str, ...]
+    source: str
+    """Where this list comes from: "defaults.approvers" or "channels_policy.<id>.approvers"."""
+
+    @property
+    def anyone(self) -> bool:
+        return not self.users and not self.groups
+
+
+def webhook_url(url: str) -> str:
+    """`url` if it is https, or http to a loopback or private address; else ValueError."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme not in ("https", "http") or not host:
+        raise ValueError(f"the audit webhook must be an https:// URL, not {url!r}")
+    if parts.username or parts.password:
+        raise ValueError("the audit webhook URL must not hold credentials (they would be logged)")
+    if parts.scheme == "http" and not _local(host):
+        raise ValueError(
+            f"the audit webhook {host!r} is plain http: use https, or http only to a loopback "
+            "or private address"
+        )
+    return url
+
+
+def _local(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
+
+
+class AuditPolicy(Model):
+    """`webhook`: the collector each batch of rows is POSTed to (a JSON array, in seq order,
+    at least once). `batch`: rows per delivery at most. `retry_max`: the longest wait between
+    retries (the wait doubles from one second up to it). `unready_after`: failed deliveries in
+    a row after which `/readyz` reports the export."""
+
+    webhook: Annotated[StrictStr, AfterValidator(webhook_url)] | None = None
+    batch: Annotated[StrictInt, Field(ge=1, le=10_000)] = 100
+    retry_max: Duration = timedelta(minutes=1)
+    unready_after: Annotated[StrictInt, Field(ge=1)] = 5
+
+
+class ShadowSection(Model):
+    policy: StrictStr | None = Field(default=None, min_length=1)
+
+    def path(self, source: str) -> Path | None:
+        """The shadow policy's file; a relative one is found beside `source`, the policy file."""
+        if self.policy is None:
+            return None
+        path = Path(self.policy)
+        base = Path(source).parent if Path(source).is_file() else Path.cwd()
+        return path if path.is_absolute() else base / path
+
+
+class McpReviewSection(Model):
+    """`[mcp]`: where a changed MCP tool's review card goes (`review_channel`; without it the
+    change is only logged) and who may accept the new definition (`mcp_admins`: user and
+    user-group ids)."""
+
+    review_channel: ChannelId | None = None
+    mcp_admins: tuple[ApproverId, ...] = ()
+
+
+def _sha256_hex(value: str) -> str:
+    text = value.strip().lower()
+    if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+        raise ValueError("must be the SHA-256 of the token in hex (64 characters)")
+    return text
+
+
+ClientName = Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class PlaneClient(Model):
+    """`[plane.clients.<name>]`: one outside caller."""
+
+    token_sha256: Annotated[StrictStr, AfterValidator(_sha256_hex)]
+    channels: tuple[ChannelId, ...] = ()
+    """Where its cards may go; the first is its default (none: `[plane] channel` only)."""
+    tools: tuple[ToolName, ...] = ("run_command",)
+    """What it may ask for."""
+    requester: ApproverId | None = None
+    """The Slack user shown as requester when a call names none (self-approval is judged
+    against it)."""
+
+
+class PlanePolicy(Model):
+    """`[plane]`: the approval plane for other automation."""
+
+    channel: ChannelId | None = None
+    """Where cards go when neither the call nor its client names a channel."""
+    receipt_ttl: Duration = timedelta(minutes=15)
+    """How long a receipt stays valid after the decision."""
+    clients: dict[ClientName, PlaneClient] = Field(default_factory=dict)
+
+    @property
+    def on(self) -> bool:
+        """Whether any client may ask (else the API answers 404)."""
+        return bool(self.clients)
+
+    def client_for(self, token: str) -> str | None:
+        """The name of the client whose token this is; every client is compared, each in
+        constant time, so the answer's timing does not say which digest came close."""
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        found: str | None = None
+        for name, client in self.clients.items():
+            if hmac.compare_digest(digest, client.token_sha256):
+                found = name
+        return found

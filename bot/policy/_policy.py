@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,26 +10,17 @@ from typing import Annotated, Any
 from pydantic import Field, PrivateAttr, StrictStr, ValidationError, model_validator
 
 from agent_core import Tool, ToolCall
-from bot.tools.mcp.config import McpServerConfig, McpServerName
-from bot.tools.mcp.tool import McpTool
+from bot.errors import PolicyError
 
-from ._approvers import ApproverSpec
-from ._audit import AuditPolicy
-from ._errors import PolicyError
 from ._fields import GROUP_ID, ChannelId, Trigger
 from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import COMMAND_TOOL, GateDecision, approval_summary, built_in_tools, decide
-from ._ladder import (
-    NOBODY_ON_CALL,
-    OncallSpec,
-    Paged,
-    Unpaged,
-    check_oncall_names,
-    nobody_on_call,
-    resolve,
-)
 from ._load import did_you_mean, explain, parse_toml, read_policy_file
 from ._mcp import (
+    McpServerConfig,
+    McpServerName,
+    is_mcp,
+    mcp_approval_summary,
     mcp_decision,
     misplaced_mcp_sections,
     offered_tools,
@@ -39,14 +30,26 @@ from ._mcp import (
 from ._model import (
     NO_OVERRIDE,
     RUN_COMMAND_ONLY,
+    ApproverSpec,
+    AuditPolicy,
     ChannelPolicy,
     Defaults,
+    McpReviewSection,
     Model,
+    PlanePolicy,
+    ShadowSection,
     ToolPolicy,
     check_reachable,
 )
-from ._plane import PlanePolicy
-from ._shadow import McpReviewSection, ShadowSection
+from ._oncall import (
+    NOBODY_ON_CALL,
+    OncallSpec,
+    Paged,
+    Unpaged,
+    nobody_on_call,
+    oncall_name,
+    resolve,
+)
 
 __all__ = ["Policy"]
 
@@ -72,9 +75,9 @@ class Policy(Model):
     oncall: dict[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]+$")], OncallSpec] = Field(
         default_factory=dict
     )
-    """`[oncall.<name>]`: who an approver entry `oncall:<name>` is (`bot.policy._ladder`)."""
+    """`[oncall.<name>]`: who an approver entry `oncall:<name>` is (`_oncall`)."""
     plane: PlanePolicy = PlanePolicy()
-    """`[plane]`: outside automation that may ask for approvals (`bot.policy._plane`)."""
+    """`[plane]`: outside automation that may ask for approvals (`_model.PlanePolicy`)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
     _paged: Paged | None = PrivateAttr(default=None)
@@ -131,7 +134,7 @@ class Policy(Model):
                         f"tools.{name}.rules[{index}]: `prefix` matches shell commands, so it is "
                         f"for [[tools.{COMMAND_TOOL}.rules]] only; use `argument` and `pattern`"
                     )
-        check_oncall_names(self)
+        _check_oncall_names(self)
         lists = {channel: c.tools for channel, c in self.channels_policy.items()}
         problem = unknown_wildcards(lists, self.mcp_servers) or misplaced_mcp_sections(
             self.tools, self.mcp_servers
@@ -361,14 +364,14 @@ class Policy(Model):
 
     def approval_summary(self, tool: Tool | str) -> str:
         """When calls of a tool wait for a human, in a few words (for `/opsgate help`)."""
-        if isinstance(tool, McpTool):
-            return tool.approval_summary()
+        if is_mcp(tool):
+            return mcp_approval_summary(tool)
         return approval_summary(tool, self.tools, self._built_in)
 
     def decide(self, tool: Tool | str, call: ToolCall) -> GateDecision:
         """Whether `call` waits for a human, and which rule decided (see `_gate.decide`; an
         MCP tool decides by its server's settings, see `_mcp.mcp_decision`)."""
-        if isinstance(tool, McpTool):
+        if is_mcp(tool):
             return mcp_decision(tool, call)
         return decide(tool, call, self.tools, self._built_in)
 
@@ -430,3 +433,27 @@ class Policy(Model):
     def rule_for(self, tool_name: Tool | str, call: ToolCall) -> str:
         """A human-readable name of the rule that applies to `call`, for the audit log."""
         return self.decide(tool_name, call).rule
+
+
+def _check_oncall_names(policy: Policy) -> None:
+    """Every `oncall:<name>` the file uses names an `[oncall.<name>]` section."""
+    lists: list[tuple[str, Sequence[str]]] = [("defaults.approvers", policy.defaults.approvers)]
+    lists += [
+        (f"defaults.escalate[{i}].approvers", s.approvers)
+        for i, s in enumerate(policy.defaults.escalate)
+    ]
+    for channel, own in policy.channels_policy.items():
+        lists.append((f"channels_policy.{channel}.approvers", own.approvers or ()))
+    for tool, section in policy.tools.items():
+        for index, rule in enumerate(section.rules):
+            where = f"tools.{tool}.rules[{index}]"
+            lists.append((f"{where}.approvers", rule.approvers or ()))
+            lists += [
+                (f"{where}.escalate[{i}].approvers", s.approvers)
+                for i, s in enumerate(rule.escalate or ())
+            ]
+    for key, entries in lists:
+        for entry in entries:
+            name = oncall_name(entry)
+            if name is not None and name not in policy.oncall:
+                raise ValueError(f"{key} names {entry!r} but there is no [oncall.{name}] section")

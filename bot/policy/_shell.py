@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from ._flags import FLAG_WORDS, UNJUDGEABLE, Flag
 from ._words import (
     HARMLESS_TARGETS,
+    UNJUDGEABLE,
+    Flag,
     backquoted,
     globbed,
     literal,
@@ -37,7 +38,7 @@ from ._words import (
 )
 from ._wrappers import DEFERRED, SHELLS, WRAPPERS, evaluates, find_exec, peel, shell_script
 
-__all__ = ["FLAG_WORDS", "UNJUDGEABLE", "Flag", "ParsedCommand", "SimpleCommand", "parse_command"]
+__all__ = ["ParsedCommand", "SimpleCommand", "parse_command"]
 
 _MAX_DEPTH = 4
 _STRUCTURE = frozenset(

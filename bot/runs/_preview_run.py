@@ -17,10 +17,10 @@ from ..tools.preview import (
     PREVIEW_TIMEOUT,
     PreviewResult,
     failed_preview,
+    read_inputs,
     run_preview,
     run_tool_preview,
 )
-from ..tools.preview_inputs import read_inputs
 from .context import RunContext, thread_of
 from .views import CardPreview, preview_file
 

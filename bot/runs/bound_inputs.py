@@ -20,7 +20,7 @@ from agent_core import AgentRunOptions, Tool, ToolError
 from agent_core.tools import current_call_id
 
 from ..store import StoredInput, ToolCallRow
-from ..tools.preview_inputs import changed_inputs
+from ..tools.preview import changed_inputs
 from .context import RunContext
 
 __all__ = ["FileChanged", "bound_options"]

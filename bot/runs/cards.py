@@ -19,11 +19,10 @@ from typing import Literal
 from agent_core import Tool, ToolCall
 
 from ..allowances import Shape, offered_shapes, shape_of
-from ..policy import GateDecision, added_by, escalated
+from ..policy import QUARANTINED, GateDecision, added_by, escalated
 from ..store import Ruling, ToolCallRow, card_state
 from ..tools import tool_summary
 from ..tools.mcp import McpTool
-from ..tools.mcp.pins import QUARANTINED
 from ..words import format_duration
 from ._preview_run import card_preview, ensure_preview
 from .card_facts import absent_allow, card_parts, model_reason

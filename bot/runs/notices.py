@@ -14,7 +14,7 @@ from typing import Literal
 
 from agent_core.outcomes import CallOutcome
 
-from ..approvals.verdicts import Refused
+from ..approvals import Refused
 from ..store.reasons import CancelReason, DecisionReason
 from ..store.states import CardLock
 from ..words import format_duration

@@ -20,10 +20,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..policy import McpServerConfig
 from ..store import ListedTool, McpPin, Store
 from ..tools.mcp import McpTool
-from ..tools.mcp.config import McpServerConfig
-from ..tools.mcp.pins import ToolDefinition, changed_fields, definition_of
+from ..tools.mcp.tool import ToolDefinition, changed_fields, definition_of
 
 __all__ = ["pin_mcp_tools", "repin_listing"]
 

@@ -25,7 +25,7 @@ from ..policy import Policy
 from ..runs.service import RunService
 from ..store import McpPin, OutboxEntry, Store
 from ..tools.mcp import McpTool
-from ..tools.mcp.pins import ToolDefinition, changed_fields
+from ..tools.mcp.tool import ToolDefinition, changed_fields
 from .answers import refusal_text
 
 __all__ = ["ACTION_MCP_ACCEPT", "ACTION_MCP_KEEP", "post_reviews", "register", "review_blocks"]

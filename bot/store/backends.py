@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bot.database import SCHEMES, DatabaseURL, url_scheme
+from bot.settings import SCHEMES, DatabaseURL, url_scheme
 
 from .errors import StoreError
 from .store import Store

@@ -185,7 +185,7 @@ class StoredInput(BaseModel):
 class StoredPreview(BaseModel):
     """One run of a call's preview (a rule's read-only command): what the card shows and the
     approval is bound to (`digest`, the SHA-256 of `output`, and of `inputs` when there are
-    any: `bot.tools.preview_inputs.bound_digest`)."""
+    any: `bot.tools.preview.bound_digest`)."""
 
     model_config = _FROZEN
 
@@ -203,7 +203,7 @@ class StoredPreview(BaseModel):
     arguments: str | None = None
     """Its arguments, canonical JSON."""
     inputs: tuple[StoredInput, ...] = ()
-    """The files it read and their digests (`bot.tools.preview_inputs`): the run checks them
+    """The files it read and their digests (`bot.tools.preview`): the run checks them
     first and refuses if any changed."""
 
 

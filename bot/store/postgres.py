@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable
 from datetime import datetime
 
-from bot.database import redact_url as redact
+from bot.settings import redact_url as redact
 
 from .db import utc_now
 from .db.postgres import PostgresDb

@@ -1,22 +1,23 @@
 """Built-in chat-ops tools (`run_command`, `http_request`) and loading teams' own tools."""
 
-from ._loader import ToolLoadError, load_tool, load_tools
-from ._run_as import RunAs, RunAsError, privilege_warnings, resolve_run_as
+from ..errors import RunAsError, ShellMissing, ToolEnvironmentError, ToolLoadError
+from ._loader import load_tool, load_tools
+from ._run_as import RunAs, privilege_warnings, resolve_run_as
 from .command import (
+    BASH,
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
+    checked_shell,
     make_run_command,
     protect_process_environment,
 )
 from .environment import (
     BASE_NAMES,
     BASE_PREFIXES,
-    ToolEnvironmentError,
     base_environment,
     tool_environment,
 )
 from .http import SAFE_METHODS, http_gate, make_http_request
-from .shell import BASH, ShellMissing, checked_shell
 from .summary import BUILT_IN_SUMMARIES, tool_summary
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here

@@ -11,13 +11,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from agent_core import Tool
-from bot.errors import BotError
+from bot.errors import ToolLoadError
 
-__all__ = ["ToolLoadError", "load_tool", "load_tools"]
-
-
-class ToolLoadError(BotError):
-    """A custom tool could not be loaded: bad path, failed import, or not an agent_core tool."""
+__all__ = ["load_tool", "load_tools"]
 
 
 def _split(import_path: str) -> tuple[str, str]:

@@ -19,18 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BotError
+from bot.errors import RunAsError
 
-__all__ = ["RunAs", "RunAsError", "privilege_warnings", "resolve_run_as"]
+__all__ = ["RunAs", "privilege_warnings", "resolve_run_as"]
 
 
 _CAP_KILL, _CAP_SETGID, _CAP_SETUID = 5, 6, 7
 _SWITCH_CAPABILITIES = (1 << _CAP_KILL) | (1 << _CAP_SETGID) | (1 << _CAP_SETUID)
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
-
-
-class RunAsError(BotError):
-    """`run_as` names a user that does not exist, or one the bot cannot switch to."""
 
 
 @dataclass(frozen=True, slots=True)

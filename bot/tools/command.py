@@ -6,7 +6,14 @@ process group (a shell's background children die with it), and a cap on the outp
 kept, so a chatty command cannot flood the model's context or the bot's memory.
 `protect_process_environment` keeps the child from reading the secrets out of the bot's own
 `/proc/<pid>/environ` instead. The text runs as it was judged, byte for byte: `bash -c TEXT`
-(`bot.tools.shell`), never re-quoted or rebuilt from parsed words.
+(below), never re-quoted or rebuilt from parsed words.
+
+Commands run under bash, named by its path and checked at start-up (`checked_shell`). The policy
+judges a command by parsing it as bash (tree-sitter-bash), so the text must run under bash, not
+whatever `/bin/sh` is on the host (dash, busybox ash): two shells read some texts differently,
+and then what runs is not what was judged. The path is fixed, not looked up on a `PATH` someone
+could change, and a host without it stops the bot at start-up (and `opsgate check`) naming the
+path, rather than failing every command later.
 """
 
 from __future__ import annotations
@@ -27,19 +34,35 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from agent_core import FunctionTool, ToolError, ToolTimeout, tool
+from bot.errors import ShellMissing
 
 from ._run_as import RunAs
 from .environment import expand_variables, tool_environment
-from .shell import BASH, checked_shell
 
 __all__ = [
+    "BASH",
     "DEFAULT_OUTPUT_LIMIT",
     "DEFAULT_TIMEOUT",
     "Finished",
+    "checked_shell",
     "make_run_command",
     "protect_process_environment",
     "run_argv",
 ]
+
+BASH = Path("/bin/bash")
+"""The shell every `run_command` command runs under, as `bash -c <command text>`."""
+
+
+def checked_shell(path: Path = BASH) -> Path:
+    """`path` if it is an executable file; `ShellMissing` naming it otherwise."""
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise ShellMissing(
+            f"run_command runs commands with {str(path)!r} (the policy judges them as bash), "
+            "and there is no executable file there; install bash"
+        )
+    return path
+
 
 logger = logging.getLogger("bot.tools.command")
 

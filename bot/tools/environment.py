@@ -14,12 +14,13 @@ import os
 import re
 from collections.abc import Mapping
 
+from bot.errors import ToolEnvironmentError
+
 from ..errors import BotError
 
 __all__ = [
     "BASE_NAMES",
     "BASE_PREFIXES",
-    "ToolEnvironmentError",
     "base_environment",
     "expand_variables",
     "tool_environment",
@@ -31,10 +32,6 @@ BASE_PREFIXES = ("LC_",)
 """Prefixes of names copied from the bot's environment (the locale's categories)."""
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class ToolEnvironmentError(BotError):
-    """A tool's `env` uses a `${VAR}` the bot's environment does not set."""
 
 
 def _passed(name: str, value: str) -> bool:

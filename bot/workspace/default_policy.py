@@ -1,25 +1,22 @@
 """The policy the local workspace runs when none is given (`default_policy.toml`, package data):
 free reads, a card for anything else, two approvers for `rm` and `kubectl delete` (with a
 preview of what an `rm` would remove), `rm -rf /` forbidden, an "Allow for" window, and
-`#alerts` as an alert channel. Its page explains any command through `policy explain`.
+`#alerts` as an alert channel. Its page explains any command through `policy explain`'s text,
+which the command that serves the workspace hands over (`Page(explain=...)`).
 """
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ..cli.policy import COMMAND_TOOL, explain
-from ..errors import BotError
 from ..policy import Policy
 
 __all__ = [
     "DEFAULT_POLICY_NAME",
     "PolicyText",
     "default_policy_text",
-    "explain_command",
     "workspace_policy",
 ]
 
@@ -47,13 +44,3 @@ def workspace_policy(path: Path | None) -> tuple[Policy, PolicyText]:
     text = default_policy_text()
     source = f"built-in {DEFAULT_POLICY_NAME}"
     return Policy.from_toml(text, source=source), PolicyText(source, text, built_in=True)
-
-
-def explain_command(policy: Policy, command: str, channel: str | None = None) -> str:
-    """What `opsgate policy explain run_command <command>` prints for this policy."""
-    out = io.StringIO()
-    try:
-        explain(policy, COMMAND_TOOL, command, channel=channel, out=out)
-    except BotError as exc:
-        return f"cannot explain it: {exc}"
-    return out.getvalue()

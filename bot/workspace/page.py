@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -20,7 +20,7 @@ from aiohttp import web
 
 from ..policy import Policy
 from . import events
-from .default_policy import PolicyText, explain_command
+from .default_policy import PolicyText
 from .directory import ALERT_BOT, BOT, CHANNELS, PEOPLE, TEAM, Channel, channel_named, dm_of, person
 from .events import EventSender
 from .state import WorkspaceState
@@ -55,6 +55,7 @@ class Page:
         policy: Policy,
         policy_text: PolicyText,
         model_note: str | None,
+        explain: Callable[[Policy, str], str],
     ) -> None:
         self.state = state
         self.sender = sender
@@ -63,6 +64,8 @@ class Page:
         self.policy_text = policy_text
         self.model_note = model_note
         """What the page says of the model ("demo model: …"), None for a real one."""
+        self.explain = explain
+        """`opsgate policy explain run_command COMMAND`'s text for a policy."""
         self._hooks: dict[str, _Hook] = {}
 
     def routes(self) -> list[web.RouteDef]:
@@ -140,7 +143,7 @@ class Page:
 
     async def _explain(self, request: web.Request) -> web.Response:
         command = request.query.get("command", "").strip()
-        answer = explain_command(self.policy, command) if command else ""
+        answer = self.explain(self.policy, command) if command else ""
         return web.json_response(
             {"source": self.policy_text.source, "text": self.policy_text.text, "explain": answer}
         )

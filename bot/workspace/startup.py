@@ -15,6 +15,7 @@ import logging
 import secrets
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -101,9 +102,15 @@ def _stop_on_signals() -> asyncio.Event:
 
 
 async def serve_workspace(
-    settings: Settings, *, host: str = LOOPBACK, port: int, out: TextIO = sys.stdout
+    settings: Settings,
+    *,
+    explain: Callable[[Policy, str], str],
+    host: str = LOOPBACK,
+    port: int,
+    out: TextIO = sys.stdout,
 ) -> None:
-    """Serve the local workspace on `host`:`port` until SIGINT or SIGTERM."""
+    """Serve the local workspace on `host`:`port` until SIGINT or SIGTERM; its page explains a
+    command with `explain` (`policy explain`'s text, from the command line's side)."""
     protect_process_environment()
     stop = _stop_on_signals()
     base_url = f"http://{LOOPBACK}:{port}"
@@ -123,6 +130,7 @@ async def serve_workspace(
             policy=policy,
             policy_text=policy_text,
             model_note=note,
+            explain=explain,
         )
         web_app = web.Application(middlewares=[_loopback_only(port)] if host == LOOPBACK else [])
         web_app.add_routes(

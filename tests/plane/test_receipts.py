@@ -8,9 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from bot.plane.errors import ReceiptInvalid
-from bot.plane.receipts import Claims, SigningKey, jwks, new_key_pem, public_keys, sign, verify
-from bot.plane.verify import check_receipt, load_keys
+from bot.errors import ReceiptInvalid
+from bot.plane.receipts import (
+    Claims,
+    SigningKey,
+    check_receipt,
+    jwks,
+    load_keys,
+    new_key_pem,
+    public_keys,
+    sign,
+    verify,
+)
 
 NOW = 1_800_000_000
 

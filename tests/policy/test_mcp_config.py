@@ -11,17 +11,16 @@ import pytest
 from pydantic import ValidationError
 
 from agent_core import Tool
+from bot.policy import McpServerConfig, McpServerName, mcp_approval, selects
 from bot.tools.mcp import (
     INHERITED,
     McpAnnotations,
     McpConfigError,
-    McpServerConfig,
     McpTool,
     expand_variables,
-    selects,
     server_environment,
 )
-from bot.tools.mcp._results import cap, result_text
+from bot.tools.mcp.tool import cap, result_text
 
 
 def config(**values: Any) -> McpServerConfig:
@@ -83,8 +82,6 @@ def test_a_bad_setting_is_refused_with_its_key(values: dict[str, Any], message: 
 
 def test_server_names_cannot_make_ambiguous_tool_names() -> None:
     from pydantic import TypeAdapter
-
-    from bot.tools.mcp import McpServerName
 
     names = TypeAdapter(McpServerName)
     assert names.validate_python("git-prod_2") == "git-prod_2"
@@ -224,7 +221,7 @@ def test_approval_is_decided_per_call(
     rule: str,
 ) -> None:
     tool = make_tool(annotations, **server)
-    decision = tool.decide(arguments)
+    decision = mcp_approval(tool, arguments)
     assert decision.required is required and tool.needs_approval(arguments) is required
     assert rule in decision.rule
 

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from bot.cli.check import run_check
-from bot.database import DatabaseURL
 from bot.errors import SettingsError
-from bot.settings import Settings, load_settings
+from bot.settings import DatabaseURL, Settings, load_settings
 from bot.store.postgres import SCHEMA_VERSION, PostgresStore
 from tests.support.postgres import postgres_cluster, postgres_url
 

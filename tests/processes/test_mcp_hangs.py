@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent_core import ToolError, ToolTimeout
 from bot.observability import Metrics
-from bot.policy import Policy
-from bot.tools.mcp import McpServerConfig, McpServers
+from bot.policy import McpServerConfig, Policy
+from bot.tools.mcp import McpServers
 from tests.support.harness import running_bot
 
 DEMO = str(Path(__file__).parent.parent / "mcp_servers" / "demo_server.py")

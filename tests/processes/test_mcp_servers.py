@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from agent_core import ToolError
+from bot.policy import McpServerConfig
 from bot.tools.mcp import (
     INHERITED,
     McpConfigError,
-    McpServerConfig,
     McpServers,
     McpStartError,
     McpTool,

@@ -12,7 +12,7 @@ from typing import Any
 
 from bot.policy import Policy
 from bot.slack.ids import ACTION_FIELD, ACTION_RERUN_PREVIEW, CALLBACK_EDIT
-from bot.tools.preview_inputs import bound_digest, read_inputs
+from bot.tools.preview import bound_digest, read_inputs
 from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools
 from tests.scenarios.test_home_and_allowances import _open_home
 from tests.support.harness import Bot, running_bot

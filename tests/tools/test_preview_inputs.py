@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.tools.preview_inputs import (
+from bot.tools.preview import (
     DIRECTORY_FILES,
     bound_digest,
     changed_inputs,
@@ -77,7 +77,7 @@ def test_the_bound_digest_covers_output_and_files(tmp_path: Path) -> None:
 def test_a_file_too_large_to_bind_cannot_pass(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("bot.tools.preview_inputs.INPUT_BYTES", 4)
+    monkeypatch.setattr("bot.tools.preview.INPUT_BYTES", 4)
     (tmp_path / "big.yaml").write_text("12345")
     [read] = read_inputs(["big.yaml"], (), tmp_path)
     assert read.state == "unreadable" and (read.why or "").startswith("larger than")

@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from bot.database import redact_url
+from bot.settings import redact_url
 
 from ..errors import PostgresSchemaTooNew, StoreError
 from .seam import Dialect, Params, Row, aware, json_text, numbered

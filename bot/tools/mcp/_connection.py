@@ -6,11 +6,23 @@ waiting); a server that then does not answer a ping is hung, so it is restarted,
 crash. Each call's outcome and each restart are logged and counted (`McpObserver`).
 
 The tools are listed again after each restart and whenever the server says its list changed
-(`_listing`); each such listing is handed to `relisted`, where the pins are checked.
+(`tool.list_tools`, `ListChanges`); each such listing is handed to `relisted`, where the pins
+are checked.
 
 The SDK's client is an anyio context manager that must be entered and left in one task, so each
 server gets its own supervisor task (owned here, cancelled on `aclose`); callers in other tasks
 only send requests over the open session.
+
+A stdio server starts with its own `env` and the allowlisted basics only. The bot's environment
+holds its secrets (SLACK_*, OPENAI_*, OTEL_*, whatever `.env` loaded) and the other servers'
+`env`, so a server inherits nothing but `bot.tools.environment`'s basics (`PATH`, `HOME`,
+`LANG`, `LC_*`, `TZ`, `TERM`). The SDK's `stdio_client` merges its own defaults (`USER`,
+`LOGNAME`, `SHELL`, …) over the mapping it is given, so the server is started through
+`env -u NAME…` for each of those we do not pass: the set is ours, and tests assert it.
+
+Call outcomes and restarts are reported to an `McpObserver`: `bot.observability.Metrics`
+implements it (the method names are the same), so this package never calls prometheus-client
+itself.
 """
 
 from __future__ import annotations
@@ -18,33 +30,105 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO, runtime_checkable
 
 import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from agent_core import ToolError, ToolTimeout
+from bot.errors import McpConfigError, McpStartError
 from bot.observability.metrics import McpCallOutcome
+from bot.policy import McpServerConfig
 from bot.words import format_duration
 
-from ._environment import server_command, server_environment
-from ._listing import ListChanges, list_tools
-from ._results import result_text
-from .config import McpServerConfig, expand_variables
-from .errors import McpConfigError, McpStartError
-from .observer import McpObserver, NoMcpObserver
+from ..environment import BASE_NAMES, tool_environment
+from ..environment import expand_variables as expand
+from .tool import ListChanges, list_tools, result_text
 
-__all__ = ["Relisted", "ServerConnection", "describe_failure"]
+__all__ = [
+    "ENV_PROGRAM",
+    "INHERITED",
+    "McpObserver",
+    "NoMcpObserver",
+    "Relisted",
+    "ServerConnection",
+    "describe_failure",
+    "expand_variables",
+    "server_command",
+    "server_environment",
+]
+
+INHERITED = BASE_NAMES
+"""Names copied from the bot's environment when set (and `LC_*`); every other variable stays
+behind."""
+
+ENV_PROGRAM = "/usr/bin/env"
+"""Starts the server with the SDK's additions unset (names only: no value on a command line)."""
+
+
+def server_environment(own: Mapping[str, str], parent: Mapping[str, str]) -> dict[str, str]:
+    """`own` (already `${VAR}`-expanded) over the inherited basics taken from `parent`."""
+    return tool_environment(own, parent)
+
+
+def server_command(
+    command: str, args: Sequence[str], environment: Mapping[str, str]
+) -> tuple[str, list[str]]:
+    """The program and arguments that start `command args` with exactly `environment`, once the
+    SDK has merged its defaults into it. `FileNotFoundError` when `command` is not found (on
+    the server's `PATH`), as starting it directly would raise."""
+    added = sorted(set(DEFAULT_INHERITED_ENV_VARS) - set(environment))
+    if not added:
+        return command, list(args)
+    found = shutil.which(command, path=environment.get("PATH"))
+    if found is None:
+        raise FileNotFoundError(command)
+    unset = [word for name in added for word in ("-u", name)]
+    return ENV_PROGRAM, [*unset, "--", found, *args]
+
+
+def expand_variables(
+    values: Mapping[str, str], environ: Mapping[str, str], *, where: str
+) -> dict[str, str]:
+    """`values` with every `${VAR}` replaced from `environ`; a missing one is an error naming
+    it and `where` (e.g. "mcp_servers.github.headers.Authorization"). Never shows a value."""
+    return expand(values, environ, where=where, error=McpConfigError)
+
+
+@runtime_checkable
+class McpObserver(Protocol):
+    """Where call outcomes and restarts are counted; `bot.observability.Metrics` is one."""
+
+    def add_mcp_servers(self, names: Iterable[str]) -> None: ...
+
+    def mcp_call(self, server: str, outcome: McpCallOutcome) -> None: ...
+
+    def mcp_restart(self, server: str) -> None: ...
+
+
+class NoMcpObserver:
+    """Counts nothing: `opsgate check`, and tests that do not look."""
+
+    def add_mcp_servers(self, names: Iterable[str]) -> None:
+        pass
+
+    def mcp_call(self, server: str, outcome: McpCallOutcome) -> None:
+        pass
+
+    def mcp_restart(self, server: str) -> None:
+        pass
+
 
 logger = logging.getLogger("bot.tools.mcp")
 

@@ -20,11 +20,11 @@ from typing import Literal
 
 import mcp_types as types
 
-from ._connection import ServerConnection, describe_failure
-from .config import McpServerConfig
-from .errors import McpConfigError, McpServerError, McpStartError
-from .observer import McpObserver
-from .tool import McpAnnotations, McpTool, qualified_name
+from bot.errors import McpConfigError, McpServerError, McpStartError
+from bot.policy import McpServerConfig, qualified_name
+
+from ._connection import McpObserver, ServerConnection, describe_failure
+from .tool import McpAnnotations, McpTool
 
 __all__ = ["McpServers", "Relisted", "ServerCheck", "check_servers", "start_mcp_servers"]
 

@@ -8,8 +8,7 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-from bot.cli._figures import figures
-from bot.cli.report import run_report
+from bot.cli.report import figures, run_report
 from bot.store import Ruling, SQLiteStore, Store
 
 from .helpers import T0, Clock, mention, paused_session

@@ -1,11 +1,19 @@
-"""Call shapes: what a later call must look like to run under an allowance.
+"""Time-boxed allowances: which later calls an "Allow for <duration>" click covers, as call
+shapes (what a later call must look like to run under an allowance).
 
-A shape is chosen from what the call on the card offers (`offered_shapes`), never guessed from a
-program's syntax: the exact argv (the default), or an argv prefix with no option before its last
-fixed word (`kubectl get pods` covers `kubectl get pods -n a`; `git --namespace status` offers
-only its exact argv, because `status` there may be the value of `--namespace`), or the prefix
-the deciding policy rule declares (`allow_prefix`). Words are compared position by position
-after the shell parse, so an option's value never passes for a subcommand.
+`offered_shapes` lists the shapes a call on a card may be allowed as, each with examples it
+covers and does not (`examples_for`), for the granter to choose from and see; `shape_of` is the
+one a click without a choice creates. `covers` decides a later call against a stored shape
+(`load_shape`; `dump_shape` writes it). The store keeps the allowances
+(`Store.create_allowance`, `active_allowances`, `revoke_allowance`); the run service's gate
+(`bot.runs.edits`) applies them. See `docs/architecture.md`.
+
+A shape is chosen from what the call on the card offers, never guessed from a program's syntax:
+the exact argv (the default), or an argv prefix with no option before its last fixed word
+(`kubectl get pods` covers `kubectl get pods -n a`; `git --namespace status` offers only its
+exact argv, because `status` there may be the value of `--namespace`), or the prefix the
+deciding policy rule declares (`allow_prefix`). Words are compared position by position after
+the shell parse, so an option's value never passes for a subcommand.
 
 A shape covers a later call only if that call is one plain simple command the parser fully
 understands (no pipe, list, redirection, substitution, expansion, file-name pattern, wrapper,
@@ -25,7 +33,7 @@ from typing import Any, Literal
 
 from agent_core import canonical_arguments
 
-from ..policy import GateDecision, parse_command
+from .policy import GateDecision, parse_command
 
 __all__ = [
     "ArgvShape",

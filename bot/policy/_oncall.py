@@ -1,0 +1,247 @@
+"""On-call approvers and escalation steps as the policy file writes them: `[oncall.<name>]`
+rotations, `escalate` steps, and who is on call at a moment.
+
+An approver entry `oncall:<name>` is whoever `[oncall.<name>]` says is on call at the moment it
+is asked (the card, each step, each click), so someone who went off call cannot decide any
+more. What a waiting call's ladder does with the steps is `_ladder`'s, above the whole policy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, time, timedelta
+from typing import Annotated
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
+
+from ._fields import Approvals, ApproverId, Duration, unique
+
+__all__ = [
+    "NOBODY_ON_CALL",
+    "ONCALL_PREFIX",
+    "EscalationStep",
+    "OncallOverride",
+    "OncallSpec",
+    "Paged",
+    "Unpaged",
+    "check_ladder",
+    "grown",
+    "nobody_on_call",
+    "oncall_name",
+    "resolve",
+    "steps_due",
+]
+
+Paged = Callable[[str], "str | None"]
+"""Who PagerDuty says is on call for a schedule id, as last fetched (`bot.approvals.pagerduty`);
+None: nobody known (fail closed)."""
+Unpaged = Callable[[str], str]
+"""Why PagerDuty names nobody for a schedule id ("PagerDuty unreachable since 14:02 UTC")."""
+ONCALL_PREFIX = "oncall:"
+NOBODY_ON_CALL = "(nobody on call)"
+"""What a list of only on-call entries holds when nobody is on call: it matches no one (an
+empty list would mean anyone in the channel)."""
+_WEEKDAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
+_HANDOFF = re.compile(r"(MON|TUE|WED|THU|FRI|SAT|SUN) ([01]\d|2[0-3]):([0-5]\d)")
+_ROTATION_START = datetime(2024, 1, 1)  # a Monday: week 0 of every rotation
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+def oncall_name(entry: str) -> str | None:
+    """`oncall:primary` -> "primary"; None for a user or group id."""
+    return entry[len(ONCALL_PREFIX) :] if entry.startswith(ONCALL_PREFIX) else None
+
+
+class EscalationStep(BaseModel):
+    """One `escalate` entry: `after` the card was posted, add `approvers` (and the quorum)."""
+
+    model_config = _FROZEN
+
+    after: Duration
+    approvers: Annotated[tuple[ApproverId, ...], AfterValidator(unique), Field(min_length=1)]
+    required_approvals: Approvals | None = None
+
+
+def check_ladder(
+    steps: Sequence[EscalationStep], required: int, ttl: timedelta | None, key: str
+) -> None:
+    """Steps come in order of time, before the call expires, and never raise the quorum."""
+    for index, step in enumerate(steps):
+        where = f"{key}[{index}]"
+        if index and step.after <= steps[index - 1].after:
+            raise ValueError(f"{where}.after must be later than the step before it")
+        if ttl is not None and step.after >= ttl:
+            raise ValueError(f"{where}.after is not before the call expires (ttl)")
+        if step.required_approvals is not None and step.required_approvals > required:
+            raise ValueError(
+                f"{where}.required_approvals = {step.required_approvals} is above the quorum "
+                f"it escalates ({required}); a step may only lower it"
+            )
+
+
+def steps_due(steps: Sequence[EscalationStep], posted: datetime, now: datetime) -> int:
+    """How many steps of the ladder have passed at `now` for a card posted at `posted`."""
+    return sum(1 for step in steps if posted + step.after <= now)
+
+
+def _zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"{value!r} is not a time zone name (like 'Europe/Berlin')") from exc
+    return value
+
+
+class OncallOverride(BaseModel):
+    """`user` is on call from `start` to `end` instead of the rotation."""
+
+    model_config = _FROZEN
+
+    user: ApproverId
+    start: datetime
+    end: datetime
+
+    @model_validator(mode="after")
+    def _ordered(self) -> OncallOverride:
+        if self.end <= self.start:
+            raise ValueError("an override's end must be after its start")
+        return self
+
+
+class OncallSpec(BaseModel):
+    """`[oncall.<name>]`: a weekly rotation handed off at `handoff` in `timezone`."""
+
+    model_config = _FROZEN
+
+    rotation: Annotated[tuple[ApproverId, ...], AfterValidator(unique)] = ()
+    handoff: StrictStr = "MON 09:00"
+    timezone: Annotated[StrictStr, AfterValidator(_zone)] = "UTC"
+    overrides: tuple[OncallOverride, ...] = ()
+    pagerduty_schedule: StrictStr | None = None
+
+    @field_validator("handoff")
+    @classmethod
+    def _handoff(cls, value: str) -> str:
+        if not _HANDOFF.fullmatch(value.strip().upper()):
+            raise ValueError(f'{value!r} is not a weekday and a time, like "MON 09:00"')
+        return value.strip().upper()
+
+    @model_validator(mode="after")
+    def _source(self) -> OncallSpec:
+        if self.pagerduty_schedule is not None:
+            if self.rotation or self.overrides:
+                raise ValueError(
+                    "pagerduty_schedule says who is on call: remove `rotation` and `overrides`"
+                )
+            return self
+        if not self.rotation:
+            raise ValueError("needs a `rotation` or a `pagerduty_schedule`")
+        for entry in self.rotation:
+            if not entry.startswith(("U", "W")):
+                raise ValueError(f"rotation lists {entry!r}: a rotation is of people (U… or W…)")
+        return self
+
+    def _overrides_at(self, now: datetime) -> str | None:
+        zone = ZoneInfo(self.timezone)
+        for override in self.overrides:
+            start, end = (_aware(t, zone) for t in (override.start, override.end))
+            if start <= now < end:
+                return override.user
+        return None
+
+    def who(self, now: datetime, paged: Paged | None = None) -> str | None:
+        """Who is on call at `now` (aware): PagerDuty's on-call as `paged` last knew it (None
+        without it: nobody), else an override in force, else the rotation's turn."""
+        if self.pagerduty_schedule is not None:
+            return paged(self.pagerduty_schedule) if paged is not None else None
+        overridden = self._overrides_at(now)
+        if overridden is not None:
+            return overridden
+        found = _HANDOFF.fullmatch(self.handoff)
+        assert found is not None
+        day, hour, minute = _WEEKDAYS.index(found[1]), int(found[2]), int(found[3])
+        zone = ZoneInfo(self.timezone)
+        local = now.astimezone(zone)
+        first = datetime.combine(
+            (_ROTATION_START + timedelta(days=day)).date(), time(hour, minute), zone
+        )
+        # Whole weeks between the first handoff and `now`, counted on local dates and times so
+        # a daylight-saving change moves nothing.
+        days = (local.date() - first.date()).days
+        weeks = days // 7
+        if days % 7 == 0 and local.time() < first.time():
+            weeks -= 1
+        return self.rotation[weeks % len(self.rotation)]
+
+
+def _aware(moment: datetime, zone: ZoneInfo) -> datetime:
+    """An override's time: as written with its offset, else in the rotation's zone."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
+
+
+def resolve(
+    entries: Sequence[str],
+    oncall: Mapping[str, OncallSpec],
+    now: datetime | None,
+    paged: Paged | None = None,
+) -> tuple[str, ...]:
+    """`entries` with each `oncall:<name>` replaced by whoever is on call (dropped when
+    nobody is, or the name is unknown: fail closed)."""
+    moment = now if now is not None else datetime.now(UTC)
+    out: list[str] = []
+    for entry in entries:
+        name = oncall_name(entry)
+        if name is None:
+            out.append(entry)
+            continue
+        spec = oncall.get(name)
+        person = spec.who(moment, paged) if spec is not None else None
+        if person is not None:
+            out.append(person)
+    return tuple(dict.fromkeys(out))
+
+
+def nobody_on_call(
+    entries: Sequence[str],
+    oncall: Mapping[str, OncallSpec],
+    now: datetime | None,
+    paged: Paged | None = None,
+    unpaged: Unpaged | None = None,
+) -> tuple[str, ...]:
+    """For each `oncall:<name>` of `entries` that resolves to nobody, why, as the card shows
+    it: "oncall:primary: nobody on call (PagerDuty unreachable since 14:02 UTC)". These
+    entries match no Slack user, so they let nobody decide (fail closed)."""
+    moment = now if now is not None else datetime.now(UTC)
+    out: list[str] = []
+    for entry in entries:
+        name = oncall_name(entry)
+        spec = oncall.get(name) if name is not None else None
+        if name is None or (spec is not None and spec.who(moment, paged) is not None):
+            continue
+        if spec is None:
+            why = "not in the policy"
+        elif spec.pagerduty_schedule is None:
+            why = "the rotation names nobody"
+        elif paged is None:
+            why = "PagerDuty is not set up"
+        else:
+            why = unpaged(spec.pagerduty_schedule) if unpaged is not None else "PagerDuty"
+        out.append(f"{entry}: nobody on call ({why})")
+    return tuple(dict.fromkeys(out))
+
+
+def grown(base: Sequence[str], added: Sequence[str]) -> tuple[str, ...]:
+    """The approver list after a step: `base` (empty: anyone, which stays anyone) plus `added`."""
+    if not base:
+        return ()
+    return tuple(dict.fromkeys((*base, *added)))

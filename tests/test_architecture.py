@@ -1,0 +1,108 @@
+"""`docs/architecture.md` held to the tree: the concept table names every module of the layers
+that grow one module per feature, and nothing that is not there; the bot's exception tree
+stays in one module per package."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "architecture.md"
+COLUMNS = {
+    "policy": "bot/policy",
+    "tools": "bot/tools",
+    "store": "bot/store",
+    "runs": "bot/runs",
+    "slack": "bot/slack",
+    "slack/listeners": "bot/slack/listeners",
+    "cli": "bot/cli",
+}
+LISTED = ("runs", "slack", "slack/listeners", "store")
+"""The layers whose every module must be in the table (their folders, not their subpackages)."""
+
+
+def _table() -> list[dict[str, str]]:
+    """The rows of the table under "## Concepts", each as {column: cell}."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("\n## Concepts\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    return [
+        dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")), strict=True))
+        for line in lines[2:]
+    ]
+
+
+def _named(rows: list[dict[str, str]], column: str) -> set[str]:
+    return {name for row in rows for name in re.findall(r"`([^`]+)`", row[column])}
+
+
+def test_the_table_has_the_layers_as_columns() -> None:
+    rows = _table()
+    assert rows, "no concept table under '## Concepts' in docs/architecture.md"
+    assert set(rows[0]) == {"concept", *COLUMNS}
+
+
+def test_each_concept_has_one_row() -> None:
+    concepts = [row["concept"] for row in _table()]
+    assert len(concepts) == len(set(concepts)), sorted(c for c in concepts if concepts.count(c) > 1)
+
+
+def test_every_module_of_the_growing_layers_is_in_the_table() -> None:
+    rows = _table()
+    missing = {
+        column: sorted(
+            path.name
+            for path in (ROOT / COLUMNS[column]).glob("*.py")
+            if path.name != "__init__.py" and path.name not in _named(rows, column)
+        )
+        for column in LISTED
+    }
+    assert not any(missing.values()), (
+        "modules not in the concept table of docs/architecture.md (add each to its concept's "
+        f"row, or a row for a new concept): { {k: v for k, v in missing.items() if v} }"
+    )
+
+
+def test_every_file_the_table_names_exists() -> None:
+    rows = _table()
+    absent = sorted(
+        f"{COLUMNS[column]}/{name}"
+        for column in COLUMNS
+        for name in _named(rows, column)
+        if not (ROOT / COLUMNS[column] / name).exists()
+    )
+    assert not absent, f"docs/architecture.md's concept table names files that are gone: {absent}"
+
+
+def _bot_errors() -> dict[Path, set[str]]:
+    """Each module of `bot` with the `BotError` subclasses it defines (read, not imported)."""
+    bases: dict[str, set[str]] = {}
+    defined: dict[Path, set[str]] = {}
+    for path in sorted((ROOT / "bot").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                names = {ast.unparse(base).rpartition(".")[2] for base in node.bases}
+                bases.setdefault(node.name, set()).update(names)
+                defined.setdefault(path, set()).add(node.name)
+    tree = {"BotError"}
+    while grown := {name for name, of in bases.items() if of & tree} - tree:
+        tree |= grown
+    return {path: names & tree for path, names in defined.items() if names & tree}
+
+
+def test_one_module_per_package_holds_its_exception_tree() -> None:
+    packages: dict[Path, list[str]] = {}
+    for path in _bot_errors():
+        packages.setdefault(path.parent, []).append(path.name)
+    crowded = {str(p.relative_to(ROOT)): m for p, m in packages.items() if len(m) > 1}
+    assert not crowded, f"exception classes spread over several modules of a package: {crowded}"
+
+
+def test_the_bot_tree_is_found() -> None:
+    """The check above reads class bases by name: it must find the tree it guards."""
+    found = _bot_errors()
+    assert {"PolicyError", "McpConfigError"} <= found[ROOT / "bot" / "errors.py"]
+    assert "StoreError" in found[ROOT / "bot" / "store" / "errors.py"]
