@@ -1,9 +1,10 @@
 """Serving the app: HTTP mode (`POST /slack/events`) or Socket Mode; `/healthz`, `/readyz` and
 `/metrics` on `OPSGATE_PORT` in both.
 
-This is where the parts meet: `bot.wiring` opens the store, the agent and the connection pools,
-`bot.slack` builds the Web API client and the Slack `ThreadOutput`, the run service is built on
-both, and the Bolt app's listeners call it.
+`bot.wiring` builds the bot (`open_deps`, then `slack_bot`); this module starts it (signed in,
+recovered, its background work begun), serves it, and orders its shutdown: Slack's requests
+stop first, then the listeners still running finish (or are cancelled), then the runs (the
+task supervisor), then the outbox's sender after a short drain, and last the store and pools.
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import signal
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from aiohttp import web
@@ -33,23 +32,19 @@ from .observability.readiness import (
 )
 from .observability.tracing import configure_tracing
 from .plane.http import PlaneRoutes, plane_desk
-from .policy import ladder_tick
-from .runs.replicas import replica_name, start_replica_duties
+from .runs.replicas import start_replica_duties
 from .runs.service import RunService
-from .runs.timer import ExpiryTimer
 from .settings import Settings
-from .slack import SlackThreadOutput, channel_members, create_app, group_members, slack_client
-from .slack.app import wait_for_listeners
+from .slack import ListenerTasks
 from .slack.mcp_review import post_reviews
 from .slack.mrkdwn import user_mention
 from .slack.oncall import start_pagerduty
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
-from .slack.redraws import card_renderer
 from .slack.signin import SignIn, connect_socket_mode, sign_in, socket_mode_handler
-from .store import CARD_REDRAW, Store, WriteHealth, require_writable
+from .store import Store, WriteHealth, require_writable
 from .tools import protect_process_environment
-from .wiring import Deps, open_deps, run_service
+from .wiring import Deps, open_deps, slack_bot
 
 __all__ = ["Started", "http_app", "serve", "started"]
 
@@ -80,16 +75,26 @@ def http_app(
 
 
 class SlackEvents:
-    """`POST /slack/events`: 503 until the app is set (a starting bot, or a stopping one), so
-    that Slack delivers it again later; then Bolt's."""
+    """`POST /slack/events`: Bolt's while an app is `serving`; 503 before (a starting bot) and
+    after (a stopping one), so that Slack delivers the request again later. The route exists
+    from the moment the port listens, before the bot is built."""
 
     def __init__(self, app: AsyncApp | None = None) -> None:
-        self.app = app
+        self._app = app
+
+    @contextlib.contextmanager
+    def serving(self, app: AsyncApp) -> Iterator[None]:
+        """Slack's requests go to `app` inside the block."""
+        self._app = app
+        try:
+            yield
+        finally:
+            self._app = None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        if self.app is None:
+        if self._app is None:
             return web.json_response({"error": "starting or stopping"}, status=503)
-        response = await self.app.async_dispatch(await to_bolt_request(request))
+        response = await self._app.async_dispatch(await to_bolt_request(request))
         return await to_aiohttp_response(response)
 
 
@@ -100,6 +105,8 @@ class Started:
     app: AsyncApp
     service: RunService
     metrics: Metrics
+    listeners: ListenerTasks
+    """The tasks Bolt's listeners run in: awaited (then cancelled) when serving stops."""
     checks: Mapping[str, ReadinessCheck] = field(default_factory=dict)
     """Readiness checks beyond the database's (the audit export's, when configured)."""
     outbox: SlackOutbox | None = None
@@ -124,61 +131,25 @@ async def started(
     await require_writable(deps.store)  # a read-only or full database: refuse to start
     metrics = deps.observer if isinstance(deps.observer, Metrics) else Metrics()
     metrics.add_tools(deps.tools)
-    # Tests pass a pacer at the stand-in's speed.
-    pacer = pacer or Pacer(
-        share=settings.opsgate_slack_share, deadline=settings.opsgate_slack_write_deadline
-    )
-    pacer.on_ratelimited = metrics.slack_ratelimited
-    client = slack_client(
-        settings, deps.slack_http, on_error=deps.observer.slack_api_error, pacer=pacer
-    )
-    outbox = SlackOutbox(
-        deps.store,
-        client,
-        claimer=_outbox_claimer(deps),
-        observer=metrics,
-        **_outbox_lease(settings),
-    )
-    output = SlackThreadOutput(client, outbox)
-    output.queue.keep_in(deps.store)  # each channel's queued notice is the store's
-    timer = ExpiryTimer(
-        deps.store,
-        clock=deps.clock,
-        remind_before=deps.policy.remind_before,
-        longest=ladder_tick(deps.policy, expiry_interval),
-    )
-    service = run_service(
-        deps,
-        output,
-        members=group_members(output.client),
-        channel_members=channel_members(output.client),
-        deadline_set=timer.poke,
-    )
-    app = create_app(settings, service, output, policy=deps.policy)
-    # A change a card shows writes the card's redraw in its own transaction; the sender draws
-    # it from the call's state when it sends it (`bot.slack.redraws`).
-    outbox.render_with(CARD_REDRAW, card_renderer(service.cards.drawing, deps.store.card_drawn))
-    deps.store.owe_card_redraws(outbox.wake)
+    bot = slack_bot(settings, deps, metrics=metrics, expiry_interval=expiry_interval, pacer=pacer)
+    service, outbox = bot.service, bot.outbox
     await post_reviews(deps.store, deps.policy)  # changed MCP tools' review cards, once each
-    deps.mcp_reviews.append(lambda: post_reviews(deps.store, deps.policy))  # and later ones
-    await sign_in(app, signing_in or SignIn())  # before the first burst, once, not per request
+    await sign_in(bot.app, signing_in or SignIn())  # before the first burst, once, not per request
     await service.recover()
-    await start_pagerduty(settings, deps.policy, client, deps.tasks, deps.clock)
-    deps.tasks.spawn(timer.run(service.expire_due), name="expiry", service=True)
+    await start_pagerduty(settings, deps.policy, bot.client, deps.tasks, deps.clock)
+    deps.tasks.spawn(bot.timer.run(service.expire_due), name="expiry", service=True)
     start_replica_duties(deps.tasks, service, interval=settings.opsgate_heartbeat_seconds)
-    checks: dict[str, ReadinessCheck] = {}
-    if deps.policy.audit.webhook is not None:
-        exporter = AuditExporter(deps.store, deps.policy.audit, metrics, clock=deps.clock)
-        deps.tasks.spawn(exporter.run(), name="audit export", service=True)
-        checks["audit_export"] = exporter.readiness()
-    checks["outbox"] = outbox_check(outbox.stuck_for)
+    checks = {**_audit_export(deps, metrics), "outbox": outbox_check(outbox.stuck_for)}
     # The outbox's sender is owned here: it outlives the runs (their last words are in it) and
     # is stopped, after a short drain, once they have stopped; what is left is sent next start.
     sender = asyncio.create_task(outbox.run(), name="outbox sender")
     try:
-        yield Started(app, service, metrics, checks, outbox)
+        yield Started(bot.app, service, metrics, bot.listeners, checks, outbox)
     finally:
         try:
+            # Slack's requests have stopped coming (the caller's serving ended): the listeners
+            # still at work finish first, then the runs they started.
+            await bot.listeners.aclose(shutdown_grace)
             await deps.tasks.aclose(grace=shutdown_grace, stuck=deps.store.abort)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(OUTBOX_DRAIN):
@@ -186,6 +157,16 @@ async def started(
         finally:
             sender.cancel()
             await _stopped(sender, deps.store)
+
+
+def _audit_export(deps: Deps, metrics: Metrics) -> dict[str, ReadinessCheck]:
+    """The audit log's export to the policy's webhook, when it names one, started as owned
+    work; its readiness check."""
+    if deps.policy.audit.webhook is None:
+        return {}
+    exporter = AuditExporter(deps.store, deps.policy.audit, metrics, clock=deps.clock)
+    deps.tasks.spawn(exporter.run(), name="audit export", service=True)
+    return {"audit_export": exporter.readiness()}
 
 
 async def _stopped(task: asyncio.Task[None], store: Store) -> None:
@@ -208,22 +189,6 @@ STOP_BOUND = 5.0
 
 OUTBOX_DRAIN = 5.0
 """Seconds a stopping bot keeps sending what its outbox holds (the rest is sent next start)."""
-
-
-def _outbox_lease(settings: Settings) -> dict[str, Any]:
-    """How long a replica holds the outbox rows it claimed: twice its replica lease (60 s by
-    default), so that a dead replica's rows are sent by a survivor about when its runs are
-    taken over; the sender looks often enough to renew the claims in flight in time."""
-    lease = 2 * settings.opsgate_lease_seconds
-    return {"lease": timedelta(seconds=lease), "poll": min(2.0, lease / 4)}
-
-
-def _outbox_claimer(deps: Deps) -> str:
-    """Who claims outbox rows: the one process of an SQLite file takes the same name at every
-    start (so it takes back what a kill left claimed); a replica a name of its own."""
-    if getattr(deps.store, "exclusive", False):
-        return "local"
-    return f"{replica_name()} {secrets.token_hex(4)}"
 
 
 def _stop_on_signals() -> asyncio.Event:
@@ -314,12 +279,13 @@ async def _serve(
             ) as bot,
         ):
             checks.update(bot.checks)
-            plane.desk = await plane_desk(bot.service, deps.store, settings.opsgate_receipt_key)
-            if http:
-                signing_in.done()
-                await _serve_http(bot, events, port, stop, up)
-            else:
-                await _serve_socket_mode(settings, bot, checks, signing_in, stop, up)
+            desk = await plane_desk(bot.service, deps.store, settings.opsgate_receipt_key)
+            with plane.serving(desk):
+                if http:
+                    signing_in.done()
+                    await _serve_http(bot, events, port, stop, up)
+                else:
+                    await _serve_socket_mode(settings, bot, checks, signing_in, stop, up)
 
 
 @contextlib.asynccontextmanager
@@ -346,14 +312,12 @@ async def _listening(web_app: web.Application, port: int, *, http: bool) -> Asyn
 async def _serve_http(
     bot: Started, events: SlackEvents, port: int, stop: asyncio.Event, up: asyncio.Event
 ) -> None:
-    events.app = bot.app
-    up.set()
-    logger.info("OpsGate listening on :%d (POST /slack/events, /healthz, /readyz, /metrics)", port)
-    try:
+    with events.serving(bot.app):
+        up.set()
+        logger.info(
+            "OpsGate listening on :%d (POST /slack/events, /healthz, /readyz, /metrics)", port
+        )
         await stop.wait()
-    finally:
-        events.app = None
-        await wait_for_listeners(SHUTDOWN_GRACE)
 
 
 async def _serve_socket_mode(
@@ -367,7 +331,6 @@ async def _serve_socket_mode(
     """Socket Mode: Slack over a WebSocket; the port serves only health and metrics."""
     assert settings.slack_app_token is not None
     handler = socket_mode_handler(bot.app, settings.slack_app_token.get_secret_value())
-    signing_in.reason = "connecting to Slack (Socket Mode)"
     try:
         await connect_socket_mode(
             handler, signing_in, timeout=max(1.0, settings.opsgate_slack_timeout)
@@ -378,4 +341,3 @@ async def _serve_socket_mode(
         await stop.wait()
     finally:
         await handler.close_async()  # type: ignore[no-untyped-call]
-        await wait_for_listeners(SHUTDOWN_GRACE)

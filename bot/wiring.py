@@ -1,21 +1,29 @@
-"""Wiring: open everything that holds a connection, together, and build the run service on it.
+"""Wiring: the one place the bot is built, in dependency order, each part through its constructor.
 
-`open_deps` yields the parts (store, agent, policy, tools, the owner of background work); the
-front end then builds its `ThreadOutput` and calls `run_service`. Nothing points back: the
-service is given its parts, the parts never learn of the service.
+`open_deps` opens what holds a connection (the connection pools, the store, the MCP servers)
+and builds the agent and the policy on them; `slack_bot` builds the Slack front end on those
+parts (the Web API client, the outbox, the output, the expiry timer, the Bolt app, the run
+service, the listeners); the terminal builds its own output and service (`bot.cli.chat`). Nothing
+is set on a part after it is built: what two parts both need comes first and is given to both
+(the outbox's `OutboxWake`, rung by the store and waited on by the sender). `bot.server` starts
+and serves what `slack_bot` built, and orders its shutdown.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import secrets
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import httpx
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core import (
     ChatClientAgent,
@@ -26,16 +34,43 @@ from agent_core import (
 from agent_core.openai import OpenAIChatClient
 
 from .approvals import Approvals, FetchMembers
-from .policy import Policy, ToolPolicy
+from .observability import Metrics
+from .policy import Policy, ToolPolicy, ladder_tick
 from .runs import RunService, ThreadOutput
 from .runs.context import Deadlines, RunContext
+from .runs.inbox import Replay
 from .runs.metrics import NoObserver, ObservedChatClient, RunObserver
 from .runs.options import ChannelInstructions
-from .runs.replicas import held_lease
+from .runs.replicas import held_lease, replica_name
 from .runs.shadow import load_shadow
+from .runs.timer import ExpiryTimer
 from .runs.tool_pins import pin_mcp_tools, repin_listing
+from .runs.views import CardDrawing
 from .settings import Settings
-from .store import Store, WriteHealth, open_store, utc_now
+from .slack import (
+    ListenerTasks,
+    SlackThreadOutput,
+    bolt_app,
+    channel_members,
+    group_members,
+    register,
+    slack_client,
+)
+from .slack.intake import replayer
+from .slack.mcp_review import post_reviews
+from .slack.outbox import SlackOutbox
+from .slack.pacing import Pacer
+from .slack.queue_notice import notice_finder, queue_renderer
+from .slack.redraws import card_renderer
+from .store import (
+    CARD_REDRAW,
+    QUEUE_NOTICE,
+    OutboxWake,
+    Store,
+    WriteHealth,
+    open_store,
+    utc_now,
+)
 from .tasks import TaskSupervisor
 from .tools import (
     DEFAULT_OUTPUT_LIMIT,
@@ -52,9 +87,11 @@ __all__ = [
     "INSTRUCTIONS",
     "TEMPLATE_WARNING",
     "Deps",
+    "SlackBot",
     "default_tools",
     "open_deps",
     "run_service",
+    "slack_bot",
 ]
 
 logger = logging.getLogger("opsgate")
@@ -107,8 +144,9 @@ class Deps:
     """How long a model turn and a run may take (`OPSGATE_TURN_TIMEOUT`, `…_RUN_TIMEOUT`)."""
     shadow: Policy | None = None
     """The shadow policy (`OPSGATE_SHADOW_POLICY` or `[shadow] policy`), judged, not acted on."""
-    mcp_reviews: list[Callable[[], Awaitable[object]]] = field(default_factory=list)
-    """Run after a running MCP server's new listing quarantined a tool (the review cards)."""
+    wake: OutboxWake = field(default_factory=OutboxWake)
+    """Rung by the store after a change that wrote a card's redraw; the front end's outbox
+    sender waits on it (the store was built with it)."""
 
 
 def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list[Tool]:
@@ -146,6 +184,7 @@ async def open_deps(
             Policy.load(settings.opsgate_policy) if settings.opsgate_policy else Policy.default()
         )
     shadow = load_shadow(settings.opsgate_shadow_policy, policy)
+    wake = OutboxWake()
     timeout = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=10.0)
     async with (
         httpx.AsyncClient(timeout=timeout) as llm_http,
@@ -156,7 +195,9 @@ async def open_deps(
         ) as slack_http,
         # SQLite: exclusive, a second bot on the file would "recover" this one's running calls.
         # PostgreSQL: replicas share it, each holding a lease (released after the work below).
-        open_store(settings.opsgate_db, exclusive=True, clock=clock, person=person) as store,
+        open_store(
+            settings.opsgate_db, exclusive=True, clock=clock, person=person, wake=wake
+        ) as store,
         held_lease(
             store,
             lease=timedelta(seconds=settings.opsgate_lease_seconds),
@@ -167,14 +208,13 @@ async def open_deps(
         all_tools = list(tools) if tools is not None else default_tools(tool_http, policy)
         all_tools += load_tools(policy.tools_modules, taken=[t.name for t in all_tools])
         offered: dict[str, Tool] = {}
-        reviews: list[Callable[[], Awaitable[object]]] = []
         configs = policy.mcp_servers
 
         async def relisted(server: str, listed: tuple[McpTool, ...]) -> None:
-            """The same pin check on a running server's new listing."""
+            """The same pin check on a running server's new listing; a tool it quarantined
+            gets its review card (in the outbox, sent by the Slack bot's sender)."""
             if await repin_listing(store, listed, {server: configs[server]}, offered):
-                for review in reviews:
-                    await review()
+                await post_reviews(store, policy)
 
         mcp_tools = await start_mcp_servers(
             servers,
@@ -232,7 +272,7 @@ async def open_deps(
                 settings.opsgate_max_answer_chars,
             ),
             shadow=shadow,
-            mcp_reviews=reviews,
+            wake=wake,
         )
         try:
             yield deps
@@ -247,13 +287,15 @@ def run_service(
     members: FetchMembers | None = None,
     channel_members: FetchMembers | None = None,
     deadline_set: Callable[[], None] | None = None,
+    replay: Replay | None = None,
 ) -> RunService:
     """The run service on `deps`, writing to `output`.
 
     `members` looks up a user group's members (Slack: `usergroups.users.list`; without it a
     policy naming groups refuses their members, and says why); `channel_members` a channel's
     (Slack: `conversations.members`; without it the Home tab lists no call of a channel where
-    anyone approves).
+    anyone approves); `replay` handles again a request an earlier process saved (Slack: through
+    the Bolt app).
     """
     approvals = Approvals(deps.policy, members, channel_members=channel_members)
     return RunService(
@@ -271,5 +313,99 @@ def run_service(
             deadline_set=deadline_set or (lambda: None),
             deadlines=deps.deadlines,
             shadow=deps.shadow,
+            replay=replay,
         )
     )
+
+
+@dataclass(frozen=True)
+class SlackBot:
+    """The Slack front end on `Deps`, built by `slack_bot`; `bot.server` starts it."""
+
+    app: AsyncApp
+    client: AsyncWebClient
+    outbox: SlackOutbox
+    """Every write the bot owes Slack; its sender (`run()`) is the server's to start."""
+    service: RunService
+    timer: ExpiryTimer
+    listeners: ListenerTasks
+    """The tasks Bolt's listeners run in (awaited, then cancelled, at shutdown)."""
+    metrics: Metrics
+
+
+def slack_bot(
+    settings: Settings,
+    deps: Deps,
+    *,
+    metrics: Metrics,
+    expiry_interval: float,
+    pacer: Pacer | None = None,
+) -> SlackBot:
+    """The Slack front end on `deps`, in dependency order. `pacer`: Slack's pace (tests give
+    one at the stand-in's speed; it then reports its 429s to whoever built it)."""
+    pacer = pacer or Pacer(
+        share=settings.opsgate_slack_share,
+        deadline=settings.opsgate_slack_write_deadline,
+        on_ratelimited=metrics.slack_ratelimited,
+    )
+    client = slack_client(
+        settings, deps.slack_http, on_error=deps.observer.slack_api_error, pacer=pacer
+    )
+    service: RunService  # built below: the outbox's sender draws cards through it
+
+    async def draw(ledger_id: str) -> CardDrawing | None:
+        """A card as its call's state says it should look now (`Cards.drawing`). The outbox
+        is built before the service that writes through it; its sender draws only once
+        started, after this function returned."""
+        return await service.cards.drawing(ledger_id)
+
+    # A change a card shows writes the card's redraw in its own transaction; the sender draws
+    # it from the call's state when it sends it (`bot.slack.redraws`).
+    outbox = SlackOutbox(
+        deps.store,
+        client,
+        claimer=_outbox_claimer(deps),
+        observer=metrics,
+        wake=deps.wake,
+        renderers={
+            CARD_REDRAW: card_renderer(draw, deps.store.card_drawn),
+            # Each channel's one queued notice per burst is the store's (`bot.slack.queue_notice`).
+            QUEUE_NOTICE: queue_renderer(deps.store, notice_finder(client)),
+        },
+        **_outbox_lease(settings),
+    )
+    output = SlackThreadOutput(client, outbox)
+    timer = ExpiryTimer(
+        deps.store,
+        clock=deps.clock,
+        remind_before=deps.policy.remind_before,
+        longest=ladder_tick(deps.policy, expiry_interval),
+    )
+    listeners = ListenerTasks()
+    app = bolt_app(settings, client, done=deps.store.inbox_done, tasks=listeners)
+    service = run_service(
+        deps,
+        output,
+        members=group_members(client),
+        channel_members=channel_members(client),
+        deadline_set=timer.poke,
+        replay=replayer(app),
+    )
+    register(app, service, output, policy=deps.policy)
+    return SlackBot(app, client, outbox, service, timer, listeners, metrics)
+
+
+def _outbox_lease(settings: Settings) -> dict[str, Any]:
+    """How long a replica holds the outbox rows it claimed: twice its replica lease (60 s by
+    default), so that a dead replica's rows are sent by a survivor about when its runs are
+    taken over; the sender looks often enough to renew the claims in flight in time."""
+    lease = 2 * settings.opsgate_lease_seconds
+    return {"lease": timedelta(seconds=lease), "poll": min(2.0, lease / 4)}
+
+
+def _outbox_claimer(deps: Deps) -> str:
+    """Who claims outbox rows: the one process of an SQLite file takes the same name at every
+    start (so it takes back what a kill left claimed); a replica a name of its own."""
+    if getattr(deps.store, "exclusive", False):
+        return "local"
+    return f"{replica_name()} {secrets.token_hex(4)}"

@@ -21,6 +21,7 @@ from ..approvals import Action, Allowed, Approvals, Verdict
 from ..policy import GateDecision
 from ..runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
 from ..runs.context import RunContext
+from ..runs.redraws import LocalRedraws
 from ..runs.timeline import AssistantStatus, Task
 from ..settings import Settings, load_settings
 from ..tools import protect_process_environment
@@ -254,6 +255,14 @@ _STOP_GRACE = 10.0
 async def _chat(deps: Deps, ask: Ask, out: TextIO) -> int:
     output = TerminalOutput(out)
     service = _service(deps, output)
+    # The terminal's sender of the cards' redraws the store writes with each change: drawn
+    # here (`update_card`) once the work in flight is done, before the next prompt.
+    redraws = LocalRedraws(service.cards, channel=CHANNEL)
+
+    async def settle() -> None:
+        await deps.tasks.wait_idle()
+        await redraws.drain()
+
     who = f"terminal:{getpass.getuser()}"
     started = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     thread = Thread(CHANNEL, CHANNEL, started)
@@ -265,7 +274,7 @@ async def _chat(deps: Deps, ask: Ask, out: TextIO) -> int:
     # already), so the cards of calls still waiting are drawn here again, as prompts.
     for session in await deps.store.sessions_awaiting_approval():
         await service.cards.redraw_batch(session.id)
-    await deps.tasks.wait_idle()
+    await settle()
     sent = 0
     try:
         while True:
@@ -273,7 +282,7 @@ async def _chat(deps: Deps, ask: Ask, out: TextIO) -> int:
                 if not await _decide_all(service, output, who, ask):
                     print(file=out)
                     return 0
-                await deps.tasks.wait_idle()
+                await settle()
             line = await ask("you> ")
             if line is None:
                 print(file=out)
@@ -283,7 +292,7 @@ async def _chat(deps: Deps, ask: Ask, out: TextIO) -> int:
             sent += 1
             output.think()
             await service.on_message(thread, user=who, text=line, message_ts=f"{started}.{sent}")
-            await deps.tasks.wait_idle()
+            await settle()
     except asyncio.CancelledError:  # Ctrl-C: stop the run going, as `cancel` would, then exit
         await _stop_run(deps, service, thread, who)
         raise

@@ -34,6 +34,7 @@ from ..runs.freezes import freeze_for
 from ..runs.output import PostFailed, Thread
 from ..runs.views import CardRef
 from ..store import AllowanceRow, PlaneRequest, PlaneState, Store, ToolCallRow
+from ..tasks import TaskSupervisor
 from .asks import Ask, Outside, argv_of
 from .receipts import Claims, SigningKey, new_key_pem, sign
 
@@ -49,12 +50,13 @@ _Pending = tuple[PlaneRequest, dict[str, Any], "asyncio.Future[tuple[PlaneReques
 
 
 class Recorder:
-    def __init__(self, store: Store) -> None:
+    """The writer runs as owned work of `tasks` (a graceful stop waits for it)."""
+
+    def __init__(self, store: Store, tasks: TaskSupervisor) -> None:
         self.store = store
+        self.tasks = tasks
         self._waiting: list[_Pending] = []
         self._writing = False
-        self._task: asyncio.Task[None] | None = None
-        """The writer, while it runs (kept so that it is not collected)."""
 
     async def record(
         self, request: PlaneRequest, audit: dict[str, Any]
@@ -64,7 +66,10 @@ class Recorder:
         self._waiting.append((request, audit, done))
         if not self._writing:
             self._writing = True
-            self._task = asyncio.get_running_loop().create_task(self._write())
+            try:
+                self.tasks.spawn(self._write(), name="plane requests")
+            except RuntimeError:  # stopping: no owner for it, so this request writes it
+                await self._write()
         return await done
 
     async def _write(self) -> None:
@@ -161,16 +166,9 @@ class PlaneDesk:
         self.ctx = ctx
         self.cards = cards
         self.key = key
-        self._decided = asyncio.Event()
-        """Set (and replaced) whenever an outside request's call is decided."""
-        self._recorder = Recorder(ctx.store)
+        self._recorder = Recorder(ctx.store, ctx.tasks)
         self._opening = asyncio.Semaphore(OPENING_AT_ONCE)
         """Requests opened at once: a burst's openings must not crowd out the next 201s."""
-
-    def decided(self, session_id: str) -> None:
-        """An outside request's call was decided: wake every long poll to read again."""
-        self._decided.set()
-        self._decided = asyncio.Event()
 
     # -- submitting --------------------------------------------------------------------------
 
@@ -408,7 +406,7 @@ class PlaneDesk:
         """The request's state once decided, or after `seconds` (a long poll)."""
         deadline = time.monotonic() + seconds
         while True:
-            decided = self._decided  # taken before reading: a decision in between still wakes
+            decided = self.ctx.outside.rung  # taken before reading: a decision in between wakes
             answer = await self.answer(request_id, links=False)
             if answer is None or answer.decided or time.monotonic() >= deadline:
                 break

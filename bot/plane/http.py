@@ -6,7 +6,9 @@ no client in the policy the API answers 404; until the bot is up, 503."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,17 +36,26 @@ async def plane_desk(service: RunService, store: Store, key_file: Path | None) -
     """The desk of a started bot, with the receipts' key (`OPSGATE_RECEIPT_KEY`, else the
     database's)."""
     desk = PlaneDesk(service.ctx, service.cards, await load_signing_key(store, key_file))
-    service.outside_decided = desk.decided
     service.ctx.tasks.spawn(desk.keep_opening(), name="plane reopening", service=True)
     return desk
 
 
 class PlaneRoutes:
-    """The routes; `desk` is set once the bot is up (503 before)."""
+    """The routes, on the port from before the bot is up: 503 except while a desk is
+    `serving`."""
 
     def __init__(self, plane: PlanePolicy) -> None:
         self.plane = plane
         self.desk: PlaneDesk | None = None
+
+    @contextlib.contextmanager
+    def serving(self, desk: PlaneDesk) -> Iterator[None]:
+        """The requests go to `desk` inside the block."""
+        self.desk = desk
+        try:
+            yield
+        finally:
+            self.desk = None
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/approvals", self.post)

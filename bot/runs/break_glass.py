@@ -190,7 +190,6 @@ class FreezeDesk:
                 await self.ctx.output.say(top, loud)
             if outcome.row.status == "approved":
                 note_decision(self.ctx, outcome.row, "approved")
-            await self.cards.changed(outcome.row)
         else:
             await self.cards.refresh(outcome.row)
         await self.maybe_resume(row.session_id)
@@ -223,7 +222,6 @@ class FreezeDesk:
         if reviewed is None:
             await self.cards.refresh(row)
             return FreezeAnswer("This break-glass use was reviewed already.")
-        await self.cards.changed(row)  # its redraw was written with the review
         thread = await thread_of(self.ctx, row)
         if thread is not None:
             await self.ctx.output.say(

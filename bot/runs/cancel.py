@@ -77,7 +77,6 @@ class Cancels:
                 self.ctx.observer.tool_finished(row.name, "cancelled", 0.0)
             if row.needs_approval and row.status == "cancelled":
                 note_decision(self.ctx, row, "cancelled")
-                await self.cards.changed(row)
         await self.timelines.close(session.id, outcome.rows)
         thread = Thread.of(session)
         await self.ctx.output.say(thread, RunCancelled(user))

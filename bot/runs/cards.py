@@ -144,7 +144,6 @@ class Cards:
                     ruling=Ruling(rule="policy: forbidden", policy_rule=decision.policy_rule),
                 )
                 refused = refused or outcome.recorded
-                await self.changed(outcome.row)
         return refused
 
     async def post(
@@ -196,20 +195,14 @@ class Cards:
         return None
 
     async def refresh(self, row: ToolCallRow) -> None:
-        """Redraw a card: no buttons once decided, progress while N-of-M."""
+        """Redraw a card no change asked for: a click on a decided card, a freeze that began
+        or ended, start-up's stale cards. (A change the store records writes its card's redraw
+        in its own transaction; the front end's outbox sender draws it with `drawing`.)"""
         drawing = await self._drawing(row)
         if drawing is None:
             return
         if await self.ctx.output.update_card(drawing.ref, drawing.card, drawing.outcome) is None:
             await self.ctx.store.card_drawn(row.id, drawing.state)
-
-    async def changed(self, row: ToolCallRow) -> None:
-        """Redraw after a change the store recorded. Nothing to do when the store wrote the
-        redraw in the change's own transaction (`Store.card_redraws`): the outbox sends it,
-        drawn from the call's state when it is sent."""
-        if self.ctx.store.card_redraws and row.card_ts is not None:
-            return
-        await self.refresh(row)
 
     async def drawing(self, ledger_id: str) -> CardDrawing | None:
         """Call `ledger_id`'s card as its state says it should look now (None: no card, or

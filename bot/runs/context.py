@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from agent_core import ChatClientAgent, Tool
 
@@ -19,7 +20,10 @@ from .metrics import NoObserver, RunObserver
 from .notices import RunStopped
 from .output import Thread, ThreadOutput
 
-__all__ = ["Deadlines", "LiveRun", "LiveRuns", "RunContext", "thread_of"]
+if TYPE_CHECKING:
+    from .inbox import Replay
+
+__all__ = ["Deadlines", "LiveRun", "LiveRuns", "OutsideDecisions", "RunContext", "thread_of"]
 
 
 # -- live ----------------------------------------------------------------------------------------
@@ -112,6 +116,19 @@ class LiveRuns:
 # -- context ---------------------------------------------------------------------------------------
 
 
+class OutsideDecisions:
+    """Rings when an outside request's call (the approval plane's) was decided, here or on
+    another replica (its wake-up): the plane's long polls wait on `rung` and read again."""
+
+    def __init__(self) -> None:
+        self.rung = asyncio.Event()
+        """Set, and replaced by a new one, at each ring."""
+
+    def ring(self) -> None:
+        self.rung.set()
+        self.rung = asyncio.Event()
+
+
 @dataclass(frozen=True)
 class RunContext:
     store: Store
@@ -135,6 +152,11 @@ class RunContext:
     """The runs going in this process, for `cancel`."""
     shadow: Policy | None = None
     """A policy every live call is also judged by, never acted on (`bot.runs.shadow`)."""
+    outside: OutsideDecisions = field(default_factory=OutsideDecisions)
+    """Rung when an outside request's call was decided (`bot.plane` waits on it)."""
+    replay: Replay | None = None
+    """How the front end handles again a request an earlier process saved but never handled
+    (Slack: `bot.slack.intake.replayer`); None: such requests are only marked done."""
 
 
 async def thread_of(ctx: RunContext, row: ToolCallRow) -> Thread | None:

@@ -104,11 +104,12 @@ class Decisions:
             counts_for=verdict.counts or None,
             delegate=delegate,
         )
-        # Redrawn whether or not this click changed anything: a card still showing buttons
-        # for a decided (or just expired) call must lose them. In the background: the
-        # approved call must not wait for Slack to redraw a card. A recorded decision's
-        # redraw was written with it when the store owes redraws (`Cards.changed`).
-        self._redraw_soon(outcome.row, changed=outcome.recorded)
+        # A recorded decision's redraw was written with it (the outbox sends it). A click that
+        # changed nothing redraws the card too: one still showing buttons for a decided (or
+        # just expired) call must lose them. In the background: the approved call must not
+        # wait for Slack to redraw a card.
+        if not outcome.recorded:
+            self._redraw_soon(outcome.row)
         if outcome.recorded and outcome.row.status == "pending":
             self._count_soon(outcome.row, _still_needed(outcome.row, outcome.why, needed))
         if outcome.recorded and outcome.row.status in ("approved", "rejected"):
@@ -125,13 +126,10 @@ class Decisions:
         if timeline is not None and not self.ctx.tasks.closed:
             self.ctx.tasks.spawn(timeline.approved(row, needed), name=f"count {row.id}")
 
-    def _redraw_soon(self, row: ToolCallRow, *, changed: bool) -> None:
-        if changed and self.ctx.store.card_redraws and row.card_ts is not None:
-            return  # the store wrote the redraw with the decision: the outbox sends it
+    def _redraw_soon(self, row: ToolCallRow) -> None:
         if self.ctx.tasks.closed:
             return  # stopping: the next start-up redraws cards whose state changed
-        redraw = self.cards.changed(row) if changed else self.cards.refresh(row)
-        self.ctx.tasks.spawn(redraw, name=f"redraw {row.id}")
+        self.ctx.tasks.spawn(self.cards.refresh(row), name=f"redraw {row.id}")
 
     async def check_reject(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
         """Before asking a reason to reject: None if `user` may reject the call now; else why

@@ -111,7 +111,6 @@ class Edits:
             return UnknownRequest()
         row = on.row
         if row.status != "pending" or not row.needs_approval:
-            await self.cards.refresh(row)
             return DecisionNotRecorded(already_reason(row))
         verdict = await on.authorize(self.ctx, action, user=user, team=team)
         if verdict.kind == "refused":
@@ -194,8 +193,9 @@ class Edits:
         )
         if outcome.recorded and outcome.row.status == "approved":
             note_decision(self.ctx, outcome.row, "edited")
-        # The edited call's own preview, for the approvals still to come.
-        await self.cards.refresh(await ensure_preview(self.ctx, outcome.row, decision))
+        # The edited call's own preview, for the approvals still to come (the edit and the
+        # preview each wrote the card's redraw with them).
+        await ensure_preview(self.ctx, outcome.row, decision)
         await self._resume(row.session_id)
         if not outcome.recorded:
             return DecisionNotRecorded(outcome.why or already_reason(outcome.row))
@@ -271,10 +271,6 @@ class Edits:
                 thread = await thread_of(self.ctx, row)
                 if thread is not None:
                     await self.ctx.output.say(thread, AllowanceGranted(info(allowed.allowance)))
-        if outcome.recorded:
-            await self.cards.changed(outcome.row)  # written with the decision (or now)
-        else:
-            await self.cards.refresh(outcome.row)
         await self._resume(row.session_id)
         if not outcome.recorded:
             return DecisionNotRecorded(outcome.why or already_reason(outcome.row))

@@ -66,7 +66,7 @@ class SlashDelivery(BaseModel):
 class RequestDelivery(BaseModel):
     """Any request Slack sent (an event, a click, a form, a shortcut, a command, an options
     lookup), as the front end received it: saved by the one intake before its 200 and, if the
-    process died before the request was handled, handed back to the front end (`replay`) at
+    process died before the request was handled, handed back to the front end (`ctx.replay`) at
     the next start-up. Slack-free here: `body` is opaque to the run service."""
 
     model_config = _FROZEN
@@ -87,8 +87,6 @@ class Inbox:
         self.ctx = ctx
         self._on_message = on_message
         self._on_slash = on_slash
-        self.replay: Replay | None = None
-        """How the front end handles a saved request again (set by `bot.slack.intake`)."""
 
     async def save_message(
         self, delivery: MessageDelivery, *, keys: Sequence[str]
@@ -163,8 +161,8 @@ class Inbox:
                 # Marked done first: a request that fails again at every start must not be
                 # handed back for ever (its effects are conditional writes: at most once).
                 await self.ctx.store.inbox_done(item.id)
-                if self.replay is not None:
-                    await self.replay(RequestDelivery.model_validate(item.payload))
+                if self.ctx.replay is not None:
+                    await self.ctx.replay(RequestDelivery.model_validate(item.payload))
                 return None
         await self.ctx.store.inbox_done(item.id)
         return notice

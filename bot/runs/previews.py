@@ -111,8 +111,6 @@ class Previews:
         updated = await self.ctx.store.set_preview(
             row.id, fresh, why=why, actor=actor, reset_approvals=changed
         )
-        if updated is not None:
-            if changed:
-                await attach_preview(self.ctx, updated, fresh)
-            await self.cards.changed(updated)  # the store wrote its redraw with the preview
+        if updated is not None and changed:  # its redraw was written with the preview
+            await attach_preview(self.ctx, updated, fresh)
         return changed and updated is not None

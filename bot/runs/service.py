@@ -97,8 +97,6 @@ class RunService:
         """What a person's Home tab shows."""
         self.inbox = Inbox(ctx, on_message=self.on_message, on_slash=self.slash_request)
         """Deliveries saved before their 200, processed from the saved row."""
-        self.outside_decided: Callable[[str], None] = lambda session_id: None
-        """Told the session of an outside request whose call was decided (`bot.plane`)."""
 
     # -- intake ---------------------------------------------------------------------------------
 
@@ -280,7 +278,7 @@ class RunService:
         if not batch or not batch_complete(batch):
             return False
         if await store.plane_of_session(session_id) is not None:
-            self.outside_decided(session_id)  # here, or a wake-up from the replica that decided
+            self.ctx.outside.ring()  # here, or a wake-up from the replica that decided
             return await _settle_outside(store, session_id)
         if not await store.claim_resume(session_id):
             return False
@@ -333,7 +331,6 @@ class RunService:
         expired = await store.expire_due(self.ctx.clock())
         for row in expired:
             note_decision(self.ctx, row, "expired")
-            await self.cards.changed(row)
         for session_id in {row.session_id for row in expired}:
             await self.maybe_resume(session_id)
         return len(expired)

@@ -7,13 +7,15 @@ Nothing outside this package calls the Slack Web API for a thread.
 
 from __future__ import annotations
 
-from .app import channel_members, create_app, group_members, slack_client
+from .app import ListenerTasks, bolt_app, channel_members, group_members, register, slack_client
 from .output import SlackThreadOutput
 
 __all__ = [
+    "ListenerTasks",
     "SlackThreadOutput",
+    "bolt_app",
     "channel_members",
-    "create_app",
     "group_members",
+    "register",
     "slack_client",
 ]

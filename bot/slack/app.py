@@ -1,9 +1,10 @@
-"""The Bolt app: its Web API client, the Slack `ThreadOutput` on it, and its listeners.
+"""The Bolt app: its Web API client, the app itself, its listeners and the tasks they run in.
 
-Built in this order by the caller (see `bot.server`), so that nothing points back:
-`slack_client` → `SlackThreadOutput(client)` → the run service (`bot.wiring.run_service`, given
-the output and `group_members(client)`) → `create_app(...)`, which registers the listeners that
-call that service.
+Built in this order by `bot.wiring.slack_bot`, so that nothing points back: `slack_client` →
+the outbox and `SlackThreadOutput` on it → `bolt_app(...)` (Bolt's own handlers for a
+listener's start and end: `ListenerTasks` and the intake's `MarkDone`) → the run service
+(`bot.wiring.run_service`, given the output, `group_members(client)` and the app's replay) →
+`register(...)`, the intake and the listeners that call that service.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 import aiohttp
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.listener.async_listener_start_handler import AsyncListenerStartHandler
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
@@ -35,11 +39,12 @@ from .pacing import Pacer
 
 __all__ = [
     "CountingWebClient",
+    "ListenerTasks",
+    "bolt_app",
     "channel_members",
-    "create_app",
     "group_members",
+    "register",
     "slack_client",
-    "wait_for_listeners",
 ]
 
 logger = logging.getLogger("opsgate.slack")
@@ -97,29 +102,40 @@ def channel_members(client: AsyncWebClient) -> FetchMembers:
     return members
 
 
-def create_app(
+def bolt_app(
     settings: Settings,
-    service: RunService,
-    output: SlackThreadOutput,
+    client: AsyncWebClient,
     *,
-    policy: Policy,
+    done: Callable[[int], Awaitable[None]],
+    tasks: ListenerTasks,
 ) -> AsyncApp:
-    """The app on `output`'s client, its listeners calling `service`.
-    Every request of every kind is saved once, deduplicated in the same transaction, by the one
-    intake middleware before any listener acknowledges it (`bot.slack.intake`).
-    """
+    """The app on `client`, no listener yet. A request's inbox row is marked done (`done`)
+    when its listener ended, and every listener runs as a task `tasks` owns: both through
+    Bolt's public listener runner (`AsyncApp.listener_runner`), whose start and completion
+    handlers the app's constructor does not take."""
     secret = settings.slack_signing_secret
     with _no_env_token():
         app = AsyncApp(
-            client=output.client,
+            client=client,
             signing_secret=secret.get_secret_value() if secret else "",
             logger=logging.getLogger("opsgate.bolt"),
         )
+    runner = app.listener_runner
+    runner.listener_start_handler = tasks.starting(runner.listener_start_handler)
+    runner.listener_completion_handler = intake.MarkDone(done, runner.listener_completion_handler)
+    return app
+
+
+def register(
+    app: AsyncApp, service: RunService, output: SlackThreadOutput, *, policy: Policy
+) -> None:
+    """The app's listeners, calling `service`. Every request of every kind is saved once,
+    deduplicated in the same transaction, by the one intake middleware before any listener
+    acknowledges it (`bot.slack.intake`)."""
     # Before any listener: the one intake (a message to act on, or a `/opsgate` request, is
     # saved as its own row).
     intake.install(app, service, output, row_of=listeners.row_of(service, policy))
     listeners.register(app, service, output, policy=policy)
-    return app
 
 
 @contextlib.contextmanager
@@ -174,25 +190,47 @@ def _channel_of(kwargs: dict[str, Any]) -> str | None:
     return None
 
 
-# -- inflight ------------------------------------------------------------------------------------
-# Waiting for Bolt listeners still at work after their request was acknowledged.
-#
-# Bolt acknowledges an event (HTTP 200) and then runs its listener in a task of its own. On
-# shutdown those tasks must finish before the store closes, or an acknowledged mention would be
-# dropped; Bolt keeps no list of them, so they are found by their coroutine's name.
+# -- listener tasks ------------------------------------------------------------------------------
+# Bolt acknowledges an event (HTTP 200) and then runs its listener in a task of its own, which it
+# keeps no list of. On shutdown those tasks must finish before the store closes, or an
+# acknowledged mention would be dropped: Bolt's listener start handler runs first thing in that
+# task, and hands it to `ListenerTasks`, which owns it from then on.
 
 
-_BOLT_TASK = "run_ack_function_asynchronously"
+class ListenerTasks:
+    """The tasks Bolt's listeners run in, from their start until they end."""
+
+    def __init__(self) -> None:
+        self._running: set[asyncio.Task[Any]] = set()
+
+    def starting(self, then: AsyncListenerStartHandler) -> AsyncListenerStartHandler:
+        """Bolt's listener start handler: records the listener's task, then `then` (Bolt's)."""
+        return _Started(self._running, then)
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    async def aclose(self, timeout: float) -> int:
+        """Wait up to `timeout` seconds for the listeners still running, then cancel the rest
+        and wait for them; returns how many were running."""
+        running = set(self._running)
+        if running:
+            _, late = await asyncio.wait(running, timeout=timeout)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        return len(running)
 
 
-async def wait_for_listeners(timeout: float) -> int:
-    """Wait up to `timeout` seconds for Bolt's listener tasks; returns how many were running."""
-    this = asyncio.current_task()
-    running = [
-        task
-        for task in asyncio.all_tasks()
-        if task is not this and _BOLT_TASK in repr(task.get_coro())
-    ]
-    if running:
-        await asyncio.wait(running, timeout=timeout)
-    return len(running)
+class _Started(AsyncListenerStartHandler):
+    def __init__(self, running: set[asyncio.Task[Any]], then: AsyncListenerStartHandler) -> None:
+        self.running = running
+        self.then = then
+
+    async def handle(self, request: AsyncBoltRequest, response: BoltResponse | None) -> None:
+        task = asyncio.current_task()
+        if task is not None and task not in self.running:
+            self.running.add(task)
+            task.add_done_callback(self.running.discard)
+        await self.then.handle(request=request, response=response)

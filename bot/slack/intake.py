@@ -2,7 +2,7 @@
 listener can acknowledge it: one row, one commit.
 
 Events, block actions, view submissions and closes, shortcuts, slash commands and options
-lookups all pass one global Bolt middleware (installed by `create_app`, after Bolt's signature
+lookups all pass one global Bolt middleware (installed by `app.register`, after Bolt's signature
 check). A request that has a row of its own (`row_of`: a message the bot acts on, a mention,
 a DM, a reply in one of its threads; a `/opsgate <request>`) is saved as that row, the one the
 inbox processes it from, under the request's key and the row's own (`Inbox.save_message`,
@@ -10,7 +10,7 @@ inbox processes it from, under the request's key and the row's own (`Inbox.save_
 (`Inbox.save_request`), in the transaction that claims its key. A key seen before (a replay
 within Slack's signature window, a retry, a second copy of a shortcut, a mention's `message`
 event after its `app_mention`) is answered 200 and handled no further. A `request` row is
-marked done when Bolt says its listener finished (a listener completion handler), a
+marked done when Bolt says its listener finished (`MarkDone`, its completion handler), a
 `message` or `slash` row by the inbox once processed; a `request` row left behind by a
 kill -9 after the 200 is handed back to the app at the next start-up (`replay`), which runs
 it through the same listeners. A listener saves its row itself only for a request the intake
@@ -43,7 +43,7 @@ from slack_bolt.listener.async_listener_completion_handler import (
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
-from ..runs.inbox import MessageDelivery, RequestDelivery, SlashDelivery
+from ..runs.inbox import MessageDelivery, Replay, RequestDelivery, SlashDelivery
 from ..runs.notices import NotSaved
 from ..runs.output import Thread
 from ..runs.service import RunService
@@ -54,9 +54,11 @@ from .output import SlackThreadOutput
 __all__ = [
     "SAVED_ROW",
     "SAVE_SECONDS",
+    "MarkDone",
     "RowOf",
     "Saving",
     "install",
+    "replayer",
     "request_key",
     "request_kind",
 ]
@@ -124,9 +126,9 @@ def request_key(body: Mapping[str, Any]) -> str | None:
 def install(
     app: AsyncApp, service: RunService, output: SlackThreadOutput, *, row_of: RowOf
 ) -> None:
-    """The intake middleware, the completion handler that marks rows done, and the replay.
-    `row_of` says which requests have rows of their own: those are saved as those rows, the
-    ones the inbox processes them from."""
+    """The intake middleware (the app was built with `MarkDone` as its completion handler,
+    and the service with `replayer(app)`). `row_of` says which requests have rows of their
+    own: those are saved as those rows, the ones the inbox processes them from."""
 
     async def intake(req: AsyncBoltRequest, resp: BoltResponse, next: Next) -> BoltResponse:
         if req.context.get(_REPLAYED):
@@ -156,8 +158,11 @@ def install(
         return resp
 
     app.use(intake)
-    runner = app._async_listener_runner  # Bolt offers no public setter for this handler
-    runner.listener_completion_handler = _MarkDone(service, runner.listener_completion_handler)
+
+
+def replayer(app: AsyncApp) -> Replay:
+    """How a request saved by an earlier process is handled again: through `app`, as Slack
+    would deliver it, past the intake (its row exists, and is done, already)."""
 
     async def replay(delivery: RequestDelivery) -> None:
         request = AsyncBoltRequest(
@@ -166,7 +171,7 @@ def install(
         response = await app.async_dispatch(request)
         logger.info("a %s request saved before the restart: %d", delivery.kind, response.status)
 
-    service.inbox.replay = replay
+    return replay
 
 
 async def _save(
@@ -219,18 +224,21 @@ async def _save_in_time(
     raise TimeoutError(f"the request was not saved in {SAVE_SECONDS} s")
 
 
-class _MarkDone(AsyncListenerCompletionHandler):
-    """Marks the request's row done when its listener ended (acknowledged and finished)."""
+class MarkDone(AsyncListenerCompletionHandler):
+    """Bolt's listener completion handler: marks the request's row done when its listener
+    ended (acknowledged and finished), then hands over to `then` (Bolt's own)."""
 
-    def __init__(self, service: RunService, then: AsyncListenerCompletionHandler) -> None:
-        self.service = service
+    def __init__(
+        self, done: Callable[[int], Awaitable[None]], then: AsyncListenerCompletionHandler
+    ) -> None:
+        self.done = done
         self.then = then
 
     async def handle(self, request: AsyncBoltRequest, response: BoltResponse | None) -> None:
         row = request.context.get(_ROW)
         if isinstance(row, int):
             try:
-                await self.service.inbox.done(row)
+                await self.done(row)
             except StoreError as exc:  # handed back at the next start: its writes are once-only
                 logger.warning("could not mark request %d done: %s", row, exc)
         await self.then.handle(request=request, response=response)

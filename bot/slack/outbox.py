@@ -6,7 +6,7 @@ claims rows best priority first (cards and their redraws, then answers, notices,
 reactions), sends each through the paced client (`bot.slack.pacing`: its turn at Slack's tier,
 429s waited out), and deletes the row once Slack said ok. Rows left by a restart, or by a
 replica that died (its lease lapsed), are sent by whoever is alive. An intent row (a method of
-`render_with`, e.g. `CARD_REDRAW`: a card's redraw the store wrote with the decision) is turned
+`renderers`, e.g. `CARD_REDRAW`: a card's redraw the store wrote with the decision) is turned
 into its Web API call when it is sent, from the state then, so what is sent is the latest.
 Real errors (`channel_not_found`, `not_in_channel`, ...) are not retried: the row is dropped and
 counted; a write still rate limited past the pacer's deadline is dropped too, and its thread told
@@ -29,7 +29,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..faults import checkpoint
-from ..store import REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats
+from ..store import REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, OutboxWake
 from .endings import ANSWER_ENDING, Ending, finish_answer
 from .pacing import RateLimited
 
@@ -146,7 +146,9 @@ class _Quiet:
 
 
 class SlackOutbox:
-    """Puts writes in the store and sends them; `run()` is the sender (an owned task)."""
+    """Puts writes in the store and sends them; `run()` is the sender (an owned task). `wake`:
+    rung by whoever else puts rows (the store, after a change that wrote a card's redraw);
+    `renderers`: the intent rows' methods, and how each is drawn when it is sent."""
 
     def __init__(
         self,
@@ -159,6 +161,8 @@ class SlackOutbox:
         poll: float = 2.0,
         concurrency: int = 32,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        wake: OutboxWake | None = None,
+        renderers: Mapping[str, Renderer] | None = None,
     ) -> None:
         self.store = store
         self.client = client
@@ -170,35 +174,30 @@ class SlackOutbox:
         self.concurrency = concurrency
         self.clock = clock
         self.dropped: dict[str, int] = {}
-        self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
+        self._bell = wake if wake is not None else OutboxWake()
+        """Rings when rows were put (here, or by the store in a change's transaction)."""
         self._inflight: dict[asyncio.Task[None], str] = {}
         """Sends in flight and their rows' ids (claims renewed while they last)."""
         self._held: set[str] = set()
         """Rows this process holds while it makes their write itself (answers' endings)."""
         self._renewed = clock()
         self._last_progress = clock()
-        self._puts = 0
         self._put_in: dict[tuple[str, str], int] = {}
         self._done_in: dict[tuple[str, str], int] = {}
         """Rows this process put and finished, per thread (what `settled` waits on)."""
         self._done = asyncio.Condition()
         self._reported = clock()
-        self._renderers: dict[str, Renderer] = {}
-
-    def render_with(self, method: str, renderer: Renderer) -> None:
-        """Rows of `method` are intents: `renderer` makes their call when they are sent."""
-        self._renderers[method] = renderer
+        self._renderers: dict[str, Renderer] = dict(renderers or {})
+        """The intents among the rows (e.g. `CARD_REDRAW`), and how each is drawn when sent."""
 
     def renders(self, method: str) -> bool:
         return method in self._renderers
 
     def wake(self) -> None:
-        """Rows were stored by someone else (the store, in the transaction of a change it
-        recorded, `Store.owe_card_redraws`): look now rather than at the next poll."""
-        self._puts += 1
-        self._idle.clear()
-        self._wake.set()
+        """Rows were stored by someone else: look now rather than at the next poll. (The
+        store rings the same `OutboxWake`, given to both, after a change that wrote a card's
+        redraw.)"""
+        self._bell()
 
     async def put(self, entries: Sequence[OutboxEntry]) -> None:
         """Store `entries` durably, then wake the sender. When the database refuses the write
@@ -219,12 +218,10 @@ class SlackOutbox:
                     logger.error("%s to %s failed: %s", entry.method, entry.channel_id, exc)
                     self._drop("store")
             return
-        self._puts += 1
         for entry in entries:
             if thread := _ordered(entry.channel_id, entry.key, entry.priority, entry.params):
                 self._put_in[thread] = self._put_in.get(thread, 0) + 1
-        self._idle.clear()
-        self._wake.set()
+        self._bell()
 
     # -- answers' endings (`bot.slack.endings`): the `AnswerKeeper` of a streamed reply --------
 
@@ -264,8 +261,8 @@ class SlackOutbox:
             await self.store.outbox_later(row_id, self.clock(), "the reply could not finish")
         except Exception:  # still held: sent once the lease lapses (or at the next start)
             logger.exception("could not release outbox row %s", row_id)
-        self._idle.clear()
-        self._wake.set()
+        self._bell.idle.clear()
+        self._bell.woken.set()
 
     async def settled(self, channel: str, thread_ts: str, timeout: float = 10.0) -> None:
         """Wait (up to `timeout`) until as many messages of the thread are done as this process
@@ -286,15 +283,15 @@ class SlackOutbox:
     @property
     def idle(self) -> bool:
         """Nothing is owed that this sender knows of."""
-        return self._idle.is_set()
+        return self._bell.idle.is_set()
 
     async def wait_idle(self) -> None:
         """Until nothing is owed (tests; a graceful stop)."""
-        await self._idle.wait()
+        await self._bell.idle.wait()
 
     def stuck_for(self) -> float:
         """Seconds since the sender last made progress while rows wait (0 when idle)."""
-        if self._idle.is_set():
+        if self._bell.idle.is_set():
             return 0.0
         return (self.clock() - self._last_progress).total_seconds()
 
@@ -308,8 +305,8 @@ class SlackOutbox:
             logger.exception("could not release the outbox rows of an earlier start")
         try:
             while True:
-                self._wake.clear()
-                puts = self._puts
+                self._bell.woken.clear()
+                puts = self._bell.rings
                 room = self.concurrency - len(self._inflight)
                 rows = await self._claim(room) if room > 0 else []
                 for row in rows:
@@ -320,13 +317,13 @@ class SlackOutbox:
                 idle = not rows and not self._inflight
                 if idle or (self.clock() - self._reported).total_seconds() >= 1.0:
                     await self._report()
-                if idle and puts == self._puts:
-                    self._idle.set()
+                if idle and puts == self._bell.rings:
+                    self._bell.idle.set()
                 # `asyncio.timeout`, not `wait_for`: on 3.11 a cancel that arrives as the wait
                 # ends can be swallowed by `wait_for`, and the sender would never stop.
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.poll):
-                        await self._wake.wait()
+                        await self._bell.woken.wait()
         finally:
             for task in self._inflight:
                 task.cancel()
@@ -364,7 +361,7 @@ class SlackOutbox:
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._inflight.pop(task, None)
         self._last_progress = self.clock()
-        self._wake.set()
+        self._bell.woken.set()
         if not task.cancelled() and (exc := task.exception()) is not None:
             logger.error("an outbox send failed", exc_info=exc)
 

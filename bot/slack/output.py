@@ -80,7 +80,7 @@ class SlackThreadOutput:
         self.outbox = outbox
         self.replies = SlackReplies(client, outbox)
         """The Slack-only calls the listeners make (the run service never does)."""
-        self.queue = QueueNotices(outbox)
+        self.queue = QueueNotices.on(outbox)
         """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
         self._team_id: str | None = None
         self._workspace_url = ""

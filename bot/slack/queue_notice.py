@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
+
+from slack_sdk.web.async_client import AsyncWebClient
 
 from ..runs.notices import Queued
 from ..runs.output import Thread
@@ -36,7 +38,14 @@ from .ids import find_marked_notice, queue_metadata
 from .notices import queue_notice_text
 from .outbox import Renderer, SlackOutbox, Write
 
-__all__ = ["Find", "QueueNoticeStore", "QueueNotices", "merged", "queue_renderer"]
+__all__ = [
+    "Find",
+    "QueueNoticeStore",
+    "QueueNotices",
+    "merged",
+    "notice_finder",
+    "queue_renderer",
+]
 
 logger = logging.getLogger("opsgate.slack.queue")
 
@@ -54,6 +63,7 @@ Find = Callable[[QueueNotice], Awaitable[str | None]]
 None."""
 
 
+@runtime_checkable
 class QueueNoticeStore(Protocol):
     """What the notices read and record (`bot.store.Store`)."""
 
@@ -77,35 +87,20 @@ class QueueNoticeStore(Protocol):
 class QueueNotices:
     """`queued` and `started` owe the channel's notice a drawing; the outbox draws it."""
 
-    def __init__(self, outbox: SlackOutbox | None) -> None:
+    def __init__(self, outbox: SlackOutbox | None, store: QueueNoticeStore | None = None) -> None:
+        """`store`: where the bursts are kept (the server's; its outbox draws their notices
+        with `queue_renderer`); without one each notice goes into its own thread."""
         self.outbox = outbox
-        self.store: QueueNoticeStore | None = None
-        self._bot_id: str | None = None
-
-    def keep_in(self, store: QueueNoticeStore) -> None:
-        """Keep the bursts in `store` and have the outbox draw their notices (the server)."""
-        if self.outbox is None:
-            raise ValueError("a queued notice kept in the store is drawn by an outbox: none")
         self.store = store
-        self.outbox.render_with(QUEUE_NOTICE, queue_renderer(store, self._find))
 
-    async def _find(self, notice: QueueNotice) -> str | None:
-        """The burst's notice in its channel (a failed look is None: the caller posts, a
-        second notice at worst)."""
-        if self.outbox is None:
-            return None
-        client = self.outbox.client
-        try:
-            if self._bot_id is None:
-                self._bot_id = str((await client.auth_test()).get("bot_id") or "")
-            oldest = notice.opened_at.timestamp() - _SKEW  # posted after its burst opened
-            return await find_marked_notice(
-                client, self._bot_id, notice.channel_id, notice.burst, oldest=oldest
-            )
-        except SLACK_ERRORS as exc:
-            channel, why = notice.channel_id, slack_error(exc)
-            logger.warning("could not look for the queued notice of %s: %s", channel, why)
-            return None
+    @classmethod
+    def on(cls, outbox: SlackOutbox | None) -> QueueNotices:
+        """The notices `outbox` draws: kept in its store when it was built to draw them (its
+        `QUEUE_NOTICE` renderer, as the server's is), else each in its own thread."""
+        if outbox is None or not outbox.renders(QUEUE_NOTICE):
+            return cls(outbox)
+        store = outbox.store
+        return cls(outbox, store if isinstance(store, QueueNoticeStore) else None)
 
     @property
     def kept(self) -> bool:
@@ -132,6 +127,28 @@ class QueueNotices:
             return
         if owed:
             self.outbox.wake()
+
+
+def notice_finder(client: AsyncWebClient) -> Find:
+    """How `queue_renderer` finds the burst's notice in its channel (a failed look is None:
+    the caller posts, a second notice at worst)."""
+    bot_id: str | None = None
+
+    async def find(notice: QueueNotice) -> str | None:
+        nonlocal bot_id
+        try:
+            if bot_id is None:
+                bot_id = str((await client.auth_test()).get("bot_id") or "")
+            oldest = notice.opened_at.timestamp() - _SKEW  # posted after its burst opened
+            return await find_marked_notice(
+                client, bot_id, notice.channel_id, notice.burst, oldest=oldest
+            )
+        except SLACK_ERRORS as exc:
+            channel, why = notice.channel_id, slack_error(exc)
+            logger.warning("could not look for the queued notice of %s: %s", channel, why)
+            return None
+
+    return find
 
 
 def queue_renderer(store: QueueNoticeStore, find: Find) -> Renderer:

@@ -177,6 +177,7 @@ async def connect_socket_mode(
     """The first Socket Mode connection: `apps.connections.open` until Slack answers (a refused
     app token stops the start), then the WebSocket, within `timeout` or tried again. Later
     reconnections are slack_sdk's."""
+    state.reason = "connecting to Slack (Socket Mode)"
     client = handler.client
     web = _plain_client(handler.app)
 

@@ -48,7 +48,15 @@ from .models import (
     ToolCallRow,
     batch_complete,
 )
-from .outbox import CARD_REDRAW, REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, card_redraw
+from .outbox import (
+    CARD_REDRAW,
+    REDRAW_PRIORITY,
+    OutboxEntry,
+    OutboxRow,
+    OutboxStats,
+    OutboxWake,
+    card_redraw,
+)
 from .plane import PlaneRequest, PlaneState
 from .queue_notices import QUEUE_NOTICE, QUEUE_PRIORITY, QueueNotice, queue_redraw
 from .quorum import Quorum, QuorumState, Ruling, Shortfall
@@ -124,6 +132,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "OutboxEntry",
     "OutboxRow",
     "OutboxStats",
+    "OutboxWake",
     "PendingApproval",
     "PlaneRequest",
     "PlaneState",

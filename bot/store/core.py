@@ -119,6 +119,7 @@ class StoreCore:
         person: Person,
         chained: bool = True,
         migrate: bool = True,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         self._db = db
         self._migrate_on_open = migrate
@@ -132,30 +133,21 @@ class StoreCore:
         """The link this store's last append wrote (committed or not), and its transaction."""
         self._appending = asyncio.Lock()
         """Held by an append from its first try until its link is written (`_known_head`)."""
-        self._redraws: Callable[[], None] | None = None
-
-    def owe_card_redraws(self, wake: Callable[[], None] | None) -> None:
-        """From now on every change a card shows writes the card's redraw (`CARD_REDRAW`, an
-        outbox row) in the change's own transaction, and `wake` is called once it committed.
-        The Slack server calls this: its outbox's sender draws and sends those rows. Off (a
-        terminal chat, a bare store; None turns it off) nothing is written and the run service
-        redraws itself."""
-        self._redraws = wake
-
-    @property
-    def card_redraws(self) -> bool:
-        """Whether changes write their cards' redraws (`owe_card_redraws`)."""
-        return self._redraws is not None
+        self._redraw_wake = wake
+        """Called after the commit of a change that wrote a card's redraw (`_owe_redraw`): the
+        outbox's sender looks at once rather than at its next poll."""
 
     async def _owe_redraw(self, tx: Tx, row: ToolCallRow) -> None:
-        """Inside a change's transaction: owe the redraw of `row`'s card, when it has one."""
-        if self._redraws is not None and row.card_ts and row.needs_approval:
+        """Inside a change's transaction: owe the redraw of `row`'s card (a `CARD_REDRAW`
+        outbox row), when it has one. Every change a card shows writes it, so the change and
+        its redraw commit together, or neither does; the front end's sender draws the card
+        from the call's state when it sends the row."""
+        if row.card_ts and row.needs_approval:
             await put_rows(self._db, tx, [card_redraw(row.id, row.card_channel)], self._now())
 
     def _redraws_owed(self) -> None:
         """After the commit of a change that may have owed a redraw: wake the sender."""
-        if self._redraws is not None:
-            self._redraws()
+        self._redraw_wake()
 
     async def __aenter__(self) -> Self:
         await self.open()

@@ -262,7 +262,7 @@ class Decisions(StoreCore):
         """Store a run of the call's preview and audit it ("preview": digest, exit status,
         duration, `why` it ran); `reset_approvals` drops the approvals so far (they were
         given on another preview). None when the call is no longer pending (nothing stored).
-        With redraws owed (`owe_card_redraws`), the card's redraw commits with it."""
+        The card's redraw (`CARD_REDRAW`) commits with it."""
         async with self._db.transaction("set_preview") as tx:
             updated = await self._set_preview_in(
                 tx, ledger_id, preview, why, actor, reset_approvals

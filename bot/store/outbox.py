@@ -15,13 +15,14 @@ its arguments, which the store does not read.
 One kind of row is an intent rather than a call: `CARD_REDRAW` ("redraw the card of this call",
 key `card:<ledger id>`), which the store itself writes in the transaction of every change a card
 shows (a decision, an approval of N, an edit, "Allow for", an expiry, a cancel, the call's
-result) once
-`owe_card_redraws` was called (the Slack server does: its sender draws the card from the call's
-state when it sends the row). So a decision and its card's redraw commit together.
+result), always: the front end's sender draws the card from the call's state when it sends
+the row (Slack's, or the terminal's in-process one). So a decision and its card's redraw commit
+together; the store's `wake` (a constructor argument) tells the sender to look now.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -38,6 +39,7 @@ __all__ = [
     "OutboxEntry",
     "OutboxRow",
     "OutboxStats",
+    "OutboxWake",
     "card_redraw",
 ]
 
@@ -61,6 +63,24 @@ class OutboxStats:
 
     depth: dict[int, int]
     oldest: datetime | None
+
+
+class OutboxWake:
+    """Rows were put in the outbox: its sender should look now, and is not idle until it has.
+    Built before the store and the sender and given to both (the store calls it after a change
+    that wrote a card's redraw, the sender after its own puts), so that neither has to exist
+    before the other."""
+
+    def __init__(self) -> None:
+        self.rings = 0
+        """How many times rows were put (the sender is idle only once it looked after the last)."""
+        self.woken = asyncio.Event()
+        self.idle = asyncio.Event()
+
+    def __call__(self) -> None:
+        self.rings += 1
+        self.idle.clear()
+        self.woken.set()
 
 
 class Outbox(StoreCore):

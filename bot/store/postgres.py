@@ -46,11 +46,14 @@ class PostgresStore(Store, Replicas):
         migrate: bool = True,
         person: Person = str,
         chained: bool = True,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         # This store's `application_name`: wake-ups name the store whose write caused them.
         origin = f"opsgate {secrets.token_hex(6)}"
         self._pg = PostgresDb(url, origin=origin, min_size=min_size, max_size=max_size)
-        super().__init__(self._pg, clock=clock, person=person, chained=chained, migrate=migrate)
+        super().__init__(
+            self._pg, clock=clock, person=person, chained=chained, migrate=migrate, wake=wake
+        )
 
     @property
     def url(self) -> str:

@@ -43,9 +43,10 @@ class SQLiteStore(Store):
         busy_timeout: float = 30.0,
         person: Person = str,
         chained: bool = True,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         self._file = SQLiteDb(path, exclusive=exclusive, busy_timeout=busy_timeout)
-        super().__init__(self._file, clock=clock, person=person, chained=chained)
+        super().__init__(self._file, clock=clock, person=person, chained=chained, wake=wake)
 
     @property
     def path(self) -> Path:

@@ -11,7 +11,6 @@ ready, and the one line with the page's address is printed then.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import signal
@@ -30,7 +29,6 @@ from ..observability import HealthServerError, Metrics
 from ..policy import Policy
 from ..server import started
 from ..settings import Settings
-from ..slack.app import wait_for_listeners
 from ..slack.mrkdwn import user_mention
 from ..tools import protect_process_environment
 from ..wiring import open_deps
@@ -192,6 +190,4 @@ async def _run_bot(
         try:
             await stop.wait()
         finally:
-            events.app = None
-            with contextlib.suppress(Exception):
-                await wait_for_listeners(SHUTDOWN_GRACE)
+            events.app = None  # the listeners still at work finish as `started` ends

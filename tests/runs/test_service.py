@@ -16,6 +16,7 @@ from bot.policy import Policy
 from bot.runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
 from bot.runs.context import RunContext
 from bot.runs.notices import NotAllowed, RunCancelled, ToolNotRun, ToolRan
+from bot.runs.redraws import LocalRedraws
 from bot.runs.timeline import AssistantStatus, Task
 from bot.store import Ruling, SQLiteStore, utc_now
 from bot.tasks import TaskSupervisor
@@ -137,9 +138,11 @@ class World:
     store: SQLiteStore
     tasks: TaskSupervisor
     client: ScriptedChatClient
+    redraws: LocalRedraws
 
     async def settle(self) -> None:
         await asyncio.wait_for(self.tasks.wait_idle(), 10)
+        await self.redraws.drain()
 
 
 @asynccontextmanager
@@ -161,7 +164,9 @@ async def world(tmp_path: Path, *turns: Turn, policy: str = "") -> AsyncIterator
             clock=utc_now,
         )
         try:
-            yield World(RunService(ctx), output, store, tasks, client)
+            service = RunService(ctx)
+            redraws = LocalRedraws(service.cards, channel=None)
+            yield World(service, output, store, tasks, client, redraws)
         finally:
             await tasks.aclose()
 

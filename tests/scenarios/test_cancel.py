@@ -4,12 +4,17 @@ through the real app over loopback HTTP; and the store's one-winner guarantee ag
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from bot.policy import Policy
+from bot.slack.mrkdwn import user_mention
+from bot.store import CARD_REDRAW, SQLiteStore, Store
 from tests.scenarios.test_app import ALICE, BOB, all_text, assert_history_valid, make_tools
 from tests.support.harness import CHANNEL, Bot, HeldReplies, cancel_values, running_bot
+from tests.support.llm_server import LLMStandIn
+from tests.support.slack_api import SlackAPIStandIn
 
 DAVE = "U0DAVE"
 POLICY = f'[defaults]\napprovers = ["{BOB}"]\n'
@@ -199,35 +204,46 @@ async def test_cancel_withdraws_a_queued_message(tmp_path: Path) -> None:
 
 
 async def test_recovery_redraws_cards_left_live_by_a_crash_after_a_cancel(tmp_path: Path) -> None:
-    """A cancel recorded with no redraw owed (simulated: straight in a store that owes none,
-    as a release before the card redraws did, and a crash before its redraw): start-up
-    finds the cards drawn pending for calls that are cancelled, and takes their buttons away;
-    a second start-up redraws nothing. (A store that owes redraws writes them with the cancel:
-    tests/scenarios/test_card_redraws.py.)"""
-    async with running_bot(
-        tmp_path, tools=make_tools(tmp_path), policy=Policy.from_toml(POLICY)
-    ) as bot:
-        root, cards = await paused(bot)
-        store = bot.deps.store
-        session = await store.find_session("T0TEST", CHANNEL, root)
-        assert session is not None
-        store.owe_card_redraws(None)
-        outcome = await store.cancel_batch(session.id, user_id=BOB, via="button")
-        assert outcome.cancelled
-        assert bot.slack.calls_to("chat.update") == []
-        assert {r.id for r in await store.stale_cards()} == {c["ledger_id"] for c in cards}
+    """A cancel recorded with no redraw owed (simulated: straight in the stopped bot's store,
+    the redraws it wrote taken out, as a release before the card redraws did, and a crash
+    before its redraw): start-up finds the cards drawn pending for calls that are cancelled,
+    and takes their buttons away; a second start-up redraws nothing. (A store writes the
+    redraws with the cancel: tests/scenarios/test_card_redraws.py.)"""
+    tools, policy = make_tools(tmp_path), Policy.from_toml(POLICY)
+    async with LLMStandIn() as llm, SlackAPIStandIn() as slack:
+        async with running_bot(tmp_path, tools=tools, policy=policy, llm=llm, slack=slack) as bot:
+            root, cards = await paused(bot)
+        async with SQLiteStore(tmp_path / "opsgate.db", person=user_mention) as store:
+            session = await store.find_session("T0TEST", CHANNEL, root)
+            assert session is not None
+            outcome = await store.cancel_batch(session.id, user_id=BOB, via="button")
+            assert outcome.cancelled
+            await drop_redraws(store)
+            stale = {r.id for r in await store.stale_cards()}
+            assert stale == {c["ledger_id"] for c in cards}
+        assert slack.calls_to("chat.update") == []
 
-        await bot.service.recover()
-        await bot.settle()
-        redrawn = {c.params["ts"]: c.params for c in bot.slack.calls_to("chat.update")}
-        for card in cards:
-            row = await store.get_call(card["ledger_id"])
-            assert row is not None and row.card_ts in redrawn
-            blocks = redrawn[row.card_ts]["blocks"]
-            assert not any(b["type"] == "actions" for b in blocks)
-            assert "Cancelled" in json.dumps(blocks)
-        assert await store.stale_cards() == []
-        updates = len(bot.slack.calls_to("chat.update"))
-        await bot.service.recover()
-        await bot.settle()
-        assert len(bot.slack.calls_to("chat.update")) == updates
+        async with running_bot(tmp_path, tools=tools, policy=policy, llm=llm, slack=slack) as bot:
+            await bot.settle()
+            store = bot.deps.store
+            redrawn = {c.params["ts"]: c.params for c in bot.slack.calls_to("chat.update")}
+            for card in cards:
+                row = await store.get_call(card["ledger_id"])
+                assert row is not None and row.card_ts in redrawn
+                blocks = redrawn[row.card_ts]["blocks"]
+                assert not any(b["type"] == "actions" for b in blocks)
+                assert "Cancelled" in json.dumps(blocks)
+            assert await store.stale_cards() == []
+            updates = len(bot.slack.calls_to("chat.update"))
+            await bot.service.recover()
+            await bot.settle()
+            assert len(bot.slack.calls_to("chat.update")) == updates
+
+
+async def drop_redraws(store: Store) -> None:
+    """Take the cards' redraws out of the outbox (what a release that wrote none left)."""
+    for row in await store.claim_outbox("test", limit=1000, lease=timedelta(minutes=1)):
+        if row.method == CARD_REDRAW:
+            await store.outbox_sent(row.id)
+        else:
+            await store.outbox_later(row.id, row.created_at, "left to the bot")

@@ -11,7 +11,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from bot.policy import Policy
+from bot.slack.mrkdwn import user_mention
+from bot.store import SQLiteStore
 from tests.scenarios.test_app import BOB, make_tools
+from tests.scenarios.test_cancel import drop_redraws
 from tests.support.harness import Bot, running_bot
 from tests.support.llm_server import LLMStandIn
 from tests.support.slack_api import SlackAPIStandIn
@@ -86,12 +89,12 @@ async def test_a_restart_redraws_only_the_cards_whose_call_moved_on(tmp_path: Pa
                 llm.reply_tool_calls([("call_1", "run_command", {"command": f"echo {i}"})])
                 await bot.mention(f"job {i}", channel=f"C0KEEP{i}")
             cards = await bot.wait_cards(3)
-            # Decided with no redraw owed (a release before the outbox owed them, then a
-            # crash): stale. A store that owes redraws writes them with the decision.
-            store = bot.deps.store
-            store.owe_card_redraws(None)
+        # Decided with no redraw owed (a release before the outbox owed them, then a crash):
+        # stale. The store writes the redraw with the decision: taken out here.
+        async with SQLiteStore(tmp_path / "opsgate.db", person=user_mention) as store:
             outcome = await store.decide(cards[0]["ledger_id"], "rejected", user_id=BOB)
             assert outcome.recorded
+            await drop_redraws(store)
         before = len(slack.calls_to("chat.update"))
         llm.reply_text("Understood.")
         async with running_bot(tmp_path, tools=make_tools(tmp_path), llm=llm, slack=slack) as bot:

@@ -18,8 +18,8 @@ from bot.runs.notices import Queued
 from bot.runs.output import Thread
 from bot.slack.outbox import SlackOutbox
 from bot.slack.output import SlackThreadOutput
-from bot.slack.queue_notice import QueueNotices
-from bot.store import SQLiteStore
+from bot.slack.queue_notice import QueueNotices, notice_finder, queue_renderer
+from bot.store import QUEUE_NOTICE, SQLiteStore
 from tests.support.slack_api import SlackAPIStandIn, SlackCall
 
 CHANNEL = "C1"
@@ -51,9 +51,15 @@ async def replica(
 ) -> AsyncIterator[Replica]:
     async with SQLiteStore(db) as store:
         client = AsyncWebClient(token="xoxb-test", base_url=slack.url)
-        outbox = SlackOutbox(store, client, claimer=name, poll=0.05, lease=lease)
-        notices = QueueNotices(outbox)
-        notices.keep_in(store)
+        outbox = SlackOutbox(
+            store,
+            client,
+            claimer=name,
+            poll=0.05,
+            lease=lease,
+            renderers={QUEUE_NOTICE: queue_renderer(store, notice_finder(client))},
+        )
+        notices = QueueNotices(outbox, store)
         task = asyncio.create_task(outbox.run())
         try:
             yield Replica(store, outbox, notices)

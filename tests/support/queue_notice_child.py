@@ -20,8 +20,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.runs.notices import Queued
 from bot.runs.output import Thread
 from bot.slack.outbox import SlackOutbox
-from bot.slack.queue_notice import QueueNotices
-from bot.store import Store, open_store
+from bot.slack.queue_notice import QueueNotices, notice_finder, queue_renderer
+from bot.store import QUEUE_NOTICE, Store, open_store
 
 CHANNEL = "C1"
 
@@ -46,9 +46,15 @@ async def command(store: Store, notices: QueueNotices, line: str) -> None:
 async def main(database: str, slack_url: str, name: str, lease: timedelta) -> None:
     async with open_store(database) as store:
         client = AsyncWebClient(token="xoxb-test", base_url=slack_url)
-        outbox = SlackOutbox(store, client, claimer=name, poll=0.05, lease=lease)
-        notices = QueueNotices(outbox)
-        notices.keep_in(store)
+        outbox = SlackOutbox(
+            store,
+            client,
+            claimer=name,
+            poll=0.05,
+            lease=lease,
+            renderers={QUEUE_NOTICE: queue_renderer(store, notice_finder(client))},
+        )
+        notices = QueueNotices(outbox, store)
         sender = asyncio.create_task(outbox.run())
         reader = asyncio.StreamReader()
         loop = asyncio.get_running_loop()

@@ -1,15 +1,15 @@
-"""A change a card shows and the card's redraw commit together: with redraws owed
-(`owe_card_redraws`, as the Slack server sets), a decision, an approval of N, an edit, "Allow
-for", an expiry, a cancel, a break-glass use and its review, and a preview's run each write one
-`CARD_REDRAW` intent for the call's card in their own transaction, and wake the sender after
-the commit; a transaction cut off (a crash, a cancelled task) leaves neither the change nor the
-intent."""
+"""A change a card shows and the card's redraw commit together: a decision, an approval of N,
+an edit, "Allow for", an expiry, a cancel, a break-glass use and its review, and a preview's run
+each write one `CARD_REDRAW` intent for the call's card in their own transaction, and wake the
+sender (the store's constructor argument) after the commit; a transaction cut off (a crash, a
+cancelled task) leaves neither the change nor the intent."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -29,7 +29,8 @@ from bot.store import (
     ToolCallRow,
 )
 
-from .helpers import RESTART, STATUS, T0, Clock, paused_session
+from .conftest import StoreFactory
+from .helpers import RESTART, STATUS, T0, Clock, mention, paused_session
 
 LEASE = timedelta(seconds=30)
 
@@ -42,6 +43,18 @@ class Wakes:
 
     def __call__(self) -> None:
         self.count += 1
+
+
+@pytest.fixture
+def wakes() -> Wakes:
+    return Wakes()
+
+
+@pytest.fixture
+async def store(new_store: StoreFactory, wakes: Wakes) -> AsyncIterator[Store]:
+    """The store as the bot opens it, its sender's wake-up given to its constructor."""
+    async with new_store(person=mention, wake=wakes) as opened:
+        yield opened
 
 
 async def carded(store: Store, thread: str = "1700000000.000100") -> tuple[str, list[ToolCallRow]]:
@@ -77,10 +90,9 @@ def grant() -> AllowanceGrant:
     )
 
 
-async def test_a_decision_writes_its_cards_redraw_and_wakes_the_sender(store: Store) -> None:
-    wakes = Wakes()
-    store.owe_card_redraws(wakes)
-    assert store.card_redraws
+async def test_a_decision_writes_its_cards_redraw_and_wakes_the_sender(
+    store: Store, wakes: Wakes
+) -> None:
     _, [first, second] = await carded(store)
     outcome = await store.decide(first.id, "approved", user_id="UBOB")
     assert outcome.recorded
@@ -96,12 +108,11 @@ async def test_a_decision_writes_its_cards_redraw_and_wakes_the_sender(store: St
 
 async def test_a_calls_result_owes_its_cards_redraw_superseding_an_unsent_one(
     store: Store,
+    wakes: Wakes,
 ) -> None:
     """The card says what happened once the call ran: the result and the redraw commit
     together. The decision's redraw still unsent then is superseded (one row, not two); one
     already sent is followed by the result's."""
-    wakes = Wakes()
-    store.owe_card_redraws(wakes)
     session_id, [first, _] = await carded(store)
     await store.decide(first.id, "approved", user_id="UBOB")
     await store.start_tool_call(session_id, RESTART)
@@ -123,7 +134,6 @@ async def test_a_calls_result_owes_its_cards_redraw_superseding_an_unsent_one(
 
 
 async def test_edit_allow_expiry_and_cancel_owe_their_redraws(store: Store, clock: Clock) -> None:
-    store.owe_card_redraws(Wakes())
     session_id, [first, second] = await carded(store)
     edited = {"service": "api", "force": False}
     arguments = canonical_arguments(edited)
@@ -145,16 +155,17 @@ async def test_edit_allow_expiry_and_cancel_owe_their_redraws(store: Store, cloc
     assert await owed(store) == [intent(kept.id)]  # the expired call was not cancelled again
 
 
-async def test_without_redraws_owed_nothing_is_written(store: Store) -> None:
-    assert not store.card_redraws
-    _, [first, _] = await carded(store)
-    assert (await store.decide(first.id, "rejected", user_id="UBOB")).recorded
-    assert (await store.outbox_stats()).depth == {}
-    assert [r.id for r in await store.stale_cards()] == [first.id]  # start-up redraws it
+async def test_a_store_with_no_sender_to_wake_owes_the_redraw_all_the_same(
+    new_store: StoreFactory,
+) -> None:
+    async with new_store(person=mention) as store:
+        _, [first, _] = await carded(store)
+        assert (await store.decide(first.id, "rejected", user_id="UBOB")).recorded
+        assert await owed(store) == [intent(first.id)]
+        assert [r.id for r in await store.stale_cards()] == [first.id]  # sent, not yet drawn
 
 
 async def test_an_owed_redraw_is_the_outboxs_not_start_ups(store: Store) -> None:
-    store.owe_card_redraws(Wakes())
     _, [first, _] = await carded(store)
     await store.decide(first.id, "rejected", user_id="UBOB")
     assert await store.stale_cards() == []  # the outbox sends it, drawn from the call
@@ -164,12 +175,10 @@ async def test_an_owed_redraw_is_the_outboxs_not_start_ups(store: Store) -> None
 
 
 async def test_a_transaction_cut_off_leaves_neither_decision_nor_redraw(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch, wakes: Wakes
 ) -> None:
     """ "Allow for" held at its fault point (the call approved and its redraw owed, in the
     transaction; the allowance not yet written), then cancelled: a rollback, as a crash."""
-    wakes = Wakes()
-    store.owe_card_redraws(wakes)
     _, [first, _] = await carded(store)
     held = asyncio.Event()
     monkeypatch.setenv(HOLD_ENV, "allow_decided")
@@ -219,9 +228,9 @@ LOUD = OutboxEntry(
 """The loud notice a break-glass use owes, as the Slack output would give it."""
 
 
-async def test_break_glass_its_decision_and_its_redraw_commit_together(store: Store) -> None:
-    wakes = Wakes()
-    store.owe_card_redraws(wakes)
+async def test_break_glass_its_decision_and_its_redraw_commit_together(
+    store: Store, wakes: Wakes
+) -> None:
     _, [first, second] = await carded(store)
     outcome = await store.break_glass(first.id, GLASS, digest=first.digest, notices=[LOUD])
     assert outcome.recorded and outcome.row.status == "approved"
@@ -251,12 +260,10 @@ async def test_break_glass_its_decision_and_its_redraw_commit_together(store: St
 
 
 async def test_break_glass_cut_off_leaves_no_decision_no_use_no_redraw(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch, wakes: Wakes
 ) -> None:
     """Held after its approval was written (the use not yet), then cancelled: a rollback, and
     neither the redraw nor the loud notice is owed."""
-    wakes = Wakes()
-    store.owe_card_redraws(wakes)
     _, [first, _] = await carded(store)
     await _cut_off(monkeypatch, "glass_decided", store.break_glass(first.id, GLASS, notices=[LOUD]))
     row = await store.get_call(first.id)
@@ -267,10 +274,8 @@ async def test_break_glass_cut_off_leaves_no_decision_no_use_no_redraw(
 
 
 async def test_a_previews_run_and_its_cards_redraw_commit_together(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch, wakes: Wakes
 ) -> None:
-    wakes = Wakes()
-    store.owe_card_redraws(wakes)
     _, [first, _] = await carded(store)
     await store.decide(first.id, "approved", user_id="UBOB", ruling=Ruling(required_approvals=2))
     await owed(store)
