@@ -185,10 +185,10 @@ class Escalations(AuditBatch):
 
     def _owed_by(self, claim: LadderClaim) -> list[OutboxEntry]:
         """The outbox rows a claim made owes: its direct messages and, for a step, its card's
-        redraw ("escalated to ..."), when changes owe redraws (`_owe_redraw`)."""
+        redraw ("escalated to ...")."""
         row = claim.row
         stepped = claim.column == "escalation_step" and row.needs_approval and row.card_ts
-        redraw = [card_redraw(row.id, row.card_channel)] if stepped and self.card_redraws else []
+        redraw = [card_redraw(row.id, row.card_channel)] if stepped else []
         return [*redraw, *claim.owed]
 
     async def _held(self, tx: Tx, ids: Sequence[str]) -> dict[str, _Held]:

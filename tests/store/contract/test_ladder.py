@@ -202,8 +202,6 @@ async def test_two_stores_racing_a_tick_over_many_calls_claim_each_once(
     and round is made by exactly one of them, with one audit row, its direct messages and its
     card's redraw owed once, and the audit chain unbroken."""
     async with new_store(person=mention) as one, new_store(person=mention) as two:
-        for store in (one, two):
-            store.owe_card_redraws(lambda: None)
         rows = await _many_carded(one, 39)
         chunks = [
             [claim for row in rows[n : n + 6] for claim in _tick_claims(row)]
