@@ -17,7 +17,6 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -35,7 +34,7 @@ from agent_core.openai import OpenAIChatClient
 
 from .approvals import Approvals, FetchMembers
 from .observability import Metrics
-from .policy import Policy, ToolPolicy, ladder_tick
+from .policy import Policy, ladder_tick
 from .runs import RunService, ThreadOutput
 from .runs.context import Deadlines, RunContext
 from .runs.inbox import Replay
@@ -72,23 +71,14 @@ from .store import (
     utc_now,
 )
 from .tasks import TaskSupervisor
-from .tools import (
-    DEFAULT_OUTPUT_LIMIT,
-    DEFAULT_TIMEOUT,
-    load_tools,
-    make_http_request,
-    make_run_command,
-    resolve_run_as,
-)
+from .tools import TEMPLATE_WARNING, default_tools, load_tools
 from .tools.mcp import McpObserver, McpTool, start_mcp_servers
 
 __all__ = [
     "CONTEXT_ADVICE",
     "INSTRUCTIONS",
-    "TEMPLATE_WARNING",
     "Deps",
     "SlackBot",
-    "default_tools",
     "open_deps",
     "run_service",
     "slack_bot",
@@ -109,14 +99,6 @@ CONTEXT_ADVICE = (
     "set its context length to the same number), or start a new thread"
 )
 """Said in the thread when even a compacted request is refused as too long."""
-
-TEMPLATE_WARNING = (
-    "the model server says its chat template has no tool support, so it ignores the tools "
-    "and the bot only chats: serve the model with a chat template that handles tools "
-    "(llama.cpp: --jinja and --chat-template-file; Ollama, LM Studio: a model whose "
-    "template supports tools)"
-)
-"""Logged at start-up and printed by `opsgate check` when the server answers without tools."""
 
 
 @dataclass
@@ -147,22 +129,6 @@ class Deps:
     wake: OutboxWake = field(default_factory=OutboxWake)
     """Rung by the store after a change that wrote a card's redraw; the front end's outbox
     sender waits on it (the store was built with it)."""
-
-
-def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list[Tool]:
-    """The built-in tools, set up as the policy's `[tools.run_command]` says (workdir, timeout,
-    output_limit; without them: the current directory, 60 seconds, 20,000 characters)."""
-    command = (policy or Policy.default()).tools.get("run_command") or ToolPolicy()
-    return [
-        make_run_command(
-            workdir=command.workdir or Path.cwd(),
-            timeout=command.timeout.total_seconds() if command.timeout else DEFAULT_TIMEOUT,
-            output_limit=command.output_limit or DEFAULT_OUTPUT_LIMIT,
-            env=command.env,
-            run_as=resolve_run_as(command.run_as) if command.run_as else None,
-        ),
-        make_http_request(client=http),
-    ]
 
 
 @contextlib.asynccontextmanager

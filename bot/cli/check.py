@@ -30,9 +30,14 @@ from ..errors import BotError
 from ..policy import Policy, ToolPolicy
 from ..settings import DatabaseURL, Settings, load_settings
 from ..slack.signin import auth_refused, connections_refused, unreachable
-from ..tools import load_tools, privilege_warnings, resolve_run_as
+from ..tools import (
+    TEMPLATE_WARNING,
+    default_tools,
+    load_tools,
+    privilege_warnings,
+    resolve_run_as,
+)
 from ..tools.mcp import check_servers
-from ..wiring import TEMPLATE_WARNING, default_tools
 from ._logging import log_from_settings
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Built-in chat-ops tools (`run_command`, `http_request`) and loading teams' own tools."""
 
 from ..errors import RunAsError, ShellMissing, ToolEnvironmentError, ToolLoadError
-from ._loader import load_tool, load_tools
+from ._loader import TEMPLATE_WARNING, default_tools, load_tool, load_tools
 from ._run_as import RunAs, privilege_warnings, resolve_run_as
 from .command import (
     BASH,
@@ -31,10 +31,12 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "RunAsError",
     "SAFE_METHODS",
     "ShellMissing",
+    "TEMPLATE_WARNING",
     "ToolEnvironmentError",
     "ToolLoadError",
     "base_environment",
     "checked_shell",
+    "default_tools",
     "http_gate",
     "load_tool",
     "load_tools",

@@ -1,6 +1,7 @@
-"""Loading teams' own tools from import paths named in the policy file (`tools_modules`).
+"""The tools the bot offers: the built-ins as the policy sets them up, and teams' own tools
+loaded from import paths named in the policy file (`tools_modules`).
 
-This runs at start-up, so a path that cannot be loaded stops the bot with a message naming the
+Loading runs at start-up, so a path that cannot be loaded stops the bot with a message naming the
 path and the reason, rather than surfacing later as a tool the model cannot find.
 """
 
@@ -8,12 +9,44 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+import httpx
 
 from agent_core import Tool
 from bot.errors import ToolLoadError
+from bot.policy import Policy, ToolPolicy
 
-__all__ = ["load_tool", "load_tools"]
+from ._run_as import resolve_run_as
+from .command import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, make_run_command
+from .http import make_http_request
+
+__all__ = ["TEMPLATE_WARNING", "default_tools", "load_tool", "load_tools"]
+
+TEMPLATE_WARNING = (
+    "the model server says its chat template has no tool support, so it ignores the tools "
+    "and the bot only chats: serve the model with a chat template that handles tools "
+    "(llama.cpp: --jinja and --chat-template-file; Ollama, LM Studio: a model whose "
+    "template supports tools)"
+)
+"""Logged at start-up and printed by `opsgate check` when the server answers without tools."""
+
+
+def default_tools(http: httpx.AsyncClient, policy: Policy | None = None) -> list[Tool]:
+    """The built-in tools, set up as the policy's `[tools.run_command]` says (workdir, timeout,
+    output_limit; without them: the current directory, 60 seconds, 20,000 characters)."""
+    command = (policy or Policy.default()).tools.get("run_command") or ToolPolicy()
+    return [
+        make_run_command(
+            workdir=command.workdir or Path.cwd(),
+            timeout=command.timeout.total_seconds() if command.timeout else DEFAULT_TIMEOUT,
+            output_limit=command.output_limit or DEFAULT_OUTPUT_LIMIT,
+            env=command.env,
+            run_as=resolve_run_as(command.run_as) if command.run_as else None,
+        ),
+        make_http_request(client=http),
+    ]
 
 
 def _split(import_path: str) -> tuple[str, str]:

@@ -36,7 +36,7 @@ from agent_core import (
 from agent_core.openai import OpenAIChatClient
 from bot.cli.check import run_check
 from bot.settings import Settings
-from bot.wiring import TEMPLATE_WARNING
+from bot.tools import TEMPLATE_WARNING
 from tests.support.harness import running_bot, texts
 from tests.support.llamacpp import LlamaCppServer
 

@@ -15,8 +15,14 @@ from agent_core import ToolCall
 from bot.cli.check import _check_policy
 from bot.policy import Policy, PolicyError
 from bot.settings import Settings
-from bot.tools import BASH, ShellMissing, ToolEnvironmentError, checked_shell, make_run_command
-from bot.wiring import default_tools
+from bot.tools import (
+    BASH,
+    ShellMissing,
+    ToolEnvironmentError,
+    checked_shell,
+    default_tools,
+    make_run_command,
+)
 
 TRICKY = [
     'printf %s "$BASH_EXECUTION_STRING"  # \'single\' "double" \\ back é\t tab  ',
