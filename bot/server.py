@@ -45,6 +45,7 @@ from .slack.mrkdwn import user_mention
 from .slack.oncall import start_pagerduty
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
+from .slack.queue_notice import QueueNotices
 from .slack.redraws import card_renderer
 from .slack.signin import SignIn, connect_socket_mode, sign_in, socket_mode_handler
 from .store import CARD_REDRAW, Store, WriteHealth, require_writable
@@ -139,8 +140,8 @@ async def started(
         observer=metrics,
         **_outbox_lease(settings),
     )
-    output = SlackThreadOutput(client, outbox)
-    output.queue.keep_in(deps.store)  # each channel's queued notice is the store's
+    # Each channel's queued notice is the store's (`bot.slack.queue_notice`).
+    output = SlackThreadOutput(client, outbox, QueueNotices(outbox, deps.store))
     timer = ExpiryTimer(
         deps.store,
         clock=deps.clock,

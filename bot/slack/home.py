@@ -3,6 +3,11 @@ view models (`bot.runs.views`) to Slack dicts.
 
 The Home tab's Approve, Reject and Edit buttons are the card's own action ids carrying the same
 ledger id, so a click there is handled exactly like one on the card (container type `view`).
+
+A tab is published through the outbox (`home_entry`), one key per person: a tab drawn because its
+person opened it is due at once; one drawn after a change they see settles (`HOME_SETTLE`), so a
+burst of decisions (twenty within two seconds, each changing twenty people's tabs) publishes each
+person's tab once, with the latest view, instead of once per decision.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from ..runs.views import AllowanceInfo, CardCall, HomeView
+from ..store import OutboxEntry
 from .cards import card_body, overflow, section
 from .freezes import freeze_lines, unreviewed_lines
 from .ids import (
@@ -35,11 +41,18 @@ from .ids import (
 from .ladder import delegation_lines, waited_text
 from .mrkdwn import escape_cut
 from .notices import allowance_line
+from .outbox import HOME
 
 __all__ = [
+    "HOME_SETTLE",
     "allowance_blocks",
+    "home_entry",
     "home_view",
 ]
+
+HOME_SETTLE = 2.0
+"""Seconds a republished tab waits for the changes after the one that owed it
+(`OutboxEntry.settle`): a person's tab is published at most once per `HOME_SETTLE`."""
 
 
 _SHOWN_MAX = 8
@@ -72,6 +85,14 @@ def home_view(home: HomeView) -> dict[str, Any]:
     view = View(type="home", blocks=blocks[:100])
     result: dict[str, Any] = view.to_dict()
     return result
+
+
+def home_entry(home: HomeView) -> OutboxEntry:
+    """The outbox row publishing `home` (`views.publish`): it supersedes the person's unsent
+    one, and settles unless the person just opened the tab."""
+    params = {"user_id": home.user, "view": home_view(home)}
+    settle = 0.0 if home.opened else HOME_SETTLE
+    return OutboxEntry("views.publish", params, HOME, key=f"home:{home.user}", settle=settle)
 
 
 def allowance_blocks(allowances: Sequence[AllowanceInfo]) -> list[Block]:

@@ -11,6 +11,13 @@ into its Web API call when it is sent, from the state then, so what is sent is t
 Real errors (`channel_not_found`, `not_in_channel`, ...) are not retried: the row is dropped and
 counted; a write still rate limited past the pacer's deadline is dropped too, and its thread told
 once.
+
+The workspace-wide buckets (`chat.update`, Tier 3; `views.publish`) go to what a person waits
+for first: a row after the answers (a queued notice's edit, a Home tab) waits while its bucket
+is short (`_wait_turn`), so a card's redraw put meanwhile takes the next call (the pacer serves
+first come), and a keyed row superseded while it waited is not sent at all (the store's
+`outbox_superseded`: its newer row draws the latest state). Rows that settle (due a few seconds
+after they were put, `OutboxEntry.settle`) are looked for when due (`outbox_next_due`).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ..faults import checkpoint
 from ..store import REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats
 from .endings import ANSWER_ENDING, Ending, finish_answer
-from .pacing import RateLimited
+from .pacing import Pacer, RateLimited
 
 __all__ = [
     "ANSWER",
@@ -122,6 +129,10 @@ class OutboxStore(Protocol):
         self, claimer: str, row_ids: Sequence[str], lease: timedelta
     ) -> None: ...
 
+    async def outbox_superseded(self, row_id: str) -> bool: ...
+
+    async def outbox_next_due(self) -> datetime | None: ...
+
 
 class OutboxObserver(Protocol):
     """Metrics for the outbox (`bot.observability.Metrics`)."""
@@ -195,7 +206,8 @@ class SlackOutbox:
 
     def wake(self) -> None:
         """Rows were stored by someone else (the store, in the transaction of a change it
-        recorded, `Store.owe_card_redraws`): look now rather than at the next poll."""
+        recorded, `Store.owe_card_redraws`): look now rather than at the next poll (a row that
+        settles is looked for when it is due: `outbox_next_due`)."""
         self._puts += 1
         self._idle.clear()
         self._wake.set()
@@ -320,12 +332,15 @@ class SlackOutbox:
                 idle = not rows and not self._inflight
                 if idle or (self.clock() - self._reported).total_seconds() >= 1.0:
                     await self._report()
+                wait = self.poll
+                if idle and (settling := await self._settling()) is not None:
+                    idle, wait = False, min(wait, settling)
                 if idle and puts == self._puts:
                     self._idle.set()
                 # `asyncio.timeout`, not `wait_for`: on 3.11 a cancel that arrives as the wait
                 # ends can be swallowed by `wait_for`, and the sender would never stop.
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.poll):
+                    async with asyncio.timeout(wait):
                         await self._wake.wait()
         finally:
             for task in self._inflight:
@@ -343,6 +358,17 @@ class SlackOutbox:
             await self.store.renew_outbox(self.claimer, held, self.lease)
         except Exception:
             logger.exception("could not renew the outbox claims")
+
+    async def _settling(self) -> float | None:
+        """Seconds until the next row nobody holds is due, when one is waiting (None: none)."""
+        try:
+            due = await self.store.outbox_next_due()
+        except Exception:
+            logger.exception("could not read when the next outbox row is due")
+            return None
+        if due is None:
+            return None
+        return max(0.01, (due - self.clock()).total_seconds())
 
     async def _claim(self, room: int) -> list[OutboxRow]:
         try:
@@ -387,7 +413,34 @@ class SlackOutbox:
         await checkpoint("redraw_claimed")  # crash tests: the redraw owed, not yet sent
         return await renderer(params, retried)
 
+    async def _wait_turn(self, row: OutboxRow) -> None:
+        """A row after the answers waits while its workspace-wide bucket is short: what a person
+        waits for (a card's redraw) takes the bucket's next call instead."""
+        short = _pacer_short(self.client)
+        if short is None or row.priority < NOTICE:
+            return
+        method = "chat.update" if row.method in self._renderers else row.method
+        if method == "chat.postMessage":  # a channel's own bucket, nobody else's
+            return
+        for _ in range(round(_TURN_MAX / _TURN_SECONDS)):  # then in turn, as any call
+            if not short(method):
+                return
+            await asyncio.sleep(_TURN_SECONDS)
+
+    async def _superseded(self, row: OutboxRow) -> bool:
+        """A keyed notice, Home tab or intent that a newer row of its key replaced: not sent."""
+        if row.key is None or (row.priority < NOTICE and row.method not in self._renderers):
+            return False
+        try:
+            return await self.store.outbox_superseded(row.id)
+        except Exception:  # sent then: a redraw of the latest state, harmless
+            logger.exception("could not tell whether %s was superseded", row.key)
+            return False
+
     async def _deliver_once(self, row: OutboxRow) -> None:
+        await self._wait_turn(row)
+        if await self._superseded(row):
+            return
         try:
             write = await self._write(row.method, row.params, row.meta, retried=row.attempts > 1)
         except Exception as exc:  # the state could not be read (the database): try later
@@ -464,6 +517,18 @@ class SlackOutbox:
         if row is not None and row.method == ANSWER_ENDING:
             # The run ended (counted) when its ending was stored; Slack never showed it.
             self.observer.run_finished("answer_lost")
+
+
+_TURN_SECONDS = 0.05
+"""How often a row waiting for its bucket to refill looks again."""
+_TURN_MAX = 30.0
+"""Longest a row lets others go first (a storm of cards never starves a notice for good)."""
+
+
+def _pacer_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
+    """The paced client's "bucket is short" test (workspace-wide methods), when it is paced."""
+    pacer = getattr(client, "pacer", None)
+    return pacer.short if isinstance(pacer, Pacer) else None
 
 
 _LATE = "_The end of this answer could not be shown: Slack kept asking me to slow down._"

@@ -38,12 +38,12 @@ from .cards import (
     overflow,
 )
 from .feedback import feedback_blocks
-from .home import allowance_blocks, home_view
+from .home import allowance_blocks, home_entry, home_view
 from .ids import card_metadata, find_marked_card
 from .modals import allow_modal, edit_modal, reject_modal
 from .mrkdwn import escape_cut, message_link, truncate, user_mention
 from .notices import card_file, render
-from .outbox import CARD, HOME, NOTICE, REACTION, UPLOAD, SlackOutbox
+from .outbox import CARD, NOTICE, REACTION, UPLOAD, SlackOutbox
 from .pacing import Pacer
 from .queue_notice import QueueNotices, merged
 from .redraws import card_update
@@ -75,22 +75,28 @@ class SlackThreadOutput:
     mrkdwn (`bot.slack.notices`), cards Block Kit (`bot.slack.cards`). The Slack-only calls of
     the listeners are `replies` (`SlackReplies`)."""
 
-    def __init__(self, client: AsyncWebClient, outbox: SlackOutbox | None = None) -> None:
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        outbox: SlackOutbox | None = None,
+        queue: QueueNotices | None = None,
+    ) -> None:
         self.client = client
         self.outbox = outbox
         self.replies = SlackReplies(client, outbox)
         """The Slack-only calls the listeners make (the run service never does)."""
-        self.queue = QueueNotices(outbox)
-        """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
+        self.queue = queue
+        """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`); None: a
+        queued message is told in its thread."""
         self._team_id: str | None = None
         self._workspace_url = ""
         self._bot_id: str | None = None
 
     async def say(self, thread: Thread, notice: Notice) -> None:
-        if isinstance(notice, Queued) and merged(thread) and self.queue.kept:
+        if isinstance(notice, Queued) and merged(thread) and self.queue is not None:
             await self.queue.queued(thread, notice)
             return
-        if isinstance(notice, CancelledBeforeStart):
+        if isinstance(notice, CancelledBeforeStart) and self.queue is not None:
             await self.queue.started(thread)
         if self.outbox is not None:
             await self.outbox.put(self.owed(thread, notice))
@@ -150,7 +156,7 @@ class SlackThreadOutput:
     async def status(self, thread: Thread, status: AssistantStatus | None) -> None:
         # The thread's run is going: its message is no longer queued, if it was (a run that
         # ends or waits moves no queue: the next one's start does).
-        if status is not None and status.kind == "working":
+        if status is not None and status.kind == "working" and self.queue is not None:
             await self.queue.started(thread)
         await set_status(self.client, thread, status)
 
@@ -428,12 +434,9 @@ class SlackReplies:
 
     async def publish_home(self, home: HomeView) -> None:
         """Show `home` as its person's Home tab (`views.publish`); through the outbox, one
-        publish per person per burst (the latest view)."""
+        publish per person per burst (the latest view: `bot.slack.home.home_entry`)."""
         if self.outbox is not None:
-            params = {"user_id": home.user, "view": home_view(home)}
-            await self.outbox.put(
-                [OutboxEntry("views.publish", params, HOME, key=f"home:{home.user}")]
-            )
+            await self.outbox.put([home_entry(home)])
             return
         try:
             await self.client.views_publish(user_id=home.user, view=home_view(home))

@@ -18,8 +18,14 @@ never two for one burst; a notice someone deleted is posted anew at the next dra
 killed after Slack posted the notice and before its ts was recorded leaves the post in the
 channel and its row to be sent again: each notice carries its burst in its message metadata,
 so a drawing of a row tried before looks in the channel first (`conversations.history`, from
-the burst's start) and adopts the notice it finds instead of posting a second. Without a store
-(a bare output) a queued message gets its notice in its thread, as a direct message does.
+the burst's start) and adopts the notice it finds instead of posting a second. An output
+without queued notices (no outbox: the terminal's, a bare one) tells a queued message in its
+thread, as a direct message is told.
+
+Every drawing settles (`bot.store.queue_notices.QUEUE_SETTLE`): it is due a few seconds after
+the change that owed it, and the changes meanwhile join it, so a channel's notice is posted or
+edited at most once per few seconds, with the latest count, and a queue that empties within
+that time (its runs' answers, and the 👀 on each message, say the rest) shows no notice at all.
 """
 
 from __future__ import annotations
@@ -75,25 +81,24 @@ class QueueNoticeStore(Protocol):
 
 
 class QueueNotices:
-    """`queued` and `started` owe the channel's notice a drawing; the outbox draws it."""
+    """`queued` and `started` owe the channel's notice a drawing; the outbox draws it.
 
-    def __init__(self, outbox: SlackOutbox | None) -> None:
+    Why a message of its own: a queued alert gets no answer for a while, and without a word
+    its requester cannot tell a queue from a bot that is down. Why one per channel per burst,
+    its edits settling (`bot.store.queue_notices`): in a storm the notice would otherwise
+    spend the workspace-wide `chat.update` bucket that cards' redraws need, on states nobody
+    reads before the next one; a burst that is over before its notice was posted shows none
+    (the answers already say that the requests started)."""
+
+    def __init__(self, outbox: SlackOutbox, store: QueueNoticeStore) -> None:
         self.outbox = outbox
-        self.store: QueueNoticeStore | None = None
-        self._bot_id: str | None = None
-
-    def keep_in(self, store: QueueNoticeStore) -> None:
-        """Keep the bursts in `store` and have the outbox draw their notices (the server)."""
-        if self.outbox is None:
-            raise ValueError("a queued notice kept in the store is drawn by an outbox: none")
         self.store = store
-        self.outbox.render_with(QUEUE_NOTICE, queue_renderer(store, self._find))
+        self._bot_id: str | None = None
+        outbox.render_with(QUEUE_NOTICE, queue_renderer(store, self._find))
 
     async def _find(self, notice: QueueNotice) -> str | None:
         """The burst's notice in its channel (a failed look is None: the caller posts, a
         second notice at worst)."""
-        if self.outbox is None:
-            return None
         client = self.outbox.client
         try:
             if self._bot_id is None:
@@ -107,11 +112,6 @@ class QueueNotices:
             logger.warning("could not look for the queued notice of %s: %s", channel, why)
             return None
 
-    @property
-    def kept(self) -> bool:
-        """Whether channels' notices are merged (else each goes into its own thread)."""
-        return self.store is not None
-
     async def queued(self, thread: Thread, notice: Queued) -> None:
         """`thread`'s message waits in the queue of its channel."""
         await self._owe(thread.channel_id, notice.limit)
@@ -123,8 +123,6 @@ class QueueNotices:
             await self._owe(thread.channel_id, None)
 
     async def _owe(self, channel: str, concurrency: int | None) -> None:
-        if self.store is None or self.outbox is None:
-            return
         try:
             owed = await self.store.owe_queue_notice(channel, concurrency=concurrency)
         except Exception:  # a notice is not worth failing a run over

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from .db import Db, Tx
@@ -37,6 +38,11 @@ class OutboxEntry:
     """With an unsent row of the same key, both vanish (a reaction added, then removed)."""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """What the sender needs besides the call (a fallback for refused blocks, who to tell)."""
+    settle: float = 0.0
+    """Seconds a keyed row waits before it is due, so that the changes of a burst reach Slack
+    as one write of the latest state: a row that supersedes an unsent one keeps that one's due
+    time, so a key is written at most once per `settle` however often it changes (a queued
+    notice's edits, a Home tab). 0: due at once."""
 
 
 def card_redraw(ledger_id: str, channel_id: str | None) -> OutboxEntry:
@@ -52,10 +58,13 @@ def card_redraw(ledger_id: str, channel_id: str | None) -> OutboxEntry:
 
 
 async def put_rows(db: Db, tx: Tx, entries: Sequence[OutboxEntry], now: Any) -> list[str]:
-    """Store `entries` in the caller's transaction; the ids of the rows stored."""
+    """Store `entries` in the caller's transaction; the ids of the rows stored. An unsent row
+    of an entry's key is superseded: deleted here, so no sender on any replica sends it."""
     ids: list[str] = []
     for entry in entries:
+        due = now
         if entry.key is not None:
+            due = await _due(db, tx, entry, now)
             dropped = await tx.execute(
                 "DELETE FROM outbox WHERE key = :key AND claimed_until IS NULL",
                 {"key": entry.key},
@@ -66,7 +75,7 @@ async def put_rows(db: Db, tx: Tx, entries: Sequence[OutboxEntry], now: Any) -> 
         await tx.execute(
             "INSERT INTO outbox (id, priority, method, channel_id, key, params, meta,"
             " created_at, not_before, attempts)"
-            " VALUES (:id, :priority, :method, :channel, :key, :params, :meta, :now, :now, 0)",
+            " VALUES (:id, :priority, :method, :channel, :key, :params, :meta, :now, :due, 0)",
             {
                 "id": row_id,
                 "priority": entry.priority,
@@ -76,7 +85,25 @@ async def put_rows(db: Db, tx: Tx, entries: Sequence[OutboxEntry], now: Any) -> 
                 "params": db.json_in(dict(entry.params)),
                 "meta": db.json_in(dict(entry.meta)),
                 "now": now,
+                "due": due,
             },
         )
         ids.append(row_id)
     return ids
+
+
+async def _due(db: Db, tx: Tx, entry: OutboxEntry, now: Any) -> Any:
+    """When a keyed entry is due: now, or `settle` from now, or when the unsent row it
+    supersedes was due (the first change of a burst sets when the burst is written)."""
+    if entry.settle <= 0:
+        return now
+    row = await tx.fetch_one(
+        "SELECT MIN(not_before) AS due FROM outbox WHERE key = :key AND claimed_until IS NULL",
+        {"key": entry.key},
+    )
+    pending = db.time_out(row["due"]) if row is not None else None
+    moment = db.time_out(now)
+    if moment is None:
+        return now
+    later = moment + timedelta(seconds=entry.settle)
+    return db.time_in(min(pending, later) if pending is not None else later)

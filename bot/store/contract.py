@@ -690,6 +690,13 @@ class Store(Protocol):
     async def release_outbox(self, claimer: str) -> int:
         """Release every row `claimer` holds (a restarted sender taking its name again)."""
 
+    async def outbox_superseded(self, row_id: str) -> bool:
+        """Whether a newer row of the claimed row's key was put: then the row is deleted,
+        unsent (its tries handed on to the newer row)."""
+
+    async def outbox_next_due(self) -> datetime | None:
+        """When the earliest row nobody holds is due (a settling row); None when none."""
+
     # -- each channel's queued notice (`bot.store.queue_notices`) ---------------------------------
 
     async def owe_queue_notice(self, channel_id: str, *, concurrency: int | None = None) -> bool:

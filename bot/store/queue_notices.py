@@ -9,11 +9,13 @@ The row is opened by the first "queued" of a burst (`owe_queue_notice` with the 
 concurrency), in the transaction that also owes the outbox a `QUEUE_NOTICE` intent (key
 `queue:<channel>`: only the latest unsent one is kept, and one is in flight at a time across
 replicas). Every later change (a message queued, a run started, a message withdrawn) owes
-another intent, while the row exists. The sender draws the intent from the state when it sends
-it (`bot.slack.queue_notice`): the first drawing posts and records the message's ts
-(`queue_notice_shown`) before the intent is done, later ones edit that ts; once the queue is
-empty it draws "every request has started" and ends the burst (`end_queue_notice`): the next
-"queued" opens a new one, with a new message.
+another intent, while the row exists. The intents settle (`QUEUE_SETTLE`): one is due a few
+seconds after the change that owed it, and those owed meanwhile supersede it keeping its due
+time, so the notice is written at most once per few seconds. The sender draws the intent from
+the state when it sends it (`bot.slack.queue_notice`): the first drawing posts and records the
+message's ts (`queue_notice_shown`) before the intent is done, later ones edit that ts; once the
+queue is empty it draws "every request has started" and ends the burst (`end_queue_notice`):
+the next "queued" opens a new one, with a new message.
 """
 
 from __future__ import annotations
@@ -25,12 +27,23 @@ from ._outbox_rows import OutboxEntry, put_rows
 from .core import StoreCore
 from .db import Row
 
-__all__ = ["QUEUE_NOTICE", "QUEUE_PRIORITY", "QueueNotice", "QueueNoticeRows", "queue_redraw"]
+__all__ = [
+    "QUEUE_NOTICE",
+    "QUEUE_PRIORITY",
+    "QUEUE_SETTLE",
+    "QueueNotice",
+    "QueueNoticeRows",
+    "queue_redraw",
+]
 
 QUEUE_NOTICE = "opsgate.queue"
 """The method of an intent row: "bring the queued notice of `params["channel"]` up to date"."""
 QUEUE_PRIORITY = 2
 """As the other notices (`bot.slack.outbox.NOTICE`): after cards' redraws and answers."""
+QUEUE_SETTLE = 2.0
+"""Seconds a drawing waits for the changes after it (`OutboxEntry.settle`): a channel's notice
+is written at most once per `QUEUE_SETTLE`, a burst over sooner shows none, and a storm's
+queue moving does not spend the `chat.update` calls cards' redraws need."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +74,7 @@ def queue_redraw(channel_id: str) -> OutboxEntry:
         QUEUE_PRIORITY,
         channel_id=channel_id,
         key=f"queue:{channel_id}",
+        settle=QUEUE_SETTLE,
     )
 
 

@@ -52,8 +52,7 @@ async def replica(
     async with SQLiteStore(db) as store:
         client = AsyncWebClient(token="xoxb-test", base_url=slack.url)
         outbox = SlackOutbox(store, client, claimer=name, poll=0.05, lease=lease)
-        notices = QueueNotices(outbox)
-        notices.keep_in(store)
+        notices = QueueNotices(outbox, store)
         task = asyncio.create_task(outbox.run())
         try:
             yield Replica(store, outbox, notices)

@@ -47,8 +47,7 @@ async def main(database: str, slack_url: str, name: str, lease: timedelta) -> No
     async with open_store(database) as store:
         client = AsyncWebClient(token="xoxb-test", base_url=slack_url)
         outbox = SlackOutbox(store, client, claimer=name, poll=0.05, lease=lease)
-        notices = QueueNotices(outbox)
-        notices.keep_in(store)
+        notices = QueueNotices(outbox, store)
         sender = asyncio.create_task(outbox.run())
         reader = asyncio.StreamReader()
         loop = asyncio.get_running_loop()
