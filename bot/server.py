@@ -40,6 +40,7 @@ from .runs.timer import ExpiryTimer
 from .settings import Settings
 from .slack import SlackThreadOutput, channel_members, create_app, group_members, slack_client
 from .slack.app import wait_for_listeners
+from .slack.home import HOME_TAB, home_renderer
 from .slack.mcp_review import post_reviews
 from .slack.mrkdwn import user_mention
 from .slack.oncall import start_pagerduty
@@ -159,6 +160,9 @@ async def started(
     # A change a card shows writes the card's redraw in its own transaction; the sender draws
     # it from the call's state when it sends it (`bot.slack.redraws`).
     outbox.render_with(CARD_REDRAW, card_renderer(service.cards.drawing, deps.store.card_drawn))
+    outbox.render_with(
+        HOME_TAB, home_renderer(lambda user, team: service.home.view(user, team=team))
+    )
     deps.store.owe_card_redraws(outbox.wake)
     await post_reviews(deps.store, deps.policy)  # changed MCP tools' review cards, once each
     deps.mcp_reviews.append(lambda: post_reviews(deps.store, deps.policy))  # and later ones

@@ -14,7 +14,7 @@ once.
 
 The workspace-wide buckets (`chat.update`, Tier 3; `views.publish`) go to what a person waits
 for first: a row after the answers (a queued notice's edit, a Home tab) waits while its bucket
-is short (`_wait_turn`), so a card's redraw put meanwhile takes the next call (the pacer serves
+is short (`_waited`), so a card's redraw put meanwhile takes the next call (the pacer serves
 first come), and a keyed row superseded while it waited is not sent at all (the store's
 `outbox_superseded`: its newer row draws the latest state). Rows that settle (due a few seconds
 after they were put, `OutboxEntry.settle`) are looked for when due (`outbox_next_due`).
@@ -413,19 +413,21 @@ class SlackOutbox:
         await checkpoint("redraw_claimed")  # crash tests: the redraw owed, not yet sent
         return await renderer(params, retried)
 
-    async def _wait_turn(self, row: OutboxRow) -> None:
-        """A row after the answers waits while its workspace-wide bucket is short: what a person
-        waits for (a card's redraw) takes the bucket's next call instead."""
+    async def _waited(self, row: OutboxRow, method: str) -> bool:
+        """Whether a row after the answers had to wait, its workspace-wide bucket short, for
+        what a person waits for (a card's redraw) to take the bucket's calls first. It returns
+        without a pause once the bucket has a call, so the caller's send reserves that call
+        before any other task runs (the pacer serves first come)."""
         short = _pacer_short(self.client)
-        if short is None or row.priority < NOTICE:
-            return
-        method = "chat.update" if row.method in self._renderers else row.method
-        if method == "chat.postMessage":  # a channel's own bucket, nobody else's
-            return
+        if short is None or row.priority < NOTICE or method == "chat.postMessage":
+            return False  # a channel's own post bucket is nobody else's
+        if not short(method):
+            return False
         for _ in range(round(_TURN_MAX / _TURN_SECONDS)):  # then in turn, as any call
-            if not short(method):
-                return
             await asyncio.sleep(_TURN_SECONDS)
+            if not short(method):
+                break
+        return True
 
     async def _superseded(self, row: OutboxRow) -> bool:
         """A keyed notice, Home tab or intent that a newer row of its key replaced: not sent."""
@@ -438,7 +440,6 @@ class SlackOutbox:
             return False
 
     async def _deliver_once(self, row: OutboxRow) -> None:
-        await self._wait_turn(row)
         if await self._superseded(row):
             return
         try:
@@ -451,6 +452,9 @@ class SlackOutbox:
         if write is None:  # nothing left to draw (the call or its card is gone)
             await self.store.outbox_sent(row.id)
             return
+        while await self._waited(row, write.method):
+            if await self._superseded(row):  # its newer row draws what it would have
+                return
         await self._deliver_write(row, write)
 
     async def _deliver_write(self, row: OutboxRow, write: Write) -> None:

@@ -22,10 +22,11 @@ the burst's start) and adopts the notice it finds instead of posting a second. A
 without queued notices (no outbox: the terminal's, a bare one) tells a queued message in its
 thread, as a direct message is told.
 
-Every drawing settles (`bot.store.queue_notices.QUEUE_SETTLE`): it is due a few seconds after
-the change that owed it, and the changes meanwhile join it, so a channel's notice is posted or
-edited at most once per few seconds, with the latest count, and a queue that empties within
-that time (its runs' answers, and the 👀 on each message, say the rest) shows no notice at all.
+Every drawing settles (`bot.store.queue_notices.QUEUE_SETTLE`): it is due a few seconds after the
+last change of its burst (`OutboxEntry.settle`), the changes meanwhile joining it, so a channel's
+notice is posted or edited at most once per few seconds, with the latest count, and a queue that
+empties within that time (its runs' answers, and the 👀 on each message, say the rest) shows no
+notice at all.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ call: the sender draws the card from the call's state when it sends it (`bot.sla
 so what is sent is always the latest state, however late."""
 REDRAW_PRIORITY = 0
 """Cards' redraws go first: a decided card must lose its buttons before anything else."""
+SETTLE_MAX = 3
+"""A burst that goes on is written after at most this many settles all the same."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +41,11 @@ class OutboxEntry:
     meta: Mapping[str, Any] = field(default_factory=dict)
     """What the sender needs besides the call (a fallback for refused blocks, who to tell)."""
     settle: float = 0.0
-    """Seconds a keyed row waits before it is due, so that the changes of a burst reach Slack
-    as one write of the latest state: a row that supersedes an unsent one keeps that one's due
-    time, so a key is written at most once per `settle` however often it changes (a queued
-    notice's edits, a Home tab). 0: due at once."""
+    """Seconds a keyed row waits for the next change before it is due, so that the changes of
+    a burst reach Slack as one write of the latest state (a queued notice's edits, a Home tab):
+    each change of the burst puts the due time `settle` after it, up to `SETTLE_MAX` settles
+    after the burst's first change. A key is written at most once per `settle`, however often
+    it changes. 0: due at once."""
 
 
 def card_redraw(ledger_id: str, channel_id: str | None) -> OutboxEntry:
@@ -62,9 +65,9 @@ async def put_rows(db: Db, tx: Tx, entries: Sequence[OutboxEntry], now: Any) -> 
     of an entry's key is superseded: deleted here, so no sender on any replica sends it."""
     ids: list[str] = []
     for entry in entries:
-        due = now
+        created, due = now, now
         if entry.key is not None:
-            due = await _due(db, tx, entry, now)
+            created, due = await _burst(db, tx, entry, now)
             dropped = await tx.execute(
                 "DELETE FROM outbox WHERE key = :key AND claimed_until IS NULL",
                 {"key": entry.key},
@@ -75,7 +78,7 @@ async def put_rows(db: Db, tx: Tx, entries: Sequence[OutboxEntry], now: Any) -> 
         await tx.execute(
             "INSERT INTO outbox (id, priority, method, channel_id, key, params, meta,"
             " created_at, not_before, attempts)"
-            " VALUES (:id, :priority, :method, :channel, :key, :params, :meta, :now, :due, 0)",
+            " VALUES (:id, :priority, :method, :channel, :key, :params, :meta, :created, :due, 0)",
             {
                 "id": row_id,
                 "priority": entry.priority,
@@ -84,7 +87,7 @@ async def put_rows(db: Db, tx: Tx, entries: Sequence[OutboxEntry], now: Any) -> 
                 "key": entry.key,
                 "params": db.json_in(dict(entry.params)),
                 "meta": db.json_in(dict(entry.meta)),
-                "now": now,
+                "created": created,
                 "due": due,
             },
         )
@@ -92,18 +95,19 @@ async def put_rows(db: Db, tx: Tx, entries: Sequence[OutboxEntry], now: Any) -> 
     return ids
 
 
-async def _due(db: Db, tx: Tx, entry: OutboxEntry, now: Any) -> Any:
-    """When a keyed entry is due: now, or `settle` from now, or when the unsent row it
-    supersedes was due (the first change of a burst sets when the burst is written)."""
-    if entry.settle <= 0:
-        return now
+async def _burst(db: Db, tx: Tx, entry: OutboxEntry, now: Any) -> tuple[Any, Any]:
+    """When a keyed entry's burst began and when its row is due: now and now, without
+    `settle`; else `settle` after this change, but no later than `SETTLE_MAX` settles after
+    the burst's first (whose time the row keeps, as the unsent row it supersedes did)."""
+    moment = db.time_out(now)
+    if entry.settle <= 0 or moment is None:
+        return now, now
     row = await tx.fetch_one(
-        "SELECT MIN(not_before) AS due FROM outbox WHERE key = :key AND claimed_until IS NULL",
+        "SELECT MIN(created_at) AS first FROM outbox WHERE key = :key AND claimed_until IS NULL",
         {"key": entry.key},
     )
-    pending = db.time_out(row["due"]) if row is not None else None
-    moment = db.time_out(now)
-    if moment is None:
-        return now
-    later = moment + timedelta(seconds=entry.settle)
-    return db.time_in(min(pending, later) if pending is not None else later)
+    first = db.time_out(row["first"]) if row is not None else None
+    settle = timedelta(seconds=entry.settle)
+    if first is None:
+        return now, db.time_in(moment + settle)
+    return db.time_in(first), db.time_in(min(moment + settle, first + SETTLE_MAX * settle))

@@ -6,16 +6,17 @@ committed before it is attempted, so a restart or the death of a replica loses n
 `FOR UPDATE SKIP LOCKED`, so replicas never take the same row), and deletes a row once Slack said
 ok. A sender that dies leaves its rows claimed until the lease lapses; then anyone takes them.
 
-Writes that supersede each other share a `key`: putting a row deletes the unclaimed rows with
-that key (only the latest redraw of a card, the latest Home tab of a person is sent), and a row
-that `cancels` (a reaction removed) deletes its unsent opposite and is itself not stored. Rows of
-one key are claimed one at a time, in order. A row of a key that was claimed when a newer one
-came is superseded too: a claim deletes it once its lease lapsed (its sender died), and its
-sender asks `outbox_superseded` before it sends, so on no replica is it sent. A row that was
-tried before hands that on to the row superseding it (`attempts`), whose drawing then looks for
-what the try may have posted. A keyed entry may `settle`: it is due a few seconds later, and a
-row superseding it keeps its due time, so a burst of changes is one write. Plain storage: the
-payload is the Web API method and its arguments, which the store does not read.
+Writes that supersede each other share a `key`: putting a row deletes the unclaimed rows with that
+key (only the latest redraw of a card, the latest Home tab of a person is sent), and a row that
+`cancels` (a reaction removed) deletes its unsent opposite and is itself not stored. Rows of one
+key are claimed one at a time, in order. A row of a key that was claimed when a newer one came is
+superseded too: a claim deletes it once its lease lapsed (its sender died), and its sender asks
+`outbox_superseded` before it sends, so on no replica is it sent. A row that was tried before hands
+that on to the row superseding it (`attempts`), whose drawing then looks for what the try may have
+posted. A keyed entry may `settle`: it is due a few seconds after the last change of its burst (the
+row superseding an unsent one keeps when the burst began, and is due no later than `SETTLE_MAX`
+settles after that), so a burst of changes is one write. Plain storage: the payload is the Web API
+method and its arguments, which the store does not read.
 
 One kind of row is an intent rather than a call: `CARD_REDRAW` ("redraw the card of this call",
 key `card:<ledger id>`), which the store itself writes in the transaction of every change a card

@@ -8,14 +8,14 @@ same message instead of posting one of its own.
 The row is opened by the first "queued" of a burst (`owe_queue_notice` with the channel's
 concurrency), in the transaction that also owes the outbox a `QUEUE_NOTICE` intent (key
 `queue:<channel>`: only the latest unsent one is kept, and one is in flight at a time across
-replicas). Every later change (a message queued, a run started, a message withdrawn) owes
-another intent, while the row exists. The intents settle (`QUEUE_SETTLE`): one is due a few
-seconds after the change that owed it, and those owed meanwhile supersede it keeping its due
-time, so the notice is written at most once per few seconds. The sender draws the intent from
-the state when it sends it (`bot.slack.queue_notice`): the first drawing posts and records the
-message's ts (`queue_notice_shown`) before the intent is done, later ones edit that ts; once the
-queue is empty it draws "every request has started" and ends the burst (`end_queue_notice`):
-the next "queued" opens a new one, with a new message.
+replicas). Every later change (a message queued, a run started, a message withdrawn) owes another
+intent, while the row exists. The intents settle (`QUEUE_SETTLE`): one is due a few seconds after
+the last change of its burst (`OutboxEntry.settle`), those owed meanwhile superseding it, so the
+notice is written at most once per few seconds. The sender draws the intent from the state when it
+sends it (`bot.slack.queue_notice`): the first drawing posts and records the message's ts
+(`queue_notice_shown`) before the intent is done, later ones edit that ts; once the queue is empty
+it draws "every request has started" and ends the burst (`end_queue_notice`): the next "queued"
+opens a new one, with a new message.
 """
 
 from __future__ import annotations
