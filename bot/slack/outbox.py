@@ -38,7 +38,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ..faults import checkpoint
 from ..store import REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats
 from .endings import ANSWER_ENDING, Ending, finish_answer
-from .pacing import Pacer, RateLimited
+from .pacing import RateLimited, bucket_short
 
 __all__ = [
     "ANSWER",
@@ -418,7 +418,7 @@ class SlackOutbox:
         what a person waits for (a card's redraw) to take the bucket's calls first. It returns
         without a pause once the bucket has a call, so the caller's send reserves that call
         before any other task runs (the pacer serves first come)."""
-        short = _pacer_short(self.client)
+        short = bucket_short(self.client)
         if short is None or row.priority < NOTICE or method == "chat.postMessage":
             return False  # a channel's own post bucket is nobody else's
         if not short(method):
@@ -527,12 +527,6 @@ _TURN_SECONDS = 0.05
 """How often a row waiting for its bucket to refill looks again."""
 _TURN_MAX = 30.0
 """Longest a row lets others go first (a storm of cards never starves a notice for good)."""
-
-
-def _pacer_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
-    """The paced client's "bucket is short" test (workspace-wide methods), when it is paced."""
-    pacer = getattr(client, "pacer", None)
-    return pacer.short if isinstance(pacer, Pacer) else None
 
 
 _LATE = "_The end of this answer could not be shown: Slack kept asking me to slow down._"

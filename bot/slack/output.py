@@ -24,7 +24,7 @@ from slack_bolt.async_app import AsyncRespond
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..runs.notices import AllowanceList, CancelledBeforeStart, Notice, Queued
+from ..runs.notices import AllowanceList, Notice
 from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.timeline import AssistantStatus, TimelineSink
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
@@ -44,8 +44,8 @@ from .modals import allow_modal, edit_modal, reject_modal
 from .mrkdwn import escape_cut, message_link, truncate, user_mention
 from .notices import card_file, render
 from .outbox import CARD, NOTICE, REACTION, UPLOAD, SlackOutbox
-from .pacing import Pacer
-from .queue_notice import QueueNotices, merged
+from .pacing import bucket_short
+from .queue_notice import QueueNotices
 from .redraws import card_update
 from .streaming import ThreadReply
 from .timeline import SlackTimeline, set_status
@@ -93,11 +93,8 @@ class SlackThreadOutput:
         self._bot_id: str | None = None
 
     async def say(self, thread: Thread, notice: Notice) -> None:
-        if isinstance(notice, Queued) and merged(thread) and self.queue is not None:
-            await self.queue.queued(thread, notice)
-            return
-        if isinstance(notice, CancelledBeforeStart) and self.queue is not None:
-            await self.queue.started(thread)
+        if self.queue is not None and await self.queue.said(thread, notice):
+            return  # the channel's queued notice says it
         if self.outbox is not None:
             await self.outbox.put(self.owed(thread, notice))
             return
@@ -181,7 +178,7 @@ class SlackThreadOutput:
                 recipient_user_id=person,
                 recipient_team_id=thread.team_id,
                 before_start=self._settled(thread),
-                short=_pacer_short(self.client),
+                short=bucket_short(self.client),
                 keeper=self.outbox,
             )
         )
@@ -445,8 +442,7 @@ class SlackReplies:
         """Show `home` as its person's Home tab (`views.publish`); through the outbox, one
         publish per person per burst (the latest view: `bot.slack.home.home_entry`)."""
         if self.outbox is not None:
-            await self.outbox.put([home_entry(home)])
-            return
+            return await self.outbox.put([home_entry(home)])
         try:
             await self.client.views_publish(user_id=home.user, view=home_view(home))
         except SLACK_ERRORS as exc:
@@ -467,14 +463,6 @@ class SlackReplies:
                 )
         except Exception:  # best effort, like every answer
             logger.warning("could not list allowances for %s", user, exc_info=True)
-
-
-def _pacer_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
-    """The paced client's "bucket is short" test, when the client is paced."""
-    pacer = getattr(client, "pacer", None)
-    if not isinstance(pacer, Pacer):
-        return None
-    return lambda method: pacer.short(method)
 
 
 def _post(thread: Thread, text: str) -> OutboxEntry:

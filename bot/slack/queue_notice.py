@@ -35,7 +35,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Protocol
 
-from ..runs.notices import Queued
+from ..runs.notices import CancelledBeforeStart, Notice, Queued
 from ..runs.output import Thread
 from ..store import QUEUE_NOTICE, QueueItem, QueueNotice
 from ._errors import SLACK_ERRORS, slack_error
@@ -112,6 +112,17 @@ class QueueNotices:
             channel, why = notice.channel_id, slack_error(exc)
             logger.warning("could not look for the queued notice of %s: %s", channel, why)
             return None
+
+    async def said(self, thread: Thread, notice: Notice) -> bool:
+        """A notice the thread is told: whether the channel's queued notice says it instead
+        (a message queued in a channel's thread); a message withdrawn before it started
+        moves the queue (and is told in its thread as well)."""
+        if isinstance(notice, Queued) and merged(thread):
+            await self.queued(thread, notice)
+            return True
+        if isinstance(notice, CancelledBeforeStart):
+            await self.started(thread)
+        return False
 
     async def queued(self, thread: Thread, notice: Queued) -> None:
         """`thread`'s message waits in the queue of its channel."""

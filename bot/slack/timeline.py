@@ -46,7 +46,7 @@ from ..runs.timeline import AssistantStatus, Task, Waiting, Working
 from ..words import format_duration
 from ._errors import SLACK_ERRORS, slack_error
 from .mrkdwn import escape_cut, one_line, user_mention
-from .pacing import Pacer
+from .pacing import bucket_short
 
 __all__ = [
     "CONTEXT_TEXT_MAX",
@@ -260,10 +260,7 @@ class SlackTimeline:
         self.thread = thread
         self.recipient_user_id = recipient_user_id
         self.use_streaming = recipient_user_id is not None
-        pacer = getattr(client, "pacer", None)
-        self._short: Callable[[str], bool] | None = (
-            pacer.short if isinstance(pacer, Pacer) else None
-        )
+        self._short = bucket_short(client)
         """`short(method)`: the paced client has no call of `method` to spend right now."""
         self._clock = clock
         self._born = clock()
