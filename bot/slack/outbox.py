@@ -13,10 +13,12 @@ counted; a write still rate limited past the pacer's deadline is dropped too, an
 once.
 
 The workspace-wide buckets (`chat.update`, Tier 3; `views.publish`) go to what a person waits
-for first: a row after the answers (a queued notice's edit, a Home tab) waits while its bucket
-is short (`_waited`), so a card's redraw put meanwhile takes the next call (the pacer serves
-first come), and a keyed row superseded while it waited is not sent at all (the store's
-`outbox_superseded`: its newer row draws the latest state). Rows that settle (due a few seconds
+for first: while a bucket is short, a row waits for a call of it (`_turn`) rather than queueing
+at the pacer (first come, first served), and a row after the answers (a queued notice's edit, a
+Home tab) lets the cards' redraws waiting for it go first. A keyed row superseded while it
+waited is not sent at all (the store's `outbox_superseded`: its newer row draws the latest
+state), so a card's redraw after its decision that waited until the call's result was written
+is sent once, showing both. Rows that settle (due a few seconds
 after they were put, `OutboxEntry.settle`) are looked for when due (`outbox_next_due`).
 """
 
@@ -196,6 +198,8 @@ class SlackOutbox:
         self._done = asyncio.Condition()
         self._reported = clock()
         self._renderers: dict[str, Renderer] = {}
+        self._cards: dict[str, int] = {}
+        """Cards' redraws waiting for a call of each method (rows after them let them go)."""
 
     def render_with(self, method: str, renderer: Renderer) -> None:
         """Rows of `method` are intents: `renderer` makes their call when they are sent."""
@@ -413,25 +417,37 @@ class SlackOutbox:
         await checkpoint("redraw_claimed")  # crash tests: the redraw owed, not yet sent
         return await renderer(params, retried)
 
-    async def _waited(self, row: OutboxRow, method: str) -> bool:
-        """Whether a row after the answers had to wait, its workspace-wide bucket short, for
-        what a person waits for (a card's redraw) to take the bucket's calls first. It returns
-        without a pause once the bucket has a call, so the caller's send reserves that call
-        before any other task runs (the pacer serves first come)."""
+    async def _turn(self, row: OutboxRow, method: str) -> bool:
+        """Wait while the row's workspace-wide bucket is short: a card's redraw for a call of
+        it, a row after the answers (a notice's edit, a Home tab) also while a card's redraw
+        waits for the same bucket, so cards go first. Each time it may go after a wait, it
+        asks whether a newer row of its key superseded it (False: done, unsent). It returns
+        True without a pause once it may go, so the caller's send reserves that call before
+        any other task runs (the pacer serves first come)."""
         short = bucket_short(self.client)
-        if short is None or row.priority < NOTICE or method == "chat.postMessage":
-            return False  # a channel's own post bucket is nobody else's
-        if not short(method):
-            return False
-        for _ in range(round(_TURN_MAX / _TURN_SECONDS)):  # then in turn, as any call
-            await asyncio.sleep(_TURN_SECONDS)
-            if not short(method):
-                break
-        return True
+        if short is None or method == "chat.postMessage" or ANSWER <= row.priority < NOTICE:
+            return True  # answers, and a channel's own post bucket, wait for nobody
+        card = row.priority < ANSWER
+
+        def blocked() -> bool:
+            return short(method) or (not card and self._cards.get(method, 0) > 0)
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _TURN_MAX  # then in turn, as any call
+        self._cards[method] = self._cards.get(method, 0) + card
+        try:
+            while blocked() and loop.time() < deadline:
+                await asyncio.sleep(_TURN_SECONDS)
+                if not blocked() and await self._superseded(row):
+                    return False
+            return True
+        finally:
+            self._cards[method] -= card
 
     async def _superseded(self, row: OutboxRow) -> bool:
-        """A keyed notice, Home tab or intent that a newer row of its key replaced: not sent."""
-        if row.key is None or (row.priority < NOTICE and row.method not in self._renderers):
+        """A keyed row (a card's redraw, a notice, a Home tab; not an answer's) that a newer
+        row of its key replaced: not sent."""
+        if row.key is None or ANSWER <= row.priority < NOTICE:
             return False
         try:
             return await self.store.outbox_superseded(row.id)
@@ -452,10 +468,8 @@ class SlackOutbox:
         if write is None:  # nothing left to draw (the call or its card is gone)
             await self.store.outbox_sent(row.id)
             return
-        while await self._waited(row, write.method):
-            if await self._superseded(row):  # its newer row draws what it would have
-                return
-        await self._deliver_write(row, write)
+        if await self._turn(row, write.method):  # else superseded: its newer row draws it
+            await self._deliver_write(row, write)
 
     async def _deliver_write(self, row: OutboxRow, write: Write) -> None:
         try:
