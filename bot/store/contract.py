@@ -695,7 +695,8 @@ class Store(Protocol):
         unsent (its tries handed on to the newer row)."""
 
     async def outbox_next_due(self) -> datetime | None:
-        """When the earliest row nobody holds is due (a settling row); None when none."""
+        """When the next row nobody holds falls due (a settling row); None when none is still
+        to fall due."""
 
     # -- each channel's queued notice (`bot.store.queue_notices`) ---------------------------------
 

@@ -150,11 +150,15 @@ class Outbox(StoreCore):
         return True
 
     async def outbox_next_due(self) -> datetime | None:
-        """When the earliest row nobody holds is due (None: there is none); a sender that
-        found nothing due waits until then (a settling row) rather than calling itself idle."""
+        """When the next row nobody holds falls due (None: none is still to fall due); a
+        sender that found nothing to claim waits until then (a settling row) rather than
+        calling itself idle. A row due already but held back (its key in flight elsewhere) is
+        not waited for: the row ahead of it wakes whoever sends it."""
         async with self._db.reading("next outbox row due") as tx:
             row = await tx.fetch_one(
-                "SELECT MIN(not_before) AS due FROM outbox WHERE claimed_until IS NULL"
+                "SELECT MIN(not_before) AS due FROM outbox"
+                " WHERE claimed_until IS NULL AND not_before > :now",
+                {"now": self._db.time_in(self._moment())},
             )
         due = None if row is None else self._db.time_out(row["due"])
         return None if due is None else aware(due)
