@@ -22,11 +22,10 @@ the burst's start) and adopts the notice it finds instead of posting a second. A
 without queued notices (no outbox: the terminal's, a bare one) tells a queued message in its
 thread, as a direct message is told.
 
-Every drawing settles (`bot.store.queue_notices.QUEUE_SETTLE`): it is due a few seconds after the
-last change of its burst (`OutboxEntry.settle`), the changes meanwhile joining it, so a channel's
-notice is posted or edited at most once per few seconds, with the latest count, and a queue that
-empties within that time (its runs' answers, and the 👀 on each message, say the rest) shows no
-notice at all.
+A burst's first drawing (the post) is due at once; every later one settles
+(`bot.store.queue_notices.QUEUE_SETTLE`): it is due a few seconds after the last change of its
+burst (`OutboxEntry.settle`), the changes meanwhile joining it, so a channel's notice is edited at
+most once per few seconds, with the latest count.
 """
 
 from __future__ import annotations
@@ -88,8 +87,7 @@ class QueueNotices:
     its requester cannot tell a queue from a bot that is down. Why one per channel per burst,
     its edits settling (`bot.store.queue_notices`): in a storm the notice would otherwise
     spend the workspace-wide `chat.update` bucket that cards' redraws need, on states nobody
-    reads before the next one; a burst that is over before its notice was posted shows none
-    (the answers already say that the requests started)."""
+    reads before the next one."""
 
     def __init__(self, outbox: SlackOutbox, store: QueueNoticeStore) -> None:
         self.outbox = outbox
