@@ -44,7 +44,7 @@ from .runs.replicas import held_lease, replica_name
 from .runs.shadow import load_shadow
 from .runs.timer import ExpiryTimer
 from .runs.tool_pins import pin_mcp_tools, repin_listing
-from .runs.views import CardDrawing
+from .runs.views import CardDrawing, HomeView
 from .settings import Settings
 from .slack import (
     ListenerTasks,
@@ -55,11 +55,12 @@ from .slack import (
     register,
     slack_client,
 )
+from .slack.home import HOME_TAB, home_renderer
 from .slack.intake import replayer
 from .slack.mcp_review import post_reviews
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
-from .slack.queue_notice import notice_finder, queue_renderer
+from .slack.queue_notice import QueueNotices, notice_finder, queue_renderer
 from .slack.redraws import card_renderer
 from .store import (
     CARD_REDRAW,
@@ -325,6 +326,10 @@ def slack_bot(
         started, after this function returned."""
         return await service.cards.drawing(ledger_id)
 
+    async def home(user: str, team: str | None) -> HomeView:
+        """A person's Home tab as it is now, drawn when its intent is sent (the same order)."""
+        return await service.home.view(user, team=team)
+
     # A change a card shows writes the card's redraw in its own transaction; the sender draws
     # it from the call's state when it sends it (`bot.slack.redraws`).
     outbox = SlackOutbox(
@@ -337,10 +342,12 @@ def slack_bot(
             CARD_REDRAW: card_renderer(draw, deps.store.card_drawn),
             # Each channel's one queued notice per burst is the store's (`bot.slack.queue_notice`).
             QUEUE_NOTICE: queue_renderer(deps.store, notice_finder(client)),
+            # A Home tab owed after a change is drawn when sent, once per burst (`bot.slack.home`).
+            HOME_TAB: home_renderer(home),
         },
         **_outbox_lease(settings),
     )
-    output = SlackThreadOutput(client, outbox)
+    output = SlackThreadOutput(client, outbox, QueueNotices(outbox, deps.store))
     timer = ExpiryTimer(
         deps.store,
         clock=deps.clock,

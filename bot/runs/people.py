@@ -10,6 +10,8 @@ lists show to the people on them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..approvals import Actor, GatedCall, authorize
 from ..policy import GateDecision
 from ..store import HomeViewer
@@ -127,7 +129,7 @@ class Home:
         """`user` opened the Home tab: remember them (to republish it after decisions they
         see) and return what it shows."""
         await self.ctx.store.home_opened(user, team)
-        return await self.view(user, team=team)
+        return replace(await self.view(user, team=team), opened=True)
 
     async def affected(
         self,

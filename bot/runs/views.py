@@ -404,3 +404,6 @@ class HomeView:
     """Break-glass uses nobody has reviewed yet."""
     delegations: tuple[Delegation, ...] = ()
     """Delegations in force that `user` gave or holds (`/opsgate delegate`)."""
+    opened: bool = False
+    """Drawn because `user` opened the tab (shown at once), not after a change they see (a
+    burst of those is shown once, with the latest view)."""

@@ -3,11 +3,19 @@ view models (`bot.runs.views`) to Slack dicts.
 
 The Home tab's Approve, Reject and Edit buttons are the card's own action ids carrying the same
 ledger id, so a click there is handled exactly like one on the card (container type `view`).
+
+A tab is published through the outbox, one key per person (`home:<user>`). A tab its person just
+opened is drawn at once and published at once (`home_entry`). A tab owed after a change its person
+sees is an intent (`home_intent`, method `HOME_TAB`): it settles (`HOME_SETTLE`: due once the
+burst of changes quieted), and the sender draws it when it sends it (`home_renderer`), from the
+state then. So a burst of decisions (twenty within two seconds, each changing twenty people's
+tabs) publishes each person's tab once, with the latest view, and draws each tab once, not once
+per decision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from slack_sdk.models.blocks import (
@@ -23,6 +31,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from ..runs.views import AllowanceInfo, CardCall, HomeView
+from ..store import OutboxEntry
 from .cards import card_body, overflow, section
 from .freezes import freeze_lines, unreviewed_lines
 from .ids import (
@@ -35,11 +44,24 @@ from .ids import (
 from .ladder import delegation_lines, waited_text
 from .mrkdwn import escape_cut
 from .notices import allowance_line
+from .outbox import HOME, Renderer, Write
 
 __all__ = [
+    "HOME_SETTLE",
+    "HOME_TAB",
     "allowance_blocks",
+    "home_entry",
+    "home_intent",
+    "home_renderer",
     "home_view",
 ]
+
+HOME_TAB = "opsgate.home"
+"""The method of an intent row: "publish `params["user"]`'s Home tab as it is when sent"."""
+
+HOME_SETTLE = 2.0
+"""Seconds a republished tab waits for the changes after the one that owed it
+(`OutboxEntry.settle`): a person's tab is published at most once per `HOME_SETTLE`."""
 
 
 _SHOWN_MAX = 8
@@ -72,6 +94,40 @@ def home_view(home: HomeView) -> dict[str, Any]:
     view = View(type="home", blocks=blocks[:100])
     result: dict[str, Any] = view.to_dict()
     return result
+
+
+def home_entry(home: HomeView) -> OutboxEntry:
+    """The outbox row publishing `home` as drawn (`views.publish`): it supersedes the person's
+    unsent one, and settles unless the person just opened the tab."""
+    params = {"user_id": home.user, "view": home_view(home)}
+    settle = 0.0 if home.opened else HOME_SETTLE
+    return OutboxEntry("views.publish", params, HOME, key=f"home:{home.user}", settle=settle)
+
+
+def home_intent(user: str, team: str | None) -> OutboxEntry:
+    """The intent to publish `user`'s tab after a change they see: drawn when it is sent,
+    once the burst of changes quieted."""
+    params = {"user": user, "team": team}
+    return OutboxEntry(HOME_TAB, params, HOME, key=f"home:{user}", settle=HOME_SETTLE)
+
+
+DrawHome = Callable[[str, str | None], Awaitable[HomeView]]
+"""A person's Home tab as it is now (user, team): the run service's `Home.view`."""
+
+
+def home_renderer(view: DrawHome) -> Renderer:
+    """The outbox's renderer for `HOME_TAB` rows: the tab drawn now (publishing it again is
+    harmless, so a row tried before needs no look first)."""
+
+    async def render(params: Mapping[str, Any], _retried: bool) -> Write | None:
+        user = str(params.get("user") or "")
+        if not user:
+            return None
+        team = params.get("team")
+        home = await view(user, str(team) if team else None)
+        return Write("views.publish", {"user_id": user, "view": home_view(home)})
+
+    return render
 
 
 def allowance_blocks(allowances: Sequence[AllowanceInfo]) -> list[Block]:

@@ -11,6 +11,15 @@ into its Web API call when it is sent, from the state then, so what is sent is t
 Real errors (`channel_not_found`, `not_in_channel`, ...) are not retried: the row is dropped and
 counted; a write still rate limited past the pacer's deadline is dropped too, and its thread told
 once.
+
+The workspace-wide buckets (`chat.update`, Tier 3; `views.publish`) go to what a person waits
+for first: while a bucket is short, a row waits for a call of it (`_turn`) rather than queueing
+at the pacer (first come, first served), and a row after the answers (a queued notice's edit, a
+Home tab) lets the cards' redraws waiting for it go first. A keyed row superseded while it
+waited is not sent at all (the store's `outbox_superseded`: its newer row draws the latest
+state), so a card's redraw after its decision that waited until the call's result was written
+is sent once, showing both. Rows that settle (due a few seconds
+after they were put, `OutboxEntry.settle`) are looked for when due (`outbox_next_due`).
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ..faults import checkpoint
 from ..store import REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, OutboxWake
 from .endings import ANSWER_ENDING, Ending, finish_answer
-from .pacing import RateLimited
+from .pacing import RateLimited, bucket_short
 
 __all__ = [
     "ANSWER",
@@ -122,6 +131,10 @@ class OutboxStore(Protocol):
         self, claimer: str, row_ids: Sequence[str], lease: timedelta
     ) -> None: ...
 
+    async def outbox_superseded(self, row_id: str) -> bool: ...
+
+    async def outbox_next_due(self) -> datetime | None: ...
+
 
 class OutboxObserver(Protocol):
     """Metrics for the outbox (`bot.observability.Metrics`)."""
@@ -189,14 +202,16 @@ class SlackOutbox:
         self._reported = clock()
         self._renderers: dict[str, Renderer] = dict(renderers or {})
         """The intents among the rows (e.g. `CARD_REDRAW`), and how each is drawn when sent."""
+        self._cards: dict[str, int] = {}
+        """Cards' redraws waiting for a call of each method (rows after them let them go)."""
 
     def renders(self, method: str) -> bool:
         return method in self._renderers
 
     def wake(self) -> None:
-        """Rows were stored by someone else: look now rather than at the next poll. (The
-        store rings the same `OutboxWake`, given to both, after a change that wrote a card's
-        redraw.)"""
+        """Rows were stored by someone else: look now rather than at the next poll (a row that
+        settles is looked for when it is due: `outbox_next_due`). (The store rings the same
+        `OutboxWake`, given to both, after a change that wrote a card's redraw.)"""
         self._bell()
 
     async def put(self, entries: Sequence[OutboxEntry]) -> None:
@@ -317,12 +332,15 @@ class SlackOutbox:
                 idle = not rows and not self._inflight
                 if idle or (self.clock() - self._reported).total_seconds() >= 1.0:
                     await self._report()
+                wait = self.poll
+                if idle and (settling := await self._settling()) is not None:
+                    idle, wait = False, min(wait, settling)
                 if idle and puts == self._bell.rings:
                     self._bell.idle.set()
                 # `asyncio.timeout`, not `wait_for`: on 3.11 a cancel that arrives as the wait
                 # ends can be swallowed by `wait_for`, and the sender would never stop.
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.poll):
+                    async with asyncio.timeout(wait):
                         await self._bell.woken.wait()
         finally:
             for task in self._inflight:
@@ -340,6 +358,17 @@ class SlackOutbox:
             await self.store.renew_outbox(self.claimer, held, self.lease)
         except Exception:
             logger.exception("could not renew the outbox claims")
+
+    async def _settling(self) -> float | None:
+        """Seconds until the next row nobody holds is due, when one is waiting (None: none)."""
+        try:
+            due = await self.store.outbox_next_due()
+        except Exception:
+            logger.exception("could not read when the next outbox row is due")
+            return None
+        if due is None:
+            return None
+        return max(0.01, (due - self.clock()).total_seconds())
 
     async def _claim(self, room: int) -> list[OutboxRow]:
         try:
@@ -384,7 +413,47 @@ class SlackOutbox:
         await checkpoint("redraw_claimed")  # crash tests: the redraw owed, not yet sent
         return await renderer(params, retried)
 
+    async def _turn(self, row: OutboxRow, method: str) -> bool:
+        """Wait while the row's workspace-wide bucket is short: a card's redraw for a call of
+        it, a row after the answers (a notice's edit, a Home tab) also while a card's redraw
+        waits for the same bucket, so cards go first. Each time it may go after a wait, it
+        asks whether a newer row of its key superseded it (False: done, unsent). It returns
+        True without a pause once it may go, so the caller's send reserves that call before
+        any other task runs (the pacer serves first come)."""
+        short = bucket_short(self.client)
+        if short is None or method == "chat.postMessage" or ANSWER <= row.priority < NOTICE:
+            return True  # answers, and a channel's own post bucket, wait for nobody
+        card = row.priority < ANSWER
+
+        def blocked() -> bool:
+            return short(method) or (not card and self._cards.get(method, 0) > 0)
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _TURN_MAX  # then in turn, as any call
+        self._cards[method] = self._cards.get(method, 0) + card
+        try:
+            while blocked() and loop.time() < deadline:
+                await asyncio.sleep(_TURN_SECONDS)
+                if not blocked() and await self._superseded(row):
+                    return False
+            return True
+        finally:
+            self._cards[method] -= card
+
+    async def _superseded(self, row: OutboxRow) -> bool:
+        """A keyed row (a card's redraw, a notice, a Home tab; not an answer's) that a newer
+        row of its key replaced: not sent."""
+        if row.key is None or ANSWER <= row.priority < NOTICE:
+            return False
+        try:
+            return await self.store.outbox_superseded(row.id)
+        except Exception:  # sent then: a redraw of the latest state, harmless
+            logger.exception("could not tell whether %s was superseded", row.key)
+            return False
+
     async def _deliver_once(self, row: OutboxRow) -> None:
+        if await self._superseded(row):
+            return
         try:
             write = await self._write(row.method, row.params, row.meta, retried=row.attempts > 1)
         except Exception as exc:  # the state could not be read (the database): try later
@@ -395,7 +464,8 @@ class SlackOutbox:
         if write is None:  # nothing left to draw (the call or its card is gone)
             await self.store.outbox_sent(row.id)
             return
-        await self._deliver_write(row, write)
+        if await self._turn(row, write.method):  # else superseded: its newer row draws it
+            await self._deliver_write(row, write)
 
     async def _deliver_write(self, row: OutboxRow, write: Write) -> None:
         try:
@@ -461,6 +531,12 @@ class SlackOutbox:
         if row is not None and row.method == ANSWER_ENDING:
             # The run ended (counted) when its ending was stored; Slack never showed it.
             self.observer.run_finished("answer_lost")
+
+
+_TURN_SECONDS = 0.05
+"""How often a row waiting for its bucket to refill looks again."""
+_TURN_MAX = 30.0
+"""Longest a row lets others go first (a storm of cards never starves a notice for good)."""
 
 
 _LATE = "_The end of this answer could not be shown: Slack kept asking me to slow down._"

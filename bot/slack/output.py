@@ -24,7 +24,7 @@ from slack_bolt.async_app import AsyncRespond
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..runs.notices import AllowanceList, CancelledBeforeStart, Notice, Queued
+from ..runs.notices import AllowanceList, Notice
 from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.timeline import AssistantStatus, TimelineSink
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
@@ -38,14 +38,14 @@ from .cards import (
     overflow,
 )
 from .feedback import feedback_blocks
-from .home import allowance_blocks, home_view
+from .home import HOME_TAB, allowance_blocks, home_entry, home_intent, home_view
 from .ids import card_metadata, find_marked_card
 from .modals import allow_modal, edit_modal, reject_modal
 from .mrkdwn import escape_cut, message_link, truncate, user_mention
 from .notices import card_file, render
-from .outbox import CARD, HOME, NOTICE, REACTION, UPLOAD, SlackOutbox
-from .pacing import Pacer
-from .queue_notice import QueueNotices, merged
+from .outbox import CARD, NOTICE, REACTION, UPLOAD, SlackOutbox
+from .pacing import bucket_short
+from .queue_notice import QueueNotices
 from .redraws import card_update
 from .streaming import ThreadReply
 from .timeline import SlackTimeline, set_status
@@ -75,23 +75,26 @@ class SlackThreadOutput:
     mrkdwn (`bot.slack.notices`), cards Block Kit (`bot.slack.cards`). The Slack-only calls of
     the listeners are `replies` (`SlackReplies`)."""
 
-    def __init__(self, client: AsyncWebClient, outbox: SlackOutbox | None = None) -> None:
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        outbox: SlackOutbox | None = None,
+        queue: QueueNotices | None = None,
+    ) -> None:
         self.client = client
         self.outbox = outbox
         self.replies = SlackReplies(client, outbox)
         """The Slack-only calls the listeners make (the run service never does)."""
-        self.queue = QueueNotices.on(outbox)
-        """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
+        self.queue = queue
+        """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`); None: a
+        queued message is told in its thread."""
         self._team_id: str | None = None
         self._workspace_url = ""
         self._bot_id: str | None = None
 
     async def say(self, thread: Thread, notice: Notice) -> None:
-        if isinstance(notice, Queued) and merged(thread) and self.queue.kept:
-            await self.queue.queued(thread, notice)
-            return
-        if isinstance(notice, CancelledBeforeStart):
-            await self.queue.started(thread)
+        if self.queue is not None and await self.queue.said(thread, notice):
+            return  # the channel's queued notice says it
         if self.outbox is not None:
             await self.outbox.put(self.owed(thread, notice))
             return
@@ -150,7 +153,7 @@ class SlackThreadOutput:
     async def status(self, thread: Thread, status: AssistantStatus | None) -> None:
         # The thread's run is going: its message is no longer queued, if it was (a run that
         # ends or waits moves no queue: the next one's start does).
-        if status is not None and status.kind == "working":
+        if status is not None and status.kind == "working" and self.queue is not None:
             await self.queue.started(thread)
         await set_status(self.client, thread, status)
 
@@ -175,7 +178,7 @@ class SlackThreadOutput:
                 recipient_user_id=person,
                 recipient_team_id=thread.team_id,
                 before_start=self._settled(thread),
-                short=_pacer_short(self.client),
+                short=bucket_short(self.client),
                 keeper=self.outbox,
             )
         )
@@ -426,15 +429,20 @@ class SlackReplies:
         except SLACK_ERRORS as exc:
             logger.warning("could not suggest prompts: %s", slack_error(exc))
 
+    async def owe_home(self, user: str, team: str | None) -> bool:
+        """Owe `user` their Home tab after a change they see, drawn when it is sent, once per
+        burst (`bot.slack.home.home_intent`); False when no outbox draws tabs (then the caller
+        publishes one it drew)."""
+        if self.outbox is None or not self.outbox.renders(HOME_TAB):
+            return False
+        await self.outbox.put([home_intent(user, team)])
+        return True
+
     async def publish_home(self, home: HomeView) -> None:
         """Show `home` as its person's Home tab (`views.publish`); through the outbox, one
-        publish per person per burst (the latest view)."""
+        publish per person per burst (the latest view: `bot.slack.home.home_entry`)."""
         if self.outbox is not None:
-            params = {"user_id": home.user, "view": home_view(home)}
-            await self.outbox.put(
-                [OutboxEntry("views.publish", params, HOME, key=f"home:{home.user}")]
-            )
-            return
+            return await self.outbox.put([home_entry(home)])
         try:
             await self.client.views_publish(user_id=home.user, view=home_view(home))
         except SLACK_ERRORS as exc:
@@ -455,14 +463,6 @@ class SlackReplies:
                 )
         except Exception:  # best effort, like every answer
             logger.warning("could not list allowances for %s", user, exc_info=True)
-
-
-def _pacer_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
-    """The paced client's "bucket is short" test, when the client is paced."""
-    pacer = getattr(client, "pacer", None)
-    if not isinstance(pacer, Pacer):
-        return None
-    return lambda method: pacer.short(method)
 
 
 def _post(thread: Thread, text: str) -> OutboxEntry:

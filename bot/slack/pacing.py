@@ -33,6 +33,7 @@ __all__ = [
     "Pacer",
     "RateLimited",
     "Tier",
+    "bucket_short",
     "retry_after",
 ]
 
@@ -230,3 +231,9 @@ class Pacer:
                     raise RateLimited(method, exc.response) from exc
                 if self._bucket(method, channel) is None:
                     await asyncio.sleep(wait)
+
+
+def bucket_short(client: object) -> Callable[[str], bool] | None:
+    """The paced client's "bucket is short" test (`Pacer.short`), None when it is not paced."""
+    pacer = getattr(client, "pacer", None)
+    return pacer.short if isinstance(pacer, Pacer) else None

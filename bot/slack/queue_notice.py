@@ -18,21 +18,27 @@ never two for one burst; a notice someone deleted is posted anew at the next dra
 killed after Slack posted the notice and before its ts was recorded leaves the post in the
 channel and its row to be sent again: each notice carries its burst in its message metadata,
 so a drawing of a row tried before looks in the channel first (`conversations.history`, from
-the burst's start) and adopts the notice it finds instead of posting a second. Without a store
-(a bare output) a queued message gets its notice in its thread, as a direct message does.
+the burst's start) and adopts the notice it finds instead of posting a second. An output
+without queued notices (no outbox: the terminal's, a bare one) tells a queued message in its
+thread, as a direct message is told.
+
+A burst's first drawing (the post) is due at once; every later one settles
+(`bot.store.queue_notices.QUEUE_SETTLE`): it is due a few seconds after the last change of its
+burst (`OutboxEntry.settle`), the changes meanwhile joining it, so a channel's notice is edited at
+most once per few seconds, with the latest count.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..runs.notices import Queued
+from ..runs.notices import CancelledBeforeStart, Notice, Queued
 from ..runs.output import Thread
-from ..store import QUEUE_NOTICE, QueueItem, QueueNotice
+from ..store import QueueItem, QueueNotice
 from ._errors import SLACK_ERRORS, slack_error
 from .ids import find_marked_notice, queue_metadata
 from .notices import queue_notice_text
@@ -63,7 +69,6 @@ Find = Callable[[QueueNotice], Awaitable[str | None]]
 None."""
 
 
-@runtime_checkable
 class QueueNoticeStore(Protocol):
     """What the notices read and record (`bot.store.Store`)."""
 
@@ -85,27 +90,29 @@ class QueueNoticeStore(Protocol):
 
 
 class QueueNotices:
-    """`queued` and `started` owe the channel's notice a drawing; the outbox draws it."""
+    """`queued` and `started` owe the channel's notice a drawing; the outbox draws it.
 
-    def __init__(self, outbox: SlackOutbox | None, store: QueueNoticeStore | None = None) -> None:
-        """`store`: where the bursts are kept (the server's; its outbox draws their notices
-        with `queue_renderer`); without one each notice goes into its own thread."""
+    Why a message of its own: a queued alert gets no answer for a while, and without a word
+    its requester cannot tell a queue from a bot that is down. Why one per channel per burst,
+    its edits settling (`bot.store.queue_notices`): in a storm the notice would otherwise
+    spend the workspace-wide `chat.update` bucket that cards' redraws need, on states nobody
+    reads before the next one. The outbox draws the notices with `queue_renderer`, given to it
+    when it is built."""
+
+    def __init__(self, outbox: SlackOutbox, store: QueueNoticeStore) -> None:
         self.outbox = outbox
         self.store = store
 
-    @classmethod
-    def on(cls, outbox: SlackOutbox | None) -> QueueNotices:
-        """The notices `outbox` draws: kept in its store when it was built to draw them (its
-        `QUEUE_NOTICE` renderer, as the server's is), else each in its own thread."""
-        if outbox is None or not outbox.renders(QUEUE_NOTICE):
-            return cls(outbox)
-        store = outbox.store
-        return cls(outbox, store if isinstance(store, QueueNoticeStore) else None)
-
-    @property
-    def kept(self) -> bool:
-        """Whether channels' notices are merged (else each goes into its own thread)."""
-        return self.store is not None
+    async def said(self, thread: Thread, notice: Notice) -> bool:
+        """A notice the thread is told: whether the channel's queued notice says it instead
+        (a message queued in a channel's thread); a message withdrawn before it started
+        moves the queue (and is told in its thread as well)."""
+        if isinstance(notice, Queued) and merged(thread):
+            await self.queued(thread, notice)
+            return True
+        if isinstance(notice, CancelledBeforeStart):
+            await self.started(thread)
+        return False
 
     async def queued(self, thread: Thread, notice: Queued) -> None:
         """`thread`'s message waits in the queue of its channel."""
@@ -118,8 +125,6 @@ class QueueNotices:
             await self._owe(thread.channel_id, None)
 
     async def _owe(self, channel: str, concurrency: int | None) -> None:
-        if self.store is None or self.outbox is None:
-            return
         try:
             owed = await self.store.owe_queue_notice(channel, concurrency=concurrency)
         except Exception:  # a notice is not worth failing a run over

@@ -15,12 +15,25 @@ they can be routed through an outbox later; like every output call they never ra
 `SlackTimeline` holds the changes it is shown until the run's timeline flushes them
 (`bot.runs.timeline`: when the run waits) and sends them coalesced: one `appendStream` (or one
 edit) with the latest chunk of each task.
+
+Why a timeline at all: while a run works, its thread shows nothing else (the answer comes at the
+end), and a person waiting on an incident wants to see what ran. In a storm it is skipped when
+that is already shown or soon will be: while the workspace-wide bucket its first write spends is
+short (`chat.startStream`, Tier 2; `chat.update` without streaming), a timeline not yet shown is
+held instead of started for its first `STORM_GRACE` seconds, and while every task it holds waits
+for approval (the cards show those); one that is closed while held is never shown (the run's
+answer and its cards say how it went), so a run that ends within a few seconds of a storm costs
+no timeline call at all. A timeline already shown as an edited message is edited at most once
+per `STORM_EDIT_EVERY` while `chat.update` is short (the changes between join the next edit; its
+last edit is never held).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -33,10 +46,13 @@ from ..runs.timeline import AssistantStatus, Task, Waiting, Working
 from ..words import format_duration
 from ._errors import SLACK_ERRORS, slack_error
 from .mrkdwn import escape_cut, one_line, user_mention
+from .pacing import bucket_short
 
 __all__ = [
     "CONTEXT_TEXT_MAX",
     "PLAN_TITLE_MAX",
+    "STORM_EDIT_EVERY",
+    "STORM_GRACE",
     "TASK_DETAILS_MAX",
     "TASK_TITLE_MAX",
     "SlackTimeline",
@@ -60,6 +76,11 @@ CONTEXT_TEXT_MAX = 3000
 """Longest text of the fallback's context block element."""
 STATUS_MAX = 120
 """Longest assistant status line sent."""
+STORM_GRACE = 4.0
+"""Seconds a timeline not yet shown is held while its first write's bucket is short (a run
+that ends sooner shows none)."""
+STORM_EDIT_EVERY = 3.0
+"""Fewest seconds between two edits of a shown timeline while `chat.update` is short."""
 
 _SLACK_STATUS = {
     "pending": "pending",
@@ -233,11 +254,20 @@ class SlackTimeline:
         thread: Thread,
         *,
         recipient_user_id: str | None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.thread = thread
         self.recipient_user_id = recipient_user_id
         self.use_streaming = recipient_user_id is not None
+        self._short = bucket_short(client)
+        """`short(method)`: the paced client has no call of `method` to spend right now."""
+        self._clock = clock
+        self._born = clock()
+        self._wrote = 0.0
+        """When the last write was made (the clock's time)."""
+        self._stormed = False
+        """Held for a storm before it was ever shown: a close drops it unshown."""
         self._tasks: dict[str, Task] = {}
         self._plan: tuple[str, ...] = ()
         self._held: dict[str, dict[str, Any]] = {}
@@ -263,9 +293,38 @@ class SlackTimeline:
         async with self._sending:
             await self._flush()
 
-    async def _flush(self) -> None:
+    def _shown(self) -> bool:
+        return self._streaming_ts is not None or self._ts is not None
+
+    def _hold(self, *, resting: bool, closing: bool) -> bool:
+        """Whether a storm keeps what is held from Slack for now (see the module docstring):
+        `resting`, no flush comes for a while (an edit is not held then); `closing`, none
+        comes again (a timeline never shown is dropped then)."""
+        if self._short is None:
+            return False
+        now = self._clock()
+        if self._shown():
+            edits = not self.use_streaming or self._streaming_ts is None
+            soon = now - self._wrote < STORM_EDIT_EVERY
+            return edits and not resting and soon and self._short("chat.update")
+        if closing and self._stormed:
+            return True
+        first = "chat.startStream" if self.use_streaming else "chat.update"
+        if not self._short(first):
+            return False
+        waiting = all(task.status == "waiting" for task in self._tasks.values())
+        self._stormed = now - self._born < STORM_GRACE or waiting
+        return self._stormed
+
+    async def _flush(self, *, resting: bool = False, closing: bool = False) -> None:
         if not self._held:
             return
+        if self._hold(resting=resting or closing, closing=closing):
+            if closing:
+                logger.debug("a storm's short run in %s shows no timeline", self.thread.channel_id)
+                self._held = {}
+            return
+        self._wrote = self._clock()
         chunks, self._held = list(self._held.values()), {}
         try:
             if self.use_streaming:
@@ -348,12 +407,12 @@ class SlackTimeline:
 
     async def close(self) -> None:
         async with self._sending:
-            await self._end_stream("the timeline")
+            await self._end_stream("the timeline", closing=True)
 
-    async def _end_stream(self, what: str) -> str | None:
+    async def _end_stream(self, what: str, *, closing: bool = False) -> str | None:
         """Under `_sending`: show what is held, then stop the stream if one is open; the ts of
         the stream stopped (None: none was open)."""
-        await self._flush()
+        await self._flush(resting=True, closing=closing)
         if self._streaming_ts is None:
             return None
         ts, self._streaming_ts = self._streaming_ts, None

@@ -6,11 +6,17 @@ committed before it is attempted, so a restart or the death of a replica loses n
 `FOR UPDATE SKIP LOCKED`, so replicas never take the same row), and deletes a row once Slack said
 ok. A sender that dies leaves its rows claimed until the lease lapses; then anyone takes them.
 
-Writes that supersede each other share a `key`: putting a row deletes the unclaimed rows with
-that key (only the latest redraw of a card, the latest Home tab of a person is sent), and a row
-that `cancels` (a reaction removed) deletes its unsent opposite and is itself not stored. Rows of
-one key are claimed one at a time, in order. Plain storage: the payload is the Web API method and
-its arguments, which the store does not read.
+Writes that supersede each other share a `key`: putting a row deletes the unclaimed rows with that
+key (only the latest redraw of a card, the latest Home tab of a person is sent), and a row that
+`cancels` (a reaction removed) deletes its unsent opposite and is itself not stored. Rows of one
+key are claimed one at a time, in order. A row of a key that was claimed when a newer one came is
+superseded too: a claim deletes it once its lease lapsed (its sender died), and its sender asks
+`outbox_superseded` before it sends, so on no replica is it sent. A row that was tried before hands
+that on to the row superseding it (`attempts`), whose drawing then looks for what the try may have
+posted. A keyed entry may `settle`: it is due a few seconds after the last change of its burst (the
+row superseding an unsent one keeps when the burst began, and is due no later than `SETTLE_MAX`
+settles after that), so a burst of changes is one write. Plain storage: the payload is the Web API
+method and its arguments, which the store does not read.
 
 One kind of row is an intent rather than a call: `CARD_REDRAW` ("redraw the card of this call",
 key `card:<ledger id>`), which the store itself writes in the transaction of every change a card
@@ -100,6 +106,7 @@ class Outbox(StoreCore):
         `lease`; a row whose key has an earlier row in flight waits for it."""
         now = self._moment()
         async with self._db.transaction("claim outbox rows") as tx:
+            await self._drop_superseded(tx, now)
             rows = await tx.fetch_all(
                 "SELECT * FROM outbox WHERE not_before <= :now"
                 " AND (claimed_until IS NULL OR claimed_until < :now)"
@@ -123,6 +130,58 @@ class Outbox(StoreCore):
                     ],
                 )
         return [self._outbox_model(row, claimed=True) for row in rows]
+
+    async def _drop_superseded(self, tx: Tx, now: datetime) -> None:
+        """Delete the rows nobody holds (their sender died) that a newer row of their key
+        supersedes, handing their tries on to it."""
+        stale = await tx.fetch_all(
+            "SELECT id, key, attempts FROM outbox WHERE key IS NOT NULL"
+            " AND claimed_until IS NOT NULL AND claimed_until < :now"
+            " AND EXISTS (SELECT 1 FROM outbox AS o WHERE o.key = outbox.key"
+            " AND o.created_at > outbox.created_at)" + self._db.skip_locked,
+            {"now": self._db.time_in(now)},
+        )
+        for row in stale:
+            await self._supersede(tx, str(row["id"]), str(row["key"]), int(row["attempts"]))
+
+    async def _supersede(self, tx: Tx, row_id: str, key: str, attempts: int) -> None:
+        await tx.execute("DELETE FROM outbox WHERE id = :id", {"id": row_id})
+        if attempts > 0:  # tried: the newest row of the key counts as tried as well
+            await tx.execute(
+                "UPDATE outbox SET attempts = attempts + :n WHERE key = :key"
+                " AND claimed_until IS NULL",
+                {"key": key, "n": attempts},
+            )
+
+    async def outbox_superseded(self, row_id: str) -> bool:
+        """Before a claimed keyed row is sent: if a newer row of its key was put meanwhile,
+        this one is done unsent (deleted; the newer one is drawn from the state then)."""
+        async with self._db.transaction("supersede an outbox row") as tx:
+            row = await tx.fetch_one(
+                "SELECT key, attempts FROM outbox WHERE id = :id AND EXISTS"
+                " (SELECT 1 FROM outbox AS o WHERE o.key = outbox.key"
+                " AND o.created_at > outbox.created_at)",
+                {"id": row_id},
+            )
+            if row is None:
+                return False
+            # Claimed: its count includes this claim, which sent nothing.
+            await self._supersede(tx, row_id, str(row["key"]), int(row["attempts"]) - 1)
+        return True
+
+    async def outbox_next_due(self) -> datetime | None:
+        """When the next row nobody holds falls due (None: none is still to fall due); a
+        sender that found nothing to claim waits until then (a settling row) rather than
+        calling itself idle. A row due already but held back (its key in flight elsewhere) is
+        not waited for: the row ahead of it wakes whoever sends it."""
+        async with self._db.reading("next outbox row due") as tx:
+            row = await tx.fetch_one(
+                "SELECT MIN(not_before) AS due FROM outbox"
+                " WHERE claimed_until IS NULL AND not_before > :now",
+                {"now": self._db.time_in(self._moment())},
+            )
+        due = None if row is None else self._db.time_out(row["due"])
+        return None if due is None else aware(due)
 
     async def hold_outbox(self, entry: OutboxEntry, claimer: str, lease: timedelta) -> str:
         """A write its own process is making now (a streamed answer's ending): stored already

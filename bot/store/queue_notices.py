@@ -8,12 +8,15 @@ same message instead of posting one of its own.
 The row is opened by the first "queued" of a burst (`owe_queue_notice` with the channel's
 concurrency), in the transaction that also owes the outbox a `QUEUE_NOTICE` intent (key
 `queue:<channel>`: only the latest unsent one is kept, and one is in flight at a time across
-replicas). Every later change (a message queued, a run started, a message withdrawn) owes
-another intent, while the row exists. The sender draws the intent from the state when it sends
-it (`bot.slack.queue_notice`): the first drawing posts and records the message's ts
-(`queue_notice_shown`) before the intent is done, later ones edit that ts; once the queue is
-empty it draws "every request has started" and ends the burst (`end_queue_notice`): the next
-"queued" opens a new one, with a new message.
+replicas). Every later change (a message queued, a run started, a message withdrawn) owes another
+intent, while the row exists. The burst's first drawing (its post) is due at once; the later ones
+settle (`QUEUE_SETTLE`): one is due a few seconds after the last change of its burst
+(`OutboxEntry.settle`), those owed meanwhile superseding it, so the notice is edited at most once
+per few seconds. The sender draws the intent from the state when it sends it
+(`bot.slack.queue_notice`): the first drawing posts and records the message's ts
+(`queue_notice_shown`) before the intent is done, later ones edit that ts; once the queue is empty
+it draws "every request has started" and ends the burst (`end_queue_notice`): the next "queued"
+opens a new one, with a new message.
 """
 
 from __future__ import annotations
@@ -25,12 +28,23 @@ from ._outbox_rows import OutboxEntry, put_rows
 from .core import StoreCore
 from .db import Row
 
-__all__ = ["QUEUE_NOTICE", "QUEUE_PRIORITY", "QueueNotice", "QueueNoticeRows", "queue_redraw"]
+__all__ = [
+    "QUEUE_NOTICE",
+    "QUEUE_PRIORITY",
+    "QUEUE_SETTLE",
+    "QueueNotice",
+    "QueueNoticeRows",
+    "queue_redraw",
+]
 
 QUEUE_NOTICE = "opsgate.queue"
 """The method of an intent row: "bring the queued notice of `params["channel"]` up to date"."""
 QUEUE_PRIORITY = 2
 """As the other notices (`bot.slack.outbox.NOTICE`): after cards' redraws and answers."""
+QUEUE_SETTLE = 2.0
+"""Seconds a drawing after a burst's first waits for the changes after it
+(`OutboxEntry.settle`): a channel's notice is edited at most once per `QUEUE_SETTLE`, and a
+storm's queue moving does not spend the `chat.update` calls cards' redraws need."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +67,7 @@ class QueueNotice:
         return self.opened_at.astimezone(UTC).isoformat()
 
 
-def queue_redraw(channel_id: str) -> OutboxEntry:
+def queue_redraw(channel_id: str, settle: float = QUEUE_SETTLE) -> OutboxEntry:
     """The intent to draw `channel_id`'s queued notice as the queue is when it is sent."""
     return OutboxEntry(
         QUEUE_NOTICE,
@@ -61,6 +75,7 @@ def queue_redraw(channel_id: str) -> OutboxEntry:
         QUEUE_PRIORITY,
         channel_id=channel_id,
         key=f"queue:{channel_id}",
+        settle=settle,
     )
 
 
@@ -82,7 +97,13 @@ class QueueNoticeRows(StoreCore):
         if concurrency is None and await self.queue_notice(channel_id) is None:
             return False
         async with self._db.transaction("owe the queued notice") as tx:
+            settle = QUEUE_SETTLE
             if concurrency is not None:
+                opened = await tx.fetch_one(
+                    "SELECT 1 FROM queue_notices WHERE channel_id = :channel",
+                    {"channel": channel_id},
+                )
+                settle = QUEUE_SETTLE if opened else 0.0  # a burst's first word goes at once
                 await tx.execute(
                     _OPEN, {"channel": channel_id, "concurrency": concurrency, "now": self._now()}
                 )
@@ -90,7 +111,7 @@ class QueueNoticeRows(StoreCore):
                 "SELECT 1 FROM queue_notices WHERE channel_id = :channel", {"channel": channel_id}
             ):
                 return False  # it ended meanwhile
-            await put_rows(self._db, tx, [queue_redraw(channel_id)], self._now())
+            await put_rows(self._db, tx, [queue_redraw(channel_id, settle)], self._now())
         return True
 
     async def queue_notice(self, channel_id: str) -> QueueNotice | None:

@@ -7,7 +7,8 @@ close and another approver can."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,20 @@ FORM = "application/x-www-form-urlencoded"
 
 
 class Clock:
-    """Moved by hand: Friday 4 December 2026, 16:50 UTC, ten minutes before the freeze."""
+    """Moved by hand: Friday 4 December 2026, 16:50 UTC, ten minutes before the freeze; and on
+    by the seconds that pass, as the outbox's writes that settle (a republished Home tab) are
+    due a few seconds after they were owed."""
 
     def __init__(self) -> None:
-        self.now = datetime(2026, 12, 4, 16, 50, tzinfo=UTC)
+        self._set, self._at = datetime(2026, 12, 4, 16, 50, tzinfo=UTC), time.monotonic()
+
+    @property
+    def now(self) -> datetime:
+        return self._set + timedelta(seconds=time.monotonic() - self._at)
+
+    @now.setter
+    def now(self, moment: datetime) -> None:
+        self._set, self._at = moment, time.monotonic()
 
     def __call__(self) -> datetime:
         return self.now

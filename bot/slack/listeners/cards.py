@@ -357,4 +357,5 @@ async def republish(
         for viewer in affected:
             people.setdefault(viewer.user_id, viewer.team_id)
     for user, their_team in people.items():
-        await output.replies.publish_home(await service.home.view(user, team=their_team))
+        if not await output.replies.owe_home(user, their_team):  # else drawn and published now
+            await output.replies.publish_home(await service.home.view(user, team=their_team))

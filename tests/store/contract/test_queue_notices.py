@@ -8,13 +8,18 @@ from __future__ import annotations
 from datetime import timedelta
 
 from bot.store import QUEUE_NOTICE, QUEUE_PRIORITY, Store
+from bot.store.queue_notices import QUEUE_SETTLE
 
 from .conftest import StoreFactory
+from .helpers import Clock
 
 LEASE = timedelta(seconds=30)
 
 
-async def owed(store: Store) -> list[tuple[str, str | None, dict[str, object], int]]:
+async def owed(store: Store, clock: Clock) -> list[tuple[str, str | None, dict[str, object], int]]:
+    """The drawings owed: none due at once, all once they settled (`QUEUE_SETTLE`)."""
+    assert await store.claim_outbox("reader", limit=100, lease=LEASE) == []
+    clock.advance(seconds=QUEUE_SETTLE)
     rows = await store.claim_outbox("reader", limit=100, lease=LEASE)
     for row in rows:
         await store.outbox_sent(row.id)
@@ -25,27 +30,29 @@ def intent(channel: str) -> tuple[str, str, dict[str, object], int]:
     return (QUEUE_NOTICE, f"queue:{channel}", {"channel": channel}, QUEUE_PRIORITY)
 
 
-async def test_a_burst_is_shared_by_every_store_and_ends_once(new_store: StoreFactory) -> None:
+async def test_a_burst_is_shared_by_every_store_and_ends_once(
+    new_store: StoreFactory, clock: Clock
+) -> None:
     async with new_store() as a, new_store() as b:
         # A start with no burst open writes nothing (every run's start asks).
         assert await b.owe_queue_notice("C1") is False
         assert await a.owe_queue_notice("C1", concurrency=2) is True
         assert await a.owe_queue_notice("C1", concurrency=3) is True
-        assert await owed(a) == [intent("C1")]  # the newer unsent drawing replaced the older
+        assert await owed(a, clock) == [intent("C1")]  # the newer unsent drawing replaced the older
         notice = await b.queue_notice("C1")
         assert notice is not None and notice.ts is None and notice.concurrency == 3
         assert notice.asks == 2
         await b.queue_notice_shown("C1", ts="1700000000.000500", shown="2 waiting")
         assert await a.owe_queue_notice("C1") is True  # a start on the other store draws it
-        assert await owed(b) == [intent("C1")]
+        assert await owed(b, clock) == [intent("C1")]
         seen = await a.queue_notice("C1")
         assert seen is not None and (seen.ts, seen.shown) == ("1700000000.000500", "2 waiting")
         assert await a.queue_notice("C2") is None
         # Deleted by someone: forgotten, and a drawing owed with it (which posts anew).
         assert await b.lost_queue_notice("C1", ts="1700000000.000999") is False
-        assert await owed(a) == []
+        assert await owed(a, clock) == []
         assert await b.lost_queue_notice("C1", ts="1700000000.000500") is True
-        assert await owed(a) == [intent("C1")]
+        assert await owed(a, clock) == [intent("C1")]
         lost = await a.queue_notice("C1")
         assert lost is not None and lost.ts is None and lost.shown is None
         await b.queue_notice_shown("C1", ts="1700000000.000600", shown="2 waiting")
@@ -55,11 +62,11 @@ async def test_a_burst_is_shared_by_every_store_and_ends_once(new_store: StoreFa
         await a.end_queue_notice("C1", asks=seen.asks, ts=seen.ts)
         assert await b.queue_notice("C1") is None
         assert await b.owe_queue_notice("C1") is False
-        assert await owed(a) == []
+        assert await owed(a, clock) == []
 
 
 async def test_a_message_queued_while_a_burst_ended_starts_a_new_one(
-    new_store: StoreFactory,
+    new_store: StoreFactory, clock: Clock
 ) -> None:
     async with new_store() as a, new_store() as b:
         await a.owe_queue_notice("C1", concurrency=1)
@@ -70,6 +77,6 @@ async def test_a_message_queued_while_a_burst_ended_starts_a_new_one(
         await a.end_queue_notice("C1", asks=drawn.asks, ts=drawn.ts)
         kept = await b.queue_notice("C1")
         assert kept is not None and kept.ts is None and kept.shown is None  # post a new one
-        assert await owed(a) == [intent("C1")]
+        assert await owed(a, clock) == [intent("C1")]
         await b.end_queue_notice("C1", asks=kept.asks, ts=None)
         assert await a.queue_notice("C1") is None

@@ -1,0 +1,141 @@
+"""A timeline in a storm: while the workspace-wide bucket its first write spends is short, a run
+that ends within a few seconds shows no timeline at all, a timeline whose every task waits for
+approval (the cards show those) is not started, and a longer run's timeline is shown once its
+grace is over; an edited timeline is edited at most once per few seconds, its last edit never
+held. Against the stand-in that enforces Slack's tiers, through the paced client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.runs.output import Thread
+from bot.runs.timeline import Task
+from bot.slack.app import CountingWebClient
+from bot.slack.pacing import Pacer
+from bot.slack.timeline import STORM_EDIT_EVERY, STORM_GRACE, SlackTimeline
+from tests.support.slack_api import SlackAPIStandIn
+from tests.support.slack_ratelimits import RateLimits
+
+SPEED = 4.0
+THREAD = Thread("T1", "C1", "1700000000.000100")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[SlackAPIStandIn]:
+    async with SlackAPIStandIn(rate_limits=RateLimits(speed=SPEED)) as standin:
+        yield standin
+
+
+def paced(slack: SlackAPIStandIn) -> CountingWebClient:
+    return CountingWebClient(
+        on_error=lambda method: None,
+        pacer=Pacer(speed=SPEED),
+        token="xoxb-test-token",
+        base_url=slack.url,
+        retry_handlers=[],
+    )
+
+
+async def storm(client: CountingWebClient, method: str) -> None:
+    """Spend `method`'s bucket, as a storm's other runs would have."""
+    while not client.pacer.short(method):
+        await client.pacer.take(method)
+
+
+def timeline(client: CountingWebClient, clock: Clock, *, streaming: bool = True) -> SlackTimeline:
+    return SlackTimeline(
+        client, THREAD, recipient_user_id="U0ALICE" if streaming else None, clock=clock
+    )
+
+
+def calls(slack: SlackAPIStandIn, *methods: str) -> int:
+    return sum(len(slack.calls_to(m)) for m in methods)
+
+
+SHOWN = ("chat.startStream", "chat.postMessage", "chat.update", "chat.appendStream")
+
+
+async def test_a_short_run_in_a_storm_shows_no_timeline(slack: SlackAPIStandIn) -> None:
+    client, clock = paced(slack), Clock()
+    await storm(client, "chat.startStream")
+    line = timeline(client, clock)
+    await line.show(Task("call_1", "run_command", '{"command": "uptime"}', "in_progress"))
+    await line.flush()
+    await line.show(Task("call_1", "run_command", '{"command": "uptime"}', "complete"))
+    await line.rest()
+    clock.now += STORM_GRACE / 2
+    await line.close()
+    assert calls(slack, *SHOWN, "chat.stopStream") == 0
+
+
+async def test_without_a_storm_the_same_run_shows_its_timeline(slack: SlackAPIStandIn) -> None:
+    client, clock = paced(slack), Clock()
+    line = timeline(client, clock)
+    await line.show(Task("call_1", "run_command", '{"command": "uptime"}', "in_progress"))
+    await line.flush()
+    await line.close()
+    assert calls(slack, "chat.startStream") == calls(slack, "chat.stopStream") == 1
+
+
+async def test_a_longer_run_in_a_storm_is_shown_once_its_grace_is_over(
+    slack: SlackAPIStandIn,
+) -> None:
+    client, clock = paced(slack), Clock()
+    await storm(client, "chat.startStream")
+    line = timeline(client, clock)
+    await line.show(Task("call_1", "run_command", '{"command": "sleep 9"}', "in_progress"))
+    await line.flush()
+    assert calls(slack, *SHOWN) == 0
+    clock.now += STORM_GRACE + 1
+    await line.show(Task("call_2", "run_command", '{"command": "uptime"}', "in_progress"))
+    await line.flush()  # waits its turn at the bucket, then starts the stream with both tasks
+    [start] = slack.calls_to("chat.startStream")
+    assert [c["id"] for c in start.params["chunks"]] == ["call_1", "call_2"]
+    await line.close()
+    assert calls(slack, "chat.stopStream") == 1
+
+
+async def test_a_timeline_of_calls_waiting_for_approval_is_not_started_in_a_storm(
+    slack: SlackAPIStandIn,
+) -> None:
+    client, clock = paced(slack), Clock()
+    await storm(client, "chat.startStream")
+    line = timeline(client, clock)
+    clock.now += STORM_GRACE + 1  # the model took its time: the card says the rest
+    link = "https://example.slack.com/archives/C1/p1"
+    await line.show(Task("call_1", "run_command", "{}", "waiting", (0, 1), link))
+    await line.rest()
+    await line.close()  # the resume: its own timeline and answer follow
+    assert calls(slack, *SHOWN, "chat.stopStream") == 0
+
+
+async def test_an_edited_timeline_in_a_storm_is_edited_once_per_few_seconds(
+    slack: SlackAPIStandIn,
+) -> None:
+    client, clock = paced(slack), Clock()
+    line = timeline(client, clock, streaming=False)
+    await line.show(Task("call_1", "run_command", "{}", "in_progress"))
+    await line.flush()  # no storm yet: posted
+    assert calls(slack, "chat.postMessage") == 1
+    await storm(client, "chat.update")
+    clock.now += STORM_EDIT_EVERY / 3
+    await line.show(Task("call_1", "run_command", "{}", "complete"))
+    await line.show(Task("call_2", "run_command", "{}", "in_progress"))
+    await line.flush()
+    assert calls(slack, "chat.update") == 0  # joins the next edit
+    clock.now += STORM_EDIT_EVERY
+    await line.show(Task("call_2", "run_command", "{}", "complete"))
+    await line.close()  # its last edit is never held: both tasks as they ended
+    [update] = slack.calls_to("chat.update")
+    text = str(update.params["blocks"])
+    assert text.count("✅") == 2
