@@ -170,7 +170,7 @@ class Clicks:
         )
         return await self._settled(click, decided)
 
-    async def cancel(self, click: Click) -> Answer:
+    async def cancel_run(self, click: Click) -> Answer:
         """Cancel run: the call's paused run ends, its calls rejected."""
         cancelled = self.cancels.from_card(click.ledger_id, user=click.user, team=click.team)
         return await self._settled(click, cancelled, homes=False)

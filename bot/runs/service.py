@@ -116,7 +116,7 @@ class RunService:
         self.approve = clicks.approve
         self.reject_form = clicks.reject_form
         self.reject = clicks.reject
-        self.cancel = clicks.cancel
+        self.cancel_run = clicks.cancel_run
         self.rerun_preview = clicks.rerun_preview
         self.edit_form = clicks.edit_form
         self.submit_edit = clicks.submit_edit

@@ -74,7 +74,7 @@ class CardClicks:
     async def cancel(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
         click = click_of(body)
-        await render(self.output, click.user, await self.service.cancel(click))
+        await render(self.output, click.user, await self.service.cancel_run(click))
 
     async def rerun_preview(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
