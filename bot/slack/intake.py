@@ -48,7 +48,7 @@ from ..runs.service import RunService
 from ..store import InboxItem, StoreError
 from .notices import render
 from .output import SlackThreadOutput
-from .payloads import team_of, thread_of
+from .payloads import ledger_id_of, team_of, thread_of
 
 __all__ = [
     "SAVED_ROW",
@@ -223,11 +223,10 @@ async def _not_saved(
 
 async def _thread_of(service: RunService, body: Mapping[str, Any]) -> Thread | None:
     """Where to tell the person: the clicked message's thread, else the call's card's."""
-    found = thread_of(body)
-    if not isinstance(found, str):
-        return found
+    if (thread := thread_of(body)) is not None or (ledger_id := ledger_id_of(body)) is None:
+        return thread
     try:
-        return await service.thread_of_call(found)
+        return await service.thread_of_call(ledger_id)
     except StoreError:
         return None  # reading fails too: nowhere to answer
 

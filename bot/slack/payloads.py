@@ -68,16 +68,20 @@ def team_of(body: Mapping[str, Any]) -> str:
     return str(team or (body.get("user") or {}).get("team_id") or "")
 
 
-def thread_of(body: Mapping[str, Any]) -> Thread | str | None:
-    """Where a click or form said it was: the clicked message's thread, else the ledger id of
-    the call it was on (its card's thread is the call's), else None."""
+def thread_of(body: Mapping[str, Any]) -> Thread | None:
+    """The clicked message's thread; None when the request came from no message (a modal, the
+    Home tab)."""
     channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
         "channel_id"
     )
     message = body.get("message") or {}
     ts = message.get("thread_ts") or message.get("ts")
-    if channel and ts:
-        return Thread(team_of(body), str(channel), str(ts))
+    return Thread(team_of(body), str(channel), str(ts)) if channel and ts else None
+
+
+def ledger_id_of(body: Mapping[str, Any]) -> str | None:
+    """The call a click or a submitted form was on: the button's value, else the modal's
+    metadata; None when neither says."""
     actions = body.get("actions") or []
     ledger_id = (
         actions[0].get("value") if actions and isinstance(actions[0], Mapping) else None
