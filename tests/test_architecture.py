@@ -1,6 +1,7 @@
 """`docs/architecture.md` held to the tree: the concept table names every module of the layers
 that grow one module per feature, and nothing that is not there; the bot's exception tree
-stays in one module per package."""
+stays in one module per package; the decision core's walk of an Approve click names files
+that exist and the function that runs in each, at most 15 files (the store's included)."""
 
 from __future__ import annotations
 
@@ -106,3 +107,54 @@ def test_the_bot_tree_is_found() -> None:
     found = _bot_errors()
     assert {"PolicyError", "McpConfigError"} <= found[ROOT / "bot" / "errors.py"]
     assert "StoreError" in found[ROOT / "bot" / "store" / "errors.py"]
+
+
+# -- the decision core's walk ---------------------------------------------------------------
+
+MAX_FILES = 15
+_STEP = re.compile(r"^\d+\. `(?P<path>[\w/]+\.py)` `(?P<function>\w+(?:\.\w+)?)`", re.M)
+
+
+def _walk() -> list[tuple[str, str]]:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = text.index("### The decision core: one Approve click")
+    end = text.index("\nSide walks:", start)
+    return [(m["path"], m["function"]) for m in _STEP.finditer(text[start:end])]
+
+
+def _defines(path: Path, function: str) -> bool:
+    """Whether the module defines `function`, or `Class.method` (a method of its own class)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    owner, _, name = function.rpartition(".")
+    scope: list[ast.stmt] = tree.body
+    if owner:
+        classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner]
+        if not classes:
+            return False
+        scope = classes[0].body
+    return any(
+        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name
+        for node in scope
+    )
+
+
+def test_the_decision_core_walk_is_short() -> None:
+    walk = _walk()
+    assert len(walk) >= 10, "the walk was not found whole"
+    assert len({path for path, _ in walk}) <= MAX_FILES
+
+
+def test_each_step_names_a_file_that_defines_its_function() -> None:
+    missing = [
+        f"{path} {function}"
+        for path, function in _walk()
+        if not (ROOT / path).is_file() or not _defines(ROOT / path, function)
+    ]
+    assert missing == []
+
+
+def test_a_step_naming_what_is_not_there_is_found(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("class A:\n    async def b(self) -> None: ...\n\ndef c() -> None: ...\n")
+    assert _defines(module, "A.b") and _defines(module, "c")
+    assert not _defines(module, "A.c") and not _defines(module, "b") and not _defines(module, "B.b")

@@ -207,6 +207,21 @@ class Approvals:
             logger.warning("could not list the members of channel %s", channel, exc_info=True)
             return False
 
+    async def listed(self, ids: Iterable[str], user: str) -> bool:
+        """Is `user` one of `ids` (user ids and user groups: admins of something)? A group
+        that cannot be looked up does not count: never allow on a failed lookup."""
+        for listed in ids:
+            if listed == user:
+                return True
+            if not listed.startswith("S"):
+                continue
+            try:
+                if await self.groups.is_member(listed, user):
+                    return True
+            except Exception:
+                logger.warning("could not list the members of user group %s", listed, exc_info=True)
+        return False
+
     async def check(
         self,
         action: Action,

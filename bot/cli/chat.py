@@ -19,7 +19,16 @@ from typing import TextIO
 
 from ..approvals import Action, Allowed, Approvals, Verdict
 from ..policy import GateDecision
-from ..runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
+from ..runs import (
+    CardCall,
+    CardOutcome,
+    CardRef,
+    Click,
+    Notice,
+    PostFailed,
+    RunService,
+    Thread,
+)
 from ..runs.context import RunContext
 from ..runs.redraws import LocalRedraws
 from ..runs.timeline import AssistantStatus, Task
@@ -323,13 +332,19 @@ async def _decide_all(service: RunService, output: TerminalOutput, who: str, ask
         if answer is None:
             return False
         answer = answer.strip()
+        click = _click(ledger_id, card, decider)
         if answer.lower() in ("y", "yes"):
-            notice = await service.decide(ledger_id, "approved", user=decider, team=None)
+            answered = await service.approve(click)
         else:
             reason = answer if answer.lower() not in ("", "n", "no") else None
-            notice = await service.decide(
-                ledger_id, "rejected", user=decider, team=None, reason=reason
-            )
-        if notice is not None:
-            print(notice_text(notice), file=output.out)
+            answered = await service.reject(click, reason)
+        if answered.notice is not None:
+            print(notice_text(answered.notice), file=output.out)
     return True
+
+
+def _click(ledger_id: str, card: CardCall, decider: str) -> Click:
+    """The decision on the card as printed: an approval counts only toward the arguments (and
+    the preview) the terminal showed, as a click counts only toward the card Slack showed."""
+    preview = card.preview.digest if card.preview is not None else None
+    return Click(ledger_id, decider, None, digest=card.digest, preview_digest=preview)

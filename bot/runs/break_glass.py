@@ -58,16 +58,7 @@ class FreezeDesk:
     # -- /opsgate freeze, /opsgate unfreeze ------------------------------------------------
 
     async def _is_admin(self, user: str) -> bool:
-        admins = self.ctx.policy.defaults.freeze_admins
-        if user in admins:
-            return True
-        for group in (a for a in admins if a.startswith("S")):
-            try:
-                if await self.ctx.approvals.groups.is_member(group, user):
-                    return True
-            except Exception:  # a failed lookup refuses
-                continue
-        return False
+        return await self.ctx.approvals.listed(self.ctx.policy.defaults.freeze_admins, user)
 
     async def freeze(self, channel: str, *, user: str, text: str) -> FreezeAnswer:
         """`/opsgate freeze <duration> <reason>`: freeze `channel` from now."""

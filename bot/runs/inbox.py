@@ -14,8 +14,10 @@ with the first one, and the thread is told so).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -107,6 +109,66 @@ class Inbox:
     ) -> InboxItem | None:
         """Save before the 200; None for a request seen before (under any of `keys`)."""
         return await self._save("request", delivery, keys)
+
+    async def save(
+        self, delivery: MessageDelivery | SlashDelivery | RequestDelivery, keys: Sequence[str]
+    ) -> InboxItem | None:
+        """Save any delivery as its kind of row; None for one seen before."""
+        if isinstance(delivery, MessageDelivery):
+            return await self.save_message(delivery, keys=keys)
+        if isinstance(delivery, SlashDelivery):
+            return await self.save_slash(delivery, keys=keys)
+        return await self.save_request(delivery, keys=keys)
+
+    async def save_within(
+        self,
+        save: Callable[[], Coroutine[Any, Any, InboxItem | None]],
+        seconds: float,
+        *,
+        what: str,
+    ) -> InboxItem | None:
+        """The row `save` saves, or `TimeoutError` after `seconds`; a failure (`StoreError`, or
+        the timeout) is recorded for the health check as saving `what`, and raised.
+
+        A save that does not answer (a PostgreSQL outage) is not waited for, and not cancelled
+        either: a cancelled asyncpg query may hang too, and a save cancelled at its commit may
+        have committed (SQLite's worker thread commits whoever stopped waiting), which its
+        caller would then never hear of. It goes on as owned work (cancelled at shutdown);
+        should it commit after all, a `request` or `slash` row is marked done at once, so the
+        request the person was told is not saved is never handled later. A message's row is
+        processed instead: the front end passed its event on unsaved, and the message's own
+        save finds it seen before (its keys are the row's), and nobody was told it was not
+        saved."""
+        try:
+            return await self._within(save, seconds)
+        except (StoreError, TimeoutError) as exc:
+            failure = exc if isinstance(exc, StoreError) else StoreError("the database is slow")
+            self.ctx.health.failed(f"saving a {what}", failure)
+            raise
+
+    async def _within(
+        self, save: Callable[[], Coroutine[Any, Any, InboxItem | None]], seconds: float
+    ) -> InboxItem | None:
+        try:
+            task = self.ctx.tasks.spawn(save(), name="saving a request")
+        except RuntimeError:  # stopping: no owner for it, so wait as long as it takes
+            return await save()
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+        if task in done:
+            saved: InboxItem | None = task.result()
+            return saved
+
+        async def forget() -> None:
+            with contextlib.suppress(Exception):
+                late = await task
+                if late is not None and late.kind == "message":
+                    self.process_soon(late)
+                elif late is not None:
+                    await self.done(late.id)
+
+        with contextlib.suppress(RuntimeError):
+            self.ctx.tasks.spawn(forget(), name="forgetting a late request")
+        raise TimeoutError(f"the request was not saved in {seconds} s")
 
     async def done(self, item_id: int) -> None:
         """The request's handler finished: the row is not handed back at the next start."""

@@ -17,24 +17,25 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Sequence
 
 from ..faults import checkpoint
-from ..policy import Policy
-from ..store import EnqueueOutcome, QueueItem, Store, batch_complete
+from ..policy import Policy, oncall_now
+from ..store import EnqueueOutcome, InboxItem, QueueItem, Store, StoreError, batch_complete
 from ..words import count
 from .bound_inputs import bound_options
 from .break_glass import FreezeDesk
 from .cancel import Cancels
 from .cards import Cards
+from .clicks import Clicks
 from .container import Container
 from .context import RunContext
 from .decisions import Decisions
+from .delegation import delegate_command
 from .driver import Driver
 from .edits import Allowances, Edits
 from .feedback import Feedback
-from .inbox import Inbox
+from .inbox import Inbox, MessageDelivery
 from .ladder import climb
 from .metrics import note_decision, note_recovered
 from .notices import (
@@ -43,6 +44,8 @@ from .notices import (
     EarlierQueued,
     Help,
     Notice,
+    NotSaved,
+    OnCallNow,
     PendingList,
     Queued,
     Recovered,
@@ -53,6 +56,7 @@ from .options import run_options, session_for
 from .output import PostFailed, Thread
 from .people import Answers, Home
 from .timer import send_reminders
+from .tool_pins import ToolReview, review_tool
 from .views import PendingEntry
 
 __all__ = ["Dispatcher", "RunService"]
@@ -97,6 +101,46 @@ class RunService:
         """What a person's Home tab shows."""
         self.inbox = Inbox(ctx, on_message=self.on_message, on_slash=self.slash_request)
         """Deliveries saved before their 200, processed from the saved row."""
+        clicks = Clicks(
+            ctx,
+            decisions=self.decisions,
+            edits=self.edits,
+            allowances=self.allowances,
+            cancels=self.cancels,
+            freezes=self.freezes,
+            home=self.home,
+            feedback=self.feedback,
+        )
+        # -- the front door: each click or event a front end forwards is one of these calls --
+        # A click on a card, a Home tab or a form they opened: a `Click` in, an `Answer` out.
+        self.approve = clicks.approve
+        self.reject_form = clicks.reject_form
+        self.reject = clicks.reject
+        self.cancel_run = clicks.cancel_run
+        self.rerun_preview = clicks.rerun_preview
+        self.edit_form = clicks.edit_form
+        self.submit_edit = clicks.submit_edit
+        self.allow = clicks.allow
+        self.allow_chosen = clicks.allow_chosen
+        self.revoke = clicks.revoke
+        self.glass_form = clicks.glass_form
+        self.break_glass = clicks.break_glass
+        self.review = clicks.review
+        self.rate = clicks.rate
+        self.explain = clicks.explain
+        # The Home tab, the AI-app container, channel membership.
+        self.home_opened = self.home.opened
+        self.thread_started = self.container.started
+        self.viewing = self.container.viewing
+        self.members_changed = ctx.approvals.channels.forget
+        self.active_allowances = self.allowances.active
+        # Deliveries saved before their acknowledgement (`bot.runs.inbox`).
+        self.save = self.inbox.save
+        self.save_within = self.inbox.save_within
+        self.process_soon = self.inbox.process_soon
+        self.process_owned = self.inbox.process_owned
+        self.done = self.inbox.done
+        self.thread_of_call = self.decisions.thread_of_call
 
     # -- intake ---------------------------------------------------------------------------------
 
@@ -252,23 +296,6 @@ class RunService:
 
     # -- decisions ------------------------------------------------------------------------------
 
-    async def decide(
-        self,
-        ledger_id: str,
-        decision: Literal["approved", "rejected"],
-        *,
-        user: str,
-        team: str | None,
-        reason: str | None = None,
-        digest: str | None = None,
-    ) -> Notice | None:
-        """Record a decision (`bot.runs.decisions`); a notice for the decider alone when
-        nothing changed. `digest`: what the clicked card showed. The terminal's entry point;
-        Slack's listeners call `decisions` directly."""
-        return await self.decisions.decide(
-            ledger_id, decision, user=user, team=team, reason=reason, digest=digest
-        )
-
     async def maybe_resume(self, session_id: str) -> bool:
         """Resume the paused run once every gated call is decided; exactly one caller does."""
         store = self.ctx.store
@@ -366,6 +393,46 @@ class RunService:
         # (a decision, an interruption or a cancel recorded before its redraw), once saved
         # deliveries and queued runs have started; unchanged cards cost no call.
         await self.cards.redraw_stale()
+
+    # -- the front door, continued ------------------------------------------------------------
+
+    async def take_message(
+        self, delivery: MessageDelivery, keys: Sequence[str]
+    ) -> InboxItem | None:
+        """Save a message its front end did not save before its acknowledgement; a database
+        that refuses it tells the author, and the `StoreError` is raised (Slack's retry)."""
+        try:
+            return await self.inbox.save_message(delivery, keys=keys)
+        except StoreError:
+            await self.ctx.output.say(delivery.thread, NotSaved("message"))
+            raise
+
+    async def command(
+        self, key: str | None, word: str, channel: str, *, user: str, text: str
+    ) -> Notice | None:
+        """`/opsgate freeze|unfreeze|delegate …` (`word`), each invocation (`key`) once:
+        its answer for `user` alone, or None for an invocation seen before."""
+        if key is not None and not await self.ctx.store.first_sighting(key):
+            return None
+        if word == "freeze":
+            return await self.freezes.freeze(channel, user=user, text=text)
+        if word == "delegate":
+            return await delegate_command(self.ctx, user, text)
+        return await self.freezes.unfreeze(channel, user=user)
+
+    def on_call_now(self) -> OnCallNow:
+        """Who is on call now, for each rota of the policy."""
+        return OnCallNow(oncall_now(self.ctx.policy, self.ctx.clock()))
+
+    def suggested_prompts(self) -> tuple[str, ...]:
+        """What a new conversation in the AI-app container is offered."""
+        return self.container.suggested_prompts
+
+    async def review_tool(
+        self, user: str, server: str, tool: str, digest: str, *, accept: bool
+    ) -> ToolReview:
+        """A click on a changed MCP tool's review card (`bot.runs.tool_pins`)."""
+        return await review_tool(self.ctx, user, server, tool, digest, accept=accept)
 
     # -- answers --------------------------------------------------------------------------------
 

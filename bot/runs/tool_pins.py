@@ -18,14 +18,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ..policy import McpServerConfig
 from ..store import ListedTool, McpPin, Store
 from ..tools.mcp import McpTool
 from ..tools.mcp.tool import ToolDefinition, changed_fields, definition_of
+from .context import RunContext
 
-__all__ = ["pin_mcp_tools", "repin_listing"]
+__all__ = ["ToolReview", "pin_mcp_tools", "repin_listing", "review_tool"]
 
 logger = logging.getLogger("opsgate.mcp")
 
@@ -83,6 +84,28 @@ async def repin_listing(
                 tool.tool,
             )
     return quarantined
+
+
+ToolReview = Literal["accepted", "decided_before", "kept", "not_an_admin"]
+"""What a click on a changed tool's review card did."""
+
+
+async def review_tool(
+    ctx: RunContext, user: str, server: str, tool: str, digest: str, *, accept: bool
+) -> ToolReview:
+    """An MCP admin (`[mcp] mcp_admins`, users or user groups: the one group lookup of
+    `bot.approvals`) accepts the listed definition `digest` of a quarantined tool (pinned, and
+    the quarantine lifted at once) or keeps it quarantined; anyone else changes nothing."""
+    if not await ctx.approvals.listed(ctx.policy.mcp.mcp_admins, user):
+        return "not_an_admin"
+    if not accept:
+        return "kept"
+    if not await ctx.store.accept_tool_definition(server, tool, digest, user_id=user):
+        return "decided_before"
+    live = ctx.tools.get(f"{server}__{tool}")
+    if isinstance(live, McpTool):
+        live.quarantined = False
+    return "accepted"
 
 
 def _warn(pin: McpPin, changes: Mapping[str, Any] | None) -> None:

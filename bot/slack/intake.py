@@ -27,12 +27,10 @@ deliver it again); an options lookup gets no options. See docs/architecture.md, 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from slack_bolt.async_app import AsyncApp
@@ -50,6 +48,7 @@ from ..runs.service import RunService
 from ..store import InboxItem, StoreError
 from .notices import render
 from .output import SlackThreadOutput
+from .payloads import ledger_id_of, team_of, thread_of
 
 __all__ = [
     "SAVED_ROW",
@@ -96,7 +95,7 @@ def request_key(body: Mapping[str, Any]) -> str | None:
     """What names one request of any kind, for dedupe; None for a lookup with no identity
     (options), which is saved but never deduplicated."""
     kind = request_kind(body)
-    team = _team(body)
+    team = team_of(body)
     match kind:
         case "event_callback":
             name = body.get("event_id")
@@ -138,10 +137,10 @@ def install(
         kind = request_kind(body)
         key = request_key(body)
         try:
-            saved = await _save_in_time(service, lambda: _save(service, row_of, req, kind, key))
+            saved = await service.save_within(
+                lambda: _save(service, row_of, req, kind, key), SAVE_SECONDS, what=_what(kind)
+            )
         except (StoreError, TimeoutError) as exc:
-            failure = exc if isinstance(exc, StoreError) else StoreError("the database is slow")
-            service.ctx.health.failed(f"saving a {_what(kind)}", failure)
             logger.error("a %s request was not saved: %s", kind, exc or "timed out")
             if kind == "event_callback":
                 await next()  # a message's listener saves it, or reports (see the docstring)
@@ -178,50 +177,14 @@ async def _save(
     service: RunService, row_of: RowOf, req: AsyncBoltRequest, kind: str, key: str | None
 ) -> InboxItem | None:
     """One row, one commit: a request with a row of its own as that row (under the request's
-    key and the row's), any other request as a `request` row; None for one seen before."""
+    key and the row's), any other request as a `request` row; None for one seen before. Not
+    waited for past `SAVE_SECONDS` (`Inbox.save_within` says what becomes of it)."""
     keys = [key] if key else []
     saving = await row_of(req.body, req.context)
     if saving is not None:
         delivery, own = saving
-        if isinstance(delivery, SlashDelivery):
-            return await service.inbox.save_slash(delivery, keys=[*keys, *own])
-        return await service.inbox.save_message(delivery, keys=[*keys, *own])
-    request = RequestDelivery(kind=kind, body=req.body)
-    return await service.inbox.save_request(request, keys=keys)
-
-
-async def _save_in_time(
-    service: RunService, save: Callable[[], Coroutine[Any, Any, InboxItem | None]]
-) -> InboxItem | None:
-    """The row, or `TimeoutError` after `SAVE_SECONDS`. A save that does not answer (a
-    PostgreSQL outage) is not waited for, and not cancelled either: a cancelled asyncpg query
-    may hang too, and a save cancelled at its commit may have committed (SQLite's worker thread
-    commits whoever stopped waiting), which its caller would then never hear of. It goes on as
-    owned work (cancelled at shutdown); should it commit after all, a `request` or `slash` row is
-    marked done at once, so the request the person was told is not saved is never handled
-    later. A message's
-    row is processed instead: its event went on to the message listener, whose own save finds
-    the message seen before (its keys are the row's), and nobody was told it was not saved."""
-    try:
-        task = service.ctx.tasks.spawn(save(), name="saving a request")
-    except RuntimeError:  # stopping: no owner for it, so wait as long as it takes
-        return await save()
-    done, _ = await asyncio.wait({task}, timeout=SAVE_SECONDS)
-    if task in done:
-        saved: InboxItem | None = task.result()
-        return saved
-
-    async def forget() -> None:
-        with contextlib.suppress(Exception):
-            late = await task
-            if late is not None and late.kind == "message":
-                service.inbox.process_soon(late)
-            elif late is not None:
-                await service.inbox.done(late.id)
-
-    with contextlib.suppress(RuntimeError):
-        service.ctx.tasks.spawn(forget(), name="forgetting a late request")
-    raise TimeoutError(f"the request was not saved in {SAVE_SECONDS} s")
+        return await service.save(delivery, [*keys, *own])
+    return await service.save(RequestDelivery(kind=kind, body=req.body), keys)
 
 
 class MarkDone(AsyncListenerCompletionHandler):
@@ -268,21 +231,10 @@ async def _not_saved(
 
 async def _thread_of(service: RunService, body: Mapping[str, Any]) -> Thread | None:
     """Where to tell the person: the clicked message's thread, else the call's card's."""
-    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
-        "channel_id"
-    )
-    message = body.get("message") or {}
-    ts = message.get("thread_ts") or message.get("ts")
-    if channel and ts:
-        return Thread(_team(body), str(channel), str(ts))
-    actions = body.get("actions") or []
-    ledger_id = (
-        actions[0].get("value") if actions and isinstance(actions[0], Mapping) else None
-    ) or ((body.get("view") or {}).get("private_metadata"))
-    if not ledger_id:
-        return None
+    if (thread := thread_of(body)) is not None or (ledger_id := ledger_id_of(body)) is None:
+        return thread
     try:
-        return await service.decisions.thread_of_call(str(ledger_id))
+        return await service.thread_of_call(ledger_id)
     except StoreError:
         return None  # reading fails too: nowhere to answer
 
@@ -290,11 +242,6 @@ async def _thread_of(service: RunService, body: Mapping[str, Any]) -> Thread | N
 def _what(kind: str) -> Literal["click", "message"]:
     """The person's word for the request: a click (buttons, forms) or a message."""
     return "click" if kind.startswith(("block_", "view_")) else "message"
-
-
-def _team(body: Mapping[str, Any]) -> str:
-    team = body.get("team_id") or (body.get("team") or {}).get("id")
-    return str(team or (body.get("user") or {}).get("team_id") or "")
 
 
 def _joined(*parts: Any) -> str | None:

@@ -14,21 +14,21 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
 from typing import Any
 
-from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_bolt.async_app import AsyncAck
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..approvals import Refused
 from ..policy import Policy
 from ..runs.service import RunService
+from ..runs.tool_pins import ToolReview
 from ..store import McpPin, OutboxEntry, Store
-from ..tools.mcp import McpTool
 from ..tools.mcp.tool import ToolDefinition, changed_fields
 from .answers import refusal_text
+from .payloads import clicker
 
-__all__ = ["ACTION_MCP_ACCEPT", "ACTION_MCP_KEEP", "post_reviews", "register", "review_blocks"]
+__all__ = ["ACTION_MCP_ACCEPT", "ACTION_MCP_KEEP", "McpReview", "post_reviews", "review_blocks"]
 
 logger = logging.getLogger("opsgate.mcp")
 
@@ -114,21 +114,31 @@ async def post_reviews(store: Store, policy: Policy) -> int:
     return posted
 
 
-async def _is_admin(client: AsyncWebClient, admins: Iterable[str], user: str) -> bool:
-    for admin in admins:
-        if admin == user:
-            return True
-        if admin.startswith("S"):
-            listed = (await client.usergroups_users_list(usergroup=admin)).get("users") or []
-            if user in listed:
-                return True
-    return False
+_SAID: dict[ToolReview, str] = {
+    "accepted": "<@{user}> accepted the new definition of `{name}`.",
+    "decided_before": "`{name}`: that definition was already decided on.",
+    "kept": "<@{user}> kept `{name}` quarantined.",
+}
+_NOT_AN_ADMIN = "Only the MCP admins ([mcp] mcp_admins) may decide on a changed tool."
 
 
-def register(app: AsyncApp, service: RunService, policy: Policy) -> None:
-    async def decide(body: dict[str, Any], client: AsyncWebClient, *, accept: bool) -> None:
-        user = str((body.get("user") or {}).get("id") or "")
-        team = (body.get("user") or {}).get("team_id") or (body.get("team") or {}).get("id")
+class McpReview:
+    """The review card's two buttons. Who may click is the one authorisation's answer
+    (`Approvals.listed`, its cached user-group members), as for every other button."""
+
+    def __init__(self, service: RunService) -> None:
+        self.service = service
+
+    async def accept(self, ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await ack()
+        await self._decide(body, client, accept=True)
+
+    async def keep(self, ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await ack()
+        await self._decide(body, client, accept=False)
+
+    async def _decide(self, body: dict[str, Any], client: AsyncWebClient, *, accept: bool) -> None:
+        user, team = clicker(body)
         channel = str((body.get("channel") or {}).get("id") or "")
         if not team:  # a click that hides its workspace is refused, as every card click is
             refused = Refused("unknown_workspace", "approve", "the actor's workspace is unknown")
@@ -140,32 +150,10 @@ def register(app: AsyncApp, service: RunService, policy: Policy) -> None:
         tool, _, digest = rest.partition("\t")
         if not (user and server and tool and digest):
             return
-        if not await _is_admin(client, policy.mcp.mcp_admins, user):
-            await client.chat_postEphemeral(
-                channel=channel,
-                user=user,
-                text="Only the MCP admins ([mcp] mcp_admins) may decide on a changed tool.",
-            )
+        done = await self.service.review_tool(user, server, tool, digest, accept=accept)
+        if done == "not_an_admin":
+            await client.chat_postEphemeral(channel=channel, user=user, text=_NOT_AN_ADMIN)
             return
-        store = service.ctx.store
-        if accept and await store.accept_tool_definition(server, tool, digest, user_id=user):
-            live = service.ctx.tools.get(f"{server}__{tool}")
-            if isinstance(live, McpTool):
-                live.quarantined = False
-            said = f"<@{user}> accepted the new definition of `{server}__{tool}`."
-        elif accept:
-            said = f"`{server}__{tool}`: that definition was already decided on."
-        else:
-            said = f"<@{user}> kept `{server}__{tool}` quarantined."
+        said = _SAID[done].format(user=user, name=f"{server}__{tool}")
         section = {"type": "section", "text": {"type": "mrkdwn", "text": said}}
         await client.chat_update(channel=channel, ts=ts, text=said, blocks=[section])
-
-    @app.action(ACTION_MCP_ACCEPT)
-    async def on_accept(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
-        await ack()
-        await decide(body, client, accept=True)
-
-    @app.action(ACTION_MCP_KEEP)
-    async def on_keep(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
-        await ack()
-        await decide(body, client, accept=False)

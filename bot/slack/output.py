@@ -38,7 +38,7 @@ from .cards import (
     overflow,
 )
 from .feedback import feedback_blocks
-from .home import HOME_TAB, allowance_blocks, home_entry, home_intent, home_view
+from .home import allowance_blocks, home_entry, home_intent, home_view
 from .ids import card_metadata, find_marked_card
 from .modals import allow_modal, edit_modal, reject_modal
 from .mrkdwn import escape_cut, message_link, truncate, user_mention
@@ -429,14 +429,12 @@ class SlackReplies:
         except SLACK_ERRORS as exc:
             logger.warning("could not suggest prompts: %s", slack_error(exc))
 
-    async def owe_home(self, user: str, team: str | None) -> bool:
+    async def owe_home(self, user: str, team: str | None) -> None:
         """Owe `user` their Home tab after a change they see, drawn when it is sent, once per
-        burst (`bot.slack.home.home_intent`); False when no outbox draws tabs (then the caller
-        publishes one it drew)."""
-        if self.outbox is None or not self.outbox.renders(HOME_TAB):
-            return False
+        burst (`bot.slack.home.home_intent`: the outbox's `HOME_TAB` renderer draws it)."""
+        if self.outbox is None:
+            return
         await self.outbox.put([home_intent(user, team)])
-        return True
 
     async def publish_home(self, home: HomeView) -> None:
         """Show `home` as its person's Home tab (`views.publish`); through the outbox, one

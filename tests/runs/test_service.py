@@ -13,7 +13,16 @@ from agent_core.outcomes import Rejected
 from agent_core.testing import ScriptedChatClient, Turn, call
 from bot.approvals import Approvals
 from bot.policy import Policy
-from bot.runs import CardCall, CardOutcome, CardRef, Notice, PostFailed, RunService, Thread
+from bot.runs import (
+    CardCall,
+    CardOutcome,
+    CardRef,
+    Click,
+    Notice,
+    PostFailed,
+    RunService,
+    Thread,
+)
 from bot.runs.context import RunContext
 from bot.runs.notices import NotAllowed, RunCancelled, ToolNotRun, ToolRan
 from bot.runs.redraws import LocalRedraws
@@ -188,10 +197,8 @@ async def test_a_paused_run_resumes_after_an_approval(tmp_path: Path) -> None:
         [card] = w.output.cards
         assert card.tool == "restart" and card.requested_by == ALICE
 
-        assert (
-            await w.service.decide(card.ledger_id, "approved", user=BOB, team=THREAD.team_id)
-            is None
-        )
+        answer = await w.service.approve(Click(card.ledger_id, BOB, THREAD.team_id))
+        assert answer.notice is None
         await w.settle()
 
         assert any(isinstance(n, ToolRan) and "restarted web" in n.content for n in w.output.said)
@@ -204,14 +211,10 @@ async def test_the_requester_may_not_approve_but_may_reject(tmp_path: Path) -> N
     async with world(tmp_path, *paused_turns()) as w:
         await ask(w)
         [card] = w.output.cards
-        refusal = await w.service.decide(
-            card.ledger_id, "approved", user=ALICE, team=THREAD.team_id
-        )
+        refusal = (await w.service.approve(Click(card.ledger_id, ALICE, THREAD.team_id))).notice
         assert isinstance(refusal, NotAllowed) and refusal.refusal.reason == "self_approval"
 
-        await w.service.decide(
-            card.ledger_id, "rejected", user=ALICE, team=THREAD.team_id, reason="no"
-        )
+        await w.service.reject(Click(card.ledger_id, ALICE, THREAD.team_id), "no")
         await w.settle()
         [shown] = [n for n in w.output.said if isinstance(n, ToolNotRun)]
         assert shown.outcome == Rejected("no", ALICE)
@@ -225,7 +228,7 @@ async def test_a_click_on_a_decided_card_redraws_it(tmp_path: Path) -> None:
         await w.store.decide(card.ledger_id, "rejected", user_id=BOB, ruling=Ruling(rule="test"))
         assert w.output.updates == []
 
-        notice = await w.service.decide(card.ledger_id, "approved", user=BOB, team=THREAD.team_id)
+        notice = (await w.service.approve(Click(card.ledger_id, BOB, THREAD.team_id))).notice
         assert notice is not None and notice.kind == "decision_not_recorded"
         [(ref, _, outcome)] = w.output.updates[:1]
         assert ref.ts == "card.1" and outcome is not None and outcome.status == "rejected"
@@ -261,12 +264,12 @@ async def test_two_approvals_needed_resume_only_after_the_second(tmp_path: Path)
     async with world(tmp_path, *paused_turns(), policy=policy) as w:
         await ask(w)
         [card] = w.output.cards
-        await w.service.decide(card.ledger_id, "approved", user=BOB, team=THREAD.team_id)
+        await w.service.approve(Click(card.ledger_id, BOB, THREAD.team_id))
         await w.settle()
         assert w.output.streamed == []
         [(_, progress, outcome)] = w.output.updates
         assert outcome is None and progress.approvals == (BOB,)
 
-        await w.service.decide(card.ledger_id, "approved", user="U0CAROL", team=THREAD.team_id)
+        await w.service.approve(Click(card.ledger_id, "U0CAROL", THREAD.team_id))
         await w.settle()
         assert "".join(w.output.streamed) == "Restarted web."

@@ -284,5 +284,5 @@ async def test_the_message_listeners_are_the_first_bolt_tries(tmp_path: Path) ->
     come in bursts, run none but their own."""
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
         assert bot.app is not None
-        first = [listener.ack_function.__name__ for listener in bot.app._async_listeners[:2]]
-        assert first == ["on_incoming", "on_incoming"]
+        first = [listener.ack_function.__qualname__ for listener in bot.app._async_listeners[:2]]
+        assert first == ["Messages.incoming", "Messages.incoming"]

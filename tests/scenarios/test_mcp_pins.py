@@ -169,6 +169,40 @@ async def test_the_review_card_is_decided_by_an_mcp_admin_only(tmp_path: Path) -
         assert review == []  # accepted: no card again
 
 
+async def test_an_mcp_admin_group_is_looked_up_by_the_one_authorisation(tmp_path: Path) -> None:
+    """`mcp_admins` naming a user group asks `bot.approvals`, whose cached members every other
+    button's check shares: two clicks, one `usergroups.users.list`."""
+    log = tmp_path / "calls.log"
+    tools = make_tools(tmp_path)
+    grouped = REVIEW.replace('["U0ADMIN"]', '["S0MCP"]')
+    policy = Policy.from_toml(_policy_text(1, log) + grouped, source="pins.toml")
+    async with running_bot(tmp_path, tools=tools, policy=policy) as bot:
+        assert await _audit(bot, "mcp_tool_pinned")
+    policy = Policy.from_toml(_policy_text(2, log) + grouped, source="pins.toml")
+    async with running_bot(tmp_path, tools=tools, policy=policy) as bot:
+        bot.slack.set_usergroup_members("S0MCP", ["U0ADMIN"])
+        [post] = await bot.slack.wait_for(
+            "chat.postMessage", where=lambda c: c.params.get("channel") == "C0REVIEW"
+        )
+        blocks = post.params["blocks"]
+        blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+        [accept] = [
+            e["value"]
+            for b in blocks
+            if b["type"] == "actions"
+            for e in b["elements"]
+            if e["action_id"] == "opsgate_mcp_accept"
+        ]
+        await bot.click("opsgate_mcp_accept", accept, user="U0MALLORY", channel="C0REVIEW")
+        [refused] = await bot.slack.wait_for("chat.postEphemeral")
+        assert "Only the MCP admins" in refused.params["text"]
+        await bot.click("opsgate_mcp_accept", accept, user="U0ADMIN", channel="C0REVIEW")
+        await bot.slack.wait_for("chat.update", where=lambda c: "accepted" in str(c.params))
+        [pin] = await bot.deps.store.mcp_pins()
+        assert pin.state == "pinned" and pin.accepted_by == "U0ADMIN"
+        assert len(bot.slack.calls_to("usergroups.users.list")) == 1
+
+
 def _swapping(log: Path) -> Policy:
     """A server that lists version 2 of `lookup` once its first call is answered, and says so
     while it runs; its calls run without a card until then (`approval = "never"`)."""

@@ -18,14 +18,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from slack_bolt.async_app import AsyncApp
-
 from ...runs.container import WHOLE_DM
 from ...runs.output import Thread
 from ...runs.service import RunService
 from ..output import SlackThreadOutput
 
-__all__ = ["register", "viewed_channel"]
+__all__ = ["Assistant", "viewed_channel"]
 
 logger = logging.getLogger("opsgate.slack.assistant")
 
@@ -71,42 +69,42 @@ def _whole_dm(event: dict[str, Any], body: dict[str, Any]) -> Thread | None:
     return Thread(team, channel, WHOLE_DM)
 
 
-async def _messages_tab(event: dict[str, Any]) -> bool:
-    return event.get("tab") == "messages"
+class Assistant:
+    """The AI-app container's events. `messages_opened` is registered before the Home tab's
+    listener (with `messages_tab` as its matcher): Bolt runs the first that matches, and
+    `app_home_opened` with `tab: "messages"` is this class's."""
 
+    def __init__(self, service: RunService, output: SlackThreadOutput) -> None:
+        self.service = service
+        self.output = output
 
-def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
-    """Registered before the Home tab's listener: Bolt runs the first that matches, and
-    `app_home_opened` with `tab: "messages"` is this module's."""
+    async def messages_tab(self, event: dict[str, Any]) -> bool:
+        return event.get("tab") == "messages"
 
-    @app.event("app_home_opened", matchers=[_messages_tab])
-    async def on_messages_opened(event: dict[str, Any], body: dict[str, Any]) -> None:
+    async def messages_opened(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         dm = _whole_dm(event, body)
         if dm is None:
             logger.warning("app_home_opened (messages) without its channel; ignored")
             return
-        await output.replies.suggest_prompts(dm, service.container.suggested_prompts)
+        await self.output.replies.suggest_prompts(dm, self.service.suggested_prompts())
 
-    @app.event("app_context_changed")
-    async def on_app_context(event: dict[str, Any], body: dict[str, Any]) -> None:
+    async def app_context(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         dm = _whole_dm(event, body)
         if dm is None:
             logger.warning("app_context_changed without its channel; ignored")
             return
-        await service.container.viewing(dm, viewed_channel(event.get("context")))
+        await self.service.viewing(dm, viewed_channel(event.get("context")))
 
-    @app.event("assistant_thread_started")
-    async def on_started(event: dict[str, Any], body: dict[str, Any]) -> None:
+    async def started(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         found = _thread_of(event, body)
         if found is None:
             logger.warning("assistant_thread_started without its thread; ignored")
             return
         thread, viewing = found
-        prompts = await service.container.started(thread, viewing)
-        await output.replies.suggest_prompts(thread, prompts)
+        prompts = await self.service.thread_started(thread, viewing)
+        await self.output.replies.suggest_prompts(thread, prompts)
 
-    @app.event("assistant_thread_context_changed")
-    async def on_context_changed(event: dict[str, Any], body: dict[str, Any]) -> None:
+    async def context_changed(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         found = _thread_of(event, body)
         if found is not None:
-            await service.container.viewing(*found)
+            await self.service.viewing(*found)

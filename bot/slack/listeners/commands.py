@@ -17,12 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
+from slack_bolt.async_app import AsyncAck, AsyncBoltContext, AsyncRespond
 
-from ...policy import oncall_now
-from ...runs.delegation import delegate_command
 from ...runs.inbox import SlashDelivery
-from ...runs.notices import AllowanceList, Notice, NotSaved, OnCallNow
+from ...runs.notices import AllowanceList, Notice, NotSaved
 from ...runs.service import RunService
 from ...store import InboxItem, StoreError
 from ..ids import COMMAND
@@ -30,11 +28,7 @@ from ..intake import SAVED_ROW
 from ..notices import render
 from ..output import SlackThreadOutput
 
-__all__ = [
-    "invocation_key",
-    "register",
-    "slash_of",
-]
+__all__ = ["SlashCommand", "invocation_key", "slash_of"]
 
 
 _HELP_WORDS = frozenset({"", "help", "?", "-h", "--help"})
@@ -79,34 +73,37 @@ def slash_of(command: Mapping[str, Any]) -> tuple[SlashDelivery, list[str]] | No
     return delivery, [key] if key else []
 
 
-def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> None:
-    @app.command(COMMAND)
-    async def on_command(
-        ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond, context: AsyncBoltContext
+class SlashCommand:
+    """`/opsgate`, whatever follows it."""
+
+    def __init__(self, service: RunService, output: SlackThreadOutput) -> None:
+        self.service = service
+        self.output = output
+
+    async def command(
+        self,
+        ack: AsyncAck,
+        command: dict[str, Any],
+        respond: AsyncRespond,
+        context: AsyncBoltContext,
     ) -> None:
         text = str(command.get("text") or "").strip()
         word = text.lower()
         channel = str(command.get("channel_id") or "")
         user = str(command.get("user_id") or "")
-        team = str(command.get("team_id") or "")
         hook = respond if command.get("response_url") else None
-        saved = None
         first = word.split(" ", 1)[0]
         if first in _FREEZE_WORDS:
             await ack()
+            rest = text[len(first) :].strip()
             key = invocation_key(command)
-            if key is None or await service.ctx.store.first_sighting(key):
-                desk = service.freezes
-                rest = text[len(first) :].strip()
-                notice = await (
-                    desk.freeze(channel, user=user, text=rest)
-                    if first == "freeze"
-                    else delegate_command(service.ctx, user, rest)
-                    if first == "delegate"
-                    else desk.unfreeze(channel, user=user)
+            notice = await self.service.command(key, first, channel, user=user, text=rest)
+            if notice is not None:
+                await self.output.replies.answer_command(
+                    hook, channel=channel, user=user, notice=notice
                 )
-                await output.replies.answer_command(hook, channel=channel, user=user, notice=notice)
             return
+        saved = None
         if (saving := slash_of(command)) is not None:
             # A request is saved before the acknowledgement (docs/architecture.md), in the same
             # transaction as its invocation key: a replay within Slack's signature window
@@ -115,7 +112,7 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
             saved = context.get(SAVED_ROW)
             if not isinstance(saved, InboxItem):
                 try:
-                    saved = await service.inbox.save_slash(saving[0], keys=saving[1])
+                    saved = await self.service.save(saving[0], saving[1])
                 except StoreError:
                     await ack(text=render(NotSaved("message")).text)
                     return
@@ -123,24 +120,34 @@ def register(app: AsyncApp, service: RunService, output: SlackThreadOutput) -> N
                 await ack()
                 return
         await ack()
+        await self._answer(word, command, hook, saved)
 
-        async def answer(notice: Notice) -> None:
-            await output.replies.answer_command(hook, channel=channel, user=user, notice=notice)
-
+    async def _answer(
+        self,
+        word: str,
+        command: dict[str, Any],
+        hook: AsyncRespond | None,
+        saved: InboxItem | None,
+    ) -> None:
+        channel = str(command.get("channel_id") or "")
+        user = str(command.get("user_id") or "")
+        replies = self.output.replies
+        notice: Notice | None = None
         if word in _HELP_WORDS:
-            await answer(await service.help_for(channel))
+            notice = await self.service.help_for(channel)
         elif word == "allowances":
-            entries = tuple(await service.allowances.active(channel))
-            await output.replies.answer_allowances(
+            entries = tuple(await self.service.active_allowances(channel))
+            await replies.answer_allowances(
                 hook, channel=channel, user=user, notice=AllowanceList(channel, entries)
             )
         elif word == "pending":
-            await answer(await service.pending_for(user, channel=channel, team=team))
+            team = str(command.get("team_id") or "")
+            notice = await self.service.pending_for(user, channel=channel, team=team)
         elif word == "who":
-            await answer(OnCallNow(oncall_now(service.ctx.policy, service.ctx.clock())))
+            notice = self.service.on_call_now()
         elif word == "cancel":
-            await output.replies.answer_command_mrkdwn(
-                hook, channel=channel, user=user, text=_CANCEL_HINT
-            )
-        elif saved is not None and (refusal := await service.inbox.process_owned(saved)):
-            await answer(refusal)
+            await replies.answer_command_mrkdwn(hook, channel=channel, user=user, text=_CANCEL_HINT)
+        elif saved is not None:
+            notice = await self.service.process_owned(saved)
+        if notice is not None:
+            await replies.answer_command(hook, channel=channel, user=user, notice=notice)

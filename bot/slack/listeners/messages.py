@@ -12,24 +12,22 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 
 from ...policy import Policy, Trigger
 from ...runs.inbox import MessageDelivery
-from ...runs.notices import NotSaved
 from ...runs.output import Thread
 from ...runs.service import RunService
-from ...store import InboxItem, StoreError
+from ...store import InboxItem
 from ..intake import SAVED_ROW
 
 __all__ = [
+    "Messages",
     "classify_message",
     "event_author",
     "message_of",
     "message_text",
-    "register",
-    "register_other_events",
+    "other_event",
 ]
 
 _Saving = tuple[MessageDelivery, Sequence[str]]
@@ -198,11 +196,15 @@ def message_of(service: RunService, policy: Policy) -> _MessageOf:
     return of
 
 
-def register(app: AsyncApp, service: RunService, *, policy: Policy) -> None:
-    of = message_of(service, policy)
+class Messages:
+    """Mentions, DMs and replies: each saved once (`once`), then handed to the inbox."""
+
+    def __init__(self, service: RunService, policy: Policy) -> None:
+        self.service = service
+        self.of = message_of(service, policy)
 
     # Bolt passes arguments by name: `next` it must be.
-    async def once(body: dict[str, Any], context: AsyncBoltContext, next: Next) -> None:
+    async def once(self, body: dict[str, Any], context: AsyncBoltContext, next: Next) -> None:
         """The message's row, saved (deduplicated: each event, and each message, once) before
         Bolt acknowledges it (docs/architecture.md): by the intake, as the request's own row,
         or here, for a request that is not (handed back at start-up, or not saved by the
@@ -210,31 +212,19 @@ def register(app: AsyncApp, service: RunService, *, policy: Policy) -> None:
         Slack 500, so Slack delivers the event again later)."""
         saved = context.get(SAVED_ROW)
         if not isinstance(saved, InboxItem):
-            saving = await of(body, context)
+            saving = await self.of(body, context)
             if saving is None:
                 return
-            delivery, keys = saving
-            try:
-                saved = await service.inbox.save_message(delivery, keys=keys)
-            except StoreError:
-                await service.ctx.output.say(delivery.thread, NotSaved("message"))
-                raise
+            saved = await self.service.take_message(*saving)
         if saved is not None:
             context[SAVED_ROW] = saved
             await next()
 
-    async def on_incoming(context: AsyncBoltContext) -> None:
+    async def incoming(self, context: AsyncBoltContext) -> None:
         saved: InboxItem = context[SAVED_ROW]
-        service.inbox.process_soon(saved)
-
-    app.event("app_mention", middleware=[once])(on_incoming)
-    app.event("message", middleware=[once])(on_incoming)
+        self.service.process_soon(saved)
 
 
-def register_other_events(app: AsyncApp) -> None:
-    """The catch-all, registered after every other event listener."""
-
-    @app.event(re.compile(".*"))
-    async def on_other_event() -> None:
-        """Answer every other event with 200 (ignored ones too), so Slack never disables the
-        app."""
+async def other_event() -> None:
+    """Answer every other event with 200 (ignored ones too), so Slack never disables the app:
+    the catch-all, registered after every other event listener."""
