@@ -217,7 +217,12 @@ class Fleet:
 
 @contextlib.asynccontextmanager
 async def _bot(
-    db: str, workdir: Path, llm: LLMStandIn, slack: SlackAPIStandIn, share: float, policy: str | None
+    db: str,
+    workdir: Path,
+    llm: LLMStandIn,
+    slack: SlackAPIStandIn,
+    share: float,
+    policy: str | None,
 ) -> AsyncIterator[Bot]:
     """`tests.support.harness.running_bot`, with this process's share of Slack's budget."""
     async with contextlib.AsyncExitStack() as stack:
@@ -262,9 +267,7 @@ async def _fleet(
 ) -> AsyncIterator[Fleet]:
     async with contextlib.AsyncExitStack() as stack:
         bots = [
-            await stack.enter_async_context(
-                _bot(db, workdir, llm, slack, 1.0 / len(dbs), policy)
-            )
+            await stack.enter_async_context(_bot(db, workdir, llm, slack, 1.0 / len(dbs), policy))
             for db in dbs
         ]
         yield Fleet(bots)

@@ -4,12 +4,13 @@ This is the only code that calls the Web API for a thread (posts, ephemeral repl
 streamed answers, cards, uploads, permalinks). Every call is best effort: a Slack error is
 logged and the run's own bookkeeping goes on (see the contract in `bot.runs.output`).
 
-With an `outbox` (`bot.slack.outbox`, as the server wires it) the writes that need no answer
-from Slack (notices, card redraws, reactions, Home tabs, ephemeral replies, files) are stored
-there and sent by its sender, paced and in priority order, surviving restarts; card posts and
-streamed answers are made here, through the same paced client (429s waited out), a streamed
-answer's ending kept in the outbox before its stream is stopped (`bot.slack.endings`). Queued
-messages share one notice per channel and burst (`bot.slack.queue_notice`).
+The writes that need no answer from Slack (notices, card redraws, reactions, Home tabs,
+ephemeral replies, files) go through the `outbox` (`bot.slack.outbox`): stored, then sent by its
+sender, paced and in priority order, surviving restarts; it is the one write path, so it is
+required. Card posts and answers are made here, through the same paced client (429s waited
+out), an answer's ending kept in the outbox before it is shown (`bot.slack.endings`). An answer
+streams only while a `chat.startStream` slot is free, else it is posted (`bot.slack.streaming`).
+Queued messages share one notice per channel and burst (`bot.slack.queue_notice`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from dataclasses import replace
 from typing import Any
 
 from slack_bolt.async_app import AsyncRespond
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..runs.notices import AllowanceList, CancelledBeforeStart, Notice, Queued
@@ -47,7 +47,7 @@ from .outbox import CARD, HOME, NOTICE, REACTION, UPLOAD, SlackOutbox
 from .pacing import Pacer
 from .queue_notice import QueueNotices, merged
 from .redraws import card_update
-from .streaming import ThreadReply
+from .streaming import START_WITHIN, ThreadReply
 from .timeline import SlackTimeline, set_status
 
 __all__ = [
@@ -75,7 +75,7 @@ class SlackThreadOutput:
     mrkdwn (`bot.slack.notices`), cards Block Kit (`bot.slack.cards`). The Slack-only calls of
     the listeners are `replies` (`SlackReplies`)."""
 
-    def __init__(self, client: AsyncWebClient, outbox: SlackOutbox | None = None) -> None:
+    def __init__(self, client: AsyncWebClient, outbox: SlackOutbox) -> None:
         self.client = client
         self.outbox = outbox
         self.replies = SlackReplies(client, outbox)
@@ -92,26 +92,9 @@ class SlackThreadOutput:
             return
         if isinstance(notice, CancelledBeforeStart):
             await self.queue.started(thread)
-        if self.outbox is not None:
-            await self.outbox.put(self.owed(thread, notice))
-            return
-        rendered = render(notice)
-        try:
-            await self.client.chat_postMessage(
-                # A thread_ts of "" is the channel's top level (freeze announcements).
-                channel=thread.channel_id,
-                thread_ts=thread.thread_ts or None,
-                text=rendered.text,
-            )
-        except SLACK_ERRORS as exc:
-            logger.error("could not post to %s: %s", thread.channel_id, slack_error(exc))
-        if rendered.attachment is not None:
-            file = rendered.attachment
-            await self.upload(thread, file.filename, file.content)
+        await self.outbox.put(self.owed(thread, notice))
 
     def owed(self, thread: Thread, notice: Notice) -> list[OutboxEntry]:
-        if self.outbox is None:
-            return []
         rendered = render(notice)
         entries = [_post(thread, rendered.text)]
         if (file := rendered.attachment) is not None:
@@ -123,23 +106,16 @@ class SlackThreadOutput:
         await self.replies.tell_mrkdwn(thread, user, render(notice).text)
 
     async def react(self, thread: Thread, ts: str, on: bool) -> None:
-        if self.outbox is not None:
-            # Added and removed before it was sent: neither is (the removal cancels).
-            entry = OutboxEntry(
-                "reactions.add" if on else "reactions.remove",
-                {"channel": thread.channel_id, "timestamp": ts, "name": _WORKING},
-                REACTION,
-                channel_id=thread.channel_id,
-                key=f"reaction:{thread.channel_id}:{ts}",
-                cancels=not on,
-            )
-            await self.outbox.put([entry])
-            return
-        method = self.client.reactions_add if on else self.client.reactions_remove
-        try:
-            await method(channel=thread.channel_id, timestamp=ts, name=_WORKING)
-        except SLACK_ERRORS as exc:
-            logger.debug("reaction on %s failed: %s", ts, slack_error(exc))
+        # Added and removed before it was sent: neither is (the removal cancels).
+        entry = OutboxEntry(
+            "reactions.add" if on else "reactions.remove",
+            {"channel": thread.channel_id, "timestamp": ts, "name": _WORKING},
+            REACTION,
+            channel_id=thread.channel_id,
+            key=f"reaction:{thread.channel_id}:{ts}",
+            cancels=not on,
+        )
+        await self.outbox.put([entry])
 
     def timeline(self, thread: Thread, requester: str | None) -> TimelineSink:
         """Streamed task chunks addressed to the requester (a person), else one context block
@@ -177,20 +153,18 @@ class SlackThreadOutput:
                 before_start=self._settled(thread),
                 short=_pacer_short(self.client),
                 keeper=self.outbox,
+                stream_slot=_stream_slot(self.client),
             )
         )
 
-    def _settled(self, thread: Thread) -> Callable[[], Awaitable[None]] | None:
+    def _settled(self, thread: Thread) -> Callable[[], Awaitable[None]]:
         outbox = self.outbox
-        if outbox is None:
-            return None
         return lambda: outbox.settled(thread.channel_id, thread.thread_ts)
 
     async def post_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
         """Post the card. Arguments too long for it are attached first: when that fails the
         card goes out without its Approve button (nobody could read what would run)."""
-        if self.outbox is not None:
-            await self.outbox.settled(thread.channel_id, thread.thread_ts)
+        await self.outbox.settled(thread.channel_id, thread.thread_ts)
         if (full := overflow(card)) is not None:
             name = card_file(card.tool, card.call_id)
             if not await self._upload(thread, name, full):
@@ -244,41 +218,25 @@ class SlackThreadOutput:
     async def update_card(
         self, ref: CardRef, card: CardCall, outcome: CardOutcome | None
     ) -> PostFailed | None:
-        update, fallback = card_update(ref, card, outcome)
-        if self.outbox is not None:
-            # Only the latest redraw of a card is sent (the key), before anything else; as an
-            # intent (the server's wiring), drawn from the call's state when it is sent.
-            if self.outbox.renders(CARD_REDRAW):
-                await self.outbox.put([card_redraw(card.ledger_id, ref.channel_id)])
-                return None
-            entry = OutboxEntry(
-                "chat.update",
-                update,
-                CARD,
-                channel_id=ref.channel_id,
-                key=f"card:{ref.channel_id}:{ref.ts}",
-                meta={"fallback": fallback},
-            )
-            await self.outbox.put([entry])
+        # Only the latest redraw of a card is sent (the key), before anything else; as an
+        # intent (the server's wiring), drawn from the call's state when it is sent.
+        if self.outbox.renders(CARD_REDRAW):
+            await self.outbox.put([card_redraw(card.ledger_id, ref.channel_id)])
             return None
-        try:
-            try:
-                await self.client.chat_update(**update)
-            except SlackApiError as exc:
-                if slack_error(exc) != "invalid_blocks":
-                    raise
-                # A card posted minimal (Slack refused its blocks) is redrawn minimal.
-                await self.client.chat_update(**fallback)
-        except SLACK_ERRORS as exc:
-            logger.warning("could not update card %s: %s", card.ledger_id, slack_error(exc))
-            return PostFailed(slack_error(exc))
+        update, fallback = card_update(ref, card, outcome)
+        entry = OutboxEntry(
+            "chat.update",
+            update,
+            CARD,
+            channel_id=ref.channel_id,
+            key=f"card:{ref.channel_id}:{ref.ts}",
+            meta={"fallback": fallback},
+        )
+        await self.outbox.put([entry])
         return None
 
     async def upload(self, thread: Thread, filename: str, content: str) -> None:
-        if self.outbox is not None:
-            await self.outbox.put([_upload(thread, filename, content)])
-            return
-        await self._upload(thread, filename, content)
+        await self.outbox.put([_upload(thread, filename, content)])
 
     async def _upload(self, thread: Thread, filename: str, content: str) -> bool:
         try:
@@ -334,7 +292,7 @@ class SlackReplies:
     Slack layer's own words), slash-command answers, the reject and edit modals, the Home tab.
     """
 
-    def __init__(self, client: AsyncWebClient, outbox: SlackOutbox | None = None) -> None:
+    def __init__(self, client: AsyncWebClient, outbox: SlackOutbox) -> None:
         self.client = client
         self.outbox = outbox
 
@@ -345,7 +303,7 @@ class SlackReplies:
         `direct`: sent now, not through the outbox (to say the database did not answer)."""
         if not _PERSON.fullmatch(user):
             return
-        if self.outbox is not None and not direct:
+        if not direct:
             params = {
                 "channel": thread.channel_id,
                 "user": user,
@@ -429,16 +387,8 @@ class SlackReplies:
     async def publish_home(self, home: HomeView) -> None:
         """Show `home` as its person's Home tab (`views.publish`); through the outbox, one
         publish per person per burst (the latest view)."""
-        if self.outbox is not None:
-            params = {"user_id": home.user, "view": home_view(home)}
-            await self.outbox.put(
-                [OutboxEntry("views.publish", params, HOME, key=f"home:{home.user}")]
-            )
-            return
-        try:
-            await self.client.views_publish(user_id=home.user, view=home_view(home))
-        except SLACK_ERRORS as exc:
-            logger.warning("could not publish the Home tab of %s: %s", home.user, slack_error(exc))
+        params = {"user_id": home.user, "view": home_view(home)}
+        await self.outbox.put([OutboxEntry("views.publish", params, HOME, key=f"home:{home.user}")])
 
     async def answer_allowances(
         self, respond: AsyncRespond | None, *, channel: str, user: str, notice: AllowanceList
@@ -463,6 +413,14 @@ def _pacer_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
     if not isinstance(pacer, Pacer):
         return None
     return lambda method: pacer.short(method)
+
+
+def _stream_slot(client: AsyncWebClient) -> Callable[[], bool] | None:
+    """Takes a `chat.startStream` slot free within `START_WITHIN` (the paced client's)."""
+    pacer = getattr(client, "pacer", None)
+    if not isinstance(pacer, Pacer):
+        return None
+    return lambda: pacer.claim("chat.startStream", START_WITHIN)
 
 
 def _post(thread: Thread, text: str) -> OutboxEntry:

@@ -123,17 +123,32 @@ class _Bucket:
         self.tokens = self.burst - 1.0 if self.burst > 1 else self.burst
         self.at = now
         self.paused_until = 0.0
+        self.claimed: list[float] = []
+        """When each token taken ahead by `claim` may be spent (the next calls spend them)."""
 
     def _refill(self, now: float) -> None:
         self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
         self.at = now
 
     def reserve(self, now: float) -> float:
-        """Take a token; the seconds to wait before using it."""
+        """Take a token (one `claim` took ahead, if any); the seconds to wait before using it."""
+        if self.claimed:
+            return max(self.claimed.pop(0) - now, self.paused_until - now, 0.0)
         self._refill(now)
         self.tokens -= 1.0
         wait = 0.0 if self.tokens >= 0 else -self.tokens / self.rate
         return max(wait, self.paused_until - now)
+
+    def claim(self, now: float, within: float) -> bool:
+        """Take a token for a call to come, if it can be spent within `within` seconds."""
+        self._refill(now)
+        wait = 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate
+        wait = max(wait, self.paused_until - now)
+        if wait > within:
+            return False
+        self.tokens -= 1.0
+        self.claimed.append(now + wait)
+        return True
 
     def short(self, now: float) -> bool:
         """Nothing left to spend right now (streaming sends bigger pieces then)."""
@@ -197,6 +212,14 @@ class Pacer:
     def short(self, method: str, channel: str | None = None) -> bool:
         bucket = self._bucket(method, channel)
         return bucket is not None and bucket.short(self._now())
+
+    def claim(self, method: str, within: float, channel: str | None = None) -> bool:
+        """Take `method`'s next token now if it can be spent within `within` clock seconds (the
+        next call of `method` spends it); False, taking nothing, when the bucket is too short.
+        How a caller picks the call whose budget can take it now (`bot.slack.streaming`: a
+        stream only when a `chat.startStream` slot is free within a second, else a post)."""
+        bucket = self._bucket(method, channel)
+        return bucket is None or bucket.claim(self._now(), within * self.speed)
 
     def limited_by_slack(self, method: str, channel: str | None, seconds: float) -> None:
         """Slack answered 429: count it and hold the bucket for `seconds` (clock seconds)."""
