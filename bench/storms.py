@@ -287,7 +287,10 @@ class FleetStorm(Storm):
         return bot
 
     async def mention(self, text: str, channel: str, user: str = "U0ALICE") -> str:
-        return await self.timed(self._pick().mention(text, channel=channel, user=user))
+        try:
+            return await self.timed(self._pick().mention(text, channel=channel, user=user))
+        finally:
+            self.mentioned = time.monotonic()
 
     async def approve(self, ledger_id: str, user: str = "U0BOB") -> None:
         response = await self.timed(self._pick().click("opsgate_approve", ledger_id, user=user))
@@ -341,13 +344,14 @@ async def run(case: StormCase, dbs: Callable[[], Awaitable[list[str]]], checks: 
                 else:
                     storm.bot, storm.fleet = fleet.bots[0], fleet  # type: ignore[attr-defined]
                     llm_release(llm)
-                last_event = time.monotonic() - started_at
+                # The restart is its storm's last event: the mentions came before it.
+                last_event = max(storm.mentioned, time.monotonic() if case.restart else 0.0)
                 await fleet.settle()
                 drained = (time.monotonic() - started_at) * SPEED
                 found = check() + problems(storm, dropped=fleet.dropped())
         floor, bucket = case.needs.floor()
-        if last_event * SPEED > floor:
-            floor, bucket = last_event * SPEED, "the last event's arrival"
+        if (arrival := (last_event - started_at) * SPEED) > floor:
+            floor, bucket = arrival, "the last event's arrival"
         ack = f"{max(storm.acks):.2f} s" if storm.acks else "-"
         checks.check(not found, f"{case.name}: nothing lost {'; '.join(found[:3])}".strip())
         checks.check(drained <= BAR * floor, f"{case.name}: within {BAR}x of the floor")

@@ -24,7 +24,7 @@ from typing import Any
 from slack_bolt.async_app import AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..runs.notices import AllowanceList, CancelledBeforeStart, Notice, Queued
+from ..runs.notices import AllowanceList, CancelledBeforeStart, Notice, Queued, ToolRan
 from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.timeline import AssistantStatus, TimelineSink
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
@@ -38,6 +38,7 @@ from .cards import (
     overflow,
 )
 from .feedback import feedback_blocks
+from .held_outputs import HeldOutputs
 from .home import allowance_blocks, home_view
 from .ids import card_metadata, find_marked_card
 from .modals import allow_modal, edit_modal, reject_modal
@@ -82,6 +83,10 @@ class SlackThreadOutput:
         """The Slack-only calls the listeners make (the run service never does)."""
         self.queue = QueueNotices(outbox)
         """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
+        self.held = HeldOutputs(_posts_short(client))
+        """Command outputs shown in the next answer while posts are short (a storm)."""
+        self._unmarked: set[tuple[str, str]] = set()
+        """Messages left without 👀 while `reactions.add` had no budget (nor their removal)."""
         self._team_id: str | None = None
         self._workspace_url = ""
         self._bot_id: str | None = None
@@ -92,7 +97,19 @@ class SlackThreadOutput:
             return
         if isinstance(notice, CancelledBeforeStart):
             await self.queue.started(thread)
+        if isinstance(notice, ToolRan):
+            rendered = render(notice)
+            if self.held.hold(thread, rendered.text):
+                if (file := rendered.attachment) is not None:
+                    await self.outbox.put([_upload(thread, file.filename, file.content)])
+                return
+        await self._flush(thread)
         await self.outbox.put(self.owed(thread, notice))
+
+    async def _flush(self, thread: Thread) -> None:
+        """Post the outputs held for the thread's next answer: something else comes first."""
+        if held := self.held.take(thread):
+            await self.outbox.put([_post(thread, held)])
 
     def owed(self, thread: Thread, notice: Notice) -> list[OutboxEntry]:
         rendered = render(notice)
@@ -106,6 +123,15 @@ class SlackThreadOutput:
         await self.replies.tell_mrkdwn(thread, user, render(notice).text)
 
     async def react(self, thread: Thread, ts: str, on: bool) -> None:
+        # 👀 is the cheapest sign of work, yet Tier 3 for the workspace: while its budget is
+        # spent (a storm) the message goes without, and so without its removal.
+        message = (thread.channel_id, ts)
+        if on and not _reaction_slot(self.client):
+            self._unmarked.add(message)
+            return
+        if not on and message in self._unmarked:
+            self._unmarked.discard(message)
+            return
         # Added and removed before it was sent: neither is (the removal cancels).
         entry = OutboxEntry(
             "reactions.add" if on else "reactions.remove",
@@ -128,6 +154,8 @@ class SlackThreadOutput:
         # ends or waits moves no queue: the next one's start does).
         if status is not None and status.kind == "working":
             await self.queue.started(thread)
+        else:  # the run paused or ended: no answer of it takes what is held
+            await self._flush(thread)
         await set_status(self.client, thread, status)
 
     async def title(self, thread: Thread, request: str) -> None:
@@ -154,6 +182,7 @@ class SlackThreadOutput:
                 short=_pacer_short(self.client),
                 keeper=self.outbox,
                 stream_slot=_stream_slot(self.client),
+                lead=self.held.take(thread),
             )
         )
 
@@ -164,6 +193,7 @@ class SlackThreadOutput:
     async def post_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
         """Post the card. Arguments too long for it are attached first: when that fails the
         card goes out without its Approve button (nobody could read what would run)."""
+        await self._flush(thread)
         await self.outbox.settled(thread.channel_id, thread.thread_ts)
         if (full := overflow(card)) is not None:
             name = card_file(card.tool, card.call_id)
@@ -413,6 +443,20 @@ def _pacer_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
     if not isinstance(pacer, Pacer):
         return None
     return lambda method: pacer.short(method)
+
+
+def _posts_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
+    """The paced client's "this channel's posts are short" test."""
+    pacer = getattr(client, "pacer", None)
+    if not isinstance(pacer, Pacer):
+        return None
+    return lambda channel: pacer.short("chat.postMessage", channel)
+
+
+def _reaction_slot(client: AsyncWebClient) -> bool:
+    """A `reactions.add` can be sent within a second (its token taken for it)."""
+    pacer = getattr(client, "pacer", None)
+    return not isinstance(pacer, Pacer) or pacer.claim("reactions.add", 1.0)
 
 
 def _stream_slot(client: AsyncWebClient) -> Callable[[], bool] | None:

@@ -86,6 +86,7 @@ class ThreadReply:
         short: Callable[[str], bool] | None = None,
         keeper: AnswerKeeper | None = None,
         stream_slot: Callable[[], bool] | None = None,
+        lead: str = "",
     ) -> None:
         self.client = client
         self.channel = channel
@@ -110,8 +111,9 @@ class ThreadReply:
         """Posted in whole messages: nothing is sent of a message until it is full or ends."""
         self.raw: list[str] = []
         """The whole answer as the model wrote it: the attached file when it is too long."""
-        self.text = ""
-        """The current message's text (escaped); Slack has its first `_sent` characters."""
+        self.text = f"{lead}\n\n" if lead else ""
+        """The current message's text (escaped); Slack has its first `_sent` characters. It
+        starts with `lead` (mrkdwn: what the thread shows before the answer, in its message)."""
         self._sent = 0
         self._finished = 0
         self._full = False

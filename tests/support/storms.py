@@ -58,6 +58,8 @@ class Storm:
 
     bot: Bot
     acks: list[float] = field(default_factory=list)
+    mentioned: float = 0.0
+    """When the last mention was acknowledged (`time.monotonic`): the storm had arrived."""
 
     async def timed(self, ack: Awaitable[T]) -> T:
         started = time.monotonic()
@@ -67,7 +69,10 @@ class Storm:
             self.acks.append(time.monotonic() - started)
 
     async def mention(self, text: str, channel: str, user: str = REQUESTER) -> str:
-        return await self.timed(self.bot.mention(text, channel=channel, user=user))
+        try:
+            return await self.timed(self.bot.mention(text, channel=channel, user=user))
+        finally:
+            self.mentioned = time.monotonic()
 
     async def approve(self, ledger_id: str, user: str = APPROVER) -> None:
         response = await self.timed(self.bot.click("opsgate_approve", ledger_id, user=user))
@@ -154,7 +159,8 @@ def _jobs_done(bot: Bot, roots: Sequence[str]) -> list[str]:
         answers = [
             m
             for m in bot.slack.messages
-            if m.get("thread_ts") == root and str(m.get("text")).startswith("Done: ")
+            # In a storm the command's output heads the answer's message (`bot.slack.held_outputs`).
+            if m.get("thread_ts") == root and "Done: " in str(m.get("text"))
         ]
         if len(answers) != 1:
             out.append(f"job {i} answered {len(answers)} times")
