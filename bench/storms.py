@@ -319,7 +319,7 @@ class Result:
     floor: float
     bucket: str
     calls: str
-    refused: int
+    refused: str
     ack: str
 
 
@@ -355,7 +355,7 @@ async def run(case: StormCase, dbs: Callable[[], Awaitable[list[str]]], checks: 
         ack = f"{max(storm.acks):.2f} s" if storm.acks else "-"
         checks.check(not found, f"{case.name}: nothing lost {'; '.join(found[:3])}".strip())
         checks.check(drained <= BAR * floor, f"{case.name}: within {BAR}x of the floor")
-        refused = sum(limits.refused.values())
+        refused = ", ".join(f"{m} {n}" for m, n in sorted(limits.refused.items())) or "0"
         return Result(
             case.name, drained, floor, bucket, calls_cell(made(slack), case.needs), refused, ack
         )

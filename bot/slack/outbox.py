@@ -63,6 +63,11 @@ PUT_SECONDS = 2.0
 """How long storing a write may take before it is sent at once instead (a database that does
 not answer must not keep a "not saved" notice from the person it is for)."""
 
+HOLD_SECONDS = 1.0
+"""Longest a row waits in flight for its Slack bucket (`Pacer.due_in`); a row that would wait
+longer is put back until then, so that the sender's slots go to the rows whose bucket can take
+them now (a post in another channel, a card's redraw), not to a queue behind one bucket."""
+
 _GONE = {"message_not_found", "cant_update_message"}
 _DONE_ANYWAY = {"already_reacted", "no_reaction", *_GONE}
 """Errors that mean the write has nothing left to do (it was applied, or cannot be)."""
@@ -185,6 +190,8 @@ class SlackOutbox:
         self._done = asyncio.Condition()
         self._reported = clock()
         self._renderers: dict[str, Renderer] = {}
+        self._later: dict[str, datetime] = {}
+        """Rows put back until their bucket can take them (`HOLD_SECONDS`), and when."""
 
     def render_with(self, method: str, renderer: Renderer) -> None:
         """Rows of `method` are intents: `renderer` makes their call when they are sent."""
@@ -317,7 +324,7 @@ class SlackOutbox:
                     self._inflight[task] = row.id
                     task.add_done_callback(self._finished)
                 await self._renew()
-                idle = not rows and not self._inflight
+                idle = not rows and not self._inflight and not self._owed_later()
                 if idle or (self.clock() - self._reported).total_seconds() >= 1.0:
                     await self._report()
                 if idle and puts == self._puts:
@@ -325,7 +332,7 @@ class SlackOutbox:
                 # `asyncio.timeout`, not `wait_for`: on 3.11 a cancel that arrives as the wait
                 # ends can be swallowed by `wait_for`, and the sender would never stop.
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.poll):
+                    async with asyncio.timeout(self._next_look()):
                         await self._wake.wait()
         finally:
             for task in self._inflight:
@@ -372,7 +379,8 @@ class SlackOutbox:
         try:
             await self._deliver_once(row)
         finally:
-            if thread := _ordered(row.channel_id, row.key, row.priority, row.params):
+            thread = _ordered(row.channel_id, row.key, row.priority, row.params)
+            if thread is not None and row.id not in self._later:  # not put back: done
                 self._done_in[thread] = self._done_in.get(thread, 0) + 1
                 async with self._done:
                     self._done.notify_all()
@@ -387,7 +395,41 @@ class SlackOutbox:
         await checkpoint("redraw_claimed")  # crash tests: the redraw owed, not yet sent
         return await renderer(params, retried)
 
+    # -- the budget: rows wait out of flight for their bucket -----------------------------------
+
+    def _budget_wait(self, row: OutboxRow, write: Write) -> float:
+        """Seconds `write` would wait for its bucket, when the row may be put back for them
+        (written as it is: not an intent, nor an answer's ending or a file's several steps)."""
+        pacer = getattr(self.client, "pacer", None)
+        if pacer is None or row.method in self._renderers or row.method in (ANSWER_ENDING, UPLOAD):
+            return 0.0
+        channel = write.params.get("channel")
+        wait: float = pacer.due_in(write.method, str(channel) if channel else None)
+        return wait
+
+    def _owed_later(self) -> bool:
+        """Rows put back are still owed (forgotten once well past due: sent by another
+        replica, superseded or cancelled meanwhile)."""
+        now = self.clock()
+        stale = [k for k, due in self._later.items() if now - due > timedelta(seconds=self.poll)]
+        for row_id in stale:
+            del self._later[row_id]
+        return bool(self._later)
+
+    def _next_look(self) -> float:
+        """Seconds until the sender looks again: the poll, or sooner for a row put back."""
+        if not self._later:
+            return self.poll
+        soonest = (min(self._later.values()) - self.clock()).total_seconds()
+        return min(self.poll, max(0.01, soonest))
+
+    async def _put_back(self, row: OutboxRow, wait: float) -> None:
+        due = self.clock() + timedelta(seconds=wait)
+        self._later[row.id] = due
+        await self.store.outbox_later(row.id, due, "waiting for its Slack budget")
+
     async def _deliver_once(self, row: OutboxRow) -> None:
+        self._later.pop(row.id, None)
         try:
             write = await self._write(row.method, row.params, row.meta, retried=row.attempts > 1)
         except Exception as exc:  # the state could not be read (the database): try later
@@ -397,6 +439,9 @@ class SlackOutbox:
             return
         if write is None:  # nothing left to draw (the call or its card is gone)
             await self.store.outbox_sent(row.id)
+            return
+        if (wait := self._budget_wait(row, write)) > HOLD_SECONDS:
+            await self._put_back(row, wait)
             return
         await self._deliver_write(row, write)
 

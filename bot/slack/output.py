@@ -85,7 +85,7 @@ class SlackThreadOutput:
         """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
         self.held = HeldOutputs(_posts_short(client))
         """Command outputs shown in the next answer while posts are short (a storm)."""
-        self._unmarked: set[tuple[str, str]] = set()
+        self.unmarked: set[tuple[str, str]] = set()
         """Messages left without 👀 while `reactions.add` had no budget (nor their removal)."""
         self._team_id: str | None = None
         self._workspace_url = ""
@@ -127,10 +127,10 @@ class SlackThreadOutput:
         # spent (a storm) the message goes without, and so without its removal.
         message = (thread.channel_id, ts)
         if on and not _reaction_slot(self.client):
-            self._unmarked.add(message)
+            self.unmarked.add(message)
             return
-        if not on and message in self._unmarked:
-            self._unmarked.discard(message)
+        if not on and message in self.unmarked:
+            self.unmarked.discard(message)
             return
         # Added and removed before it was sent: neither is (the removal cancels).
         entry = OutboxEntry(

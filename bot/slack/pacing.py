@@ -139,11 +139,15 @@ class _Bucket:
         wait = 0.0 if self.tokens >= 0 else -self.tokens / self.rate
         return max(wait, self.paused_until - now)
 
-    def claim(self, now: float, within: float) -> bool:
-        """Take a token for a call to come, if it can be spent within `within` seconds."""
+    def due_in(self, now: float) -> float:
+        """Seconds until a token could be spent (nothing is taken)."""
         self._refill(now)
         wait = 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate
-        wait = max(wait, self.paused_until - now)
+        return max(wait, self.paused_until - now)
+
+    def claim(self, now: float, within: float) -> bool:
+        """Take a token for a call to come, if it can be spent within `within` seconds."""
+        wait = self.due_in(now)
         if wait > within:
             return False
         self.tokens -= 1.0
@@ -214,12 +218,18 @@ class Pacer:
         return bucket is not None and bucket.short(self._now())
 
     def claim(self, method: str, within: float, channel: str | None = None) -> bool:
-        """Take `method`'s next token now if it can be spent within `within` clock seconds (the
-        next call of `method` spends it); False, taking nothing, when the bucket is too short.
+        """Take `method`'s next token now if it can be spent within `within` of Slack's seconds
+        (the next call of `method` spends it); False, taking nothing, when the bucket is too
+        short.
         How a caller picks the call whose budget can take it now (`bot.slack.streaming`: a
         stream only when a `chat.startStream` slot is free within a second, else a post)."""
         bucket = self._bucket(method, channel)
-        return bucket is None or bucket.claim(self._now(), within * self.speed)
+        return bucket is None or bucket.claim(self._now(), within)
+
+    def due_in(self, method: str, channel: str | None = None) -> float:
+        """Clock seconds until `method` (in `channel`) could be called without waiting."""
+        bucket = self._bucket(method, channel)
+        return 0.0 if bucket is None else bucket.due_in(self._now()) / self.speed
 
     def limited_by_slack(self, method: str, channel: str | None, seconds: float) -> None:
         """Slack answered 429: count it and hold the bucket for `seconds` (clock seconds)."""

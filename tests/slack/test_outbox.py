@@ -84,7 +84,9 @@ async def test_a_storm_reaches_slack_whole_once_and_unrefused(
         assert sorted(str(c.params["thread_ts"]) for c in posts) == sorted(
             t.thread_ts for t in threads
         )
-        assert len([c for c in slack.calls_to("reactions.add") if c.ok]) == 12
+        # 👀 as far as Tier 3 could take them within a second; the others go without.
+        added = len([c for c in slack.calls_to("reactions.add") if c.ok])
+        assert added + len(output.unmarked) == 12 and added >= 9
         assert outbox.dropped == {}
 
 
