@@ -12,7 +12,7 @@ service, the outbox and its paced sender, the database) against
 the first event sent until every run has finished and the outbox is empty.
 
 The floor is what Slack's limits impose on the fewest calls the storm's threads need, not on the
-calls the bot chose: one `chat.postMessage` per answer (a long answer: one per `MAX_MESSAGE`
+calls the bot chose: one `chat.postMessage` per answer (a long answer: one per `MAX_STREAMED`
 characters, at most `MAX_MESSAGES`, the rest in a file), one per approval card, one
 `chat.update` per decided card, one `views.publish` per Home tab shown. For each bucket (per
 channel for `chat.postMessage`, per workspace for the others) `(calls - burst) / rate`; the
@@ -56,7 +56,7 @@ from bot.server import http_app, started
 from bot.settings import Settings
 from bot.slack.mrkdwn import user_mention
 from bot.slack.pacing import Pacer
-from bot.slack.streaming import MAX_MESSAGE, MAX_MESSAGES
+from bot.slack.streaming import MAX_MESSAGES, MAX_STREAMED
 from bot.store import utc_now
 from bot.wiring import open_deps
 from tests.scenarios.test_app import make_tools
@@ -126,8 +126,12 @@ def _spread(items: int, channels: int) -> tuple[int, ...]:
     return tuple(len(range(c, items, channels)) for c in range(channels))
 
 
-def _answer_posts(chars: int) -> int:
-    return min(MAX_MESSAGES, math.ceil(chars / MAX_MESSAGE))
+def _long_answers(n: int, chars: int) -> Needs:
+    """`n` answers of `chars` characters, one per channel: messages of `MAX_STREAMED`
+    characters, at most `MAX_MESSAGES`, the whole answer attached when it is longer."""
+    files = n if chars > MAX_MESSAGES * MAX_STREAMED else 0
+    posts = min(MAX_MESSAGES, math.ceil(chars / MAX_STREAMED))
+    return Needs((posts,) * n, {"files.completeUploadExternal": files} if files else {})
 
 
 StormRun = Callable[[Storm], Awaitable[Check]]
@@ -173,7 +177,7 @@ STORMS: list[StormCase] = [
     StormCase(
         "6 answers of 30,000 characters",
         lambda s: long_answers(s, 6, chars=30_000),
-        Needs((_answer_posts(30_000),) * 6, {"files.completeUploadExternal": 6}),
+        _long_answers(6, 30_000),
     ),
     StormCase(
         f"{HOME_PEOPLE} Home tabs after {HOME_PEOPLE} decisions",
@@ -297,6 +301,29 @@ class FleetStorm(Storm):
         assert response.status_code == 200, response.text
 
 
+def timed_calls(slack: SlackAPIStandIn) -> list[tuple[float, str]]:
+    """(when, method) of every call the stand-in applies from now on."""
+    times: list[tuple[float, str]] = []
+    record = slack._record
+
+    async def recorded(call: Any) -> None:
+        if call.ok:
+            times.append((time.monotonic(), call.method))
+        await record(call)
+
+    slack._record = recorded  # type: ignore[method-assign]
+    return times
+
+
+def tail(times: list[tuple[float, str]], started_at: float) -> str:
+    """When each of the last methods called made its last call (what the drain waited on)."""
+    last: dict[str, float] = {}
+    for at, method in times:
+        last[method] = at
+    ends = sorted(last.items(), key=lambda item: -item[1])[:3]
+    return ", ".join(f"{m.split('.', 1)[1]} {(at - started_at) * SPEED:.0f}" for m, at in ends)
+
+
 def made(slack: SlackAPIStandIn) -> Counter[str]:
     """The calls Slack applied, per method."""
     return Counter(c.method for c in slack.calls if c.ok)
@@ -319,6 +346,7 @@ class Result:
     floor: float
     bucket: str
     calls: str
+    tail: str
     refused: str
     ack: str
 
@@ -328,6 +356,7 @@ async def run(case: StormCase, dbs: Callable[[], Awaitable[list[str]]], checks: 
         workdir = Path(tmp)
         limits = RateLimits(speed=SPEED)
         async with LLMStandIn() as llm, SlackAPIStandIn(rate_limits=limits) as slack:
+            times = timed_calls(slack)
             urls = await dbs()
             urls = [u.replace("{tmp}", tmp) for u in urls]
             started_at = time.monotonic()
@@ -356,8 +385,9 @@ async def run(case: StormCase, dbs: Callable[[], Awaitable[list[str]]], checks: 
         checks.check(not found, f"{case.name}: nothing lost {'; '.join(found[:3])}".strip())
         checks.check(drained <= BAR * floor, f"{case.name}: within {BAR}x of the floor")
         refused = ", ".join(f"{m} {n}" for m, n in sorted(limits.refused.items())) or "0"
+        done = calls_cell(made(slack), case.needs)
         return Result(
-            case.name, drained, floor, bucket, calls_cell(made(slack), case.needs), refused, ack
+            case.name, drained, floor, bucket, done, tail(times, started_at), refused, ack
         )
 
 
@@ -377,7 +407,7 @@ async def main() -> None:
     print(machine())
     print(f"Slack's tiers at {SPEED}x speed (stand-in and pacer alike); seconds are Slack's")
     table = Table("storm", "drained", "floor", "ratio", "floor's bucket", "429s", "slowest ack")
-    calls = Table("storm", "calls made/needed (applied)")
+    calls = Table("storm", "calls made/needed (applied)", "last calls (s)")
     checks = Checks()
     results: list[Result] = []
     async with contextlib.AsyncExitStack() as stack:
@@ -398,7 +428,7 @@ async def main() -> None:
     for r in results:
         times = (f"{r.drained:.1f} s", f"{r.floor:.1f} s", ratio(r.drained, r.floor))
         table.add(r.name, *times, r.bucket, r.refused, r.ack)
-        calls.add(r.name, r.calls)
+        calls.add(r.name, r.calls, r.tail)
     table.print()
     print()
     calls.print()

@@ -126,7 +126,8 @@ class ThreadReply:
 
     @property
     def _limit(self) -> int:
-        return MAX_STREAMED if self.use_streaming else MAX_MESSAGE
+        # A message posted whole is never edited: it may be as long as a streamed one.
+        return MAX_STREAMED if self.use_streaming or self._whole else MAX_MESSAGE
 
     async def append(self, raw: str) -> None:
         """Add model text. Markdown links and images are shown as words with their URL (a link
@@ -255,12 +256,13 @@ class ThreadReply:
 
     async def _write(self, text: str) -> None:
         await self._before()
-        while len(text) > MAX_MESSAGE:  # a streamed message is longer than a posted one
+        limit = self._limit
+        while len(text) > limit:  # a streamed message is longer than an edited one
             if self._finished + 1 >= self.max_messages:  # the cap holds here too
-                cut = split_point(text, MAX_MESSAGE - len(MORE_IN_FILE))
+                cut = split_point(text, limit - len(MORE_IN_FILE))
                 text, self._full = text[:cut] + MORE_IN_FILE, True
                 break
-            cut = split_point(text, MAX_MESSAGE)
+            cut = split_point(text, limit)
             await self._write_one(text[:cut])
             self._posted_ts = None
             self._finished += 1

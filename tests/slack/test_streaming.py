@@ -161,7 +161,7 @@ async def test_a_long_answer_with_no_slot_is_posted_in_whole_messages_never_edit
     slack: SlackAPIStandIn,
 ) -> None:
     answer = slotted(slack, free=False)
-    for _ in range(10):  # 20,000 characters
+    for _ in range(100):  # 200,000 characters
         await answer.append(PIECE)
     await answer.close()
     methods = Counter(c.method for c in slack.calls if c.ok)
