@@ -399,10 +399,13 @@ def llm_release(llm: LLMStandIn) -> None:
 
 
 async def main() -> None:
+    global SPEED
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replicas", action="store_true", help="three replicas on PostgreSQL")
     parser.add_argument("--only", default="", help="run the storms whose name holds this")
+    parser.add_argument("--speed", type=float, default=SPEED, help="Slack seconds a second")
     args = parser.parse_args()
+    SPEED = args.speed
     cases = [c for c in STORMS if args.only in c.name]
     print(machine())
     print(f"Slack's tiers at {SPEED}x speed (stand-in and pacer alike); seconds are Slack's")

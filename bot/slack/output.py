@@ -446,11 +446,11 @@ def _pacer_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
 
 
 def _posts_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
-    """The paced client's "this channel's posts are short" test."""
+    """The paced client's "this channel's posts are being spent" test (a storm there)."""
     pacer = getattr(client, "pacer", None)
     if not isinstance(pacer, Pacer):
         return None
-    return lambda channel: pacer.short("chat.postMessage", channel)
+    return lambda channel: pacer.busy("chat.postMessage", channel)
 
 
 def _reaction_slot(client: AsyncWebClient) -> bool:

@@ -158,6 +158,10 @@ class _Bucket:
         """Nothing left to spend right now (streaming sends bigger pieces then)."""
         return self.tokens + (now - self.at) * self.rate < 1.0 or self.paused_until > now
 
+    def busy(self, now: float) -> bool:
+        """Part of the burst is spent: calls went out in the last few seconds."""
+        return self.tokens + (now - self.at) * self.rate < self.burst - 1.0 or self.short(now)
+
     def pause(self, now: float, seconds: float) -> None:
         """Slack said wait: no call before `seconds`, and the budget starts empty after."""
         self._refill(now)
@@ -230,6 +234,11 @@ class Pacer:
         """Clock seconds until `method` (in `channel`) could be called without waiting."""
         bucket = self._bucket(method, channel)
         return 0.0 if bucket is None else bucket.due_in(self._now()) / self.speed
+
+    def busy(self, method: str, channel: str | None = None) -> bool:
+        """`method`'s bucket (the channel's) is not full: it is being spent (a storm)."""
+        bucket = self._bucket(method, channel)
+        return bucket is not None and bucket.busy(self._now())
 
     def limited_by_slack(self, method: str, channel: str | None, seconds: float) -> None:
         """Slack answered 429: count it and hold the bucket for `seconds` (clock seconds)."""

@@ -117,3 +117,14 @@ async def test_a_claimed_slot_is_spent_by_the_next_call_not_taken_twice() -> Non
         await asyncio.wait_for(pacer.take("chat.startStream"), 0.5)
     await asyncio.wait_for(pacer.take("chat.startStream"), 0.5)
     assert pacer.short("chat.startStream")
+
+
+def test_a_bucket_being_spent_is_busy_until_it_refills() -> None:
+    now = [0.0]
+    pacer = Pacer(clock=lambda: now[0])
+    assert not pacer.busy("chat.postMessage", "C1")
+    assert pacer.claim("chat.postMessage", 0.0, channel="C1")
+    assert pacer.busy("chat.postMessage", "C1")
+    assert not pacer.busy("chat.postMessage", "C2")  # each channel its own
+    now[0] = 10.0
+    assert not pacer.busy("chat.postMessage", "C1")
