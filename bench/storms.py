@@ -210,8 +210,11 @@ class Fleet:
             for bot in self.bots:
                 await bot.settle(timeout=timeout)
             outboxes = [bot.service.ctx.output.outbox for bot in self.bots]
-            stats = await self.bots[0].deps.store.outbox_stats()
-            if all(o.idle for o in outboxes) and not sum(stats.depth.values()):
+            store = self.bots[0].deps.store
+            stats = await store.outbox_stats()
+            # A run queued behind a slot another replica frees is started by that one's poll.
+            waiting = await store.queue_items(states=["queued", "started"])
+            if all(o.idle for o in outboxes) and not sum(stats.depth.values()) and not waiting:
                 return
             await asyncio.sleep(0.05)  # another replica's rows: their sender polls
 
