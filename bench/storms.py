@@ -287,6 +287,7 @@ class FleetStorm(Storm):
         super().__init__(fleet.bots[0])
         self.fleet = fleet
         self._next = 0
+        self._mentions = 0
 
     def _pick(self) -> Bot:
         bot = self.fleet.bots[self._next % len(self.fleet.bots)]
@@ -294,8 +295,11 @@ class FleetStorm(Storm):
         return bot
 
     async def mention(self, text: str, channel: str, user: str = "U0ALICE") -> str:
+        # Each `Bot` numbers its messages from 1: the fleet's must not share a ts.
+        self._mentions += 1
+        ts = f"17{self._mentions:08d}.000100"
         try:
-            return await self.timed(self._pick().mention(text, channel=channel, user=user))
+            return await self.timed(self._pick().mention(text, channel=channel, user=user, ts=ts))
         finally:
             self.mentioned = time.monotonic()
 
