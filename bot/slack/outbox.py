@@ -481,8 +481,8 @@ class SlackOutbox:
         if method == UPLOAD:
             await self.client.files_upload_v2(**params)
             return {}
-        if method == ANSWER_ENDING:
-            await finish_answer(self.client, params)
+        if method == ANSWER_ENDING:  # kept by a reply that may have shown it before it died
+            await finish_answer(self.client, params, retried=True)
             return {}
         try:
             response = await self.client.api_call(method, json=dict(params))

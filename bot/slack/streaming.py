@@ -21,6 +21,7 @@ answer is done. An answer complete before a stream could start is thus one post.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -321,7 +322,8 @@ class ThreadReply:
         file = "".join(self.raw) if self._full else None
         if not text and file is None:
             return None
-        return Ending(self.channel, self.thread_ts, ts, text, tuple(blocks or ()), file)
+        mark = secrets.token_hex(8) if ts is None else None  # to be posted: findable
+        return Ending(self.channel, self.thread_ts, ts, text, tuple(blocks or ()), file, mark)
 
     async def _end_kept(self, keeper: AnswerKeeper, row_id: str, ending: Ending) -> None:
         """Make the kept ending: a healthy stream is stopped with the rest of its text, else the

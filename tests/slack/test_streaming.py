@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.slack.app import CountingWebClient
-from bot.slack.endings import Ending
+from bot.slack.endings import Ending, finish_answer
 from bot.slack.pacing import Pacer
 from bot.slack.streaming import MAX_MESSAGES, ThreadReply
 from tests.support.slack_api import SlackAPIStandIn
@@ -168,3 +168,15 @@ async def test_a_long_answer_with_no_slot_is_posted_in_whole_messages_never_edit
     assert methods["chat.postMessage"] == MAX_MESSAGES
     assert methods["chat.update"] == 0 and methods["chat.startStream"] == 0
     assert methods["files.completeUploadExternal"] == 1
+
+
+async def test_an_ending_posted_whole_and_sent_again_shows_once(slack: SlackAPIStandIn) -> None:
+    """A replica died after posting an answer whole, before its row was done: the sender that
+    finishes the row finds the message by its mark and redraws it."""
+    client = reply(slack, person="UREQ").client
+    ending = Ending("C1", "1700000000.000100", None, "All checks passed.", mark="m1")
+    await finish_answer(client, ending.params())
+    await finish_answer(client, ending.params(), retried=True)
+    shown = [m for m in slack.messages if "All checks passed." in str(m.get("text"))]
+    assert len(shown) == 1
+    assert [c.ok for c in slack.calls_to("chat.update")] == [True]
