@@ -15,6 +15,7 @@ and redraws it, so the answer is not posted twice.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,6 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 __all__ = [
     "ANSWER_ENDING",
+    "ANSWER_EVENT",
     "SECTION_TEXT_MAX",
     "AnswerKeeper",
     "Ending",
@@ -31,6 +33,8 @@ __all__ = [
     "sections",
     "split_point",
 ]
+
+logger = logging.getLogger("opsgate.slack.endings")
 
 ANSWER_EVENT = "opsgate_answer"
 """The metadata event type of an answer posted whole (its payload: the ending's `mark`)."""
@@ -122,7 +126,10 @@ async def finish_answer(
     ts = params.get("ts")
     mark = str(params.get("mark") or "") or None
     if not ts and mark is not None and retried:
-        ts = await _posted(client, channel, thread_ts, mark)
+        try:
+            ts = await _posted(client, channel, thread_ts, mark)
+        except SlackApiError as exc:  # not found either way: posting beats losing the answer
+            logger.warning("could not look for a posted answer: %s", exc.response.get("error"))
     if text or blocks:
         try:
             await _show(client, channel, thread_ts, ts, text, drawn, mark)

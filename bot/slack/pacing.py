@@ -10,8 +10,8 @@ and a 429 makes the bucket wait `Retry-After` and the call is tried again, until
 (`channel_not_found`, `invalid_blocks`, `not_in_channel`) are raised at once, as before.
 
 Buckets are per method (one bot token is one workspace), and per channel for
-`chat.postMessage`. A replica takes `share` of each workspace-wide budget (1 / replicas), so
-replicas together stay under the workspace's limit; a channel's posts it does not split.
+`chat.postMessage`. A replica takes `share` of each budget (1 / replicas), so replicas together
+stay under the workspace's limit.
 """
 
 from __future__ import annotations
@@ -205,11 +205,7 @@ class Pacer:
             return None
         bucket = self._buckets.get(key)
         if bucket is None:
-            # A channel's posts are not split between replicas: a storm there is mostly one
-            # replica's at a time (the runs each take), and replicas that meet in a channel hear
-            # Slack's 429 and wait it out. The workspace-wide tiers are split.
-            share = 1.0 if method == "chat.postMessage" else self.share
-            bucket = self._buckets[key] = _Bucket(tier, share, self._now())
+            bucket = self._buckets[key] = _Bucket(tier, self.share, self._now())
         return bucket
 
     def _now(self) -> float:

@@ -128,13 +128,3 @@ def test_a_bucket_being_spent_is_busy_until_it_refills() -> None:
     assert not pacer.busy("chat.postMessage", "C2")  # each channel its own
     now[0] = 10.0
     assert not pacer.busy("chat.postMessage", "C1")
-
-
-def test_a_replica_keeps_a_channels_whole_post_budget() -> None:
-    pacer = Pacer(share=1 / 3, clock=lambda: 0.0)
-    posts = [pacer.claim("chat.postMessage", 0.0, channel="C1") for _ in range(3)]
-    assert posts == [True, True, False]  # bursts of 3, one kept back: not a third of them
-    # Tier 2 for the workspace: a third of its burst of 5, one kept back, and a third of its rate.
-    assert not pacer.claim("chat.startStream", 0.0)
-    assert pacer.claim("chat.startStream", 4.0)
-    assert not pacer.claim("chat.startStream", 9.0)

@@ -180,3 +180,13 @@ async def test_an_ending_posted_whole_and_sent_again_shows_once(slack: SlackAPIS
     shown = [m for m in slack.messages if "All checks passed." in str(m.get("text"))]
     assert len(shown) == 1
     assert [c.ok for c in slack.calls_to("chat.update")] == [True]
+
+
+async def test_an_ending_never_posted_is_posted_when_sent_again(slack: SlackAPIStandIn) -> None:
+    """The replica that kept it died before posting: the thread has nothing of it (Slack may
+    even say the thread is not found), and the sender posts it."""
+    client = reply(slack, person="UREQ").client
+    ending = Ending("C1", "1700000000.000100", None, "All checks passed.", mark="m1")
+    await finish_answer(client, ending.params(), retried=True)
+    shown = [m for m in slack.messages if "All checks passed." in str(m.get("text"))]
+    assert len(shown) == 1
