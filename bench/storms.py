@@ -1,17 +1,32 @@
-"""Storms against the Slack stand-in that enforces Slack's tiers: `python bench/storms.py`.
+"""Storms against the Slack stand-in that enforces Slack's tiers: `python bench/storms.py`
+(SQLite, one process), `python bench/storms.py --replicas` (three replicas on one PostgreSQL
+database, each spending a third of the workspace's budget), `--only WORDS` (the storms whose
+name holds WORDS).
 
-Each storm is run through the real app (`running_bot`: Bolt, the listeners, the run service,
-the outbox and its paced sender, the SQLite file) against `SlackAPIStandIn(rate_limits=...)`
-(bursts of 5, 10 and 20 for Tiers 2, 3 and 4, 3 per channel for `chat.postMessage`). The drain
-time runs from the first event sent until every run has finished and the outbox is empty. The
-floor is what Slack's limits impose on the calls the storm needed: for each bucket (method, and
-channel for `chat.postMessage`), `(calls - burst) / rate`, the longest of them (printed with
-the bucket it is). Each storm (`tests.support.storms`, which `make test` runs small) is then
-checked: every answer whole once, every command output shown, no card with buttons after its
-decision, no stream left open, no 👀 left, nothing dropped, no 429 told, every ack within 3 s.
-`SPEED` runs the buckets faster than the clock on both sides (the stand-in and the bot's
-pacer), so a storm of Slack minutes takes seconds; the ratio does not depend on it. The bar
-is 1.2x.
+Each storm goes through the real app (`running_bot`'s parts: Bolt, the listeners, the run
+service, the outbox and its paced sender, the database) against
+`SlackAPIStandIn(rate_limits=...)`, whose buckets are Slack's published limits
+(`tests.support.slack_ratelimits`: `chat.postMessage` about one a second per channel, bursts of
+3; `chat.update` Tier 3, 50 a minute for the workspace, bursts of 10; `chat.startStream` and
+`chat.stopStream` Tier 2, 20 a minute, bursts of 5; `views.publish` Tier 4). The drain runs from
+the first event sent until every run has finished and the outbox is empty.
+
+The floor is what Slack's limits impose on the fewest calls the storm's threads need, not on the
+calls the bot chose: one `chat.postMessage` per answer (a long answer: one per `MAX_STREAMED`
+characters, at most `MAX_MESSAGES`, the rest in a file), one per approval card, one
+`chat.update` per decided card, one `views.publish` per Home tab shown. For each bucket (per
+channel for `chat.postMessage`, per workspace for the others) `(calls - burst) / rate`; the
+floor is the longest of them, or the time the storm's last event was sent when that is later
+(the bot cannot answer what has not arrived). Times are in Slack's seconds: `SPEED` runs the
+buckets faster than the clock on both sides (stand-in and pacer), so a storm of Slack minutes
+takes clock seconds; the bot's own work runs at the clock's pace, so it weighs `SPEED` times
+more here than it would against Slack. Beside each storm: the calls the bot made per method
+(applied ones) over the fewest needed.
+
+Each storm (`tests.support.storms`, which `make test` runs small) is then checked: every answer
+whole once, every command output shown, no card with buttons after its decision, no stream left
+open, no 👀 left, nothing dropped, no 429 told, every ack within 3 s; and the drain within
+`BAR` times the floor.
 """
 
 from __future__ import annotations
@@ -21,17 +36,34 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import argparse
 import asyncio
+import contextlib
+import math
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+import httpx
 from _common import Checks, Table, machine, ratio
 
+from bot.observability import Metrics
 from bot.policy import Policy
+from bot.server import http_app, started
+from bot.settings import Settings
+from bot.slack.mrkdwn import user_mention
+from bot.slack.pacing import Pacer
+from bot.slack.streaming import MAX_MESSAGES, MAX_STREAMED
+from bot.store import utc_now
+from bot.wiring import open_deps
 from tests.scenarios.test_app import make_tools
-from tests.support.harness import running_bot
+from tests.support.harness import SECRET, Bot
+from tests.support.llm_server import LLMStandIn
+from tests.support.loopback import serve_on_loopback
+from tests.support.postgres import PostgresCluster, find_bin_dir
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_ratelimits import METHOD_LIMITS, POST_MESSAGE_PER_CHANNEL, RateLimits
 from tests.support.storms import (
@@ -44,88 +76,372 @@ from tests.support.storms import (
     home_tabs,
     long_answers,
     problems,
+    restart_answers,
 )
 
 SPEED = 6.0
 BAR = 1.2
 HOME_PEOPLE = 20
+SHOWN = (
+    "chat.postMessage",
+    "chat.update",
+    "chat.startStream",
+    "chat.appendStream",
+    "chat.stopStream",
+    "reactions.add",
+    "reactions.remove",
+    "views.publish",
+    "files.completeUploadExternal",
+    "assistant.threads.setStatus",
+)
 
 
-def floor_seconds(slack: SlackAPIStandIn) -> tuple[float, str]:
-    """The longest bucket's drain, in clock seconds, for the calls Slack applied; and which."""
-    per_method: Counter[str] = Counter()
-    per_channel: Counter[str] = Counter()
-    for call in slack.calls:
-        if not call.ok:
-            continue
-        if call.method == "chat.postMessage":
-            per_channel[str(call.params.get("channel"))] += 1
-        elif call.method in METHOD_LIMITS:
-            per_method[call.method] += 1
-    longest, which = 0.0, "-"
-    for method, n in per_method.items():
-        limit = METHOD_LIMITS[method]
-        if (seconds := (n - limit.burst) * limit.seconds_per_call) > longest:
-            longest, which = seconds, f"{method} x{n}"
-    for channel, n in per_channel.items():
-        limit = POST_MESSAGE_PER_CHANNEL
-        if (seconds := (n - limit.burst) * limit.seconds_per_call) > longest:
-            longest, which = seconds, f"chat.postMessage {channel} x{n}"
-    return max(longest, 0.0) / SPEED, which
+@dataclass(frozen=True)
+class Needs:
+    """The fewest calls a storm's threads need: posts per channel, and workspace-wide calls."""
+
+    posts: tuple[int, ...]
+    calls: Mapping[str, int] = field(default_factory=dict)
+
+    def floor(self) -> tuple[float, str]:
+        """The longest bucket's drain in Slack seconds, and which bucket it is."""
+        longest, which = 0.0, "-"
+        for method, n in self.calls.items():
+            limit = METHOD_LIMITS[method]
+            if (seconds := (n - limit.burst) * limit.seconds_per_call) > longest:
+                longest, which = seconds, f"{method} x{n}"
+        post = POST_MESSAGE_PER_CHANNEL
+        for n in self.posts:
+            if (seconds := (n - post.burst) * post.seconds_per_call) > longest:
+                longest, which = seconds, f"chat.postMessage x{n} in a channel"
+        return longest, which
+
+    def total(self) -> Counter[str]:
+        out = Counter({"chat.postMessage": sum(self.posts)})
+        out.update(self.calls)
+        return out
+
+
+def _spread(items: int, channels: int) -> tuple[int, ...]:
+    return tuple(len(range(c, items, channels)) for c in range(channels))
+
+
+def _long_answers(n: int, chars: int) -> Needs:
+    """`n` answers of `chars` characters, one per channel: messages of `MAX_STREAMED`
+    characters, at most `MAX_MESSAGES`, the whole answer attached when it is longer."""
+    files = n if chars > MAX_MESSAGES * MAX_STREAMED else 0
+    posts = min(MAX_MESSAGES, math.ceil(chars / MAX_STREAMED))
+    return Needs((posts,) * n, {"files.completeUploadExternal": files} if files else {})
 
 
 StormRun = Callable[[Storm], Awaitable[Check]]
 """Sends a storm; returns what to check once it drained (problems, in words)."""
 
-STORMS: list[tuple[str, StormRun, str | None]] = [
-    ("60 alerts over 20 channels", lambda s: alerts_over_channels(s, 60, channels=20), None),
-    ("60 alerts in one channel, an approval each", lambda s: alerts_in_one_channel(s, 60), None),
-    ("30 approvals in a burst", lambda s: approvals_burst(s, 30, channels=10), None),
-    ("6 answers of 30,000 characters", lambda s: long_answers(s, 6, chars=30_000), None),
-    (
+
+@dataclass(frozen=True)
+class StormCase:
+    name: str
+    send: StormRun
+    needs: Needs
+    policy: str | None = None
+    restart: bool = False
+    """Its runs are cut by a restart first: the drain is timed from the new start."""
+
+
+def _approved(n: int, channels: int) -> Needs:
+    """`n` alerts, each a card, its redraw and one answer."""
+    return Needs(tuple(2 * k for k in _spread(n, channels)), {"chat.update": n})
+
+
+STORMS: list[StormCase] = [
+    StormCase(
+        "60 alerts in one channel",
+        lambda s: alerts_over_channels(s, 60, channels=1),
+        Needs((60,)),
+    ),
+    StormCase(
+        "60 alerts over 20 channels",
+        lambda s: alerts_over_channels(s, 60, channels=20),
+        Needs(_spread(60, 20)),
+    ),
+    StormCase(
+        "60 alerts in one channel, an approval each",
+        lambda s: alerts_in_one_channel(s, 60),
+        _approved(60, 1),
+    ),
+    StormCase(
+        "30 approvals in a burst over 10 channels",
+        lambda s: approvals_burst(s, 30, channels=10),
+        _approved(30, 10),
+    ),
+    StormCase(
+        "6 answers of 30,000 characters",
+        lambda s: long_answers(s, 6, chars=30_000),
+        _long_answers(6, 30_000),
+    ),
+    StormCase(
         f"{HOME_PEOPLE} Home tabs after {HOME_PEOPLE} decisions",
         lambda s: home_tabs(s, HOME_PEOPLE),
+        Needs(
+            tuple(2 * k for k in _spread(HOME_PEOPLE, 4)),
+            {"chat.update": HOME_PEOPLE, "views.publish": 2 * HOME_PEOPLE},
+        ),
         home_policy(HOME_PEOPLE),
+    ),
+    StormCase(
+        "40 answers after a restart, 4 channels",
+        lambda s: restart_answers(s, 40, channels=4),
+        Needs(_spread(40, 4)),
+        restart=True,
     ),
 ]
 
 
-async def run(name: str, send: StormRun, policy: str | None, table: Table, checks: Checks) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        limits = RateLimits(speed=SPEED)
-        async with (
-            SlackAPIStandIn(rate_limits=limits) as slack,
-            running_bot(
-                Path(tmp),
-                tools=make_tools(Path(tmp)),
-                slack=slack,
+@dataclass
+class Fleet:
+    """The bots of one storm (one, or three replicas on one database) and their stand-ins."""
+
+    bots: list[Bot]
+
+    async def settle(self, timeout: float = 900) -> None:
+        """Until every bot has no listener, run or outbox row left (rows of one replica may be
+        sent by another: go round until a whole round found all idle)."""
+        while True:
+            for bot in self.bots:
+                await bot.settle(timeout=timeout)
+            outboxes = [bot.service.ctx.output.outbox for bot in self.bots]
+            store = self.bots[0].deps.store
+            stats = await store.outbox_stats()
+            # A run queued behind a slot another replica frees is started by that one's poll.
+            waiting = await store.queue_items(states=["queued", "started"])
+            if all(o.idle for o in outboxes) and not sum(stats.depth.values()) and not waiting:
+                return
+            await asyncio.sleep(0.05)  # another replica's rows: their sender polls
+
+    def dropped(self) -> int:
+        return sum(sum(bot.service.ctx.output.outbox.dropped.values()) for bot in self.bots)
+
+
+@contextlib.asynccontextmanager
+async def _bot(
+    db: str,
+    workdir: Path,
+    llm: LLMStandIn,
+    slack: SlackAPIStandIn,
+    share: float,
+    policy: str | None,
+) -> AsyncIterator[Bot]:
+    """`tests.support.harness.running_bot`, with this process's share of Slack's budget."""
+    async with contextlib.AsyncExitStack() as stack:
+        settings = Settings(
+            slack_bot_token="xoxb-test-token",
+            slack_signing_secret=SECRET,
+            slack_api_url=slack.url,
+            openai_base_url=llm.base_url,
+            openai_api_key="sk-test",
+            opsgate_model="test-model",
+            opsgate_db=db,
+            opsgate_slack_share=share,
+            _env_file=None,
+        )
+        deps = await stack.enter_async_context(
+            open_deps(
+                settings,
+                tools=make_tools(workdir),
                 policy=Policy.from_toml(policy) if policy else None,
-            ) as bot,
-        ):
-            storm = Storm(bot)
-            started = time.monotonic()
-            check = await send(storm)
-            await bot.settle(timeout=900)
-            drained = time.monotonic() - started
-            floor, bucket = floor_seconds(slack)
-            found = check() + problems(storm)
-            refused = sum(limits.refused.values())
-            ack = f"{max(storm.acks):.2f} s" if storm.acks else "-"
-            times = (f"{drained:.1f} s", f"{floor:.1f} s", ratio(drained, floor))
-            table.add(name, *times, bucket, refused, ack)
-            lost = "; ".join(found[:3])
-            checks.check(not found, f"{name}: nothing lost {lost}".strip())
-            checks.check(drained <= BAR * floor + 0.5, f"{name}: within {BAR}x of the floor")
+                clock=utc_now,
+                person=user_mention,
+                observer=Metrics(),
+            )
+        )
+        pacer = Pacer(speed=SPEED, share=share)
+        running = await stack.enter_async_context(
+            started(settings, deps, expiry_interval=3600, shutdown_grace=0, pacer=pacer)
+        )
+        runner, base_url = await serve_on_loopback(
+            http_app(
+                running.app, store=deps.store, metrics=running.metrics, health=deps.write_health
+            )
+        )
+        stack.push_async_callback(runner.cleanup)
+        http = await stack.enter_async_context(httpx.AsyncClient(timeout=30))
+        yield Bot(base_url, llm, slack, deps, http, running.service, running.metrics, running.app)
+
+
+@contextlib.asynccontextmanager
+async def _fleet(
+    dbs: list[str], workdir: Path, llm: LLMStandIn, slack: SlackAPIStandIn, policy: str | None
+) -> AsyncIterator[Fleet]:
+    async with contextlib.AsyncExitStack() as stack:
+        bots = [
+            await stack.enter_async_context(_bot(db, workdir, llm, slack, 1.0 / len(dbs), policy))
+            for db in dbs
+        ]
+        yield Fleet(bots)
+
+
+class FleetStorm(Storm):
+    """A storm whose events go round the replicas, as a load balancer would spread them."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        super().__init__(fleet.bots[0])
+        self.fleet = fleet
+        self._next = 0
+        self._mentions = 0
+
+    def _pick(self) -> Bot:
+        bot = self.fleet.bots[self._next % len(self.fleet.bots)]
+        self._next += 1
+        return bot
+
+    async def mention(self, text: str, channel: str, user: str = "U0ALICE") -> str:
+        # Each `Bot` numbers its messages from 1: the fleet's must not share a ts.
+        self._mentions += 1
+        ts = f"17{self._mentions:08d}.000100"
+        try:
+            return await self.timed(self._pick().mention(text, channel=channel, user=user, ts=ts))
+        finally:
+            self.mentioned = time.monotonic()
+
+    async def approve(self, ledger_id: str, user: str = "U0BOB") -> None:
+        response = await self.timed(self._pick().click("opsgate_approve", ledger_id, user=user))
+        assert response.status_code == 200, response.text
+
+
+def timed_calls(slack: SlackAPIStandIn) -> list[tuple[float, str]]:
+    """(when, method) of every call the stand-in applies from now on."""
+    times: list[tuple[float, str]] = []
+    record = slack._record
+
+    async def recorded(call: Any) -> None:
+        if call.ok:
+            times.append((time.monotonic(), call.method))
+        await record(call)
+
+    slack._record = recorded  # type: ignore[method-assign]
+    return times
+
+
+def tail(times: list[tuple[float, str]], started_at: float) -> str:
+    """When each of the last methods called made its last call (what the drain waited on)."""
+    last: dict[str, float] = {}
+    for at, method in times:
+        last[method] = at
+    ends = sorted(last.items(), key=lambda item: -item[1])[:3]
+    return ", ".join(f"{m.split('.', 1)[1]} {(at - started_at) * SPEED:.0f}" for m, at in ends)
+
+
+def made(slack: SlackAPIStandIn) -> Counter[str]:
+    """The calls Slack applied, per method."""
+    return Counter(c.method for c in slack.calls if c.ok)
+
+
+def calls_cell(done: Counter[str], needs: Needs) -> str:
+    needed = needs.total()
+    cells = []
+    for method in SHOWN:
+        if done[method] or needed[method]:
+            short = method.split(".", 1)[1]
+            cells.append(f"{short} {done[method]}/{needed[method]}")
+    return ", ".join(cells)
+
+
+@dataclass
+class Result:
+    name: str
+    drained: float
+    floor: float
+    bucket: str
+    calls: str
+    tail: str
+    refused: str
+    ack: str
+
+
+async def run(case: StormCase, dbs: Callable[[], Awaitable[list[str]]], checks: Checks) -> Result:
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        limits = RateLimits(speed=SPEED)
+        async with LLMStandIn() as llm, SlackAPIStandIn(rate_limits=limits) as slack:
+            times = timed_calls(slack)
+            urls = await dbs()
+            urls = [u.replace("{tmp}", tmp) for u in urls]
+            started_at = time.monotonic()
+            storm: Storm | None = None
+            if case.restart:
+                async with _fleet(urls, workdir, llm, slack, case.policy) as fleet:
+                    storm = FleetStorm(fleet)
+                    check = await case.send(storm)  # the runs are waiting on the model
+                started_at = time.monotonic()
+            async with _fleet(urls, workdir, llm, slack, case.policy) as fleet:
+                fresh = FleetStorm(fleet)
+                if storm is None:
+                    storm, check = fresh, await case.send(fresh)
+                else:
+                    storm.bot, storm.fleet = fleet.bots[0], fleet  # type: ignore[attr-defined]
+                    llm_release(llm)
+                # The restart is its storm's last event: the mentions came before it.
+                last_event = max(storm.mentioned, time.monotonic() if case.restart else 0.0)
+                await fleet.settle()
+                drained = (time.monotonic() - started_at) * SPEED
+                found = check() + problems(storm, dropped=fleet.dropped())
+        floor, bucket = case.needs.floor()
+        if (arrival := (last_event - started_at) * SPEED) > floor:
+            floor, bucket = arrival, "the last event's arrival"
+        ack = f"{max(storm.acks):.2f} s" if storm.acks else "-"
+        checks.check(not found, f"{case.name}: nothing lost {'; '.join(found[:3])}".strip())
+        checks.check(drained <= BAR * floor, f"{case.name}: within {BAR}x of the floor")
+        refused = ", ".join(f"{m} {n}" for m, n in sorted(limits.refused.items())) or "0"
+        done = calls_cell(made(slack), case.needs)
+        return Result(
+            case.name, drained, floor, bucket, done, tail(times, started_at), refused, ack
+        )
+
+
+def llm_release(llm: LLMStandIn) -> None:
+    """The model answers the restarted bot's runs (`restart_answers` queued them held)."""
+    gate: Any = getattr(llm, "restart_gate", None)
+    if gate is not None:
+        gate.set()
 
 
 async def main() -> None:
+    global SPEED
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--replicas", action="store_true", help="three replicas on PostgreSQL")
+    parser.add_argument("--only", default="", help="run the storms whose name holds this")
+    parser.add_argument("--speed", type=float, default=SPEED, help="Slack seconds a second")
+    args = parser.parse_args()
+    SPEED = args.speed
+    cases = [c for c in STORMS if args.only in c.name]
     print(machine())
-    print(f"Slack's tiers at {SPEED}x speed (stand-in and pacer alike)")
+    print(f"Slack's tiers at {SPEED}x speed (stand-in and pacer alike); seconds are Slack's")
     table = Table("storm", "drained", "floor", "ratio", "floor's bucket", "429s", "slowest ack")
+    calls = Table("storm", "calls made/needed (applied)", "last calls (s)")
     checks = Checks()
-    for name, send, policy in STORMS:
-        await run(name, send, policy, table, checks)
+    results: list[Result] = []
+    async with contextlib.AsyncExitStack() as stack:
+        if args.replicas:
+            print("three replicas on one PostgreSQL database, a third of the budget each")
+            cluster = stack.enter_context(PostgresCluster(find_bin_dir()))
+
+            async def dbs() -> list[str]:
+                return [await cluster.create_database()] * 3
+        else:
+            print("one process on SQLite")
+
+            async def dbs() -> list[str]:
+                return ["{tmp}/opsgate.db"]
+
+        for case in cases:
+            results.append(await run(case, dbs, checks))
+    for r in results:
+        times = (f"{r.drained:.1f} s", f"{r.floor:.1f} s", ratio(r.drained, r.floor))
+        table.add(r.name, *times, r.bucket, r.refused, r.ack)
+        calls.add(r.name, r.calls, r.tail)
     table.print()
+    print()
+    calls.print()
     checks.exit_on_failure()
 
 

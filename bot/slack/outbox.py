@@ -40,7 +40,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ..faults import checkpoint
 from ..store import REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, OutboxWake
 from .endings import ANSWER_ENDING, Ending, finish_answer
-from .pacing import RateLimited, bucket_short
+from .pacing import PutBack, RateLimited, bucket_short
 
 __all__ = [
     "ANSWER",
@@ -71,6 +71,11 @@ UPLOAD = "files.upload_v2"
 PUT_SECONDS = 2.0
 """How long storing a write may take before it is sent at once instead (a database that does
 not answer must not keep a "not saved" notice from the person it is for)."""
+
+HOLD_SECONDS = 1.0
+"""Longest a row waits in flight for its Slack bucket (`Pacer.due_in`); a row that would wait
+longer is put back until then, so that the sender's slots go to the rows whose bucket can take
+them now (a post in another channel, a card's redraw), not to a queue behind one bucket."""
 
 _GONE = {"message_not_found", "cant_update_message"}
 _DONE_ANYWAY = {"already_reacted", "no_reaction", *_GONE}
@@ -204,6 +209,8 @@ class SlackOutbox:
         """The intents among the rows (e.g. `CARD_REDRAW`), and how each is drawn when sent."""
         self._cards: dict[str, int] = {}
         """Cards' redraws waiting for a call of each method (rows after them let them go)."""
+        self._later = PutBack()
+        """Rows put back until their bucket can take them (`HOLD_SECONDS`)."""
 
     def renders(self, method: str) -> bool:
         return method in self._renderers
@@ -329,7 +336,11 @@ class SlackOutbox:
                     self._inflight[task] = row.id
                     task.add_done_callback(self._finished)
                 await self._renew()
-                idle = not rows and not self._inflight
+                idle = (
+                    not rows
+                    and not self._inflight
+                    and not self._later.owed(self.clock(), timedelta(seconds=self.poll))
+                )
                 if idle or (self.clock() - self._reported).total_seconds() >= 1.0:
                     await self._report()
                 wait = self.poll
@@ -340,7 +351,7 @@ class SlackOutbox:
                 # `asyncio.timeout`, not `wait_for`: on 3.11 a cancel that arrives as the wait
                 # ends can be swallowed by `wait_for`, and the sender would never stop.
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait):
+                    async with asyncio.timeout(self._later.next_look(self.clock(), wait)):
                         await self._bell.woken.wait()
         finally:
             for task in self._inflight:
@@ -398,7 +409,8 @@ class SlackOutbox:
         try:
             await self._deliver_once(row)
         finally:
-            if thread := _ordered(row.channel_id, row.key, row.priority, row.params):
+            thread = _ordered(row.channel_id, row.key, row.priority, row.params)
+            if thread is not None and row.id not in self._later:  # not put back: done
                 self._done_in[thread] = self._done_in.get(thread, 0) + 1
                 async with self._done:
                     self._done.notify_all()
@@ -451,7 +463,25 @@ class SlackOutbox:
             logger.exception("could not tell whether %s was superseded", row.key)
             return False
 
+    # -- the budget: rows wait out of flight for their bucket -----------------------------------
+
+    def _budget_wait(self, row: OutboxRow, write: Write) -> float:
+        """Seconds `write` would wait for its bucket, when the row may be put back for them
+        (written as it is: not an intent, nor an answer's ending or a file's several steps)."""
+        pacer = getattr(self.client, "pacer", None)
+        if pacer is None or row.method in self._renderers or row.method in (ANSWER_ENDING, UPLOAD):
+            return 0.0
+        channel = write.params.get("channel")
+        wait: float = pacer.due_in(write.method, str(channel) if channel else None)
+        return wait
+
+    async def _put_back(self, row: OutboxRow, wait: float) -> None:
+        due = self.clock() + timedelta(seconds=wait)
+        self._later.add(row.id, due)
+        await self.store.outbox_later(row.id, due, "waiting for its Slack budget")
+
     async def _deliver_once(self, row: OutboxRow) -> None:
+        self._later.discard(row.id)
         if await self._superseded(row):
             return
         try:
@@ -463,6 +493,9 @@ class SlackOutbox:
             return
         if write is None:  # nothing left to draw (the call or its card is gone)
             await self.store.outbox_sent(row.id)
+            return
+        if (wait := self._budget_wait(row, write)) > HOLD_SECONDS:
+            await self._put_back(row, wait)
             return
         if await self._turn(row, write.method):  # else superseded: its newer row draws it
             await self._deliver_write(row, write)
@@ -503,8 +536,8 @@ class SlackOutbox:
         if method == UPLOAD:
             await self.client.files_upload_v2(**params)
             return {}
-        if method == ANSWER_ENDING:
-            await finish_answer(self.client, params)
+        if method == ANSWER_ENDING:  # kept by a reply that may have shown it before it died
+            await finish_answer(self.client, params, retried=True)
             return {}
         try:
             response = await self.client.api_call(method, json=dict(params))

@@ -4,12 +4,13 @@ This is the only code that calls the Web API for a thread (posts, ephemeral repl
 streamed answers, cards, uploads, permalinks). Every call is best effort: a Slack error is
 logged and the run's own bookkeeping goes on (see the contract in `bot.runs.output`).
 
-With an `outbox` (`bot.slack.outbox`, as the server wires it) the writes that need no answer
-from Slack (notices, card redraws, reactions, Home tabs, ephemeral replies, files) are stored
-there and sent by its sender, paced and in priority order, surviving restarts; card posts and
-streamed answers are made here, through the same paced client (429s waited out), a streamed
-answer's ending kept in the outbox before its stream is stopped (`bot.slack.endings`). Queued
-messages share one notice per channel and burst (`bot.slack.queue_notice`).
+The writes that need no answer from Slack (notices, card redraws, reactions, Home tabs,
+ephemeral replies, files) go through the `outbox` (`bot.slack.outbox`): stored, then sent by its
+sender, paced and in priority order, surviving restarts; it is the one write path, so it is
+required. Card posts and answers are made here, through the same paced client (429s waited
+out), an answer's ending kept in the outbox before it is shown (`bot.slack.endings`). An answer
+streams only while a `chat.startStream` slot is free, else it is posted (`bot.slack.streaming`).
+Queued messages share one notice per channel and burst (`bot.slack.queue_notice`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from dataclasses import replace
 from typing import Any
 
 from slack_bolt.async_app import AsyncRespond
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..runs.notices import AllowanceList, Notice
+from ..runs.notices import AllowanceList, Notice, ToolRan
 from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.timeline import AssistantStatus, TimelineSink
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
@@ -38,16 +38,17 @@ from .cards import (
     overflow,
 )
 from .feedback import feedback_blocks
-from .home import allowance_blocks, home_entry, home_intent, home_view
+from .held_outputs import HeldOutputs
+from .home import allowance_blocks, home_entry, home_intent
 from .ids import card_metadata, find_marked_card
 from .modals import allow_modal, edit_modal, reject_modal
 from .mrkdwn import escape_cut, message_link, truncate, user_mention
 from .notices import card_file, render
 from .outbox import CARD, NOTICE, REACTION, UPLOAD, SlackOutbox
-from .pacing import bucket_short
+from .pacing import Pacer, bucket_short
 from .queue_notice import QueueNotices
 from .redraws import card_update
-from .streaming import ThreadReply
+from .streaming import START_WITHIN, ThreadReply
 from .timeline import SlackTimeline, set_status
 
 __all__ = [
@@ -75,46 +76,39 @@ class SlackThreadOutput:
     mrkdwn (`bot.slack.notices`), cards Block Kit (`bot.slack.cards`). The Slack-only calls of
     the listeners are `replies` (`SlackReplies`)."""
 
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        outbox: SlackOutbox | None = None,
-        queue: QueueNotices | None = None,
-    ) -> None:
+    def __init__(self, client: AsyncWebClient, outbox: SlackOutbox, queue: QueueNotices) -> None:
         self.client = client
         self.outbox = outbox
         self.replies = SlackReplies(client, outbox)
         """The Slack-only calls the listeners make (the run service never does)."""
         self.queue = queue
-        """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`); None: a
-        queued message is told in its thread."""
+        """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
+        self.held = HeldOutputs(_posts_short(client))
+        """Command outputs shown in the next answer while posts are short (a storm)."""
+        self.unmarked: set[tuple[str, str]] = set()
+        """Messages left without 👀 while `reactions.add` had no budget (nor their removal)."""
         self._team_id: str | None = None
         self._workspace_url = ""
         self._bot_id: str | None = None
 
     async def say(self, thread: Thread, notice: Notice) -> None:
-        if self.queue is not None and await self.queue.said(thread, notice):
+        if await self.queue.said(thread, notice):
             return  # the channel's queued notice says it
-        if self.outbox is not None:
-            await self.outbox.put(self.owed(thread, notice))
-            return
-        rendered = render(notice)
-        try:
-            await self.client.chat_postMessage(
-                # A thread_ts of "" is the channel's top level (freeze announcements).
-                channel=thread.channel_id,
-                thread_ts=thread.thread_ts or None,
-                text=rendered.text,
-            )
-        except SLACK_ERRORS as exc:
-            logger.error("could not post to %s: %s", thread.channel_id, slack_error(exc))
-        if rendered.attachment is not None:
-            file = rendered.attachment
-            await self.upload(thread, file.filename, file.content)
+        if isinstance(notice, ToolRan):
+            rendered = render(notice)
+            if self.held.hold(thread, rendered.text):
+                if (file := rendered.attachment) is not None:
+                    await self.outbox.put([_upload(thread, file.filename, file.content)])
+                return
+        await self._flush(thread)
+        await self.outbox.put(self.owed(thread, notice))
+
+    async def _flush(self, thread: Thread) -> None:
+        """Post the outputs held for the thread's next answer: something else comes first."""
+        if held := self.held.take(thread):
+            await self.outbox.put([_post(thread, held)])
 
     def owed(self, thread: Thread, notice: Notice) -> list[OutboxEntry]:
-        if self.outbox is None:
-            return []
         rendered = render(notice)
         entries = [_post(thread, rendered.text)]
         if (file := rendered.attachment) is not None:
@@ -126,23 +120,25 @@ class SlackThreadOutput:
         await self.replies.tell_mrkdwn(thread, user, render(notice).text)
 
     async def react(self, thread: Thread, ts: str, on: bool) -> None:
-        if self.outbox is not None:
-            # Added and removed before it was sent: neither is (the removal cancels).
-            entry = OutboxEntry(
-                "reactions.add" if on else "reactions.remove",
-                {"channel": thread.channel_id, "timestamp": ts, "name": _WORKING},
-                REACTION,
-                channel_id=thread.channel_id,
-                key=f"reaction:{thread.channel_id}:{ts}",
-                cancels=not on,
-            )
-            await self.outbox.put([entry])
+        # 👀 is the cheapest sign of work, yet Tier 3 for the workspace: while its budget is
+        # spent (a storm) the message goes without, and so without its removal.
+        message = (thread.channel_id, ts)
+        if on and not _reaction_slot(self.client):
+            self.unmarked.add(message)
             return
-        method = self.client.reactions_add if on else self.client.reactions_remove
-        try:
-            await method(channel=thread.channel_id, timestamp=ts, name=_WORKING)
-        except SLACK_ERRORS as exc:
-            logger.debug("reaction on %s failed: %s", ts, slack_error(exc))
+        if not on and message in self.unmarked:
+            self.unmarked.discard(message)
+            return
+        # Added and removed before it was sent: neither is (the removal cancels).
+        entry = OutboxEntry(
+            "reactions.add" if on else "reactions.remove",
+            {"channel": thread.channel_id, "timestamp": ts, "name": _WORKING},
+            REACTION,
+            channel_id=thread.channel_id,
+            key=f"reaction:{thread.channel_id}:{ts}",
+            cancels=not on,
+        )
+        await self.outbox.put([entry])
 
     def timeline(self, thread: Thread, requester: str | None) -> TimelineSink:
         """Streamed task chunks addressed to the requester (a person), else one context block
@@ -155,6 +151,8 @@ class SlackThreadOutput:
         # ends or waits moves no queue: the next one's start does).
         if status is not None and status.kind == "working" and self.queue is not None:
             await self.queue.started(thread)
+        else:  # the run paused or ended: no answer of it takes what is held
+            await self._flush(thread)
         await set_status(self.client, thread, status)
 
     async def title(self, thread: Thread, request: str) -> None:
@@ -180,20 +178,20 @@ class SlackThreadOutput:
                 before_start=self._settled(thread),
                 short=bucket_short(self.client),
                 keeper=self.outbox,
+                stream_slot=_stream_slot(self.client),
+                lead=self.held.take(thread),
             )
         )
 
-    def _settled(self, thread: Thread) -> Callable[[], Awaitable[None]] | None:
+    def _settled(self, thread: Thread) -> Callable[[], Awaitable[None]]:
         outbox = self.outbox
-        if outbox is None:
-            return None
         return lambda: outbox.settled(thread.channel_id, thread.thread_ts)
 
     async def post_card(self, thread: Thread, card: CardCall) -> CardRef | PostFailed:
         """Post the card. Arguments too long for it are attached first: when that fails the
         card goes out without its Approve button (nobody could read what would run)."""
-        if self.outbox is not None:
-            await self.outbox.settled(thread.channel_id, thread.thread_ts)
+        await self._flush(thread)
+        await self.outbox.settled(thread.channel_id, thread.thread_ts)
         if (full := overflow(card)) is not None:
             name = card_file(card.tool, card.call_id)
             if not await self._upload(thread, name, full):
@@ -247,41 +245,25 @@ class SlackThreadOutput:
     async def update_card(
         self, ref: CardRef, card: CardCall, outcome: CardOutcome | None
     ) -> PostFailed | None:
-        update, fallback = card_update(ref, card, outcome)
-        if self.outbox is not None:
-            # Only the latest redraw of a card is sent (the key), before anything else; as an
-            # intent (the server's wiring), drawn from the call's state when it is sent.
-            if self.outbox.renders(CARD_REDRAW):
-                await self.outbox.put([card_redraw(card.ledger_id, ref.channel_id)])
-                return None
-            entry = OutboxEntry(
-                "chat.update",
-                update,
-                CARD,
-                channel_id=ref.channel_id,
-                key=f"card:{ref.channel_id}:{ref.ts}",
-                meta={"fallback": fallback},
-            )
-            await self.outbox.put([entry])
+        # Only the latest redraw of a card is sent (the key), before anything else; as an
+        # intent (the server's wiring), drawn from the call's state when it is sent.
+        if self.outbox.renders(CARD_REDRAW):
+            await self.outbox.put([card_redraw(card.ledger_id, ref.channel_id)])
             return None
-        try:
-            try:
-                await self.client.chat_update(**update)
-            except SlackApiError as exc:
-                if slack_error(exc) != "invalid_blocks":
-                    raise
-                # A card posted minimal (Slack refused its blocks) is redrawn minimal.
-                await self.client.chat_update(**fallback)
-        except SLACK_ERRORS as exc:
-            logger.warning("could not update card %s: %s", card.ledger_id, slack_error(exc))
-            return PostFailed(slack_error(exc))
+        update, fallback = card_update(ref, card, outcome)
+        entry = OutboxEntry(
+            "chat.update",
+            update,
+            CARD,
+            channel_id=ref.channel_id,
+            key=f"card:{ref.channel_id}:{ref.ts}",
+            meta={"fallback": fallback},
+        )
+        await self.outbox.put([entry])
         return None
 
     async def upload(self, thread: Thread, filename: str, content: str) -> None:
-        if self.outbox is not None:
-            await self.outbox.put([_upload(thread, filename, content)])
-            return
-        await self._upload(thread, filename, content)
+        await self.outbox.put([_upload(thread, filename, content)])
 
     async def _upload(self, thread: Thread, filename: str, content: str) -> bool:
         try:
@@ -337,7 +319,7 @@ class SlackReplies:
     Slack layer's own words), slash-command answers, the reject and edit modals, the Home tab.
     """
 
-    def __init__(self, client: AsyncWebClient, outbox: SlackOutbox | None = None) -> None:
+    def __init__(self, client: AsyncWebClient, outbox: SlackOutbox) -> None:
         self.client = client
         self.outbox = outbox
 
@@ -348,7 +330,7 @@ class SlackReplies:
         `direct`: sent now, not through the outbox (to say the database did not answer)."""
         if not _PERSON.fullmatch(user):
             return
-        if self.outbox is not None and not direct:
+        if not direct:
             params = {
                 "channel": thread.channel_id,
                 "user": user,
@@ -432,19 +414,12 @@ class SlackReplies:
     async def owe_home(self, user: str, team: str | None) -> None:
         """Owe `user` their Home tab after a change they see, drawn when it is sent, once per
         burst (`bot.slack.home.home_intent`: the outbox's `HOME_TAB` renderer draws it)."""
-        if self.outbox is None:
-            return
         await self.outbox.put([home_intent(user, team)])
 
     async def publish_home(self, home: HomeView) -> None:
         """Show `home` as its person's Home tab (`views.publish`); through the outbox, one
         publish per person per burst (the latest view: `bot.slack.home.home_entry`)."""
-        if self.outbox is not None:
-            return await self.outbox.put([home_entry(home)])
-        try:
-            await self.client.views_publish(user_id=home.user, view=home_view(home))
-        except SLACK_ERRORS as exc:
-            logger.warning("could not publish the Home tab of %s: %s", home.user, slack_error(exc))
+        await self.outbox.put([home_entry(home)])
 
     async def answer_allowances(
         self, respond: AsyncRespond | None, *, channel: str, user: str, notice: AllowanceList
@@ -461,6 +436,28 @@ class SlackReplies:
                 )
         except Exception:  # best effort, like every answer
             logger.warning("could not list allowances for %s", user, exc_info=True)
+
+
+def _posts_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
+    """The paced client's "this channel's posts are being spent" test (a storm there)."""
+    pacer = getattr(client, "pacer", None)
+    if not isinstance(pacer, Pacer):
+        return None
+    return lambda channel: pacer.busy("chat.postMessage", channel)
+
+
+def _reaction_slot(client: AsyncWebClient) -> bool:
+    """A `reactions.add` can be sent within a second (its token taken for it)."""
+    pacer = getattr(client, "pacer", None)
+    return not isinstance(pacer, Pacer) or pacer.claim("reactions.add", 1.0)
+
+
+def _stream_slot(client: AsyncWebClient) -> Callable[[], bool] | None:
+    """Takes a `chat.startStream` slot free within `START_WITHIN` (the paced client's)."""
+    pacer = getattr(client, "pacer", None)
+    if not isinstance(pacer, Pacer):
+        return None
+    return lambda: pacer.claim("chat.startStream", START_WITHIN)
 
 
 def _post(thread: Thread, text: str) -> OutboxEntry:

@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = [
     "METHOD_TIERS",
     "POST_MESSAGE_PER_CHANNEL",
     "Pacer",
+    "PutBack",
     "RateLimited",
     "Tier",
     "bucket_short",
@@ -124,21 +126,44 @@ class _Bucket:
         self.tokens = self.burst - 1.0 if self.burst > 1 else self.burst
         self.at = now
         self.paused_until = 0.0
+        self.claimed: list[float] = []
+        """When each token taken ahead by `claim` may be spent (the next calls spend them)."""
 
     def _refill(self, now: float) -> None:
         self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
         self.at = now
 
     def reserve(self, now: float) -> float:
-        """Take a token; the seconds to wait before using it."""
+        """Take a token (one `claim` took ahead, if any); the seconds to wait before using it."""
+        if self.claimed:
+            return max(self.claimed.pop(0) - now, self.paused_until - now, 0.0)
         self._refill(now)
         self.tokens -= 1.0
         wait = 0.0 if self.tokens >= 0 else -self.tokens / self.rate
         return max(wait, self.paused_until - now)
 
+    def due_in(self, now: float) -> float:
+        """Seconds until a token could be spent (nothing is taken)."""
+        self._refill(now)
+        wait = 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate
+        return max(wait, self.paused_until - now)
+
+    def claim(self, now: float, within: float) -> bool:
+        """Take a token for a call to come, if it can be spent within `within` seconds."""
+        wait = self.due_in(now)
+        if wait > within:
+            return False
+        self.tokens -= 1.0
+        self.claimed.append(now + wait)
+        return True
+
     def short(self, now: float) -> bool:
         """Nothing left to spend right now (streaming sends bigger pieces then)."""
         return self.tokens + (now - self.at) * self.rate < 1.0 or self.paused_until > now
+
+    def busy(self, now: float) -> bool:
+        """Part of the burst is spent: calls went out in the last few seconds."""
+        return self.tokens + (now - self.at) * self.rate < self.burst - 1.0 or self.short(now)
 
     def pause(self, now: float, seconds: float) -> None:
         """Slack said wait: no call before `seconds`, and the budget starts empty after."""
@@ -199,6 +224,25 @@ class Pacer:
         bucket = self._bucket(method, channel)
         return bucket is not None and bucket.short(self._now())
 
+    def claim(self, method: str, within: float, channel: str | None = None) -> bool:
+        """Take `method`'s next token now if it can be spent within `within` of Slack's seconds
+        (the next call of `method` spends it); False, taking nothing, when the bucket is too
+        short.
+        How a caller picks the call whose budget can take it now (`bot.slack.streaming`: a
+        stream only when a `chat.startStream` slot is free within a second, else a post)."""
+        bucket = self._bucket(method, channel)
+        return bucket is None or bucket.claim(self._now(), within)
+
+    def due_in(self, method: str, channel: str | None = None) -> float:
+        """Clock seconds until `method` (in `channel`) could be called without waiting."""
+        bucket = self._bucket(method, channel)
+        return 0.0 if bucket is None else bucket.due_in(self._now()) / self.speed
+
+    def busy(self, method: str, channel: str | None = None) -> bool:
+        """`method`'s bucket (the channel's) is not full: it is being spent (a storm)."""
+        bucket = self._bucket(method, channel)
+        return bucket is not None and bucket.busy(self._now())
+
     def limited_by_slack(self, method: str, channel: str | None, seconds: float) -> None:
         """Slack answered 429: count it and hold the bucket for `seconds` (clock seconds)."""
         self.limited[method] = self.limited.get(method, 0) + 1
@@ -237,3 +281,32 @@ def bucket_short(client: object) -> Callable[[str], bool] | None:
     """The paced client's "bucket is short" test (`Pacer.short`), None when it is not paced."""
     pacer = getattr(client, "pacer", None)
     return pacer.short if isinstance(pacer, Pacer) else None
+
+
+class PutBack:
+    """Outbox rows a sender put back until their bucket can take them, and when each is due:
+    still owed while they wait (forgotten once well past due: sent by another replica,
+    superseded or cancelled meanwhile), and the sender looks again when the first is due."""
+
+    def __init__(self) -> None:
+        self._due: dict[str, datetime] = {}
+
+    def add(self, row_id: str, due: datetime) -> None:
+        self._due[row_id] = due
+
+    def discard(self, row_id: str) -> None:
+        self._due.pop(row_id, None)
+
+    def __contains__(self, row_id: object) -> bool:
+        return row_id in self._due
+
+    def owed(self, now: datetime, grace: timedelta) -> bool:
+        self._due = {row: due for row, due in self._due.items() if now - due <= grace}
+        return bool(self._due)
+
+    def next_look(self, now: datetime, poll: float) -> float:
+        """Seconds until the sender looks again: the poll, or sooner for a row put back."""
+        if not self._due:
+            return poll
+        soonest = (min(self._due.values()) - now).total_seconds()
+        return min(poll, max(0.01, soonest))

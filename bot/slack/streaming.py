@@ -9,11 +9,19 @@ A stream cut off (an append or a stop failing for good) is taken over by `chat.u
 own message. With a `keeper` (the outbox), what Slack still lacks when the answer is closed is
 stored before the stream is stopped, and finished from there if the stop does not happen
 (`bot.slack.endings`).
+
+Streams spend `chat.startStream` and `chat.stopStream`, Tier 2: 20 a minute for the whole
+workspace, where `chat.postMessage` has about one a second in each channel. So an answer streams
+only when a stream slot is free within `START_WITHIN` of its first text (`stream_slot`, the
+pacer's `claim`); otherwise it is posted instead, in whole messages (no edits either: those are
+`chat.update`, Tier 3, workspace-wide too), the last one with its closing blocks when the
+answer is done. An answer complete before a stream could start is thus one post.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -55,6 +63,8 @@ FLUSH_SECONDS = 1.0
 BUSY_FACTOR = 4
 """How much bigger (and rarer) the pieces are while the Web API method's bucket is short."""
 MORE_IN_FILE = "\n\n_… the answer goes on in the attached file._"
+START_WITHIN = 1.0
+"""Seconds an answer may wait for a stream slot; past that it is posted instead."""
 
 
 class ThreadReply:
@@ -76,6 +86,8 @@ class ThreadReply:
         before_start: Callable[[], Awaitable[None]] | None = None,
         short: Callable[[str], bool] | None = None,
         keeper: AnswerKeeper | None = None,
+        stream_slot: Callable[[], bool] | None = None,
+        lead: str = "",
     ) -> None:
         self.client = client
         self.channel = channel
@@ -93,10 +105,16 @@ class ThreadReply:
         """`short(method)`: the pacer has no call of `method` to spend right now."""
         self.keeper = keeper
         """Where the answer's ending is kept until Slack shows it (`bot.slack.endings`)."""
+        self.stream_slot = stream_slot
+        """Takes a `chat.startStream` slot free within `START_WITHIN`, or says there is none
+        (then the answer is posted in whole messages); None: always stream."""
+        self._whole = False
+        """Posted in whole messages: nothing is sent of a message until it is full or ends."""
         self.raw: list[str] = []
         """The whole answer as the model wrote it: the attached file when it is too long."""
-        self.text = ""
-        """The current message's text (escaped); Slack has its first `_sent` characters."""
+        self.text = f"{lead}\n\n" if lead else ""
+        """The current message's text (escaped); Slack has its first `_sent` characters. It
+        starts with `lead` (mrkdwn: what the thread shows before the answer, in its message)."""
         self._sent = 0
         self._finished = 0
         self._full = False
@@ -109,7 +127,8 @@ class ThreadReply:
 
     @property
     def _limit(self) -> int:
-        return MAX_STREAMED if self.use_streaming else MAX_MESSAGE
+        # A message posted whole is never edited: it may be as long as a streamed one.
+        return MAX_STREAMED if self.use_streaming or self._whole else MAX_MESSAGE
 
     async def append(self, raw: str) -> None:
         """Add model text. Markdown links and images are shown as words with their URL (a link
@@ -125,6 +144,10 @@ class ThreadReply:
         if self._full or not shown:
             return
         self.text += escape_mrkdwn(shown)
+        if self.use_streaming and not self.started and self.stream_slot is not None:
+            slot, self.stream_slot = self.stream_slot, None
+            if not slot():  # no stream could start soon: post it instead, whole
+                self.use_streaming, self._whole = False, True
         while len(self.text) > self._limit:
             last = self._finished + 1 >= self.max_messages
             cut = split_point(self.text, self._limit - (len(MORE_IN_FILE) if last else 0))
@@ -139,6 +162,8 @@ class ThreadReply:
                 self._full = True
                 return
             self.text = rest
+        if self._whole:
+            return
         waiting = len(self.text) - self._sent
         # Slack's bucket for the next call is short: send bigger pieces, less often, instead of
         # queueing small ones behind it.
@@ -151,9 +176,7 @@ class ThreadReply:
 
     async def _send(self) -> None:
         """Give Slack the current message's waiting text."""
-        if not self.started and self.before_start is not None:
-            before, self.before_start = self.before_start, None
-            await before()
+        await self._before()
         if self.use_streaming:
             try:
                 await self._stream_send()
@@ -169,6 +192,12 @@ class ThreadReply:
         await self._write(self.text)
         self._sent = len(self.text)
         self._last_send = self.clock()
+
+    async def _before(self) -> None:
+        """What was said in the thread before the answer is sent first (once)."""
+        if self.before_start is not None:
+            before, self.before_start = self.before_start, None
+            await before()
 
     async def _stream_send(self) -> None:
         waiting = self.text[self._sent :]
@@ -227,12 +256,14 @@ class ThreadReply:
         self._posted_ts = str(ts) if ts else None
 
     async def _write(self, text: str) -> None:
-        while len(text) > MAX_MESSAGE:  # a streamed message is longer than a posted one
+        await self._before()
+        limit = self._limit
+        while len(text) > limit:  # a streamed message is longer than an edited one
             if self._finished + 1 >= self.max_messages:  # the cap holds here too
-                cut = split_point(text, MAX_MESSAGE - len(MORE_IN_FILE))
+                cut = split_point(text, limit - len(MORE_IN_FILE))
                 text, self._full = text[:cut] + MORE_IN_FILE, True
                 break
-            cut = split_point(text, MAX_MESSAGE)
+            cut = split_point(text, limit)
             await self._write_one(text[:cut])
             self._posted_ts = None
             self._finished += 1
@@ -264,6 +295,8 @@ class ThreadReply:
         Slack still lacks is kept there first (then `answered` is awaited), and finished from
         there if this cannot."""
         await self._add(self._links.flush())
+        if self.text or self._full:
+            await self._before()
         if self.keeper is not None and (ending := self._ending(blocks)) is not None:
             row_id = await self.keeper.keep(ending)
             if row_id is not None:
@@ -289,7 +322,8 @@ class ThreadReply:
         file = "".join(self.raw) if self._full else None
         if not text and file is None:
             return None
-        return Ending(self.channel, self.thread_ts, ts, text, tuple(blocks or ()), file)
+        mark = secrets.token_hex(8) if ts is None else None  # to be posted: findable
+        return Ending(self.channel, self.thread_ts, ts, text, tuple(blocks or ()), file, mark)
 
     async def _end_kept(self, keeper: AnswerKeeper, row_id: str, ending: Ending) -> None:
         """Make the kept ending: a healthy stream is stopped with the rest of its text, else the

@@ -16,6 +16,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.runs.output import Thread
 from bot.runs.views import CardCall, CardRef
 from bot.slack import SlackThreadOutput
+from bot.slack.outbox import SlackOutbox
+from bot.slack.queue_notice import QueueNotices
 from bot.store import SQLiteStore
 from tests.processes.test_durability import _approve_value
 from tests.support.bot_process import SECRET, bot_process
@@ -106,11 +108,19 @@ async def test_a_card_posted_while_the_bot_was_killed_is_adopted_not_posted_agai
     assert events.count("execution_start") == 1
 
 
-async def test_find_card_keeps_the_lock_and_ignores_other_apps_and_other_calls() -> None:
+async def test_find_card_keeps_the_lock_and_ignores_other_apps_and_other_calls(
+    tmp_path: Path,
+) -> None:
     thread = Thread("T0TEST", "C0OPS", MENTION_TS)
     locked = CardCall("led_1", "shell", "", {"command": "x"}, "d1", "U0A", locked=LOCK)
-    async with SlackAPIStandIn() as slack:
-        output = SlackThreadOutput(AsyncWebClient(token="xoxb-test", base_url=slack.url))
+    async with SlackAPIStandIn() as slack, SQLiteStore(tmp_path / "opsgate.db") as store:
+
+        def output_for(token: str) -> SlackThreadOutput:
+            client = AsyncWebClient(token=token, base_url=slack.url)
+            outbox = SlackOutbox(store, client, claimer="local")
+            return SlackThreadOutput(client, outbox, QueueNotices(outbox, store))
+
+        output = output_for("xoxb-test")
         assert await output.find_card(thread, "led_1") is None  # nothing in the thread yet
         unlocked = await output.post_card(thread, replace(locked, ledger_id="led_2", locked=None))
         posted = await output.post_card(thread, locked)
@@ -121,5 +131,5 @@ async def test_find_card_keeps_the_lock_and_ignores_other_apps_and_other_calls()
         assert await output.find_card(thread, "led_3") is None
         # The same cards seen by another app (another bot id) are not its cards.
         slack.respond_with("auth.test", {"ok": True, "team_id": "T0TEST", "bot_id": "BOTHER"})
-        other = SlackThreadOutput(AsyncWebClient(token="xoxb-other", base_url=slack.url))
+        other = output_for("xoxb-other")
         assert await other.find_card(thread, "led_1") is None

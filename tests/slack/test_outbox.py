@@ -20,6 +20,7 @@ from bot.slack.app import CountingWebClient
 from bot.slack.outbox import SlackOutbox
 from bot.slack.output import SlackThreadOutput
 from bot.slack.pacing import Pacer
+from bot.slack.queue_notice import QueueNotices
 from bot.store import SQLiteStore
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_ratelimits import RateLimits
@@ -72,7 +73,7 @@ async def test_a_storm_reaches_slack_whole_once_and_unrefused(
 ) -> None:
     async with SQLiteStore(tmp_path / "opsgate.db") as store:
         outbox = SlackOutbox(store, client(slack), claimer="local", poll=0.05)
-        output = SlackThreadOutput(outbox.client, outbox)
+        output = SlackThreadOutput(outbox.client, outbox, QueueNotices(outbox, store))
         threads = [Thread("T1", f"C{i % 4}", f"17000000{i:02d}.000100") for i in range(12)]
         await asyncio.gather(*(output.say(t, StillWorking()) for t in threads))
         await asyncio.gather(*(output.react(t, t.thread_ts, True) for t in threads))
@@ -84,7 +85,9 @@ async def test_a_storm_reaches_slack_whole_once_and_unrefused(
         assert sorted(str(c.params["thread_ts"]) for c in posts) == sorted(
             t.thread_ts for t in threads
         )
-        assert len([c for c in slack.calls_to("reactions.add") if c.ok]) == 12
+        # 👀 as far as Tier 3 could take them within a second; the others go without.
+        added = len([c for c in slack.calls_to("reactions.add") if c.ok])
+        assert added + len(output.unmarked) == 12 and added >= 9
         assert outbox.dropped == {}
 
 
@@ -96,7 +99,7 @@ async def test_only_the_latest_redraw_is_sent_and_cancelled_reactions_never(
         posted = await web.chat_postMessage(channel="C1", text="card")
         ref = CardRef("C1", str(posted["ts"]))
         outbox = SlackOutbox(store, web, claimer="local", poll=0.05)
-        output = SlackThreadOutput(web, outbox)
+        output = SlackThreadOutput(web, outbox, QueueNotices(outbox, store))
         await output.update_card(ref, card("L1"), None)
         decided = CardOutcome(status="approved", decided_by="UBOB", decided_at=datetime.now(UTC))
         await output.update_card(ref, card("L1"), decided)
@@ -115,7 +118,8 @@ async def test_what_a_stopped_process_left_is_sent_by_the_next(
     db = tmp_path / "opsgate.db"
     async with SQLiteStore(db) as store:
         first = SlackOutbox(store, client(slack), claimer="local")
-        await SlackThreadOutput(first.client, first).upload(THREAD, "out.txt", "all of it")
+        output = SlackThreadOutput(first.client, first, QueueNotices(first, store))
+        await output.upload(THREAD, "out.txt", "all of it")
         await store.claim_outbox("local", limit=10, lease=first.lease)  # killed mid-send
     async with SQLiteStore(db) as store:
         again = SlackOutbox(store, client(slack), claimer="local", poll=0.05)
@@ -131,7 +135,8 @@ async def test_a_real_error_is_dropped_at_once_and_counted(
     async with SQLiteStore(tmp_path / "opsgate.db") as store:
         outbox = SlackOutbox(store, client(slack), claimer="local", poll=0.05)
         slack.fail_next("chat.postEphemeral", error="not_in_channel")
-        await SlackThreadOutput(outbox.client, outbox).replies.tell_mrkdwn(THREAD, "UBOB", "hi")
+        output = SlackThreadOutput(outbox.client, outbox, QueueNotices(outbox, store))
+        await output.replies.tell_mrkdwn(THREAD, "UBOB", "hi")
         async with sending(outbox):
             await asyncio.wait_for(outbox.wait_idle(), 10)
         assert len(slack.calls_to("chat.postEphemeral")) == 1

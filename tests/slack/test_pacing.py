@@ -95,3 +95,36 @@ def test_a_replica_takes_its_share_of_the_budget() -> None:
         assert not pacer.short("chat.update")
         pacer._bucket("chat.update", None).reserve(0.0)  # type: ignore[union-attr]
     assert pacer.short("chat.update")
+
+
+def test_a_claim_takes_a_slot_only_when_it_is_free_within_the_wait() -> None:
+    now = [0.0]
+    pacer = Pacer(clock=lambda: now[0])
+    # chat.startStream: Tier 2, bursts of 5 with one kept back, then one every ~3.2 s.
+    assert [pacer.claim("chat.startStream", 1.0) for _ in range(5)] == [True] * 4 + [False]
+    assert pacer.claim("chat.startStream", 4.0)  # the next slot, about 3.2 s on
+    assert not pacer.claim("chat.startStream", 4.0)  # the one after is past 4 s
+    assert pacer.claim("chat.postMessage", 1.0, channel="C1")  # other buckets are their own
+    now[0] = 100.0
+    assert pacer.claim("chat.startStream", 0.0)  # refilled
+
+
+async def test_a_claimed_slot_is_spent_by_the_next_call_not_taken_twice() -> None:
+    now = [0.0]
+    pacer = Pacer(clock=lambda: now[0])
+    assert pacer.claim("chat.startStream", 0.0)
+    for _ in range(3):  # the claimed slot and the three others of the burst: no waiting
+        await asyncio.wait_for(pacer.take("chat.startStream"), 0.5)
+    await asyncio.wait_for(pacer.take("chat.startStream"), 0.5)
+    assert pacer.short("chat.startStream")
+
+
+def test_a_bucket_being_spent_is_busy_until_it_refills() -> None:
+    now = [0.0]
+    pacer = Pacer(clock=lambda: now[0])
+    assert not pacer.busy("chat.postMessage", "C1")
+    assert pacer.claim("chat.postMessage", 0.0, channel="C1")
+    assert pacer.busy("chat.postMessage", "C1")
+    assert not pacer.busy("chat.postMessage", "C2")  # each channel its own
+    now[0] = 10.0
+    assert not pacer.busy("chat.postMessage", "C1")

@@ -17,7 +17,6 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.runs.notices import Queued
 from bot.runs.output import Thread
 from bot.slack.outbox import SlackOutbox
-from bot.slack.output import SlackThreadOutput
 from bot.slack.queue_notice import QueueNotices, notice_finder, queue_renderer
 from bot.store import QUEUE_NOTICE, SQLiteStore
 from tests.support.slack_api import SlackAPIStandIn, SlackCall
@@ -127,15 +126,6 @@ async def test_two_senders_and_a_restart_edit_one_notice_per_burst(tmp_path: Pat
             assert "queue of this channel is empty" in shown(slack, post)
         edited = {str(c.params["ts"]) for c in slack.calls_to("chat.update")}
         assert edited == {str(post.response["ts"])}
-
-
-async def test_without_a_store_a_queued_message_is_told_in_its_thread(tmp_path: Path) -> None:
-    async with SlackAPIStandIn() as slack:
-        output = SlackThreadOutput(AsyncWebClient(token="xoxb-test", base_url=slack.url))
-        thread = Thread("T1", CHANNEL, "1700000000.000100")
-        await output.say(thread, Queued(limit=1, ahead=2))
-        [post] = slack.calls_to("chat.postMessage")
-        assert post.params["thread_ts"] == thread.thread_ts
 
 
 async def test_a_notice_someone_deleted_is_posted_anew(tmp_path: Path) -> None:

@@ -1,14 +1,17 @@
-"""Streaming answers under Slack's limits: an answer takes at most five messages (the
+"""Streaming answers under Slack's limits: an answer streams only while a stream slot is free
+(else it is posted whole), an answer takes at most five messages (the
 whole of it attached as a file) on every path, streaming or post-and-edit, and a 429 on
 `chat.startStream` is waited out instead of turning streaming off."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import pytest
 
 from bot.slack.app import CountingWebClient
+from bot.slack.endings import Ending, finish_answer
 from bot.slack.pacing import Pacer
 from bot.slack.streaming import MAX_MESSAGES, ThreadReply
 from tests.support.slack_api import SlackAPIStandIn
@@ -106,3 +109,84 @@ async def test_a_stream_whose_appends_fail_is_taken_over_not_repeated(
     assert shown[0]["ts"] == started.response["ts"]  # edited in place, not posted again
     assert " ".join(str(m["text"]) for m in shown).split() == (PIECE * 4).split()
     assert messages(slack) <= MAX_MESSAGES
+
+
+class Keeper:
+    """An `AnswerKeeper` in memory: what the outbox does with an answer's ending."""
+
+    def __init__(self) -> None:
+        self.endings: list[Ending] = []
+        self.released = 0
+
+    async def keep(self, ending: Ending) -> str | None:
+        self.endings.append(ending)
+        return str(len(self.endings))
+
+    async def kept(self, row_id: str) -> None:
+        return None
+
+    async def release(self, row_id: str) -> None:
+        self.released += 1
+
+
+def slotted(slack: SlackAPIStandIn, free: bool) -> ThreadReply:
+    answer = reply(slack, person="UREQ")
+    answer.stream_slot = lambda: free
+    answer.keeper = Keeper()
+    return answer
+
+
+async def test_with_no_stream_slot_free_an_answer_is_posted_whole_once(
+    slack: SlackAPIStandIn,
+) -> None:
+    answer = slotted(slack, free=False)
+    for piece in ("Checked ", "host-1: ", "all fine."):
+        await answer.append(piece)
+    assert slack.calls == []  # nothing sent while it is being written
+    await answer.close(blocks=[{"type": "divider"}])
+    [post] = [c for c in slack.calls if c.method != "auth.test"]
+    assert post.method == "chat.postMessage" and post.ok
+    assert post.params["text"] == "Checked host-1: all fine."
+    assert {"type": "divider"} in post.params["blocks"]
+
+
+async def test_with_a_stream_slot_free_an_answer_streams(slack: SlackAPIStandIn) -> None:
+    answer = slotted(slack, free=True)
+    await answer.append("All checks passed.")
+    await answer.close()
+    assert [c.method for c in slack.calls if c.ok] == ["chat.startStream", "chat.stopStream"]
+
+
+async def test_a_long_answer_with_no_slot_is_posted_in_whole_messages_never_edited(
+    slack: SlackAPIStandIn,
+) -> None:
+    answer = slotted(slack, free=False)
+    for _ in range(100):  # 200,000 characters
+        await answer.append(PIECE)
+    await answer.close()
+    methods = Counter(c.method for c in slack.calls if c.ok)
+    assert methods["chat.postMessage"] == MAX_MESSAGES
+    assert methods["chat.update"] == 0 and methods["chat.startStream"] == 0
+    assert methods["files.completeUploadExternal"] == 1
+
+
+async def test_an_ending_posted_whole_and_sent_again_shows_once(slack: SlackAPIStandIn) -> None:
+    """A replica died after posting an answer whole, before its row was done: the sender that
+    finishes the row finds the message by its mark and redraws it."""
+    client = reply(slack, person="UREQ").client
+    ending = Ending("C1", "1700000000.000100", None, "All checks passed.", mark="m1")
+    await finish_answer(client, ending.params())
+    await finish_answer(client, ending.params(), retried=True)
+    shown = [m for m in slack.messages if "All checks passed." in str(m.get("text"))]
+    assert len(shown) == 1
+    assert [c.ok for c in slack.calls_to("chat.update")] == [True]
+
+
+async def test_an_ending_never_posted_is_posted_when_sent_again(slack: SlackAPIStandIn) -> None:
+    """The replica that kept it died before posting: the thread has nothing of it (Slack may
+    even say the thread is not found), and the sender posts it."""
+    client = reply(slack, person="UREQ").client
+    ending = Ending("C1", "1700000000.000100", None, "All checks passed.", mark="m1")
+    await finish_answer(client, ending.params(), retried=True)
+    shown = [m for m in slack.messages if "All checks passed." in str(m.get("text"))]
+    assert len(shown) == 1

@@ -37,6 +37,7 @@ __all__ = [
     "home_tabs",
     "long_answers",
     "problems",
+    "restart_answers",
     "thread_text",
     "tool_call_sse",
 ]
@@ -57,6 +58,8 @@ class Storm:
 
     bot: Bot
     acks: list[float] = field(default_factory=list)
+    mentioned: float = 0.0
+    """When the last mention was acknowledged (`time.monotonic`): the storm had arrived."""
 
     async def timed(self, ack: Awaitable[T]) -> T:
         started = time.monotonic()
@@ -66,7 +69,10 @@ class Storm:
             self.acks.append(time.monotonic() - started)
 
     async def mention(self, text: str, channel: str, user: str = REQUESTER) -> str:
-        return await self.timed(self.bot.mention(text, channel=channel, user=user))
+        try:
+            return await self.timed(self.bot.mention(text, channel=channel, user=user))
+        finally:
+            self.mentioned = time.monotonic()
 
     async def approve(self, ledger_id: str, user: str = APPROVER) -> None:
         response = await self.timed(self.bot.click("opsgate_approve", ledger_id, user=user))
@@ -153,15 +159,17 @@ def _jobs_done(bot: Bot, roots: Sequence[str]) -> list[str]:
         answers = [
             m
             for m in bot.slack.messages
-            if m.get("thread_ts") == root and str(m.get("text")).startswith("Done: ")
+            # In a storm the command's output heads the answer's message (`bot.slack.held_outputs`).
+            if m.get("thread_ts") == root and "Done: " in str(m.get("text"))
         ]
         if len(answers) != 1:
             out.append(f"job {i} answered {len(answers)} times")
     return out
 
 
-def problems(storm: Storm) -> list[str]:
-    """What no storm may leave behind (see the module docstring)."""
+def problems(storm: Storm, dropped: int | None = None) -> list[str]:
+    """What no storm may leave behind (see the module docstring). `dropped`: the writes the
+    outboxes dropped, when the storm went through more than its own bot's."""
     bot, slack = storm.bot, storm.bot.slack
     told = [t for t in texts(slack) if "ratelimited" in t or "couldn't post" in t]
     out = [f"told: {t[:80]!r}" for t in told[:3]]
@@ -176,7 +184,8 @@ def problems(storm: Storm) -> list[str]:
     stopped = {str(c.params.get("ts")) for c in slack.calls_to("chat.stopStream") if c.ok}
     if started - stopped:
         out.append(f"{len(started - stopped)} streams left open (a timeline or an answer)")
-    dropped = bot.service.ctx.output.outbox.dropped  # type: ignore[attr-defined]
+    if dropped is None:
+        dropped = sum(bot.service.ctx.output.outbox.dropped.values())  # type: ignore[attr-defined]
     if dropped:
         out.append(f"dropped {dropped}")
     slow = [a for a in storm.acks if a >= ACK_SECONDS]
@@ -275,6 +284,38 @@ async def long_answers(storm: Storm, answers: int, chars: int) -> Check:
             if shown.count("Line of the long answer.") != lines:
                 out.append(f"thread {root} shows {len(shown)} characters")
         return out
+
+    return check
+
+
+async def restart_answers(storm: Storm, answers: int, channels: int) -> Check:
+    """`answers` mentions over `channels` channels whose runs are waiting on the model (or
+    queued behind them) when the bot stops; its `restart_gate` (on the model stand-in) is set
+    once the bot has started again, and the restarted bot answers every one (its recovery
+    requeues them: no call had begun)."""
+    bot = storm.bot
+    gate = asyncio.Event()
+    bot.llm.restart_gate = gate  # type: ignore[attr-defined]
+
+    async def answer(body: dict[str, Any]) -> web.StreamResponse:
+        await gate.wait()
+        n = _last_user(body).rsplit(" ", 1)[-1]
+        return answer_sse(body, f"Recovered host-{n}: " + FINE)
+
+    for _ in range(2 * answers):
+        bot.llm.reply_with(answer)
+    roots = await asyncio.gather(
+        *(storm.mention(f"alert {i}", f"C0BACK{i % channels:02d}") for i in range(answers))
+    )
+    running = sum(min(2, len(range(c, answers, channels))) for c in range(channels))
+    await bot.llm.wait_for_requests(running, timeout=60)
+
+    def check() -> list[str]:
+        return [
+            f"answer {i} shown {n} times"
+            for i, root in enumerate(roots)
+            if (n := thread_text(bot.slack, root).count(f"Recovered host-{i}: {FINE}")) != 1
+        ]
 
     return check
 

@@ -1,0 +1,50 @@
+"""The sender's slots go to the rows whose Slack bucket can take them now: a row that would
+wait past `HOLD_SECONDS` for its bucket (a spent workspace-wide tier) is put back until then,
+so a post in another channel is not queued behind it. Over the real outbox (SQLite) and the
+Slack stand-in, the pacer's clock held still (the spent bucket never refills)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from bot.slack.app import CountingWebClient
+from bot.slack.outbox import NOTICE, SlackOutbox
+from bot.slack.pacing import Pacer
+from bot.store import OutboxEntry, SQLiteStore
+from tests.support.slack_api import SlackAPIStandIn
+
+
+async def test_rows_behind_a_spent_bucket_leave_the_others_their_slots(tmp_path: Path) -> None:
+    async with SlackAPIStandIn() as slack, SQLiteStore(tmp_path / "opsgate.db") as store:
+        pacer = Pacer(clock=lambda: 0.0)
+        while pacer.claim("reactions.add", 0.0):  # a storm spent Tier 3's reactions
+            pass
+        client = CountingWebClient(
+            on_error=lambda method: None,
+            pacer=pacer,
+            token="xoxb-test-token",
+            base_url=slack.url,
+            retry_handlers=[],
+        )
+        outbox = SlackOutbox(store, client, claimer="local", poll=0.05, concurrency=2)
+        marks = [
+            OutboxEntry(
+                "reactions.add",
+                {"channel": "C1", "timestamp": f"1700000000.00{n:04d}", "name": "eyes"},
+                NOTICE,
+                channel_id="C1",
+            )
+            for n in range(4)
+        ]
+        post = {"channel": "C2", "thread_ts": "1700000000.000100", "text": "answer"}
+        await outbox.put(marks)
+        await outbox.put([OutboxEntry("chat.postMessage", post, NOTICE, channel_id="C2")])
+        sender = asyncio.create_task(outbox.run())
+        try:
+            await slack.wait_for("chat.postMessage", where=lambda c: c.ok, timeout=5)
+        finally:
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+        assert slack.calls_to("reactions.add") == []  # still waiting for their bucket
+        assert not outbox.idle  # what was put back is still owed
