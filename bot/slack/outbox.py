@@ -77,6 +77,9 @@ HOLD_SECONDS = 1.0
 longer is put back until then, so that the sender's slots go to the rows whose bucket can take
 them now (a post in another channel, a card's redraw), not to a queue behind one bucket."""
 
+_IN_FLIGHT = frozenset({ANSWER_ENDING, UPLOAD, "chat.update", "views.publish"})
+"""Rows never put back for their budget (`_budget_wait`)."""
+
 _GONE = {"message_not_found", "cant_update_message"}
 _DONE_ANYWAY = {"already_reacted", "no_reaction", *_GONE}
 """Errors that mean the write has nothing left to do (it was applied, or cannot be)."""
@@ -467,13 +470,13 @@ class SlackOutbox:
 
     def _budget_wait(self, row: OutboxRow, write: Write) -> float:
         """Seconds `write` would wait for its bucket, when the row may be put back for them
-        (written as it is: not an intent, nor an answer's ending or a file's several steps)."""
+        (written as it is: not an intent, nor an answer's ending or a file's several steps;
+        nor an edit or a Home tab, which wait their turn in flight behind cards: `_turn`)."""
         pacer = getattr(self.client, "pacer", None)
-        if pacer is None or row.method in self._renderers or row.method in (ANSWER_ENDING, UPLOAD):
+        if pacer is None or row.method in self._renderers or row.method in _IN_FLIGHT:
             return 0.0
         channel = write.params.get("channel")
-        wait: float = pacer.due_in(write.method, str(channel) if channel else None)
-        return wait
+        return float(pacer.due_in(write.method, str(channel) if channel else None))
 
     async def _put_back(self, row: OutboxRow, wait: float) -> None:
         due = self.clock() + timedelta(seconds=wait)

@@ -300,6 +300,9 @@ class PutBack:
     def __contains__(self, row_id: object) -> bool:
         return row_id in self._due
 
+    def __len__(self) -> int:
+        return len(self._due)
+
     def owed(self, now: datetime, grace: timedelta) -> bool:
         self._due = {row: due for row, due in self._due.items() if now - due <= grace}
         return bool(self._due)

@@ -93,7 +93,8 @@ async def test_a_cards_redraw_goes_before_the_notice_edits_waiting_for_the_bucke
         cards = [edit(where[notes + i], f"card {i}", CARD, f"card:{i}") for i in range(3)]
         await outbox.put(cards)
         waits = notes - BURST + 3
-        await until(lambda: len(outbox._inflight) == waits, f"{waits} rows waiting")
+        # Each waits in flight for its turn, or put back until its bucket can take it.
+        await until(lambda: len(outbox._inflight) + len(outbox._later) == waits, f"{waits} wait")
         clock.advance(60)  # the bucket refills
         await asyncio.wait_for(outbox.wait_idle(), 30)
     order = applied(slack)
