@@ -21,6 +21,7 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
 
+from .approvals.pagerduty import start_pagerduty
 from .observability import HealthServerError, Metrics
 from .observability.audit_export import AuditExporter
 from .observability.health import ReadinessCheck, socket_mode_check
@@ -35,10 +36,9 @@ from .plane.http import PlaneRoutes, plane_desk
 from .runs.replicas import start_replica_duties
 from .runs.service import RunService
 from .settings import Settings
-from .slack import ListenerTasks
+from .slack import ListenerTasks, user_by_email
 from .slack.mcp_review import post_reviews
 from .slack.mrkdwn import user_mention
-from .slack.oncall import start_pagerduty
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
 from .slack.signin import SignIn, connect_socket_mode, sign_in, socket_mode_handler
@@ -136,7 +136,7 @@ async def started(
     await post_reviews(deps.store, deps.policy)  # changed MCP tools' review cards, once each
     await sign_in(bot.app, signing_in or SignIn())  # before the first burst, once, not per request
     await service.recover()
-    await start_pagerduty(settings, deps.policy, bot.client, deps.tasks, deps.clock)
+    await start_pagerduty(settings, deps.policy, user_by_email(bot.client), deps.tasks, deps.clock)
     deps.tasks.spawn(bot.timer.run(service.expire_due), name="expiry", service=True)
     start_replica_duties(deps.tasks, service, interval=settings.opsgate_heartbeat_seconds)
     checks = {**_audit_export(deps, metrics), "outbox": outbox_check(outbox.stuck_for)}

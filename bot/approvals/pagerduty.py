@@ -19,7 +19,11 @@ from typing import Final
 
 import httpx
 
-__all__ = ["FRESH", "HOLD", "LookupEmail", "PagerDutyOncall"]
+from ..policy import Policy
+from ..settings import Settings
+from ..tasks import TaskSupervisor
+
+__all__ = ["FRESH", "HOLD", "LookupEmail", "PagerDutyOncall", "start_pagerduty"]
 
 logger = logging.getLogger("opsgate.approvals")
 
@@ -113,3 +117,38 @@ class PagerDutyOncall:
             if isinstance(user.get("email"), str):
                 return str(user["email"])
         return None
+
+
+async def start_pagerduty(
+    settings: Settings,
+    policy: Policy,
+    lookup_email: LookupEmail,
+    tasks: TaskSupervisor,
+    clock: Callable[[], datetime],
+) -> PagerDutyOncall | None:
+    """With schedules in the policy: fetch each once, hand the policy the answers, and keep
+    them fresh in the background. Without a token every schedule's on-call is nobody."""
+    schedules = policy.pagerduty_schedules
+    if not schedules:
+        return None
+    token = settings.pagerduty_token.get_secret_value() if settings.pagerduty_token else ""
+    http = httpx.AsyncClient()
+    paging = PagerDutyOncall(
+        http,
+        token=token,
+        base_url=settings.pagerduty_api_url,
+        lookup_email=lookup_email,
+        clock=clock,
+    )
+    policy.page_with(paging.known, paging.why_nobody)
+    for schedule in schedules:
+        await paging.refresh(schedule)
+
+    async def run() -> None:
+        try:
+            await paging.run(schedules)
+        finally:
+            await http.aclose()
+
+    tasks.spawn(run(), name="pagerduty on-call", service=True)
+    return paging

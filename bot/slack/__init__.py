@@ -7,7 +7,15 @@ Nothing outside this package calls the Slack Web API for a thread.
 
 from __future__ import annotations
 
-from .app import ListenerTasks, bolt_app, channel_members, group_members, register, slack_client
+from .app import (
+    ListenerTasks,
+    bolt_app,
+    channel_members,
+    group_members,
+    register,
+    slack_client,
+    user_by_email,
+)
 from .output import SlackThreadOutput
 
 __all__ = [
@@ -18,4 +26,5 @@ __all__ = [
     "group_members",
     "register",
     "slack_client",
+    "user_by_email",
 ]

@@ -30,6 +30,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from ..approvals import FetchMembers
+from ..approvals.pagerduty import LookupEmail
 from ..policy import Policy
 from ..runs.service import RunService
 from ..settings import Settings
@@ -45,6 +46,7 @@ __all__ = [
     "group_members",
     "register",
     "slack_client",
+    "user_by_email",
 ]
 
 logger = logging.getLogger("opsgate.slack")
@@ -81,6 +83,18 @@ def group_members(client: AsyncWebClient) -> FetchMembers:
         return [str(user) for user in users]
 
     return members
+
+
+def user_by_email(client: AsyncWebClient) -> LookupEmail:
+    """How PagerDuty's on-call email becomes a Slack user (`users.lookupByEmail`, scope
+    `users:read.email`): `bot.approvals.pagerduty`."""
+
+    async def lookup(email: str) -> str | None:
+        response = await client.users_lookupByEmail(email=email)
+        user = response.get("user") or {}
+        return str(user["id"]) if user.get("id") else None
+
+    return lookup
 
 
 def channel_members(client: AsyncWebClient) -> FetchMembers:

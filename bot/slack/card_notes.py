@@ -1,7 +1,8 @@
 """The parts of an approval card that say why the call is there and what it still needs: the
 model's stated reason, each rule that must approve, the parts of a command the policy judged,
-why "Allow for" is absent, the line a decided card leads with, and the line naming an MCP
-server's tool.
+why "Allow for" is absent, the line a decided card leads with, the line naming an MCP
+server's tool, and what an outside request's card adds (`bot.plane`: who asked, why, and that
+OpsGate will not run the command itself; the caller does, once approved).
 
 The model's words and a command's text are untrusted: they reach mrkdwn only through
 `bot.slack.mrkdwn`, on one line each, so they cannot draw a line of the card of their own.
@@ -18,6 +19,7 @@ from .mrkdwn import (
     escape_mrkdwn,
     neutralise_links,
     one_line,
+    requester_text,
     slack_date,
     user_mention,
 )
@@ -28,6 +30,7 @@ __all__ = [
     "decided_title",
     "no_allow_blocks",
     "outcome_text",
+    "outside_blocks",
     "parts_blocks",
     "reason_blocks",
     "requirements_blocks",
@@ -187,3 +190,19 @@ def server_tool_text(tool: ServerTool) -> str:
     hints = f" · _{escape_cut(', '.join(labels), 200)}_" if labels else ""
     warning = ":warning: *destructive* · " if tool.destructive else ""
     return f"{warning}{named}{hints}"
+
+
+_OUTSIDE_REASON_MAX = 1500
+
+
+def outside_blocks(call: CardCall) -> list[Block]:
+    """Who asked from outside, why, and who runs the command (the caller, not OpsGate)."""
+    if call.outside is None:
+        return []
+    client = escape_cut(call.outside.client, 80)
+    who = f" for {requester_text(call.requested_by)}" if call.requested_by else ""
+    text = f":inbox_tray: Asked by *{client}* (outside automation){who}."
+    if call.outside.reason:
+        text += f"\n*Reason:* {escape_cut(call.outside.reason, _OUTSIDE_REASON_MAX)}"
+    text += f"\nOpsGate will not run this itself: {client} runs it once approved."
+    return [SectionBlock(text=MarkdownTextObject(text=text, verbatim=True))]

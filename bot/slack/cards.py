@@ -34,6 +34,7 @@ from .card_notes import (
     decided_title,
     no_allow_blocks,
     outcome_text,
+    outside_blocks,
     server_tool_text,
     why_blocks,
 )
@@ -59,7 +60,6 @@ from .mrkdwn import (
     slack_date,
     user_mention,
 )
-from .outside import outside_blocks
 from .previews import preview_blocks, preview_digest_text, rerun_button
 
 __all__ = [
