@@ -53,6 +53,10 @@ def _read(fd: int) -> str | None:
         return ""
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def _chat(tmp_path: Path, llm: LLMStandIn) -> tuple[asyncio.subprocess.Process, _Terminal]:
     """A chat on `tmp_path`'s database (the same one every time) in a fresh pty."""
     master, slave = pty.openpty()
@@ -64,7 +68,16 @@ async def _chat(tmp_path: Path, llm: LLMStandIn) -> tuple[asyncio.subprocess.Pro
         "OPSGATE_DB": str(tmp_path / "opsgate.db"),
     }
     proc = await asyncio.create_subprocess_exec(
-        str(OPSGATE), "chat", cwd=tmp_path, env=env, stdin=slave, stdout=slave, stderr=slave
+        str(OPSGATE),
+        "chat",
+        cwd=tmp_path,
+        env=env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        # As from a terminal: a runner started in the background without job control (CI
+        # under `&`) ignores SIGINT, and its children would inherit that.
+        preexec_fn=_default_sigint,
     )
     os.close(slave)
     return proc, _Terminal(master)
