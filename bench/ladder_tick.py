@@ -77,8 +77,19 @@ CLICKED = POLICY.replace(
 
 
 class Clock:
+    """The bot's clock: `now` set by the bench, moving on with real seconds meanwhile (the
+    outbox sends a settling row, a Home tab, once its few seconds have passed)."""
+
     def __init__(self) -> None:
-        self.now = T0
+        self._set, self._at = T0, time.monotonic()
+
+    @property
+    def now(self) -> datetime:
+        return self._set + timedelta(seconds=time.monotonic() - self._at)
+
+    @now.setter
+    def now(self, moment: datetime) -> None:
+        self._set, self._at = moment, time.monotonic()
 
     def __call__(self) -> datetime:
         return self.now
