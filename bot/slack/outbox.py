@@ -40,7 +40,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ..faults import checkpoint
 from ..store import REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, OutboxWake
 from .endings import ANSWER_ENDING, Ending, finish_answer
-from .pacing import PutBack, RateLimited, bucket_short
+from .pacing import PutBack, RateLimited, bucket_short, pacer_of
 
 __all__ = [
     "ANSWER",
@@ -472,11 +472,11 @@ class SlackOutbox:
         """Seconds `write` would wait for its bucket, when the row may be put back for them
         (written as it is: not an intent, nor an answer's ending or a file's several steps;
         nor an edit or a Home tab, which wait their turn in flight behind cards: `_turn`)."""
-        pacer = getattr(self.client, "pacer", None)
+        pacer = pacer_of(self.client)
         if pacer is None or row.method in self._renderers or row.method in _IN_FLIGHT:
             return 0.0
         channel = write.params.get("channel")
-        return float(pacer.due_in(write.method, str(channel) if channel else None))
+        return pacer.due_in(write.method, str(channel) if channel else None)
 
     async def _put_back(self, row: OutboxRow, wait: float) -> None:
         due = self.clock() + timedelta(seconds=wait)

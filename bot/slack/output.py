@@ -45,7 +45,7 @@ from .modals import allow_modal, edit_modal, reject_modal
 from .mrkdwn import escape_cut, message_link, truncate, user_mention
 from .notices import card_file, render
 from .outbox import CARD, NOTICE, REACTION, UPLOAD, SlackOutbox
-from .pacing import Pacer, bucket_short
+from .pacing import bucket_short, pacer_of
 from .queue_notice import QueueNotices
 from .redraws import card_update
 from .streaming import START_WITHIN, ThreadReply
@@ -440,22 +440,20 @@ class SlackReplies:
 
 def _posts_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
     """The paced client's "this channel's posts are being spent" test (a storm there)."""
-    pacer = getattr(client, "pacer", None)
-    if not isinstance(pacer, Pacer):
+    if (pacer := pacer_of(client)) is None:
         return None
     return lambda channel: pacer.busy("chat.postMessage", channel)
 
 
 def _reaction_slot(client: AsyncWebClient) -> bool:
     """A `reactions.add` can be sent within a second (its token taken for it)."""
-    pacer = getattr(client, "pacer", None)
-    return not isinstance(pacer, Pacer) or pacer.claim("reactions.add", 1.0)
+    pacer = pacer_of(client)
+    return pacer is None or pacer.claim("reactions.add", 1.0)
 
 
 def _stream_slot(client: AsyncWebClient) -> Callable[[], bool] | None:
     """Takes a `chat.startStream` slot free within `START_WITHIN` (the paced client's)."""
-    pacer = getattr(client, "pacer", None)
-    if not isinstance(pacer, Pacer):
+    if (pacer := pacer_of(client)) is None:
         return None
     return lambda: pacer.claim("chat.startStream", START_WITHIN)
 

@@ -36,6 +36,7 @@ __all__ = [
     "RateLimited",
     "Tier",
     "bucket_short",
+    "pacer_of",
     "retry_after",
 ]
 
@@ -277,10 +278,16 @@ class Pacer:
                     await asyncio.sleep(wait)
 
 
+def pacer_of(client: object) -> Pacer | None:
+    """The pacer of a paced Web API client (`bot.slack.app.CountingWebClient`), else None."""
+    pacer = getattr(client, "pacer", None)
+    return pacer if isinstance(pacer, Pacer) else None
+
+
 def bucket_short(client: object) -> Callable[[str], bool] | None:
     """The paced client's "bucket is short" test (`Pacer.short`), None when it is not paced."""
-    pacer = getattr(client, "pacer", None)
-    return pacer.short if isinstance(pacer, Pacer) else None
+    pacer = pacer_of(client)
+    return pacer.short if pacer is not None else None
 
 
 class PutBack:
