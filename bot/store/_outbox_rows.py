@@ -67,6 +67,28 @@ def card_redraw(ledger_id: str, channel_id: str | None) -> OutboxEntry:
     )
 
 
+_INSERT = (
+    "INSERT INTO outbox (id, priority, method, channel_id, key, params, meta, created_at,"
+    " not_before, attempts)"
+    " VALUES (:id, :priority, :method, :channel, :key, :params, :meta, :created, :due, 0)"
+)
+
+
+def _row(db: Db, entry: OutboxEntry, created: Any, due: Any) -> dict[str, Any]:
+    """`_INSERT`'s parameters for `entry`, a new row."""
+    return {
+        "id": new_id(),
+        "priority": entry.priority,
+        "method": entry.method,
+        "channel": entry.channel_id,
+        "key": entry.key,
+        "params": db.json_in(dict(entry.params)),
+        "meta": db.json_in(dict(entry.meta)),
+        "created": created,
+        "due": due,
+    }
+
+
 async def put_rows(db: Db, tx: Tx, entries: Sequence[OutboxEntry], now: Any) -> list[str]:
     """Store `entries` in the caller's transaction; the ids of the rows stored. An unsent row
     of an entry's key is superseded: deleted here, so no sender on any replica sends it."""
@@ -81,24 +103,9 @@ async def put_rows(db: Db, tx: Tx, entries: Sequence[OutboxEntry], now: Any) -> 
             )
             if entry.cancels and dropped:
                 continue
-        row_id = new_id()
-        await tx.execute(
-            "INSERT INTO outbox (id, priority, method, channel_id, key, params, meta,"
-            " created_at, not_before, attempts)"
-            " VALUES (:id, :priority, :method, :channel, :key, :params, :meta, :created, :due, 0)",
-            {
-                "id": row_id,
-                "priority": entry.priority,
-                "method": entry.method,
-                "channel": entry.channel_id,
-                "key": entry.key,
-                "params": db.json_in(dict(entry.params)),
-                "meta": db.json_in(dict(entry.meta)),
-                "created": created,
-                "due": due,
-            },
-        )
-        ids.append(row_id)
+        row = _row(db, entry, created, due)
+        await tx.execute(_INSERT, row)
+        ids.append(str(row["id"]))
     return ids
 
 
@@ -120,13 +127,6 @@ async def _burst(db: Db, tx: Tx, entry: OutboxEntry, now: Any) -> tuple[Any, Any
     return db.time_in(first), db.time_in(min(moment + settle, first + SETTLE_MAX * settle))
 
 
-_INSERT = (
-    "INSERT INTO outbox (id, priority, method, channel_id, key, params, meta, created_at,"
-    " not_before, attempts)"
-    " VALUES (:id, :priority, :method, :channel, :key, :params, :meta, :now, :now, 0)"
-)
-
-
 async def put_many(db: Db, tx: Tx, entries: Sequence[OutboxEntry], now: Any) -> None:
     """`put_rows` in two statements, for hundreds of entries at once (the ladder's tick): the
     unsent rows their keys supersede deleted together, then every row inserted together; of
@@ -143,18 +143,6 @@ async def put_many(db: Db, tx: Tx, entries: Sequence[OutboxEntry], now: Any) -> 
             "DELETE FROM outbox WHERE key = :key AND claimed_until IS NULL",
             [{"key": key} for key in last],
         )
-    rows = [
-        {
-            "id": new_id(),
-            "priority": entry.priority,
-            "method": entry.method,
-            "channel": entry.channel_id,
-            "key": entry.key,
-            "params": db.json_in(dict(entry.params)),
-            "meta": db.json_in(dict(entry.meta)),
-            "now": now,
-        }
-        for entry in kept
-    ]
+    rows = [_row(db, entry, now, now) for entry in kept]
     if rows:
         await tx.execute_many(_INSERT, rows)
