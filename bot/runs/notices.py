@@ -15,8 +15,7 @@ from typing import Literal
 from agent_core.outcomes import CallOutcome
 
 from ..approvals import Refused
-from ..store.reasons import CancelReason, DecisionReason
-from ..store.states import CardLock
+from ..store.models import CancelReason, CardLock, DecisionReason
 from ..words import format_duration
 from .views import AllowanceInfo, ChannelHelp, PendingEntry
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from ..store.delegations import Delegation
-from ..store.states import CardLock
+from ..store.ladder import Delegation
+from ..store.models import CardLock
 
 __all__ = [
     "PREVIEW_CHARS",

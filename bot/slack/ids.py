@@ -21,7 +21,7 @@ from typing import Any, get_args
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..runs.views import CardCall, CardRef
-from ..store.states import CardLock
+from ..store.models import CardLock
 
 __all__ = [
     "ACTION_ALLOW",

@@ -10,7 +10,6 @@ it knows Slack ids only as strings and never imports a Slack library.
 
 from .backends import open_store
 from .db import utc_now
-from .delegations import Delegation
 from .errors import (
     DatabaseLocked,
     DatabaseReplaced,
@@ -22,26 +21,45 @@ from .errors import (
     UnknownCall,
     UnknownSession,
 )
-from .feedback import Vote, VoteValue
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
 from .health import WriteHealth, require_writable
-from .ladder import Claimed, LadderClaim
+from .ladder import Claimed, Delegation, LadderClaim
+from .ledger import RecordedCall
 from .mcp_pins import ListedTool, McpPin
 from .models import (
     AllowanceGrant,
     AllowanceRow,
     AllowOutcome,
+    AlreadyApprovedByYou,
+    AlreadyDecided,
+    ArgumentsChanged,
     AssistantThread,
     AuditEvent,
     AuditRow,
+    BatchMovedOn,
+    CallExpired,
+    CallStatus,
     CancelOutcome,
+    CancelReason,
+    CardLock,
     DecisionOutcome,
+    DecisionReason,
+    EditNotAllowed,
     EnqueueOutcome,
     HomeViewer,
     InboxItem,
+    InboxKind,
+    MoreApprovalsNeeded,
+    NeedsNoApproval,
+    NoAllowanceOffered,
+    NotWaiting,
     PendingApproval,
+    PreviewChanged,
     QueueItem,
+    QueueState,
     RecoveredSession,
+    RunState,
+    SelfAllow,
     SessionRow,
     StoredInput,
     StoredPreview,
@@ -60,31 +78,13 @@ from .outbox import (
 from .plane import PlaneRequest, PlaneState
 from .queue_notices import QUEUE_NOTICE, QUEUE_PRIORITY, QueueNotice, queue_redraw
 from .quorum import Quorum, QuorumState, Ruling, Shortfall
-from .reasons import (
-    AlreadyApprovedByYou,
-    AlreadyDecided,
-    ArgumentsChanged,
-    BatchMovedOn,
-    CallExpired,
-    CancelReason,
-    DecisionReason,
-    EditNotAllowed,
-    MoreApprovalsNeeded,
-    NeedsNoApproval,
-    NoAllowanceOffered,
-    NotWaiting,
-    PreviewChanged,
-    SelfAllow,
-)
-from .recorded import RecordedCall
 from .replicas import LeaseHolder, Wake, WakeSource
 from .rules import HOME_VIEWERS_KEPT, SEEN_EVENT_TTL, card_state
 from .rules import already as already_reason
 from .schema import SCHEMA_VERSION
+from .sessions import StoredTimeline, Vote, VoteValue
 from .sqlite import SQLiteStore
-from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
 from .store import Store
-from .timelines import StoredTimeline
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AllowOutcome",

@@ -17,21 +17,19 @@ from bot.faults import checkpoint
 from .core import StoreCore
 from .db import Row, Tx
 from .models import (
+    AlreadyApprovedByYou,
     CancelOutcome,
     DecisionOutcome,
+    DecisionReason,
+    MoreApprovalsNeeded,
+    NeedsNoApproval,
     PendingApproval,
+    PreviewChanged,
     SessionRow,
     StoredPreview,
     ToolCallRow,
 )
 from .quorum import ONE_APPROVAL, Ruling, Tally, counting, tally
-from .reasons import (
-    AlreadyApprovedByYou,
-    DecisionReason,
-    MoreApprovalsNeeded,
-    NeedsNoApproval,
-    PreviewChanged,
-)
 from .rules import already, arguments_changed, cancel_outcome, cancel_refusal
 
 __all__ = ["Decisions", "decide_in"]

@@ -18,9 +18,8 @@ from bot.faults import checkpoint
 from .core import StoreCore
 from .db import Row, Tx, aware, to_text
 from .decisions import decide_in
-from .models import AllowanceGrant, AllowanceRow, AllowOutcome, DecisionOutcome
+from .models import AllowanceGrant, AllowanceRow, AllowOutcome, DecisionOutcome, MoreApprovalsNeeded
 from .quorum import ONE_APPROVAL, Ruling, tally
-from .reasons import MoreApprovalsNeeded
 from .rules import edit_refusal, edit_summary, new_id
 
 __all__ = ["Edits"]

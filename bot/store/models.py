@@ -1,8 +1,15 @@
-"""What the store hands out: frozen pydantic rows, and the vocabularies of their states."""
+"""What the store hands out: frozen pydantic rows, the vocabularies of their states, and the
+typed reasons a decision or a cancel that changed nothing returns.
+
+The states and the reasons are the rows' own words (a row's `status` is a `CallStatus`, a
+`DecisionOutcome` carries its `DecisionReason`), so they stand here with the rows. The store
+returns reasons, never sentences; `bot.slack` and the terminal turn them into words.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -10,31 +17,194 @@ from pydantic import BaseModel, ConfigDict
 
 from agent_core.batches import undecided_calls
 
-from .quorum import QuorumState
-from .reasons import CancelReason, DecisionReason
-from .states import CallStatus, CardLock, InboxKind, QueueState, RunState
+from .quorum import QuorumState, Shortfall
 
 __all__ = [
     "AllowOutcome",
     "AllowanceGrant",
     "AllowanceRow",
+    "AlreadyApprovedByYou",
+    "AlreadyDecided",
+    "ArgumentsChanged",
     "AssistantThread",
     "AuditEvent",
     "AuditRow",
+    "BatchMovedOn",
+    "CallExpired",
+    "CallStatus",
     "CancelOutcome",
+    "CancelReason",
+    "CardLock",
     "DecisionOutcome",
+    "DecisionReason",
+    "EditNotAllowed",
     "EnqueueOutcome",
     "HomeViewer",
     "InboxItem",
+    "InboxKind",
+    "MoreApprovalsNeeded",
+    "NeedsNoApproval",
+    "NoAllowanceOffered",
+    "NotWaiting",
     "PendingApproval",
+    "PreviewChanged",
     "QueueItem",
+    "QueueState",
     "RecoveredSession",
+    "RunState",
+    "SelfAllow",
     "SessionRow",
     "StoredInput",
     "StoredPreview",
     "ToolCallRow",
     "batch_complete",
 ]
+
+# -- the states a session, a ledger row, a queue item and an inbox row can be in ---------
+
+RunState = Literal["idle", "running", "awaiting_approval", "resuming", "failed"]
+"""A session's run state (`docs/architecture.md`, "Run states"). Only the store's named
+transitions change it: `end_run`, `claim_resume`, `resume_started`, the pause (`record_pause`),
+cancel (`cancel_batch`), queue (`claim_queued` starts a run) and recovery steps."""
+
+CallStatus = Literal[
+    "pending", "approved", "rejected", "expired", "executing", "done", "interrupted", "cancelled"
+]
+"""A ledger row's status. `pending` rows with `needs_approval=False` are held siblings;
+`cancelled` rows never ran because someone cancelled the run while it waited for approval."""
+
+CardLock = Literal["arguments_not_attached", "forbidden"]
+"""Why a card may not be approved: `arguments_not_attached`, the arguments were too long to
+show on the card and the file holding them could not be attached; `forbidden`, a policy rule
+forbids the call (it never runs; the model is told the rule's justification)."""
+
+QueueState = Literal["queued", "started", "done", "cancelled"]
+"""A run-queue item's state: waiting for a slot, its run started, its run ended, or withdrawn."""
+
+InboxKind = Literal["message", "slash", "request"]
+"""What an inbox row holds: a message to the bot (mention, DM, thread reply) or `/opsgate`."""
+
+
+# -- why a decision or a cancel changed nothing ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyDecided:
+    """Somebody decided first (or cancelled the run): who (user ids), when, as what."""
+
+    status: CallStatus
+    by: tuple[str, ...]
+    at: datetime | None
+    kind: Literal["already_decided"] = "already_decided"
+
+
+@dataclass(frozen=True, slots=True)
+class CallExpired:
+    """Nobody decided within the time limit (`ttl` in words); the call did not run."""
+
+    at: datetime | None
+    ttl: str | None
+    kind: Literal["expired"] = "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsNoApproval:
+    """The call is a held sibling: it runs once the batch is decided."""
+
+    kind: Literal["needs_no_approval"] = "needs_no_approval"
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyApprovedByYou:
+    """N-of-M: this person's approval is counted already."""
+
+    kind: Literal["already_approved_by_you"] = "already_approved_by_you"
+
+
+@dataclass(frozen=True, slots=True)
+class MoreApprovalsNeeded:
+    """Recorded, not final: `approvals` of `required` so far (`missing`: each requirement
+    not met yet, when the call has several)."""
+
+    approvals: int
+    required: int
+    missing: tuple[Shortfall, ...] = ()
+    kind: Literal["more_approvals_needed"] = "more_approvals_needed"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMovedOn:
+    """The card belongs to an earlier request of the thread."""
+
+    kind: Literal["batch_moved_on"] = "batch_moved_on"
+
+
+@dataclass(frozen=True, slots=True)
+class NotWaiting:
+    """The run no longer waits for approval (it resumed first, or ended): its `state`."""
+
+    state: RunState
+    kind: Literal["not_waiting"] = "not_waiting"
+
+
+@dataclass(frozen=True, slots=True)
+class EditNotAllowed:
+    """The policy does not let people edit this tool's calls (`allow_edit = false`)."""
+
+    tool: str
+    kind: Literal["edit_not_allowed"] = "edit_not_allowed"
+
+
+@dataclass(frozen=True, slots=True)
+class SelfAllow:
+    """The requester asked for an allowance on their own call."""
+
+    kind: Literal["self_allow"] = "self_allow"
+
+
+@dataclass(frozen=True, slots=True)
+class NoAllowanceOffered:
+    """The policy offers no "Allow for" for this tool in this channel."""
+
+    tool: str
+    kind: Literal["no_allowance_offered"] = "no_allowance_offered"
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentsChanged:
+    """The click came from a card drawn for other arguments (`shown`): the call was edited
+    since, and now has digest `now`. The click counts for nothing; the card is redrawn."""
+
+    shown: str
+    now: str
+    kind: Literal["arguments_changed"] = "arguments_changed"
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewChanged:
+    """The call's preview (its read-only command's output) is not what the clicked card showed:
+    it was run again and changed, or the card was drawn before. The click counts for nothing;
+    the card shows the new preview."""
+
+    kind: Literal["preview_changed"] = "preview_changed"
+
+
+DecisionReason = (
+    AlreadyDecided
+    | ArgumentsChanged
+    | PreviewChanged
+    | CallExpired
+    | NeedsNoApproval
+    | AlreadyApprovedByYou
+    | MoreApprovalsNeeded
+    | EditNotAllowed
+    | SelfAllow
+    | NoAllowanceOffered
+)
+CancelReason = BatchMovedOn | NotWaiting
+
+
+# -- the rows -------------------------------------------------------------------------------
 
 AuditEvent = Literal[
     "request",

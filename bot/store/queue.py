@@ -17,9 +17,8 @@ from typing import Any
 from .core import StoreCore
 from .db import Row, Tx, json_text
 from .errors import StoreError
-from .models import EnqueueOutcome, QueueItem
+from .models import EnqueueOutcome, InboxKind, QueueItem
 from .rules import SEEN_EVENT_TTL
-from .states import InboxKind
 
 __all__ = ["QUEUE_LOCK", "Queue"]
 

@@ -18,8 +18,7 @@ from agent_core.messages import ChatMessage, ToolCall
 from agent_core.outcomes import CallOutcome, Cancelled, Expired, NotRun, Rejected
 from bot.words import format_duration
 
-from .models import ToolCallRow, batch_complete
-from .reasons import (
+from .models import (
     AlreadyDecided,
     ArgumentsChanged,
     BatchMovedOn,
@@ -28,8 +27,10 @@ from .reasons import (
     DecisionReason,
     NeedsNoApproval,
     NotWaiting,
+    RunState,
+    ToolCallRow,
+    batch_complete,
 )
-from .states import RunState
 
 __all__ = [
     "HOME_VIEWERS_KEPT",

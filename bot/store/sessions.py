@@ -1,15 +1,21 @@
 """Sessions (one per Slack thread), their named run-state transitions, their history and its
-compaction summaries.
+compaction summaries, and the small rows kept per thread beside them.
 
 Callers never write a state directly: each step of a run's life has a name here, and each is a
 conditional update, so that of any number of concurrent claimers (tasks, processes, replicas)
 exactly one wins. `docs/architecture.md` ("Run states") draws the machine. Summaries are
 append-only like the history: a later one reaches further, and the messages stay stored.
+
+Beside a session, keyed by its thread: the message a paused run's timeline is shown in
+(`RunTimelines`), the conversation's place in Slack's AI-app container (`AssistantThreads`),
+and the people's votes on its answers (`FeedbackVotes`). Each is a row in the database rather
+than process state, so a restart or another replica sees it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal, cast
 
 from agent_core.messages import ChatMessage
@@ -17,11 +23,18 @@ from agent_core.sessions import StoredContext, Summary
 
 from .core import StoreCore
 from .errors import InvalidTransition, StoreError, UnknownSession
-from .models import SessionRow
+from .models import AssistantThread, RunState, SessionRow
 from .rules import check_states, new_id
-from .states import RunState
 
-__all__ = ["Sessions"]
+__all__ = [
+    "AssistantThreads",
+    "FeedbackVotes",
+    "RunTimelines",
+    "Sessions",
+    "StoredTimeline",
+    "Vote",
+    "VoteValue",
+]
 
 _OWNED: frozenset[str] = frozenset({"running", "resuming"})
 """States in which a replica's run owns the session (recovery leaves live owners alone)."""
@@ -222,3 +235,175 @@ class Sessions(StoreCore):
                 },
             )
             return True
+
+
+# -- a paused run's timeline message -----------------------------------------------------------
+# Where the timeline is one posted message edited in place (Slack refused streaming), its
+# resume edits that message too, instead of posting a second one that leaves the first
+# "waiting" forever. The resume may come after a restart, or on another replica: so the
+# message's id and what it shows (the run layer's own text) are a row keyed by the session,
+# written at the pause and dropped when the run ends.
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTimeline:
+    """A paused run's timeline: its message (`ts`) and what it shows (opaque to the store)."""
+
+    ts: str
+    shown: str
+
+
+class RunTimelines(StoreCore):
+    """The timeline operations of `bot.store.Store`."""
+
+    async def keep_timeline(self, session_id: str, ts: str, shown: str) -> None:
+        """The paused run's timeline is message `ts`, showing `shown` (replaces what was kept)."""
+        async with self._db.transaction("keep_timeline") as tx:
+            await tx.execute(
+                "INSERT INTO run_timelines (session_id, ts, shown) VALUES (:id, :ts, :shown) "
+                "ON CONFLICT (session_id) DO UPDATE SET ts = excluded.ts, shown = excluded.shown",
+                {"id": session_id, "ts": ts, "shown": shown},
+            )
+
+    async def kept_timeline(self, session_id: str) -> StoredTimeline | None:
+        """The paused run's timeline message, for its resume to edit; None if none was kept."""
+        async with self._db.reading("kept_timeline") as tx:
+            row = await tx.fetch_one(
+                "SELECT ts, shown FROM run_timelines WHERE session_id = :id", {"id": session_id}
+            )
+        return None if row is None else StoredTimeline(str(row["ts"]), str(row["shown"]))
+
+    async def drop_timeline(self, session_id: str) -> None:
+        """The run ended: its timeline message is no longer continued."""
+        async with self._db.transaction("drop_timeline") as tx:
+            await tx.execute("DELETE FROM run_timelines WHERE session_id = :id", {"id": session_id})
+
+
+# -- conversations in Slack's AI-app container -------------------------------------------------
+# Which channel each one's user looks at, which channel its last run started with, and whether
+# its first request has named it; in the database, so every process gives a run the channel
+# its user moved to last (the run service decides which channels count: `bot.runs.container`).
+
+_KEY = "team_id = :team AND channel_id = :channel AND thread_ts = :ts"
+
+
+class AssistantThreads(StoreCore):
+    async def note_assistant_thread(
+        self, team_id: str, channel_id: str, thread_ts: str, *, viewing: str | None
+    ) -> None:
+        """The conversation (a DM thread) is in the AI-app container and its user now looks at
+        `viewing` (None: at no channel that counts); created on first use, the last writer
+        wins. Seen by every store on the database, and after a restart."""
+        async with self._db.transaction("note_assistant_thread") as tx:
+            await tx.execute(
+                "INSERT INTO assistant_threads (team_id, channel_id, thread_ts, "
+                "viewing_channel, updated_at) VALUES (:team, :channel, :ts, :viewing, :now) "
+                "ON CONFLICT (team_id, channel_id, thread_ts) DO UPDATE SET "
+                "viewing_channel = excluded.viewing_channel, updated_at = excluded.updated_at",
+                {
+                    "team": team_id,
+                    "channel": channel_id,
+                    "ts": thread_ts,
+                    "viewing": viewing,
+                    "now": self._now(),
+                },
+            )
+
+    async def assistant_thread(
+        self, team_id: str, channel_id: str, thread_ts: str
+    ) -> AssistantThread | None:
+        """The container conversation of that thread; None for a thread outside it."""
+        async with self._db.reading("assistant_thread") as tx:
+            row = await tx.fetch_one(
+                f"SELECT * FROM assistant_threads WHERE {_KEY}",
+                {"team": team_id, "channel": channel_id, "ts": thread_ts},
+            )
+        if row is None:
+            return None
+        data = dict(row)
+        for name in ("titled_at", "updated_at"):
+            data[name] = self._db.time_out(data[name])
+        return AssistantThread.model_validate(data)
+
+    async def pin_assistant_run(
+        self, team_id: str, channel_id: str, thread_ts: str, *, run_channel: str
+    ) -> bool:
+        """A run of the conversation starts with `run_channel`'s policy (its resume reads it
+        back). True for the first run of the conversation only, across all stores: it names
+        the conversation. A thread outside the container: nothing is written, False."""
+        key = {"team": team_id, "channel": channel_id, "ts": thread_ts, "now": self._now()}
+        async with self._db.transaction("pin_assistant_run") as tx:
+            titled = await tx.execute(
+                f"UPDATE assistant_threads SET titled_at = :now WHERE {_KEY} AND titled_at IS NULL",
+                key,
+            )
+            await tx.execute(
+                f"UPDATE assistant_threads SET run_channel = :run, updated_at = :now WHERE {_KEY}",
+                {**key, "run": run_channel},
+            )
+        return titled == 1
+
+
+# -- feedback votes: one per person per answer, the latest counts ------------------------------
+# Clicking the same value again changes nothing, another value replaces the vote. The
+# `feedback` audit row is written with the change, in the same transaction, so the log lists
+# each vote and each change of mind once, whichever process or replica took the click.
+
+VoteValue = Literal["good", "bad"]
+
+
+@dataclass(frozen=True, slots=True)
+class Vote:
+    """What a click did: `counted` is False for a repeat of the vote as it stands; `replaces`
+    is the value a change of mind took back (None for a first vote)."""
+
+    value: VoteValue
+    counted: bool
+    replaces: VoteValue | None
+
+
+def _value(raw: object) -> VoteValue:
+    if raw == "good" or raw == "bad":
+        return raw
+    raise StoreError(f"a feedback vote holds {raw!r}, neither 'good' nor 'bad'")
+
+
+class FeedbackVotes(StoreCore):
+    """The feedback operations of `bot.store.Store`."""
+
+    async def vote(self, session_id: str, message_ts: str, *, user: str, value: VoteValue) -> Vote:
+        """Record `user`'s vote on the answer; audited (`feedback`) only when it changed.
+
+        Insert first (a person's first vote), else lock the row and compare: two clicks of
+        one person at once, on two replicas, make one vote, as the insert of the second waits
+        for the first's commit and then finds its row."""
+        key = {"session": session_id, "ts": message_ts, "user": user}
+        async with self._db.transaction("vote") as tx:
+            added = await tx.execute(
+                "INSERT INTO feedback_votes (session_id, message_ts, user_id, value) "
+                "VALUES (:session, :ts, :user, :value) "
+                "ON CONFLICT (session_id, message_ts, user_id) DO NOTHING",
+                key | {"value": value},
+            )
+            replaces: VoteValue | None = None
+            if added != 1:
+                stood = await tx.fetch_value(
+                    "SELECT value FROM feedback_votes WHERE session_id = :session "
+                    "AND message_ts = :ts AND user_id = :user" + self._db.for_update,
+                    key,
+                )
+                replaces = _value(stood)
+                if replaces == value:
+                    return Vote(value, counted=False, replaces=None)
+                await tx.execute(
+                    "UPDATE feedback_votes SET value = :value "
+                    "WHERE session_id = :session AND message_ts = :ts AND user_id = :user",
+                    key | {"value": value},
+                )
+            details: dict[str, str] = {"value": value, "message_ts": message_ts}
+            if replaces is not None:
+                details["replaces"] = replaces
+            await self._write_audit(
+                tx, "feedback", actor=user, session_id=session_id, details=details
+            )
+        return Vote(value, counted=True, replaces=replaces)

@@ -17,24 +17,19 @@ or a refusal, never an error.
 
 from __future__ import annotations
 
-from .assistant_threads import AssistantThreads
 from .audit import Audit
 from .decisions import Decisions
-from .delegations import Delegations
 from .edits import Edits
-from .feedback import FeedbackVotes
 from .freezes import Freezes
-from .ladder import Escalations
-from .ledger import Ledger
+from .ladder import Delegations, Escalations
+from .ledger import Ledger, RecordedCalls
 from .mcp_pins import McpPins
 from .outbox import Outbox
 from .plane import PlaneRows
 from .queue import Queue
 from .queue_notices import QueueNoticeRows
-from .recorded import RecordedCalls
 from .recovery import Recovery
-from .sessions import Sessions
-from .timelines import RunTimelines
+from .sessions import AssistantThreads, FeedbackVotes, RunTimelines, Sessions
 
 __all__ = ["Store"]
 

@@ -260,7 +260,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         13,
-        # Conversations in Slack's AI-app container (`bot/store/assistant_threads.py`): the
+        # Conversations in Slack's AI-app container (`bot/store/sessions.py`): the
         # channel the user looks at, the channel the last run started with (its resume gets
         # the same tools) and when the conversation was titled, shared by restarts and by
         # every process on the database.
@@ -418,8 +418,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         18,
         # The audit chain head records whether the chain is keyed, by the key's fingerprint
         # (`bot/store/chain.py`), so a keyed log rewritten with plain SHA-256 fails `verify`;
-        # feedback votes, one per person per answer (`bot/store/feedback.py`); and the message
-        # a paused run's timeline is shown in, which its resume edits (`bot/store/timelines.py`).
+        # feedback votes, one per person per answer (`bot/store/sessions.py`); and the message
+        # a paused run's timeline is shown in, which its resume edits (`bot/store/sessions.py`).
         "the audit chain's key fingerprint, feedback votes, paused runs' timeline messages",
         sqlite=("ALTER TABLE audit_chain ADD COLUMN key_fingerprint TEXT", *V18),
         postgres=("ALTER TABLE audit_chain ADD COLUMN key_fingerprint text", *V18),
