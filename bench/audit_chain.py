@@ -170,7 +170,7 @@ def _sqlite(tmp: Path) -> Opener:
 def _postgres(cluster: PostgresCluster) -> Opener:
     import asyncpg
 
-    from bot.store.postgres import PostgresStore
+    from bot.store import PostgresStore
 
     @asynccontextmanager
     async def opened(name: str, chained: bool) -> AsyncIterator[Store]:

@@ -161,8 +161,7 @@ def _privilege_warnings(policy: Policy, settings: Settings) -> list[str]:
 
 async def _check_postgres(url: DatabaseURL, report: Report) -> None:
     """Connect without changing anything and read the schema version."""
-    from ..store import StoreError
-    from ..store.postgres import SCHEMA_VERSION, PostgresStore
+    from ..store import SCHEMA_VERSION, PostgresStore, StoreError
 
     try:
         async with PostgresStore(url.get_secret_value(), migrate=False, max_size=1) as store:

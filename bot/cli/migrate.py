@@ -29,8 +29,8 @@ async def run_migrate(db: Path | DatabaseURL, *, out: TextIO) -> int:
 
 
 async def _migrate_postgres(url: DatabaseURL, out: TextIO) -> int:
-    from ..store.postgres import SCHEMA_VERSION as PG_VERSION
-    from ..store.postgres import PostgresStore
+    from ..store import SCHEMA_VERSION as PG_VERSION
+    from ..store import PostgresStore
 
     async with PostgresStore(url.get_secret_value(), migrate=False) as store:
         before = await store.schema_version()

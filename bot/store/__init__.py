@@ -3,12 +3,12 @@
 `Store` (in `store.py`) is the one implementation and its contract, composed of one class
 per concern (`sessions`, `ledger`, `decisions`, `edits`, `queue`, `recovery`, `audit`, ...),
 each on `StoreCore` alone, over a thin database seam (`db/`) with two adapters: `SQLiteStore`
-(one file) and `PostgresStore` (`bot.store.postgres`, for replicas); `open_store` picks one
-from a path or URL. A decision takes the policy's `Ruling` (`quorum.py`). Plain storage:
-it knows Slack ids only as strings and never imports a Slack library.
+(one file) and `PostgresStore` (for replicas; its driver is loaded only when one is built);
+`open_store` picks one from a path or URL. A decision takes the policy's `Ruling`
+(`quorum.py`). Plain storage: it knows Slack ids only as strings and never imports a Slack
+library.
 """
 
-from .backends import open_store
 from .db import utc_now
 from .errors import (
     DatabaseLocked,
@@ -22,7 +22,6 @@ from .errors import (
     UnknownSession,
 )
 from .freezes import BreakGlassRow, FreezeRow, GlassUse
-from .health import WriteHealth, require_writable
 from .ladder import Claimed, Delegation, LadderClaim
 from .ledger import RecordedCall
 from .mcp_pins import ListedTool, McpPin
@@ -78,13 +77,21 @@ from .outbox import (
 from .plane import PlaneRequest, PlaneState
 from .queue_notices import QUEUE_NOTICE, QUEUE_PRIORITY, QueueNotice, queue_redraw
 from .quorum import Quorum, QuorumState, Ruling, Shortfall
-from .replicas import LeaseHolder, Wake, WakeSource
 from .rules import HOME_VIEWERS_KEPT, SEEN_EVENT_TTL, card_state
 from .rules import already as already_reason
 from .schema import SCHEMA_VERSION
 from .sessions import StoredTimeline, Vote, VoteValue
-from .sqlite import SQLiteStore
-from .store import Store
+from .store import (
+    LeaseHolder,
+    PostgresStore,
+    SQLiteStore,
+    Store,
+    Wake,
+    WakeSource,
+    WriteHealth,
+    open_store,
+    require_writable,
+)
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AllowOutcome",
@@ -136,6 +143,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "PendingApproval",
     "PlaneRequest",
     "PlaneState",
+    "PostgresStore",
     "PreviewChanged",
     "QUEUE_NOTICE",
     "QUEUE_PRIORITY",

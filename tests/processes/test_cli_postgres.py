@@ -16,7 +16,7 @@ import pytest
 from bot.cli.check import run_check
 from bot.errors import SettingsError
 from bot.settings import DatabaseURL, Settings, load_settings
-from bot.store.postgres import SCHEMA_VERSION, PostgresStore
+from bot.store import SCHEMA_VERSION, PostgresStore
 from tests.support.postgres import postgres_cluster, postgres_url
 
 __all__ = ["postgres_cluster", "postgres_url"]  # the fixtures this module uses

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bot.store.postgres import PostgresStore
+from bot.store import PostgresStore
 from tests.support.postgres import postgres_cluster, postgres_url
 from tests.support.replicas import POLICY, ReplicaSet, scripted_llm
 from tests.support.slack_api import SlackAPIStandIn

@@ -17,7 +17,7 @@ import asyncpg
 import httpx
 import pytest
 
-from bot.store.postgres import PostgresStore
+from bot.store import PostgresStore
 from tests.support.postgres import postgres_cluster, postgres_url
 from tests.support.replicas import ReplicaSet, scripted_llm, thread_texts
 from tests.support.slack_api import SlackAPIStandIn

@@ -1,4 +1,4 @@
-"""`bot.store.postgres`: the store's guarantees on a real PostgreSQL server, with two or three
+"""`bot.store.PostgresStore`: the store's guarantees on a real PostgreSQL server, with two or three
 stores on one database racing as replicas would (the private cluster of `tests.support.postgres`).
 """
 
@@ -13,9 +13,15 @@ import asyncpg
 import pytest
 
 from agent_core import ChatMessage, ToolCallAlreadyStarted
-from bot.store import AlreadyDecided, LateResult, StoreError, open_store
+from bot.store import (
+    SCHEMA_VERSION,
+    AlreadyDecided,
+    LateResult,
+    PostgresStore,
+    StoreError,
+    open_store,
+)
 from bot.store.chain import Intact, verify_chain
-from bot.store.postgres import SCHEMA_VERSION, PostgresStore
 from tests.store.contract.helpers import RESTART, STATUS, Clock, mention, paused_session
 from tests.support.postgres import postgres_cluster, postgres_url
 from tests.support.store_helpers import begin_run

@@ -13,8 +13,7 @@ import asyncpg
 import pytest
 
 from bot.runs.replicas import held_lease
-from bot.store import StoreError, Wake
-from bot.store.postgres import PostgresStore
+from bot.store import PostgresStore, StoreError, Wake
 from tests.store.contract.helpers import T0, Clock, mention, paused_session
 from tests.support.postgres import postgres_cluster, postgres_url
 from tests.support.store_helpers import begin_run

@@ -74,7 +74,7 @@ async def old(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[O
         shutil.copyfile(FIXTURES / "sqlite-v8.db", db)
         yield lambda **kw: SQLiteStore(db, clock=soon_after, **kw)
         return
-    from bot.store.postgres import PostgresStore
+    from bot.store import PostgresStore
 
     cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
     url = await _restored(cluster)
@@ -281,7 +281,7 @@ async def _pg_schema(url: str) -> dict[str, list[tuple[Any, ...]]]:
 async def test_a_fresh_postgres_database_has_the_upgraded_schema(
     postgres_cluster: PostgresCluster,
 ) -> None:
-    from bot.store.postgres import PostgresStore
+    from bot.store import PostgresStore
 
     upgraded, fresh = await _restored(postgres_cluster), await postgres_cluster.create_database()
     try:

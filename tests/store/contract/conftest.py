@@ -29,7 +29,7 @@ def sqlite_backend(request: pytest.FixtureRequest) -> StoreFactory:
 
 
 def postgresql_backend(request: pytest.FixtureRequest) -> StoreFactory:
-    from bot.store.postgres import PostgresStore
+    from bot.store import PostgresStore
 
     url: str = request.getfixturevalue("postgres_url")
     return lambda **kw: PostgresStore(url, **kw)
