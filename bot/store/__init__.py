@@ -2,7 +2,7 @@
 
 `Store` (in `store.py`) is the one implementation and its contract, composed of one class
 per concern (`sessions`, `ledger`, `decisions`, `edits`, `queue`, `recovery`, `audit`, ...),
-each on `StoreCore` alone, over a thin database seam (`db/`) with two adapters: `SQLiteStore`
+each on `StoreCore` alone, over a thin database seam (`db.py`) with two adapters: `SQLiteStore`
 (one file) and `PostgresStore` (for replicas; its driver is loaded only when one is built);
 `open_store` picks one from a path or URL. A decision takes the policy's `Ruling`
 (`quorum.py`). Plain storage: it knows Slack ids only as strings and never imports a Slack

@@ -7,10 +7,11 @@ and the contract tests in `tests/store/contract/` run it on every backend. It is
 one class per concern (`sessions`, `ledger`, `decisions`, `edits`, `freezes`, `queue`,
 `recovery`, `audit`, ...), each standing on `StoreCore` alone (`core.py`: the database, the
 clock, the migrations and the in-transaction steps several concerns take). `SQLiteStore` and
-`PostgresStore` only pick the database adapter (`db/`); the PostgreSQL one adds what replicas
-need (`Replicas`: leases, LISTEN/NOTIFY wake-ups), and imports its adapter (and so asyncpg)
-only when it is built, so an SQLite deployment never loads the driver. Consumers that need
-less declare a small role Protocol of their own (as `bot.slack.outbox`'s `OutboxStore` does).
+`PostgresStore` only pick the database adapter (`sqlite.py`, `postgres.py`, over the seam
+`db.py`); the PostgreSQL one adds what replicas need (`Replicas`: leases, LISTEN/NOTIFY
+wake-ups), and imports its adapter (and so asyncpg) only when it is built, so an SQLite
+deployment never loads the driver. Consumers that need less declare a small role Protocol of
+their own (as `bot.slack.outbox`'s `OutboxStore` does).
 
 Rows are the backend-neutral models of `bot.store.models`; errors are `bot.store.errors`
 (never a driver's exception). A "conditional" write is a compare-and-set: of any number of
@@ -40,7 +41,6 @@ from bot.settings import SCHEMES, DatabaseURL, url_scheme
 from .audit import Audit
 from .core import StoreCore
 from .db import utc_now
-from .db.sqlite import SQLiteDb
 from .decisions import Decisions
 from .edits import Edits
 from .errors import DatabaseUnwritable, StoreError
@@ -56,9 +56,10 @@ from .recovery import Recovery
 from .rules import Person, new_id
 from .schema import AUDIT_CHANNEL, SCHEMA_VERSION, WAKE_CHANNEL
 from .sessions import AssistantThreads, FeedbackVotes, RunTimelines, Sessions
+from .sqlite import SQLiteDb
 
 if TYPE_CHECKING:
-    from .db.postgres import PostgresDb
+    from .postgres import PostgresDb
 
 __all__ = [
     "DEFAULT_LEASE",
@@ -296,9 +297,9 @@ class Replicas(StoreCore):
 
 
 # -- the two stores ----------------------------------------------------------------------------
-# `SQLiteStore` picks the SQLite adapter (`db/sqlite.py`: the exclusive lock, the one
+# `SQLiteStore` picks the SQLite adapter (`sqlite.py`: the exclusive lock, the one
 # connection, the cancel-safe `BEGIN IMMEDIATE`); `PostgresStore` the PostgreSQL one
-# (`db/postgres.py`: the pool, row and advisory locks), imported when the store is built.
+# (`postgres.py`: the pool, row and advisory locks), imported when the store is built.
 
 
 class SQLiteStore(Store):
@@ -373,7 +374,7 @@ class PostgresStore(Store, Replicas):
         wake: Callable[[], None] = lambda: None,
     ) -> None:
         try:
-            from .db.postgres import PostgresDb
+            from .postgres import PostgresDb
         except ModuleNotFoundError as exc:  # the driver is a dependency, but may be left out
             raise StoreError(
                 f"cannot open a PostgreSQL store: its driver is not available ({exc})"

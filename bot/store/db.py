@@ -1,11 +1,12 @@
-"""The seam itself: the `Db` and `Tx` protocols, `:name` numbering, and the codecs both
-adapters share.
+"""The database seam: what the store's logic needs of a database, and nothing more: the `Db` and
+`Tx` protocols, `:name` numbering, and the codecs both adapters share.
 
 The store's operations are written once, in SQL with `:named` parameters, over this `Db`; each
 adapter (`sqlite.py`, `postgres.py`) keeps what only its database has: SQLite's exclusive file
 lock and single connection, PostgreSQL's pool, row locks and advisory locks. Where an operation's
 SQL must differ, its two variants stand next to each other in the one module that uses them
-(`db.dialect` picks), never here.
+(`db.dialect` picks), never here. The seam and its adapters never import the schema: the
+store's core migrates (`StoreCore._migrate`).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ import asyncpg
 
 from bot.settings import redact_url
 
-from ..errors import PostgresSchemaTooNew, StoreError
-from .seam import Dialect, Params, Row, aware, json_text, numbered
+from .db import Dialect, Params, Row, aware, json_text, numbered
+from .errors import PostgresSchemaTooNew, StoreError
 
 __all__ = ["PostgresDb"]
 

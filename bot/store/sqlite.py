@@ -24,8 +24,8 @@ from typing import Any
 
 import aiosqlite
 
-from ..errors import DatabaseLocked, DatabaseReplaced, SchemaTooNew, StoreError
-from .seam import Dialect, Params, Row, json_text, to_text
+from .db import Dialect, Params, Row, json_text, to_text
+from .errors import DatabaseLocked, DatabaseReplaced, SchemaTooNew, StoreError
 
 __all__ = ["SQLiteDb"]
 
