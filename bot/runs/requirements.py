@@ -2,7 +2,7 @@
 
 When a call's parts match several rules that ask, each rule's approvers and quorum must be met
 at once (`GateDecision.needs`); the store decides from its approvals which are
-(`bot.store.quorum`), and the card lists each rule with who approved toward it and what is
+(`bot.store.rules.tally`), and the card lists each rule with who approved toward it and what is
 still missing.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..policy import GateDecision, Requirement
 from ..store import Quorum, Ruling, ToolCallRow
-from ..store.quorum import counting
+from ..store.rules import counting
 from .context import RunContext
 from .views import CardRequirement
 

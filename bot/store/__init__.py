@@ -5,7 +5,7 @@ per concern (`sessions`, `ledger`, `decisions`, `edits`, `queue`, `recovery`, `a
 each on `StoreCore` alone, over a thin database seam (`db.py`) with two adapters: `SQLiteStore`
 (one file) and `PostgresStore` (for replicas; its driver is loaded only when one is built);
 `open_store` picks one from a path or URL. A decision takes the policy's `Ruling`
-(`quorum.py`). Plain storage: it knows Slack ids only as strings and never imports a Slack
+(`models.py`). Plain storage: it knows Slack ids only as strings and never imports a Slack
 library.
 """
 
@@ -56,10 +56,14 @@ from .models import (
     PreviewChanged,
     QueueItem,
     QueueState,
+    Quorum,
+    QuorumState,
     RecoveredSession,
+    Ruling,
     RunState,
     SelfAllow,
     SessionRow,
+    Shortfall,
     StoredInput,
     StoredPreview,
     ToolCallRow,
@@ -76,7 +80,6 @@ from .outbox import (
 )
 from .plane import PlaneRequest, PlaneState
 from .queue_notices import QUEUE_NOTICE, QUEUE_PRIORITY, QueueNotice, queue_redraw
-from .quorum import Quorum, QuorumState, Ruling, Shortfall
 from .rules import HOME_VIEWERS_KEPT, SEEN_EVENT_TTL, card_state
 from .rules import already as already_reason
 from .schema import SCHEMA_VERSION

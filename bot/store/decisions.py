@@ -17,6 +17,7 @@ from bot.faults import checkpoint
 from .core import StoreCore
 from .db import Row, Tx
 from .models import (
+    ONE_APPROVAL,
     AlreadyApprovedByYou,
     CancelOutcome,
     DecisionOutcome,
@@ -25,12 +26,20 @@ from .models import (
     NeedsNoApproval,
     PendingApproval,
     PreviewChanged,
+    Ruling,
     SessionRow,
     StoredPreview,
     ToolCallRow,
 )
-from .quorum import ONE_APPROVAL, Ruling, Tally, counting, tally
-from .rules import already, arguments_changed, cancel_outcome, cancel_refusal
+from .rules import (
+    Tally,
+    already,
+    arguments_changed,
+    cancel_outcome,
+    cancel_refusal,
+    counting,
+    tally,
+)
 
 __all__ = ["Decisions", "decide_in"]
 
@@ -212,11 +221,11 @@ class Decisions(StoreCore):
         `delegate`: who clicked for `user_id` (a delegation; the audit's actor, with
         `acting_for`).
 
-        `ruling`: what the policy ruled (`bot.store.quorum.Ruling`): every requirement the call
+        `ruling`: what the policy ruled (`bot.store.models.Ruling`): every requirement the call
         must meet at once; `counts_for`: the keys of those the decider's approval counts
         toward (None: the first). They are stored with the call (`ToolCallRow.quorum`), and
         the call is approved, in this transaction, once each requirement has its distinct
-        approvers (`bot.store.quorum`); `MoreApprovalsNeeded.missing` says what is not met.
+        approvers (`bot.store.rules.tally`); `MoreApprovalsNeeded.missing` says what is not met.
 
         `digest` is what the decider's card showed: if the pending call now runs other
         arguments (edited since), nothing is recorded (`ArgumentsChanged`); `preview_digest`

@@ -18,9 +18,16 @@ from bot.faults import checkpoint
 from .core import StoreCore
 from .db import Row, Tx, aware, to_text
 from .decisions import decide_in
-from .models import AllowanceGrant, AllowanceRow, AllowOutcome, DecisionOutcome, MoreApprovalsNeeded
-from .quorum import ONE_APPROVAL, Ruling, tally
-from .rules import edit_refusal, edit_summary, new_id
+from .models import (
+    ONE_APPROVAL,
+    AllowanceGrant,
+    AllowanceRow,
+    AllowOutcome,
+    DecisionOutcome,
+    MoreApprovalsNeeded,
+    Ruling,
+)
+from .rules import edit_refusal, edit_summary, new_id, tally
 
 __all__ = ["Edits"]
 

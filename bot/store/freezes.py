@@ -26,8 +26,7 @@ from ._outbox_rows import OutboxEntry, put_rows
 from .core import StoreCore
 from .db import Row, Tx, aware
 from .decisions import decide_in
-from .models import DecisionOutcome
-from .quorum import ONE_APPROVAL, Ruling
+from .models import ONE_APPROVAL, DecisionOutcome, Ruling
 from .rules import new_id
 
 __all__ = ["BreakGlassRow", "FreezeRow", "Freezes", "GlassUse"]

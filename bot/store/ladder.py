@@ -25,8 +25,8 @@ from ._outbox_rows import OutboxEntry, card_redraw, put_many
 from .audit import AuditBatch, AuditDraft
 from .core import StoreCore
 from .db import Tx
-from .models import SessionRow, ToolCallRow
-from .quorum import Quorum, tally
+from .models import Quorum, SessionRow, ToolCallRow
+from .rules import tally
 
 __all__ = ["Claimed", "Delegation", "Delegations", "Escalations", "LadderClaim"]
 
@@ -222,7 +222,7 @@ class Escalations(AuditBatch):
 
     async def _approve_if_met(self, tx: Tx, claim: LadderClaim) -> ToolCallRow | None:
         """A step that lowered the quorum to the approvals already given approves the call
-        now, counted as a click would count them (`bot.store.quorum`), not at the next click."""
+        now, counted as a click would count them (`rules.tally`), not at the next click."""
         row = await self._call(tx, claim.row.id)
         if row.status != "pending" or not row.approvals:
             return None

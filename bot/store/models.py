@@ -1,5 +1,6 @@
-"""What the store hands out: frozen pydantic rows, the vocabularies of their states, and the
-typed reasons a decision or a cancel that changed nothing returns.
+"""What the store hands out and takes: frozen pydantic rows, the vocabularies of their states,
+the typed reasons a decision or a cancel that changed nothing returns, and the requirements a
+gated call's approvals are counted toward (`Quorum`, `QuorumState`, the policy's `Ruling`).
 
 The states and the reasons are the rows' own words (a row's `status` is a `CallStatus`, a
 `DecisionOutcome` carries its `DecisionReason`), so they stand here with the rows. The store
@@ -13,13 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.batches import undecided_calls
 
-from .quorum import QuorumState, Shortfall
-
 __all__ = [
+    "ONE_APPROVAL",
     "AllowOutcome",
     "AllowanceGrant",
     "AllowanceRow",
@@ -50,10 +50,14 @@ __all__ = [
     "PreviewChanged",
     "QueueItem",
     "QueueState",
+    "Quorum",
+    "QuorumState",
     "RecoveredSession",
+    "Ruling",
     "RunState",
     "SelfAllow",
     "SessionRow",
+    "Shortfall",
     "StoredInput",
     "StoredPreview",
     "ToolCallRow",
@@ -204,8 +208,6 @@ DecisionReason = (
 CancelReason = BatchMovedOn | NotWaiting
 
 
-# -- the rows -------------------------------------------------------------------------------
-
 AuditEvent = Literal[
     "request",
     "decision",
@@ -226,6 +228,86 @@ AuditEvent = Literal[
 """The events the store itself writes; `Store.audit` accepts any other name too."""
 
 _FROZEN = ConfigDict(frozen=True)
+
+
+# -- the requirements a gated call's approvals are counted toward ------------------------------
+# A call whose parts match several rules that ask carries one `Quorum` per rule (its key, its
+# words, how many distinct approvers it needs); the ledger keeps them with the approvals'
+# counts (`QuorumState`), a decision takes the policy's `Ruling`, and a reason names each
+# requirement not met yet (`Shortfall`). The counting itself is `rules.tally`.
+
+
+class Quorum(BaseModel):
+    """One requirement: `needed` distinct approvers of the set that `key` names."""
+
+    model_config = _FROZEN
+
+    key: str
+    """The rule's name (`tools.<tool>.rules[<i>]`), or "channel": its approvers are the
+    channel's (or the defaults')."""
+    label: str = ""
+    """The requirement in words, for the card and the audit log."""
+    needed: int = Field(ge=1)
+
+
+class QuorumState(BaseModel):
+    """What the ledger keeps with a pending call (`tool_calls.quorum`, JSON): its
+    requirements, and for each approver the keys their approval counts toward."""
+
+    model_config = _FROZEN
+
+    needs: tuple[Quorum, ...]
+    counts: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Ruling:
+    """What the policy ruled for a decision on a call, as the store records and counts it:
+    `rule`, who may decide (the approvers' rule that let the decider in); `policy_rule`, the
+    rule `tools.<tool>.rules[<i>]` that gated the call, and `policy_match`, what it matches
+    in words (both on every decision and refusal row); and the requirements to meet at once
+    (`requirements`; none: one, of `required_approvals` distinct approvers). Built once where
+    the run service consults the policy, so every decision method takes the same value."""
+
+    rule: str | None = None
+    policy_rule: str | None = None
+    policy_match: str | None = None
+    required_approvals: int = 1
+    requirements: tuple[Quorum, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "requirements", tuple(self.requirements))
+        if self.required_approvals < 1:
+            raise ValueError(
+                f"required_approvals must be at least 1, not {self.required_approvals!r}"
+            )
+
+    @property
+    def needs(self) -> tuple[Quorum, ...]:
+        """Every requirement of the decision: those given, or one of `required_approvals`."""
+        return self.requirements or (Quorum(key="channel", needed=self.required_approvals),)
+
+    def named(self) -> dict[str, str | None]:
+        """The rules that applied, as the audit rows name them."""
+        rules = (self.rule, self.policy_rule, self.policy_match)
+        return dict(zip(("rule", "policy_rule", "policy_match"), rules, strict=True))
+
+
+ONE_APPROVAL = Ruling()
+"""The ruling a decision method assumes when given none: no rule named, one approval."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """A requirement not met yet: `have` of `needed` approvals toward it."""
+
+    key: str
+    label: str
+    have: int
+    needed: int
+
+
+# -- the rows ---------------------------------------------------------------------------------
 
 
 class SessionRow(BaseModel):

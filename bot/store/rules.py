@@ -1,5 +1,6 @@
 """What the store decides and words, kept out of the SQL: refusals, card states, what the model
-is told about a cancelled or interrupted batch, a resume's decisions, audit details.
+is told about a cancelled or interrupted batch, a resume's decisions, audit details, and which
+approvals count toward which of a call's requirements (`tally`).
 
 Pure functions of rows, so they can be read (and tested) without a database. Nothing here
 touches a connection.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, get_args
 
@@ -27,7 +29,10 @@ from .models import (
     DecisionReason,
     NeedsNoApproval,
     NotWaiting,
+    Quorum,
+    QuorumState,
     RunState,
+    Shortfall,
     ToolCallRow,
     batch_complete,
 )
@@ -38,12 +43,15 @@ __all__ = [
     "RUN_STATES",
     "SEEN_EVENT_TTL",
     "Person",
+    "Tally",
     "already",
     "arguments_changed",
     "cancel_outcome",
     "cancel_refusal",
     "card_state",
     "check_states",
+    "counted",
+    "counting",
     "edit_refusal",
     "edit_summary",
     "expiry_ttl",
@@ -52,7 +60,9 @@ __all__ = [
     "responses",
     "resume_never_began",
     "runs_again",
+    "shortfalls",
     "start_audit",
+    "tally",
 ]
 
 SEEN_EVENT_TTL = timedelta(days=1)
@@ -266,3 +276,81 @@ def interruption_audits(
         (row.call_id, {"ledger_id": row.id, "tool": row.name, "not_run": not_run})
         for row in interrupted
     ]
+
+
+# -- counting approvals toward a call's requirements ----------------------------------------
+# An approval counts toward the requirements whose approvers the person belongs to (the one
+# gate, `bot.approvals`, says which), so one approval never satisfies a part whose rule does not
+# name that person. The decision is made from the stored approvals in the decision's own
+# transaction (`decisions.decide_in`), so replicas racing clicks decide once. A call with one
+# requirement counts every approval toward it: a row written before requirements were stored
+# keeps its single requirement.
+
+
+def counting(
+    needs: Sequence[Quorum],
+    approvals: Sequence[str],
+    counts: dict[str, tuple[str, ...]],
+) -> list[tuple[Quorum, tuple[str, ...]]]:
+    """Each requirement with the approvers that count toward it. With one requirement every
+    approval counts; with several, an approval counts toward the keys recorded for its
+    approver, and one recorded without any (an older row) toward the first requirement only."""
+    distinct = tuple(dict.fromkeys(approvals))
+    if len(needs) == 1:
+        return [(needs[0], distinct)]
+    first = (needs[0].key,) if needs else ()
+    return [
+        (need, tuple(user for user in distinct if need.key in counts.get(user, first)))
+        for need in needs
+    ]
+
+
+def counted(
+    needs: Sequence[Quorum],
+    approvals: Sequence[str],
+    counts: dict[str, tuple[str, ...]],
+) -> list[tuple[Quorum, int]]:
+    """Each requirement with how many of `approvals` count toward it (`counting`)."""
+    return [(need, len(users)) for need, users in counting(needs, approvals, counts)]
+
+
+def shortfalls(
+    needs: Sequence[Quorum], approvals: Sequence[str], counts: dict[str, tuple[str, ...]]
+) -> tuple[Shortfall, ...]:
+    """The requirements `approvals` do not meet yet (empty: the call is approved)."""
+    return tuple(
+        Shortfall(need.key, need.label, have, need.needed)
+        for need, have in counted(needs, approvals, counts)
+        if have < need.needed
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """An approval added to a call: the approvals now, what the ledger stores, what is
+    missing (empty: approved)."""
+
+    approvals: tuple[str, ...]
+    state: QuorumState
+    missing: tuple[Shortfall, ...]
+
+
+def tally(
+    stored: QuorumState | None,
+    approvals: Sequence[str],
+    user: str | None,
+    needs: Sequence[Quorum],
+    counts_for: Sequence[str] | None,
+) -> Tally:
+    """`user`'s approval (None: none, e.g. an edit that counts nobody) added to `approvals`
+    under `needs` (today's requirements, which replace the stored ones), counting toward
+    `counts_for` (None: the first requirement)."""
+    counts = dict(stored.counts) if stored is not None else {}
+    kept = [a for a in approvals if a != user]
+    if user is not None:
+        kept.append(user)
+        keys = tuple(counts_for) if counts_for is not None else (needs[0].key,)
+        counts[user] = tuple(k for k in keys if any(n.key == k for n in needs))
+    counts = {u: keys for u, keys in counts.items() if u in kept}
+    state = QuorumState(needs=tuple(needs), counts=counts)
+    return Tally(tuple(kept), state, shortfalls(needs, kept, counts))
