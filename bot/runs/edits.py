@@ -38,7 +38,7 @@ from ..store import (
 from ..words import format_duration
 from ._preview_run import ensure_preview
 from .cards import Cards, allow_choices, allow_window, call_decision
-from .context import RunContext, thread_of
+from .context import RunContext, judge_in_shadow, thread_of
 from .edit_form import (
     ARGUMENTS_FIELD,
     COMMAND_FIELD,
@@ -66,7 +66,6 @@ from .notices import (
 )
 from .output import Thread
 from .requirements import ruling
-from .shadow import judge_in_shadow
 from .timeline import AllowanceUses
 from .views import AllowanceInfo, AllowChoice, AllowForm, EditErrors, EditForm
 

@@ -28,8 +28,7 @@ from .break_glass import FreezeDesk
 from .cancel import Cancels
 from .cards import Cards
 from .clicks import Clicks
-from .container import Container
-from .context import RunContext
+from .context import Container, RunContext, run_options, session_for
 from .decisions import Decisions
 from .delegation import delegate_command
 from .driver import Driver
@@ -52,7 +51,6 @@ from .notices import (
     RootPostFailed,
     StillWorking,
 )
-from .options import run_options, session_for
 from .output import PostFailed, Thread
 from .people import Answers, Home
 from .timer import send_reminders

@@ -3,7 +3,7 @@ channel its last run started with, and whether its first request has named it.
 
 Kept in the database rather than the process, so that a restart, and every process or replica
 on the database, gives a run in a conversation the channel its user moved to last (the run
-service decides which channels count: `bot.runs.container`). One small row per conversation.
+service decides which channels count: `bot.runs.context`). One small row per conversation.
 """
 
 from __future__ import annotations
