@@ -11,8 +11,7 @@ from ..approvals import GateAction
 from ..store import MoreApprovalsNeeded, ToolCallRow, already_reason
 from .cards import Cards
 from .context import RunContext, thread_of
-from .delegation import acting_for
-from .gate import audit_refusal, audit_unknown, call_lock, on_call, refusal_notice
+from .gate import acting_for, audit_refusal, audit_unknown, call_lock, on_call, refusal_notice
 from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .output import Thread

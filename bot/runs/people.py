@@ -18,10 +18,9 @@ from ..store import HomeViewer
 from ..words import format_duration
 from .cards import Cards, call_decision
 from .context import RunContext
-from .delegation import acting_for
 from .edits import Allowances
 from .freezes import active_freezes, freeze_info, freeze_summary
-from .gate import OnCall, authorize_on
+from .gate import OnCall, acting_for, authorize_on
 from .views import (
     AllowanceInfo,
     CardCall,

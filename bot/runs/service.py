@@ -27,15 +27,14 @@ from .bound_inputs import bound_options
 from .break_glass import FreezeDesk
 from .cancel import Cancels
 from .cards import Cards
-from .clicks import Clicks
+from .clicks import Clicks, Feedback
 from .context import Container, RunContext, run_options, session_for
 from .decisions import Decisions
-from .delegation import delegate_command
 from .driver import Driver
 from .edits import Allowances, Edits
-from .feedback import Feedback
+from .gate import delegate_command
 from .inbox import Inbox, MessageDelivery
-from .ladder import climb
+from .ladder import climb, send_reminders
 from .metrics import note_decision, note_recovered
 from .notices import (
     AwaitingDecision,
@@ -53,7 +52,6 @@ from .notices import (
 )
 from .output import PostFailed, Thread
 from .people import Answers, Home
-from .timer import send_reminders
 from .tool_pins import ToolReview, review_tool
 from .views import PendingEntry
 
