@@ -28,7 +28,6 @@ from ..store import CARD_REDRAW, OutboxRow, Ruling, ToolCallRow, card_state
 from ..tools import tool_summary
 from ..tools.mcp import McpTool
 from ..words import format_duration
-from ._preview_run import card_preview, ensure_preview
 from .context import RunContext
 from .freezes import with_freeze
 from .notices import (
@@ -36,6 +35,7 @@ from .notices import (
     CardNotPosted,
 )
 from .output import PostFailed, Thread
+from .previews import card_preview, ensure_preview
 from .requirements import card_requirements
 from .views import CardCall, CardDrawing, CardOutcome, CardPart, CardRef, OutsideAsk, ServerTool
 

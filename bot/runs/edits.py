@@ -36,7 +36,6 @@ from ..store import (
     already_reason,
 )
 from ..words import format_duration
-from ._preview_run import ensure_preview
 from .cards import Cards, allow_choices, allow_window, call_decision
 from .context import RunContext, judge_in_shadow, thread_of
 from .edit_form import (
@@ -65,6 +64,7 @@ from .notices import (
     UnknownRequest,
 )
 from .output import Thread
+from .previews import ensure_preview
 from .requirements import ruling
 from .timeline import AllowanceUses
 from .views import AllowanceInfo, AllowChoice, AllowForm, EditErrors, EditForm

@@ -23,7 +23,6 @@ from ..faults import checkpoint
 from ..policy import Policy, oncall_now
 from ..store import EnqueueOutcome, InboxItem, QueueItem, Store, StoreError, batch_complete
 from ..words import count
-from .bound_inputs import bound_options
 from .break_glass import FreezeDesk
 from .cancel import Cancels
 from .cards import Cards
@@ -52,6 +51,7 @@ from .notices import (
 )
 from .output import PostFailed, Thread
 from .people import Answers, Home
+from .previews import bound_options
 from .tool_pins import ToolReview, review_tool
 from .views import PendingEntry
 
