@@ -28,9 +28,10 @@ from bot.errors import NotOpened
 from ..allowances import covers, load_shape
 from ..faults import checkpoint
 from ..policy import GateDecision
-from ..runs.cards import Cards, call_decision, forbidden_reason
+from ..runs.cards import Cards, forbidden_reason
 from ..runs.context import RunContext
 from ..runs.freezes import freeze_for
+from ..runs.gate import call_decision
 from ..runs.output import PostFailed, Thread
 from ..runs.views import CardRef
 from ..store import AllowanceRow, PlaneRequest, PlaneState, Store, ToolCallRow

@@ -20,23 +20,23 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Literal
 
-from agent_core import Tool, ToolCall
+from agent_core import Tool
 
 from ..allowances import Shape, offered_shapes, shape_of
-from ..policy import QUARANTINED, GateDecision, added_by, escalated
+from ..policy import QUARANTINED, GateDecision, added_by
 from ..store import CARD_REDRAW, OutboxRow, Ruling, ToolCallRow, card_state
 from ..tools import tool_summary
 from ..tools.mcp import McpTool
 from ..words import format_duration
 from .context import RunContext
 from .freezes import with_freeze
+from .gate import call_decision, card_requirements
 from .notices import (
     CallLink,
     CardNotPosted,
 )
 from .output import PostFailed, Thread
 from .previews import card_preview, ensure_preview
-from .requirements import card_requirements
 from .views import CardCall, CardDrawing, CardOutcome, CardPart, CardRef, OutsideAsk, ServerTool
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
     "allow_choices",
     "allow_window",
     "audit_gate_rule",
-    "call_decision",
     "card_parts",
     "forbidden_reason",
     "model_reason",
@@ -348,17 +347,6 @@ class CardRetries:
 # store does not know, so the run service adds it when it posts the call's card. The verdict
 # (`GateDecision`) is worked out again from the stored call wherever it is needed (card,
 # approvals, allowances): it depends only on the policy and the arguments that would run.
-
-
-def call_decision(ctx: RunContext, row: ToolCallRow) -> GateDecision:
-    """What the policy says of the call as it would run now (edited arguments included)."""
-    shown = row.running_arguments()
-    arguments = (row.edited_arguments or row.arguments) if isinstance(shown, dict) else str(shown)
-    call = ToolCall(id=row.call_id, name=row.tool, arguments=arguments)
-    tool = ctx.tools.get(row.tool)
-    decision = ctx.policy.decide(tool if tool is not None else row.tool, call)
-    # The steps of its escalation ladder passed so far widen who may decide, at every click.
-    return escalated(ctx.policy, row.card_channel, decision, row.escalation_step, ctx.clock())
 
 
 def escalated_to(ctx: RunContext, row: ToolCallRow, decision: GateDecision) -> tuple[str, ...]:

@@ -17,12 +17,19 @@ from ..policy import GateDecision, PreviewPlan
 from ..store import MoreApprovalsNeeded, PreviewChanged, StoredPreview, ToolCallRow, already_reason
 from .cards import Cards
 from .context import RunContext, thread_of
-from .gate import acting_for, audit_refusal, audit_unknown, call_lock, on_call, refusal_notice
+from .gate import (
+    acting_for,
+    audit_refusal,
+    audit_unknown,
+    call_lock,
+    on_call,
+    refusal_notice,
+    ruling,
+)
 from .metrics import note_decision
 from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
 from .output import Thread
 from .previews import attach_preview, current_preview, run_plan
-from .requirements import ruling
 from .timeline import PausedTimelines
 
 __all__ = [

@@ -36,7 +36,7 @@ from ..store import (
     already_reason,
 )
 from ..words import format_duration
-from .cards import Cards, allow_choices, allow_window, call_decision
+from .cards import Cards, allow_choices, allow_window
 from .context import RunContext, judge_in_shadow, thread_of
 from .edit_form import (
     ARGUMENTS_FIELD,
@@ -49,7 +49,7 @@ from .edit_form import (
     parse_form,
 )
 from .freezes import freeze_for
-from .gate import audit_refusal, authorize_on, on_call, refusal_notice
+from .gate import audit_refusal, authorize_on, call_decision, on_call, refusal_notice, ruling
 from .metrics import note_decision
 from .notices import (
     AllowanceGranted,
@@ -65,7 +65,6 @@ from .notices import (
 )
 from .output import Thread
 from .previews import ensure_preview
-from .requirements import ruling
 from .timeline import AllowanceUses
 from .views import AllowanceInfo, AllowChoice, AllowForm, EditErrors, EditForm
 

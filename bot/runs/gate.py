@@ -1,7 +1,9 @@
 """The run service's side of the one gate (`bot.approvals.authorize`): every step that decides,
 edits, allows, cancels, withdraws, revokes or shows buttons asks through `authorize_on`, with
 the session's workspace and the policy's verdict on the call always given, so no step can
-forget a rule.
+forget a rule. That verdict (`call_decision`: the policy on the call as it would run now, its
+ladder's steps passed) and the call's requirements (each rule's approvers and quorum, as the
+store counts them and the card lists them) are the gate's answer, so they are here.
 
 Delegations (`/opsgate delegate`) are here too: a click the gate refuses as "not an approver"
 is asked again as the delegator the clicker stands in for (`acting_for`).
@@ -14,14 +16,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from agent_core import ToolCall
+
 from ..approvals import Actor, GateAction, GatedCall, Refused, Verdict, authorize
-from ..policy import GateDecision
-from ..store import CardLock, SessionRow, ToolCallRow
+from ..policy import GateDecision, Requirement, escalated
+from ..store import CardLock, Quorum, Ruling, SessionRow, ToolCallRow
+from ..store.quorum import counting
 from ..words import format_duration, parse_duration
-from .cards import call_decision
 from .context import RunContext
 from .freezes import freeze_for, freeze_words
 from .notices import DelegationAnswer, NotAllowed, NotApprovable, Notice
+from .views import CardRequirement
 
 __all__ = [
     "MAX_DELEGATION",
@@ -30,15 +35,31 @@ __all__ = [
     "audit_refusal",
     "audit_unknown",
     "authorize_on",
+    "call_decision",
     "call_lock",
+    "card_requirements",
     "delegate_command",
     "lapse",
     "on_call",
+    "quorums",
     "refusal_notice",
+    "requirement_words",
+    "ruling",
 ]
 
 _FROZEN_ACTIONS = frozenset({"approve", "edit", "allow", "show", "break_glass"})
 """What a change freeze refuses (all but `break_glass`, which needs one)."""
+
+
+def call_decision(ctx: RunContext, row: ToolCallRow) -> GateDecision:
+    """What the policy says of the call as it would run now (edited arguments included)."""
+    shown = row.running_arguments()
+    arguments = (row.edited_arguments or row.arguments) if isinstance(shown, dict) else str(shown)
+    call = ToolCall(id=row.call_id, name=row.tool, arguments=arguments)
+    tool = ctx.tools.get(row.tool)
+    decision = ctx.policy.decide(tool if tool is not None else row.tool, call)
+    # The steps of its escalation ladder passed so far widen who may decide, at every click.
+    return escalated(ctx.policy, row.card_channel, decision, row.escalation_step, ctx.clock())
 
 
 async def authorize_on(
@@ -255,3 +276,66 @@ def _until(text: str, now: datetime) -> datetime | None:
 
 def _said(text: str) -> DelegationAnswer:
     return DelegationAnswer(text)
+
+
+# -- a call's requirements --------------------------------------------------------------------
+# A call's requirements as the store counts them and as its card shows them.
+#
+# When a call's parts match several rules that ask, each rule's approvers and quorum must be met
+# at once (`GateDecision.needs`); the store decides from its approvals which are
+# (`bot.store.quorum`), and the card lists each rule with who approved toward it and what is
+# still missing.
+
+
+def quorums(ctx: RunContext, channel: str | None, decision: GateDecision) -> tuple[Quorum, ...]:
+    """Every requirement of the call as the store counts it: each rule's key, words and
+    quorum (the rule's, else the channel's, else the defaults')."""
+    return tuple(
+        Quorum(
+            key=need.key,
+            label=requirement_words(need),
+            needed=ctx.policy.required_approvals_for(channel, decision.under(need)),
+        )
+        for need in decision.needs()
+    )
+
+
+def ruling(
+    ctx: RunContext, channel: str | None, decision: GateDecision, rule: str | None
+) -> Ruling:
+    """What the policy ruled for a decision on the call, as the store records and counts it:
+    who may decide (`rule`, the verdict's), the rule that gated the call and what it matches,
+    and every requirement at once with its quorum."""
+    return Ruling(
+        rule=rule,
+        policy_rule=decision.policy_rule,
+        policy_match=decision.rule_label,
+        required_approvals=ctx.policy.required_approvals_for(channel, decision),
+        requirements=quorums(ctx, channel, decision),
+    )
+
+
+def requirement_words(need: Requirement) -> str:
+    """A requirement in words: its rule and what it matches, or the channel's approvers."""
+    if need.policy_rule is None:
+        return "the channel's approvers"
+    return f"{need.policy_rule} ({need.rule_label})" if need.rule_label else need.policy_rule
+
+
+def card_requirements(
+    ctx: RunContext, row: ToolCallRow, channel: str, decision: GateDecision
+) -> tuple[CardRequirement, ...]:
+    """Each rule that must approve and who has toward it; empty when one rule decides."""
+    needs = decision.needs()
+    if len(needs) < 2:
+        return ()
+    state = row.quorum_state()
+    counts = {} if state is None else state.counts
+    shown: list[CardRequirement] = []
+    counted = counting(quorums(ctx, channel, decision), row.approvals, counts)
+    for need, (quorum, approved_by) in zip(needs, counted, strict=True):
+        spec = ctx.policy.approvers_for(channel, decision.under(need))
+        shown.append(
+            CardRequirement(quorum.label, quorum.needed, approved_by, spec.users, spec.groups)
+        )
+    return tuple(shown)

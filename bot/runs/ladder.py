@@ -30,13 +30,12 @@ from typing import Any, Final, Literal
 
 from ..policy import GateDecision, Ladder, added_by, ladder_for, ladder_tick
 from ..store import LadderClaim, OutboxEntry, Quorum, Store, ToolCallRow
-from .cards import Cards, call_decision
+from .cards import Cards
 from .context import RunContext, thread_of
 from .freezes import freeze_for
-from .gate import lapse
+from .gate import call_decision, lapse, quorums
 from .notices import AwaitsYou, Reminder
 from .output import Thread
-from .requirements import quorums
 
 __all__ = [
     "LATE_BY",
