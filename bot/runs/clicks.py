@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from ..observability.metrics import FeedbackValue
 from ..store import HomeViewer, SessionRow, StoreError
 from .break_glass import FreezeDesk
-from .cancel import Cancels
 from .context import RunContext
-from .decisions import Decisions
+from .decisions import Cancels, Decisions
 from .edits import Allowances, Edits
 from .gate import authorize_on
 from .notices import NotAllowed, Notice, NotSaved, UnknownRequest

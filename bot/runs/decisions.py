@@ -5,6 +5,8 @@ once the batch is decided.
 The preview bound to an approval (`Previews`: run again when stale at the last approval, a
 changed one refusing it) is a step of the decision, so it is here; running a preview and what
 the card shows of it are `bot.runs.previews`, which the cards use before a card is posted.
+Cancelling a run (`Cancels`) is the other answer a person gives a paused run: the same gate,
+the same card redraws, its waiting calls answered all at once.
 """
 
 from __future__ import annotations
@@ -14,25 +16,44 @@ from typing import Literal
 
 from ..approvals import GateAction
 from ..policy import GateDecision, PreviewPlan
-from ..store import MoreApprovalsNeeded, PreviewChanged, StoredPreview, ToolCallRow, already_reason
+from ..store import (
+    MoreApprovalsNeeded,
+    NotWaiting,
+    PreviewChanged,
+    SessionRow,
+    StoredPreview,
+    ToolCallRow,
+    already_reason,
+)
 from .cards import Cards
 from .context import RunContext, thread_of
 from .gate import (
     acting_for,
     audit_refusal,
     audit_unknown,
+    authorize_on,
     call_lock,
     on_call,
     refusal_notice,
     ruling,
 )
-from .metrics import note_decision
-from .notices import DecisionNotRecorded, NotAllowed, Notice, UnknownRequest
+from .metrics import note_decision, note_run_ended
+from .notices import (
+    CancelledBeforeStart,
+    DecisionNotRecorded,
+    NotAllowed,
+    NothingCancelled,
+    NothingToCancel,
+    Notice,
+    RunCancelled,
+    UnknownRequest,
+)
 from .output import Thread
 from .previews import attach_preview, current_preview, run_plan
 from .timeline import PausedTimelines
 
 __all__ = [
+    "Cancels",
     "Decisions",
     "Previews",
 ]
@@ -276,3 +297,105 @@ class Previews:
         if updated is not None and changed:  # its redraw was written with the preview
             await attach_preview(self.ctx, updated, fresh)
         return changed and updated is not None
+
+
+# -- cancel and withdraw ----------------------------------------------------------------------
+# Cancelling: a paused run or one going in this process (`cancel` in its thread, or a card's
+# Cancel run button), or a queued message before its run starts. The requester may always;
+# otherwise an approver. A going run is stopped through its deadline (`bot.runs.context`); the
+# driver closes it and tells the thread who stopped it.
+
+
+class Cancels:
+    def __init__(
+        self, ctx: RunContext, cards: Cards, timelines: PausedTimelines | None = None
+    ) -> None:
+        self.ctx = ctx
+        self.cards = cards
+        self.timelines = timelines or PausedTimelines()
+        """Paused runs' timelines: a cancelled one shows its calls not run, and closes."""
+
+    async def cancel(
+        self,
+        session: SessionRow,
+        *,
+        user: str,
+        team: str | None = None,
+        via: Literal["message", "button"],
+        batch_id: str | None = None,
+    ) -> Notice | None:
+        store = self.ctx.store
+        verdict = await authorize_on(self.ctx, "cancel", user=user, team=team, session=session)
+        if verdict.kind == "refused":
+            await store.audit(
+                "refusal",
+                actor=user,
+                session_id=session.id,
+                details={
+                    "action": "cancel",
+                    "via": via,
+                    "why": verdict.reason,
+                    "rule": verdict.rule,
+                    "policy_rule": None,
+                    "batch_id": batch_id or session.batch_id,
+                    "ledger_ids": await self._ledger_ids(session.id),
+                    "team_id": team,
+                },
+            )
+            return NotAllowed(verdict)
+        if self.ctx.live.cancel(session.id, by=user):
+            return None
+        outcome = await store.cancel_batch(
+            session.id, user_id=user, batch_id=batch_id, team_id=team, via=via, rule=verdict.rule
+        )
+        if not outcome.cancelled:
+            return NothingCancelled(outcome.why or NotWaiting(session.state))
+        note_run_ended(self.ctx, session.id, "cancelled")
+        for row in outcome.rows:
+            if row.status == "cancelled":  # answered without running, as a resumed run would
+                self.ctx.observer.tool_finished(row.name, "cancelled", 0.0)
+            if row.needs_approval and row.status == "cancelled":
+                note_decision(self.ctx, row, "cancelled")
+        await self.timelines.close(session.id, outcome.rows)
+        thread = Thread.of(session)
+        await self.ctx.output.say(thread, RunCancelled(user))
+        return None
+
+    async def from_card(self, ledger_id: str, *, user: str, team: str | None) -> Notice | None:
+        on = await on_call(self.ctx, ledger_id)
+        if on is None:
+            await audit_unknown(self.ctx, ledger_id, user=user)
+            return UnknownRequest()
+        return await self.cancel(
+            on.session, user=user, team=team, via="button", batch_id=on.row.batch_id
+        )
+
+    async def _ledger_ids(self, session_id: str) -> list[str]:
+        """The gated calls of the session's batch, for an audit row about the whole run."""
+        rows = await self.ctx.store.batch_calls(session_id)
+        return [row.id for row in rows if row.needs_approval]
+
+    async def from_message(self, thread: Thread, *, user: str, team: str | None) -> None:
+        """`cancel` written in a thread: the paused run, or the queued message, is withdrawn.
+        The same rules as the Cancel run button: `team` is the author's workspace."""
+        store = self.ctx.store
+        output = self.ctx.output
+        session = await store.find_session(thread.team_id, thread.channel_id, thread.thread_ts)
+        going = session is not None and session.id in self.ctx.live
+        if session is not None and (going or session.state == "awaiting_approval"):
+            refusal = await self.cancel(session, user=user, team=team, via="message")
+            if refusal is not None:
+                await output.tell(thread, user, refusal)
+            return
+        queued = None if session is None else await store.queued_item(session.id)
+        if session is None or queued is None:
+            await output.tell(thread, user, NothingToCancel())
+            return
+        verdict = await authorize_on(
+            self.ctx, "withdraw", user=user, team=team, session=session, requester=queued.requester
+        )
+        if verdict.kind == "refused":
+            await output.tell(thread, user, NotAllowed(verdict))
+            return
+        if await store.cancel_queued(session.id, user_id=user) is not None:
+            await output.say(thread, CancelledBeforeStart(user))

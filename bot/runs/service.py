@@ -24,11 +24,10 @@ from ..policy import Policy, oncall_now
 from ..store import EnqueueOutcome, InboxItem, QueueItem, Store, StoreError, batch_complete
 from ..words import count
 from .break_glass import FreezeDesk
-from .cancel import Cancels
 from .cards import Cards
 from .clicks import Clicks, Feedback
 from .context import Container, RunContext, run_options, session_for
-from .decisions import Decisions
+from .decisions import Cancels, Decisions
 from .driver import Driver
 from .edits import Allowances, Edits
 from .gate import delegate_command
