@@ -19,8 +19,8 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 
-from ..faults import checkpoint
 from ..policy import Policy, oncall_now
+from ..settings import checkpoint
 from ..store import EnqueueOutcome, InboxItem, QueueItem, Store, StoreError, batch_complete
 from ..words import count
 from .break_glass import FreezeDesk
