@@ -38,16 +38,6 @@ from ..store import (
 from ..words import format_duration
 from .cards import Cards, allow_choices, allow_window
 from .context import RunContext, judge_in_shadow, thread_of
-from .edit_form import (
-    ARGUMENTS_FIELD,
-    COMMAND_FIELD,
-    COMMAND_TOOL,
-    EDIT_FIELDS_MAX,
-    EDIT_TEXT_MAX,
-    edit_form,
-    json_arguments,
-    parse_form,
-)
 from .freezes import freeze_for
 from .gate import audit_refusal, authorize_on, call_decision, on_call, refusal_notice, ruling
 from .metrics import note_decision
@@ -66,7 +56,21 @@ from .notices import (
 from .output import Thread
 from .previews import ensure_preview
 from .timeline import AllowanceUses
-from .views import AllowanceInfo, AllowChoice, AllowForm, EditErrors, EditForm
+from .views import (
+    ARGUMENTS_FIELD,
+    COMMAND_FIELD,
+    COMMAND_TOOL,
+    EDIT_FIELDS_MAX,
+    EDIT_TEXT_MAX,
+    AllowanceInfo,
+    AllowChoice,
+    AllowForm,
+    EditErrors,
+    EditForm,
+    edit_form,
+    json_arguments,
+    parse_form,
+)
 
 __all__ = [
     "ARGUMENTS_FIELD",
