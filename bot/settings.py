@@ -8,10 +8,16 @@ logs and error messages) show it redacted.
 `load_settings` is the one entry point: it turns any missing or malformed value into a
 `SettingsError` whose message is one line naming the variable and where to get it, and it never
 repeats a secret's value (pydantic's own errors quote the input, so they are not passed on).
+
+One variable is for crash tests alone and is not in the table: `OPSGATE_FAULT_HOLD`, the fault
+point to hold at (`checkpoint`), read at the point itself rather than once at start-up.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -23,10 +29,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .errors import SettingsError
 
 __all__ = [
+    "HOLD_ENV",
     "SCHEMES",
     "DatabaseURL",
     "Mode",
     "Settings",
+    "checkpoint",
     "load_settings",
     "redact_url",
     "url_scheme",
@@ -434,3 +442,27 @@ def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")) or len(value) <= len("https://"):
         raise ValueError("must be an http:// or https:// URL")
     return value
+
+
+# -- fault points -----------------------------------------------------------------------------
+# Fault points for crash tests: `OPSGATE_FAULT_HOLD=<point>` makes the process say so on stderr
+# and then hold at that point, so a test can kill -9 it exactly there.
+#
+# Points: `inbox` (a saved delivery, before it is processed), `resume_claimed` (after the resume
+# claim), `resume_started` (after `resume_started`, before the first call is marked executing),
+# `allow_decided` (in `Store.allow_call`'s transaction: the call approved, its allowance not yet
+# written), `shortcut` (the message shortcut acknowledged, its run not yet queued),
+# `redraw_claimed` (the outbox's sender took a card's owed redraw, not yet drawn or sent),
+# `plane_card` (an outside request answered 201, its card not yet posted), `plane_opening`
+# (an outside request's thread posted, its batch not yet recorded).
+# Unset, a point costs one environment lookup.
+
+
+HOLD_ENV = "OPSGATE_FAULT_HOLD"
+
+
+async def checkpoint(point: str) -> None:
+    if os.environ.get(HOLD_ENV) != point:
+        return
+    print(f"opsgate-fault: holding at {point}", file=sys.stderr, flush=True)
+    await asyncio.Event().wait()

@@ -36,13 +36,11 @@ from .approvals import Approvals, FetchMembers
 from .observability import Metrics
 from .policy import Policy, ladder_tick
 from .runs import RunService, ThreadOutput
-from .runs.context import Deadlines, RunContext
+from .runs.context import ChannelInstructions, Deadlines, RunContext, load_shadow
 from .runs.inbox import Replay
+from .runs.ladder import ExpiryTimer
 from .runs.metrics import NoObserver, ObservedChatClient, RunObserver
-from .runs.options import ChannelInstructions
 from .runs.replicas import held_lease, replica_name
-from .runs.shadow import load_shadow
-from .runs.timer import ExpiryTimer
 from .runs.tool_pins import pin_mcp_tools, repin_listing
 from .runs.views import CardDrawing, HomeView
 from .settings import Settings

@@ -29,8 +29,8 @@ from ..runs import (
     RunService,
     Thread,
 )
+from ..runs.cards import LocalRedraws
 from ..runs.context import RunContext
-from ..runs.redraws import LocalRedraws
 from ..runs.timeline import AssistantStatus, Task
 from ..settings import Settings, load_settings
 from ..tools import protect_process_environment

@@ -26,13 +26,14 @@ from agent_core.messages import ChatMessage, call_digest, canonical_arguments
 from bot.errors import NotOpened
 
 from ..allowances import covers, load_shape
-from ..faults import checkpoint
 from ..policy import GateDecision
-from ..runs.cards import Cards, call_decision, forbidden_reason
+from ..runs.cards import Cards, forbidden_reason
 from ..runs.context import RunContext
 from ..runs.freezes import freeze_for
+from ..runs.gate import call_decision
 from ..runs.output import PostFailed, Thread
 from ..runs.views import CardRef
+from ..settings import checkpoint
 from ..store import AllowanceRow, PlaneRequest, PlaneState, Store, ToolCallRow
 from ..tasks import TaskSupervisor
 from .asks import Ask, Outside, argv_of

@@ -17,13 +17,12 @@ from ..store import GlassUse, Ruling, already_reason
 from ..words import format_duration, parse_duration
 from .cards import Cards
 from .context import RunContext, thread_of
+from .decisions import Previews
 from .freezes import RedrawPending, active_freezes, freeze_for, freeze_info, tick
-from .gate import audit_refusal, on_call, refusal_notice
+from .gate import audit_refusal, on_call, quorums, refusal_notice
 from .metrics import note_decision
 from .notices import BreakGlassUsed, DecisionNotRecorded, FreezeAnswer, Notice, UnknownRequest
 from .output import Thread
-from .previews import Previews
-from .requirements import quorums
 from .views import FreezeInfo, GlassInfo
 
 __all__ = ["FreezeDesk"]

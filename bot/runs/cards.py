@@ -4,6 +4,10 @@ A card must never keep buttons for a decided call: every decision redraws its ca
 on a decided card redraws it, and start-up redraws every card whose drawn state (the ledger's
 `card_drawn`) differs from its call's (the process may have died between recording a decision
 or a cancel and redrawing).
+
+A card's facts beyond the call (the model's reason, the judged parts, why "Allow for" is
+absent) and the redraws drawn in process where there is no Slack sender are here too: both
+are what a card shows, and nothing else uses them.
 """
 
 from __future__ import annotations
@@ -14,37 +18,40 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
-from agent_core import Tool, ToolCall
+from agent_core import Tool
 
 from ..allowances import Shape, offered_shapes, shape_of
-from ..policy import QUARANTINED, GateDecision, added_by, escalated
-from ..store import Ruling, ToolCallRow, card_state
+from ..policy import QUARANTINED, GateDecision, added_by
+from ..store import CARD_REDRAW, OutboxRow, Ruling, ToolCallRow, card_state
 from ..tools import tool_summary
 from ..tools.mcp import McpTool
 from ..words import format_duration
-from ._preview_run import card_preview, ensure_preview
-from .card_facts import absent_allow, card_parts, model_reason
 from .context import RunContext
 from .freezes import with_freeze
+from .gate import call_decision, card_requirements
 from .notices import (
     CallLink,
     CardNotPosted,
 )
 from .output import PostFailed, Thread
-from .requirements import card_requirements
-from .views import CardCall, CardDrawing, CardOutcome, CardRef, OutsideAsk, ServerTool
+from .previews import card_preview, ensure_preview
+from .views import CardCall, CardDrawing, CardOutcome, CardPart, CardRef, OutsideAsk, ServerTool
 
 __all__ = [
     "CARD_RETRY_DELAYS",
+    "REASON_ARGUMENTS",
     "CardRetries",
     "Cards",
+    "LocalRedraws",
+    "absent_allow",
     "allow_choices",
     "allow_window",
     "audit_gate_rule",
-    "call_decision",
+    "card_parts",
     "forbidden_reason",
+    "model_reason",
     "scope",
     "server_tool",
 ]
@@ -295,8 +302,6 @@ def _card_status(status: str) -> Literal["approved", "rejected", "expired", "can
 # next start-up tries once more). A call decided, cancelled or expired meanwhile is not posted.
 
 
-logger = logging.getLogger("opsgate.runs")
-
 CARD_RETRY_DELAYS: tuple[float, ...] = (5.0, 15.0, 40.0)
 """Seconds before each further try (after the first failure)."""
 
@@ -342,17 +347,6 @@ class CardRetries:
 # store does not know, so the run service adds it when it posts the call's card. The verdict
 # (`GateDecision`) is worked out again from the stored call wherever it is needed (card,
 # approvals, allowances): it depends only on the policy and the arguments that would run.
-
-
-def call_decision(ctx: RunContext, row: ToolCallRow) -> GateDecision:
-    """What the policy says of the call as it would run now (edited arguments included)."""
-    shown = row.running_arguments()
-    arguments = (row.edited_arguments or row.arguments) if isinstance(shown, dict) else str(shown)
-    call = ToolCall(id=row.call_id, name=row.tool, arguments=arguments)
-    tool = ctx.tools.get(row.tool)
-    decision = ctx.policy.decide(tool if tool is not None else row.tool, call)
-    # The steps of its escalation ladder passed so far widen who may decide, at every click.
-    return escalated(ctx.policy, row.card_channel, decision, row.escalation_step, ctx.clock())
 
 
 def escalated_to(ctx: RunContext, row: ToolCallRow, decision: GateDecision) -> tuple[str, ...]:
@@ -435,3 +429,130 @@ def scope(row: ToolCallRow, decision: GateDecision | None = None) -> str:
         return ""
     shape = shape_of(row.tool, arguments, decision)
     return "" if shape is None else shape.label(row.tool)
+
+
+# -- what a card says beyond the call ---------------------------------------------------------
+# What a card tells the person deciding, beyond the call itself: the model's stated reason
+# for the call, which parts of a command the policy judged and why, and why "Allow for" is
+# absent when it is.
+#
+# All of it is plain data for `CardCall`; the renderers escape what is untrusted (the model's
+# words, the command's text).
+
+
+REASON_ARGUMENTS = ("reason", "justification")
+"""Arguments a tool's schema may declare for the model to say why it calls it."""
+
+_TIERS = {"never": "runs without approval", "forbidden": "forbidden"}
+
+
+async def model_reason(ctx: RunContext, row: ToolCallRow, tool: Tool | None) -> str | None:
+    """What the model said of the call: a `reason`/`justification` argument the tool's schema
+    declares, else the text of the assistant turn that asked for it (None: it said nothing)."""
+    arguments = row.running_arguments()
+    declared = _declared(tool)
+    for name in REASON_ARGUMENTS:
+        value = arguments.get(name) if isinstance(arguments, dict) else None
+        if name in declared and isinstance(value, str) and value.strip():
+            return value.strip()
+    message = await ctx.store.message_at(row.session_id, row.message_seq)
+    if message is None or message.role != "assistant" or not message.content:
+        return None
+    return message.content.strip() or None
+
+
+def _declared(tool: Tool | None) -> frozenset[str]:
+    properties: Any = {} if tool is None else tool.parameters.get("properties", {})
+    return frozenset(properties) if isinstance(properties, dict) else frozenset()
+
+
+def card_parts(decision: GateDecision) -> tuple[CardPart, ...]:
+    """Each simple command the policy judged, in `policy explain`'s words, and the whole
+    command's own reason for a card when it has one (e.g. text that does not parse)."""
+    parts = [
+        CardPart(p.text, _TIERS.get(p.tier, "needs approval"), p.policy_rule, p.why)
+        for p in decision.parts
+    ]
+    parsed = decision.command
+    if parsed is not None:
+        whole = parsed.unjudgeable.difference(*(p.flags for p in parsed.parts))
+        if whole:
+            why = f"{', '.join(sorted(whole))}: approval required"
+            parts.append(CardPart("the whole command", "needs approval", None, why))
+    return tuple(parts)
+
+
+def absent_allow(
+    ctx: RunContext, row: ToolCallRow, channel: str, decision: GateDecision, offered: bool
+) -> str | None:
+    """Why the card of `row` offers no "Allow for", in words (the first that holds: forbidden,
+    several rules, a preview, a quorum, a call no allowance may cover, no `allow_for`);
+    None when it offers one."""
+    if offered:
+        return None
+    if decision.forbidden:
+        return "the policy forbids this call"
+    own = decision.allow_for or ctx.policy.tool_policy(row.tool).allow_for
+    if len(decision.needs()) > 1:
+        return "several rules must each approve this call"
+    if decision.preview is not None:
+        return "its rule shows a preview: an allowed call would run unseen"
+    needed = ctx.policy.required_approvals_for(channel, decision)
+    if needed != 1:
+        return f"it needs {needed} approvals"
+    arguments = row.running_arguments()
+    if not isinstance(arguments, dict) or shape_of(row.tool, arguments, decision) is None:
+        return (
+            "no allowance may cover it: an allowance covers one plain command (no pipe, "
+            "list, redirection, substitution, expansion or wrapper)"
+        )
+    if own is None:
+        where = decision.policy_rule or f"tools.{row.tool}"
+        return f"{where} sets no allow_for"
+    return None
+
+
+# -- redraws drawn in this process ------------------------------------------------------------
+# The card redraws the store owes, drawn in this process: the sender of a front end with no
+# Slack (the terminal's `opsgate chat`).
+#
+# Every change a card shows writes the card's redraw (`CARD_REDRAW`, an outbox row) in the
+# change's own transaction (`bot.store.outbox`). In Slack the outbox's sender draws and sends
+# those rows (`bot.slack.outbox`); without Slack, `LocalRedraws.drain` claims them, draws each
+# card from its call's state now (`Cards.refresh`, which records what the card shows) and marks
+# the row done. It runs where the front end needs its screen current (before a prompt).
+
+
+_LEASE = timedelta(seconds=60)
+_BATCH = 1000
+
+
+class LocalRedraws:
+    """Draws the redraws owed to `cards`' output. `channel`: only that channel's (a Slack bot
+    sharing the database keeps its own: they are left to its sender); None: every card's."""
+
+    def __init__(self, cards: Cards, *, channel: str | None, claimer: str = "local") -> None:
+        self.cards = cards
+        self.channel = channel
+        self.claimer = claimer
+
+    async def drain(self) -> int:
+        """Draw every redraw owed now, once each; how many cards were drawn."""
+        store = self.cards.ctx.store
+        drawn = 0
+        for row in await store.claim_outbox(self.claimer, limit=_BATCH, lease=_LEASE):
+            if not self._ours(row):
+                await store.outbox_later(row.id, self.cards.ctx.clock(), "left to its sender")
+                continue
+            try:
+                call = await store.get_call(str(row.params.get("ledger_id") or ""))
+                if call is not None:
+                    await self.cards.refresh(call)
+                    drawn += 1
+                await store.outbox_sent(row.id)
+            except Exception:  # a redraw is not worth ending the chat: drawn again later
+                logger.exception("could not redraw the card of %s", row.params.get("ledger_id"))
+        return drawn
+
+    def _ours(self, row: OutboxRow) -> bool:
+        return row.method == CARD_REDRAW and self.channel in (None, row.channel_id)

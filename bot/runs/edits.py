@@ -36,21 +36,10 @@ from ..store import (
     already_reason,
 )
 from ..words import format_duration
-from ._preview_run import ensure_preview
-from .cards import Cards, allow_choices, allow_window, call_decision
-from .context import RunContext, thread_of
-from .edit_form import (
-    ARGUMENTS_FIELD,
-    COMMAND_FIELD,
-    COMMAND_TOOL,
-    EDIT_FIELDS_MAX,
-    EDIT_TEXT_MAX,
-    edit_form,
-    json_arguments,
-    parse_form,
-)
+from .cards import Cards, allow_choices, allow_window
+from .context import RunContext, judge_in_shadow, thread_of
 from .freezes import freeze_for
-from .gate import audit_refusal, authorize_on, on_call, refusal_notice
+from .gate import audit_refusal, authorize_on, call_decision, on_call, refusal_notice, ruling
 from .metrics import note_decision
 from .notices import (
     AllowanceGranted,
@@ -65,10 +54,23 @@ from .notices import (
     UnknownRequest,
 )
 from .output import Thread
-from .requirements import ruling
-from .shadow import judge_in_shadow
+from .previews import ensure_preview
 from .timeline import AllowanceUses
-from .views import AllowanceInfo, AllowChoice, AllowForm, EditErrors, EditForm
+from .views import (
+    ARGUMENTS_FIELD,
+    COMMAND_FIELD,
+    COMMAND_TOOL,
+    EDIT_FIELDS_MAX,
+    EDIT_TEXT_MAX,
+    AllowanceInfo,
+    AllowChoice,
+    AllowForm,
+    EditErrors,
+    EditForm,
+    edit_form,
+    json_arguments,
+    parse_form,
+)
 
 __all__ = [
     "ARGUMENTS_FIELD",

@@ -1,33 +1,65 @@
 """The run service's side of the one gate (`bot.approvals.authorize`): every step that decides,
 edits, allows, cancels, withdraws, revokes or shows buttons asks through `authorize_on`, with
 the session's workspace and the policy's verdict on the call always given, so no step can
-forget a rule."""
+forget a rule. That verdict (`call_decision`: the policy on the call as it would run now, its
+ladder's steps passed) and the call's requirements (each rule's approvers and quorum, as the
+store counts them and the card lists them) are the gate's answer, so they are here.
+
+Delegations (`/opsgate delegate`) are here too: a click the gate refuses as "not an approver"
+is asked again as the delegator the clicker stands in for (`acting_for`).
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from agent_core import ToolCall
+
 from ..approvals import Actor, GateAction, GatedCall, Refused, Verdict, authorize
-from ..policy import GateDecision
-from ..store import CardLock, SessionRow, ToolCallRow
-from .cards import call_decision
+from ..policy import GateDecision, Requirement, escalated
+from ..store import CardLock, Quorum, Ruling, SessionRow, ToolCallRow
+from ..store.rules import counting
+from ..words import format_duration, parse_duration
 from .context import RunContext
 from .freezes import freeze_for, freeze_words
-from .notices import NotAllowed, NotApprovable, Notice
+from .notices import DelegationAnswer, NotAllowed, NotApprovable, Notice
+from .views import CardRequirement
 
 __all__ = [
+    "MAX_DELEGATION",
     "OnCall",
+    "acting_for",
     "audit_refusal",
     "audit_unknown",
     "authorize_on",
+    "call_decision",
     "call_lock",
+    "card_requirements",
+    "delegate_command",
+    "lapse",
     "on_call",
+    "quorums",
     "refusal_notice",
+    "requirement_words",
+    "ruling",
 ]
 
 _FROZEN_ACTIONS = frozenset({"approve", "edit", "allow", "show", "break_glass"})
 """What a change freeze refuses (all but `break_glass`, which needs one)."""
+
+
+def call_decision(ctx: RunContext, row: ToolCallRow) -> GateDecision:
+    """What the policy says of the call as it would run now (edited arguments included)."""
+    shown = row.running_arguments()
+    arguments = (row.edited_arguments or row.arguments) if isinstance(shown, dict) else str(shown)
+    call = ToolCall(id=row.call_id, name=row.tool, arguments=arguments)
+    tool = ctx.tools.get(row.tool)
+    decision = ctx.policy.decide(tool if tool is not None else row.tool, call)
+    # The steps of its escalation ladder passed so far widen who may decide, at every click.
+    return escalated(ctx.policy, row.card_channel, decision, row.escalation_step, ctx.clock())
 
 
 async def authorize_on(
@@ -164,3 +196,146 @@ async def audit_refusal(
     await ctx.store.audit(
         "refusal", actor=user, session_id=row.session_id, call_id=row.call_id, details=details
     )
+
+
+# -- delegations ------------------------------------------------------------------------------
+# Delegation while away: `/opsgate delegate @user until <time or duration> [reason]` and
+# `/opsgate delegate off`.
+#
+# While it holds, the delegate may decide wherever the delegator may, as "U2 for U1": the
+# approval is the delegator's (so one person is counted once toward a quorum, never both), the
+# audit's actor is the delegate with `acting_for` the delegator. A delegate never approves
+# their own request, and a delegation never chains (the delegator's own delegations are not
+# followed). It ends by itself (`lapse`, from the expiry timer's tick).
+
+
+MAX_DELEGATION = timedelta(days=90)
+_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>|([UW][A-Z0-9]{2,})")
+USAGE = (
+    "Usage: `/opsgate delegate @someone until <2026-12-24T18:00Z or 3d> [reason]`, "
+    "or `/opsgate delegate off`."
+)
+
+
+async def delegate_command(ctx: RunContext, user: str, text: str) -> DelegationAnswer:
+    """Start or end `user`'s delegation; the answer, in words, for `user` alone."""
+    rest = text.strip()
+    if rest.lower() == "off":
+        ended = await ctx.store.end_delegation(user, "off")
+        return _said("Your delegation has ended." if ended else "You have no delegation.")
+    parts = rest.split(None, 3)
+    found = _MENTION.fullmatch(parts[0]) if parts else None
+    if found is None or len(parts) < 3 or parts[1].lower() != "until":
+        return _said(USAGE)
+    delegate = found[1] or found[2]
+    now = ctx.clock()
+    until = _until(parts[2], now)
+    if delegate == user:
+        return _said("You cannot delegate to yourself.")
+    if until is None or not now < until <= now + MAX_DELEGATION:
+        return _said(f"{parts[2]!r} is not a time within 90 days. " + USAGE)
+    reason = parts[3] if len(parts) > 3 else None
+    await ctx.store.delegate(user, delegate, until, reason)
+    return _said(
+        f"<@{delegate}> decides for you until {until:%Y-%m-%d %H:%M} UTC "
+        f"({format_duration(until - now, approximate=True)})."
+    )
+
+
+async def acting_for(
+    ctx: RunContext, on: OnCall, user: str, team: str | None, action: GateAction
+) -> tuple[str, Verdict] | None:
+    """The delegator `user` may act for on this call, with the verdict for them; None."""
+    if on.row.requested_by == user:
+        return None  # a delegate never approves their own request
+    for held in await ctx.store.delegations(ctx.clock()):
+        if held.delegate != user:
+            continue
+        verdict = await on.authorize(ctx, action, user=held.delegator, team=team)
+        if verdict.kind == "allowed":
+            return held.delegator, verdict
+    return None
+
+
+async def lapse(ctx: RunContext) -> int:
+    """End the delegations whose time has passed (each once across replicas)."""
+    return await ctx.store.end_lapsed_delegations(ctx.clock())
+
+
+def _until(text: str, now: datetime) -> datetime | None:
+    try:
+        return now + parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _said(text: str) -> DelegationAnswer:
+    return DelegationAnswer(text)
+
+
+# -- a call's requirements --------------------------------------------------------------------
+# A call's requirements as the store counts them and as its card shows them.
+#
+# When a call's parts match several rules that ask, each rule's approvers and quorum must be met
+# at once (`GateDecision.needs`); the store decides from its approvals which are
+# (`bot.store.rules.tally`), and the card lists each rule with who approved toward it and what is
+# still missing.
+
+
+def quorums(ctx: RunContext, channel: str | None, decision: GateDecision) -> tuple[Quorum, ...]:
+    """Every requirement of the call as the store counts it: each rule's key, words and
+    quorum (the rule's, else the channel's, else the defaults')."""
+    return tuple(
+        Quorum(
+            key=need.key,
+            label=requirement_words(need),
+            needed=ctx.policy.required_approvals_for(channel, decision.under(need)),
+        )
+        for need in decision.needs()
+    )
+
+
+def ruling(
+    ctx: RunContext, channel: str | None, decision: GateDecision, rule: str | None
+) -> Ruling:
+    """What the policy ruled for a decision on the call, as the store records and counts it:
+    who may decide (`rule`, the verdict's), the rule that gated the call and what it matches,
+    and every requirement at once with its quorum."""
+    return Ruling(
+        rule=rule,
+        policy_rule=decision.policy_rule,
+        policy_match=decision.rule_label,
+        required_approvals=ctx.policy.required_approvals_for(channel, decision),
+        requirements=quorums(ctx, channel, decision),
+    )
+
+
+def requirement_words(need: Requirement) -> str:
+    """A requirement in words: its rule and what it matches, or the channel's approvers."""
+    if need.policy_rule is None:
+        return "the channel's approvers"
+    return f"{need.policy_rule} ({need.rule_label})" if need.rule_label else need.policy_rule
+
+
+def card_requirements(
+    ctx: RunContext, row: ToolCallRow, channel: str, decision: GateDecision
+) -> tuple[CardRequirement, ...]:
+    """Each rule that must approve and who has toward it; empty when one rule decides."""
+    needs = decision.needs()
+    if len(needs) < 2:
+        return ()
+    state = row.quorum_state()
+    counts = {} if state is None else state.counts
+    shown: list[CardRequirement] = []
+    counted = counting(quorums(ctx, channel, decision), row.approvals, counts)
+    for need, (quorum, approved_by) in zip(needs, counted, strict=True):
+        spec = ctx.policy.approvers_for(channel, decision.under(need))
+        shown.append(
+            CardRequirement(quorum.label, quorum.needed, approved_by, spec.users, spec.groups)
+        )
+    return tuple(shown)

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ..faults import checkpoint
+from ..settings import checkpoint
 from ..store import InboxItem, StoreError
 from .context import RunContext
 from .notices import Notice

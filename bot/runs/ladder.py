@@ -10,28 +10,40 @@ commit (so the outbox's sender, which wakes on its own every few seconds, does n
 the planning; the calls' workspaces are read together, not one call at a time), then the
 claims of `CHUNK` calls share one transaction (`Store.claim_all`), a handful of statements
 for them all. A forbidden call never escalates; a change freeze over the call holds both.
+
+The expiry timer that runs the tick, and the plain reminder before a card expires, are here
+too: the ladder is what the timer climbs, and the timer exists to climb it and expire cards.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import math
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Literal
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal
 
 from ..policy import GateDecision, Ladder, added_by, ladder_for, ladder_tick
-from ..store import LadderClaim, OutboxEntry, Quorum, ToolCallRow
-from .cards import Cards, call_decision
-from .context import RunContext
-from .delegation import lapse
+from ..store import LadderClaim, OutboxEntry, Quorum, Store, ToolCallRow
+from .cards import Cards
+from .context import RunContext, thread_of
 from .freezes import freeze_for
-from .notices import AwaitsYou
+from .gate import call_decision, lapse, quorums
+from .notices import AwaitsYou, Reminder
 from .output import Thread
-from .requirements import quorums
 
-__all__ = ["climb", "waiting_for"]
+__all__ = [
+    "LATE_BY",
+    "ExpiryTimer",
+    "climb",
+    "send_reminders",
+    "waiting_for",
+]
 
 logger = logging.getLogger("opsgate.runs")
 
@@ -258,3 +270,100 @@ def _summary(row: ToolCallRow) -> str:
     else:
         text = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
     return text if len(text) <= SUMMARY_MAX else text[: SUMMARY_MAX - 1] + "…"
+
+
+# -- the expiry timer and reminders -----------------------------------------------------------
+# The expiry timer: wakes at the earliest deadline (a card's expiry, or its reminder), not on a
+# fixed poll, so a card expires within about a second of its time.
+#
+# It also wakes when a new deadline is set (`poke`), and at least every `longest` seconds: a
+# card posted by another replica sharing the database is seen that way. What it runs each time
+# (`RunService.expire_due`) claims every reminder and expiry in the store, so replicas whose timers
+# fire together still act once.
+
+
+LATE_BY: Final = 0.05
+"""Seconds added to each wait, so the timer never wakes a hair before the deadline (the loop's
+clock and the wall clock drift apart a little) and then sleeps a whole round."""
+
+Wait = Callable[[float, asyncio.Event], Awaitable[None]]
+"""Sleep up to `seconds` or until the event is set (tests replace it to move a fake clock)."""
+
+
+async def _wait(seconds: float, wake: asyncio.Event) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(wake.wait(), seconds)
+
+
+class ExpiryTimer:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], datetime],
+        remind_before: timedelta | None,
+        longest: float = 15.0,
+        wait: Wait = _wait,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.remind_before = remind_before
+        self.longest = longest
+        self._wait = wait
+        self._wake = asyncio.Event()
+
+    def poke(self) -> None:
+        """A deadline was set: look again now (it may be earlier than the one waited for)."""
+        self._wake.set()
+
+    async def next_delay(self) -> float:
+        """Seconds until the next expiry or reminder is due (at most `longest`)."""
+        due = await self.store.next_expiry()
+        if due is None:
+            return self.longest
+        now = self.clock()
+        moments = [due]
+        if self.remind_before is not None and due - self.remind_before > now:
+            moments.append(due - self.remind_before)
+        seconds = min(m - now for m in moments).total_seconds()
+        return max(0.0, min(self.longest, seconds + LATE_BY))
+
+    async def run(self, tick: Callable[[], Awaitable[Any]]) -> None:
+        """Run `tick` at each deadline, until cancelled (the task's owner does that)."""
+        while True:
+            self._wake.clear()  # a poke during the tick makes the next wait return at once
+            delay = self.longest
+            try:
+                await tick()
+                delay = await self.next_delay()
+            except Exception:
+                logger.exception("expiring approvals failed")
+            await self._wait(delay, self._wake)
+
+
+# -- reminders -----------------------------------------------------------------------------------
+# Reminders before approvals expire: one notice per thread batch, naming every call in it.
+#
+# A batch's cards share one deadline, so they come due together; a 30-call batch gets one
+# reminder, not 30. `Store.due_reminders` marks each call reminded once across all stores.
+
+
+async def send_reminders(ctx: RunContext, cards: Cards) -> int:
+    """Post the reminders due now; returns how many notices were posted."""
+    before = ctx.policy.remind_before
+    if before is None:
+        return 0
+    batches: dict[tuple[str, str | None], list[ToolCallRow]] = defaultdict(list)
+    for row in await ctx.store.due_reminders(before, ctx.clock()):
+        if row.expires_at is not None:
+            batches[(row.session_id, row.batch_id)].append(row)
+    posted = 0
+    for rows in batches.values():
+        thread = await thread_of(ctx, rows[0])
+        if thread is None:
+            continue
+        links = tuple([await cards.link(row) for row in rows])
+        expires_at = min(row.expires_at for row in rows if row.expires_at is not None)
+        await ctx.output.say(thread, Reminder(links, expires_at))
+        posted += 1
+    return posted

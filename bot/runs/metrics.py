@@ -80,7 +80,7 @@ class RunObserver(Protocol):
         ...
 
     def shadow_differs(self, direction: ShadowDirection, rule: str) -> None:
-        """The shadow policy judged a live call otherwise (`bot.runs.shadow`)."""
+        """The shadow policy judged a live call otherwise (`bot.runs.context`)."""
         ...
 
 

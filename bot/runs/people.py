@@ -16,12 +16,11 @@ from ..approvals import Actor, GatedCall, authorize
 from ..policy import GateDecision
 from ..store import HomeViewer
 from ..words import format_duration
-from .cards import Cards, call_decision
+from .cards import Cards
 from .context import RunContext
-from .delegation import acting_for
 from .edits import Allowances
 from .freezes import active_freezes, freeze_info, freeze_summary
-from .gate import OnCall, authorize_on
+from .gate import OnCall, acting_for, authorize_on, call_decision
 from .views import (
     AllowanceInfo,
     CardCall,

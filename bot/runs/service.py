@@ -19,24 +19,20 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 
-from ..faults import checkpoint
 from ..policy import Policy, oncall_now
+from ..settings import checkpoint
 from ..store import EnqueueOutcome, InboxItem, QueueItem, Store, StoreError, batch_complete
 from ..words import count
-from .bound_inputs import bound_options
 from .break_glass import FreezeDesk
-from .cancel import Cancels
 from .cards import Cards
-from .clicks import Clicks
-from .container import Container
-from .context import RunContext
-from .decisions import Decisions
-from .delegation import delegate_command
+from .clicks import Clicks, Feedback
+from .context import Container, RunContext, run_options, session_for
+from .decisions import Cancels, Decisions
 from .driver import Driver
 from .edits import Allowances, Edits
-from .feedback import Feedback
+from .gate import delegate_command
 from .inbox import Inbox, MessageDelivery
-from .ladder import climb
+from .ladder import climb, send_reminders
 from .metrics import note_decision, note_recovered
 from .notices import (
     AwaitingDecision,
@@ -52,10 +48,9 @@ from .notices import (
     RootPostFailed,
     StillWorking,
 )
-from .options import run_options, session_for
 from .output import PostFailed, Thread
 from .people import Answers, Home
-from .timer import send_reminders
+from .previews import bound_options
 from .tool_pins import ToolReview, review_tool
 from .views import PendingEntry
 

@@ -37,7 +37,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..faults import checkpoint
+from ..settings import checkpoint
 from ..store import REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, OutboxWake
 from .endings import ANSWER_ENDING, Ending, finish_answer
 from .pacing import PutBack, RateLimited, bucket_short, pacer_of

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from agent_core.batches import close_batch
-from bot.faults import checkpoint
+from bot.settings import checkpoint
 
 from .core import StoreCore
 from .db import Row, Tx

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from bot.faults import checkpoint
+from bot.settings import checkpoint
 
 from .core import StoreCore
 from .db import Row, Tx, aware, to_text

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from bot.faults import checkpoint
+from bot.settings import checkpoint
 
 from ._outbox_rows import OutboxEntry, put_rows
 from .core import StoreCore

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.faults import HOLD_ENV
+from bot.settings import HOLD_ENV
 from tests.plane.support import plane_bot
 
 pytestmark = pytest.mark.processes

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from bot.faults import HOLD_ENV
+from bot.settings import HOLD_ENV
 from bot.store import CARD_REDRAW, SQLiteStore
 from tests.processes.test_durability import _approve_value
 from tests.support.bot_process import SECRET, bot_process

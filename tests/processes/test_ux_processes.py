@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from bot.faults import HOLD_ENV
+from bot.settings import HOLD_ENV
 from bot.store import open_store
 from tests.store.contract.helpers import mention, paused_session
 from tests.support.postgres import postgres_cluster, postgres_url

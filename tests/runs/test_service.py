@@ -23,9 +23,9 @@ from bot.runs import (
     RunService,
     Thread,
 )
+from bot.runs.cards import LocalRedraws
 from bot.runs.context import RunContext
 from bot.runs.notices import NotAllowed, RunCancelled, ToolNotRun, ToolRan
-from bot.runs.redraws import LocalRedraws
 from bot.runs.timeline import AssistantStatus, Task
 from bot.store import Ruling, SQLiteStore, utc_now
 from bot.tasks import TaskSupervisor

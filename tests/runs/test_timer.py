@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bot.policy import Policy
-from bot.runs.timer import LATE_BY, ExpiryTimer
+from bot.runs.ladder import LATE_BY, ExpiryTimer
 from tests.scenarios.test_app import make_tools
 from tests.support.harness import running_bot, texts
 

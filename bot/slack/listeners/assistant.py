@@ -1,6 +1,6 @@
 """The agent's place in Slack: a conversation opened there is offered the policy's suggested
 prompts, and each change of the channel the user looks at is recorded, so that the next run
-there gets that channel's instructions and tools (`bot.runs.container`). Messages there are
+there gets that channel's instructions and tools (`bot.runs.context`). Messages there are
 DMs: `listeners/messages.py` takes them like any other, and they are sessions like any thread.
 
 Both of Slack's experiences are handled:
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ...runs.container import WHOLE_DM
+from ...runs.context import WHOLE_DM
 from ...runs.output import Thread
 from ...runs.service import RunService
 from ..output import SlackThreadOutput

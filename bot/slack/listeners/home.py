@@ -10,10 +10,10 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncRespond
 
-from ...faults import checkpoint
 from ...runs.clicks import Answer
 from ...runs.output import Thread
 from ...runs.service import RunService
+from ...settings import checkpoint
 from ..notices import render as render_notice
 from ..output import SlackThreadOutput
 from ..payloads import click_of

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agent_core import ChatMessage, call_digest, canonical_arguments
-from bot.faults import HOLD_ENV
+from bot.settings import HOLD_ENV
 from bot.store import (
     CARD_REDRAW,
     REDRAW_PRIORITY,
