@@ -1,7 +1,8 @@
 """Clicks on approval cards and on the Home tab's copies of their buttons: Approve, Reject,
 Cancel run, Edit, "Allow for <duration>", Re-run preview, Break glass, Mark reviewed, and the
 modals they open (the reject reason, the edit form, the Allow dialog where the granter chooses
-a shape, the break-glass reason).
+a shape, the break-glass reason); and the feedback buttons under a final answer, with the
+"what was wrong?" modal a "bad" click opens.
 
 Each listener acknowledges before any slow work, reads the payload (`bot.slack.payloads`),
 makes one call of the run service with the `Click` and renders the `Answer` it gets back: the
@@ -20,14 +21,15 @@ from ...runs.clicks import Answer, GlassForm, RejectForm
 from ...runs.output import PostFailed
 from ...runs.service import RunService
 from ...runs.views import AllowForm, EditForm
+from ..feedback import feedback_click, feedback_modal, feedback_reason
 from ..freezes import break_glass_modal, glass_reason
 from ..ids import BLOCK_GLASS_REASON
 from ..modals import allow_choice, edit_values, reason_from_view
 from ..mrkdwn import escape_mrkdwn
 from ..output import SlackThreadOutput
-from ..payloads import click_of, submitted, trigger_of
+from ..payloads import click_of, clicker, submitted, trigger_of
 
-__all__ = ["CardClicks", "render"]
+__all__ = ["CardClicks", "FeedbackClicks", "render"]
 
 ux_logger = logging.getLogger("opsgate.slack.ux")
 
@@ -169,3 +171,54 @@ class CardClicks:
         await ack()
         click = submitted(body, ledger_id, digest)
         await render(self.output, click.user, await self.service.break_glass(click, reason))
+
+
+# -- feedback on a final answer ----------------------------------------------------------------
+# The feedback buttons under a final answer, and the "what was wrong?" modal a "bad" click
+# opens. Acknowledged first; the click is asked of the one gate and recorded
+# (`RunService.rate`: one read and one write), then the modal opens (its `trigger_id` lasts
+# 3 seconds). A refused click (one that hides its workspace) opens nothing and is told why.
+
+
+feedback_logger = logging.getLogger("opsgate.slack.feedback")
+
+
+class FeedbackClicks:
+    """Good, bad, and why bad."""
+
+    def __init__(self, service: RunService, output: SlackThreadOutput) -> None:
+        self.service = service
+        self.output = output
+
+    async def rate(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        user, team = clicker(body)
+        message = body.get("message") or {}
+        ts = str(message.get("ts") or (body.get("container") or {}).get("message_ts") or "")
+        actions = body.get("actions") or [{}]
+        click = feedback_click(actions[0], ts) if isinstance(actions[0], dict) else None
+        if click is None or not user:
+            feedback_logger.warning("a feedback click without its session or value; ignored")
+            return
+        answer = await self.service.rate(
+            click.session_id, user=user, team=team, value=click.value, message_ts=click.message_ts
+        )
+        if answer.notice is not None:  # refused, or an unknown session: no modal
+            await render(self.output, user, answer)
+            return
+        if click.value == "bad" and (trigger := trigger_of(body)):
+            failed = await self.output.replies.open_view(trigger, feedback_modal(click))
+            if failed is not None:
+                feedback_logger.info("could not open the feedback modal: %s", failed.error)
+
+    async def reason(self, ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
+        await ack()
+        user, team = clicker(body)
+        read = feedback_reason(view)
+        if read is None or not user:
+            return
+        session_id, ts, reason = read
+        answer = await self.service.explain(
+            session_id, user=user, team=team, message_ts=ts, reason=reason
+        )
+        await render(self.output, user, answer)

@@ -29,12 +29,9 @@ from ..ids import (
     SHORTCUT,
 )
 from ..mcp_review import ACTION_MCP_ACCEPT, ACTION_MCP_KEEP, McpReview
-from .assistant import Assistant
-from .cards import CardClicks
-from .commands import SlashCommand
-from .feedback import FeedbackClicks
-from .home import HomeTab
-from .messages import Messages, other_event
+from .cards import CardClicks, FeedbackClicks
+from .commands import HomeTab, SlashCommand
+from .messages import Assistant, Messages, other_event
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp
