@@ -46,9 +46,9 @@ from ..runs.notices import NotSaved
 from ..runs.output import Thread
 from ..runs.service import RunService
 from ..store import InboxItem, StoreError
+from .ids import ledger_id_of, team_of, thread_of
 from .notices import render
 from .output import SlackThreadOutput
-from .payloads import ledger_id_of, team_of, thread_of
 
 __all__ = [
     "SAVED_ROW",

@@ -26,7 +26,7 @@ from ..runs.tool_pins import ToolReview
 from ..store import McpPin, OutboxEntry, Store
 from ..tools.mcp.tool import ToolDefinition, changed_fields
 from .answers import refusal_text
-from .payloads import clicker
+from .ids import clicker
 
 __all__ = ["ACTION_MCP_ACCEPT", "ACTION_MCP_KEEP", "McpReview", "post_reviews", "review_blocks"]
 

@@ -29,7 +29,6 @@ from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.timeline import AssistantStatus, TimelineSink
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
 from ..store import CARD_REDRAW, OutboxEntry, card_redraw
-from ._errors import SLACK_ERRORS, slack_error
 from .cards import (
     approval_card,
     card_text,
@@ -40,7 +39,7 @@ from .cards import (
 from .feedback import feedback_blocks
 from .held_outputs import HeldOutputs
 from .home import allowance_blocks, home_entry, home_intent
-from .ids import card_metadata, find_marked_card
+from .ids import SLACK_ERRORS, card_metadata, find_marked_card, slack_error
 from .modals import allow_modal, edit_modal, reject_modal
 from .mrkdwn import escape_cut, message_link, truncate, user_mention
 from .notices import card_file, render

@@ -1,6 +1,6 @@
 """Bolt listeners: bound methods of small classes, one per kind of request, registered from one
 table (`table.routes`). Each is thin: acknowledge, read the Slack payload
-(`bot.slack.payloads`), make one call of the run service, render its answer through the Slack
+(`bot.slack.ids`), make one call of the run service, render its answer through the Slack
 output."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ modals they open (the reject reason, the edit form, the Allow dialog where the g
 a shape, the break-glass reason); and the feedback buttons under a final answer, with the
 "what was wrong?" modal a "bad" click opens.
 
-Each listener acknowledges before any slow work, reads the payload (`bot.slack.payloads`),
+Each listener acknowledges before any slow work, reads the payload (`bot.slack.ids`),
 makes one call of the run service with the `Click` and renders the `Answer` it gets back: the
 notice for the clicker alone in the card's thread, the Home tabs to republish, the form to
 open with the click's `trigger_id` (which Slack honours for 3 seconds only).
@@ -23,11 +23,10 @@ from ...runs.service import RunService
 from ...runs.views import AllowForm, EditForm
 from ..feedback import feedback_click, feedback_modal, feedback_reason
 from ..freezes import break_glass_modal, glass_reason
-from ..ids import BLOCK_GLASS_REASON
+from ..ids import BLOCK_GLASS_REASON, click_of, clicker, submitted, trigger_of
 from ..modals import allow_choice, edit_values, reason_from_view
 from ..mrkdwn import escape_mrkdwn
 from ..output import SlackThreadOutput
-from ..payloads import click_of, clicker, submitted, trigger_of
 
 __all__ = ["CardClicks", "FeedbackClicks", "render"]
 

@@ -29,11 +29,10 @@ from ...runs.notices import AllowanceList, Notice, NotSaved
 from ...runs.output import Thread
 from ...runs.service import RunService
 from ...store import InboxItem, StoreError
-from ..ids import COMMAND
+from ..ids import COMMAND, click_of
 from ..intake import SAVED_ROW
 from ..notices import render
 from ..output import SlackThreadOutput
-from ..payloads import click_of
 from .cards import render as render_answer
 from .messages import message_text
 
