@@ -62,7 +62,7 @@ from ..runs.views import AllowanceInfo
 from ..store import Delegation
 from ..words import count_verb, format_duration
 from .answers import cancel_reason_text, decision_reason_text, help_text, pending_text, refusal_text
-from .cards import lock_text
+from .card_notes import lock_text
 from .freezes import freeze_notice_text
 from .mrkdwn import code_span, escape_mrkdwn, outcome_text, preformatted, slack_date, user_mention
 
@@ -72,7 +72,6 @@ __all__ = [
     "Rendered",
     "allowance_line",
     "awaits_you_text",
-    "card_file",
     "delegation_lines",
     "oncall_text",
     "queue_notice_text",
@@ -346,11 +345,6 @@ def _tool_ran(notice: ToolRan) -> Rendered:
     shown, cut = preformatted(content, OUTPUT_INLINE)
     attachment = Attachment(f"{notice.tool}-{notice.call_id}.txt", content) if cut else None
     return Rendered(f"{icon} `{name}` output:\n{shown}", attachment)
-
-
-def card_file(tool: str, call_id: str) -> str:
-    """The name of the file holding a card's full arguments."""
-    return f"{tool}-{call_id}-arguments.txt"
 
 
 # -- ux_text -------------------------------------------------------------------------------------
