@@ -29,8 +29,8 @@ from ...runs.notices import AllowanceList, Notice, NotSaved
 from ...runs.output import Thread
 from ...runs.service import RunService
 from ...store import InboxItem, StoreError
+from ..app import SAVED_ROW
 from ..ids import COMMAND, click_of
-from ..intake import SAVED_ROW
 from ..notices import render
 from ..output import SlackThreadOutput
 from .cards import render as render_answer

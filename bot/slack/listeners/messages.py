@@ -21,7 +21,7 @@ from ...runs.inbox import MessageDelivery
 from ...runs.output import Thread
 from ...runs.service import RunService
 from ...store import InboxItem
-from ..intake import SAVED_ROW
+from ..app import SAVED_ROW
 from ..output import SlackThreadOutput
 
 __all__ = [
