@@ -58,7 +58,7 @@ from .slack import (
 from .slack.app import replayer
 from .slack.cards import card_renderer
 from .slack.home import HOME_TAB, home_renderer
-from .slack.mcp_review import post_reviews
+from .slack.listeners.cards import post_reviews
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
 from .slack.queue_notice import QueueNotices, notice_finder, queue_renderer

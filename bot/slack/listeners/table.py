@@ -32,8 +32,7 @@ from ..ids import (
     COMMAND,
     SHORTCUT,
 )
-from ..mcp_review import ACTION_MCP_ACCEPT, ACTION_MCP_KEEP, McpReview
-from .cards import CardClicks, FeedbackClicks
+from .cards import ACTION_MCP_ACCEPT, ACTION_MCP_KEEP, CardClicks, FeedbackClicks, McpReview
 from .commands import HomeTab, SlashCommand, slash_of
 from .messages import Assistant, Messages, message_of, other_event
 
