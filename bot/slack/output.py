@@ -38,11 +38,10 @@ from .cards import (
     minimal_file_text,
     overflow,
 )
-from .feedback import feedback_blocks
 from .held_outputs import HeldOutputs
 from .home import allowance_blocks, home_entry, home_intent
 from .ids import SLACK_ERRORS, card_metadata, find_marked_card, slack_error
-from .modals import allow_modal, edit_modal, reject_modal
+from .modals import allow_modal, edit_modal, feedback_blocks, reject_modal
 from .mrkdwn import escape_cut, message_link, truncate, user_mention
 from .notices import render
 from .outbox import CARD, NOTICE, REACTION, UPLOAD, SlackOutbox

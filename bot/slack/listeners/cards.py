@@ -30,10 +30,16 @@ from ...runs.views import AllowForm, EditForm
 from ...store import McpPin, OutboxEntry, Store
 from ...tools.mcp.tool import ToolDefinition, changed_fields
 from ..answers import refusal_text
-from ..feedback import feedback_click, feedback_modal, feedback_reason
 from ..freezes import break_glass_modal, glass_reason
 from ..ids import BLOCK_GLASS_REASON, click_of, clicker, submitted, trigger_of
-from ..modals import allow_choice, edit_values, reason_from_view
+from ..modals import (
+    allow_choice,
+    edit_values,
+    feedback_click,
+    feedback_modal,
+    feedback_reason,
+    reason_from_view,
+)
 from ..mrkdwn import escape_mrkdwn
 from ..output import SlackThreadOutput
 
