@@ -239,7 +239,7 @@ async def other_event() -> None:
 # The agent's place in Slack: a conversation opened there is offered the policy's suggested
 # prompts, and each change of the channel the user looks at is recorded, so that the next run
 # there gets that channel's instructions and tools (`bot.runs.container`). Messages there are
-# DMs: `listeners/messages.py` takes them like any other, and they are sessions like any thread.
+# DMs: `Messages` above takes them like any other, and they are sessions like any thread.
 #
 # Both of Slack's experiences are handled:
 #
