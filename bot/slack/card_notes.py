@@ -203,43 +203,6 @@ def outcome_text(outcome: CardOutcome) -> str:
     return text
 
 
-# -- server_tool ---------------------------------------------------------------------------------
-# The line of an approval card that names an MCP server's tool and its annotations.
-#
-# The server's title for the tool is untrusted (a server says what it likes), so it is escaped;
-# the labels are ours. A tool annotated destructive is flagged where nobody can miss it.
-
-
-_TITLE_MAX = 200
-
-
-def server_tool_text(tool: ServerTool) -> str:
-    """e.g. ":warning: *destructive* · MCP server `k8s`, tool `delete_pod` (Delete a pod)"."""
-    named = f"MCP server {code_span(tool.server, 60)}, tool {code_span(tool.tool, 80)}"
-    if tool.title and tool.title != tool.tool:
-        named += f" ({one_line(tool.title, _TITLE_MAX)})"
-    labels = [label for label in tool.labels if not (tool.destructive and label == "destructive")]
-    hints = f" · _{escape_cut(', '.join(labels), 200)}_" if labels else ""
-    warning = ":warning: *destructive* · " if tool.destructive else ""
-    return f"{warning}{named}{hints}"
-
-
-_OUTSIDE_REASON_MAX = 1500
-
-
-def outside_blocks(call: CardCall) -> list[Block]:
-    """Who asked from outside, why, and who runs the command (the caller, not OpsGate)."""
-    if call.outside is None:
-        return []
-    client = escape_cut(call.outside.client, 80)
-    who = f" for {requester_text(call.requested_by)}" if call.requested_by else ""
-    text = f":inbox_tray: Asked by *{client}* (outside automation){who}."
-    if call.outside.reason:
-        text += f"\n*Reason:* {escape_cut(call.outside.reason, _OUTSIDE_REASON_MAX)}"
-    text += f"\nOpsGate will not run this itself: {client} runs it once approved."
-    return [SectionBlock(text=MarkdownTextObject(text=text, verbatim=True))]
-
-
 def edited_note(call: CardCall) -> list[Block]:
     """Who changed the arguments, and what the model had asked for."""
     if call.edited_by is None:
@@ -280,6 +243,43 @@ def lock_text(why: CardLock) -> str:
                 ":no_entry: The policy forbids this call: it never runs and cannot be approved. "
                 "The model has been told why."
             )
+
+
+# -- server_tool ---------------------------------------------------------------------------------
+# The line of an approval card that names an MCP server's tool and its annotations.
+#
+# The server's title for the tool is untrusted (a server says what it likes), so it is escaped;
+# the labels are ours. A tool annotated destructive is flagged where nobody can miss it.
+
+
+_TITLE_MAX = 200
+
+
+def server_tool_text(tool: ServerTool) -> str:
+    """e.g. ":warning: *destructive* · MCP server `k8s`, tool `delete_pod` (Delete a pod)"."""
+    named = f"MCP server {code_span(tool.server, 60)}, tool {code_span(tool.tool, 80)}"
+    if tool.title and tool.title != tool.tool:
+        named += f" ({one_line(tool.title, _TITLE_MAX)})"
+    labels = [label for label in tool.labels if not (tool.destructive and label == "destructive")]
+    hints = f" · _{escape_cut(', '.join(labels), 200)}_" if labels else ""
+    warning = ":warning: *destructive* · " if tool.destructive else ""
+    return f"{warning}{named}{hints}"
+
+
+_OUTSIDE_REASON_MAX = 1500
+
+
+def outside_blocks(call: CardCall) -> list[Block]:
+    """Who asked from outside, why, and who runs the command (the caller, not OpsGate)."""
+    if call.outside is None:
+        return []
+    client = escape_cut(call.outside.client, 80)
+    who = f" for {requester_text(call.requested_by)}" if call.requested_by else ""
+    text = f":inbox_tray: Asked by *{client}* (outside automation){who}."
+    if call.outside.reason:
+        text += f"\n*Reason:* {escape_cut(call.outside.reason, _OUTSIDE_REASON_MAX)}"
+    text += f"\nOpsGate will not run this itself: {client} runs it once approved."
+    return [SectionBlock(text=MarkdownTextObject(text=text, verbatim=True))]
 
 
 # -- the preview -------------------------------------------------------------------------------
