@@ -37,7 +37,7 @@ from .runs.replicas import start_replica_duties
 from .runs.service import RunService
 from .settings import Settings
 from .slack import ListenerTasks, user_by_email
-from .slack.mcp_review import post_reviews
+from .slack.listeners.cards import post_reviews
 from .slack.mrkdwn import user_mention
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer

@@ -53,13 +53,13 @@ from .slack import (
     register,
     slack_client,
 )
+from .slack.app import replayer
+from .slack.cards import card_renderer
 from .slack.home import HOME_TAB, home_renderer
-from .slack.intake import replayer
-from .slack.mcp_review import post_reviews
+from .slack.listeners.cards import post_reviews
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
 from .slack.queue_notice import QueueNotices, notice_finder, queue_renderer
-from .slack.redraws import card_renderer
 from .store import (
     CARD_REDRAW,
     QUEUE_NOTICE,

@@ -12,10 +12,10 @@ from .app import (
     bolt_app,
     channel_members,
     group_members,
-    register,
     slack_client,
     user_by_email,
 )
+from .listeners import register
 from .output import SlackThreadOutput
 
 __all__ = [

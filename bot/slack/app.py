@@ -1,10 +1,11 @@
-"""The Bolt app: its Web API client, the app itself, its listeners and the tasks they run in.
+"""The Bolt app: its Web API client, the app itself, the one durable intake every request passes
+before any listener (its global middleware, `install`), and the tasks listeners run in.
 
 Built in this order by `bot.wiring.slack_bot`, so that nothing points back: `slack_client` →
 the outbox and `SlackThreadOutput` on it → `bolt_app(...)` (Bolt's own handlers for a
 listener's start and end: `ListenerTasks` and the intake's `MarkDone`) → the run service
 (`bot.wiring.run_service`, given the output, `group_members(client)` and the app's replay) →
-`register(...)`, the intake and the listeners that call that service.
+`bot.slack.listeners.register(...)`, the intake and the listeners that call that service.
 """
 
 from __future__ import annotations
@@ -12,13 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
+import json
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal
 
 import aiohttp
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.listener.async_listener_completion_handler import (
+    AsyncListenerCompletionHandler,
+)
 from slack_bolt.listener.async_listener_start_handler import AsyncListenerStartHandler
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
@@ -31,20 +38,32 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from ..approvals import FetchMembers
 from ..approvals.pagerduty import LookupEmail
-from ..policy import Policy
+from ..runs.inbox import MessageDelivery, Replay, RequestDelivery, SlashDelivery
+from ..runs.notices import NotSaved
+from ..runs.output import Thread
 from ..runs.service import RunService
 from ..settings import Settings
-from . import intake, listeners
+from ..store import InboxItem, StoreError
+from .ids import ledger_id_of, team_of, thread_of
+from .notices import render
 from .output import SlackThreadOutput
 from .pacing import Pacer
 
 __all__ = [
+    "SAVED_ROW",
+    "SAVE_SECONDS",
     "CountingWebClient",
     "ListenerTasks",
+    "MarkDone",
+    "RowOf",
+    "Saving",
     "bolt_app",
     "channel_members",
     "group_members",
-    "register",
+    "install",
+    "replayer",
+    "request_key",
+    "request_kind",
     "slack_client",
     "user_by_email",
 ]
@@ -136,20 +155,8 @@ def bolt_app(
         )
     runner = app.listener_runner
     runner.listener_start_handler = tasks.starting(runner.listener_start_handler)
-    runner.listener_completion_handler = intake.MarkDone(done, runner.listener_completion_handler)
+    runner.listener_completion_handler = MarkDone(done, runner.listener_completion_handler)
     return app
-
-
-def register(
-    app: AsyncApp, service: RunService, output: SlackThreadOutput, *, policy: Policy
-) -> None:
-    """The app's listeners, calling `service`. Every request of every kind is saved once,
-    deduplicated in the same transaction, by the one intake middleware before any listener
-    acknowledges it (`bot.slack.intake`)."""
-    # Before any listener: the one intake (a message to act on, or a `/opsgate` request, is
-    # saved as its own row).
-    intake.install(app, service, output, row_of=listeners.row_of(service, policy))
-    listeners.register(app, service, output, policy=policy)
 
 
 @contextlib.contextmanager
@@ -248,3 +255,224 @@ class _Started(AsyncListenerStartHandler):
             self.running.add(task)
             task.add_done_callback(self.running.discard)
         await self.then.handle(request=request, response=response)
+
+
+# -- the one intake ----------------------------------------------------------------------------
+# The one durable intake: every request Slack sends is saved, with its dedupe key, before any
+# listener can acknowledge it: one row, one commit.
+#
+# Events, block actions, view submissions and closes, shortcuts, slash commands and options
+# lookups all pass one global Bolt middleware (installed by `bot.slack.listeners.register`, after
+# Bolt's signature check). A request that has a row of its own (`row_of`: a message the bot acts
+# on, a mention, a DM, a reply in one of its threads; a `/opsgate <request>`) is saved as that
+# row, the one the inbox processes it from, under the request's key and the row's own
+# (`Inbox.save_message`, `Inbox.save_slash`); any other request as an inbox row of kind `request`
+# (`Inbox.save_request`), in the transaction that claims its key. A key seen before (a replay
+# within Slack's signature window, a retry, a second copy of a shortcut, a mention's `message`
+# event after its `app_mention`) is answered 200 and handled no further. A `request` row is marked
+# done when Bolt says its listener finished (`MarkDone`, its completion handler), a `message` or
+# `slash` row by the inbox once processed; a `request` row left behind by a kill -9 after the 200
+# is handed back to the app at the next start-up (`replay`), which runs it through the same
+# listeners. A listener saves its row itself only for a request the intake did not (handed back,
+# or not saved in time), under the row's own keys, so nothing is saved twice and a replayed
+# request repeats nothing.
+#
+# A database that does not save the request in `SAVE_SECONDS` (refusing writes, or a
+# PostgreSQL outage) leaves Slack's 3 s to answer: a click, a form or a shortcut is answered 200
+# and the person is told privately that nothing was saved (try again); a slash command is
+# answered with the same words; an event goes on to its listener unsaved (a message's listener
+# then tries its own save; failing the same way, it tells the author and the 500 makes Slack
+# deliver it again); an options lookup gets no options. See docs/architecture.md, "One intake".
+
+
+intake_logger = logging.getLogger("opsgate.slack.intake")
+
+SAVE_SECONDS = 2.0
+"""Longest wait for the request's row: Slack wants its answer within 3 s."""
+
+_ROW = "opsgate_request_row"
+"""The context key holding the request's inbox row id (marked done when its listener ends)."""
+_REPLAYED = "opsgate_replayed"
+"""Set on a request handed back at start-up: its row exists (and is done) already."""
+
+SAVED_ROW = "opsgate_saved_row"
+"""The context key of a request's own inbox row, a message's or a `/opsgate` request's (saved
+by the intake, processed by the inbox once its listener hands it over)."""
+
+Next = Callable[[], Awaitable[None]]
+Saving = tuple[MessageDelivery | SlashDelivery, Sequence[str]]
+"""A request with a row of its own, as the inbox saves it: the delivery and its own keys."""
+RowOf = Callable[[Mapping[str, Any], AsyncBoltContext], Awaitable[Saving | None]]
+"""Whether a request has a row of its own, and how it is saved (its listener's)."""
+
+
+def request_kind(body: Mapping[str, Any]) -> str:
+    """What Slack sent: `command`, `event_callback`, `block_actions`, `view_submission`,
+    `view_closed`, `shortcut`, `message_action`, `block_suggestion`, …"""
+    if "command" in body and "type" not in body:
+        return "command"
+    return str(body.get("type") or "unknown")
+
+
+def request_key(body: Mapping[str, Any]) -> str | None:
+    """What names one request of any kind, for dedupe; None for a lookup with no identity
+    (options), which is saved but never deduplicated."""
+    kind = request_kind(body)
+    team = team_of(body)
+    match kind:
+        case "event_callback":
+            name = body.get("event_id")
+        case "command":
+            name = body.get("trigger_id") or body.get("response_url")
+        case "block_actions":
+            actions = body.get("actions") or [{}]
+            first = actions[0] if isinstance(actions[0], Mapping) else {}
+            name = _joined(body.get("trigger_id"), first.get("action_ts"))
+        case "view_submission" | "view_closed":
+            view = body.get("view") or {}
+            name = _digest(
+                body.get("trigger_id"),
+                view.get("id"),
+                view.get("hash"),
+                view.get("private_metadata"),
+                (body.get("user") or {}).get("id"),
+                view.get("state"),
+            )
+        case "shortcut" | "message_action":
+            name = _joined(body.get("trigger_id"), body.get("action_ts"))
+        case _:
+            name = None
+    return f"request:{kind}:{team}:{name}" if name else None
+
+
+def install(
+    app: AsyncApp, service: RunService, output: SlackThreadOutput, *, row_of: RowOf
+) -> None:
+    """The intake middleware (the app was built with `MarkDone` as its completion handler,
+    and the service with `replayer(app)`). `row_of` says which requests have rows of their
+    own: those are saved as those rows, the ones the inbox processes them from."""
+
+    async def intake(req: AsyncBoltRequest, resp: BoltResponse, next: Next) -> BoltResponse:
+        if req.context.get(_REPLAYED):
+            await next()
+            return resp
+        body: dict[str, Any] = req.body
+        kind = request_kind(body)
+        key = request_key(body)
+        try:
+            saved = await service.save_within(
+                lambda: _save(service, row_of, req, kind, key), SAVE_SECONDS, what=_what(kind)
+            )
+        except (StoreError, TimeoutError) as exc:
+            intake_logger.error("a %s request was not saved: %s", kind, exc or "timed out")
+            if kind == "event_callback":
+                await next()  # a message's listener saves it, or reports (see the docstring)
+                return resp
+            return await _not_saved(service, output, kind, body)
+        if saved is None:
+            intake_logger.info("a %s request seen before (%s) was not handled again", kind, key)
+            return BoltResponse(status=200, body="")
+        if saved.kind == "request":
+            req.context[_ROW] = saved.id
+        else:  # its listener hands it to the inbox, which marks it done
+            req.context[SAVED_ROW] = saved
+        await next()
+        return resp
+
+    app.use(intake)
+
+
+def replayer(app: AsyncApp) -> Replay:
+    """How a request saved by an earlier process is handled again: through `app`, as Slack
+    would deliver it, past the intake (its row exists, and is done, already)."""
+
+    async def replay(delivery: RequestDelivery) -> None:
+        request = AsyncBoltRequest(
+            body=delivery.body, mode="socket_mode", context={_REPLAYED: True}
+        )
+        response = await app.async_dispatch(request)
+        intake_logger.info(
+            "a %s request saved before the restart: %d", delivery.kind, response.status
+        )
+
+    return replay
+
+
+async def _save(
+    service: RunService, row_of: RowOf, req: AsyncBoltRequest, kind: str, key: str | None
+) -> InboxItem | None:
+    """One row, one commit: a request with a row of its own as that row (under the request's
+    key and the row's), any other request as a `request` row; None for one seen before. Not
+    waited for past `SAVE_SECONDS` (`Inbox.save_within` says what becomes of it)."""
+    keys = [key] if key else []
+    saving = await row_of(req.body, req.context)
+    if saving is not None:
+        delivery, own = saving
+        return await service.save(delivery, [*keys, *own])
+    return await service.save(RequestDelivery(kind=kind, body=req.body), keys)
+
+
+class MarkDone(AsyncListenerCompletionHandler):
+    """Bolt's listener completion handler: marks the request's row done when its listener
+    ended (acknowledged and finished), then hands over to `then` (Bolt's own)."""
+
+    def __init__(
+        self, done: Callable[[int], Awaitable[None]], then: AsyncListenerCompletionHandler
+    ) -> None:
+        self.done = done
+        self.then = then
+
+    async def handle(self, request: AsyncBoltRequest, response: BoltResponse | None) -> None:
+        row = request.context.get(_ROW)
+        if isinstance(row, int):
+            try:
+                await self.done(row)
+            except StoreError as exc:  # handed back at the next start: its writes are once-only
+                intake_logger.warning("could not mark request %d done: %s", row, exc)
+        await self.then.handle(request=request, response=response)
+
+
+async def _not_saved(
+    service: RunService, output: SlackThreadOutput, kind: str, body: Mapping[str, Any]
+) -> BoltResponse:
+    """Answer within Slack's 3 s; tell the person nothing was saved."""
+    notice = NotSaved(_what(kind))
+    if kind == "command":
+        text = render(notice).text
+        return BoltResponse(
+            status=200,
+            body=json.dumps({"text": text}),
+            headers={"content-type": ["application/json;charset=utf-8"]},
+        )
+    if kind == "block_suggestion":
+        return BoltResponse(status=200, body=json.dumps({"options": []}))
+    user = str((body.get("user") or {}).get("id") or "")
+    thread = await _thread_of(service, body)
+    if thread is not None and user:
+        # Not through the outbox: the database that did not take the request is where it lives.
+        await output.replies.tell_mrkdwn(thread, user, render(notice).text, direct=True)
+    return BoltResponse(status=200, body="")
+
+
+async def _thread_of(service: RunService, body: Mapping[str, Any]) -> Thread | None:
+    """Where to tell the person: the clicked message's thread, else the call's card's."""
+    if (thread := thread_of(body)) is not None or (ledger_id := ledger_id_of(body)) is None:
+        return thread
+    try:
+        return await service.thread_of_call(ledger_id)
+    except StoreError:
+        return None  # reading fails too: nowhere to answer
+
+
+def _what(kind: str) -> Literal["click", "message"]:
+    """The person's word for the request: a click (buttons, forms) or a message."""
+    return "click" if kind.startswith(("block_", "view_")) else "message"
+
+
+def _joined(*parts: Any) -> str | None:
+    return ":".join(str(p) for p in parts if p) or None
+
+
+def _digest(*parts: Any) -> str:
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -1,7 +1,9 @@
 """The parts of an approval card that say why the call is there and what it still needs: the
-model's stated reason, each rule that must approve, the parts of a command the policy judged,
-why "Allow for" is absent, the line a decided card leads with, the line naming an MCP
-server's tool, and what an outside request's card adds (`bot.plane`: who asked, why, and that
+model's stated reason and what it asked for before an edit, the policy rule that gated the
+call, each rule that must approve, the parts of a command the policy judged, why Approve or
+"Allow for" is absent, the line a decided card leads with, the line naming an MCP server's
+tool, the preview (what the deciding rule's read-only command printed, with "Re-run preview"),
+and what an outside request's card adds (`bot.plane`: who asked, why, and that
 OpsGate will not run the command itself; the caller does, once approved).
 
 The model's words and a command's text are untrusted: they reach mrkdwn only through
@@ -10,30 +12,60 @@ The model's words and a command's text are untrusted: they reach mrkdwn only thr
 
 from __future__ import annotations
 
-from slack_sdk.models.blocks import Block, ContextBlock, MarkdownTextObject, SectionBlock
+import json
+from typing import Any
 
-from ..runs.views import CardCall, CardOutcome, CardPart, CardRequirement, ServerTool
+from slack_sdk.models.blocks import (
+    Block,
+    ButtonElement,
+    ContextBlock,
+    MarkdownTextObject,
+    PlainTextObject,
+    SectionBlock,
+)
+
+from ..runs.views import (
+    PREVIEW_LINES,
+    CardCall,
+    CardOutcome,
+    CardPart,
+    CardPreview,
+    CardRequirement,
+    ServerTool,
+)
+from ..store import CardLock
+from ..words import count
+from .ids import ACTION_RERUN_PREVIEW
 from .mrkdwn import (
     code_span,
     escape_cut,
     escape_mrkdwn,
     neutralise_links,
     one_line,
+    preformatted,
     requester_text,
     slack_date,
     user_mention,
 )
 
 __all__ = [
+    "PREVIEW_LINES",
     "REASON_SHOWN_MAX",
     "approvers_words",
+    "as_json",
     "decided_title",
+    "edited_note",
+    "lock_text",
     "no_allow_blocks",
     "outcome_text",
     "outside_blocks",
     "parts_blocks",
+    "policy_blocks",
+    "preview_blocks",
+    "preview_digest_text",
     "reason_blocks",
     "requirements_blocks",
+    "rerun_button",
     "server_tool_text",
     "why_blocks",
 ]
@@ -171,6 +203,48 @@ def outcome_text(outcome: CardOutcome) -> str:
     return text
 
 
+def edited_note(call: CardCall) -> list[Block]:
+    """Who changed the arguments, and what the model had asked for."""
+    if call.edited_by is None:
+        return []
+    original = escape_cut(as_json(call.original_arguments), 1500)
+    return [
+        _section(
+            f":pencil2: Arguments edited by {user_mention(call.edited_by)}; the model asked "
+            f"for:\n```{original}```"
+        )
+    ]
+
+
+def as_json(value: Any) -> str:
+    """The arguments as a person reads them: indented JSON."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def policy_blocks(call: CardCall) -> list[Block]:
+    """The policy rule that gated the call, and why (the operator's words, escaped)."""
+    if call.policy_rule is None:
+        return []
+    why = f": {escape_cut(call.justification, 300)}" if call.justification else ""
+    return [_section(f":scroll: Policy {code_span(call.policy_rule, 160)}{why}")]
+
+
+def lock_text(why: CardLock) -> str:
+    """Why a card has no Approve button."""
+    match why:
+        case "arguments_not_attached":
+            return (
+                ":no_entry: This call cannot be approved here: its arguments are too long to "
+                "show on the card and the file holding all of them could not be attached, so "
+                "nobody could see everything that would run. Reject it, or cancel the run."
+            )
+        case "forbidden":
+            return (
+                ":no_entry: The policy forbids this call: it never runs and cannot be approved. "
+                "The model has been told why."
+            )
+
+
 # -- server_tool ---------------------------------------------------------------------------------
 # The line of an approval card that names an MCP server's tool and its annotations.
 #
@@ -206,3 +280,116 @@ def outside_blocks(call: CardCall) -> list[Block]:
         text += f"\n*Reason:* {escape_cut(call.outside.reason, _OUTSIDE_REASON_MAX)}"
     text += f"\nOpsGate will not run this itself: {client} runs it once approved."
     return [SectionBlock(text=MarkdownTextObject(text=text, verbatim=True))]
+
+
+# -- the preview -------------------------------------------------------------------------------
+# The preview on an approval card: what the deciding rule's read-only command printed, its exit
+# status, when it ran, the files it read with their digests, and the "Re-run preview" button.
+#
+# The output is untrusted (a command's) and reaches mrkdwn only through `bot.slack.mrkdwn`. The
+# card shows its first lines; the rest is cut with a note naming the file the run service attached
+# to the thread with the whole output (the digest covers the whole output). A failed preview says
+# "preview failed" and keeps Approve: the person deciding sees the warning and the output.
+
+
+_OUTPUT_BUDGET = 2400
+_SECTION_MAX = 3000
+_INPUTS_SHOWN = 10
+
+
+def preview_blocks(call: CardCall) -> list[Block]:
+    """The preview's blocks (none when the call has no preview)."""
+    preview = call.preview
+    if preview is None:
+        return []
+    blocks: list[Block] = [_preview_section(_heading(preview))]
+    if preview.inputs:
+        blocks.append(_preview_section(_inputs(preview)))
+    shown, hidden = _first_lines(preview.output)
+    if shown:
+        blocks.append(_preview_section(shown))
+    if hidden:
+        where = (
+            f"the whole output is attached to the thread as {code_span(preview.file, 80)}; "
+            if preview.file
+            else ""
+        )
+        blocks.append(
+            _preview_section(
+                f"_… {count(hidden, 'more line')} of the preview cut; {where}its digest "
+                f"{code_span(preview.digest[:12], 12)} covers the whole output._"
+            )
+        )
+    return blocks
+
+
+def preview_digest_text(call: CardCall) -> str | None:
+    """The preview's digest for the card's context line, beside the call's digest."""
+    return None if call.preview is None else f"preview digest {code_span(call.preview.digest[:12])}"
+
+
+def rerun_button(call: CardCall) -> list[ButtonElement]:
+    """ "Re-run preview", on a pending card whose call has a preview."""
+    if call.preview is None:
+        return []
+    return [
+        ButtonElement(
+            text=PlainTextObject(text="Re-run preview"),
+            action_id=ACTION_RERUN_PREVIEW,
+            value=call.ledger_id,
+        )
+    ]
+
+
+def _heading(preview: CardPreview) -> str:
+    ran = preview.ran_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    command = code_span(preview.command, 300)
+    if preview.failed is not None:
+        return (
+            f":warning: *preview failed* ({escape_cut(preview.failed, 300)}): {command} · "
+            f"ran {ran}\nApprove is still offered: read the output before approving."
+        )
+    return f":mag: *Preview* {command} · exit {preview.exit_status} · ran {ran}"
+
+
+_STATES = {
+    "directory": "directory, its files' digest",
+    "absent": "no such file: the run refuses if one appears",
+    "unreadable": "cannot be read: the run will refuse",
+}
+
+
+def _inputs(preview: CardPreview) -> str:
+    """One line per file the preview read: the run checks each digest first."""
+    lines = ["Files read, bound to Approve (the run refuses if one changes):"]
+    for path, state, digest in preview.inputs[:_INPUTS_SHOWN]:
+        what = f"sha256 {code_span(digest[:16], 16)}" if digest else ""
+        note = _STATES.get(state)
+        shown = ", ".join(part for part in (what, note) if part)
+        lines.append(f"• {code_span(path, 200)} {shown}")
+    if len(preview.inputs) > _INPUTS_SHOWN:
+        lines.append(f"• … and {count(len(preview.inputs) - _INPUTS_SHOWN, 'more file')}")
+    return "\n".join(lines)
+
+
+def _first_lines(output: str) -> tuple[str, int]:
+    """The first lines of `output` as a code block within the card's budget, and how many
+    lines were left out."""
+    lines = output.rstrip("\n").split("\n") if output.strip() else []
+    if not lines:
+        return "", 0
+    kept = 0
+    block = ""
+    for end in range(1, min(len(lines), PREVIEW_LINES) + 1):
+        candidate, cut = preformatted("\n".join(lines[:end]), _SECTION_MAX - 100)
+        if cut or len(candidate) > _OUTPUT_BUDGET:
+            break
+        kept, block = end, candidate
+    if kept == 0:  # one very long first line: cut it
+        block, _ = preformatted(lines[0][:400], _SECTION_MAX - 100)
+        kept = 1
+    return block, len(lines) - kept
+
+
+def _preview_section(text: str) -> SectionBlock:
+    return SectionBlock(text=MarkdownTextObject(text=text[:_SECTION_MAX], verbatim=True))

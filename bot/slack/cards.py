@@ -1,6 +1,9 @@
 """Block Kit for approval cards, full and minimal, with their Edit and "Allow for" buttons and the
 line naming an MCP server's tool: pure functions from the run service's card view models
-(`bot.runs.views`) to Slack dicts.
+(`bot.runs.views`) to Slack dicts; and a card's redraw, as a `chat.update` made at once
+(`card_update`) or as the outbox's renderer of the store's `CARD_REDRAW` intents
+(`card_renderer`), drawn with the same builders. What the card says about the call (why it is
+there, what it still needs, its preview) is in `bot.slack.card_notes`.
 
 Everything shown comes from the ledger row the bot stored at pause time; the buttons carry only
 the ledger id (see "Binding" in `docs/architecture.md`). Arguments and descriptions are untrusted
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,14 +30,20 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from ..runs.views import CardCall, CardOutcome, OutcomeStatus
-from ..store import CardLock
+from ..runs.views import CardCall, CardDrawing, CardOutcome, CardRef, OutcomeStatus
 from .card_notes import (
     approvers_words,
+    as_json,
     decided_title,
+    edited_note,
+    lock_text,
     no_allow_blocks,
     outcome_text,
     outside_blocks,
+    policy_blocks,
+    preview_blocks,
+    preview_digest_text,
+    rerun_button,
     server_tool_text,
     why_blocks,
 )
@@ -60,7 +69,7 @@ from .mrkdwn import (
     slack_date,
     user_mention,
 )
-from .previews import preview_blocks, preview_digest_text, rerun_button
+from .outbox import Renderer, Write
 
 __all__ = [
     "SECTION_TEXT_MAX",
@@ -68,12 +77,13 @@ __all__ = [
     "approval_card",
     "approvers_text",
     "arguments_blocks",
-    "as_json",
     "card_body",
+    "card_file",
+    "card_renderer",
     "card_text",
+    "card_update",
     "decided_card",
     "decided_text",
-    "edited_note",
     "extra_buttons",
     "lock_text",
     "minimal_blocks",
@@ -103,7 +113,7 @@ def approval_card(call: CardCall, *, arg_limit: int = 2500) -> list[dict[str, An
     blocks += card_body(call, arg_limit)
     blocks += why_blocks(call)
     blocks += edited_note(call)
-    blocks += _policy_note(call)
+    blocks += policy_blocks(call)
     blocks += preview_blocks(call)
     approve = ButtonElement(
         text=PlainTextObject(text="Approve"),
@@ -163,7 +173,7 @@ def decided_card(
     blocks += card_body(call, arg_limit, outcome)
     blocks += why_blocks(call, pending=False)
     blocks += edited_note(call)
-    blocks += _policy_note(call)
+    blocks += policy_blocks(call)
     blocks += preview_blocks(call)
     blocks.append(section(outcome_text(outcome)))
     blocks += review_blocks(call)  # a break-glass use: "Mark reviewed" until then
@@ -189,14 +199,6 @@ def decided_text(call: CardCall, outcome: CardOutcome) -> str:
 
 
 # -- machinery ---------------------------------------------------------------------------------
-
-
-def _policy_note(call: CardCall) -> list[Block]:
-    """The policy rule that gated the call, and why (the operator's words, escaped)."""
-    if call.policy_rule is None:
-        return []
-    why = f": {escape_cut(call.justification, 300)}" if call.justification else ""
-    return [section(f":scroll: Policy {code_span(call.policy_rule, 160)}{why}")]
 
 
 def _to_dicts(blocks: Sequence[Block]) -> list[dict[str, Any]]:
@@ -374,10 +376,6 @@ def _inline_text(arguments: Mapping[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
-def as_json(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
-
-
 def _strings(value: Any) -> Iterator[str]:
     """Every string in `value` (keys too), however deep."""
     if isinstance(value, str):
@@ -412,6 +410,11 @@ def section(text: str) -> SectionBlock:
 #
 # What a human approves must be what runs (docs/architecture.md, "Binding"): the arguments are
 # only in the file, so a card whose file could not be attached is `locked` (no Approve).
+
+
+def card_file(tool: str, call_id: str) -> str:
+    """The name of the file holding a card's full arguments."""
+    return f"{tool}-{call_id}-arguments.txt"
 
 
 def minimal_file_text(card: CardCall) -> str:
@@ -483,30 +486,52 @@ def extra_buttons(call: CardCall) -> list[ButtonElement]:
     return buttons
 
 
-def edited_note(call: CardCall) -> list[Block]:
-    """Who changed the arguments, and what the model had asked for."""
-    if call.edited_by is None:
-        return []
-    original = escape_cut(as_json(call.original_arguments), 1500)
-    return [
-        section(
-            f":pencil2: Arguments edited by {user_mention(call.edited_by)}; the model asked "
-            f"for:\n```{original}```"
-        )
-    ]
+# -- a card's redraw ---------------------------------------------------------------------------
+# A card's redraw as a `chat.update`, and the renderer of the outbox's `CARD_REDRAW` rows.
+#
+# The store writes a card's redraw as an intent (`bot.store.card_redraw`) in the transaction of
+# the change the card shows; the sender (`bot.slack.outbox`) draws it with `card_renderer` when
+# it sends it, from the call's state then (the run service's `Cards.drawing`), with the same
+# builders as a redraw made at once (`card_update`). So a decision and its redraw commit together,
+# and however late the row is sent, it shows the latest state.
 
 
-def lock_text(why: CardLock) -> str:
-    """Why a card has no Approve button."""
-    match why:
-        case "arguments_not_attached":
-            return (
-                ":no_entry: This call cannot be approved here: its arguments are too long to "
-                "show on the card and the file holding all of them could not be attached, so "
-                "nobody could see everything that would run. Reject it, or cancel the run."
-            )
-        case "forbidden":
-            return (
-                ":no_entry: The policy forbids this call: it never runs and cannot be approved. "
-                "The model has been told why."
-            )
+Draw = Callable[[str], Awaitable[CardDrawing | None]]
+"""The card of a call as its state says it should look now (`Cards.drawing`)."""
+Drawn = Callable[[str, str], Awaitable[None]]
+"""Record what a card now shows (`Store.card_drawn`)."""
+
+
+def card_update(
+    ref: CardRef, card: CardCall, outcome: CardOutcome | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The `chat.update` arguments that redraw the card, and the ones to use instead when
+    Slack refuses its blocks (a card posted minimal is redrawn minimal)."""
+    if outcome is None:
+        blocks, text = approval_card(card), card_text(card)
+        fallback = minimal_blocks(card, card_file(card.tool, card.call_id))
+    else:
+        blocks, text = decided_card(card, outcome), decided_text(card, outcome)
+        fallback = []
+    params = {"channel": ref.channel_id, "ts": ref.ts, "text": text}
+    return {**params, "blocks": blocks}, {**params, "blocks": fallback}
+
+
+def card_renderer(draw: Draw, drawn: Drawn) -> Renderer:
+    """The outbox's renderer for `CARD_REDRAW` rows (params `{"ledger_id": ...}`)."""
+
+    async def render(params: Mapping[str, Any], _retried: bool) -> Write | None:
+        # A redraw repeated is the same edit: nothing to look for first.
+        ledger_id = str(params.get("ledger_id") or "")
+        drawing = await draw(ledger_id)
+        if drawing is None:
+            return None
+        update, fallback = card_update(drawing.ref, drawing.card, drawing.outcome)
+        state = drawing.state
+
+        async def sent(_answer: Mapping[str, Any]) -> None:
+            await drawn(ledger_id, state)
+
+        return Write("chat.update", update, {"fallback": fallback}, sent)
+
+    return render

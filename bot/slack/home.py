@@ -41,9 +41,8 @@ from .ids import (
     ACTION_REVOKE,
     decision_block_id,
 )
-from .ladder import delegation_lines, waited_text
 from .mrkdwn import escape_cut
-from .notices import allowance_line
+from .notices import allowance_line, delegation_lines, waited_text
 from .outbox import HOME, Renderer, Write
 
 __all__ = [

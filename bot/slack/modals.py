@@ -1,5 +1,7 @@
-"""Block Kit for the modals a card's buttons open: the reject modal (with its reason select), the
-edit modal and the Allow dialog, and reading them back from a submitted view.
+"""Block Kit for the modals people fill in, and reading them back from a submitted view: those a
+card's buttons open (the reject modal with its reason select, the edit modal, the Allow dialog),
+and the "what was wrong?" modal of feedback on a final answer, with the feedback buttons under
+the answer that open it.
 
 Buttons carry only the ledger id ("Binding" in `docs/architecture.md`); the modal's
 `private_metadata` carries it back. Prefilled values are plain text inputs, which Slack shows
@@ -8,8 +10,10 @@ literally; everything in mrkdwn goes through `bot.slack.mrkdwn`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from slack_sdk.models.blocks import (
     Block,
@@ -30,16 +34,23 @@ from .cards import (
 )
 from .ids import (
     ACTION_ALLOW_SHAPE,
+    ACTION_FEEDBACK,
+    ACTION_FEEDBACK_REASON,
     ACTION_FIELD,
     ACTION_REASON,
     ACTION_REASON_CHOICE,
     BLOCK_ALLOW_SHAPE,
+    BLOCK_FEEDBACK_REASON,
     BLOCK_REASON,
     BLOCK_REASON_CHOICE,
     CALLBACK_ALLOW,
     CALLBACK_EDIT,
+    CALLBACK_FEEDBACK,
     CALLBACK_REJECT,
+    FEEDBACK_VALUES,
     check_ledger_id,
+    feedback_block_id,
+    feedback_session,
 )
 from .mrkdwn import (
     code_span,
@@ -48,10 +59,16 @@ from .mrkdwn import (
 )
 
 __all__ = [
+    "FEEDBACK_REASON_MAX",
+    "FeedbackClick",
     "allow_choice",
     "allow_modal",
     "edit_modal",
     "edit_values",
+    "feedback_blocks",
+    "feedback_click",
+    "feedback_modal",
+    "feedback_reason",
     "reason_from_view",
     "reason_select",
     "reject_modal",
@@ -258,3 +275,110 @@ def allow_choice(view: Mapping[str, Any]) -> tuple[str, str | None, int | None]:
     value = option.get("value") if isinstance(option, Mapping) else None
     choice = int(value) if isinstance(value, str) and value.isdigit() else None
     return ledger_id, digest or None, choice
+
+
+# -- feedback on a final answer ----------------------------------------------------------------
+# Block Kit for feedback on a run's final answer: the feedback buttons under the answer, the
+# optional "what was wrong?" modal a "bad" click opens, and reading both back.
+#
+# The buttons' block id names the session (`bot.slack.ids.feedback_block_id`); the modal's
+# `private_metadata` carries the session and the answer's message back.
+
+
+FEEDBACK_REASON_MAX = 500
+"""Longest reason the modal takes."""
+
+FeedbackValue = Literal["good", "bad"]
+
+
+def feedback_blocks(session_id: str) -> list[dict[str, Any]]:
+    """The feedback buttons that end a final answer."""
+    good, bad = FEEDBACK_VALUES
+    return [
+        {
+            "type": "context_actions",
+            "block_id": feedback_block_id(session_id),
+            "elements": [
+                {
+                    "type": "feedback_buttons",
+                    "action_id": ACTION_FEEDBACK,
+                    "positive_button": {
+                        "text": {"type": "plain_text", "text": "Good answer"},
+                        "value": good,
+                        "accessibility_label": "This answer was useful",
+                    },
+                    "negative_button": {
+                        "text": {"type": "plain_text", "text": "Bad answer"},
+                        "value": bad,
+                        "accessibility_label": "This answer was not useful",
+                    },
+                }
+            ],
+        }
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackClick:
+    """A click on the feedback buttons: who, good or bad, about which session's answer."""
+
+    session_id: str
+    value: FeedbackValue
+    message_ts: str
+
+
+def feedback_click(action: Mapping[str, Any], message_ts: str) -> FeedbackClick | None:
+    """The click, or None when the action is not one of our feedback buttons' values."""
+    session = feedback_session(action.get("block_id"))
+    value = action.get("value")
+    if session is None or value not in FEEDBACK_VALUES:
+        return None
+    return FeedbackClick(session, "good" if value == "good" else "bad", message_ts)
+
+
+def feedback_modal(click: FeedbackClick) -> dict[str, Any]:
+    """The optional "what was wrong?" modal; submitting it empty is fine."""
+    metadata = json.dumps({"session": click.session_id, "ts": click.message_ts})
+    return {
+        "type": "modal",
+        "callback_id": CALLBACK_FEEDBACK,
+        "private_metadata": metadata,
+        "title": {"type": "plain_text", "text": "What was wrong?"},
+        "submit": {"type": "plain_text", "text": "Send"},
+        "close": {"type": "plain_text", "text": "Skip"},
+        "blocks": [
+            {
+                "type": "input",
+                "block_id": BLOCK_FEEDBACK_REASON,
+                "optional": True,
+                "label": {"type": "plain_text", "text": "What should it have done? (optional)"},
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": ACTION_FEEDBACK_REASON,
+                    "multiline": True,
+                    "max_length": FEEDBACK_REASON_MAX,
+                },
+            }
+        ],
+    }
+
+
+def feedback_reason(view: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(session id, message ts, reason) from a submitted modal; None when it is not ours or
+    the reason is empty."""
+    try:
+        metadata = json.loads(str(view.get("private_metadata") or ""))
+    except ValueError:
+        return None
+    if not isinstance(metadata, dict):
+        return None
+    session, ts = metadata.get("session"), metadata.get("ts")
+    state = view.get("state")
+    values = state.get("values") if isinstance(state, Mapping) else None
+    block = values.get(BLOCK_FEEDBACK_REASON) if isinstance(values, Mapping) else None
+    field = block.get(ACTION_FEEDBACK_REASON) if isinstance(block, Mapping) else None
+    reason = field.get("value") if isinstance(field, Mapping) else None
+    if not (isinstance(session, str) and isinstance(ts, str) and isinstance(reason, str)):
+        return None
+    reason = reason.strip()[:FEEDBACK_REASON_MAX]
+    return (session, ts, reason) if reason else None

@@ -1,5 +1,7 @@
 """The run service's notices in Slack's words: one mrkdwn text per `Notice`, and the file to
-attach when a tool's output is too long to show.
+attach when a tool's output is too long to show; among them the direct messages of the approval
+ladder (`bot.runs.ladder`: a reminder, an escalation step, on-call), whose waiting time and
+delegations the Home tab shows in the same words.
 
 Raw text inside a notice (model output, tool output, error messages, tool names) reaches mrkdwn
 only through `bot.slack.mrkdwn`. The wording is the bot's voice in Slack; the terminal has its own.
@@ -7,7 +9,9 @@ only through `bot.slack.mrkdwn`. The wording is the bot's voice in Slack; the te
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from ..runs.notices import (
     AllowanceGranted,
@@ -55,22 +59,25 @@ from ..runs.notices import (
     stopped_text,
 )
 from ..runs.views import AllowanceInfo
-from ..words import count_verb
+from ..store import Delegation
+from ..words import count_verb, format_duration
 from .answers import cancel_reason_text, decision_reason_text, help_text, pending_text, refusal_text
-from .cards import lock_text, slack_date
+from .card_notes import lock_text
 from .freezes import freeze_notice_text
-from .ladder import awaits_you_text, oncall_text
-from .mrkdwn import code_span, escape_mrkdwn, outcome_text, preformatted, user_mention
+from .mrkdwn import code_span, escape_mrkdwn, outcome_text, preformatted, slack_date, user_mention
 
 __all__ = [
     "OUTPUT_INLINE",
     "Attachment",
     "Rendered",
     "allowance_line",
-    "card_file",
+    "awaits_you_text",
+    "delegation_lines",
+    "oncall_text",
     "queue_notice_text",
     "render",
     "ux_text",
+    "waited_text",
 ]
 
 
@@ -340,11 +347,6 @@ def _tool_ran(notice: ToolRan) -> Rendered:
     return Rendered(f"{icon} `{name}` output:\n{shown}", attachment)
 
 
-def card_file(tool: str, call_id: str) -> str:
-    """The name of the file holding a card's full arguments."""
-    return f"{tool}-{call_id}-arguments.txt"
-
-
 # -- ux_text -------------------------------------------------------------------------------------
 # The allowance notices in Slack's words (mrkdwn). Tool names and shape labels come from the
 # model's arguments, so they are untrusted: they reach mrkdwn only through `bot.slack.mrkdwn`.
@@ -391,3 +393,58 @@ def queue_notice_text(limit: int, waiting: int) -> str:
         f":hourglass_flowing_sand: Queued: {going} already going in this channel, which is the "
         f"limit, and {waits} waiting. I'll start each, oldest first, as soon as a slot frees up."
     )
+
+
+# -- the ladder's direct messages --------------------------------------------------------------
+# The direct message an approver gets when a call waits for them: a reminder, or the news
+# that an escalation step added them (`bot.runs.ladder`).
+
+
+@functools.lru_cache(maxsize=64)
+def awaits_you_text(notice: AwaitsYou) -> str:
+    """One line saying what waits, for how long, who asked, and a link to its card. Kept for
+    the last few notices: a tick writes the same one to each of a call's approvers."""
+    name = f"`{escape_mrkdwn(notice.call.tool)}`"
+    card = f"<{notice.call.permalink}|the card>" if notice.call.permalink else "its card"
+    asked = f" asked by {user_mention(notice.requested_by)}" if notice.requested_by else ""
+    waited = format_duration(notice.waited, approximate=True)
+    lead = (
+        ":arrow_up: Nobody has decided yet, so this was escalated to you"
+        if notice.why == "escalated"
+        else ":alarm_clock: Reminder: this waits for your decision"
+    )
+    return (
+        f"{lead}: {name}{asked}, waiting {waited}: {escape_mrkdwn(notice.summary)}. "
+        f"Decide on {card}."
+    )
+
+
+def oncall_text(notice: OnCallNow) -> str:
+    """`/opsgate who`: one line per on-call name of the policy."""
+    if not notice.people:
+        return "The policy names no on-call rotation (`[oncall.<name>]`)."
+    lines = [
+        f"• `oncall:{escape_mrkdwn(name)}`: "
+        + (user_mention(who) if who else "nobody (no approval through this name)")
+        for name, who in notice.people
+    ]
+    return ":telephone_receiver: On call now:\n" + "\n".join(lines)
+
+
+def waited_text(asked_at: datetime) -> str:
+    """How long ago a call began to wait, as each reader's Slack shows it ("12 minutes ago")."""
+    moment = asked_at if asked_at.tzinfo is not None else asked_at.replace(tzinfo=UTC)
+    fallback = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} {{time}} ({{ago}})|{fallback}>"
+
+
+def delegation_lines(user: str, held: tuple[Delegation, ...]) -> str:
+    """The Home tab's delegations of `user`: who decides for them, and for whom they decide."""
+    lines = []
+    for d in held:
+        until = slack_date(d.until)
+        if d.delegator == user:
+            lines.append(f"• {user_mention(d.delegate)} decides for you until {until}")
+        else:
+            lines.append(f"• You decide for {user_mention(d.delegator)} until {until}")
+    return "\n".join(lines)

@@ -29,25 +29,24 @@ from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.timeline import AssistantStatus, TimelineSink
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
 from ..store import CARD_REDRAW, OutboxEntry, card_redraw
-from ._errors import SLACK_ERRORS, slack_error
 from .cards import (
     approval_card,
+    card_file,
     card_text,
+    card_update,
     minimal_blocks,
     minimal_file_text,
     overflow,
 )
-from .feedback import feedback_blocks
 from .held_outputs import HeldOutputs
 from .home import allowance_blocks, home_entry, home_intent
-from .ids import card_metadata, find_marked_card
-from .modals import allow_modal, edit_modal, reject_modal
+from .ids import SLACK_ERRORS, card_metadata, find_marked_card, slack_error
+from .modals import allow_modal, edit_modal, feedback_blocks, reject_modal
 from .mrkdwn import escape_cut, message_link, truncate, user_mention
-from .notices import card_file, render
+from .notices import render
 from .outbox import CARD, NOTICE, REACTION, UPLOAD, SlackOutbox
 from .pacing import bucket_short, pacer_of
 from .queue_notice import QueueNotices
-from .redraws import card_update
 from .streaming import START_WITHIN, ThreadReply
 from .timeline import SlackTimeline, set_status
 

@@ -39,8 +39,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ..runs.notices import CancelledBeforeStart, Notice, Queued
 from ..runs.output import Thread
 from ..store import QueueItem, QueueNotice
-from ._errors import SLACK_ERRORS, slack_error
-from .ids import find_marked_notice, queue_metadata
+from .ids import SLACK_ERRORS, find_marked_notice, queue_metadata, slack_error
 from .notices import queue_notice_text
 from .outbox import Renderer, SlackOutbox, Write
 

@@ -29,9 +29,9 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ._errors import SLACK_ERRORS, slack_error
 from .endings import FILE_NAME, FILE_TITLE, AnswerKeeper, Ending, finish_answer, split_point
 from .endings import sections as _sections
+from .ids import SLACK_ERRORS, slack_error
 from .mrkdwn import LinkGuard, escape_mrkdwn
 
 __all__ = [

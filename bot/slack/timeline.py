@@ -44,7 +44,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ..runs.output import Thread
 from ..runs.timeline import AssistantStatus, Task, Waiting, Working
 from ..words import format_duration
-from ._errors import SLACK_ERRORS, slack_error
+from .ids import SLACK_ERRORS, slack_error
 from .mrkdwn import escape_cut, one_line, user_mention
 from .pacing import bucket_short
 

@@ -45,7 +45,7 @@ from bot.slack.ids import (
     SHORTCUT,
     feedback_block_id,
 )
-from bot.slack.mcp_review import ACTION_MCP_ACCEPT, ACTION_MCP_KEEP
+from bot.slack.listeners.cards import ACTION_MCP_ACCEPT, ACTION_MCP_KEEP
 from tests.scenarios.test_app import ALICE, BOB, CAROL, make_tools
 from tests.scenarios.test_assistant import (
     _app_context_changed,

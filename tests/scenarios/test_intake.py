@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bot.runs.inbox import MessageDelivery
-from bot.slack import intake
+from bot.slack import app as intake
 from bot.store import InboxItem, SQLiteStore
 from tests.scenarios.test_app import ALICE, make_tools
 from tests.scenarios.test_unsaved_clicks import _refuse_writes

@@ -28,11 +28,17 @@ from bot.runs.views import (
     HomeView,
 )
 from bot.slack.cards import approval_card, decided_card, minimal_blocks
-from bot.slack.feedback import FeedbackClick, feedback_blocks, feedback_modal
 from bot.slack.freezes import break_glass_modal
 from bot.slack.home import home_view
 from bot.slack.ids import COMMAND, SHORTCUT, card_metadata, queue_metadata
-from bot.slack.modals import allow_modal, edit_modal, reject_modal
+from bot.slack.modals import (
+    FeedbackClick,
+    allow_modal,
+    edit_modal,
+    feedback_blocks,
+    feedback_modal,
+    reject_modal,
+)
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifest.yml"
 

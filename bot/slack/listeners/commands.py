@@ -1,4 +1,6 @@
-"""The `/opsgate` slash command: acknowledged at once, answered privately (or with a thread).
+"""What a person asks of the bot outside a card: the `/opsgate` slash command (acknowledged at
+once, answered privately or with a thread), the Home tab, Revoke, channel membership and the
+message shortcut.
 
 `/opsgate <request>` starts a run in the channel, `/opsgate pending` lists the approvals the
 caller may decide, `/opsgate allowances` lists the channel's active allowances (with Revoke),
@@ -14,21 +16,27 @@ replay starts nothing, in this process or another sharing the database.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncBoltContext, AsyncRespond
 
+from ...runs.clicks import Answer
 from ...runs.inbox import SlashDelivery
 from ...runs.notices import AllowanceList, Notice, NotSaved
+from ...runs.output import Thread
 from ...runs.service import RunService
+from ...settings import checkpoint
 from ...store import InboxItem, StoreError
-from ..ids import COMMAND
-from ..intake import SAVED_ROW
+from ..app import SAVED_ROW
+from ..ids import COMMAND, click_of
 from ..notices import render
 from ..output import SlackThreadOutput
+from .cards import render as render_answer
+from .messages import message_text
 
-__all__ = ["SlashCommand", "invocation_key", "slash_of"]
+__all__ = ["HomeTab", "SlashCommand", "invocation_key", "slash_of"]
 
 
 _HELP_WORDS = frozenset({"", "help", "?", "-h", "--help"})
@@ -151,3 +159,58 @@ class SlashCommand:
             notice = await self.service.process_owned(saved)
         if notice is not None:
             await replies.answer_command(hook, channel=channel, user=user, notice=notice)
+
+
+# -- the Home tab, Revoke, channel membership and the message shortcut -------------------------
+# The Home tab, Revoke (from the Home tab or `/opsgate allowances`), channel membership and
+# the message shortcut. Each acknowledges first, then makes its one call of the run service; the
+# Home tab is drawn fresh when opened.
+
+
+logger = logging.getLogger("opsgate.slack.ux")
+
+
+class HomeTab:
+    """The Home tab and what changes it from outside a card."""
+
+    def __init__(self, service: RunService, output: SlackThreadOutput) -> None:
+        self.service = service
+        self.output = output
+
+    async def revoke(self, ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond) -> None:
+        await ack()
+        click = click_of(body)
+        answer = await self.service.revoke(click)
+        # From `/opsgate allowances` (an ephemeral message: no thread), the answer goes to
+        # its response_url; from the Home tab, the republished tab is the answer.
+        if body.get("response_url") and answer.notice is not None:
+            await respond(text=render(answer.notice).text, response_type="ephemeral")
+            answer = Answer(homes=answer.homes)
+        await render_answer(self.output, click.user, answer)
+
+    async def opened(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        if event.get("tab", "home") != "home":
+            return
+        user = str(event.get("user") or "")
+        if user:
+            team = body.get("team_id")
+            await self.output.replies.publish_home(await self.service.home_opened(user, team=team))
+
+    async def membership(self, event: dict[str, Any]) -> None:
+        # Who is in a channel decides whose Home tab lists its calls where anyone approves.
+        if channel := str(event.get("channel") or ""):
+            self.service.members_changed(channel)
+
+    async def shortcut(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        await checkpoint("shortcut")  # crash tests: acknowledged (and saved), not yet acted on
+        message = body.get("message") or {}
+        channel = str((body.get("channel") or {}).get("id") or "")
+        team = str((body.get("team") or {}).get("id") or "")
+        user = str((body.get("user") or {}).get("id") or "")
+        ts = str(message.get("ts") or "")
+        if not (channel and user and ts):
+            logger.warning("message shortcut without a channel, user or message; ignored")
+            return
+        thread = Thread(team, channel, str(message.get("thread_ts") or ts))
+        await self.service.on_message(thread, user=user, text=message_text(message), message_ts=ts)

@@ -1,5 +1,6 @@
 """Events API listeners: mentions, DMs, thread replies and, in `every_message` channels, every
-new message start or continue runs.
+new message start or continue runs; and the agent's place in Slack (the AI-app container),
+whose events arrive the same way and whose messages are DMs like any other.
 
 Bot messages are ignored unless the channel's policy allow-lists the bot (`allowed_bots`); the
 bot's own messages always are, whatever the policy says, so it can never talk to itself.
@@ -15,19 +16,23 @@ from typing import Any, Literal
 from slack_bolt.context.async_context import AsyncBoltContext
 
 from ...policy import Policy, Trigger
+from ...runs.context import WHOLE_DM
 from ...runs.inbox import MessageDelivery
 from ...runs.output import Thread
 from ...runs.service import RunService
 from ...store import InboxItem
-from ..intake import SAVED_ROW
+from ..app import SAVED_ROW
+from ..output import SlackThreadOutput
 
 __all__ = [
+    "Assistant",
     "Messages",
     "classify_message",
     "event_author",
     "message_of",
     "message_text",
     "other_event",
+    "viewed_channel",
 ]
 
 _Saving = tuple[MessageDelivery, Sequence[str]]
@@ -228,3 +233,104 @@ class Messages:
 async def other_event() -> None:
     """Answer every other event with 200 (ignored ones too), so Slack never disables the app:
     the catch-all, registered after every other event listener."""
+
+
+# -- Slack's AI-app container ------------------------------------------------------------------
+# The agent's place in Slack: a conversation opened there is offered the policy's suggested
+# prompts, and each change of the channel the user looks at is recorded, so that the next run
+# there gets that channel's instructions and tools (`bot.runs.context`). Messages there are
+# DMs: `Messages` above takes them like any other, and they are sessions like any thread.
+#
+# Both of Slack's experiences are handled:
+#
+# - the agent messaging experience (`features.agent_view` in the manifest, the only one new
+#   apps can use): the user opening the app's Messages tab is `app_home_opened` with `tab:
+#   "messages"`, and what they look at is `app_context_changed` (ordered `context.entities`),
+#   for the DM as a whole (each message there starts its own thread);
+# - the older assistant experience (`assistant_view`): `assistant_thread_started` and
+#   `assistant_thread_context_changed`, for one thread of the split view.
+
+
+assistant_logger = logging.getLogger("opsgate.slack.assistant")
+
+
+def _thread_of(event: dict[str, Any], body: dict[str, Any]) -> tuple[Thread, str | None] | None:
+    """The conversation, and the channel its user looks at (None when not in a channel)."""
+    started = event.get("assistant_thread")
+    if not isinstance(started, dict):
+        return None
+    channel, ts = started.get("channel_id"), started.get("thread_ts")
+    found = started.get("context")
+    context: dict[str, Any] = found if isinstance(found, dict) else {}
+    team = str(body.get("team_id") or context.get("team_id") or "")
+    if not (isinstance(channel, str) and channel and isinstance(ts, str) and ts and team):
+        return None
+    viewing = context.get("channel_id")
+    return Thread(team, channel, ts), viewing if isinstance(viewing, str) and viewing else None
+
+
+def viewed_channel(context: Any) -> str | None:
+    """The most relevant channel among `app_context_changed`'s entities (Slack orders them by
+    relevance): a channel, or the channel of a message; None when it names none."""
+    entities = context.get("entities") if isinstance(context, dict) else None
+    for entity in entities if isinstance(entities, list) else ():
+        if not isinstance(entity, dict):
+            continue
+        value = entity.get("value")
+        match entity.get("type"):
+            case "slack#/types/channel_id" if isinstance(value, str) and value:
+                return value
+            case "slack#/types/message_context" if isinstance(value, dict):
+                channel = value.get("channel_id")
+                if isinstance(channel, str) and channel:
+                    return channel
+    return None
+
+
+def _whole_dm(event: dict[str, Any], body: dict[str, Any]) -> Thread | None:
+    channel = event.get("channel")
+    team = str(body.get("team_id") or "")
+    if not (isinstance(channel, str) and channel and team):
+        return None
+    return Thread(team, channel, WHOLE_DM)
+
+
+class Assistant:
+    """The AI-app container's events. `messages_opened` is registered before the Home tab's
+    listener (with `messages_tab` as its matcher): Bolt runs the first that matches, and
+    `app_home_opened` with `tab: "messages"` is this class's."""
+
+    def __init__(self, service: RunService, output: SlackThreadOutput) -> None:
+        self.service = service
+        self.output = output
+
+    async def messages_tab(self, event: dict[str, Any]) -> bool:
+        return event.get("tab") == "messages"
+
+    async def messages_opened(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        dm = _whole_dm(event, body)
+        if dm is None:
+            assistant_logger.warning("app_home_opened (messages) without its channel; ignored")
+            return
+        await self.output.replies.suggest_prompts(dm, self.service.suggested_prompts())
+
+    async def app_context(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        dm = _whole_dm(event, body)
+        if dm is None:
+            assistant_logger.warning("app_context_changed without its channel; ignored")
+            return
+        await self.service.viewing(dm, viewed_channel(event.get("context")))
+
+    async def started(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        found = _thread_of(event, body)
+        if found is None:
+            assistant_logger.warning("assistant_thread_started without its thread; ignored")
+            return
+        thread, viewing = found
+        prompts = await self.service.thread_started(thread, viewing)
+        await self.output.replies.suggest_prompts(thread, prompts)
+
+    async def context_changed(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        found = _thread_of(event, body)
+        if found is not None:
+            await self.service.viewing(*found)

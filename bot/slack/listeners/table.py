@@ -1,14 +1,18 @@
-"""The one table of the app's listeners (`routes`), and its registration with Bolt: which
-listener answers which event, action, view, command or shortcut, in the order Bolt tries them.
+"""The one table of the app's listeners (`routes`), and its registration with Bolt behind the one
+intake (`register`): which listener answers which event, action, view, command or shortcut, in
+the order Bolt tries them, and which requests the intake saves as rows of their own (`row_of`).
 Bolt accepts bound methods, so each listener is a method of its class (`bot.slack.listeners`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from slack_bolt.context.async_context import AsyncBoltContext
+
+from ..app import RowOf, Saving, install, request_kind
 from ..ids import (
     ACTION_ALLOW,
     ACTION_APPROVE,
@@ -28,13 +32,9 @@ from ..ids import (
     COMMAND,
     SHORTCUT,
 )
-from ..mcp_review import ACTION_MCP_ACCEPT, ACTION_MCP_KEEP, McpReview
-from .assistant import Assistant
-from .cards import CardClicks
-from .commands import SlashCommand
-from .feedback import FeedbackClicks
-from .home import HomeTab
-from .messages import Messages, other_event
+from .cards import ACTION_MCP_ACCEPT, ACTION_MCP_KEEP, CardClicks, FeedbackClicks, McpReview
+from .commands import HomeTab, SlashCommand, slash_of
+from .messages import Assistant, Messages, message_of, other_event
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ...runs.service import RunService
     from ..output import SlackThreadOutput
 
-__all__ = ["Listener", "Route", "register", "routes"]
+__all__ = ["Listener", "Route", "register", "routes", "row_of"]
 
 Listener = Callable[..., Awaitable[Any]]
 """A Bolt listener, matcher or middleware: Bolt passes the arguments it names."""
@@ -117,8 +117,31 @@ def register(
     *,
     policy: Policy,
 ) -> None:
-    """Every route of `routes`, in its order."""
+    """The app's listeners, calling `service`. Every request of every kind is saved once,
+    deduplicated in the same transaction, by the one intake middleware before any listener
+    acknowledges it (`bot.slack.app.install`); then every route of `routes`, in its order."""
+    # Before any listener: the one intake (a message to act on, or a `/opsgate` request, is
+    # saved as its own row).
+    install(app, service, output, row_of=row_of(service, policy))
     for route in routes(service, output, policy=policy):
         add = getattr(app, route.kind)
         matchers, middleware = list(route.matchers) or None, list(route.middleware) or None
         add(route.key, matchers=matchers, middleware=middleware)(route.listener)
+
+
+def row_of(service: RunService, policy: Policy) -> RowOf:
+    """Which requests the one intake saves as rows of their own, as their listeners would: a
+    message the bot acts on (`messages.message_of`), a `/opsgate <request>`
+    (`commands.slash_of`)."""
+    of_message = message_of(service, policy)
+
+    async def of(body: Mapping[str, Any], context: AsyncBoltContext) -> Saving | None:
+        match request_kind(body):
+            case "event_callback":
+                return await of_message(body, context)
+            case "command":
+                return slash_of(body)
+            case _:
+                return None
+
+    return of
