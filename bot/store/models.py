@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_core.batches import undecided_calls
+from agent_core.approvals import undecided_calls
 
 from .quorum import QuorumState
 from .reasons import CancelReason, DecisionReason
