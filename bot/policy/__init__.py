@@ -18,17 +18,16 @@ Channels can be set up for ops automation in `[channels_policy.<channel id>]`: w
 run there (`trigger`), which integrations' messages may (`allowed_bots`), extra `instructions`
 for the model, the `tools` offered, who approves, and how many runs go at once (`concurrency`).
 
-Modules: `_fields` (the value types), `_model` (the file's sections: tools, channels, who may
-decide as listed, `[audit]`, `[shadow]`, `[mcp]`, `[plane]`), `_rules` (one
-`[[tools.<name>.rules]]` entry), `_arguments` (argument rules and `preview_args`), `_shell` (shell
-text to simple commands), `_words` (a word's value, and why a command cannot be judged),
-`_wrappers` and `_wrapper_table` (peeling `sudo`, `timeout`, ...), `_load` (reading the file and
-explaining its errors), `_policy` (`Policy` and its queries), `_preview` (a rule's preview
-template), `_gate` (the approval gate and its verdict order), `_mcp` (`[mcp_servers]` and MCP
-tools' gate), `_freezes` (`[[freezes]]`: change freezes), `_changes` (one call's verdict as a
-value, and whether another policy's is looser), `_oncall` (`[oncall.<name>]` and escalation steps
-as written), `_ladder` (a waiting call's reminders and escalation). `PolicyError` is in
-`bot.errors`.
+Modules: `_fields` (the value types), `_model` (the file's sections: tools, channels, who may decide
+as listed, `[audit]`, `[shadow]`, `[mcp]`, `[plane]`), `_rules` (one `[[tools.<name>.rules]]`
+entry), `_arguments` (argument rules and `preview_args`), `_shell` (shell text to simple commands),
+`_words` (a word's value, and why a command cannot be judged), `_wrappers` (peeling `sudo`,
+`timeout`, ..., and the table of their options), `_load` (reading the file and explaining its
+errors), `_policy` (`Policy` and its queries), `_preview` (a rule's preview template), `_gate` (the
+approval gate and its verdict order), `_mcp` (`[mcp_servers]` and MCP tools' gate), `_freezes`
+(`[[freezes]]`: change freezes), `_changes` (one call's verdict as a value, and whether another
+policy's is looser), `_oncall` (`[oncall.<name>]` and escalation steps as written), `_ladder` (a
+waiting call's reminders and escalation). `PolicyError` is in `bot.errors`.
 """
 
 from __future__ import annotations
