@@ -26,8 +26,8 @@ simple commands), `_words` (a word's value, and why a command cannot be judged),
 explaining its errors), `_policy` (`Policy` and its queries), `_preview` (a rule's preview
 template), `_gate` (the approval gate and its verdict order), `_mcp` (`[mcp_servers]` and MCP tools'
 gate), `_changes` (one call's verdict as a value, and whether another policy's is looser), `_oncall`
-(`[oncall.<name>]` and escalation steps as written), `_ladder` (a waiting call's reminders and
-escalation). `PolicyError` is in `bot.errors`.
+(`[oncall.<name>]`, escalation steps as written, and a waiting call's reminders and escalation).
+`PolicyError` is in `bot.errors`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from bot.errors import PolicyError
 from ._changes import ANYONE, CallVerdict, Direction, call_verdict, compare_verdicts
 from ._fields import Trigger
 from ._gate import GateDecision, PartVerdict, Requirement
-from ._ladder import Ladder, added_by, escalated, ladder_for, ladder_tick, oncall_now
 from ._mcp import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_OUTPUT_LIMIT,
@@ -67,7 +66,17 @@ from ._model import (
     ToolPolicy,
     freeze_name,
 )
-from ._oncall import NOBODY_ON_CALL, EscalationStep, OncallSpec
+from ._oncall import (
+    NOBODY_ON_CALL,
+    EscalationStep,
+    Ladder,
+    OncallSpec,
+    added_by,
+    escalated,
+    ladder_for,
+    ladder_tick,
+    oncall_now,
+)
 from ._policy import Policy
 from ._preview import DEFAULT_PREVIEW_TTL, PreviewPlan
 from ._rules import Rule, Tier

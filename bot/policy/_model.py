@@ -189,7 +189,7 @@ class Defaults(Model):
     `remind_max` times) while a call waits."""
     remind_max: Approvals = 3
     escalate: tuple[EscalationStep, ...] = ()
-    """The escalation ladder of calls whose rule has none (`_ladder`)."""
+    """The escalation ladder of calls whose rule has none (`_oncall.ladder_for`)."""
     channels: tuple[ChannelId, ...] | None = None
     tools_modules: tuple[StrictStr, ...] = ()
     concurrency: Concurrency = 2
