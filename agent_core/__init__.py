@@ -18,8 +18,14 @@ Exceptions (catch `AgentCoreError` to catch them all):
 
 from ._loop import ApprovalGate, FunctionInvokingChatClient, RequestView, RunJournal
 from .agent import ChatClientAgent, ContextProvider
-from .approvals import AgentRunOptions, Decision, ToolApprovalResponse
-from .batches import close_batch, pending_tool_calls, undecided_calls
+from .approvals import (
+    AgentRunOptions,
+    Decision,
+    ToolApprovalResponse,
+    close_batch,
+    pending_tool_calls,
+    undecided_calls,
+)
 from .chat_client import ChatClient, ChatOptions
 from .context import (
     ContextBudget,
@@ -29,22 +35,6 @@ from .context import (
     counter_for,
     excerpt,
     resolve_context_window,
-)
-from .events import (
-    AgentResponseUpdate,
-    ChatUpdate,
-    Finish,
-    FinishReason,
-    ReasoningDelta,
-    TextDelta,
-    ToolApprovalRequest,
-    ToolCallArgumentsDelta,
-    ToolCallEnded,
-    ToolCallHeld,
-    ToolCallStarted,
-    ToolResult,
-    ToolRunning,
-    Usage,
 )
 from .exceptions import (
     AgentCoreError,
@@ -57,21 +47,41 @@ from .exceptions import (
     ToolError,
     ToolTimeout,
 )
-from .messages import ChatMessage, Role, ToolCall, call_digest, canonical_arguments
-from .openai import OpenAIChatClient
-from .outcomes import (
+from .messages import (
+    AgentResponseUpdate,
     CallOutcome,
     Cancelled,
+    ChatMessage,
+    ChatUpdate,
     Edited,
     Expired,
+    Finish,
+    FinishReason,
     Interrupted,
     NotRun,
+    ReasoningDelta,
     Rejected,
+    Role,
+    TextDelta,
+    ToolApprovalRequest,
+    ToolCall,
+    ToolCallArgumentsDelta,
+    ToolCallEnded,
+    ToolCallHeld,
+    ToolCallStarted,
+    ToolResult,
+    ToolRunning,
+    Usage,
+    call_digest,
+    canonical_arguments,
+    has_lone_surrogates,
     render_outcome,
+    replace_lone_surrogates,
+    replace_lone_surrogates_in,
 )
+from .openai import OpenAIChatClient
 from .sessions import AgentSession, InMemorySessionStore, SessionStore, StoredContext, Summary
 from .tools import ApprovalRequiredTool, FunctionTool, Tool, tool
-from .unicode import has_lone_surrogates, replace_lone_surrogates, replace_lone_surrogates_in
 
 __all__ = [
     "AgentCoreError",

@@ -14,12 +14,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._deadline import closing
-from .chat_client import ChatClient, ChatOptions
+from .chat_client import ChatClient, ChatOptions, closing
 from .context import ContextBudget, ContextWindowMemory, excerpt
-from .events import TextDelta
 from .exceptions import ChatClientError
-from .messages import ChatMessage
+from .messages import ChatMessage, TextDelta
 from .sessions import SessionStore, StoredContext, Summary
 from .tools import Tool
 

@@ -18,20 +18,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .events import (
+from .exceptions import ProviderError, StreamError
+from .messages import (
     ChatUpdate,
     Finish,
     FinishReason,
     ReasoningDelta,
     TextDelta,
+    ToolCall,
     ToolCallArgumentsDelta,
     ToolCallEnded,
     ToolCallStarted,
     Usage,
+    replace_lone_surrogates_in,
 )
-from .exceptions import ProviderError, StreamError
-from .messages import ToolCall
-from .unicode import replace_lone_surrogates_in
 
 __all__ = ["ChunkAssembler", "error_code", "error_details", "error_kind"]
 
@@ -240,7 +240,7 @@ class ChunkAssembler:
                 f"stream from {self.source} sent malformed JSON ({exc}): {_snippet(data)}",
                 partial_text=self.partial_text,
             ) from None
-        # A lone `\ud800` would fail the first UTF-8 encode downstream (see agent_core.unicode).
+        # A lone `\ud800` would fail the first UTF-8 encode downstream (see agent_core.messages).
         return replace_lone_surrogates_in(value) if _SURROGATE_ESCAPE.search(data) else value
 
     def _raise_provider_error(self, payload: Any, raw: str) -> None:

@@ -8,13 +8,11 @@ from typing import Protocol
 
 from ._compact import Compactor
 from ._loop import ApprovalGate, FunctionInvokingChatClient
-from .approvals import AgentRunOptions
-from .batches import pending_tool_calls
+from .approvals import AgentRunOptions, pending_tool_calls
 from .chat_client import ChatClient
 from .context import ContextBudget, ContextWindowMemory
-from .events import AgentResponseUpdate, ToolApprovalRequest, ToolCallHeld
 from .exceptions import PendingApprovalError, ResumeError
-from .messages import ChatMessage, ToolCall
+from .messages import AgentResponseUpdate, ChatMessage, ToolApprovalRequest, ToolCall, ToolCallHeld
 from .sessions import AgentSession, InMemorySessionStore, SessionStore, StoredContext
 from .tools import Tool
 

@@ -1,22 +1,30 @@
-"""The caller's answer to a `ToolApprovalRequest`, and the run options that carry it."""
+"""The caller's answer to a `ToolApprovalRequest`, the run options that carry it, and the
+paused batch those answers decide (closed whole, resumed only when every gated call is decided)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .chat_client import ChatOptions
-from .messages import ToolCall
-from .outcomes import CallOutcome, Expired, Rejected, render_outcome
+from .messages import CallOutcome, ChatMessage, Expired, Rejected, ToolCall, render_outcome
 from .tools import Tool
 
 ApprovalGate = Callable[[Tool, ToolCall], bool | Awaitable[bool]]
 """Decides whether one call of a known tool must wait for a human (it may be a coroutine
 function, e.g. to look something up in a store)."""
 
-__all__ = ["AgentRunOptions", "ApprovalGate", "Decision", "ToolApprovalResponse"]
+__all__ = [
+    "AgentRunOptions",
+    "ApprovalGate",
+    "Decision",
+    "ToolApprovalResponse",
+    "close_batch",
+    "pending_tool_calls",
+    "undecided_calls",
+]
 
 Decision = Literal["approved", "rejected", "expired", "closed"]
 """`closed`: the call does not run for a reason other than a decision on it (the run was
@@ -132,3 +140,37 @@ class AgentRunOptions:
         self, responses: Iterable[ToolApprovalResponse]
     ) -> AgentRunOptions:
         return dataclasses.replace(self, tool_approval_responses=tuple(responses))
+
+
+# A batch is the tool calls of one assistant message. Providers answer HTTP 400 unless every
+# `tool_call_id` of it has exactly one `tool` message, so every path that ends a batch without
+# running it (resume, cancel, recovery after a crash) closes it here, and "is it decided?" is
+# asked here only.
+
+
+def pending_tool_calls(messages: Sequence[ChatMessage]) -> list[ToolCall]:
+    """Calls of the last assistant tool-call message that have no `tool` answer yet."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == "assistant" and message.tool_calls:
+            answered = {m.tool_call_id for m in messages[index + 1 :] if m.role == "tool"}
+            return [call for call in message.tool_calls if call.id not in answered]
+    return []
+
+
+def close_batch(
+    messages: Sequence[ChatMessage], outcome_for: Callable[[ToolCall], CallOutcome]
+) -> list[ChatMessage]:
+    """The `tool` messages that answer every unanswered call of the latest batch, in the
+    model's order, each saying (via `render_outcome`) why the call did not run."""
+    return [
+        ChatMessage.tool(render_outcome(outcome_for(call)), call.id)
+        for call in pending_tool_calls(messages)
+    ]
+
+
+def undecided_calls(gated: Iterable[str], decided: Iterable[str]) -> list[str]:
+    """The gated call ids without a decision, in order; a batch resumes only when this is
+    empty. An empty `gated` is no paused batch: callers check that separately."""
+    done = set(decided)
+    return [call_id for call_id in gated if call_id not in done]

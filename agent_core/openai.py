@@ -24,11 +24,15 @@ from httpx_sse import EventSource, aconnect_sse
 
 from ._sse import ChunkAssembler, error_code, error_details, error_kind, shorten
 from .chat_client import ChatOptions
-from .events import ChatUpdate, ToolCallEnded, ToolCallStarted
 from .exceptions import ChatClientError, ProviderError, StreamError
-from .messages import ChatMessage
+from .messages import (
+    ChatMessage,
+    ChatUpdate,
+    ToolCallEnded,
+    ToolCallStarted,
+    replace_lone_surrogates_in,
+)
 from .tools import FunctionTool, Tool
-from .unicode import replace_lone_surrogates_in
 
 __all__ = ["OpenAIChatClient"]
 

@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from .events import ToolApprovalRequest, ToolCallHeld
 from .exceptions import ToolCallAlreadyStarted
-from .messages import ChatMessage, ToolCall
+from .messages import ChatMessage, ToolApprovalRequest, ToolCall, ToolCallHeld
 
 __all__ = ["AgentSession", "InMemorySessionStore", "SessionStore", "StoredContext", "Summary"]
 

@@ -17,18 +17,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from .chat_client import ChatOptions
-from .events import (
+from .messages import (
+    ChatMessage,
     ChatUpdate,
     Finish,
     FinishReason,
     ReasoningDelta,
     TextDelta,
+    ToolCall,
     ToolCallArgumentsDelta,
     ToolCallEnded,
     ToolCallStarted,
     Usage,
 )
-from .messages import ChatMessage, ToolCall
 from .tools import Tool
 
 __all__ = [

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from .exceptions import ToolError
-from .unicode import replace_lone_surrogates
+from .messages import replace_lone_surrogates
 
 __all__ = [
     "ApprovalRequiredTool",

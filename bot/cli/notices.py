@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from agent_core.outcomes import render_outcome
+from agent_core.messages import render_outcome
 
 from ..approvals import Refused
 from ..runs.notices import Notice, stopped_text

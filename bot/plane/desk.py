@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_core import ToolCall
-from agent_core.events import ToolApprovalRequest
-from agent_core.messages import ChatMessage, call_digest, canonical_arguments
+from agent_core.messages import ChatMessage, ToolApprovalRequest, call_digest, canonical_arguments
 from bot.errors import NotOpened
 
 from ..allowances import covers, load_shape

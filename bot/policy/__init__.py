@@ -18,17 +18,16 @@ Channels can be set up for ops automation in `[channels_policy.<channel id>]`: w
 run there (`trigger`), which integrations' messages may (`allowed_bots`), extra `instructions`
 for the model, the `tools` offered, who approves, and how many runs go at once (`concurrency`).
 
-Modules: `_fields` (the value types), `_model` (the file's sections: tools, channels, who may
-decide as listed, `[audit]`, `[shadow]`, `[mcp]`, `[plane]`), `_rules` (one
-`[[tools.<name>.rules]]` entry), `_arguments` (argument rules and `preview_args`), `_shell` (shell
-text to simple commands), `_words` (a word's value, and why a command cannot be judged),
-`_wrappers` and `_wrapper_table` (peeling `sudo`, `timeout`, ...), `_load` (reading the file and
+Modules: `_fields` (the value types, argument rules and `preview_args` among them), `_model` (the
+file's sections: tools, channels, who may decide as listed, `[audit]`, `[shadow]`, `[mcp]`,
+`[plane]`, `[[freezes]]`), `_rules` (one `[[tools.<name>.rules]]` entry), `_shell` (shell text to
+simple commands), `_words` (a word's value, and why a command cannot be judged), `_wrappers`
+(peeling `sudo`, `timeout`, ..., and the table of their options), `_load` (reading the file and
 explaining its errors), `_policy` (`Policy` and its queries), `_preview` (a rule's preview
-template), `_gate` (the approval gate and its verdict order), `_mcp` (`[mcp_servers]` and MCP
-tools' gate), `_freezes` (`[[freezes]]`: change freezes), `_changes` (one call's verdict as a
-value, and whether another policy's is looser), `_oncall` (`[oncall.<name>]` and escalation steps
-as written), `_ladder` (a waiting call's reminders and escalation). `PolicyError` is in
-`bot.errors`.
+template), `_gate` (the approval gate and its verdict order), `_mcp` (`[mcp_servers]` and MCP tools'
+gate), `_changes` (one call's verdict as a value, and whether another policy's is looser), `_oncall`
+(`[oncall.<name>]`, escalation steps as written, and a waiting call's reminders and escalation).
+`PolicyError` is in `bot.errors`.
 """
 
 from __future__ import annotations
@@ -37,9 +36,7 @@ from bot.errors import PolicyError
 
 from ._changes import ANYONE, CallVerdict, Direction, call_verdict, compare_verdicts
 from ._fields import Trigger
-from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import GateDecision, PartVerdict, Requirement
-from ._ladder import Ladder, added_by, escalated, ladder_for, ladder_tick, oncall_now
 from ._mcp import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_OUTPUT_LIMIT,
@@ -57,16 +54,29 @@ from ._mcp import (
     selects,
 )
 from ._model import (
+    ActiveFreeze,
     ApproverSpec,
     ArgumentRule,
     AuditPolicy,
     ChannelPolicy,
     Defaults,
+    FreezeSpec,
     PlaneClient,
     PlanePolicy,
     ToolPolicy,
+    freeze_name,
 )
-from ._oncall import NOBODY_ON_CALL, EscalationStep, OncallSpec
+from ._oncall import (
+    NOBODY_ON_CALL,
+    EscalationStep,
+    Ladder,
+    OncallSpec,
+    added_by,
+    escalated,
+    ladder_for,
+    ladder_tick,
+    oncall_now,
+)
 from ._policy import Policy
 from ._preview import DEFAULT_PREVIEW_TTL, PreviewPlan
 from ._rules import Rule, Tier

@@ -21,7 +21,7 @@ from typing import Any
 
 from agent_core import Tool, ToolCall
 
-from ._arguments import schema_defaults
+from ._fields import schema_defaults
 from ._model import ToolPolicy
 from ._preview import PreviewPlan, in_context, tool_preview
 from ._programs import layout, risky_options

@@ -16,13 +16,13 @@ from pydantic import BaseModel, ValidationError
 
 from bot.errors import PolicyError
 
-from ._freezes import FreezeSpec
 from ._mcp import McpServerConfig, McpToolOverride
 from ._model import (
     RUN_COMMAND_ONLY,
     ArgumentRule,
     ChannelPolicy,
     Defaults,
+    FreezeSpec,
     PlaneClient,
     PlanePolicy,
     Rule,

@@ -33,7 +33,7 @@ from pydantic import (
 from agent_core import Tool, ToolCall
 from bot.words import parse_duration
 
-from ._arguments import ArgumentRule, PreviewArgs, check_tool_preview, schema_defaults
+from ._fields import ArgumentRule, PreviewArgs, check_tool_preview, schema_defaults
 from ._gate import GateDecision
 from ._preview import tool_preview
 

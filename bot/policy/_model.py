@@ -4,8 +4,9 @@ bot). `Policy` itself, the whole file, is in `_policy`.
 Beside the tools and channels: who may decide in one channel as the file lists it
 (`ApproverSpec`; the rules that use it, and the user-group lookups, live in `bot.approvals`);
 `[audit]`, where the audit log is exported to (`bot/observability/audit_export.py`); `[shadow]`,
-a second policy judged beside the live one, its verdicts only counted and audited; and `[mcp]`,
-who reviews a changed MCP tool's definition, and where.
+a second policy judged beside the live one, its verdicts only counted and audited; `[mcp]`,
+who reviews a changed MCP tool's definition, and where; and `[[freezes]]`, change freezes (their
+section is at the end, with `ActiveFreeze`, what a freeze from the file or the store becomes).
 
 The audit webhook receives every audit row, untrusted text included, so it must be https, or
 plain http only to an address that cannot leave the host or the private network (a loopback or
@@ -27,11 +28,12 @@ import hashlib
 import hmac
 import ipaddress
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
+from cronsim import CronSim, CronSimError
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -45,13 +47,13 @@ from pydantic import (
 
 from bot.words import format_duration
 
-from ._arguments import ArgumentRule, PreviewArgs, check_tool_preview
 from ._fields import (
     DEFAULT_REJECT_REASONS,
     MAX_SUGGESTED_PROMPTS,
     AllowWindow,
     Approvals,
     ApproverId,
+    ArgumentRule,
     BotId,
     ChannelId,
     Concurrency,
@@ -60,11 +62,13 @@ from ._fields import (
     Instructions,
     OsUser,
     OutputLimit,
+    PreviewArgs,
     RejectReason,
     SuggestedPrompt,
     ToolName,
     Trigger,
     check_reachable,
+    check_tool_preview,
     unique,
 )
 from ._oncall import EscalationStep, check_ladder
@@ -73,11 +77,13 @@ from ._rules import Rule
 __all__ = [
     "NO_OVERRIDE",
     "RUN_COMMAND_ONLY",
+    "ActiveFreeze",
     "ApproverSpec",
     "ArgumentRule",
     "AuditPolicy",
     "ChannelPolicy",
     "Defaults",
+    "FreezeSpec",
     "McpReviewSection",
     "Model",
     "PlaneClient",
@@ -86,6 +92,7 @@ __all__ = [
     "ShadowSection",
     "ToolPolicy",
     "check_reachable",
+    "freeze_name",
     "webhook_url",
 ]
 
@@ -136,7 +143,7 @@ class ToolPolicy(Model):
     before the card is posted; its output is on the card and bound to Approve (run_command's
     previews are its rules' `preview`)."""
     preview_args: PreviewArgs | None = None
-    """The preview tool's arguments, `{name}` filled from the call's (`_arguments`);
+    """The preview tool's arguments, `{name}` filled from the call's (`_fields`);
     absent: none."""
     preview_ttl: Duration | None = None
     """How old the preview may be when the last approval arrives (default 10m)."""
@@ -182,7 +189,7 @@ class Defaults(Model):
     `remind_max` times) while a call waits."""
     remind_max: Approvals = 3
     escalate: tuple[EscalationStep, ...] = ()
-    """The escalation ladder of calls whose rule has none (`_ladder`)."""
+    """The escalation ladder of calls whose rule has none (`_oncall.ladder_for`)."""
     channels: tuple[ChannelId, ...] | None = None
     tools_modules: tuple[StrictStr, ...] = ()
     concurrency: Concurrency = 2
@@ -361,3 +368,131 @@ class PlanePolicy(Model):
             if hmac.compare_digest(digest, client.token_sha256):
                 found = name
         return found
+
+
+# `[[freezes]]`: change freezes, windows in which gated calls get no Approve.
+#
+# A freeze is either recurring (`schedule`, a five-field cron expression in UTC, with `duration`:
+# each firing opens a window that long) or fixed (`start` and `end`, TOML offset date-times). It
+# may be limited to some `channels` and `tools`; `message` is shown on the cards it blocks and in
+# its announcements. Freezes are named `freezes[<index>]` (0-based, file order), like rules.
+# Ad hoc freezes (`/opsgate freeze`) live in the store; both become an `ActiveFreeze`.
+
+_LONGEST = timedelta(days=31)
+"""The longest window a schedule may open: longer is a typo (a fixed `start`/`end` is not
+limited)."""
+
+
+def _cron(value: str) -> str:
+    fields = value.split()
+    if len(fields) != 5:
+        raise ValueError(
+            f"{value!r} is not a five-field cron expression (minute hour day month weekday, "
+            'in UTC, e.g. "0 17 * * 5" for Fridays at 17:00)'
+        )
+    try:
+        CronSim(value, datetime(2000, 1, 1))
+    except CronSimError as exc:
+        raise ValueError(f"{value!r} is not a valid cron expression: {exc}") from None
+    return " ".join(fields)
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError(
+            f"{value.isoformat()} has no UTC offset; write an offset date-time, "
+            "like 2026-12-05T17:00:00Z"
+        )
+    return value
+
+
+Cron = Annotated[StrictStr, AfterValidator(_cron)]
+Moment = Annotated[datetime, AfterValidator(_aware)]
+
+
+def freeze_name(index: int) -> str:
+    return f"freezes[{index}]"
+
+
+class FreezeSpec(BaseModel):
+    """One `[[freezes]]` entry (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schedule: Cron | None = None
+    duration: Duration | None = None
+    start: Moment | None = None
+    end: Moment | None = None
+    channels: Annotated[tuple[ChannelId, ...], AfterValidator(unique)] | None = None
+    """Where it applies (absent: every channel)."""
+    tools: Annotated[tuple[ToolName, ...], AfterValidator(unique)] | None = None
+    """Which tools' calls it blocks (absent: every gated call)."""
+    message: Annotated[StrictStr, Field(min_length=1, max_length=500)] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> FreezeSpec:
+        fixed = self.start is not None or self.end is not None
+        if self.schedule is not None:
+            if fixed:
+                raise ValueError(
+                    "a freeze has `schedule` + `duration` or `start` + `end`, not both"
+                )
+            if self.duration is None:
+                raise ValueError("a `schedule` needs a `duration` (how long each window lasts)")
+            if self.duration > _LONGEST:
+                raise ValueError("duration: a scheduled window lasts at most 31 days")
+            return self
+        if self.duration is not None:
+            raise ValueError("`duration` goes with `schedule`; a fixed freeze has `start` + `end`")
+        if self.start is None or self.end is None:
+            raise ValueError("a freeze needs `schedule` + `duration`, or both `start` and `end`")
+        if self.end <= self.start:
+            raise ValueError("`end` must be after `start`")
+        return self
+
+    def window_at(self, now: datetime) -> tuple[datetime, datetime] | None:
+        """The window (start, end) that holds `now`, or the latest one that began before it
+        (ended already), or None when none began yet."""
+        if self.schedule is None:
+            assert self.start is not None and self.end is not None
+            return (self.start, self.end) if self.start <= now else None
+        assert self.duration is not None
+        # Reverse iteration excludes its starting moment: start just after `now`.
+        begun = next(CronSim(self.schedule, now + timedelta(seconds=1), reverse=True), None)
+        return None if begun is None else (begun, begun + self.duration)
+
+    def words(self) -> str:
+        """When it applies, in words (for help and the Home tab)."""
+        if self.schedule is not None and self.duration is not None:
+            when = f"cron {self.schedule!r} (UTC) for {format_duration(self.duration)}"
+        else:
+            assert self.start is not None and self.end is not None
+            when = f"{self.start.isoformat()} to {self.end.isoformat()}"
+        return when
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveFreeze:
+    """A freeze in force: from the policy (`freezes[<i>]`) or ad hoc (`adhoc:<id>`)."""
+
+    key: str
+    """`freezes[<i>]` or `adhoc:<id>`: names it in the audit and the store's claims."""
+    label: str
+    """How the card and the announcements name it."""
+    started_at: datetime
+    until: datetime
+    message: str | None = None
+    channels: tuple[str, ...] | None = None
+    tools: tuple[str, ...] | None = None
+    started_by: str | None = None
+    """The freeze admin who started an ad hoc freeze."""
+
+    @property
+    def window_key(self) -> str:
+        """One window of one freeze (a schedule opens many): what announcements claim."""
+        return f"{self.key}@{self.started_at.isoformat()}"
+
+    def covers(self, channel: str | None, tool: str | None) -> bool:
+        if self.channels is not None and channel not in self.channels:
+            return False
+        return self.tools is None or tool is None or tool in self.tools

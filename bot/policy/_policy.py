@@ -13,7 +13,6 @@ from agent_core import Tool, ToolCall
 from bot.errors import PolicyError
 
 from ._fields import GROUP_ID, ChannelId, Trigger
-from ._freezes import ActiveFreeze, FreezeSpec, freeze_name
 from ._gate import COMMAND_TOOL, GateDecision, approval_summary, built_in_tools, decide
 from ._load import did_you_mean, explain, parse_toml, read_policy_file
 from ._mcp import (
@@ -30,16 +29,19 @@ from ._mcp import (
 from ._model import (
     NO_OVERRIDE,
     RUN_COMMAND_ONLY,
+    ActiveFreeze,
     ApproverSpec,
     AuditPolicy,
     ChannelPolicy,
     Defaults,
+    FreezeSpec,
     McpReviewSection,
     Model,
     PlanePolicy,
     ShadowSection,
     ToolPolicy,
     check_reachable,
+    freeze_name,
 )
 from ._oncall import (
     NOBODY_ON_CALL,

@@ -44,7 +44,7 @@ from typing import Any
 
 from agent_core import canonical_arguments
 
-from ._arguments import fill_preview_args
+from ._fields import fill_preview_args
 from ._shell import SimpleCommand
 
 __all__ = [
@@ -177,7 +177,7 @@ def tool_preview(
     ttl: timedelta | None,
 ) -> PreviewPlan:
     """The preview of a custom or MCP tool's call: `tool` (read-only, named in the policy)
-    called with `preview_args` filled from the call's arguments (`_arguments`)."""
+    called with `preview_args` filled from the call's arguments (`_fields`)."""
     text = f"{tool} {json.dumps(dict(template), ensure_ascii=False, sort_keys=True)}"
     filled, missing = fill_preview_args(template, arguments, defaults)
     return PreviewPlan(

@@ -37,8 +37,16 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ._arguments import Regex, argument_label, argument_matches
-from ._fields import AllowWindow, Approvals, ApproverId, Duration, check_reachable
+from ._fields import (
+    AllowWindow,
+    Approvals,
+    ApproverId,
+    Duration,
+    Regex,
+    argument_label,
+    argument_matches,
+    check_reachable,
+)
 from ._oncall import EscalationStep, check_ladder
 from ._preview import PreviewPlan, PreviewTemplate
 from ._programs import Layout, layout

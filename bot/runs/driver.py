@@ -23,7 +23,7 @@ from agent_core import (
     TextDelta,
     ToolResult,
 )
-from agent_core.outcomes import CallOutcome, Cancelled, Expired, Interrupted, NotRun, Rejected
+from agent_core.messages import CallOutcome, Cancelled, Expired, Interrupted, NotRun, Rejected
 
 from ..observability import log_context, log_event, tracing
 from ..observability.metrics import RunOutcome, ToolOutcome

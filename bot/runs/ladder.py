@@ -2,7 +2,7 @@
 timer's tick (`RunService.expire_due`).
 
 At each tick every undecided call with a posted card is looked at once: the steps of its
-ladder (`bot.policy._ladder`) whose time since the card has come are passed, one by one, each
+ladder (`bot.policy._oncall`) whose time since the card has come are passed, one by one, each
 claimed in the store (once across replicas and restarts) with the direct messages to the
 people it adds and its card's redraw; then, if `remind_every` has come round again, each
 approver who may still decide gets a reminder. Every call is planned before the first

@@ -16,9 +16,8 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from agent_core import Tool, ToolCall
 from agent_core.chat_client import ChatClient, ChatOptions
-from agent_core.events import ChatUpdate, Finish, TextDelta
 from agent_core.exceptions import ChatClientError
-from agent_core.messages import ChatMessage
+from agent_core.messages import ChatMessage, ChatUpdate, Finish, TextDelta
 
 from ..observability import classify_llm_error, log_context, log_event, tracing
 from ..observability.metrics import (

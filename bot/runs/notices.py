@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from agent_core.outcomes import CallOutcome
+from agent_core.messages import CallOutcome
 
 from ..approvals import Refused
 from ..store.models import CancelReason, CardLock, DecisionReason

@@ -21,7 +21,7 @@ import re
 import unicodedata
 from datetime import UTC, datetime
 
-from agent_core.outcomes import CallOutcome, render_outcome
+from agent_core.messages import CallOutcome, render_outcome
 
 __all__ = [
     "LinkGuard",

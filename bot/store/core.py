@@ -73,7 +73,7 @@ _TURN_SECONDS = 1.0
 
 def message_body(message: ChatMessage) -> str:
     """The message's stored JSON; lone surrogates anywhere in it become U+FFFD, the last line
-    against them (text from outside is cleaned where it enters, `agent_core.unicode`), so a
+    against them (text from outside is cleaned where it enters, `agent_core.messages`), so a
     turn is saved instead of failing the write and the run on the database's UTF-8 encode."""
     try:
         return replace_lone_surrogates(message.to_json())

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from agent_core.batches import close_batch
+from agent_core.approvals import close_batch
 from bot.settings import checkpoint
 
 from .core import StoreCore
@@ -363,7 +363,7 @@ class Decisions(StoreCore):
 
         Conditional (awaiting_approval -> idle): of a cancel racing the resume claim or another
         cancel, one wins. Pending and approved calls become `cancelled`; the batch is closed
-        (`agent_core.batches.close_batch`) with each call's outcome. With `batch_id`, applies
+        (`agent_core.approvals.close_batch`) with each call's outcome. With `batch_id`, applies
         only to that batch. Audited "cancel" per call, or one "refusal"."""
         async with self._db.transaction("cancel_batch") as tx:
             session = await self._session(tx, session_id, lock=True)

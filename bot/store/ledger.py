@@ -16,9 +16,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agent_core.approvals import ToolApprovalResponse
-from agent_core.events import ToolApprovalRequest, ToolCallHeld
 from agent_core.exceptions import ToolCallAlreadyStarted
-from agent_core.messages import ChatMessage, ToolCall, call_digest, canonical_arguments
+from agent_core.messages import (
+    ChatMessage,
+    ToolApprovalRequest,
+    ToolCall,
+    ToolCallHeld,
+    call_digest,
+    canonical_arguments,
+)
 from bot.words import format_duration
 
 from .core import StoreCore

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_core.batches import undecided_calls
+from agent_core.approvals import undecided_calls
 
 __all__ = [
     "ONE_APPROVAL",

@@ -1,7 +1,7 @@
 """Repairing what a crash (or a stopped run) left behind.
 
 A call that was `executing` may have had effects, so it is never run again: it becomes
-`interrupted`, and its batch is closed (`agent_core.batches.close_batch`) so every
+`interrupted`, and its batch is closed (`agent_core.approvals.close_batch`) so every
 `tool_call_id` has its answer and the history stays valid for the provider.
 
 Whose work is left over differs by database, and the two variants stand side by side in
@@ -12,9 +12,8 @@ replica) is, and recovery holds an advisory lock so two survivors never repair t
 
 from __future__ import annotations
 
-from agent_core.batches import close_batch
-from agent_core.messages import ToolCall
-from agent_core.outcomes import CallOutcome, Interrupted, NotRun, render_outcome
+from agent_core.approvals import close_batch
+from agent_core.messages import CallOutcome, Interrupted, NotRun, ToolCall, render_outcome
 
 from .core import StoreCore
 from .db import Tx

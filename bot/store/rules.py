@@ -16,8 +16,15 @@ from datetime import timedelta
 from typing import Any, get_args
 
 from agent_core.approvals import ToolApprovalResponse
-from agent_core.messages import ChatMessage, ToolCall
-from agent_core.outcomes import CallOutcome, Cancelled, Expired, NotRun, Rejected
+from agent_core.messages import (
+    CallOutcome,
+    Cancelled,
+    ChatMessage,
+    Expired,
+    NotRun,
+    Rejected,
+    ToolCall,
+)
 from bot.words import format_duration
 
 from .models import (

@@ -1,24 +1,30 @@
 """Built-in chat-ops tools (`run_command`, `http_request`) and loading teams' own tools."""
 
 from ..errors import RunAsError, ShellMissing, ToolEnvironmentError, ToolLoadError
-from ._loader import TEMPLATE_WARNING, default_tools, load_tool, load_tools
-from ._run_as import RunAs, privilege_warnings, resolve_run_as
+from ._loader import (
+    BUILT_IN_SUMMARIES,
+    TEMPLATE_WARNING,
+    default_tools,
+    load_tool,
+    load_tools,
+    tool_summary,
+)
 from .command import (
+    BASE_NAMES,
+    BASE_PREFIXES,
     BASH,
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
+    RunAs,
+    base_environment,
     checked_shell,
     make_run_command,
+    privilege_warnings,
     protect_process_environment,
-)
-from .environment import (
-    BASE_NAMES,
-    BASE_PREFIXES,
-    base_environment,
+    resolve_run_as,
     tool_environment,
 )
 from .http import SAFE_METHODS, http_gate, make_http_request
-from .summary import BUILT_IN_SUMMARIES, tool_summary
 
 __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "BASE_NAMES",

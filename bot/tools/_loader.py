@@ -1,5 +1,6 @@
-"""The tools the bot offers: the built-ins as the policy sets them up, and teams' own tools
-loaded from import paths named in the policy file (`tools_modules`).
+"""The tools the bot offers: the built-ins as the policy sets them up, teams' own tools
+loaded from import paths named in the policy file (`tools_modules`), and each tool in a few
+words for the people deciding on its card (`tool_summary`).
 
 Loading runs at start-up, so a path that cannot be loaded stops the bot with a message naming the
 path and the reason, rather than surfacing later as a tool the model cannot find.
@@ -8,9 +9,10 @@ path and the reason, rather than surfacing later as a tool the model cannot find
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 
@@ -18,11 +20,17 @@ from agent_core import Tool
 from bot.errors import ToolLoadError
 from bot.policy import Policy, ToolPolicy
 
-from ._run_as import resolve_run_as
-from .command import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, make_run_command
+from .command import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, make_run_command, resolve_run_as
 from .http import make_http_request
 
-__all__ = ["TEMPLATE_WARNING", "default_tools", "load_tool", "load_tools"]
+__all__ = [
+    "BUILT_IN_SUMMARIES",
+    "TEMPLATE_WARNING",
+    "default_tools",
+    "load_tool",
+    "load_tools",
+    "tool_summary",
+]
 
 TEMPLATE_WARNING = (
     "the model server says its chat template has no tool support, so it ignores the tools "
@@ -107,3 +115,31 @@ def load_tools(import_paths: Iterable[str], *, taken: Iterable[str] = ()) -> lis
         names[loaded.name] = repr(path)
         tools.append(loaded)
     return tools
+
+
+# A tool in a few words for the people deciding on its card.
+#
+# A tool's `description` is written for the model (what it returns, its limits, how to call
+# it); an approver needs one line saying what it does. A tool may carry a `summary` attribute;
+# the built-ins have one here; anything else shows the first sentence of its description.
+
+BUILT_IN_SUMMARIES: Final = {
+    "run_command": "Runs a shell command on the operations host.",
+    "http_request": "Sends an HTTP request.",
+}
+
+_SUMMARY_MAX = 160
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+
+
+def tool_summary(tool: Tool) -> str:
+    """One line about `tool` for people: its `summary`, a built-in's, or its first sentence."""
+    own = getattr(tool, "summary", None)
+    if isinstance(own, str) and own.strip():
+        return own.strip()
+    if tool.name in BUILT_IN_SUMMARIES:
+        return BUILT_IN_SUMMARIES[tool.name]
+    first = _SENTENCE_END.split(tool.description.strip(), maxsplit=1)[0].strip()
+    if len(first) > _SUMMARY_MAX:
+        first = first[: _SUMMARY_MAX - 1].rstrip() + "…"
+    return first

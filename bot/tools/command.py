@@ -1,7 +1,7 @@
 """`run_command`: a shell command run for the model, in a fenced-off child process.
 
 The command text comes from the model, so the child gets no secrets (an allowlisted environment,
-`bot.tools.environment`: the basics and the tool's own `env`), a time limit enforced on its whole
+below: the basics and the tool's own `env`), a time limit enforced on its whole
 process group (a shell's background children die with it), and a cap on the output that is
 kept, so a chatty command cannot flood the model's context or the bot's memory.
 `protect_process_environment` keeps the child from reading the secrets out of the bot's own
@@ -14,6 +14,10 @@ whatever `/bin/sh` is on the host (dash, busybox ash): two shells read some text
 and then what runs is not what was judged. The path is fixed, not looked up on a `PATH` someone
 could change, and a host without it stops the bot at start-up (and `opsgate check`) naming the
 path, rather than failing every command later.
+
+The fence is this module's: the environment a tool process starts with (`tool_environment`, also
+used by previews and stdio MCP servers) and the OS user `run_command`'s children run as
+(`RunAs`) are kept here with the child they fence, each in its own section below.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import contextlib
 import ctypes
 import logging
 import os
+import pwd
+import re
 import signal
 import sys
 from collections.abc import Collection, Mapping, Sequence
@@ -34,20 +40,25 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from agent_core import FunctionTool, ToolError, ToolTimeout, tool
-from bot.errors import ShellMissing
-
-from ._run_as import RunAs
-from .environment import expand_variables, tool_environment
+from bot.errors import BotError, RunAsError, ShellMissing, ToolEnvironmentError
 
 __all__ = [
+    "BASE_NAMES",
+    "BASE_PREFIXES",
     "BASH",
     "DEFAULT_OUTPUT_LIMIT",
     "DEFAULT_TIMEOUT",
     "Finished",
+    "RunAs",
+    "base_environment",
     "checked_shell",
+    "expand_variables",
     "make_run_command",
+    "privilege_warnings",
     "protect_process_environment",
+    "resolve_run_as",
     "run_argv",
+    "tool_environment",
 ]
 
 BASH = Path("/bin/bash")
@@ -84,7 +95,7 @@ def protect_process_environment() -> bool:
 
     Without `run_as`, `run_command`'s children run as the bot's user; without this, `cat
     /proc/$PPID/environ` or similar would hand them every secret the allowlisted environment
-    left out (with `run_as`, see `_run_as.py`, they run as another user and cannot read it anyway).
+    left out (with `run_as`, see `RunAs` below, they run as another user and cannot read it anyway).
     Call it first thing at start-up of the service. It is effective only when the bot runs as a
     dedicated non-root user: root (any process with CAP_SYS_PTRACE) reads non-dumpable processes
     anyway. It also turns off core dumps of the bot. Children are not affected (exec resets it).
@@ -297,3 +308,180 @@ def make_run_command(
         return report
 
     return run_command
+
+
+# The environment a tool process starts with: an allowlist, never the bot's own environment.
+#
+# The bot's environment holds its secrets and those of everything beside it (`SLACK_*`,
+# `OPENAI_*`, `OPSGATE_*`, the OpenTelemetry exporter's headers, a pager's key, whatever a
+# deployment exported), and `printenv` may be free under a policy. So a child gets only the
+# basics a program needs to behave (`BASE_NAMES`, `LC_*`) and the variables its own `env`
+# configuration names, nothing else: a secret the bot gains later stays out without anyone
+# listing it. `run_command`, its previews and stdio MCP servers all start this way.
+
+BASE_NAMES = ("HOME", "LANG", "PATH", "TERM", "TZ")
+"""Names copied from the bot's environment when set."""
+BASE_PREFIXES = ("LC_",)
+"""Prefixes of names copied from the bot's environment (the locale's categories)."""
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _passed(name: str, value: str) -> bool:
+    # A value starting with "()" is an exported shell function: never passed on.
+    return (name in BASE_NAMES or name.startswith(BASE_PREFIXES)) and not value.startswith("()")
+
+
+def base_environment(parent: Mapping[str, str]) -> dict[str, str]:
+    """The allowlisted basics of `parent` (`BASE_NAMES`, `LC_*`)."""
+    return {name: value for name, value in parent.items() if _passed(name, value)}
+
+
+def expand_variables(
+    values: Mapping[str, str],
+    environ: Mapping[str, str],
+    *,
+    where: str,
+    error: type[BotError] = ToolEnvironmentError,
+) -> dict[str, str]:
+    """`values` with every `${VAR}` replaced from `environ`; a missing one is an `error`
+    naming it and `where` (e.g. "tools.run_command.env"). Never shows a value."""
+    expanded: dict[str, str] = {}
+    for key, value in values.items():
+
+        def lookup(match: re.Match[str], key: str = key) -> str:
+            name = match.group(1)
+            if name not in environ:
+                raise error(
+                    f"{where}.{key} uses ${{{name}}}, but {name} is not set in the bot's "
+                    "environment"
+                )
+            return environ[name]
+
+        expanded[key] = _VARIABLE.sub(lookup, value)
+    return expanded
+
+
+def tool_environment(
+    own: Mapping[str, str], parent: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """A child's whole environment: `own` (already `${VAR}`-expanded) over the basics of
+    `parent` (default: this process's environment, read now)."""
+    return base_environment(os.environ if parent is None else parent) | dict(own)
+
+
+# Privilege separation for `run_command`: `run_as` under `[tools.run_command]` in the policy.
+#
+# A command the bot runs as itself can read `.env` and rewrite the bot's database (approve other
+# calls, drop the audit trigger, delete rows): approvals mean nothing then. With `run_as`, each
+# child runs as that OS user (its uid and primary group, no supplementary groups, its HOME), so the
+# bot's own files (owned by the bot's user, mode 600) are out of the command's reach. Switching
+# users needs root or the capabilities CAP_SETUID, CAP_SETGID and CAP_KILL (to stop a command that
+# runs too long); a bot that has neither refuses to start rather than run commands as itself.
+
+_CAP_KILL, _CAP_SETGID, _CAP_SETUID = 5, 6, 7
+_SWITCH_CAPABILITIES = (1 << _CAP_KILL) | (1 << _CAP_SETGID) | (1 << _CAP_SETUID)
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+
+
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """The OS user `run_command`'s children run as."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+    @property
+    def is_self(self) -> bool:
+        """The bot's own user: nothing to switch (and `setgroups` would need a privilege)."""
+        return self.uid == os.geteuid()
+
+    def spawn_options(self) -> dict[str, Any]:
+        """Keyword arguments for `asyncio.create_subprocess_exec` that start the child as us."""
+        if self.is_self:
+            return {}
+        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
+        """`base` (already free of secrets) with this user's HOME and names."""
+        return {**base, "HOME": self.home, "USER": self.name, "LOGNAME": self.name}
+
+
+def _effective_capabilities() -> int | None:
+    try:
+        status = Path("/proc/self/status").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return None
+
+
+def _clear_ambient_capabilities() -> None:
+    """A non-root bot given its capabilities as *ambient* ones (systemd `AmbientCapabilities=`)
+    would pass them on through exec to the very child that was meant to have none, and it could
+    switch back to the bot's user. Clearing the ambient set keeps the bot's own (permitted)
+    capabilities and lets the child start with nothing."""
+    if sys.platform != "linux" or os.geteuid() == 0:
+        return  # root's children lose every capability when they leave uid 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
+        error = ctypes.get_errno()
+        raise RunAsError(f"cannot clear the bot's ambient capabilities: {os.strerror(error)}")
+
+
+def _can_switch_users() -> bool:
+    capabilities = _effective_capabilities()
+    if capabilities is None:
+        return os.geteuid() == 0
+    return capabilities & _SWITCH_CAPABILITIES == _SWITCH_CAPABILITIES
+
+
+def resolve_run_as(name: str) -> RunAs:
+    """Look the user up now (at start-up), so a typo stops the bot instead of every command."""
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise RunAsError(
+            f"tools.run_command.run_as: there is no OS user {name!r} on this host; create it "
+            f"(useradd --system --no-create-home {name}) or name an existing user"
+        ) from None
+    run_as = RunAs(name=name, uid=entry.pw_uid, gid=entry.pw_gid, home=entry.pw_dir or "/")
+    if not run_as.is_self and not _can_switch_users():
+        raise RunAsError(
+            f"tools.run_command.run_as = {name!r}: the bot cannot start commands as another "
+            "user; run it as root or give it the capabilities CAP_SETUID, CAP_SETGID and CAP_KILL"
+        )
+    if not run_as.is_self:
+        _clear_ambient_capabilities()
+    return run_as
+
+
+def privilege_warnings(run_as: RunAs | None, workdir: Path, database: Path | None) -> list[str]:
+    """What `opsgate check` warns about: commands that could reach the bot's own files."""
+    warnings: list[str] = []
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    if run_as is None or run_as.is_self:
+        warnings.append(
+            f"run_command: commands run as the bot's own user {me!r} and can read .env and change "
+            "the database (approvals included); set run_as under [tools.run_command]"
+        )
+    if run_as is not None and run_as.uid == 0:
+        warnings.append(
+            f"run_command: commands run as root ({run_as.name!r}); set run_as to an unprivileged "
+            "user"
+        )
+    workdir = workdir.resolve()
+    own = {Path.cwd().resolve(): "the bot's working directory"}
+    if database is not None:
+        own.setdefault(database.resolve().parent, "the directory of the bot's database")
+    for directory, what in own.items():
+        if workdir == directory:
+            warnings.append(
+                f"run_command: workdir {str(workdir)!r} is {what}; give commands a directory "
+                "of their own"
+            )
+    return warnings

@@ -32,9 +32,7 @@ from typing import Any, Literal, Protocol
 from agent_core import Tool
 from bot.errors import ToolEnvironmentError
 
-from ._run_as import RunAs
-from .command import run_argv
-from .environment import expand_variables, tool_environment
+from .command import RunAs, expand_variables, run_argv, tool_environment
 
 __all__ = [
     "DIRECTORY_FILES",

@@ -15,7 +15,7 @@ import pytest
 from agent_core import ToolCall
 from bot.cli.policy import explain
 from bot.policy import DEFAULT_PREVIEW_TTL, Policy, PolicyError
-from bot.policy._arguments import fill_preview_args
+from bot.policy._fields import fill_preview_args
 from tests.policy.test_mcp_policy import POLICY, git_tool
 from tests.support.custom_tools import restart_service
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent_core import ChatClientAgent, tool
-from agent_core.outcomes import Rejected
+from agent_core.messages import Rejected
 from agent_core.testing import ScriptedChatClient, Turn, call
 from bot.approvals import Approvals
 from bot.policy import Policy

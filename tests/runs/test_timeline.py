@@ -13,8 +13,7 @@ from agent_core import (
     ToolResult,
     ToolRunning,
 )
-from agent_core.messages import ToolCall
-from agent_core.outcomes import Expired
+from agent_core.messages import Expired, ToolCall
 from bot.cli.notices import plan_text, task_text
 from bot.runs.timeline import AllowanceUses, Task, Timeline, plan_steps
 from bot.store import ToolCallRow

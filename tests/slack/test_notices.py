@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent_core.outcomes import Rejected
+from agent_core.messages import Rejected
 from bot.approvals import Refused, Who
 from bot.runs.notices import (
     AwaitingDecision,

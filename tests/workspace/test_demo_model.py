@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from agent_core import ChatMessage, ToolCall
-from agent_core.events import TextDelta, ToolCallEnded
+from agent_core.messages import TextDelta, ToolCallEnded
 from agent_core.openai import OpenAIChatClient
 from agent_core.tools import FunctionTool
 from bot.cli.policy import explain

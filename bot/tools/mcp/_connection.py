@@ -15,10 +15,11 @@ only send requests over the open session.
 
 A stdio server starts with its own `env` and the allowlisted basics only. The bot's environment
 holds its secrets (SLACK_*, OPENAI_*, OTEL_*, whatever `.env` loaded) and the other servers'
-`env`, so a server inherits nothing but `bot.tools.environment`'s basics (`PATH`, `HOME`,
-`LANG`, `LC_*`, `TZ`, `TERM`). The SDK's `stdio_client` merges its own defaults (`USER`,
-`LOGNAME`, `SHELL`, …) over the mapping it is given, so the server is started through
-`env -u NAME…` for each of those we do not pass: the set is ours, and tests assert it.
+`env`, so a server inherits nothing but the basics of a tool process's environment
+(`bot.tools.command`: `PATH`, `HOME`, `LANG`, `LC_*`, `TZ`, `TERM`). The SDK's `stdio_client`
+merges its own defaults (`USER`, `LOGNAME`, `SHELL`, …) over the mapping it is given, so the
+server is started through `env -u NAME…` for each of those we do not pass: the set is ours, and
+tests assert it.
 
 Call outcomes and restarts are reported to an `McpObserver`: `bot.observability.Metrics`
 implements it (the method names are the same), so this package never calls prometheus-client
@@ -52,8 +53,8 @@ from bot.observability.metrics import McpCallOutcome
 from bot.policy import McpServerConfig
 from bot.words import format_duration
 
-from ..environment import BASE_NAMES, tool_environment
-from ..environment import expand_variables as expand
+from ..command import BASE_NAMES, tool_environment
+from ..command import expand_variables as expand
 from .tool import ListChanges, list_tools, result_text
 
 __all__ = [
