@@ -131,10 +131,17 @@ async def started(
     await require_writable(deps.store)  # a read-only or full database: refuse to start
     metrics = deps.observer if isinstance(deps.observer, Metrics) else Metrics()
     metrics.add_tools(deps.tools)
-    bot = slack_bot(settings, deps, metrics=metrics, expiry_interval=expiry_interval, pacer=pacer)
+    bot = slack_bot(
+        settings,
+        deps,
+        metrics=metrics,
+        expiry_interval=expiry_interval,
+        pacer=pacer,
+        signing_in=signing_in,
+    )
     service, outbox = bot.service, bot.outbox
     await post_reviews(deps.store, deps.policy)  # changed MCP tools' review cards, once each
-    await sign_in(bot.app, signing_in or SignIn())  # before the first burst, once, not per request
+    await sign_in(bot.client, bot.signing_in)  # before the first request, once, not per request
     await service.recover()
     await start_pagerduty(settings, deps.policy, user_by_email(bot.client), deps.tasks, deps.clock)
     deps.tasks.spawn(bot.timer.run(service.expire_due), name="expiry", service=True)

@@ -62,6 +62,7 @@ from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
 from .slack.queue_notice import QueueNotices, notice_finder, queue_renderer
 from .slack.redraws import card_renderer
+from .slack.signin import SignIn
 from .store import (
     CARD_REDRAW,
     QUEUE_NOTICE,
@@ -298,6 +299,8 @@ class SlackBot:
     listeners: ListenerTasks
     """The tasks Bolt's listeners run in (awaited, then cancelled, at shutdown)."""
     metrics: Metrics
+    signing_in: SignIn
+    """The sign-in to Slack: `bot.server` signs in with `client` before any request."""
 
 
 def slack_bot(
@@ -307,9 +310,12 @@ def slack_bot(
     metrics: Metrics,
     expiry_interval: float,
     pacer: Pacer | None = None,
+    signing_in: SignIn | None = None,
 ) -> SlackBot:
     """The Slack front end on `deps`, in dependency order. `pacer`: Slack's pace (tests give
-    one at the stand-in's speed; it then reports its 429s to whoever built it)."""
+    one at the stand-in's speed; it then reports its 429s to whoever built it); `signing_in`:
+    the sign-in whose answer authorizes Bolt's requests (`bot.slack.signin`)."""
+    signing_in = signing_in or SignIn()
     pacer = pacer or Pacer(
         share=settings.opsgate_slack_share,
         deadline=settings.opsgate_slack_write_deadline,
@@ -355,7 +361,13 @@ def slack_bot(
         longest=ladder_tick(deps.policy, expiry_interval),
     )
     listeners = ListenerTasks()
-    app = bolt_app(settings, client, done=deps.store.inbox_done, tasks=listeners)
+    app = bolt_app(
+        settings,
+        client,
+        done=deps.store.inbox_done,
+        tasks=listeners,
+        authorize=signing_in.authorize,
+    )
     service = run_service(
         deps,
         output,
@@ -365,7 +377,7 @@ def slack_bot(
         replay=replayer(app),
     )
     register(app, service, output, policy=deps.policy)
-    return SlackBot(app, client, outbox, service, timer, listeners, metrics)
+    return SlackBot(app, client, outbox, service, timer, listeners, metrics, signing_in)
 
 
 def _outbox_lease(settings: Settings) -> dict[str, Any]:
