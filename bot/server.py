@@ -143,7 +143,9 @@ async def started(
     await post_reviews(deps.store, deps.policy)  # changed MCP tools' review cards, once each
     await sign_in(bot.client, bot.signing_in)  # before the first request, once, not per request
     await service.recover()
-    await start_pagerduty(settings, deps.policy, user_by_email(bot.client), deps.tasks, deps.clock)
+    if deps.paging is not None:
+        schedules = deps.policy.pagerduty_schedules
+        await start_pagerduty(deps.paging, schedules, user_by_email(bot.client), deps.tasks)
     deps.tasks.spawn(bot.timer.run(service.expire_due), name="expiry", service=True)
     start_replica_duties(deps.tasks, service, interval=settings.opsgate_heartbeat_seconds)
     checks = {**_audit_export(deps, metrics), "outbox": outbox_check(outbox.stuck_for)}

@@ -33,6 +33,7 @@ from agent_core import (
 from agent_core.openai import OpenAIChatClient
 
 from .approvals import Approvals, FetchMembers
+from .approvals.pagerduty import PagerDutyOncall, pagerduty_paging
 from .observability import Metrics
 from .policy import Policy, ladder_tick
 from .runs import RunService, ThreadOutput
@@ -131,6 +132,9 @@ class Deps:
     wake: OutboxWake = field(default_factory=OutboxWake)
     """Rung by the store after a change that wrote a card's redraw; the front end's outbox
     sender waits on it (the store was built with it)."""
+    paging: PagerDutyOncall | None = None
+    """Who PagerDuty says is on call, when the policy names schedules: the policy was built
+    with it (`Policy.paged_by`); the server starts its refreshing (`start_pagerduty`)."""
 
 
 @contextlib.asynccontextmanager
@@ -151,10 +155,10 @@ async def open_deps(
         policy = (
             Policy.load(settings.opsgate_policy) if settings.opsgate_policy else Policy.default()
         )
-    shadow = load_shadow(settings.opsgate_shadow_policy, policy)
     wake = OutboxWake()
     timeout = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=10.0)
     async with (
+        httpx.AsyncClient() as pager_http,
         httpx.AsyncClient(timeout=timeout) as llm_http,
         httpx.AsyncClient(timeout=httpx.Timeout(15.0), follow_redirects=False) as tool_http,
         # A hanging Slack call must not hold a run, a click or a shutdown: every call is bounded.
@@ -173,6 +177,11 @@ async def open_deps(
         ),
         contextlib.AsyncExitStack() as servers,  # left first: runs stop before their servers
     ):
+        # PagerDuty's paging comes before the policy's users: the policy is built with it.
+        paging = pagerduty_paging(settings, policy, pager_http, clock)
+        if paging is not None:
+            policy = policy.paged_by(paging)
+        shadow = load_shadow(settings.opsgate_shadow_policy, policy)
         all_tools = list(tools) if tools is not None else default_tools(tool_http, policy)
         all_tools += load_tools(policy.tools_modules, taken=[t.name for t in all_tools])
         offered: dict[str, Tool] = {}
@@ -241,6 +250,7 @@ async def open_deps(
             ),
             shadow=shadow,
             wake=wake,
+            paging=paging,
         )
         try:
             yield deps

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, time, timedelta
-from typing import Annotated
+from typing import Annotated, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -33,6 +33,7 @@ __all__ = [
     "OncallOverride",
     "OncallSpec",
     "Paged",
+    "Paging",
     "Unpaged",
     "check_ladder",
     "grown",
@@ -47,6 +48,19 @@ Paged = Callable[[str], "str | None"]
 None: nobody known (fail closed)."""
 Unpaged = Callable[[str], str]
 """Why PagerDuty names nobody for a schedule id ("PagerDuty unreachable since 14:02 UTC")."""
+
+
+class Paging(Protocol):
+    """Who a paging service says is on call per schedule (`bot.approvals.pagerduty`), as a
+    policy built with it (`Policy.paged_by`) asks it."""
+
+    def known(self, schedule: str) -> str | None:
+        """The on-call Slack user of `schedule` as last fetched; None: nobody known."""
+
+    def why_nobody(self, schedule: str) -> str:
+        """Why `known` names nobody for `schedule`, in the card's words."""
+
+
 ONCALL_PREFIX = "oncall:"
 NOBODY_ON_CALL = "(nobody on call)"
 """What a list of only on-call entries holds when nobody is on call: it matches no one (an
