@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,7 +34,9 @@ from agent_core.openai import OpenAIChatClient
 
 from .approvals import Approvals, FetchMembers
 from .approvals.pagerduty import PagerDutyOncall, pagerduty_paging
-from .observability import Metrics
+from .observability import Metrics, ReadinessCheck
+from .observability.audit_export import AuditExporter
+from .observability.readiness import database_check, outbox_check
 from .policy import Policy, ladder_tick
 from .runs import RunService, ThreadOutput
 from .runs.context import Deadlines, RunContext
@@ -311,6 +313,10 @@ class SlackBot:
     metrics: Metrics
     signing_in: SignIn
     """The sign-in to Slack: `bot.server` signs in with `client` before any request."""
+    exporter: AuditExporter | None
+    """The audit log's export to the policy's webhook, when it names one (the server runs it)."""
+    checks: Mapping[str, ReadinessCheck]
+    """`/readyz`'s checks, one per part in dependency order; a part not up yet says so."""
 
 
 def slack_bot(
@@ -387,7 +393,20 @@ def slack_bot(
         replay=replayer(app),
     )
     register(app, service, output, policy=deps.policy)
-    return SlackBot(app, client, outbox, service, timer, listeners, metrics, signing_in)
+    exporter = (
+        AuditExporter(deps.store, deps.policy.audit, metrics, clock=deps.clock)
+        if deps.policy.audit.webhook is not None
+        else None
+    )
+    checks = {
+        "database": database_check(deps.store, deps.write_health),
+        "slack": signing_in.check,  # signing in, then (Socket Mode) the connection
+        "outbox": outbox_check(outbox.stuck_for),
+        **({"audit_export": exporter.readiness()} if exporter is not None else {}),
+    }
+    return SlackBot(
+        app, client, outbox, service, timer, listeners, metrics, signing_in, exporter, checks
+    )
 
 
 def _outbox_lease(settings: Settings) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..errors import SignInRefused, slack_unreachable
+from ..observability import ReadinessCheck, socket_mode_check
 
 __all__ = [
     "BACKOFF_CAP",
@@ -61,11 +62,21 @@ class SignIn:
         self.reason: str | None = "signing in to Slack"
         self._answer: Any = None
         self._token: str | None = None
+        self._connection: ReadinessCheck | None = None
 
     async def check(self) -> str | None:
-        return self.reason
+        """Slack's readiness: why the sign-in is not done, else (Socket Mode) whether the
+        connection is up."""
+        if self.reason is not None or self._connection is None:
+            return self.reason
+        return await self._connection()
 
     def done(self) -> None:
+        self.reason = None
+
+    def connected(self, connection: ReadinessCheck) -> None:
+        """Done, in Socket Mode: from now on Slack is ready while `connection` says so."""
+        self._connection = connection
         self.reason = None
 
     def signed_in(self, answer: Any, token: str) -> None:
@@ -211,4 +222,4 @@ async def connect_socket_mode(
         refused=SignInRefused.connections,
         state=state,
     )
-    state.done()
+    state.connected(socket_mode_check(client))

@@ -90,3 +90,19 @@ async def test_bolt_is_authorized_by_the_sign_ins_answer() -> None:
     assert result is not None
     assert (result.team_id, result.bot_id, result.bot_user_id) == ("T0TEST", "BBOT", "UBOT")
     assert (result.bot_token, result.user_id) == ("xoxb-test", "U1")
+
+
+async def test_in_socket_mode_slack_is_ready_while_the_connection_is_up() -> None:
+    """`/readyz`'s one Slack check, built before the start: the sign-in's reason, then the
+    Socket Mode connection's state."""
+    up = [True]
+
+    async def connection() -> str | None:
+        return None if up[0] else "the Socket Mode connection to Slack is down"
+
+    state = SignIn()
+    assert await state.check() == "signing in to Slack"
+    state.connected(connection)
+    assert await state.check() is None
+    up[0] = False
+    assert await state.check() == "the Socket Mode connection to Slack is down"
