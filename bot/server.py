@@ -23,8 +23,7 @@ from slack_bolt.async_app import AsyncApp
 
 from .approvals.pagerduty import start_pagerduty
 from .observability import HealthServerError, Metrics
-from .observability.health import ReadinessCheck
-from .observability.readiness import add_operations_routes, mcp_quarantine_note
+from .observability.health import ReadinessCheck, add_operations_routes, mcp_quarantine_note
 from .observability.tracing import configure_tracing
 from .plane.http import PlaneRoutes, plane_desk
 from .runs.replicas import start_replica_duties
@@ -64,7 +63,7 @@ def http_app(
     web_app = web.Application()
     web_app.add_routes([web.post("/slack/events", SlackEvents(app).handle)])
     if store is not None:
-        add_operations_routes(web_app, store, metrics or Metrics(), health, checks)
+        add_operations_routes(web_app, store, metrics or Metrics(), health, checks=checks)
     return web_app
 
 

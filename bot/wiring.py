@@ -36,7 +36,7 @@ from .approvals import Approvals, FetchMembers
 from .approvals.pagerduty import PagerDutyOncall, pagerduty_paging
 from .observability import Metrics, ReadinessCheck
 from .observability.audit_export import AuditExporter
-from .observability.readiness import database_check, outbox_check
+from .observability.health import database_check, outbox_check
 from .policy import Policy, ladder_tick
 from .runs import RunService, ThreadOutput
 from .runs.context import Deadlines, RunContext

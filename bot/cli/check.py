@@ -27,6 +27,7 @@ from agent_core.exceptions import ChatClientError, ProviderError
 from agent_core.openai import OpenAIChatClient
 
 from ..errors import BotError, SignInRefused, slack_unreachable
+from ..observability import log_from_settings
 from ..policy import Policy, ToolPolicy
 from ..settings import DatabaseURL, Settings, load_settings
 from ..tools import (
@@ -37,7 +38,6 @@ from ..tools import (
     resolve_run_as,
 )
 from ..tools.mcp import check_servers
-from ._logging import log_from_settings
 
 __all__ = [
     "program_warnings",
