@@ -239,9 +239,7 @@ def _plane_command(args: argparse.Namespace) -> Callable[[], int]:
         wait = cli.parse_wait(args.wait)
         return lambda: claude_code_hook(wait=DEFAULT_WAIT if wait is None else wait)
     if args.command == "mcp-serve":
-        from ..plane.mcp_server import serve_mcp
-
-        return serve_mcp
+        return cli.serve_mcp
     if args.command == "receipt":
         return lambda: cli.receipt_verify_command(
             receipt=args.receipt, argv=args.argv, keys=args.keys, once=args.once
