@@ -23,6 +23,7 @@ store's, which is the store's own (`bot.store.errors`):
      │    ├── NotOpened
      │    └── PlaneClientError
      ├── ExplainError, ReplayError, McpToolsError    a command's arguments (bot.cli)
+     ├── SignInRefused            Slack refused a token at start-up (bot.slack.signin)
      └── StoreError               the database (bot.store.errors)
           ├── DatabaseLocked
           ├── DatabaseUnwritable
@@ -155,3 +156,23 @@ class ReplayError(BotError):
 
 class McpToolsError(BotError):
     """`opsgate mcp tools` cannot read the database."""
+
+
+class SignInRefused(BotError):
+    """Slack refused a token at start-up; the message is `opsgate check`'s line for it. The
+    words are here, Slack-free, so that `opsgate check` says them without loading Bolt."""
+
+    @classmethod
+    def auth(cls, error: str) -> SignInRefused:
+        """A bot token `auth.test` rejects."""
+        return cls(f"slack: auth.test said {error!r}; check SLACK_BOT_TOKEN")
+
+    @classmethod
+    def connections(cls, error: str) -> SignInRefused:
+        """An app-level token `apps.connections.open` rejects."""
+        return cls(f"slack: apps.connections.open said {error!r}; check SLACK_APP_TOKEN")
+
+
+def slack_unreachable(url: str, exc: BaseException) -> str:
+    """What `opsgate check` and a waiting start say of a Slack they cannot reach."""
+    return f"slack: cannot reach {url} ({type(exc).__name__})"

@@ -23,14 +23,7 @@ from slack_bolt.async_app import AsyncApp
 
 from .approvals.pagerduty import start_pagerduty
 from .observability import HealthServerError, Metrics
-from .observability.audit_export import AuditExporter
-from .observability.health import ReadinessCheck, socket_mode_check
-from .observability.readiness import (
-    add_operations_routes,
-    mcp_quarantine_note,
-    operations_checks,
-    outbox_check,
-)
+from .observability.health import ReadinessCheck, add_operations_routes, mcp_quarantine_note
 from .observability.tracing import configure_tracing
 from .plane.http import PlaneRoutes, plane_desk
 from .runs.replicas import start_replica_duties
@@ -44,7 +37,7 @@ from .slack.pacing import Pacer
 from .slack.signin import SignIn, connect_socket_mode, sign_in, socket_mode_handler
 from .store import Store, WriteHealth, require_writable
 from .tools import protect_process_environment
-from .wiring import Deps, open_deps, slack_bot
+from .wiring import Deps, SlackBot, open_deps, slack_bot
 
 __all__ = ["Started", "http_app", "serve", "started"]
 
@@ -70,7 +63,7 @@ def http_app(
     web_app = web.Application()
     web_app.add_routes([web.post("/slack/events", SlackEvents(app).handle)])
     if store is not None:
-        add_operations_routes(web_app, store, metrics or Metrics(), health, checks)
+        add_operations_routes(web_app, store, metrics or Metrics(), health, checks=checks)
     return web_app
 
 
@@ -108,7 +101,7 @@ class Started:
     listeners: ListenerTasks
     """The tasks Bolt's listeners run in: awaited (then cancelled) when serving stops."""
     checks: Mapping[str, ReadinessCheck] = field(default_factory=dict)
-    """Readiness checks beyond the database's (the audit export's, when configured)."""
+    """`/readyz`'s checks, built with the bot (`bot.wiring.slack_bot`)."""
     outbox: SlackOutbox | None = None
     """The Slack outbox (`/readyz` says when it is stuck)."""
 
@@ -121,30 +114,38 @@ async def started(
     expiry_interval: float = EXPIRY_INTERVAL,
     shutdown_grace: float = SHUTDOWN_GRACE,
     pacer: Pacer | None = None,
-    signing_in: SignIn | None = None,
+    bot: SlackBot | None = None,
 ) -> AsyncIterator[Started]:
     """The app with its start-up work done: signed in to Slack (`bot.slack.signin`: a refused
     token raises `SignInRefused`, an unreachable Slack is asked again), interrupted runs
     recovered, expiry running.
 
-    The metrics are `deps.observer` when that is a `Metrics` (as `serve` opens it), else new."""
+    `bot`: the Slack front end as `serve` built it before its port opened; else built here on
+    `deps`. The metrics are `deps.observer` when that is a `Metrics` (as `serve` opens it),
+    else new."""
     await require_writable(deps.store)  # a read-only or full database: refuse to start
     metrics = deps.observer if isinstance(deps.observer, Metrics) else Metrics()
     metrics.add_tools(deps.tools)
-    bot = slack_bot(settings, deps, metrics=metrics, expiry_interval=expiry_interval, pacer=pacer)
+    if bot is None:
+        bot = slack_bot(
+            settings, deps, metrics=metrics, expiry_interval=expiry_interval, pacer=pacer
+        )
     service, outbox = bot.service, bot.outbox
     await post_reviews(deps.store, deps.policy)  # changed MCP tools' review cards, once each
-    await sign_in(bot.app, signing_in or SignIn())  # before the first burst, once, not per request
+    await sign_in(bot.client, bot.signing_in)  # before the first request, once, not per request
     await service.recover()
-    await start_pagerduty(settings, deps.policy, user_by_email(bot.client), deps.tasks, deps.clock)
+    if deps.paging is not None:
+        schedules = deps.policy.pagerduty_schedules
+        await start_pagerduty(deps.paging, schedules, user_by_email(bot.client), deps.tasks)
     deps.tasks.spawn(bot.timer.run(service.expire_due), name="expiry", service=True)
     start_replica_duties(deps.tasks, service, interval=settings.opsgate_heartbeat_seconds)
-    checks = {**_audit_export(deps, metrics), "outbox": outbox_check(outbox.stuck_for)}
+    if bot.exporter is not None:
+        deps.tasks.spawn(bot.exporter.run(), name="audit export", service=True)
     # The outbox's sender is owned here: it outlives the runs (their last words are in it) and
     # is stopped, after a short drain, once they have stopped; what is left is sent next start.
     sender = asyncio.create_task(outbox.run(), name="outbox sender")
     try:
-        yield Started(bot.app, service, metrics, bot.listeners, checks, outbox)
+        yield Started(bot.app, service, metrics, bot.listeners, bot.checks, outbox)
     finally:
         try:
             # Slack's requests have stopped coming (the caller's serving ended): the listeners
@@ -157,16 +158,6 @@ async def started(
         finally:
             sender.cancel()
             await _stopped(sender, deps.store)
-
-
-def _audit_export(deps: Deps, metrics: Metrics) -> dict[str, ReadinessCheck]:
-    """The audit log's export to the policy's webhook, when it names one, started as owned
-    work; its readiness check."""
-    if deps.policy.audit.webhook is None:
-        return {}
-    exporter = AuditExporter(deps.store, deps.policy.audit, metrics, clock=deps.clock)
-    deps.tasks.spawn(exporter.run(), name="audit export", service=True)
-    return {"audit_export": exporter.readiness()}
 
 
 async def _stopped(task: asyncio.Task[None], store: Store) -> None:
@@ -257,8 +248,10 @@ async def _serve(
     503 until the app is up. `up` is set once Slack's requests are served."""
     async with open_deps(settings, person=user_mention, observer=metrics) as deps:
         await require_writable(deps.store)  # refused before the port opens (as in `started`)
-        signing_in = SignIn()
-        checks = operations_checks(deps.store, deps.write_health, {"slack": signing_in.check})
+        # The bot is built before the port opens: `/readyz` asks its parts from the start.
+        bot = slack_bot(
+            settings, deps, metrics=metrics, expiry_interval=EXPIRY_INTERVAL, pacer=None
+        )
         events = SlackEvents()
         web_app = web.Application()
         if http:
@@ -266,26 +259,22 @@ async def _serve(
         # Without a review channel, a changed MCP tool is told in the log and on /readyz.
         quiet = deps.policy.mcp.review_channel is None
         notes = {"mcp": mcp_quarantine_note(deps.store)} if quiet else {}
-        add_operations_routes(web_app, deps.store, metrics, checks=checks, notes=notes)
+        add_operations_routes(web_app, deps.store, metrics, checks=bot.checks, notes=notes)
         plane = PlaneRoutes(deps.policy.plane)
         plane.add_to(web_app)
         async with (
             _listening(web_app, port, http=http),
             started(
-                settings,
-                deps,
-                shutdown_grace=settings.opsgate_shutdown_grace,
-                signing_in=signing_in,
-            ) as bot,
+                settings, deps, shutdown_grace=settings.opsgate_shutdown_grace, bot=bot
+            ) as running,
         ):
-            checks.update(bot.checks)
-            desk = await plane_desk(bot.service, deps.store, settings.opsgate_receipt_key)
+            desk = await plane_desk(running.service, deps.store, settings.opsgate_receipt_key)
             with plane.serving(desk):
                 if http:
-                    signing_in.done()
-                    await _serve_http(bot, events, port, stop, up)
+                    bot.signing_in.done()
+                    await _serve_http(running, events, port, stop, up)
                 else:
-                    await _serve_socket_mode(settings, bot, checks, signing_in, stop, up)
+                    await _serve_socket_mode(settings, running, bot.signing_in, stop, up)
 
 
 @contextlib.asynccontextmanager
@@ -323,7 +312,6 @@ async def _serve_http(
 async def _serve_socket_mode(
     settings: Settings,
     bot: Started,
-    checks: dict[str, ReadinessCheck],
     signing_in: SignIn,
     stop: asyncio.Event,
     up: asyncio.Event,
@@ -335,7 +323,6 @@ async def _serve_socket_mode(
         await connect_socket_mode(
             handler, signing_in, timeout=max(1.0, settings.opsgate_slack_timeout)
         )
-        checks["slack"] = socket_mode_check(handler.client)
         up.set()
         logger.info("OpsGate connected to Slack (Socket Mode)")
         await stop.wait()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -33,7 +33,10 @@ from agent_core import (
 from agent_core.openai import OpenAIChatClient
 
 from .approvals import Approvals, FetchMembers
-from .observability import Metrics
+from .approvals.pagerduty import PagerDutyOncall, pagerduty_paging
+from .observability import Metrics, ReadinessCheck
+from .observability.audit_export import AuditExporter
+from .observability.health import database_check, outbox_check
 from .policy import Policy, ladder_tick
 from .runs import RunService, ThreadOutput
 from .runs.context import ChannelInstructions, Deadlines, RunContext, load_shadow
@@ -60,6 +63,7 @@ from .slack.listeners.cards import post_reviews
 from .slack.outbox import SlackOutbox
 from .slack.pacing import Pacer
 from .slack.queue_notice import QueueNotices, notice_finder, queue_renderer
+from .slack.signin import SignIn
 from .store import (
     CARD_REDRAW,
     QUEUE_NOTICE,
@@ -128,6 +132,9 @@ class Deps:
     wake: OutboxWake = field(default_factory=OutboxWake)
     """Rung by the store after a change that wrote a card's redraw; the front end's outbox
     sender waits on it (the store was built with it)."""
+    paging: PagerDutyOncall | None = None
+    """Who PagerDuty says is on call, when the policy names schedules: the policy was built
+    with it (`Policy.paged_by`); the server starts its refreshing (`start_pagerduty`)."""
 
 
 @contextlib.asynccontextmanager
@@ -148,10 +155,10 @@ async def open_deps(
         policy = (
             Policy.load(settings.opsgate_policy) if settings.opsgate_policy else Policy.default()
         )
-    shadow = load_shadow(settings.opsgate_shadow_policy, policy)
     wake = OutboxWake()
     timeout = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=10.0)
     async with (
+        httpx.AsyncClient() as pager_http,
         httpx.AsyncClient(timeout=timeout) as llm_http,
         httpx.AsyncClient(timeout=httpx.Timeout(15.0), follow_redirects=False) as tool_http,
         # A hanging Slack call must not hold a run, a click or a shutdown: every call is bounded.
@@ -170,6 +177,11 @@ async def open_deps(
         ),
         contextlib.AsyncExitStack() as servers,  # left first: runs stop before their servers
     ):
+        # PagerDuty's paging comes before the policy's users: the policy is built with it.
+        paging = pagerduty_paging(settings, policy, pager_http, clock)
+        if paging is not None:
+            policy = policy.paged_by(paging)
+        shadow = load_shadow(settings.opsgate_shadow_policy, policy)
         all_tools = list(tools) if tools is not None else default_tools(tool_http, policy)
         all_tools += load_tools(policy.tools_modules, taken=[t.name for t in all_tools])
         offered: dict[str, Tool] = {}
@@ -238,6 +250,7 @@ async def open_deps(
             ),
             shadow=shadow,
             wake=wake,
+            paging=paging,
         )
         try:
             yield deps
@@ -296,6 +309,12 @@ class SlackBot:
     listeners: ListenerTasks
     """The tasks Bolt's listeners run in (awaited, then cancelled, at shutdown)."""
     metrics: Metrics
+    signing_in: SignIn
+    """The sign-in to Slack: `bot.server` signs in with `client` before any request."""
+    exporter: AuditExporter | None
+    """The audit log's export to the policy's webhook, when it names one (the server runs it)."""
+    checks: Mapping[str, ReadinessCheck]
+    """`/readyz`'s checks, one per part in dependency order; a part not up yet says so."""
 
 
 def slack_bot(
@@ -305,9 +324,12 @@ def slack_bot(
     metrics: Metrics,
     expiry_interval: float,
     pacer: Pacer | None = None,
+    signing_in: SignIn | None = None,
 ) -> SlackBot:
     """The Slack front end on `deps`, in dependency order. `pacer`: Slack's pace (tests give
-    one at the stand-in's speed; it then reports its 429s to whoever built it)."""
+    one at the stand-in's speed; it then reports its 429s to whoever built it); `signing_in`:
+    the sign-in whose answer authorizes Bolt's requests (`bot.slack.signin`)."""
+    signing_in = signing_in or SignIn()
     pacer = pacer or Pacer(
         share=settings.opsgate_slack_share,
         deadline=settings.opsgate_slack_write_deadline,
@@ -353,7 +375,13 @@ def slack_bot(
         longest=ladder_tick(deps.policy, expiry_interval),
     )
     listeners = ListenerTasks()
-    app = bolt_app(settings, client, done=deps.store.inbox_done, tasks=listeners)
+    app = bolt_app(
+        settings,
+        client,
+        done=deps.store.inbox_done,
+        tasks=listeners,
+        authorize=signing_in.authorize,
+    )
     service = run_service(
         deps,
         output,
@@ -363,7 +391,20 @@ def slack_bot(
         replay=replayer(app),
     )
     register(app, service, output, policy=deps.policy)
-    return SlackBot(app, client, outbox, service, timer, listeners, metrics)
+    exporter = (
+        AuditExporter(deps.store, deps.policy.audit, metrics, clock=deps.clock)
+        if deps.policy.audit.webhook is not None
+        else None
+    )
+    checks = {
+        "database": database_check(deps.store, deps.write_health),
+        "slack": signing_in.check,  # signing in, then (Socket Mode) the connection
+        "outbox": outbox_check(outbox.stuck_for),
+        **({"audit_export": exporter.readiness()} if exporter is not None else {}),
+    }
+    return SlackBot(
+        app, client, outbox, service, timer, listeners, metrics, signing_in, exporter, checks
+    )
 
 
 def _outbox_lease(settings: Settings) -> dict[str, Any]:

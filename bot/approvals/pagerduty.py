@@ -4,8 +4,11 @@
 from `PAGERDUTY_TOKEN`) gives the on-call user's email; Slack's `users.lookupByEmail` maps it
 to a Slack user. An answer is trusted for at most `FRESH` (60 s): `refresh` runs in the
 background more often than that, and the policy reads the last answer synchronously
-(`known`). When PagerDuty cannot be reached, the last known on-call holds for `HOLD` (15
-minutes), then nobody is on call through that schedule: fail closed.
+(`known`): `PagerDutyOncall` is the policy's `Paging`, built before the policy's users and
+given to the policy at its construction (`Policy.paged_by`, in `bot.wiring.open_deps`); the
+server starts its refreshing once Slack's client is there to map emails (`start_pagerduty`).
+When PagerDuty cannot be reached, the last known on-call holds for `HOLD` (15 minutes), then
+nobody is on call through that schedule: fail closed.
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ from ..policy import Policy
 from ..settings import Settings
 from ..tasks import TaskSupervisor
 
-__all__ = ["FRESH", "HOLD", "LookupEmail", "PagerDutyOncall", "start_pagerduty"]
+__all__ = [
+    "FRESH",
+    "HOLD",
+    "LookupEmail",
+    "PagerDutyOncall",
+    "pagerduty_paging",
+    "start_pagerduty",
+]
 
 logger = logging.getLogger("opsgate.approvals")
 
@@ -49,13 +59,11 @@ class PagerDutyOncall:
         *,
         token: str,
         base_url: str,
-        lookup_email: LookupEmail,
         clock: Callable[[], datetime],
     ) -> None:
         self._http = http
         self._token = token
         self._base = base_url.rstrip("/")
-        self._lookup = lookup_email
         self._clock = clock
         self._known: dict[str, _Known] = {}
         self._failing: dict[str, datetime] = {}
@@ -69,15 +77,15 @@ class PagerDutyOncall:
             return None
         return found.user
 
-    async def refresh(self, schedule: str) -> None:
-        """Ask PagerDuty (and Slack) again unless the answer is younger than `FRESH`; a failure
-        keeps the last answer (`known` drops it after `HOLD`)."""
+    async def refresh(self, schedule: str, lookup_email: LookupEmail) -> None:
+        """Ask PagerDuty (and Slack, through `lookup_email`) again unless the answer is younger
+        than `FRESH`; a failure keeps the last answer (`known` drops it after `HOLD`)."""
         found = self._known.get(schedule)
         if found is not None and self._clock() - found.at < FRESH:
             return
         try:
             email = await self._oncall_email(schedule)
-            user = await self._lookup(email) if email else None
+            user = await lookup_email(email) if email else None
         except Exception as exc:
             logger.warning("PagerDuty schedule %s: on-call unknown (%s)", schedule, exc)
             self._failing.setdefault(schedule, self._clock())
@@ -94,11 +102,13 @@ class PagerDutyOncall:
             return "PagerDuty names no one Slack knows"
         return "PagerDuty not reached yet"
 
-    async def run(self, schedules: tuple[str, ...], every: float = 20.0) -> None:
+    async def run(
+        self, schedules: tuple[str, ...], lookup_email: LookupEmail, every: float = 20.0
+    ) -> None:
         """Refresh every schedule each `every` seconds, until cancelled."""
         while True:
             for schedule in schedules:
-                await self.refresh(schedule)
+                await self.refresh(schedule, lookup_email)
             await asyncio.sleep(every)
 
     async def _oncall_email(self, schedule: str) -> str | None:
@@ -119,36 +129,24 @@ class PagerDutyOncall:
         return None
 
 
-async def start_pagerduty(
-    settings: Settings,
-    policy: Policy,
-    lookup_email: LookupEmail,
-    tasks: TaskSupervisor,
-    clock: Callable[[], datetime],
+def pagerduty_paging(
+    settings: Settings, policy: Policy, http: httpx.AsyncClient, clock: Callable[[], datetime]
 ) -> PagerDutyOncall | None:
-    """With schedules in the policy: fetch each once, hand the policy the answers, and keep
-    them fresh in the background. Without a token every schedule's on-call is nobody."""
-    schedules = policy.pagerduty_schedules
-    if not schedules:
+    """The policy's paging when it names PagerDuty schedules (on `http`, which the caller
+    closes), not yet asking anything. Without a token every schedule's on-call is nobody."""
+    if not policy.pagerduty_schedules:
         return None
     token = settings.pagerduty_token.get_secret_value() if settings.pagerduty_token else ""
-    http = httpx.AsyncClient()
-    paging = PagerDutyOncall(
-        http,
-        token=token,
-        base_url=settings.pagerduty_api_url,
-        lookup_email=lookup_email,
-        clock=clock,
-    )
-    policy.page_with(paging.known, paging.why_nobody)
+    return PagerDutyOncall(http, token=token, base_url=settings.pagerduty_api_url, clock=clock)
+
+
+async def start_pagerduty(
+    paging: PagerDutyOncall,
+    schedules: tuple[str, ...],
+    lookup_email: LookupEmail,
+    tasks: TaskSupervisor,
+) -> None:
+    """Fetch each schedule once, then keep the answers fresh in the background."""
     for schedule in schedules:
-        await paging.refresh(schedule)
-
-    async def run() -> None:
-        try:
-            await paging.run(schedules)
-        finally:
-            await http.aclose()
-
-    tasks.spawn(run(), name="pagerduty on-call", service=True)
-    return paging
+        await paging.refresh(schedule, lookup_email)
+    tasks.spawn(paging.run(schedules, lookup_email), name="pagerduty on-call", service=True)

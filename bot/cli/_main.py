@@ -1,4 +1,8 @@
-"""Parsing the command line, and the one place that turns a fixable error into exit status 2.
+"""Parsing the command line, and the one place that turns a fixable error into exit status 2;
+and the commands that are one call each (`run`, `migrate`, `mcp tools`).
+
+Every import of the bot is inside the command that needs it: `opsgate --help` and each
+command's `--help` load nothing of it.
 
 Exit statuses: 0 done; 1 the command ran and found a problem (`check` failed a check, `audit`
 found no database); 2 it could not run (usage, settings, policy, database unusable or locked);
@@ -9,14 +13,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from ..settings import DatabaseURL
+    from ..store import McpPin
+
+__all__ = [
+    "main",
+    "mcp_tools_command",
+    "migrate_command",
+    "print_pins",
+    "run_migrate",
+]
 
 
 def _version() -> str:
@@ -177,14 +193,10 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
 
             return lambda: asyncio.run(run_chat(verbose=args.verbose))
         case "migrate":
-            from .migrate import migrate_command
-
             return migrate_command
         case "policy":
             return _policy_command(args)
         case "mcp":
-            from .mcp_tools import mcp_tools_command
-
             return lambda: mcp_tools_command(as_json=args.json)
         case "ask" | "receipt" | "exec-approved" | "hook" | "mcp-serve":
             return _plane_command(args)
@@ -198,7 +210,7 @@ def _policy_command(args: argparse.Namespace) -> Callable[[], int]:
 
             return lambda: replay_command(args)
         case "diff":
-            from .policy_diff import diff_command
+            from .policy import diff_command
 
             return lambda: diff_command(args)
     from .policy import explain_command
@@ -227,9 +239,7 @@ def _plane_command(args: argparse.Namespace) -> Callable[[], int]:
         wait = cli.parse_wait(args.wait)
         return lambda: claude_code_hook(wait=DEFAULT_WAIT if wait is None else wait)
     if args.command == "mcp-serve":
-        from ..plane.mcp_server import serve_mcp
-
-        return serve_mcp
+        return cli.serve_mcp
     if args.command == "receipt":
         return lambda: cli.receipt_verify_command(
             receipt=args.receipt, argv=args.argv, keys=args.keys, once=args.once
@@ -291,9 +301,9 @@ def run_bot(*, http: bool, port: int | None, verbose: bool = False, host: str | 
     """`opsgate run [--http [--port N]]`: serve until stopped, in Socket Mode or serving HTTP;
     without SLACK_BOT_TOKEN, the local workspace (`bot.workspace`). Settings, policy and
     database errors propagate to `main`."""
+    from ..observability import log_from_settings
     from ..server import serve  # imported only now: other commands need not load Slack's SDK
     from ..settings import load_settings
-    from ._logging import log_from_settings
 
     local = load_settings(mode="workspace")
     if not local.slack_bot_token.get_secret_value():
@@ -310,3 +320,103 @@ def run_bot(*, http: bool, port: int | None, verbose: bool = False, host: str | 
     log_from_settings(settings, verbose=verbose)
     asyncio.run(serve(settings, http=http, port=port or settings.opsgate_port))
     return 0
+
+
+# -- opsgate migrate -----------------------------------------------------------------------------
+# Brings the configured database's schema up to date (idempotent). Start-up migrates too; this
+# is for doing it ahead of a rolling upgrade of replicas, or to check what version a database
+# is at. Several replicas or `migrate`s at once are safe: PostgreSQL migrates under an advisory
+# lock, SQLite under its write lock.
+
+
+async def run_migrate(db: Path | DatabaseURL, *, out: TextIO) -> int:
+    """Migrate `db` (a `Path` or a `DatabaseURL`); print one line saying where it stands."""
+    from ..settings import DatabaseURL
+    from ..store import SCHEMA_VERSION, SQLiteStore
+
+    if isinstance(db, DatabaseURL):
+        return await _migrate_postgres(db, out)
+    async with SQLiteStore(db):  # opening migrates (or refuses a newer file)
+        pass
+    print(_line(str(db), None, SCHEMA_VERSION, SCHEMA_VERSION), file=out)
+    return 0
+
+
+async def _migrate_postgres(url: DatabaseURL, out: TextIO) -> int:
+    from ..store import SCHEMA_VERSION as PG_VERSION
+    from ..store import PostgresStore
+
+    async with PostgresStore(url.get_secret_value(), migrate=False) as store:
+        before = await store.schema_version()
+        after = await store.migrate()
+    print(_line(str(url), before, after, PG_VERSION), file=out)
+    return 0
+
+
+def _line(name: str, before: int | None, after: int, latest: int) -> str:
+    if before is not None and before < after:
+        return f"migrated {name!r} from schema version {before} to {after} (the latest)"
+    state = "the latest" if after == latest else f"this OpsGate knows up to {latest}"
+    return f"{name!r} is at schema version {after} ({state})"
+
+
+def migrate_command() -> int:
+    from ..settings import load_settings
+
+    db = load_settings(mode="audit").opsgate_db
+    return asyncio.run(run_migrate(db, out=sys.stdout))
+
+
+# -- opsgate mcp tools [--json] ------------------------------------------------------------------
+# Every pinned MCP tool with its digest and state, read from the database (read-only; the
+# servers are not started). A `quarantined` tool's server lists a definition other than the
+# reviewed one (its digest is shown as `listed`): its calls need approval until an MCP admin
+# accepts the new definition.
+
+
+def mcp_tools_command(*, as_json: bool) -> int:
+    from ..settings import load_settings
+
+    settings = load_settings(mode="audit")
+    pins = asyncio.run(_pins(settings.opsgate_db))
+    print_pins(pins, as_json=as_json, out=sys.stdout)
+    return 0
+
+
+async def _pins(db: Path | DatabaseURL) -> list[McpPin]:
+    from ..errors import McpToolsError
+    from ..settings import DatabaseURL
+    from ..store import SQLiteStore, StoreError, open_store
+
+    try:
+        if isinstance(db, DatabaseURL):
+            async with open_store(db, migrate=False) as store:
+                return await store.mcp_pins()
+        if not await asyncio.to_thread(db.is_file):
+            return []
+        async with SQLiteStore(db) as sqlite:
+            return await sqlite.mcp_pins()
+    except StoreError as exc:
+        raise McpToolsError(f"mcp tools: cannot read the pins: {exc}") from None
+
+
+def print_pins(pins: list[McpPin], *, as_json: bool, out: TextIO) -> None:
+    if as_json:
+        for pin in pins:
+            row = {
+                "tool": f"{pin.server}__{pin.tool}",
+                "server": pin.server,
+                "state": pin.state,
+                "digest": pin.digest,
+                "listed_digest": pin.listed_digest,
+                "pinned_at": pin.pinned_at.isoformat(),
+                "accepted_by": pin.accepted_by,
+            }
+            print(json.dumps(row, sort_keys=True), file=out)
+        return
+    if not pins:
+        print("no MCP tool is pinned yet (tools are pinned when the bot starts)", file=out)
+        return
+    for pin in pins:
+        listed = f" (listed now: {pin.listed_digest})" if pin.listed_digest else ""
+        print(f"{pin.server}__{pin.tool}  {pin.state}  {pin.digest}{listed}", file=out)

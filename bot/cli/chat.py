@@ -12,12 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import os
+import stat
 import sys
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TextIO
 
 from ..approvals import Action, Allowed, Approvals, Verdict
+from ..observability import log_from_settings
 from ..policy import GateDecision
 from ..runs import (
     CardCall,
@@ -35,11 +39,14 @@ from ..runs.timeline import AssistantStatus, Task
 from ..settings import Settings, load_settings
 from ..tools import protect_process_environment
 from ..wiring import Deps, open_deps
-from ._logging import log_from_settings
-from ._prompt import Ask, stdin_prompt
 from .notices import card_text, notice_text, plan_text, task_text
 
-__all__ = ["TerminalOutput", "run_chat"]
+__all__ = [
+    "Ask",
+    "TerminalOutput",
+    "run_chat",
+    "stdin_prompt",
+]
 
 CHANNEL = "terminal"
 
@@ -223,7 +230,7 @@ async def run_chat(
     verbose: bool = False,
 ) -> int:
     """Chat until end of input. Without `input_fn`, lines come from stdin read by a thread of
-    its own, so Ctrl-C at a prompt ends at once and stdout stays blocking (`bot.cli._prompt`).
+    its own, so Ctrl-C at a prompt ends at once and stdout stays blocking (`stdin_prompt`).
     Ctrl-C during a run stops the run (its session is closed as `cancel` closes it)."""
     out = out or sys.stdout
     async with contextlib.AsyncExitStack() as stack:
@@ -348,3 +355,71 @@ def _click(ledger_id: str, card: CardCall, decider: str) -> Click:
     the preview) the terminal showed, as a click counts only toward the card Slack showed."""
     preview = card.preview.digest if card.preview is not None else None
     return Click(ledger_id, decider, None, digest=card.digest, preview_digest=preview)
+
+
+# -- the prompt ----------------------------------------------------------------------------------
+# The terminal's lines are read in a thread of their own, so that Ctrl-C ends the chat at once
+# and stdout stays blocking. A terminal's stdin and stdout are one open file whose status flags
+# are shared: watching stdin from the event loop (connect_read_pipe) would set O_NONBLOCK on
+# stdout too, and long output would then fail part-way with EAGAIN. So a daemon thread reads the
+# raw descriptor with plain blocking os.read (no buffered reader whose lock could stay held at
+# exit) and hands lines to the loop; on Ctrl-C the prompt's await is cancelled and the thread,
+# blocked in read, ends with the process.
+
+Ask = Callable[[str], Awaitable[str | None]]
+"""Show a prompt, return the line typed (without its newline), None at end of input."""
+
+
+@contextlib.asynccontextmanager
+async def stdin_prompt(out: TextIO) -> AsyncIterator[Ask]:
+    """An `Ask` on this process's stdin, printing prompts to `out`."""
+    fd = sys.stdin.fileno()
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)):
+        # A regular file (`opsgate chat < script`): reads never block, no reader needed.
+        async def ask_file(prompt: str) -> str | None:
+            print(prompt, end="", file=out, flush=True)
+            line = sys.stdin.readline()
+            return line.rstrip("\n") if line else None
+
+        yield ask_file
+        return
+
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[str | None] = asyncio.Queue()
+    reader = threading.Thread(
+        target=_read_lines, args=(fd, loop, lines), name="stdin reader", daemon=True
+    )
+    reader.start()
+
+    async def ask(prompt: str) -> str | None:
+        print(prompt, end="", file=out, flush=True)
+        return await lines.get()
+
+    yield ask
+
+
+def _read_lines(fd: int, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
+    """The reader thread: whole lines (without their newline) into `lines`, then None."""
+    pending = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            if pending:
+                _hand(loop, lines, pending.decode(errors="replace"))
+            _hand(loop, lines, None)
+            return
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            _hand(loop, lines, line.decode(errors="replace").rstrip("\r"))
+
+
+def _hand(
+    loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None], line: str | None
+) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is asking any more
+        loop.call_soon_threadsafe(lines.put_nowait, line)

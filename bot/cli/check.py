@@ -26,10 +26,10 @@ from agent_core import resolve_context_window
 from agent_core.exceptions import ChatClientError, ProviderError
 from agent_core.openai import OpenAIChatClient
 
-from ..errors import BotError
+from ..errors import BotError, SignInRefused, slack_unreachable
+from ..observability import log_from_settings
 from ..policy import Policy, ToolPolicy
 from ..settings import DatabaseURL, Settings, load_settings
-from ..slack.signin import auth_refused, connections_refused, unreachable
 from ..tools import (
     TEMPLATE_WARNING,
     default_tools,
@@ -38,7 +38,6 @@ from ..tools import (
     resolve_run_as,
 )
 from ..tools.mcp import check_servers
-from ._logging import log_from_settings
 
 __all__ = [
     "program_warnings",
@@ -192,9 +191,9 @@ async def _check_slack(settings: Settings, report: Report) -> bool:
         report(True, f"slack: signed in as {auth.get('user')} in team {auth.get('team')}")
         return True
     except SlackApiError as exc:
-        report(False, auth_refused(str(exc.response.get("error"))))
+        report(False, str(SignInRefused.auth(str(exc.response.get("error")))))
     except Exception as exc:
-        report(False, unreachable(settings.slack_api_url, exc))
+        report(False, slack_unreachable(settings.slack_api_url, exc))
     return False
 
 
@@ -208,9 +207,9 @@ async def _check_socket_mode(settings: Settings, report: Report) -> None:
         await client.apps_connections_open(app_token=settings.slack_app_token.get_secret_value())
         report(True, "slack: the app-level token opens a Socket Mode connection")
     except SlackApiError as exc:
-        report(False, connections_refused(str(exc.response.get("error"))))
+        report(False, str(SignInRefused.connections(str(exc.response.get("error")))))
     except Exception as exc:
-        report(False, unreachable(settings.slack_api_url, exc))
+        report(False, slack_unreachable(settings.slack_api_url, exc))
 
 
 async def _check_llm(

@@ -28,6 +28,7 @@ from .logs import (
     current_log_context,
     log_context,
     log_event,
+    log_from_settings,
     mask_secrets,
 )
 from .metrics import (
@@ -72,6 +73,7 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "health_app",
     "log_context",
     "log_event",
+    "log_from_settings",
     "mask_secrets",
     "not_ready_reasons",
     "readiness_notes",

@@ -15,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -25,6 +25,9 @@ from bot.errors import HealthServerError
 from .logs import mask_secrets
 from .metrics import Metrics
 
+if TYPE_CHECKING:
+    from ..store import Store, WriteHealth
+
 __all__ = [
     "CHECK_TIMEOUT",
     "HealthServer",
@@ -32,8 +35,13 @@ __all__ = [
     "ReadinessNote",
     "Refresh",
     "add_health_routes",
+    "add_operations_routes",
+    "database_check",
+    "gauges_refresh",
     "health_app",
+    "mcp_quarantine_note",
     "not_ready_reasons",
+    "outbox_check",
     "readiness_notes",
     "serve_health",
     "socket_mode_check",
@@ -109,8 +117,8 @@ def add_health_routes(
 ) -> None:
     """Add `/healthz`, `/readyz` and `/metrics` to `app` (HTTP mode: the Slack app).
 
-    `checks` is read at each probe, not copied: a starting bot adds its checks as its parts
-    come up (Slack's sign-in first, the Socket Mode connection once it is made)."""
+    `checks` are given whole when the port opens, before the bot is up: each part's check
+    says what the part is doing until it is (Slack's: "signing in to Slack")."""
     checks = checks if checks is not None else {}
     notes = notes if notes is not None else {}
 
@@ -209,3 +217,107 @@ def socket_mode_check(client: SocketModeConnection) -> ReadinessCheck:
         return "the Socket Mode connection to Slack is down"
 
     return check
+
+
+# -- readiness on the store ----------------------------------------------------------------------
+# What ready means for OpsGate (the database accepts a write; Slack: signed in and, in Socket
+# Mode, connected; the outbox moves) and where the gauges come from: the database, the truth
+# when replicas share it. The store is only named in type hints, so the endpoints stay
+# importable without it.
+
+
+def database_check(store: Store, health: WriteHealth | None = None) -> ReadinessCheck:
+    """Ready while the store takes a write (a full disk, a lost connection or a read-only file
+    all fail it). The answer also updates `health`, which the inbox keeps from its own writes.
+
+    The probe is never cancelled: cancelling a write that waits for a busy SQLite file can leave
+    the connection inside a transaction. When `/readyz` gives up on it (`CHECK_TIMEOUT`), it
+    runs on to its end, and the next check waits for that one instead of starting another."""
+    running: asyncio.Task[None] | None = None
+
+    async def probe() -> None:
+        try:
+            await store.probe_write()
+        except Exception as exc:
+            if health is not None:
+                health.failed("the readiness probe", exc)
+            raise
+        if health is not None:
+            health.succeeded()
+
+    async def check() -> str | None:
+        nonlocal running
+        if running is None or running.done():
+            running = asyncio.create_task(probe(), name="readiness probe")
+            # Its failure is reported by `health` and by the check awaiting it, if any.
+            running.add_done_callback(lambda task: task.cancelled() or task.exception())
+        try:
+            await asyncio.shield(running)  # raises with the reason; `readiness` words it
+        except asyncio.CancelledError:
+            if health is not None and not running.done():
+                health.failed("the readiness probe", TimeoutError("no answer in time"))
+            raise
+        return None
+
+    return check
+
+
+def gauges_refresh(store: Store, metrics: Metrics) -> Refresh:
+    """Before each scrape: pending approvals and queue depth, counted in the database."""
+
+    async def refresh() -> None:
+        metrics.set_pending_approvals(len(await store.pending_approvals()))
+        metrics.set_queue_depth(len(await store.queue_items(states=("queued",))))
+
+    return refresh
+
+
+OUTBOX_STUCK_SECONDS = 300.0
+"""Not ready when writes wait in the outbox and none was finished for this long."""
+
+
+def outbox_check(stuck_for: Callable[[], float]) -> ReadinessCheck:
+    """`stuck_for()`: seconds the outbox's sender has made no progress with writes waiting."""
+
+    async def check() -> str | None:
+        seconds = stuck_for()
+        if seconds > OUTBOX_STUCK_SECONDS:
+            return f"the Slack outbox has sent nothing for {seconds:.0f} s with writes waiting"
+        return None
+
+    return check
+
+
+def mcp_quarantine_note(store: Store) -> ReadinessNote:
+    """Each quarantined MCP tool, from the store (the truth across replicas): for a bot with no
+    `[mcp] review_channel`, where the log and `/readyz` are where a change is seen. The bot
+    stays ready: the tool's calls already wait for a person."""
+
+    async def note() -> list[str]:
+        return [
+            f"MCP tool {pin.server}__{pin.tool} changed since it was reviewed (listed digest "
+            f"{pin.listed_digest}); quarantined: every call needs approval until an MCP admin "
+            "accepts the new definition"
+            for pin in await store.mcp_pins()
+            if pin.state == "quarantined"
+        ]
+
+    return note
+
+
+def add_operations_routes(
+    web_app: web.Application,
+    store: Store,
+    metrics: Metrics,
+    health: WriteHealth | None = None,
+    *,
+    checks: Mapping[str, ReadinessCheck] | None = None,
+    notes: Mapping[str, ReadinessNote] | None = None,
+) -> None:
+    """`/healthz`, `/readyz` and `/metrics` on `web_app` (beside `POST /slack/events` in HTTP
+    mode), their gauges counted in `store`. `checks`: the readiness checks, one per part of the
+    bot (`bot.wiring.slack_bot` builds them), else the database's alone; `notes`: what
+    `/readyz` also says."""
+    if checks is None:
+        checks = {"database": database_check(store, health)}
+    add_health_routes(web_app, metrics, checks, refresh=gauges_refresh(store, metrics), notes=notes)

@@ -1,6 +1,8 @@
 """Logging set-up: text or one JSON object per line on stderr, the run's ids on every line.
 
-`configure_logging` is called once at start-up (`OPSGATE_LOG_FORMAT`, `OPSGATE_LOG_LEVEL`);
+`configure_logging` is called once at start-up (`OPSGATE_LOG_FORMAT`, `OPSGATE_LOG_LEVEL`:
+`log_from_settings`, as each command does once it has read them, with `-v` forcing DEBUG and
+the settings' secrets masked);
 `log_context` marks the run being worked on, so every line logged inside it, by any module,
 carries its session, thread and call ids; `log_event` logs a run, decision or tool execution as
 an event with fields a log pipeline can query. Secrets are masked on every line (`mask_secrets`).
@@ -21,10 +23,13 @@ import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any, Final, Literal, TextIO, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, TextIO, get_args
 
 from agent_core.tools import current_call_id
 from bot.errors import LogSettingError
+
+if TYPE_CHECKING:
+    from bot.settings import Settings
 
 __all__ = [
     "EVENTS_LOGGER",
@@ -35,6 +40,7 @@ __all__ = [
     "current_log_context",
     "log_context",
     "log_event",
+    "log_from_settings",
     "mask_secrets",
 ]
 
@@ -356,3 +362,29 @@ def _show(value: Any) -> str:
     if text and not any(c.isspace() or c in "\"'=" for c in text):
         return text
     return repr(text)
+
+
+# -- logging from the settings: each command's, once it has read them --------------------------
+
+
+def log_from_settings(settings: Settings, *, verbose: bool, floor: str | None = None) -> None:
+    """`floor` raises the level for commands whose own output is the point (`chat`): their
+    INFO lines would land between a prompt and its answer."""
+    level: str = "DEBUG" if verbose else settings.opsgate_log_level
+    if floor is not None and not verbose and _rank(level) < _rank(floor):
+        level = floor
+    secrets = [
+        secret.get_secret_value()
+        for secret in (
+            settings.slack_bot_token,
+            settings.slack_app_token,
+            settings.slack_signing_secret,
+            settings.openai_api_key,
+        )
+        if secret is not None and secret.get_secret_value()
+    ]
+    configure_logging(settings.opsgate_log_format, level, secrets=secrets)
+
+
+def _rank(level: str) -> int:
+    return ("DEBUG", "INFO", "WARNING", "ERROR").index(level)

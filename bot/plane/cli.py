@@ -1,6 +1,7 @@
-"""`opsgate ask`, `opsgate receipt verify`, `opsgate exec-approved` and `opsgate hook`: the
-plane's commands on the hosts of other automation. They load no Slack code (and `--help`
-loads none of this).
+"""`opsgate ask`, `opsgate receipt verify`, `opsgate exec-approved`, `opsgate hook` and
+`opsgate mcp-serve`: the plane's commands on the hosts of other automation, and the HTTP client
+they ask through. They load no Slack code (and `--help` loads none of this; `mcp-serve` alone
+loads the MCP SDK).
 
 `ask` exits 0 approved (or allowed), 1 rejected or forbidden, 3 expired or `--wait` elapsed,
 2 usage or connection errors; `receipt verify` 0 valid, 1 invalid (one line naming what
@@ -15,29 +16,38 @@ timeout, an expiry or an unreachable OpsGate, is a deny: the hook fails closed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+import httpx
 
 from bot.errors import PlaneClientError, PlaneError, ReceiptInvalid
 
 from ..words import parse_duration
-from .client import Asked, ask_and_wait
 from .receipts import check_receipt
 
 __all__ = [
     "DEFAULT_WAIT",
+    "Asked",
+    "ask_and_wait",
     "ask_command",
     "claude_code_hook",
+    "client_from_env",
     "exec_approved_command",
     "hook_body",
     "parse_wait",
     "receipt_verify_command",
+    "request_approval",
+    "serve_mcp",
 ]
 
 
@@ -245,4 +255,126 @@ def claude_code_hook(
         decision, reason = "deny", f"OpsGate hook: {exc}"
     sink.write(json.dumps(_output(decision, reason)) + "\n")
     sink.flush()
+    return 0
+
+
+# -- the plane's HTTP client ---------------------------------------------------------------------
+# A client of the plane's HTTP API (OPSGATE_URL, OPSGATE_CLIENT_TOKEN): ask, then wait for the
+# decision with long polls; every command here, the hook and mcp-serve ask through it.
+
+LONG_POLL = 55.0
+LINK_POLL = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """The last answer about a request; `timed_out`: the caller's wait ended first."""
+
+    answer: dict[str, Any]
+    timed_out: bool = False
+
+    @property
+    def state(self) -> str:
+        return str(self.answer.get("state"))
+
+
+def client_from_env() -> tuple[str, str]:
+    url = os.environ.get("OPSGATE_URL", "").rstrip("/")
+    token = os.environ.get("OPSGATE_CLIENT_TOKEN", "")
+    if not url:
+        raise PlaneClientError(
+            "OPSGATE_URL is not set (the bot's address, e.g. http://opsgate:3000)"
+        )
+    if not token:
+        raise PlaneClientError("OPSGATE_CLIENT_TOKEN is not set (this client's bearer token)")
+    return url, token
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    if response.status_code >= 400:
+        try:
+            why = str(response.json().get("error"))
+        except ValueError:
+            why = response.text.strip()
+        raise PlaneClientError(
+            f"OpsGate answered {response.status_code}: {why}", response.status_code
+        )
+    data = response.json()
+    if not isinstance(data, dict):
+        raise PlaneClientError("OpsGate answered something other than a JSON object")
+    return data
+
+
+def ask_and_wait(
+    body: dict[str, Any],
+    *,
+    wait: float | None = None,
+    on_link: Callable[[str], None] = lambda _: None,
+    url: str | None = None,
+    token: str | None = None,
+) -> Asked:
+    """Post the request, then long-poll until it is decided or `wait` seconds passed (None:
+    until decided). `on_link` gets the card's permalink once known."""
+    if url is None or token is None:
+        url, token = client_from_env()
+    headers = {"Authorization": f"Bearer {token}"}
+    deadline = None if wait is None else time.monotonic() + wait
+    try:
+        with httpx.Client(timeout=httpx.Timeout(10.0, read=LONG_POLL + 15)) as http:
+            posted = _json(http.post(f"{url}/v1/approvals", json=body, headers=headers))
+            where = f"{url}/v1/approvals/{posted['id']}"
+            linked = False
+            # The first read does not wait: the card's link is shown while people decide.
+            left = 0.0
+            while True:
+                params = {"wait": f"{max(0.0, min(LONG_POLL, left)):.1f}"}
+                answer = _json(http.get(where, params=params, headers=headers))
+                if answer.get("permalink") and not linked:
+                    on_link(str(answer["permalink"]))
+                    linked = True
+                if answer.get("state") != "pending":
+                    return Asked(answer)
+                left = LONG_POLL if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    return Asked(answer, timed_out=True)
+                if not linked:  # short polls until the card is posted and its link known
+                    left = min(left, LINK_POLL)
+    except httpx.HTTPError as exc:
+        raise PlaneClientError(f"cannot reach OpsGate at {url}: {exc}") from None
+
+
+# -- opsgate mcp-serve ---------------------------------------------------------------------------
+# An MCP server on stdio (the official SDK) whose one tool, `request_approval`, asks OpsGate for
+# a decision (as `opsgate ask` does) and blocks until it is made. The SDK is imported when the
+# server starts, so the other commands here do not load it.
+
+
+async def request_approval(
+    tool: str, arguments: dict[str, Any], reason: str | None = None
+) -> dict[str, Any]:
+    """Ask people in Slack to approve one tool call before you make it; blocks until they
+    decide. `state` is approved, allowed (no approval needed), rejected, forbidden or expired;
+    only approved and allowed mean go ahead. `receipt` proves the approval."""
+    body: dict[str, Any] = {"tool": tool, "arguments": arguments}
+    if reason:
+        body["reason"] = reason
+    try:
+        asked = await asyncio.to_thread(ask_and_wait, body)
+    except PlaneClientError as exc:
+        return {"state": "error", "reason": str(exc), "receipt": None}
+    answer = asked.answer
+    return {
+        "state": answer.get("state"),
+        "reason": answer.get("reason"),
+        "decided_by": answer.get("decided_by") or [],
+        "receipt": answer.get("receipt"),
+    }
+
+
+def serve_mcp() -> int:
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("opsgate", instructions="Ask OpsGate for a human approval in Slack.")
+    server.tool()(request_approval)
+    server.run("stdio")
     return 0

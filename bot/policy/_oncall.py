@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, time, timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -42,6 +42,7 @@ __all__ = [
     "OncallOverride",
     "OncallSpec",
     "Paged",
+    "Paging",
     "Unpaged",
     "added_by",
     "check_ladder",
@@ -61,6 +62,19 @@ Paged = Callable[[str], "str | None"]
 None: nobody known (fail closed)."""
 Unpaged = Callable[[str], str]
 """Why PagerDuty names nobody for a schedule id ("PagerDuty unreachable since 14:02 UTC")."""
+
+
+class Paging(Protocol):
+    """Who a paging service says is on call per schedule (`bot.approvals.pagerduty`), as a
+    policy built with it (`Policy.paged_by`) asks it."""
+
+    def known(self, schedule: str) -> str | None:
+        """The on-call Slack user of `schedule` as last fetched; None: nobody known."""
+
+    def why_nobody(self, schedule: str) -> str:
+        """Why `known` names nobody for `schedule`, in the card's words."""
+
+
 ONCALL_PREFIX = "oncall:"
 NOBODY_ON_CALL = "(nobody on call)"
 """What a list of only on-call entries holds when nobody is on call: it matches no one (an

@@ -47,6 +47,7 @@ from ._oncall import (
     NOBODY_ON_CALL,
     OncallSpec,
     Paged,
+    Paging,
     Unpaged,
     nobody_on_call,
     oncall_name,
@@ -82,8 +83,7 @@ class Policy(Model):
     """`[plane]`: outside automation that may ask for approvals (`_model.PlanePolicy`)."""
 
     _source: str = PrivateAttr(default=_BUILT_IN_SOURCE)
-    _paged: Paged | None = PrivateAttr(default=None)
-    _unpaged: Unpaged | None = PrivateAttr(default=None)
+    _paging: Paging | None = PrivateAttr(default=None)
     _built_in: Mapping[str, ToolPolicy] = PrivateAttr(default_factory=built_in_tools)
 
     @model_validator(mode="before")
@@ -281,7 +281,7 @@ class Policy(Model):
         else:
             approvers, source = self.defaults.approvers, "defaults.approvers"
         if any(a.startswith("oncall:") for a in approvers):
-            nobody = nobody_on_call(approvers, self.oncall, now, self.paged, self._unpaged)
+            nobody = nobody_on_call(approvers, self.oncall, now, self.paged, self._unpaged())
             people = resolve(approvers, self.oncall, now, self.paged)
             approvers = (*people, *nobody) or (NOBODY_ON_CALL,)
         return ApproverSpec(
@@ -298,15 +298,20 @@ class Policy(Model):
         own = self.channel(channel).required_approvals
         return own if own is not None else self.defaults.required_approvals
 
+    def paged_by(self, paging: Paging) -> Policy:
+        """This policy, its `pagerduty_schedule` on-call names resolved through `paging`: a
+        new policy, built before anything that decides with it (`bot.wiring.open_deps`)."""
+        policy = self.model_copy()
+        policy._paging = paging
+        return policy
+
     @property
     def paged(self) -> Paged | None:
-        """Who PagerDuty says is on call per schedule (set at start-up, `page_with`)."""
-        return self._paged
+        """Who the paging service says is on call per schedule (`paged_by`); None without."""
+        return self._paging.known if self._paging is not None else None
 
-    def page_with(self, paged: Paged, unpaged: Unpaged | None = None) -> None:
-        """Resolve `pagerduty_schedule` on-call names through `paged` from now on; `unpaged`
-        says why a schedule names nobody (the card shows it)."""
-        self._paged, self._unpaged = paged, unpaged
+    def _unpaged(self) -> Unpaged | None:
+        return self._paging.why_nobody if self._paging is not None else None
 
     @property
     def pagerduty_schedules(self) -> tuple[str, ...]:

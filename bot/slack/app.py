@@ -18,10 +18,11 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import aiohttp
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.listener.async_listener_completion_handler import (
     AsyncListenerCompletionHandler,
@@ -141,15 +142,27 @@ def bolt_app(
     *,
     done: Callable[[int], Awaitable[None]],
     tasks: ListenerTasks,
+    authorize: Callable[..., Awaitable[AuthorizeResult | None]],
 ) -> AsyncApp:
-    """The app on `client`, no listener yet. A request's inbox row is marked done (`done`)
-    when its listener ended, and every listener runs as a task `tasks` owns: both through
-    Bolt's public listener runner (`AsyncApp.listener_runner`), whose start and completion
-    handlers the app's constructor does not take."""
+    """The app on `client`'s URL and session, no listener yet. Each request is authorized by
+    `authorize` (the sign-in's, `bot.slack.signin`), which gives it the bot token: the app's own
+    client carries none, as Bolt wants of an app given `authorize`. A request's inbox row is
+    marked done (`done`) when its listener ended, and every listener runs as a task `tasks`
+    owns: both through Bolt's public listener runner (`AsyncApp.listener_runner`), whose start
+    and completion handlers the app's constructor does not take."""
     secret = settings.slack_signing_secret
+    tokenless = AsyncWebClient(
+        base_url=client.base_url,
+        session=client.session,
+        timeout=client.timeout,
+        logger=client.logger,
+        retry_handlers=client.retry_handlers,
+    )
     with _no_env_token():
         app = AsyncApp(
-            client=client,
+            client=tokenless,
+            # Bolt takes None as "not authorized" (`AsyncCallableAuthorize`); its hint omits it.
+            authorize=cast(Callable[..., Awaitable[AuthorizeResult]], authorize),
             signing_secret=secret.get_secret_value() if secret else "",
             logger=logging.getLogger("opsgate.bolt"),
         )

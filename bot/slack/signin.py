@@ -6,6 +6,11 @@ check` prints for it; a Slack that cannot be reached (refused connection, timeou
 asked again with a capped backoff, one log line per try, and `/readyz` says why it is not
 ready meanwhile (`SignIn.check`). Nothing here waits for a stop: the server cancels a start
 that is told to stop (`bot.server`).
+
+Bolt authorizes each request through `SignIn.authorize`, given to the app's constructor
+(`authorize=`): it answers from the one `auth.test` of the sign-in, so a burst right after a
+start does not ask Slack once per request, as Bolt's own single-workspace authorization would
+until one had answered.
 """
 
 from __future__ import annotations
@@ -18,25 +23,21 @@ from typing import Any, Final, TypeVar
 import aiohttp
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
-from slack_bolt.middleware.authorization.async_single_team_authorization import (
-    AsyncSingleTeamAuthorization,
-)
+from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ..errors import BotError
+from ..errors import SignInRefused, slack_unreachable
+from ..observability import ReadinessCheck, socket_mode_check
 
 __all__ = [
     "BACKOFF_CAP",
     "BACKOFF_FIRST",
     "SignIn",
     "SignInRefused",
-    "auth_refused",
     "connect_socket_mode",
-    "connections_refused",
     "sign_in",
     "socket_mode_handler",
-    "unreachable",
 ]
 
 logger = logging.getLogger("opsgate.slack")
@@ -53,35 +54,58 @@ TRANSIENT: Final = frozenset(
 T = TypeVar("T")
 
 
-class SignInRefused(BotError):
-    """Slack refused a token at start-up; the message is `opsgate check`'s line for it."""
-
-
-def auth_refused(error: str) -> str:
-    """What `opsgate check` and a refused start say of a bot token Slack rejects."""
-    return f"slack: auth.test said {error!r}; check SLACK_BOT_TOKEN"
-
-
-def connections_refused(error: str) -> str:
-    """… and of an app-level token `apps.connections.open` rejects."""
-    return f"slack: apps.connections.open said {error!r}; check SLACK_APP_TOKEN"
-
-
-def unreachable(url: str, exc: BaseException) -> str:
-    return f"slack: cannot reach {url} ({type(exc).__name__})"
-
-
 class SignIn:
-    """Where the sign-in stands, for `/readyz`: not ready until it is done."""
+    """Where the sign-in stands, for `/readyz`: not ready until it is done; and who the bot is
+    once signed in, for Bolt's authorization of each request."""
 
     def __init__(self) -> None:
         self.reason: str | None = "signing in to Slack"
+        self._answer: Any = None
+        self._token: str | None = None
+        self._connection: ReadinessCheck | None = None
 
     async def check(self) -> str | None:
-        return self.reason
+        """Slack's readiness: why the sign-in is not done, else (Socket Mode) whether the
+        connection is up."""
+        if self.reason is not None or self._connection is None:
+            return self.reason
+        return await self._connection()
 
     def done(self) -> None:
         self.reason = None
+
+    def connected(self, connection: ReadinessCheck) -> None:
+        """Done, in Socket Mode: from now on Slack is ready while `connection` says so."""
+        self._connection = connection
+        self.reason = None
+
+    def signed_in(self, answer: Any, token: str) -> None:
+        """`auth.test`'s answer for `token`: the bot's team, bot and user ids."""
+        self._answer, self._token = answer, token
+
+    @property
+    def authorize(self) -> Callable[[str | None], Awaitable[AuthorizeResult | None]]:
+        """Bolt's `authorize`: the bot token and ids of the one workspace, as Bolt's
+        single-workspace authorization builds them from `auth.test`. Before the sign-in there
+        is none (Bolt then refuses the request; Slack's requests reach the app only after it).
+        A plain function: Bolt passes the arguments its parameters name."""
+
+        async def authorize(user_id: str | None) -> AuthorizeResult | None:
+            answer, token = self._answer, self._token
+            if answer is None or token is None:
+                return None
+            user = answer.get("user_id")
+            return AuthorizeResult(
+                enterprise_id=answer.get("enterprise_id"),
+                team_id=answer.get("team_id"),
+                bot_id=answer.get("bot_id"),
+                bot_user_id=user,
+                bot_token=token,
+                user_id=user_id,
+                bot_scopes=answer.headers.get("x-oauth-scopes"),
+            )
+
+        return authorize
 
 
 async def _keep_trying(
@@ -89,7 +113,7 @@ async def _keep_trying(
     *,
     what: str,
     url: str,
-    refused: Callable[[str], str],
+    refused: Callable[[str], SignInRefused],
     state: SignIn,
 ) -> T:
     """`call()` until Slack answers; a refusal raises `SignInRefused`, anything that says
@@ -102,10 +126,10 @@ async def _keep_trying(
         except SlackApiError as exc:
             status, error = _answer_of(exc)
             if status < 500 and error not in TRANSIENT:
-                raise SignInRefused(refused(error)) from None
+                raise refused(error) from None
             reason = f"{what}: HTTP {status} {error}"
         except (SlackClientError, aiohttp.ClientError, TimeoutError, OSError) as exc:
-            reason = unreachable(url, exc)[len("slack: ") :]
+            reason = slack_unreachable(url, exc)[len("slack: ") :]
         state.reason = f"not signed in to Slack yet ({reason})"
         logger.warning(
             "Slack is not reachable (%s, try %d); trying again in %g s", reason, tries, delay
@@ -126,31 +150,28 @@ def _answer_of(exc: SlackApiError) -> tuple[int, str]:
     return int(status or 0), str(error or "an answer that is not Slack's")
 
 
-def _plain_client(app: AsyncApp, **kwargs: Any) -> AsyncWebClient:
-    """A client on the app's URL and session without slack_sdk's own retries: each try is one
+def _plain_client(client: AsyncWebClient, **kwargs: Any) -> AsyncWebClient:
+    """A client on `client`'s URL and session without slack_sdk's own retries: each try is one
     request and one log line here."""
-    client = app.client
     return AsyncWebClient(
         base_url=client.base_url, session=client.session, timeout=client.timeout, **kwargs
     )
 
 
-async def sign_in(app: AsyncApp, state: SignIn) -> None:
-    """`auth.test` until Slack answers it. Its answer also warms Bolt's single-workspace
-    authorization, which otherwise calls `auth.test` for every request until one has answered
-    (the burst right after a start would each ask it). Bolt offers no public way to warm it."""
-    client = _plain_client(app, token=app.client.token)
+async def sign_in(client: AsyncWebClient, state: SignIn) -> None:
+    """`auth.test` with `client`'s token until Slack answers it; the answer is `state`'s, which
+    authorizes Bolt's requests from then on (`SignIn.authorize`)."""
+    token = client.token or ""
+    client = _plain_client(client, token=token)
     result = await _keep_trying(
         client.auth_test,
         what="auth.test",
         url=client.base_url,
-        refused=auth_refused,
+        refused=SignInRefused.auth,
         state=state,
     )
+    state.signed_in(result, token)
     state.reason = "signed in to Slack, starting"
-    for middleware in app._async_middleware_list:
-        if isinstance(middleware, AsyncSingleTeamAuthorization):
-            middleware.auth_test_result = result
 
 
 class _OneLine(logging.Filter):
@@ -179,7 +200,7 @@ async def connect_socket_mode(
     reconnections are slack_sdk's."""
     state.reason = "connecting to Slack (Socket Mode)"
     client = handler.client
-    web = _plain_client(handler.app)
+    web = _plain_client(handler.app.client)
 
     async def open_url() -> str:
         response = await web.apps_connections_open(app_token=client.app_token)
@@ -198,7 +219,7 @@ async def connect_socket_mode(
         connect,
         what="apps.connections.open",
         url=web.base_url,
-        refused=connections_refused,
+        refused=SignInRefused.connections,
         state=state,
     )
-    state.done()
+    state.connected(socket_mode_check(client))

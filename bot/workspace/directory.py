@@ -1,25 +1,34 @@
-"""Who and where in the local workspace: its team, its three people, its channels and the bot.
+"""Who and where in the local workspace: its team, its three people, its channels and the bot;
+and the policy it runs when none is given, which names them.
 
 The ids look like Slack's (U…, C…, D…) because every part of the bot reads them as Slack ids;
-the default policy names the same ids (`bot.workspace.default_policy`).
+the default policy (`default_policy.toml`, below) names the same ids.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ..policy import Policy
 
 __all__ = [
     "ALERT_BOT",
     "BOT",
     "CHANNELS",
+    "DEFAULT_POLICY_NAME",
     "PEOPLE",
     "TEAM",
     "Channel",
     "Person",
+    "PolicyText",
     "channel_by_id",
     "channel_named",
+    "default_policy_text",
     "dm_of",
     "person",
+    "workspace_policy",
 ]
 
 TEAM = "T0LOCAL"
@@ -91,3 +100,36 @@ def channel_by_id(channel_id: str) -> Channel | None:
         owner = person("U" + channel_id.removeprefix("D"))
         return dm_of(owner.user_id) if owner else None
     return found
+
+
+# -- the default policy --------------------------------------------------------------------------
+# The policy the workspace runs when none is given (default_policy.toml, package data), written
+# for the ids above: free reads, a card for anything else, two approvers for rm and kubectl
+# delete (with a preview of what an rm would remove), rm -rf / forbidden, an "Allow for" window,
+# and #alerts as an alert channel. Its page explains any command through policy explain's text,
+# which the command that serves the workspace hands over (Page(explain=...)).
+
+DEFAULT_POLICY_NAME = "default_policy.toml"
+
+
+@dataclass(frozen=True)
+class PolicyText:
+    """The policy the workspace runs, as its page shows it."""
+
+    source: str
+    text: str
+    built_in: bool
+
+
+def default_policy_text() -> str:
+    return resources.files(__package__).joinpath(DEFAULT_POLICY_NAME).read_text(encoding="utf-8")
+
+
+def workspace_policy(path: Path | None) -> tuple[Policy, PolicyText]:
+    """The policy file given (`OPSGATE_POLICY`, `./opsgate.toml`), else the built-in one."""
+    if path is not None:
+        text = path.read_text(encoding="utf-8")
+        return Policy.load(path), PolicyText(str(path), text, built_in=False)
+    text = default_policy_text()
+    source = f"built-in {DEFAULT_POLICY_NAME}"
+    return Policy.from_toml(text, source=source), PolicyText(source, text, built_in=True)

@@ -20,8 +20,18 @@ from aiohttp import web
 
 from ..policy import Policy
 from . import events
-from .default_policy import PolicyText
-from .directory import ALERT_BOT, BOT, CHANNELS, PEOPLE, TEAM, Channel, channel_named, dm_of, person
+from .directory import (
+    ALERT_BOT,
+    BOT,
+    CHANNELS,
+    PEOPLE,
+    TEAM,
+    Channel,
+    PolicyText,
+    channel_named,
+    dm_of,
+    person,
+)
 from .events import EventSender
 from .state import WorkspaceState
 

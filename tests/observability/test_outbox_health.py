@@ -4,7 +4,7 @@ sender made no progress past the threshold; the rate-limit and outbox metrics ar
 from __future__ import annotations
 
 from bot.observability import Metrics
-from bot.observability.readiness import OUTBOX_STUCK_SECONDS, outbox_check
+from bot.observability.health import OUTBOX_STUCK_SECONDS, outbox_check
 
 
 async def test_a_stuck_outbox_is_not_ready_a_slow_one_is() -> None:

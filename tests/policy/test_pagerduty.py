@@ -36,12 +36,10 @@ async def test_cached_then_held_then_nobody() -> None:
             response = await client.users_lookupByEmail(email=email)
             return str(response["user"]["id"])
 
-        paging = PagerDutyOncall(
-            http, token=pd.token, base_url=pd.url, lookup_email=lookup, clock=clock
-        )
+        paging = PagerDutyOncall(http, token=pd.token, base_url=pd.url, clock=clock)
         assert paging.known("PSCHED1") is None  # never asked: nobody
         pd.oncall["PSCHED1"] = "old@example.com"
-        await paging.refresh("PSCHED1")
+        await paging.refresh("PSCHED1", lookup)
         assert paging.known("PSCHED1") == "U0OLD"
         assert pd.requests == [
             {"schedule_ids[]": "PSCHED1", "earliest": "true", "include[]": "users"}
@@ -49,29 +47,29 @@ async def test_cached_then_held_then_nobody() -> None:
 
         pd.oncall["PSCHED1"] = "new@example.com"
         clock.now += timedelta(seconds=59)
-        await paging.refresh("PSCHED1")  # still fresh: not asked again
+        await paging.refresh("PSCHED1", lookup)  # still fresh: not asked again
         assert len(pd.requests) == 1 and paging.known("PSCHED1") == "U0OLD"
         clock.now += timedelta(seconds=2)
-        await paging.refresh("PSCHED1")
+        await paging.refresh("PSCHED1", lookup)
         assert paging.known("PSCHED1") == "U0NEW"
 
         pd.down = True
         clock.now += timedelta(minutes=5)
-        await paging.refresh("PSCHED1")
+        await paging.refresh("PSCHED1", lookup)
         assert paging.known("PSCHED1") == "U0NEW"  # last known holds
         clock.now += timedelta(minutes=10, seconds=2)
-        await paging.refresh("PSCHED1")
+        await paging.refresh("PSCHED1", lookup)
         assert paging.known("PSCHED1") is None  # 15 minutes without an answer: nobody
         policy = Policy.from_toml(
             '[defaults]\napprovers = ["oncall:primary"]\n'
             '[oncall.primary]\npagerduty_schedule = "PSCHED1"\n'
         )
-        policy.page_with(paging.known, paging.why_nobody)
+        policy = policy.paged_by(paging)
         assert policy.approvers_for(None, now=clock.now).users == (
             "oncall:primary: nobody on call (PagerDuty unreachable since 09:06 UTC)",
         )
         pd.down = False
-        await paging.refresh("PSCHED1")
+        await paging.refresh("PSCHED1", lookup)
         assert policy.approvers_for(None, now=clock.now).users == ("U0NEW",)
 
 
@@ -83,10 +81,8 @@ async def test_a_wrong_token_is_nobody() -> None:
         async def lookup(email: str) -> str | None:
             return "U0OLD"
 
-        paging = PagerDutyOncall(
-            http, token="wrong", base_url=pd.url, lookup_email=lookup, clock=clock
-        )
-        await paging.refresh("PSCHED1")
+        paging = PagerDutyOncall(http, token="wrong", base_url=pd.url, clock=clock)
+        await paging.refresh("PSCHED1", lookup)
         assert paging.known("PSCHED1") is None
 
 
@@ -98,8 +94,17 @@ def test_the_policy_resolves_a_schedule_through_what_pagerduty_said() -> None:
     assert policy.pagerduty_schedules == ("PSCHED1",)
     nobody = "oncall:primary: nobody on call (PagerDuty is not set up)"
     assert policy.approvers_for(None).users == (nobody,)
-    policy.page_with({"PSCHED1": "U0NEW"}.get)
-    assert policy.approvers_for(None).users == ("U0NEW",)
+
+    class Answered:
+        def known(self, schedule: str) -> str | None:
+            return {"PSCHED1": "U0NEW"}.get(schedule)
+
+        def why_nobody(self, schedule: str) -> str:
+            return "PagerDuty names no one Slack knows"
+
+    paged = policy.paged_by(Answered())
+    assert paged.approvers_for(None).users == ("U0NEW",)
+    assert policy.approvers_for(None).users == (nobody,)  # a new policy; this one unchanged
 
 
 def test_a_schedule_and_a_rotation_do_not_mix() -> None:

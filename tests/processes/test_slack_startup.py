@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bot.slack.signin import auth_refused, connections_refused
+from bot.errors import SignInRefused
 from tests.support.llm_server import LLMStandIn
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.socket_mode import SocketModeStandIn
@@ -116,7 +116,7 @@ async def test_a_revoked_bot_token_stops_the_start_with_checks_line(tmp_path: Pa
         opsgate_run(tmp_path, llm, slack.url) as bot,
     ):
         assert await bot.exit_code() == 2, "\n".join(bot.lines)
-    line = auth_refused("invalid_auth")
+    line = str(SignInRefused.auth("invalid_auth"))
     assert line == "slack: auth.test said 'invalid_auth'; check SLACK_BOT_TOKEN"
     assert f"opsgate: {line}" in bot.lines
     assert not any("Traceback" in text for text in bot.lines)
@@ -128,7 +128,7 @@ async def test_each_refusal_of_auth_test_stops_the_start(tmp_path: Path, error: 
         slack.respond_with("auth.test", {"ok": False, "error": error})
         async with opsgate_run(tmp_path, llm, slack.url, http=True) as bot:
             assert await bot.exit_code() == 2, "\n".join(bot.lines)
-    assert f"opsgate: {auth_refused(error)}" in bot.lines
+    assert f"opsgate: {SignInRefused.auth(error)}" in bot.lines
 
 
 async def test_a_refused_app_token_stops_the_start(tmp_path: Path) -> None:
@@ -136,7 +136,7 @@ async def test_a_refused_app_token_stops_the_start(tmp_path: Path) -> None:
         slack.respond_with("apps.connections.open", {"ok": False, "error": "invalid_auth"})
         async with opsgate_run(tmp_path, llm, slack.url) as bot:
             assert await bot.exit_code() == 2, "\n".join(bot.lines)
-    assert f"opsgate: {connections_refused('invalid_auth')}" in bot.lines
+    assert f"opsgate: {SignInRefused.connections('invalid_auth')}" in bot.lines
 
 
 @pytest.mark.parametrize(

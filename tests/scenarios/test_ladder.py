@@ -10,8 +10,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from slack_sdk.web.async_client import AsyncWebClient
+
 from bot.approvals.pagerduty import PagerDutyOncall
 from bot.policy import Policy
+from bot.slack import user_by_email
 from tests.scenarios.test_app import ALICE, make_tools
 from tests.support.harness import TEAM, Bot, running_bot
 from tests.support.pagerduty import PagerDutyStandIn
@@ -320,9 +323,12 @@ async def test_pagerduty_on_call_changes_between_card_and_click(tmp_path: Path) 
             assert "U0OLD" in str(card["params"].get("blocks"))
             pd.oncall["PSCHED1"] = "new@example.com"
             clock.now += timedelta(seconds=61)  # the answer is stale: ask PagerDuty again
-            paging = getattr(policy.paged, "__self__", None)  # the bound `known` of the bot's
+            paging = bot.deps.paging  # the policy the bot decides with was built with it
             assert isinstance(paging, PagerDutyOncall)
-            await paging.refresh("PSCHED1")  # what the background refresh does every 20 s
+            assert getattr(bot.deps.policy.paged, "__self__", None) is paging
+            # What the background refresh does every 20 s:
+            web = AsyncWebClient(token="xoxb-test-token", base_url=slack.url)
+            await paging.refresh("PSCHED1", user_by_email(web))
             await bot.click("opsgate_approve", card["ledger_id"], user="U0OLD")
             await bot.settle()
             row = await bot.deps.store.get_call(card["ledger_id"])

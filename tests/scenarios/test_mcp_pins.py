@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bot.cli.mcp_tools import print_pins
+from bot.cli._main import print_pins
 from bot.policy import Policy
 from bot.store import SQLiteStore
 from tests.scenarios.test_app import make_tools

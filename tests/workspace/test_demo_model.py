@@ -18,9 +18,8 @@ from agent_core.messages import TextDelta, ToolCallEnded
 from agent_core.openai import OpenAIChatClient
 from agent_core.tools import FunctionTool
 from bot.cli.policy import explain
-from bot.workspace.default_policy import workspace_policy
-from bot.workspace.demo_model import DEMO_MODEL, DEMO_NOTE, DemoModel
-from bot.workspace.directory import PEOPLE
+from bot.workspace.directory import PEOPLE, workspace_policy
+from bot.workspace.startup import DEMO_MODEL, DEMO_NOTE, DemoModel
 from tests.support.loopback import serve_on_loopback
 
 

@@ -11,7 +11,7 @@ import pytest
 from bot.errors import SettingsError
 from bot.settings import Settings, load_settings
 from bot.workspace import local_settings
-from bot.workspace.demo_model import DEMO_MODEL
+from bot.workspace.startup import DEMO_MODEL
 from bot.workspace.state import OpenView, WorkspaceState, state_path
 
 
