@@ -351,7 +351,7 @@ def slack_bot(
         return await service.home.view(user, team=team)
 
     # A change a card shows writes the card's redraw in its own transaction; the sender draws
-    # it from the call's state when it sends it (`bot.slack.redraws`).
+    # it from the call's state when it sends it (`bot.slack.cards`).
     outbox = SlackOutbox(
         deps.store,
         client,

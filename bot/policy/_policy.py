@@ -70,11 +70,11 @@ class Policy(Model):
     audit: AuditPolicy = AuditPolicy()
     """`[audit]`: the audit log's export (a webhook)."""
     freezes: tuple[FreezeSpec, ...] = ()
-    """`[[freezes]]`: change freezes (`bot.policy._freezes`)."""
+    """`[[freezes]]`: change freezes (`bot.policy._model`)."""
     shadow: ShadowSection = ShadowSection()
-    """`[shadow]`: a policy judged beside this one, not acted on (`bot.runs.shadow`)."""
+    """`[shadow]`: a policy judged beside this one, not acted on (`bot.runs.context`)."""
     mcp: McpReviewSection = McpReviewSection()
-    """`[mcp]`: the review of changed MCP tool definitions (`bot.slack.mcp_review`)."""
+    """`[mcp]`: the review of changed MCP tool definitions (`bot.slack.listeners.cards`)."""
     oncall: dict[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]+$")], OncallSpec] = Field(
         default_factory=dict
     )

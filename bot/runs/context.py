@@ -191,7 +191,7 @@ class RunContext:
     """Rung when an outside request's call was decided (`bot.plane` waits on it)."""
     replay: Replay | None = None
     """How the front end handles again a request an earlier process saved but never handled
-    (Slack: `bot.slack.intake.replayer`); None: such requests are only marked done."""
+    (Slack: `bot.slack.app.replayer`); None: such requests are only marked done."""
 
 
 async def thread_of(ctx: RunContext, row: ToolCallRow) -> Thread | None:

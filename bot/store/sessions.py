@@ -282,7 +282,7 @@ class RunTimelines(StoreCore):
 # -- conversations in Slack's AI-app container -------------------------------------------------
 # Which channel each one's user looks at, which channel its last run started with, and whether
 # its first request has named it; in the database, so every process gives a run the channel
-# its user moved to last (the run service decides which channels count: `bot.runs.container`).
+# its user moved to last (the run service decides which channels count: `bot.runs.context`).
 
 _KEY = "team_id = :team AND channel_id = :channel AND thread_ts = :ts"
 

@@ -180,7 +180,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         11,
-        # The one intake (`bot.slack.intake`) saves every request Slack sends, of whatever
+        # The one intake (`bot.slack.app`) saves every request Slack sends, of whatever
         # kind, as an inbox row of kind 'request' before its acknowledgement. SQLite cannot
         # alter a CHECK: the table is rebuilt with its rows (same ids, so AUTOINCREMENT goes
         # on from where it was).
