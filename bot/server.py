@@ -21,10 +21,10 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
 
-from .approvals.pagerduty import start_pagerduty
 from .observability import HealthServerError, Metrics
 from .observability.health import ReadinessCheck, add_operations_routes, mcp_quarantine_note
 from .observability.tracing import configure_tracing
+from .pagerduty import start_pagerduty
 from .plane.http import PlaneRoutes, plane_desk
 from .runs.replicas import start_replica_duties
 from .runs.service import RunService

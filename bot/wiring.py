@@ -33,10 +33,10 @@ from agent_core import (
 from agent_core.openai import OpenAIChatClient
 
 from .approvals import Approvals, FetchMembers
-from .approvals.pagerduty import PagerDutyOncall, pagerduty_paging
 from .observability import Metrics, ReadinessCheck
 from .observability.audit_export import AuditExporter
 from .observability.health import database_check, outbox_check
+from .pagerduty import PagerDutyOncall, pagerduty_paging
 from .policy import Policy, ladder_tick
 from .runs import RunService, ThreadOutput
 from .runs.context import ChannelInstructions, Deadlines, RunContext, load_shadow

@@ -153,7 +153,7 @@ class McpServerConfig(_Model):
     approval: McpApprovalMode = "annotations"
     pin: StrictBool = True
     """Pin each tool's definition at first sight and quarantine it when the server changes it
-    (`bot.tools.mcp.tool`); false turns that off for this server (loudly, at start-up)."""
+    (`bot.tools.mcp_tool`); false turns that off for this server (loudly, at start-up)."""
     timeout: Duration = DEFAULT_START_TIMEOUT
     """The longest the server may take to start and list its tools."""
     call_timeout: Duration = DEFAULT_CALL_TIMEOUT

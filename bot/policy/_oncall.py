@@ -58,14 +58,14 @@ __all__ = [
 ]
 
 Paged = Callable[[str], "str | None"]
-"""Who PagerDuty says is on call for a schedule id, as last fetched (`bot.approvals.pagerduty`);
+"""Who PagerDuty says is on call for a schedule id, as last fetched (`bot.pagerduty`);
 None: nobody known (fail closed)."""
 Unpaged = Callable[[str], str]
 """Why PagerDuty names nobody for a schedule id ("PagerDuty unreachable since 14:02 UTC")."""
 
 
 class Paging(Protocol):
-    """Who a paging service says is on call per schedule (`bot.approvals.pagerduty`), as a
+    """Who a paging service says is on call per schedule (`bot.pagerduty`), as a
     policy built with it (`Policy.paged_by`) asks it."""
 
     def known(self, schedule: str) -> str | None:

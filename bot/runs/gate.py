@@ -1,4 +1,4 @@
-"""The run service's side of the one gate (`bot.approvals.authorize`): every step that decides,
+"""The run service's side of the one gate (`bot.approvals`): every step that decides,
 edits, allows, cancels, withdraws, revokes or shows buttons asks through `authorize_on`, with
 the session's workspace and the policy's verdict on the call always given, so no step can
 forget a rule. That verdict (`call_decision`: the policy on the call as it would run now, its

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from ..policy import McpServerConfig
 from ..store import ListedTool, McpPin, Store
 from ..tools.mcp import McpTool
-from ..tools.mcp.tool import ToolDefinition, changed_fields, definition_of
+from ..tools.mcp_tool import ToolDefinition, changed_fields, definition_of
 from .context import RunContext
 
 __all__ = ["ToolReview", "pin_mcp_tools", "repin_listing", "review_tool"]

@@ -38,7 +38,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from ..approvals import FetchMembers
-from ..approvals.pagerduty import LookupEmail
+from ..pagerduty import LookupEmail
 from ..runs.inbox import MessageDelivery, Replay, RequestDelivery, SlashDelivery
 from ..runs.notices import NotSaved
 from ..runs.output import Thread
@@ -107,7 +107,7 @@ def group_members(client: AsyncWebClient) -> FetchMembers:
 
 def user_by_email(client: AsyncWebClient) -> LookupEmail:
     """How PagerDuty's on-call email becomes a Slack user (`users.lookupByEmail`, scope
-    `users:read.email`): `bot.approvals.pagerduty`."""
+    `users:read.email`): `bot.pagerduty`."""
 
     async def lookup(email: str) -> str | None:
         response = await client.users_lookupByEmail(email=email)

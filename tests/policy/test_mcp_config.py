@@ -20,7 +20,7 @@ from bot.tools.mcp import (
     expand_variables,
     server_environment,
 )
-from bot.tools.mcp.tool import cap, result_text
+from bot.tools.mcp_tool import cap, result_text
 
 
 def config(**values: Any) -> McpServerConfig:

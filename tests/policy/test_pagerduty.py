@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.approvals.pagerduty import PagerDutyOncall
+from bot.pagerduty import PagerDutyOncall
 from bot.policy import Policy, PolicyError
 from tests.support.pagerduty import PagerDutyStandIn
 from tests.support.slack_api import SlackAPIStandIn

@@ -1,6 +1,6 @@
 """One gate and one intake, through the real app over signed loopback HTTP: every action
 listener and modal handler Bolt has registered refuses a click that hides its workspace (they
-all ask `bot.approvals.authorize`), and every request of every registered kind is saved with
+all ask `bot.approvals`), and every request of every registered kind is saved with
 its dedupe key before its listener runs (so before any acknowledgement)."""
 
 from __future__ import annotations

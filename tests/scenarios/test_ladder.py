@@ -12,7 +12,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.approvals.pagerduty import PagerDutyOncall
+from bot.pagerduty import PagerDutyOncall
 from bot.policy import Policy
 from bot.slack import user_by_email
 from tests.scenarios.test_app import ALICE, make_tools

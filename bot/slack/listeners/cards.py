@@ -28,7 +28,7 @@ from ...runs.service import RunService
 from ...runs.tool_pins import ToolReview
 from ...runs.views import AllowForm, EditForm
 from ...store import McpPin, OutboxEntry, Store
-from ...tools.mcp.tool import ToolDefinition, changed_fields
+from ...tools.mcp_tool import ToolDefinition, changed_fields
 from ..answers import refusal_text
 from ..freezes import break_glass_modal, glass_reason
 from ..ids import BLOCK_GLASS_REASON, click_of, clicker, submitted, trigger_of

@@ -22,9 +22,9 @@ from typing import Final
 
 import httpx
 
-from ..policy import Policy
-from ..settings import Settings
-from ..tasks import TaskSupervisor
+from .policy import Policy
+from .settings import Settings
+from .tasks import TaskSupervisor
 
 __all__ = [
     "FRESH",

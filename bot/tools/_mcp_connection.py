@@ -53,9 +53,9 @@ from bot.observability.metrics import McpCallOutcome
 from bot.policy import McpServerConfig
 from bot.words import format_duration
 
-from ..command import BASE_NAMES, tool_environment
-from ..command import expand_variables as expand
-from .tool import ListChanges, list_tools, result_text
+from .command import BASE_NAMES, tool_environment
+from .command import expand_variables as expand
+from .mcp_tool import ListChanges, list_tools, result_text
 
 __all__ = [
     "ENV_PROGRAM",

@@ -1,4 +1,7 @@
-"""`McpServers`: every configured MCP server started, and its tools as agent_core `Tool`s.
+"""MCP tool servers from the policy file's `[mcp_servers.NAME]` (`bot.policy`, which also gates
+each call), offered as `NAME__TOOL` tools and kept connected: `McpServers`, every configured
+server started, and its tools as agent_core `Tool`s. A server's connection is
+`_mcp_connection.py`; a tool's definition, call and pin check are `mcp_tool.py`.
 
 `check_servers` is the same start-up for `opsgate check`: one line per server.
 
@@ -23,10 +26,34 @@ import mcp_types as types
 from bot.errors import McpConfigError, McpServerError, McpStartError
 from bot.policy import McpServerConfig, qualified_name
 
-from ._connection import McpObserver, ServerConnection, describe_failure
-from .tool import McpAnnotations, McpTool
+from ._mcp_connection import (
+    INHERITED,
+    McpObserver,
+    NoMcpObserver,
+    ServerConnection,
+    describe_failure,
+    expand_variables,
+    server_environment,
+)
+from .mcp_tool import McpAnnotations, McpTool
 
-__all__ = ["McpServers", "Relisted", "ServerCheck", "check_servers", "start_mcp_servers"]
+__all__ = [
+    "INHERITED",
+    "McpAnnotations",
+    "McpConfigError",
+    "McpObserver",
+    "McpServerError",
+    "McpServers",
+    "McpStartError",
+    "McpTool",
+    "NoMcpObserver",
+    "Relisted",
+    "ServerCheck",
+    "check_servers",
+    "expand_variables",
+    "server_environment",
+    "start_mcp_servers",
+]
 
 Relisted = Callable[[str, tuple[McpTool, ...]], Awaitable[None]]
 """Told of a running server's new listing: its name and the tools it lists now."""

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Literal
 
-from ..policy import GateDecision, Policy
+from .policy import GateDecision, Policy
 
 __all__ = [
     "Action",
