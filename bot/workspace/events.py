@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from .directory import BOT, TEAM, channel_by_id, person
+from .state import BOT, TEAM, channel_by_id, person
 
 __all__ = [
     "BotReply",

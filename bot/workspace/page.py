@@ -20,7 +20,8 @@ from aiohttp import web
 
 from ..policy import Policy
 from . import events
-from .directory import (
+from .events import EventSender
+from .state import (
     ALERT_BOT,
     BOT,
     CHANNELS,
@@ -28,12 +29,11 @@ from .directory import (
     TEAM,
     Channel,
     PolicyText,
+    WorkspaceState,
     channel_named,
     dm_of,
     person,
 )
-from .events import EventSender
-from .state import WorkspaceState
 
 __all__ = ["Page"]
 

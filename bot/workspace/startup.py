@@ -35,10 +35,9 @@ from ..settings import Settings
 from ..slack.mrkdwn import user_mention
 from ..tools import protect_process_environment
 from ..wiring import open_deps
-from .directory import workspace_policy
 from .events import EventSender
 from .page import Page
-from .state import WorkspaceState, state_path
+from .state import WorkspaceState, state_path, workspace_policy
 from .web_api import WebAPI
 
 __all__ = [

@@ -14,8 +14,17 @@ from typing import Any
 
 from aiohttp import web
 
-from .directory import BOT, PEOPLE, TEAM, TEAM_NAME, channel_by_id, person
-from .state import OpenView, WorkspaceState, home_view_id
+from .state import (
+    BOT,
+    PEOPLE,
+    TEAM,
+    TEAM_NAME,
+    OpenView,
+    WorkspaceState,
+    channel_by_id,
+    home_view_id,
+    person,
+)
 
 __all__ = ["SlackError", "WebAPI", "parse_params", "stream_chunks", "stream_text"]
 

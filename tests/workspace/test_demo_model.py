@@ -18,8 +18,8 @@ from agent_core.messages import TextDelta, ToolCallEnded
 from agent_core.openai import OpenAIChatClient
 from agent_core.tools import FunctionTool
 from bot.cli.policy import explain
-from bot.workspace.directory import PEOPLE, workspace_policy
 from bot.workspace.startup import DEMO_MODEL, DEMO_NOTE, DemoModel
+from bot.workspace.state import PEOPLE, workspace_policy
 from tests.support.loopback import serve_on_loopback
 
 

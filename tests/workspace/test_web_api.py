@@ -18,8 +18,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.workspace import events
-from bot.workspace.directory import BOT, TEAM
-from bot.workspace.state import WorkspaceState
+from bot.workspace.state import BOT, TEAM, WorkspaceState
 from bot.workspace.web_api import WebAPI
 from tests.support.loopback import serve_on_loopback
 from tests.support.slack_api import SlackAPIStandIn
