@@ -158,3 +158,71 @@ def test_a_step_naming_what_is_not_there_is_found(tmp_path: Path) -> None:
     module.write_text("class A:\n    async def b(self) -> None: ...\n\ndef c() -> None: ...\n")
     assert _defines(module, "A.b") and _defines(module, "c")
     assert not _defines(module, "A.c") and not _defines(module, "b") and not _defines(module, "B.b")
+
+
+def _layers() -> list[list[str]]:
+    """The layer order the document gives ("Imports run one way, down this order: ..."), each
+    layer as the dotted modules or packages it holds, highest first."""
+    text = " ".join(DOC.read_text(encoding="utf-8").split())
+    order = text.split("Imports run one way, down this order:", 1)[1].split(". A lower layer", 1)[0]
+    layers = []
+    for step in order.split("→"):
+        names = []
+        for written in re.findall(r"`([^`]+)`", step):
+            path = written.rstrip("/").removesuffix(".py")
+            names.append(path.replace("/", ".") if "/" in written else f"bot.{path}")
+        layers.append(names)
+    return layers
+
+
+def _layer_of(module: str, layers: list[list[str]]) -> tuple[int, str] | None:
+    for rank, names in enumerate(layers):
+        for name in names:
+            if module == name or module.startswith(name + "."):
+                return rank, name
+    return None
+
+
+def _imports(path: Path, module: str) -> list[tuple[int, str]]:
+    """Every module `path` imports, with its line: at the top, in functions and under
+    `TYPE_CHECKING` alike (a type-only import up a layer is still a layer known from below)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*parts, base] if base else parts)
+            found.append((node.lineno, base))
+    return found
+
+
+def test_the_layer_order_names_every_top_level_part() -> None:
+    layers = _layers()
+    tops = {
+        f"bot.{p.stem}" if p.is_file() else f"bot.{p.name}"
+        for p in (ROOT / "bot").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()
+    }
+    assert not {top for top in tops if _layer_of(top, layers) is None}
+    assert _layer_of("agent_core", layers) is not None
+
+
+def test_no_import_runs_back_up_a_layer() -> None:
+    """The rule the document states: a lower layer takes what it needs of a higher one as a value
+    or a protocol, never by import."""
+    layers = _layers()
+    upward = []
+    for path in sorted([*(ROOT / "bot").rglob("*.py"), *(ROOT / "agent_core").rglob("*.py")]):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        mine = _layer_of(module, layers)
+        for line, target in _imports(path, module):
+            theirs = _layer_of(target, layers)
+            if mine and theirs and theirs[1] != mine[1] and theirs[0] < mine[0]:
+                upward.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert not upward, upward
