@@ -16,6 +16,7 @@ from ..runs.views import CardCall, CardDrawing, CardOutcome, CardRef
 from .cards import approval_card, card_text, decided_card, decided_text, minimal_blocks
 from .notices import card_file
 from .outbox import Renderer, Write
+from .turns import RUNS_NEXT
 
 __all__ = ["card_renderer", "card_update"]
 
@@ -55,6 +56,9 @@ def card_renderer(draw: Draw, drawn: Drawn) -> Renderer:
         async def sent(_answer: Mapping[str, Any]) -> None:
             await drawn(ledger_id, state)
 
-        return Write("chat.update", update, {"fallback": fallback}, sent)
+        outcome = drawing.outcome
+        runs = outcome is not None and outcome.status == "approved" and not outcome.ran
+        meta = {"fallback": fallback, RUNS_NEXT: runs}
+        return Write("chat.update", update, meta, sent)
 
     return render
