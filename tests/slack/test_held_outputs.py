@@ -94,3 +94,18 @@ async def test_while_reactions_are_spent_a_message_goes_without_eyes(tmp_path: P
         await s.output.react(THREAD, "1700000000.000300", True)
         await s.output.react(THREAD, "1700000000.000300", False)
         assert await s.owed() == 1  # neither the mark nor its removal
+
+
+async def test_outputs_said_at_once_in_a_channel_post_one_message_the_rest_are_held(
+    tmp_path: Path,
+) -> None:
+    """Runs resumed together say their outputs before any post went out (the bucket is still
+    full): the first is posted, the others see the channel's posts spoken for and are held."""
+    async with setup(tmp_path) as s:
+        others = [Thread("T1", THREAD.channel_id, f"1700000000.00020{i}") for i in range(3)]
+        for thread in [THREAD, *others]:
+            await s.output.say(thread, OUTPUT)
+        assert await s.owed() == 1
+        elsewhere = Thread("T1", "C2", "1700000000.000300")
+        await s.output.say(elsewhere, OUTPUT)  # another channel's posts are its own
+        assert await s.owed() == 2
