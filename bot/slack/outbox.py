@@ -49,6 +49,7 @@ __all__ = [
     "CARD",
     "HOME",
     "NOTICE",
+    "OWED_SECONDS",
     "REACTION",
     "UPLOAD",
     "OutboxObserver",
@@ -78,6 +79,9 @@ HOLD_SECONDS = 1.0
 """Longest a row waits in flight for its Slack bucket (`Pacer.due_in`); a row that would wait
 longer is put back until then, so that the sender's slots go to the rows whose bucket can take
 them now (a post in another channel, a card's redraw), not to a queue behind one bucket."""
+
+OWED_SECONDS = 10.0
+"""How long messages put for a channel count as owed there (`owes`), unless sent sooner."""
 
 _IN_FLIGHT = frozenset({ANSWER_ENDING, UPLOAD, "chat.update", "views.publish"})
 """Rows never put back for their budget (`_budget_wait`)."""
@@ -158,14 +162,11 @@ class OutboxObserver(Protocol):
 
 @dataclass
 class _Quiet:
-    def slack_write_dropped(self, reason: str) -> None:
-        return None
+    def slack_write_dropped(self, reason: str) -> None: ...
 
-    def outbox_depth(self, depth: Mapping[int, int], oldest_seconds: float) -> None:
-        return None
+    def outbox_depth(self, depth: Mapping[int, int], oldest_seconds: float) -> None: ...
 
-    def run_finished(self, outcome: Any) -> None:
-        return None
+    def run_finished(self, outcome: Any) -> None: ...
 
 
 class SlackOutbox:
@@ -210,6 +211,8 @@ class SlackOutbox:
         """Rows this process put and finished, per thread (what `settled` waits on)."""
         self._owed_in: dict[str, int] = {}
         """Of those, the rows put and not finished yet, per channel (`owes`)."""
+        self._owed_at: dict[str, datetime] = {}
+        """When the last of them was put, per channel."""
         self._done = asyncio.Condition()
         self._reported = clock()
         self._renderers: dict[str, Renderer] = dict(renderers or {})
@@ -251,6 +254,7 @@ class SlackOutbox:
             if thread := _ordered(entry.channel_id, entry.key, entry.priority, entry.params):
                 self._put_in[thread] = self._put_in.get(thread, 0) + 1
                 self._owed_in[thread[0]] = self._owed_in.get(thread[0], 0) + 1
+                self._owed_at[thread[0]] = self.clock()
         self._bell()
 
     # -- answers' endings (`bot.slack.endings`): the `AnswerKeeper` of a streamed reply --------
@@ -300,19 +304,17 @@ class SlackOutbox:
         notices said before it."""
         thread = (channel, thread_ts)
         owed = self._put_in.get(thread, 0)
-
-        async def done() -> None:
-            async with self._done:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout), self._done:
                 await self._done.wait_for(lambda: self._done_in.get(thread, 0) >= owed)
 
-        if self._done_in.get(thread, 0) < owed:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await done()
-
     def owes(self, channel: str, thread_ts: str) -> bool:
-        """Messages this process put for other threads of `channel` are not sent yet (the
-        channel's posts are spoken for: a storm there)."""
+        """Messages this process put for other threads of `channel` in the last `OWED_SECONDS`
+        are not sent yet (the channel's posts are spoken for: a storm there). Older ones are
+        not counted: another replica may have sent them."""
+        put = self._owed_at.get(channel)
+        if put is None or (self.clock() - put).total_seconds() > OWED_SECONDS:
+            return False
         thread = (channel, thread_ts)
         own = self._put_in.get(thread, 0) - self._done_in.get(thread, 0)
         return self._owed_in.get(channel, 0) > own
