@@ -16,8 +16,11 @@ calls the bot chose: one `chat.postMessage` per answer (a long answer: one per `
 characters, at most `MAX_MESSAGES`, the rest in a file), one per approval card, one
 `chat.update` per decided card, one `views.publish` per Home tab shown. For each bucket (per
 channel for `chat.postMessage`, per workspace for the others) `(calls - burst) / rate`; the
-floor is the longest of them, or the time the storm's last event was sent when that is later
-(the bot cannot answer what has not arrived). Times are in Slack's seconds: `SPEED` runs the
+floor is the longest of them, or the time the storm's last event (a mention, a click, a Home
+tab opened) was acknowledged when that is later (the bot cannot answer what has not arrived).
+Where every card is decided in the storm's last burst of clicks, their redraws (and the Home
+tabs the decisions change) can only follow it: the floor is then at least that arrival plus
+those calls' own drain. Times are in Slack's seconds: `SPEED` runs the
 buckets faster than the clock on both sides (stand-in and pacer), so a storm of Slack minutes
 takes clock seconds; the bot's own work runs at the clock's pace, so it weighs `SPEED` times
 more here than it would against Slack. Beside each storm: the calls the bot made per method
@@ -102,10 +105,18 @@ class Needs:
 
     posts: tuple[int, ...]
     calls: Mapping[str, int] = field(default_factory=dict)
+    after: Mapping[str, int] = field(default_factory=dict)
+    """Of `calls`, those that can only follow the storm's last event (the redraws of cards all
+    decided in its last burst of clicks, the Home tabs those decisions change)."""
 
-    def floor(self) -> tuple[float, str]:
-        """The longest bucket's drain in Slack seconds, and which bucket it is."""
-        longest, which = 0.0, "-"
+    def floor(self, arrival: float) -> tuple[float, str]:
+        """The longest bucket's drain in Slack seconds, or the last event's `arrival` (plus
+        the drain of the calls only it allows), and which it is."""
+        longest, which = arrival, "the last event's arrival"
+        for method, n in self.after.items():
+            limit = METHOD_LIMITS[method]
+            if (seconds := arrival + max(0, n - limit.burst) * limit.seconds_per_call) > longest:
+                longest, which = seconds, f"the last event, then {method} x{n}"
         for method, n in self.calls.items():
             limit = METHOD_LIMITS[method]
             if (seconds := (n - limit.burst) * limit.seconds_per_call) > longest:
@@ -148,9 +159,11 @@ class StormCase:
     """Its runs are cut by a restart first: the drain is timed from the new start."""
 
 
-def _approved(n: int, channels: int) -> Needs:
-    """`n` alerts, each a card, its redraw and one answer."""
-    return Needs(tuple(2 * k for k in _spread(n, channels)), {"chat.update": n})
+def _approved(n: int, channels: int, *, at_once: bool = False) -> Needs:
+    """`n` alerts, each a card, its redraw and one answer; `at_once`: every card decided in
+    the storm's last burst of clicks (no redraw can come before it)."""
+    redraws = {"chat.update": n}
+    return Needs(tuple(2 * k for k in _spread(n, channels)), redraws, redraws if at_once else {})
 
 
 STORMS: list[StormCase] = [
@@ -172,7 +185,7 @@ STORMS: list[StormCase] = [
     StormCase(
         "30 approvals in a burst over 10 channels",
         lambda s: approvals_burst(s, 30, channels=10),
-        _approved(30, 10),
+        _approved(30, 10, at_once=True),
     ),
     StormCase(
         "6 answers of 30,000 characters",
@@ -185,6 +198,7 @@ STORMS: list[StormCase] = [
         Needs(
             tuple(2 * k for k in _spread(HOME_PEOPLE, 4)),
             {"chat.update": HOME_PEOPLE, "views.publish": 2 * HOME_PEOPLE},
+            {"chat.update": HOME_PEOPLE, "views.publish": HOME_PEOPLE},
         ),
         home_policy(HOME_PEOPLE),
     ),
@@ -298,10 +312,7 @@ class FleetStorm(Storm):
         # Each `Bot` numbers its messages from 1: the fleet's must not share a ts.
         self._mentions += 1
         ts = f"17{self._mentions:08d}.000100"
-        try:
-            return await self.timed(self._pick().mention(text, channel=channel, user=user, ts=ts))
-        finally:
-            self.mentioned = time.monotonic()
+        return await self.timed(self._pick().mention(text, channel=channel, user=user, ts=ts))
 
     async def approve(self, ledger_id: str, user: str = "U0BOB") -> None:
         response = await self.timed(self._pick().click("opsgate_approve", ledger_id, user=user))
@@ -381,13 +392,11 @@ async def run(case: StormCase, dbs: Callable[[], Awaitable[list[str]]], checks: 
                     storm.bot, storm.fleet = fleet.bots[0], fleet  # type: ignore[attr-defined]
                     llm_release(llm)
                 # The restart is its storm's last event: the mentions came before it.
-                last_event = max(storm.mentioned, time.monotonic() if case.restart else 0.0)
+                last_event = max(storm.arrived, time.monotonic() if case.restart else 0.0)
                 await fleet.settle()
                 drained = (time.monotonic() - started_at) * SPEED
                 found = check() + problems(storm, dropped=fleet.dropped())
-        floor, bucket = case.needs.floor()
-        if (arrival := (last_event - started_at) * SPEED) > floor:
-            floor, bucket = arrival, "the last event's arrival"
+        floor, bucket = case.needs.floor((last_event - started_at) * SPEED)
         ack = f"{max(storm.acks):.2f} s" if storm.acks else "-"
         checks.check(not found, f"{case.name}: nothing lost {'; '.join(found[:3])}".strip())
         checks.check(drained <= BAR * floor, f"{case.name}: within {BAR}x of the floor")

@@ -70,6 +70,7 @@ from .mrkdwn import (
     user_mention,
 )
 from .outbox import Renderer, Write
+from .turns import RUNS_NEXT
 
 __all__ = [
     "SECTION_TEXT_MAX",
@@ -532,6 +533,9 @@ def card_renderer(draw: Draw, drawn: Drawn) -> Renderer:
         async def sent(_answer: Mapping[str, Any]) -> None:
             await drawn(ledger_id, state)
 
-        return Write("chat.update", update, {"fallback": fallback}, sent)
+        outcome = drawing.outcome
+        runs = outcome is not None and outcome.status == "approved" and not outcome.ran
+        meta = {"fallback": fallback, RUNS_NEXT: runs}
+        return Write("chat.update", update, meta, sent)
 
     return render

@@ -13,9 +13,10 @@ counted; a write still rate limited past the pacer's deadline is dropped too, an
 once.
 
 The workspace-wide buckets (`chat.update`, Tier 3; `views.publish`) go to what a person waits
-for first: while a bucket is short, a row waits for a call of it (`_turn`) rather than queueing
-at the pacer (first come, first served), and a row after the answers (a queued notice's edit, a
-Home tab) lets the cards' redraws waiting for it go first. A keyed row superseded while it
+for first: while a bucket is short, a row waits for a call of it rather than queueing at the
+pacer (first come, first served), a row after the answers (a queued notice's edit, a Home tab)
+lets the cards' redraws waiting for it go first, and in a storm a card's redraw settles for its
+call's result (`bot.slack.turns`). A keyed row superseded while it
 waited is not sent at all (the store's `outbox_superseded`: its newer row draws the latest
 state), so a card's redraw after its decision that waited until the call's result was written
 is sent once, showing both. Rows that settle (due a few seconds
@@ -40,13 +41,15 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ..settings import checkpoint
 from ..store import REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, OutboxWake
 from .endings import ANSWER_ENDING, Ending, finish_answer
-from .pacing import PutBack, RateLimited, bucket_short, pacer_of
+from .pacing import PutBack, RateLimited, pacer_of
+from .turns import RUNS_NEXT, Turns
 
 __all__ = [
     "ANSWER",
     "CARD",
     "HOME",
     "NOTICE",
+    "OWED_SECONDS",
     "REACTION",
     "UPLOAD",
     "OutboxObserver",
@@ -76,6 +79,9 @@ HOLD_SECONDS = 1.0
 """Longest a row waits in flight for its Slack bucket (`Pacer.due_in`); a row that would wait
 longer is put back until then, so that the sender's slots go to the rows whose bucket can take
 them now (a post in another channel, a card's redraw), not to a queue behind one bucket."""
+
+OWED_SECONDS = 10.0
+"""How long messages put for a channel count as owed there (`owes`), unless sent sooner."""
 
 _IN_FLIGHT = frozenset({ANSWER_ENDING, UPLOAD, "chat.update", "views.publish"})
 """Rows never put back for their budget (`_budget_wait`)."""
@@ -156,14 +162,11 @@ class OutboxObserver(Protocol):
 
 @dataclass
 class _Quiet:
-    def slack_write_dropped(self, reason: str) -> None:
-        return None
+    def slack_write_dropped(self, reason: str) -> None: ...
 
-    def outbox_depth(self, depth: Mapping[int, int], oldest_seconds: float) -> None:
-        return None
+    def outbox_depth(self, depth: Mapping[int, int], oldest_seconds: float) -> None: ...
 
-    def run_finished(self, outcome: Any) -> None:
-        return None
+    def run_finished(self, outcome: Any) -> None: ...
 
 
 class SlackOutbox:
@@ -206,12 +209,16 @@ class SlackOutbox:
         self._put_in: dict[tuple[str, str], int] = {}
         self._done_in: dict[tuple[str, str], int] = {}
         """Rows this process put and finished, per thread (what `settled` waits on)."""
+        self._owed_in: dict[str, int] = {}
+        """Of those, the rows put and not finished yet, per channel (`owes`)."""
+        self._owed_at: dict[str, datetime] = {}
+        """When the last of them was put, per channel."""
         self._done = asyncio.Condition()
         self._reported = clock()
         self._renderers: dict[str, Renderer] = dict(renderers or {})
         """The intents among the rows (e.g. `CARD_REDRAW`), and how each is drawn when sent."""
-        self._cards: dict[str, int] = {}
-        """Cards' redraws waiting for a call of each method (rows after them let them go)."""
+        self._turns = Turns(pacer_of(client))
+        """Rows' turns at the workspace-wide buckets: cards' redraws first."""
         self._later = PutBack()
         """Rows put back until their bucket can take them (`HOLD_SECONDS`)."""
 
@@ -246,6 +253,8 @@ class SlackOutbox:
         for entry in entries:
             if thread := _ordered(entry.channel_id, entry.key, entry.priority, entry.params):
                 self._put_in[thread] = self._put_in.get(thread, 0) + 1
+                self._owed_in[thread[0]] = self._owed_in.get(thread[0], 0) + 1
+                self._owed_at[thread[0]] = self.clock()
         self._bell()
 
     # -- answers' endings (`bot.slack.endings`): the `AnswerKeeper` of a streamed reply --------
@@ -295,15 +304,20 @@ class SlackOutbox:
         notices said before it."""
         thread = (channel, thread_ts)
         owed = self._put_in.get(thread, 0)
-
-        async def done() -> None:
-            async with self._done:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout), self._done:
                 await self._done.wait_for(lambda: self._done_in.get(thread, 0) >= owed)
 
-        if self._done_in.get(thread, 0) < owed:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await done()
+    def owes(self, channel: str, thread_ts: str) -> bool:
+        """Messages this process put for other threads of `channel` in the last `OWED_SECONDS`
+        are not sent yet (the channel's posts are spoken for: a storm there). Older ones are
+        not counted: another replica may have sent them."""
+        put = self._owed_at.get(channel)
+        if put is None or (self.clock() - put).total_seconds() > OWED_SECONDS:
+            return False
+        thread = (channel, thread_ts)
+        own = self._put_in.get(thread, 0) - self._done_in.get(thread, 0)
+        return self._owed_in.get(channel, 0) > own
 
     @property
     def idle(self) -> bool:
@@ -415,6 +429,8 @@ class SlackOutbox:
             thread = _ordered(row.channel_id, row.key, row.priority, row.params)
             if thread is not None and row.id not in self._later:  # not put back: done
                 self._done_in[thread] = self._done_in.get(thread, 0) + 1
+                if (left := self._owed_in.pop(thread[0], 0) - 1) > 0:
+                    self._owed_in[thread[0]] = left
                 async with self._done:
                     self._done.notify_all()
 
@@ -427,33 +443,6 @@ class SlackOutbox:
             return Write(method, params, meta)
         await checkpoint("redraw_claimed")  # crash tests: the redraw owed, not yet sent
         return await renderer(params, retried)
-
-    async def _turn(self, row: OutboxRow, method: str) -> bool:
-        """Wait while the row's workspace-wide bucket is short: a card's redraw for a call of
-        it, a row after the answers (a notice's edit, a Home tab) also while a card's redraw
-        waits for the same bucket, so cards go first. Each time it may go after a wait, it
-        asks whether a newer row of its key superseded it (False: done, unsent). It returns
-        True without a pause once it may go, so the caller's send reserves that call before
-        any other task runs (the pacer serves first come)."""
-        short = bucket_short(self.client)
-        if short is None or method == "chat.postMessage" or ANSWER <= row.priority < NOTICE:
-            return True  # answers, and a channel's own post bucket, wait for nobody
-        card = row.priority < ANSWER
-
-        def blocked() -> bool:
-            return short(method) or (not card and self._cards.get(method, 0) > 0)
-
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _TURN_MAX  # then in turn, as any call
-        self._cards[method] = self._cards.get(method, 0) + card
-        try:
-            while blocked() and loop.time() < deadline:
-                await asyncio.sleep(_TURN_SECONDS)
-                if not blocked() and await self._superseded(row):
-                    return False
-            return True
-        finally:
-            self._cards[method] -= card
 
     async def _superseded(self, row: OutboxRow) -> bool:
         """A keyed row (a card's redraw, a notice, a Home tab; not an answer's) that a newer
@@ -500,8 +489,21 @@ class SlackOutbox:
         if (wait := self._budget_wait(row, write)) > HOLD_SECONDS:
             await self._put_back(row, wait)
             return
-        if await self._turn(row, write.method):  # else superseded: its newer row draws it
+        if await self._turn(row, write):  # else superseded: its newer row draws it
             await self._deliver_write(row, write)
+
+    async def _turn(self, row: OutboxRow, write: Write) -> bool:
+        """The row's turn at its workspace-wide bucket (`bot.slack.turns`): answers, and a
+        channel's own post bucket, wait for nobody."""
+        if write.method == "chat.postMessage" or ANSWER <= row.priority < NOTICE:
+            return True
+        return await self._turns.wait(
+            write.method,
+            card=row.priority < ANSWER,
+            key=row.key,
+            superseded=lambda: self._superseded(row),
+            runs_next=bool(write.meta.get(RUNS_NEXT)),
+        )
 
     async def _deliver_write(self, row: OutboxRow, write: Write) -> None:
         try:
@@ -567,12 +569,6 @@ class SlackOutbox:
         if row is not None and row.method == ANSWER_ENDING:
             # The run ended (counted) when its ending was stored; Slack never showed it.
             self.observer.run_finished("answer_lost")
-
-
-_TURN_SECONDS = 0.05
-"""How often a row waiting for its bucket to refill looks again."""
-_TURN_MAX = 30.0
-"""Longest a row lets others go first (a storm of cards never starves a notice for good)."""
 
 
 _LATE = "_The end of this answer could not be shown: Slack kept asking me to slow down._"

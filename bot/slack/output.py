@@ -82,7 +82,7 @@ class SlackThreadOutput:
         """The Slack-only calls the listeners make (the run service never does)."""
         self.queue = queue
         """Each channel's one "queued" notice per burst (`bot.slack.queue_notice`)."""
-        self.held = HeldOutputs(_posts_short(client))
+        self.held = HeldOutputs(_posts_short(client, outbox))
         """Command outputs shown in the next answer while posts are short (a storm)."""
         self.unmarked: set[tuple[str, str]] = set()
         """Messages left without 👀 while `reactions.add` had no budget (nor their removal)."""
@@ -437,11 +437,16 @@ class SlackReplies:
             logger.warning("could not list allowances for %s", user, exc_info=True)
 
 
-def _posts_short(client: AsyncWebClient) -> Callable[[str], bool] | None:
-    """The paced client's "this channel's posts are being spent" test (a storm there)."""
+def _posts_short(client: AsyncWebClient, outbox: SlackOutbox) -> Callable[[Thread], bool] | None:
+    """The paced client's "the thread's channel's posts are being spent" test (a storm there):
+    its bucket is, or messages put for its other threads are still to be sent (runs saying
+    their outputs at once find the bucket full, and each would post)."""
     if (pacer := pacer_of(client)) is None:
         return None
-    return lambda channel: pacer.busy("chat.postMessage", channel)
+    return lambda thread: (
+        pacer.busy("chat.postMessage", thread.channel_id)
+        or outbox.owes(thread.channel_id, thread.thread_ts)
+    )
 
 
 def _reaction_slot(client: AsyncWebClient) -> bool:

@@ -13,7 +13,8 @@ stored before the stream is stopped, and finished from there if the stop does no
 Streams spend `chat.startStream` and `chat.stopStream`, Tier 2: 20 a minute for the whole
 workspace, where `chat.postMessage` has about one a second in each channel. So an answer streams
 only when a stream slot is free within `START_WITHIN` of its first text (`stream_slot`, the
-pacer's `claim`); otherwise it is posted instead, in whole messages (no edits either: those are
+pacer's `claim`), and each further message of a long answer, a stream of its own, asks again;
+otherwise it is posted instead, in whole messages (no edits either: those are
 `chat.update`, Tier 3, workspace-wide too), the last one with its closing blocks when the
 answer is done. An answer complete before a stream could start is thus one post.
 """
@@ -107,9 +108,12 @@ class ThreadReply:
         """Where the answer's ending is kept until Slack shows it (`bot.slack.endings`)."""
         self.stream_slot = stream_slot
         """Takes a `chat.startStream` slot free within `START_WITHIN`, or says there is none
-        (then the answer is posted in whole messages); None: always stream."""
+        (then the rest of the answer is posted in whole messages), before each stream starts;
+        None: always stream."""
         self._whole = False
         """Posted in whole messages: nothing is sent of a message until it is full or ends."""
+        self._slot = False
+        """A stream slot was asked for the message being written (`_slot_for_stream`)."""
         self.raw: list[str] = []
         """The whole answer as the model wrote it: the attached file when it is too long."""
         self.text = f"{lead}\n\n" if lead else ""
@@ -144,10 +148,7 @@ class ThreadReply:
         if self._full or not shown:
             return
         self.text += escape_mrkdwn(shown)
-        if self.use_streaming and not self.started and self.stream_slot is not None:
-            slot, self.stream_slot = self.stream_slot, None
-            if not slot():  # no stream could start soon: post it instead, whole
-                self.use_streaming, self._whole = False, True
+        self._slot_for_stream()
         while len(self.text) > self._limit:
             last = self._finished + 1 >= self.max_messages
             cut = split_point(self.text, self._limit - (len(MORE_IN_FILE) if last else 0))
@@ -174,9 +175,21 @@ class ThreadReply:
         if waiting >= flush_chars or (waiting > 0 and (due or not self.started)):
             await self._send()
 
+    def _slot_for_stream(self) -> bool:
+        """Whether the message being written streams: a stream about to start takes its
+        `chat.startStream` slot first (each message of a long answer is a stream of its own);
+        with none free within `START_WITHIN`, the rest of the answer is posted whole."""
+        if self.use_streaming and self._stream is None and not self._slot and self.stream_slot:
+            self._slot = True
+            if not self.stream_slot():
+                self.use_streaming, self._whole = False, True
+        return self.use_streaming
+
     async def _send(self) -> None:
         """Give Slack the current message's waiting text."""
         await self._before()
+        if self.use_streaming and not self._slot_for_stream():
+            return  # posted whole from here: nothing is sent until a message is full or ends
         if self.use_streaming:
             try:
                 await self._stream_send()
@@ -236,6 +249,7 @@ class ThreadReply:
 
     def _reset(self) -> None:
         self._finished += 1
+        self._slot = False
         self.text, self._sent, self._posted_ts = "", 0, None
         self._last_send = self.clock()
 

@@ -23,7 +23,10 @@ short (`chat.startStream`, Tier 2; `chat.update` without streaming), a timeline 
 held instead of started for its first `STORM_GRACE` seconds, and while every task it holds waits
 for approval (the cards show those); one that is closed while held is never shown (the run's
 answer and its cards say how it went), so a run that ends within a few seconds of a storm costs
-no timeline call at all. A timeline already shown as an edited message is edited at most once
+no timeline call at all. A timeline whose every task waits for approval is not started
+either while that bucket is merely being spent (part of its burst went in the last seconds):
+shown, it would cost an edit more when the run resumes, to say what the cards say. A timeline
+already shown as an edited message is edited at most once
 per `STORM_EDIT_EVERY` while `chat.update` is short (the changes between join the next edit; its
 last edit is never held).
 """
@@ -46,7 +49,7 @@ from ..runs.timeline import AssistantStatus, Task, Waiting, Working
 from ..words import format_duration
 from .ids import SLACK_ERRORS, slack_error
 from .mrkdwn import escape_cut, one_line, user_mention
-from .pacing import bucket_short
+from .pacing import bucket_short, pacer_of
 
 __all__ = [
     "CONTEXT_TEXT_MAX",
@@ -262,6 +265,9 @@ class SlackTimeline:
         self.use_streaming = recipient_user_id is not None
         self._short = bucket_short(client)
         """`short(method)`: the paced client has no call of `method` to spend right now."""
+        pacer = pacer_of(client)
+        self._busy = pacer.busy if pacer is not None else None
+        """`busy(method)`: part of `method`'s burst went in the last seconds (a storm)."""
         self._clock = clock
         self._born = clock()
         self._wrote = 0.0
@@ -310,9 +316,12 @@ class SlackTimeline:
         if closing and self._stormed:
             return True
         first = "chat.startStream" if self.use_streaming else "chat.update"
+        waiting = all(task.status == "waiting" for task in self._tasks.values())
+        if waiting and self._busy is not None and self._busy(first):
+            self._stormed = True  # the cards show it: its close would cost an edit more
+            return True
         if not self._short(first):
             return False
-        waiting = all(task.status == "waiting" for task in self._tasks.values())
         self._stormed = now - self._born < STORM_GRACE or waiting
         return self._stormed
 

@@ -9,10 +9,11 @@ The row is opened by the first "queued" of a burst (`owe_queue_notice` with the 
 concurrency), in the transaction that also owes the outbox a `QUEUE_NOTICE` intent (key
 `queue:<channel>`: only the latest unsent one is kept, and one is in flight at a time across
 replicas). Every later change (a message queued, a run started, a message withdrawn) owes another
-intent, while the row exists. The burst's first drawing (its post) is due at once; the later ones
-settle (`QUEUE_SETTLE`): one is due a few seconds after the last change of its burst
-(`OutboxEntry.settle`), those owed meanwhile superseding it, so the notice is edited at most once
-per few seconds. The sender draws the intent from the state when it sends it
+intent, while the row exists. The burst's first drawing (its post) is due at once, and so is its
+last (a start that left nothing queued: the notice's last word, which nothing after it would
+join); the ones between settle (`QUEUE_SETTLE`): one is due a few seconds after the last change
+of its burst (`OutboxEntry.settle`), those owed meanwhile superseding it, so the notice is edited
+at most once per few seconds. The sender draws the intent from the state when it sends it
 (`bot.slack.queue_notice`): the first drawing posts and records the message's ts
 (`queue_notice_shown`) before the intent is done, later ones edit that ts; once the queue is empty
 it draws "every request has started" and ends the burst (`end_queue_notice`): the next "queued"
@@ -86,6 +87,9 @@ _OPEN = (
 )
 
 
+_QUEUED = "SELECT 1 FROM run_queue WHERE channel_id = :channel AND state = 'queued' LIMIT 1"
+
+
 class QueueNoticeRows(StoreCore):
     """The queued-notice operations of `bot.store.Store`."""
 
@@ -111,6 +115,8 @@ class QueueNoticeRows(StoreCore):
                 "SELECT 1 FROM queue_notices WHERE channel_id = :channel", {"channel": channel_id}
             ):
                 return False  # it ended meanwhile
+            elif not await tx.fetch_one(_QUEUED, {"channel": channel_id}):
+                settle = 0.0  # the burst's last word ("every request has started") goes at once
             await put_rows(self._db, tx, [queue_redraw(channel_id, settle)], self._now())
         return True
 

@@ -8,17 +8,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.runs.notices import StillWorking, ToolRan
 from bot.runs.output import Thread
 from bot.slack.app import CountingWebClient
-from bot.slack.outbox import SlackOutbox
+from bot.slack.outbox import NOTICE, OWED_SECONDS, SlackOutbox
 from bot.slack.output import SlackThreadOutput
 from bot.slack.pacing import Pacer
 from bot.slack.queue_notice import QueueNotices
-from bot.store import SQLiteStore
+from bot.store import OutboxEntry, SQLiteStore
 from tests.support.slack_api import SlackAPIStandIn
 
 THREAD = Thread("T1", "C1", "1700000000.000100")
@@ -94,3 +96,32 @@ async def test_while_reactions_are_spent_a_message_goes_without_eyes(tmp_path: P
         await s.output.react(THREAD, "1700000000.000300", True)
         await s.output.react(THREAD, "1700000000.000300", False)
         assert await s.owed() == 1  # neither the mark nor its removal
+
+
+async def test_outputs_said_at_once_in_a_channel_post_one_message_the_rest_are_held(
+    tmp_path: Path,
+) -> None:
+    """Runs resumed together say their outputs before any post went out (the bucket is still
+    full): the first is posted, the others see the channel's posts spoken for and are held."""
+    async with setup(tmp_path) as s:
+        others = [Thread("T1", THREAD.channel_id, f"1700000000.00020{i}") for i in range(3)]
+        for thread in [THREAD, *others]:
+            await s.output.say(thread, OUTPUT)
+        assert await s.owed() == 1
+        elsewhere = Thread("T1", "C2", "1700000000.000300")
+        await s.output.say(elsewhere, OUTPUT)  # another channel's posts are its own
+        assert await s.owed() == 2
+
+
+async def test_a_channels_messages_count_as_owed_there_for_a_while_only(tmp_path: Path) -> None:
+    """Rows this process put may be sent by another replica, which it never hears of: after
+    `OWED_SECONDS` they no longer hold the channel's outputs back."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    async with SQLiteStore(tmp_path / "opsgate.db") as store, SlackAPIStandIn() as slack:
+        client = AsyncWebClient(token="xoxb-test-token", base_url=slack.url)
+        outbox = SlackOutbox(store, client, claimer="local", clock=lambda: now)
+        await outbox.put([OutboxEntry("chat.postMessage", {"text": "hi"}, NOTICE, channel_id="C1")])
+        assert outbox.owes("C1", "1700000000.000900")  # another thread's message
+        assert not outbox.owes("C2", "1700000000.000900")
+        now += timedelta(seconds=OWED_SECONDS + 1)
+        assert not outbox.owes("C1", "1700000000.000900")

@@ -17,6 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack.app import CountingWebClient
 from bot.slack.outbox import CARD, NOTICE, SlackOutbox
 from bot.slack.pacing import Pacer
+from bot.slack.turns import CARD_SETTLE, RUNS_NEXT
 from bot.store import OutboxEntry, SQLiteStore, Store
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_ratelimits import ManualClock
@@ -126,3 +127,41 @@ async def test_an_edit_superseded_while_it_waited_for_the_bucket_is_never_sent(
     assert "latest" in sent
     assert "stale" not in sent
     assert outbox.dropped == {}
+
+
+def runs_next(where: tuple[str, str], text: str) -> OutboxEntry:
+    """A card's redraw after its approval, the call not run yet (`bot.slack.redraws`)."""
+    channel, ts = where
+    params = {"channel": channel, "ts": ts, "text": text}
+    meta = {RUNS_NEXT: True}
+    return OutboxEntry("chat.update", params, CARD, channel_id=channel, key="card:1", meta=meta)
+
+
+async def test_in_a_storm_an_approved_cards_redraw_waits_for_its_result_one_edit_shows_both(
+    slack: SlackAPIStandIn, tmp_path: Path
+) -> None:
+    """`chat.update` is being spent (not short): the redraw after the approval settles, the
+    result's redraw supersedes it, and the card is edited once."""
+    clock = ManualClock()
+    where = await messages(slack, 3)
+    async with SQLiteStore(tmp_path / "opsgate.db") as store, sender(store, slack, clock) as outbox:
+        await outbox.put([edit(where[i], f"fill {i}", NOTICE, f"q:{i}") for i in range(2)])
+        await slack.wait_for("chat.update", count=2, timeout=10)  # being spent, not short
+        [approved] = await store.put_outbox([runs_next(where[2], "approved")])
+        outbox.wake()
+        await until(lambda: approved in outbox._inflight.values(), "the redraw claimed")
+        await asyncio.sleep(0.3)  # the call runs meanwhile
+        await outbox.put([edit(where[2], "ran", CARD, "card:1")])
+        await asyncio.wait_for(outbox.wait_idle(), 30)
+    assert sorted(applied(slack)) == ["fill 0", "fill 1", "ran"]
+
+
+async def test_outside_a_storm_an_approved_cards_redraw_goes_at_once(
+    slack: SlackAPIStandIn, tmp_path: Path
+) -> None:
+    clock = ManualClock()
+    [where] = await messages(slack, 1)
+    async with SQLiteStore(tmp_path / "opsgate.db") as store, sender(store, slack, clock) as outbox:
+        await outbox.put([runs_next(where, "approved")])
+        await slack.wait_for("chat.update", count=1, timeout=CARD_SETTLE / 2)
+    assert applied(slack) == ["approved"]

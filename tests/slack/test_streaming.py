@@ -170,6 +170,25 @@ async def test_a_long_answer_with_no_slot_is_posted_in_whole_messages_never_edit
     assert methods["files.completeUploadExternal"] == 1
 
 
+async def test_each_message_of_a_long_answer_streams_only_with_a_slot_of_its_own(
+    slack: SlackAPIStandIn,
+) -> None:
+    """The first message took the last slot: the next one of the answer is posted whole, not
+    a second stream that would queue behind the workspace's `chat.startStream` budget."""
+    answer = slotted(slack, free=True)
+    slots = iter([True])
+    answer.stream_slot = lambda: next(slots, False)
+    text = "Line of the long answer. " * 1000  # 25,000 characters: three messages
+    for i in range(0, len(text), 400):
+        await answer.append(text[i : i + 400])
+    await answer.close()
+    methods = Counter(c.method for c in slack.calls if c.ok)
+    assert methods["chat.startStream"] == 1 and methods["chat.stopStream"] == 1
+    assert methods["chat.postMessage"] == 2 and methods["chat.update"] == 0
+    shown = "".join(str(m.get("text")) for m in slack.messages).replace("\n", "")
+    assert shown.count("Line of the long answer.") == 1000
+
+
 async def test_an_ending_posted_whole_and_sent_again_shows_once(slack: SlackAPIStandIn) -> None:
     """A replica died after posting an answer whole, before its row was done: the sender that
     finishes the row finds the message by its mark and redraws it."""

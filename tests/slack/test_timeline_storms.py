@@ -119,6 +119,24 @@ async def test_a_timeline_of_calls_waiting_for_approval_is_not_started_in_a_stor
     assert calls(slack, *SHOWN, "chat.stopStream") == 0
 
 
+async def test_a_timeline_of_calls_waiting_for_approval_is_not_started_while_streams_are_spent(
+    slack: SlackAPIStandIn,
+) -> None:
+    """Not short yet, but another run's stream just started (a storm's runs pausing at once):
+    shown, it would cost an edit more at the resume, to say what its cards say."""
+    client, clock = paced(slack), Clock()
+    await client.pacer.take("chat.startStream")
+    assert not client.pacer.short("chat.startStream")
+    line = timeline(client, clock)
+    clock.now += STORM_GRACE + 1
+    link = "https://example.slack.com/archives/C1/p1"
+    await line.show(Task("call_1", "run_command", "{}", "waiting", (0, 1), link))
+    await line.rest()
+    await line.show(Task("call_1", "run_command", "{}", "approved", decided_by="U0BOB"))
+    await line.close()
+    assert calls(slack, *SHOWN, "chat.stopStream") == 0
+
+
 async def test_an_edited_timeline_in_a_storm_is_edited_once_per_few_seconds(
     slack: SlackAPIStandIn,
 ) -> None:

@@ -58,21 +58,21 @@ class Storm:
 
     bot: Bot
     acks: list[float] = field(default_factory=list)
-    mentioned: float = 0.0
-    """When the last mention was acknowledged (`time.monotonic`): the storm had arrived."""
+    arrived: float = 0.0
+    """When the storm's last event (a mention, a click, a Home tab opened) was acknowledged
+    (`time.monotonic`): the bot cannot answer what has not arrived."""
 
     async def timed(self, ack: Awaitable[T]) -> T:
+        """`ack` (an event sent to the bot), its time taken and its arrival noted."""
         started = time.monotonic()
         try:
             return await ack
         finally:
-            self.acks.append(time.monotonic() - started)
+            self.arrived = time.monotonic()
+            self.acks.append(self.arrived - started)
 
     async def mention(self, text: str, channel: str, user: str = REQUESTER) -> str:
-        try:
-            return await self.timed(self.bot.mention(text, channel=channel, user=user))
-        finally:
-            self.mentioned = time.monotonic()
+        return await self.timed(self.bot.mention(text, channel=channel, user=user))
 
     async def approve(self, ledger_id: str, user: str = APPROVER) -> None:
         response = await self.timed(self.bot.click("opsgate_approve", ledger_id, user=user))

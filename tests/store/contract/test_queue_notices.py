@@ -16,10 +16,14 @@ from .helpers import Clock
 LEASE = timedelta(seconds=30)
 
 
-async def owed(store: Store, clock: Clock) -> list[tuple[str, str | None, dict[str, object], int]]:
-    """The drawings owed: none due at once, all once they settled (`QUEUE_SETTLE`)."""
-    assert await store.claim_outbox("reader", limit=100, lease=LEASE) == []
-    clock.advance(seconds=QUEUE_SETTLE)
+async def owed(
+    store: Store, clock: Clock, *, at_once: bool = False
+) -> list[tuple[str, str | None, dict[str, object], int]]:
+    """The drawings owed: none due at once (unless `at_once`: the burst's last word), all once
+    they settled (`QUEUE_SETTLE`)."""
+    if not at_once:
+        assert await store.claim_outbox("reader", limit=100, lease=LEASE) == []
+        clock.advance(seconds=QUEUE_SETTLE)
     rows = await store.claim_outbox("reader", limit=100, lease=LEASE)
     for row in rows:
         await store.outbox_sent(row.id)
@@ -44,7 +48,7 @@ async def test_a_burst_is_shared_by_every_store_and_ends_once(
         assert notice.asks == 2
         await b.queue_notice_shown("C1", ts="1700000000.000500", shown="2 waiting")
         assert await a.owe_queue_notice("C1") is True  # a start on the other store draws it
-        assert await owed(b, clock) == [intent("C1")]
+        assert await owed(b, clock, at_once=True) == [intent("C1")]  # nothing left queued
         seen = await a.queue_notice("C1")
         assert seen is not None and (seen.ts, seen.shown) == ("1700000000.000500", "2 waiting")
         assert await a.queue_notice("C2") is None
@@ -80,3 +84,22 @@ async def test_a_message_queued_while_a_burst_ended_starts_a_new_one(
         assert await owed(a, clock) == [intent("C1")]
         await b.end_queue_notice("C1", asks=kept.asks, ts=None)
         assert await a.queue_notice("C1") is None
+
+
+async def test_a_start_settles_while_messages_wait_and_the_last_start_is_drawn_at_once(
+    new_store: StoreFactory, clock: Clock
+) -> None:
+    """The notice's edits between join each other; its last word ("every request has started")
+    has nothing after it to join, and goes at once."""
+    async with new_store() as store:
+        for n in range(2):
+            session = await store.get_or_create_session("T1", "C1", f"1700000000.00010{n}")
+            await store.enqueue(session.id, requester="U1", text=f"alert {n}")
+        await store.owe_queue_notice("C1", concurrency=1)
+        assert await owed(store, clock, at_once=True) == [intent("C1")]  # the burst's post
+        assert await store.claim_queued("C1", limit=10) is not None
+        await store.owe_queue_notice("C1")  # one still waits: settles
+        assert await owed(store, clock) == [intent("C1")]
+        assert await store.claim_queued("C1", limit=10) is not None
+        await store.owe_queue_notice("C1")  # none waits
+        assert await owed(store, clock, at_once=True) == [intent("C1")]
