@@ -24,8 +24,8 @@ Contract, for implementers:
 - Notices carry raw text (model output, tool output, error messages): the renderer escapes it.
 - `ToolRan` output that is too long to show inline is attached as a file by the renderer. An
   output may show it at the head of the run's next answer instead of as a message of its own
-  (Slack does while the channel's posts are spent: `bot.slack.held_outputs`); anything else said
-  in the thread, a card, or a status other than working shows it first.
+  (Slack does while the channel's posts are spent: `bot.slack.output.HeldOutputs`); anything
+  else said in the thread, a card, or a status other than working shows it first.
 - `post_card` attaches the arguments as a file when the card must cut them, and marks the card
   with its ledger id so that `find_card` can find it again after a crash.
 

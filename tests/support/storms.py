@@ -159,7 +159,8 @@ def _jobs_done(bot: Bot, roots: Sequence[str]) -> list[str]:
         answers = [
             m
             for m in bot.slack.messages
-            # In a storm the command's output heads the answer's message (`bot.slack.held_outputs`).
+            # In a storm the command's output heads the answer's message
+            # (`bot.slack.output.HeldOutputs`).
             if m.get("thread_ts") == root and "Done: " in str(m.get("text"))
         ]
         if len(answers) != 1:
