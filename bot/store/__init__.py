@@ -9,6 +9,7 @@ it knows Slack ids only as strings and never imports a Slack library.
 """
 
 from .backends import open_store
+from .budgets import BudgetShape, BudgetState
 from .db import utc_now
 from .delegations import Delegation
 from .errors import (
@@ -98,6 +99,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AuditRow",
     "BatchMovedOn",
     "BreakGlassRow",
+    "BudgetShape",
+    "BudgetState",
     "CARD_REDRAW",
     "CallExpired",
     "CallStatus",

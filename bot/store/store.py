@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from .assistant_threads import AssistantThreads
 from .audit import Audit
+from .budgets import SlackBudgets
 from .decisions import Decisions
 from .delegations import Delegations
 from .edits import Edits
@@ -58,6 +59,7 @@ class Store(
     Escalations,
     Delegations,
     PlaneRows,
+    SlackBudgets,
 ):
     """The bot's durable state: sessions, history, the tool-call ledger, the queue, the audit log.
 

@@ -447,6 +447,21 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite=plane_tables("TEXT", "TEXT"),
         postgres=plane_tables("text", "timestamptz"),
     ),
+    Migration(
+        22,
+        # Slack's rate limits shared by the replicas (`bot.store.budgets`): each bucket's
+        # tokens, when they were counted and until when Slack said wait (the pacer's seconds).
+        "Slack budgets shared by the replicas",
+        sqlite=(
+            "CREATE TABLE slack_budgets (bucket TEXT PRIMARY KEY, tokens REAL NOT NULL,"
+            " at REAL NOT NULL, paused_until REAL NOT NULL)",
+        ),
+        postgres=(
+            "CREATE TABLE slack_budgets (bucket text PRIMARY KEY,"
+            " tokens double precision NOT NULL, at double precision NOT NULL,"
+            " paused_until double precision NOT NULL)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
