@@ -25,6 +25,7 @@ from .tables import (
     EXPORT_SQLITE,
     EXPORT_START,
     V18,
+    budgets_table,
     ladder_tables,
     pins_table,
     plane_tables,
@@ -452,15 +453,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         # Slack's rate limits shared by the replicas (`bot.store.budgets`): each bucket's
         # tokens, when they were counted and until when Slack said wait (the pacer's seconds).
         "Slack budgets shared by the replicas",
-        sqlite=(
-            "CREATE TABLE slack_budgets (bucket TEXT PRIMARY KEY, tokens REAL NOT NULL,"
-            " at REAL NOT NULL, paused_until REAL NOT NULL)",
-        ),
-        postgres=(
-            "CREATE TABLE slack_budgets (bucket text PRIMARY KEY,"
-            " tokens double precision NOT NULL, at double precision NOT NULL,"
-            " paused_until double precision NOT NULL)",
-        ),
+        sqlite=(budgets_table("TEXT", "REAL"),),
+        postgres=(budgets_table("text", "double precision"),),
     ),
 )
 
