@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -134,10 +135,17 @@ class SharedBudgets(Protocol):
         self, bucket: str, shape: BudgetShape, now: float, until: float
     ) -> BudgetState: ...
 
+    async def read_budget(self, bucket: str, shape: BudgetShape) -> BudgetState | None: ...
+
 
 SHARED_SECONDS = 2.0
 """Longest a take from the shared buckets may wait for the database; then this process paces
 alone from its own mirror (Slack's 429s, if any, are still obeyed)."""
+
+FRESH_SECONDS = 0.2
+"""How old (clock seconds) the mirror of a shared bucket may be when the pacer is asked about
+it (`claim`, `short`, `busy`, `due_in`) before it reads the bucket again, in the background: the
+answer now is the mirror's, the next one the database's."""
 
 
 class _Bucket:
@@ -152,6 +160,8 @@ class _Bucket:
         self.paused_until = 0.0
         self.claimed: list[float] = []
         """When each token taken ahead by `claim` may be spent (the next calls spend them)."""
+        self.mirrored: float | None = -math.inf
+        """When (the pacer's clock) this bucket last mirrored the shared one; None: reading."""
 
     def _refill(self, now: float) -> None:
         self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
@@ -202,6 +212,7 @@ class _Bucket:
         self.at = now
         self.paused_until = state.paused_until - shared_now + now
         self.claimed.clear()  # the shared take decided: tokens claimed ahead were guesses
+        self.mirrored = now
 
     def pause(self, now: float, seconds: float) -> None:
         """Slack said wait: no call before `seconds`, and the budget starts empty after."""
@@ -242,6 +253,8 @@ class Pacer:
         """The replicas' buckets in their database (None: this process paces alone)."""
         self.wall = wall
         """The clock every replica shares (the shared buckets' times), in seconds."""
+        self._reads: set[asyncio.Task[None]] = set()
+        """Reads of shared buckets in flight (`_mirror`)."""
 
     def _bucket(self, method: str, channel: str | None) -> _Bucket | None:
         if method == "chat.postMessage":
@@ -257,6 +270,33 @@ class Pacer:
 
     def _now(self) -> float:
         return self.clock() * self.speed
+
+    def _mirror(self, method: str, channel: str | None) -> _Bucket | None:
+        """`method`'s bucket, read again from the shared one in the background when its
+        mirror is older than `FRESH_SECONDS` (so other replicas' spending shows)."""
+        bucket = self._bucket(method, channel)
+        if self.shared is None or bucket is None or bucket.mirrored is None:
+            return bucket
+        if self._now() - bucket.mirrored >= FRESH_SECONDS * self.speed:
+            bucket.mirrored = None
+            task = asyncio.get_running_loop().create_task(self._read(bucket, method, channel))
+            self._reads.add(task)
+            task.add_done_callback(self._reads.discard)
+        return bucket
+
+    async def _read(self, bucket: _Bucket, method: str, channel: str | None) -> None:
+        assert self.shared is not None
+        shared_now = self.wall() * self.speed
+        try:
+            async with asyncio.timeout(SHARED_SECONDS):
+                state = await self.shared.read_budget(_shared_key(method, channel), bucket.shape())
+        except Exception:
+            logger.exception("could not read the shared Slack budget of %s", method)
+            state = None
+        if state is None:
+            bucket.mirrored = self._now()
+        else:
+            bucket.mirror(state, self._now(), shared_now)
 
     async def take(self, method: str, channel: str | None = None) -> None:
         """Wait for `method`'s (and the channel's) turn."""
@@ -303,7 +343,7 @@ class Pacer:
         bucket.mirror(state, self._now(), shared_now)
 
     def short(self, method: str, channel: str | None = None) -> bool:
-        bucket = self._bucket(method, channel)
+        bucket = self._mirror(method, channel)
         return bucket is not None and bucket.short(self._now())
 
     def claim(self, method: str, within: float, channel: str | None = None) -> bool:
@@ -312,17 +352,17 @@ class Pacer:
         short.
         How a caller picks the call whose budget can take it now (`bot.slack.streaming`: a
         stream only when a `chat.startStream` slot is free within a second, else a post)."""
-        bucket = self._bucket(method, channel)
+        bucket = self._mirror(method, channel)
         return bucket is None or bucket.claim(self._now(), within)
 
     def due_in(self, method: str, channel: str | None = None) -> float:
         """Clock seconds until `method` (in `channel`) could be called without waiting."""
-        bucket = self._bucket(method, channel)
+        bucket = self._mirror(method, channel)
         return 0.0 if bucket is None else bucket.due_in(self._now()) / self.speed
 
     def busy(self, method: str, channel: str | None = None) -> bool:
         """`method`'s bucket (the channel's) is not full: it is being spent (a storm)."""
-        bucket = self._bucket(method, channel)
+        bucket = self._mirror(method, channel)
         return bucket is not None and bucket.busy(self._now())
 
     def limited_by_slack(self, method: str, channel: str | None, seconds: float) -> None:

@@ -101,6 +101,20 @@ class SlackBudgets(StoreCore):
         sql = _sql(self._db.dialect, tokens, paused)
         return await self._budget("pause a Slack budget", sql, bucket, shape, now, until)
 
+    async def read_budget(self, bucket: str, shape: BudgetShape) -> BudgetState | None:
+        """The bucket as it was last counted (None: never taken), taking nothing: how a pacer
+        keeps its mirror of the replicas' spending fresh between its own takes."""
+        async with self._db.reading("read a Slack budget") as tx:
+            row = await tx.fetch_one(
+                "SELECT tokens, at, paused_until FROM slack_budgets WHERE bucket = :bucket",
+                {"bucket": bucket},
+            )
+        if row is None:
+            return None
+        return BudgetState(
+            float(row["tokens"]), float(row["at"]), float(row["paused_until"]), shape.rate
+        )
+
     async def _budget(
         self, what: str, sql: str, bucket: str, shape: BudgetShape, now: float, until: float
     ) -> BudgetState:

@@ -129,6 +129,9 @@ class _Told:
         self.paused.set()
         return state
 
+    async def read_budget(self, bucket: str, shape: BudgetShape) -> BudgetState | None:
+        return await self.store.read_budget(bucket, shape)
+
 
 async def test_a_429_one_replica_hears_holds_the_others(
     stores: Stores, slack: SlackAPIStandIn
@@ -179,3 +182,23 @@ async def test_a_row_waiting_for_the_budget_keeps_its_claim(
     assert taken == []  # the row stayed claimed while its call waited for the budget
     assert [m["text"] for m in slack.messages] == ["once"]
     assert time.time() - now > 1.4
+
+
+async def test_a_stream_slot_is_judged_from_every_replica_s_spending(stores: Stores) -> None:
+    async with replicas(stores, 2) as (one, two):
+        mine, theirs = Pacer(shared=one), Pacer(shared=two)
+        assert mine.claim("chat.startStream", 1.0)  # free; then the other spends the rest
+        await mine.take("chat.startStream")
+        for _ in range(4):
+            await theirs.take("chat.startStream")
+        read = asyncio.Event()
+        reading = mine._read
+
+        async def heard(*args: object) -> None:
+            await reading(*args)  # type: ignore[arg-type]
+            read.set()
+
+        mine._read = heard  # type: ignore[method-assign]
+        mine.short("chat.startStream")  # asks: the mirror is read again in the background
+        await asyncio.wait_for(read.wait(), 5)
+        assert not mine.claim("chat.startStream", 1.0)  # Tier 2: the next slot is 3 s away
