@@ -14,9 +14,9 @@ Buckets are per method (one bot token is one workspace), and per channel for
 database (`shared`, `bot.store.budgets`): each call takes its token there, in one statement,
 so replicas together never spend more than Slack gives and one replica may spend all of it
 while the others are idle; a 429 one of them hears holds the bucket for all. The buckets in
-memory then mirror the shared ones as of this process's last take (what `short`, `busy`,
-`due_in` and `claim` answer from, without a round trip). `share` scales every budget (an
-operator's app sharing the token with another).
+memory then mirror the shared ones (what `short`, `busy`, `due_in` and `claim` answer from,
+without a round trip), as of this process's last take or, once that is `FRESH_SECONDS` old, a
+read in the background. `share` scales every budget (an app sharing the token with another).
 """
 
 from __future__ import annotations
