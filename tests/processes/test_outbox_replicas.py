@@ -2,14 +2,14 @@
 
 Three real `opsgate run --http` replicas on one PostgreSQL database share the stand-in that
 enforces Slack's tiers (at Slack's own pace), spending a third of the workspace's budget
-together through the database (`bot.store.budgets`: any of them may spend all of that). A storm of mentions over
-three channels is spread across them; one replica is killed, once answers are arriving, while
-it holds claimed outbox rows (Slack holds its answers to 👀 removals until then). Its lease
-(2 s; its outbox claims twice that) lapses, the survivors take its work and send its rows:
-every thread gets its answer, finished, exactly once (a run the kill cut before its answer was
-stored is asked again; one cut after it was stored and before its ending was kept gets the one
-"restarted" notice), no 👀 is left, no 429 is told to anyone, every ack came within 3 s and the
-outbox ends empty.
+together through the database (`bot.store.budgets`: any of them may spend all of that). A
+storm of mentions over three channels is spread across them; one replica is killed, once
+answers are arriving, while it holds claimed outbox rows (Slack holds its answers to 👀
+removals until then). Its lease (2 s; its outbox claims twice that) lapses, the survivors take
+its work and send its rows: every thread gets its answer, finished, exactly once (a run the
+kill cut before its answer was stored is asked again; one cut after it was stored and before
+its ending was kept gets the one "restarted" notice), no 👀 is left, no 429 is told to anyone,
+every ack came within 3 s and the outbox ends empty.
 """
 
 from __future__ import annotations
