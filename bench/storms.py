@@ -1,7 +1,7 @@
 """Storms against the Slack stand-in that enforces Slack's tiers: `python bench/storms.py`
 (SQLite, one process), `python bench/storms.py --replicas` (three replicas on one PostgreSQL
-database, each spending a third of the workspace's budget), `--only WORDS` (the storms whose
-name holds WORDS).
+database, spending the workspace's budget together through it: `bot.store.budgets`),
+`--only WORDS` (the storms whose name holds WORDS).
 
 Each storm goes through the real app (`running_bot`'s parts: Bolt, the listeners, the run
 service, the outbox and its paced sender, the database) against
@@ -245,7 +245,8 @@ async def _bot(
     share: float,
     policy: str | None,
 ) -> AsyncIterator[Bot]:
-    """`tests.support.harness.running_bot`, with this process's share of Slack's budget."""
+    """`tests.support.harness.running_bot`, with its pacer at the stand-in's speed (on
+    PostgreSQL the replicas' budget is shared through the database, as `bot.wiring` does)."""
     async with contextlib.AsyncExitStack() as stack:
         settings = Settings(
             slack_bot_token="xoxb-test-token",
@@ -268,7 +269,8 @@ async def _bot(
                 observer=Metrics(),
             )
         )
-        pacer = Pacer(speed=SPEED, share=share)
+        shared = deps.store if deps.store.budgets_shared else None
+        pacer = Pacer(speed=SPEED, share=share, shared=shared)
         running = await stack.enter_async_context(
             started(settings, deps, expiry_interval=3600, shutdown_grace=0, pacer=pacer)
         )
@@ -288,7 +290,7 @@ async def _fleet(
 ) -> AsyncIterator[Fleet]:
     async with contextlib.AsyncExitStack() as stack:
         bots = [
-            await stack.enter_async_context(_bot(db, workdir, llm, slack, 1.0 / len(dbs), policy))
+            await stack.enter_async_context(_bot(db, workdir, llm, slack, 1.0, policy))
             for db in dbs
         ]
         yield Fleet(bots)
@@ -431,7 +433,7 @@ async def main() -> None:
     results: list[Result] = []
     async with contextlib.AsyncExitStack() as stack:
         if args.replicas:
-            print("three replicas on one PostgreSQL database, a third of the budget each")
+            print("three replicas on one PostgreSQL database, one Slack budget shared there")
             cluster = stack.enter_context(PostgresCluster(find_bin_dir()))
 
             async def dbs() -> list[str]:

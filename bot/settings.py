@@ -221,8 +221,8 @@ class Settings(BaseSettings):
     opsgate_slack_timeout: float = Field(default=30.0, gt=0)
     """Every Slack Web API call."""
     opsgate_slack_share: float = Field(default=1.0, gt=0, le=1)
-    """This process's share of the workspace's Slack rate limits (1 / replicas), so replicas
-    together stay under them (`bot.slack.pacing`)."""
+    """The share of the workspace's Slack rate limits this bot spends (`bot.slack.pacing`;
+    replicas on PostgreSQL share one budget through the database: each may spend all of it)."""
     opsgate_slack_write_deadline: float = Field(default=600.0, gt=0)
     """Seconds a write to Slack keeps waiting out rate limits before it is given up (and its
     thread told)."""

@@ -334,6 +334,7 @@ def slack_bot(
         share=settings.opsgate_slack_share,
         deadline=settings.opsgate_slack_write_deadline,
         on_ratelimited=metrics.slack_ratelimited,
+        shared=deps.store if deps.store.budgets_shared else None,  # replicas: one budget
     )
     client = slack_client(
         settings, deps.slack_http, on_error=deps.observer.slack_api_error, pacer=pacer

@@ -10,23 +10,31 @@ and a 429 makes the bucket wait `Retry-After` and the call is tried again, until
 (`channel_not_found`, `invalid_blocks`, `not_in_channel`) are raised at once, as before.
 
 Buckets are per method (one bot token is one workspace), and per channel for
-`chat.postMessage`. A replica takes `share` of each budget (1 / replicas), so replicas together
-stay under the workspace's limit.
+`chat.postMessage`. One process keeps them in memory. Replicas share them through their
+database (`shared`, `bot.store.budgets`): each call takes its token there, in one statement,
+so replicas together never spend more than Slack gives and one replica may spend all of it
+while the others are idle; a 429 one of them hears holds the bucket for all. The buckets in
+memory then mirror the shared ones (what `short`, `busy`, `due_in` and `claim` answer from,
+without a round trip), as of this process's last take or, once that is `FRESH_SECONDS` old, a
+read in the background. `share` scales every budget (an app sharing the token with another).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from ..store import BudgetShape, BudgetState
 
 __all__ = [
     "METHOD_TIERS",
@@ -34,6 +42,7 @@ __all__ = [
     "Pacer",
     "PutBack",
     "RateLimited",
+    "SharedBudgets",
     "Tier",
     "bucket_short",
     "pacer_of",
@@ -117,6 +126,28 @@ refused now and then. (0.9 cost the storms about 10% of their drain; at 0.95 wit
 kept back the stand-in refused none in `bench/storms.py`.)"""
 
 
+class SharedBudgets(Protocol):
+    """The store's shared buckets (`bot.store.budgets`); times are the pacer's seconds."""
+
+    async def take_budget(self, bucket: str, shape: BudgetShape, now: float) -> BudgetState: ...
+
+    async def pause_budget(
+        self, bucket: str, shape: BudgetShape, now: float, until: float
+    ) -> BudgetState: ...
+
+    async def read_budget(self, bucket: str, shape: BudgetShape) -> BudgetState | None: ...
+
+
+SHARED_SECONDS = 2.0
+"""Longest a take from the shared buckets may wait for the database; then this process paces
+alone from its own mirror (Slack's 429s, if any, are still obeyed)."""
+
+FRESH_SECONDS = 0.2
+"""How old (clock seconds) the mirror of a shared bucket may be when the pacer is asked about
+it (`claim`, `short`, `busy`, `due_in`) before it reads the bucket again, in the background: the
+answer now is the mirror's, the next one the database's."""
+
+
 class _Bucket:
     """Reservations against a refilling budget: a taker that finds it short waits its turn
     (first come, first served), so concurrent callers are spread, never refused here."""
@@ -129,6 +160,8 @@ class _Bucket:
         self.paused_until = 0.0
         self.claimed: list[float] = []
         """When each token taken ahead by `claim` may be spent (the next calls spend them)."""
+        self.mirrored: float | None = -math.inf
+        """When (the pacer's clock) this bucket last mirrored the shared one; None: reading."""
 
     def _refill(self, now: float) -> None:
         self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
@@ -166,6 +199,21 @@ class _Bucket:
         """Part of the burst is spent: calls went out in the last few seconds."""
         return self.tokens + (now - self.at) * self.rate < self.burst - 1.0 or self.short(now)
 
+    def shape(self) -> BudgetShape:
+        """The shared bucket's shape: one call of the burst always kept back, as at the start
+        here (a token is taken a database round trip before the call leaves, and those trips
+        vary: calls may reach Slack closer together than they were taken)."""
+        burst = self.burst - 1.0 if self.burst > 1 else self.burst
+        return BudgetShape(self.rate, burst, burst)
+
+    def mirror(self, state: BudgetState, now: float, shared_now: float) -> None:
+        """Take the shared bucket's state (at `shared_now` on the shared clock) as this one's."""
+        self.tokens = state.tokens + (shared_now - state.at) * self.rate
+        self.at = now
+        self.paused_until = state.paused_until - shared_now + now
+        self.claimed.clear()  # the shared take decided: tokens claimed ahead were guesses
+        self.mirrored = now
+
     def pause(self, now: float, seconds: float) -> None:
         """Slack said wait: no call before `seconds`, and the budget starts empty after."""
         self._refill(now)
@@ -186,6 +234,8 @@ class Pacer:
         deadline: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
         on_ratelimited: Callable[[str], None] | None = None,
+        shared: SharedBudgets | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.tiers = tiers
         self.post_message = post_message
@@ -199,6 +249,12 @@ class Pacer:
         self.limited: dict[str, int] = {}
         """429s seen, per method."""
         self._buckets: dict[tuple[str, str], _Bucket] = {}
+        self.shared = shared
+        """The replicas' buckets in their database (None: this process paces alone)."""
+        self.wall = wall
+        """The clock every replica shares (the shared buckets' times), in seconds."""
+        self._reads: set[asyncio.Task[None]] = set()
+        """Reads of shared buckets in flight (`_mirror`)."""
 
     def _bucket(self, method: str, channel: str | None) -> _Bucket | None:
         if method == "chat.postMessage":
@@ -215,14 +271,79 @@ class Pacer:
     def _now(self) -> float:
         return self.clock() * self.speed
 
+    def _mirror(self, method: str, channel: str | None) -> _Bucket | None:
+        """`method`'s bucket, read again from the shared one in the background when its
+        mirror is older than `FRESH_SECONDS` (so other replicas' spending shows)."""
+        bucket = self._bucket(method, channel)
+        if self.shared is None or bucket is None or bucket.mirrored is None:
+            return bucket
+        if self._now() - bucket.mirrored >= FRESH_SECONDS * self.speed:
+            bucket.mirrored = None
+            task = asyncio.get_running_loop().create_task(self._read(bucket, method, channel))
+            self._reads.add(task)
+            task.add_done_callback(self._reads.discard)
+        return bucket
+
+    async def _read(self, bucket: _Bucket, method: str, channel: str | None) -> None:
+        assert self.shared is not None
+        shared_now = self.wall() * self.speed
+        try:
+            async with asyncio.timeout(SHARED_SECONDS):
+                state = await self.shared.read_budget(_shared_key(method, channel), bucket.shape())
+        except Exception:
+            logger.exception("could not read the shared Slack budget of %s", method)
+            state = None
+        if state is None:
+            bucket.mirrored = self._now()
+        else:
+            bucket.mirror(state, self._now(), shared_now)
+
     async def take(self, method: str, channel: str | None = None) -> None:
         """Wait for `method`'s (and the channel's) turn."""
         bucket = self._bucket(method, channel)
-        if bucket is not None and (wait := bucket.reserve(self._now())) > 0:
+        if bucket is None:
+            return
+        if self.shared is None:
+            wait = bucket.reserve(self._now())
+        else:
+            wait = await self._take_shared(bucket, method, channel)
+        if wait > 0:
             await asyncio.sleep(wait / self.speed)
 
-    def short(self, method: str, channel: str | None = None) -> bool:
+    async def _take_shared(self, bucket: _Bucket, method: str, channel: str | None) -> float:
+        """A token of the replicas' bucket: the seconds (the bucket's) to wait before using it.
+        The database not answering in time: this process's own bucket decides."""
+        assert self.shared is not None
+        shared_now = self.wall() * self.speed
+        try:
+            async with asyncio.timeout(SHARED_SECONDS):
+                state = await self.shared.take_budget(
+                    _shared_key(method, channel), bucket.shape(), shared_now
+                )
+        except Exception:
+            logger.exception("could not take %s from the shared Slack budget", method)
+            return bucket.reserve(self._now())
+        bucket.mirror(state, self._now(), shared_now)
+        return state.wait(shared_now)
+
+    async def _pause_shared(self, method: str, channel: str | None, seconds: float) -> None:
+        """Slack's 429 holds the replicas' bucket too (`seconds`: the bucket's)."""
         bucket = self._bucket(method, channel)
+        if self.shared is None or bucket is None:
+            return
+        shared_now = self.wall() * self.speed
+        try:
+            async with asyncio.timeout(SHARED_SECONDS):
+                state = await self.shared.pause_budget(
+                    _shared_key(method, channel), bucket.shape(), shared_now, shared_now + seconds
+                )
+        except Exception:
+            logger.exception("could not pause the shared Slack budget of %s", method)
+            return
+        bucket.mirror(state, self._now(), shared_now)
+
+    def short(self, method: str, channel: str | None = None) -> bool:
+        bucket = self._mirror(method, channel)
         return bucket is not None and bucket.short(self._now())
 
     def claim(self, method: str, within: float, channel: str | None = None) -> bool:
@@ -231,17 +352,17 @@ class Pacer:
         short.
         How a caller picks the call whose budget can take it now (`bot.slack.streaming`: a
         stream only when a `chat.startStream` slot is free within a second, else a post)."""
-        bucket = self._bucket(method, channel)
+        bucket = self._mirror(method, channel)
         return bucket is None or bucket.claim(self._now(), within)
 
     def due_in(self, method: str, channel: str | None = None) -> float:
         """Clock seconds until `method` (in `channel`) could be called without waiting."""
-        bucket = self._bucket(method, channel)
+        bucket = self._mirror(method, channel)
         return 0.0 if bucket is None else bucket.due_in(self._now()) / self.speed
 
     def busy(self, method: str, channel: str | None = None) -> bool:
         """`method`'s bucket (the channel's) is not full: it is being spent (a storm)."""
-        bucket = self._bucket(method, channel)
+        bucket = self._mirror(method, channel)
         return bucket is not None and bucket.busy(self._now())
 
     def limited_by_slack(self, method: str, channel: str | None, seconds: float) -> None:
@@ -272,10 +393,16 @@ class Pacer:
                 if wait is None:
                     raise
                 self.limited_by_slack(method, channel, wait)
+                await self._pause_shared(method, channel, wait * self.speed)
                 if self.clock() - started + wait > self.deadline:
                     raise RateLimited(method, exc.response) from exc
                 if self._bucket(method, channel) is None:
                     await asyncio.sleep(wait)
+
+
+def _shared_key(method: str, channel: str | None) -> str:
+    """A shared bucket's name: the method, and the channel for `chat.postMessage`."""
+    return f"{method}:{channel or ''}" if method == "chat.postMessage" else method
 
 
 def pacer_of(client: object) -> Pacer | None:

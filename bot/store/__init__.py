@@ -9,6 +9,7 @@ each on `StoreCore` alone, over a thin database seam (`db.py`) with two adapters
 library.
 """
 
+from .budgets import BudgetShape, BudgetState
 from .db import utc_now
 from .errors import (
     DatabaseLocked,
@@ -108,6 +109,8 @@ __all__ = [  # noqa: RUF022 -- plain sorted() order, as every package here
     "AuditRow",
     "BatchMovedOn",
     "BreakGlassRow",
+    "BudgetShape",
+    "BudgetState",
     "CARD_REDRAW",
     "CallExpired",
     "CallStatus",

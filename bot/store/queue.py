@@ -29,6 +29,10 @@ _QUEUED_OF_SESSION = (
     "SELECT * FROM run_queue WHERE session_id = :id AND state = 'queued' ORDER BY id LIMIT 1"
 )
 
+_ITEM_OF_MESSAGE = (
+    "SELECT * FROM run_queue WHERE session_id = :id AND message_ts = :ts ORDER BY id LIMIT 1"
+)
+
 _FIRST_SIGHTING = (
     "INSERT INTO seen_events (event_id, seen_at) VALUES (:key, :now) "
     "ON CONFLICT (event_id) DO NOTHING"
@@ -46,10 +50,17 @@ class Queue(StoreCore):
         Busy: the session waits for approval, or another message of the thread is already
         queued. A message that comes while the thread's run is going waits for it (one run
         per thread at a time, `docs/architecture.md`): the claim starts it once the session is
-        idle again."""
+        idle again. A message (`message_ts`) already queued once gets its item back, in
+        whatever state: a delivery processed again is not a second request."""
         async with self._db.transaction("enqueue") as tx:
             session = self._session_model(await self._session(tx, session_id, lock=True))
             waiting = await tx.fetch_one(_QUEUED_OF_SESSION, {"id": session_id})
+            if message_ts is not None and (
+                same := await tx.fetch_one(_ITEM_OF_MESSAGE, {"id": session_id, "ts": message_ts})
+            ):
+                # The message's delivery processed again (its process died after queueing it,
+                # before marking the delivery done): its item, never a second run of it.
+                return EnqueueOutcome(item=self._queue_model(same), session=session)
             if session.state == "awaiting_approval" or waiting is not None:
                 queued = None if waiting is None else self._queue_model(waiting)
                 return EnqueueOutcome(item=None, session=session, waiting=queued)

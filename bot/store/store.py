@@ -39,6 +39,7 @@ from pydantic import BaseModel, ValidationError
 from bot.settings import SCHEMES, DatabaseURL, url_scheme
 
 from .audit import Audit
+from .budgets import SlackBudgets
 from .core import StoreCore
 from .db import utc_now
 from .decisions import Decisions
@@ -97,6 +98,7 @@ class Store(
     Escalations,
     Delegations,
     PlaneRows,
+    SlackBudgets,
 ):
     """The bot's durable state: sessions, history, the tool-call ledger, the queue, the audit log.
 

@@ -1,14 +1,15 @@
 """A kill -9 of one of three replicas in the middle of a storm loses nothing.
 
 Three real `opsgate run --http` replicas on one PostgreSQL database share the stand-in that
-enforces Slack's tiers (at Slack's own pace), each spending a third of the workspace's budget
-(`OPSGATE_SLACK_SHARE`). A storm of mentions over three channels is spread across them; one
-replica is killed, once answers are arriving, while it holds claimed outbox rows (Slack holds
-its answers to 👀 removals until then). Its lease (2 s; its outbox claims twice that) lapses,
-the survivors take its work and send its rows: every thread gets its answer, finished, exactly
-once (a run the kill cut before its answer was stored is asked again; one cut after it was
-stored and before its ending was kept gets the one "restarted" notice), no 👀 is left, no 429
-is told to anyone, every ack came within 3 s and the outbox ends empty.
+enforces Slack's tiers (at Slack's own pace), spending a third of the workspace's budget
+together through the database (`bot.store.budgets`: any of them may spend all of that). A
+storm of mentions over three channels is spread across them; one replica is killed, once
+answers are arriving, while it holds claimed outbox rows (Slack holds its answers to 👀
+removals until then). Its lease (2 s; its outbox claims twice that) lapses, the survivors take
+its work and send its rows: every thread gets its answer, finished, exactly once (a run the
+kill cut before its answer was stored is asked again; one cut after it was stored and before
+its ending was kept gets the one "restarted" notice), no 👀 is left, no 429 is told to anyone,
+every ack came within 3 s and the outbox ends empty.
 """
 
 from __future__ import annotations
@@ -33,9 +34,12 @@ __all__ = ["postgres_cluster", "postgres_url"]  # the fixtures this module uses
 COUNT = 9
 CHANNELS = ("C0OPS", "C0WEB", "C0DB")
 RESTARTED = "OpsGate restarted during this run"
+SHARE = {"OPSGATE_SLACK_SHARE": "0.34"}
+"""The replicas spend a third of the budget together: at all of it the kill lands while the
+victim ends its answers, where recovery still tells a kept answer's thread it restarted."""
 
 
-@pytest.mark.timeout(300)  # Tier 2 at a third each: an answer every 10 s per replica
+@pytest.mark.timeout(300)  # Tier 2 at a third: an answer every 9 s for the three
 async def test_a_replica_killed_mid_storm_leaves_its_outbox_to_the_survivors(
     postgres_url: str, tmp_path: Path
 ) -> None:
@@ -44,9 +48,7 @@ async def test_a_replica_killed_mid_storm_leaves_its_outbox_to_the_survivors(
         SlackAPIStandIn(rate_limits=RateLimits()) as slack,
         httpx.AsyncClient(timeout=30) as http,
     ):
-        bots = ReplicaSet(
-            postgres_url, tmp_path, llm, slack, http, extra_env={"OPSGATE_SLACK_SHARE": "0.34"}
-        )
+        bots = ReplicaSet(postgres_url, tmp_path, llm, slack, http, extra_env=SHARE)
         db = await asyncpg.connect(postgres_url)
         try:
             await bots.start()

@@ -25,6 +25,7 @@ from .tables import (
     EXPORT_SQLITE,
     EXPORT_START,
     V18,
+    budgets_table,
     ladder_tables,
     pins_table,
     plane_tables,
@@ -446,6 +447,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         "outside approval requests and the receipt signing key",
         sqlite=plane_tables("TEXT", "TEXT"),
         postgres=plane_tables("text", "timestamptz"),
+    ),
+    Migration(
+        22,
+        # Slack's rate limits shared by the replicas (`bot.store.budgets`): each bucket's
+        # tokens, when they were counted and until when Slack said wait (the pacer's seconds).
+        "Slack budgets shared by the replicas",
+        sqlite=(budgets_table("TEXT", "REAL"),),
+        postgres=(budgets_table("text", "double precision"),),
     ),
 )
 

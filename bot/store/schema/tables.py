@@ -16,6 +16,7 @@ __all__ = [
     "EXPORT_SQLITE",
     "EXPORT_START",
     "V18",
+    "budgets_table",
     "ladder_tables",
     "pins_table",
     "plane_tables",
@@ -104,4 +105,13 @@ def plane_tables(text: str, moment: str) -> tuple[str, ...]:
             created_at {moment} NOT NULL
         )
         """,
+    )
+
+
+def budgets_table(text: str, real: str) -> str:
+    """Slack's buckets shared by the replicas (`bot.store.budgets`): tokens left, when they were
+    counted and until when Slack said wait, in the pacer's seconds."""
+    return (
+        f"CREATE TABLE slack_budgets (bucket {text} PRIMARY KEY, tokens {real} NOT NULL,"
+        f" at {real} NOT NULL, paused_until {real} NOT NULL)"
     )

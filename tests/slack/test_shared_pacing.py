@@ -1,0 +1,204 @@
+"""Replicas pace through one Slack budget in their database (`bot.store.budgets`): pacers on
+one database (as three replicas) never spend more of a channel's posts than Slack gives, one
+alone spends all of it, a 429 one of them hears holds the others, and a row waiting for the
+budget keeps its claim. Over real stores (an SQLite file, PostgreSQL) and the stand-in
+enforcing Slack's limits, both run faster (`SPEED`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from bot.slack.app import CountingWebClient
+from bot.slack.outbox import NOTICE, SlackOutbox
+from bot.slack.pacing import MARGIN, POST_MESSAGE_PER_CHANNEL, Pacer
+from bot.store import BudgetShape, BudgetState, OutboxEntry, SQLiteStore, Store
+from tests.support.postgres import postgres_cluster, postgres_url
+from tests.support.slack_api import SlackAPIStandIn
+from tests.support.slack_ratelimits import RateLimits
+
+__all__ = ["postgres_cluster", "postgres_url"]  # the fixtures the postgresql stores use
+
+TOKEN = "xoxb-test-token"
+SPEED = 10.0
+"""Slack's minute passes in 6 s, on both sides."""
+POSTS = 24
+
+Stores = Callable[[], Store]
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Stores:
+    """Opens stores on one database, as replicas (or processes) sharing it would."""
+    if request.param == "sqlite":
+        return lambda: SQLiteStore(tmp_path / "opsgate.db")
+    from bot.store.postgres import PostgresStore
+
+    url: str = request.getfixturevalue("postgres_url")
+    return lambda: PostgresStore(url)
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[SlackAPIStandIn]:
+    async with SlackAPIStandIn(rate_limits=RateLimits(speed=SPEED)) as standin:
+        yield standin
+
+
+def paced(slack: SlackAPIStandIn, pacer: Pacer) -> CountingWebClient:
+    return CountingWebClient(
+        on_error=lambda method: None,
+        pacer=pacer,
+        token=TOKEN,
+        base_url=slack.url,
+        retry_handlers=[],
+    )
+
+
+@contextlib.asynccontextmanager
+async def replicas(stores: Stores, n: int) -> AsyncIterator[list[Store]]:
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(stores()) for _ in range(n)]
+
+
+def floor(posts: int) -> float:
+    """Clock seconds one channel's `posts` take at the pacer's rate (one kept back)."""
+    tier = POST_MESSAGE_PER_CHANNEL
+    return (posts - (tier.burst - 1)) / (tier.per_minute * MARGIN / 60) / SPEED
+
+
+async def test_three_replicas_together_never_exceed_a_channel(
+    stores: Stores, slack: SlackAPIStandIn
+) -> None:
+    async with replicas(stores, 3) as three:
+        clients = [paced(slack, Pacer(speed=SPEED, shared=store)) for store in three]
+        started = time.monotonic()
+        await asyncio.gather(
+            *(clients[n % 3].chat_postMessage(channel="C1", text=f"m{n}") for n in range(POSTS))
+        )
+        elapsed = time.monotonic() - started
+    assert slack.rate_limits is not None
+    assert slack.rate_limits.refused["chat.postMessage"] == 0  # never over Slack's limit
+    assert len(slack.messages) == POSTS
+    assert elapsed < 1.5 * floor(POSTS)  # and the channel's whole budget spent
+
+
+async def test_one_replica_alone_spends_the_whole_budget(
+    stores: Stores, slack: SlackAPIStandIn
+) -> None:
+    async with replicas(stores, 3) as three:
+        busy = paced(slack, Pacer(speed=SPEED, shared=three[0]))
+        for idle in three[1:]:  # the others posted there once, a while ago
+            await paced(slack, Pacer(speed=SPEED, shared=idle)).chat_postMessage(
+                channel="C1", text="earlier"
+            )
+        await asyncio.sleep(3 / SPEED)  # Slack's 3 s: the bucket is full again
+        started = time.monotonic()
+        await asyncio.gather(
+            *(busy.chat_postMessage(channel="C1", text=f"m{n}") for n in range(POSTS))
+        )
+        elapsed = time.monotonic() - started
+    assert slack.rate_limits is not None
+    assert slack.rate_limits.refused["chat.postMessage"] == 0
+    # A third of the budget would take three times the floor.
+    assert floor(POSTS) * 0.8 < elapsed < 1.5 * floor(POSTS)
+
+
+class _Told:
+    """A store whose takes and pauses are heard (the test waits for them to be shared)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.took = asyncio.Event()
+        self.paused = asyncio.Event()
+
+    async def take_budget(self, bucket: str, shape: BudgetShape, now: float) -> BudgetState:
+        state = await self.store.take_budget(bucket, shape, now)
+        self.took.set()
+        return state
+
+    async def pause_budget(
+        self, bucket: str, shape: BudgetShape, now: float, until: float
+    ) -> BudgetState:
+        state = await self.store.pause_budget(bucket, shape, now, until)
+        self.paused.set()
+        return state
+
+    async def read_budget(self, bucket: str, shape: BudgetShape) -> BudgetState | None:
+        return await self.store.read_budget(bucket, shape)
+
+
+async def test_a_429_one_replica_hears_holds_the_others(
+    stores: Stores, slack: SlackAPIStandIn
+) -> None:
+    async with replicas(stores, 2) as (one, two):
+        told = _Told(one)
+        hears = paced(slack, Pacer(speed=SPEED, shared=told))
+        other = paced(slack, Pacer(speed=SPEED, shared=two))
+        slack.fail_next("chat.update", status=429, retry_after=1, times=1)
+        first = asyncio.create_task(hears.chat_update(channel="C1", ts="1.0", text="a"))
+        await asyncio.wait_for(told.paused.wait(), 5)
+        started = time.monotonic()
+        await asyncio.gather(
+            other.chat_update(channel="C1", ts="1.0", text="b"), return_exceptions=True
+        )
+        waited = time.monotonic() - started
+        await asyncio.gather(first, return_exceptions=True)
+    assert waited > 0.7  # Retry-After: 1 s, on the replica that did not hear it
+    assert slack.rate_limits is not None
+    assert slack.rate_limits.refused["chat.update"] == 0  # the stand-in's own: none
+
+
+async def test_a_row_waiting_for_the_budget_keeps_its_claim(
+    stores: Stores, slack: SlackAPIStandIn
+) -> None:
+    async with replicas(stores, 2) as (mine, other):
+        told = _Told(mine)
+        pacer = Pacer(shared=told)
+        lease = timedelta(seconds=0.3)
+        outbox = SlackOutbox(mine, paced(slack, pacer), claimer="me", lease=lease, poll=0.05)
+        post = {"channel": "C1", "thread_ts": "1700000000.000100", "text": "once"}
+        # Another replica heard a 429: the channel's posts wait 1.5 s, past five leases.
+        shape = BudgetShape(1.0, 3.0, 2.0)
+        now = time.time()
+        await other.pause_budget("chat.postMessage:C1", shape, now, now + 1.5)
+        await outbox.put([OutboxEntry("chat.postMessage", post, NOTICE, channel_id="C1")])
+        sender = asyncio.create_task(outbox.run())
+        taken = []
+        try:
+            await asyncio.wait_for(told.took.wait(), 5)  # claimed, its call waiting its turn
+            while not slack.calls_to("chat.postMessage"):
+                taken += await other.claim_outbox("other", limit=10, lease=lease)
+                await asyncio.sleep(0.05)  # polling another replica's claims: no event
+            await asyncio.wait_for(outbox.wait_idle(), 5)
+        finally:
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+    assert taken == []  # the row stayed claimed while its call waited for the budget
+    assert [m["text"] for m in slack.messages] == ["once"]
+    assert time.time() - now > 1.4
+
+
+async def test_a_stream_slot_is_judged_from_every_replica_s_spending(stores: Stores) -> None:
+    async with replicas(stores, 2) as (one, two):
+        mine, theirs = Pacer(shared=one), Pacer(shared=two)
+        assert mine.claim("chat.startStream", 1.0)  # free; then the other spends the rest
+        await mine.take("chat.startStream")
+        for _ in range(4):
+            await theirs.take("chat.startStream")
+        read = asyncio.Event()
+        reading = mine._read
+
+        async def heard(*args: object) -> None:
+            await reading(*args)  # type: ignore[arg-type]
+            read.set()
+
+        mine._read = heard  # type: ignore[method-assign]
+        mine.short("chat.startStream")  # asks: the mirror is read again in the background
+        await asyncio.wait_for(read.wait(), 5)
+        assert not mine.claim("chat.startStream", 1.0)  # Tier 2: the next slot is 3 s away
