@@ -195,9 +195,13 @@ class _Bucket:
         """Nothing left to spend right now (streaming sends bigger pieces then)."""
         return self.tokens + (now - self.at) * self.rate < 1.0 or self.paused_until > now
 
-    def busy(self, now: float) -> bool:
-        """Part of the burst is spent: calls went out in the last few seconds."""
-        return self.tokens + (now - self.at) * self.rate < self.burst - 1.0 or self.short(now)
+    def busy(self, now: float, beyond: int = 0) -> bool:
+        """Part of the burst is spent: calls went out in the last few seconds (`beyond` more than
+        one). A bucket that mirrors a shared one is full one call short (`shape`)."""
+        shared = self.mirrored is None or self.mirrored > -math.inf
+        full = self.shape().burst if shared else self.burst
+        left = self.tokens + (now - self.at) * self.rate
+        return left < full - 1.0 - beyond or self.short(now)
 
     def shape(self) -> BudgetShape:
         """The shared bucket's shape: one call of the burst always kept back, as at the start
@@ -360,10 +364,11 @@ class Pacer:
         bucket = self._mirror(method, channel)
         return 0.0 if bucket is None else bucket.due_in(self._now()) / self.speed
 
-    def busy(self, method: str, channel: str | None = None) -> bool:
-        """`method`'s bucket (the channel's) is not full: it is being spent (a storm)."""
+    def busy(self, method: str, channel: str | None = None, *, beyond: int = 0) -> bool:
+        """`method`'s bucket (the channel's) is not full: it is being spent (a storm); `beyond`:
+        by that many calls more than one."""
         bucket = self._mirror(method, channel)
-        return bucket is not None and bucket.busy(self._now())
+        return bucket is not None and bucket.busy(self._now(), beyond)
 
     def limited_by_slack(self, method: str, channel: str | None, seconds: float) -> None:
         """Slack answered 429: count it and hold the bucket for `seconds` (clock seconds)."""

@@ -34,6 +34,7 @@ last edit is never held).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -266,8 +267,9 @@ class SlackTimeline:
         self._short = bucket_short(client)
         """`short(method)`: the paced client has no call of `method` to spend right now."""
         pacer = pacer_of(client)
-        self._busy = pacer.busy if pacer is not None else None
-        """`busy(method)`: part of `method`'s burst went in the last seconds (a storm)."""
+        self._busy = functools.partial(pacer.busy, beyond=1) if pacer is not None else None
+        """`busy(method)`: more of `method`'s burst went in the last seconds than one run spends
+        before its pause (its answer's stream, tried even where Slack refuses it): a storm."""
         self._clock = clock
         self._born = clock()
         self._wrote = 0.0

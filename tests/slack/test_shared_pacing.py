@@ -38,7 +38,7 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Stores:
     """Opens stores on one database, as replicas (or processes) sharing it would."""
     if request.param == "sqlite":
         return lambda: SQLiteStore(tmp_path / "opsgate.db")
-    from bot.store.postgres import PostgresStore
+    from bot.store import PostgresStore
 
     url: str = request.getfixturevalue("postgres_url")
     return lambda: PostgresStore(url)

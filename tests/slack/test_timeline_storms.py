@@ -122,9 +122,11 @@ async def test_a_timeline_of_calls_waiting_for_approval_is_not_started_in_a_stor
 async def test_a_timeline_of_calls_waiting_for_approval_is_not_started_while_streams_are_spent(
     slack: SlackAPIStandIn,
 ) -> None:
-    """Not short yet, but another run's stream just started (a storm's runs pausing at once):
-    shown, it would cost an edit more at the resume, to say what its cards say."""
+    """Not short yet, but other runs' streams just started (a storm's runs pausing at once):
+    shown, it would cost an edit more at the resume, to say what its cards say. (One stream is
+    what a run spends itself before its pause: `test_one_stream_spent_is_not_a_storm`.)"""
     client, clock = paced(slack), Clock()
+    await client.pacer.take("chat.startStream")
     await client.pacer.take("chat.startStream")
     assert not client.pacer.short("chat.startStream")
     line = timeline(client, clock)
@@ -135,6 +137,19 @@ async def test_a_timeline_of_calls_waiting_for_approval_is_not_started_while_str
     await line.show(Task("call_1", "run_command", "{}", "approved", decided_by="U0BOB"))
     await line.close()
     assert calls(slack, *SHOWN, "chat.stopStream") == 0
+
+
+async def test_one_stream_spent_is_not_a_storm(slack: SlackAPIStandIn) -> None:
+    """A run that said a word before its call has spent a stream itself (tried even where Slack
+    refuses streaming): its paused timeline is still shown."""
+    client, clock = paced(slack), Clock()
+    await client.pacer.take("chat.startStream")
+    line = timeline(client, clock)
+    clock.now += STORM_GRACE + 1
+    link = "https://example.slack.com/archives/C1/p1"
+    await line.show(Task("call_1", "run_command", "{}", "waiting", (0, 1), link))
+    await line.rest()
+    assert calls(slack, *SHOWN) >= 1
 
 
 async def test_an_edited_timeline_in_a_storm_is_edited_once_per_few_seconds(
