@@ -1,6 +1,6 @@
 """Storms against the Slack stand-in that enforces Slack's tiers: `python bench/storms.py`
 (SQLite, one process), `python bench/storms.py --replicas` (three replicas on one PostgreSQL
-database, spending the workspace's budget together through it: `bot.store.budgets`),
+database, spending the workspace's budget together through it: `SlackBudgets`),
 `--only WORDS` (the storms whose name holds WORDS).
 
 Each storm goes through the real app (`running_bot`'s parts: Bolt, the listeners, the run

@@ -70,7 +70,7 @@ from .mrkdwn import (
     user_mention,
 )
 from .outbox import Renderer, Write
-from .turns import RUNS_NEXT
+from .pacing import RUNS_NEXT
 
 __all__ = [
     "SECTION_TEXT_MAX",

@@ -1,4 +1,5 @@
-"""Pacing Slack Web API calls: token buckets at Slack's tiers, and waiting out a 429.
+"""Pacing Slack Web API calls: token buckets at Slack's tiers, waiting out a 429, and the outbox
+rows' turns at the workspace-wide buckets (`Turns`: what a person waits for goes first).
 
 Slack limits each method per app per workspace by tier, and `chat.postMessage` to about one
 message per second per channel with short bursts; a call over the limit is answered HTTP 429
@@ -11,7 +12,7 @@ and a 429 makes the bucket wait `Retry-After` and the call is tried again, until
 
 Buckets are per method (one bot token is one workspace), and per channel for
 `chat.postMessage`. One process keeps them in memory. Replicas share them through their
-database (`shared`, `bot.store.budgets`): each call takes its token there, in one statement,
+database (`shared`, `SlackBudgets`): each call takes its token there, in one statement,
 so replicas together never spend more than Slack gives and one replica may spend all of it
 while the others are idle; a 429 one of them hears holds the bucket for all. The buckets in
 memory then mirror the shared ones (what `short`, `busy`, `due_in` and `claim` answer from,
@@ -25,7 +26,8 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -37,13 +39,17 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from ..store import BudgetShape, BudgetState
 
 __all__ = [
+    "CARD_SETTLE",
     "METHOD_TIERS",
     "POST_MESSAGE_PER_CHANNEL",
+    "RUNS_NEXT",
+    "TURN_MAX",
     "Pacer",
     "PutBack",
     "RateLimited",
     "SharedBudgets",
     "Tier",
+    "Turns",
     "bucket_short",
     "pacer_of",
     "retry_after",
@@ -127,7 +133,7 @@ kept back the stand-in refused none in `bench/storms.py`.)"""
 
 
 class SharedBudgets(Protocol):
-    """The store's shared buckets (`bot.store.budgets`); times are the pacer's seconds."""
+    """The store's shared buckets (`SlackBudgets`); times are the pacer's seconds."""
 
     async def take_budget(self, bucket: str, shape: BudgetShape, now: float) -> BudgetState: ...
 
@@ -452,3 +458,105 @@ class PutBack:
             return poll
         soonest = (min(self._due.values()) - now).total_seconds()
         return min(poll, max(0.01, soonest))
+
+
+# Turns at the workspace-wide buckets: what a person waits for goes first, and a storm's
+# redraws fold into one.
+#
+# `chat.update` (Tier 3) and `views.publish` are spent by the whole workspace, every channel
+# together. While such a bucket is short (a storm), an outbox row waits for a call of it here
+# rather than queueing at the pacer (first come, first served): a card's redraw for the next
+# call, a row after the answers (a notice's edit, a Home tab) also while a card's redraw waits
+# for the same bucket, so cards go first. Each time a row may go after a wait, it asks whether a
+# newer row of its key superseded it (then it is not sent: its newer row draws the latest).
+#
+# The redraw of a card approved and about to run (its write's `meta[RUNS_NEXT]`, set by
+# `bot.slack.cards`) that finds `chat.update` being spent (a storm: part of its burst went in
+# the last seconds) first settles, while it is being spent and up to `CARD_SETTLE`: the call runs
+# a moment after its decision, and its result owes the card another redraw; superseded meanwhile,
+# one `chat.update` shows the decision and the result, where two were spent before (the approval
+# storms' redraws were 40% more than their cards). Once per card in a process: the redraw
+# superseding it goes in its turn at once. Outside a storm, and a card rejected or run, a redraw
+# goes at once, as before.
+RUNS_NEXT = "runs_next"
+"""The key of a card redraw's meta saying its call is approved and has not run yet."""
+CARD_SETTLE = 3.0
+"""Longest a card's redraw in a storm waits for its call's result (see the module)."""
+SETTLE_LOOK = 0.25
+"""How often a settling redraw asks whether the result's redraw superseded it."""
+TURN_SECONDS = 0.05
+"""How often a row waiting for its bucket to refill looks again."""
+TURN_MAX = 30.0
+"""Longest a row lets others go first (a storm of cards never starves a notice for good)."""
+_SETTLED_KEPT = 4096
+"""Cards remembered as settled (the oldest forgotten first)."""
+
+
+class Turns:
+    """The turns of one sender's rows at the buckets of `pacer` (None: not paced, no turns)."""
+
+    def __init__(self, pacer: Pacer | None) -> None:
+        self.pacer = pacer
+        self._cards: dict[str, int] = {}
+        """Cards' redraws waiting for a call of each method (rows after them let them go)."""
+        self._settled: OrderedDict[str, None] = OrderedDict()
+        """The keys of cards whose redraw settled once already."""
+
+    async def wait(
+        self,
+        method: str,
+        *,
+        card: bool,
+        key: str | None,
+        superseded: Callable[[], Awaitable[bool]],
+        runs_next: bool = False,
+    ) -> bool:
+        """Until the row (a card's redraw when `card`; of a call about to run, `runs_next`) may
+        make its call of `method`: True without a pause once it may go, so the caller's send
+        reserves that call before any other task runs; False when it was superseded while it
+        waited (done, unsent)."""
+        pacer = self.pacer
+        if pacer is None:
+            return True
+        if (
+            card
+            and runs_next
+            and key is not None
+            and await self._settle(pacer, method, key, superseded)
+        ):
+            return False
+        short = pacer.short
+
+        def blocked() -> bool:
+            return short(method) or (not card and self._cards.get(method, 0) > 0)
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TURN_MAX  # then in turn, as any call
+        self._cards[method] = self._cards.get(method, 0) + card
+        try:
+            while blocked() and loop.time() < deadline:
+                await asyncio.sleep(TURN_SECONDS)
+                if not blocked() and await superseded():
+                    return False
+            return True
+        finally:
+            self._cards[method] -= card
+
+    async def _settle(
+        self, pacer: Pacer, method: str, key: str, superseded: Callable[[], Awaitable[bool]]
+    ) -> bool:
+        """When `method` is being spent and the card has not settled yet: wait for a newer
+        redraw of it while the bucket is spent, up to `CARD_SETTLE` (a full bucket is spent at
+        once); whether one superseded this one."""
+        if method != "chat.update" or key in self._settled or not pacer.busy(method):
+            return False
+        self._settled[key] = None
+        while len(self._settled) > _SETTLED_KEPT:
+            self._settled.popitem(last=False)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CARD_SETTLE
+        while loop.time() < deadline and pacer.busy(method):
+            await asyncio.sleep(SETTLE_LOOK)
+            if await superseded():
+                return True
+        return False

@@ -9,7 +9,6 @@ each on `StoreCore` alone, over a thin database seam (`db.py`) with two adapters
 library.
 """
 
-from .budgets import BudgetShape, BudgetState
 from .db import utc_now
 from .errors import (
     DatabaseLocked,
@@ -73,6 +72,8 @@ from .models import (
 from .outbox import (
     CARD_REDRAW,
     REDRAW_PRIORITY,
+    BudgetShape,
+    BudgetState,
     OutboxEntry,
     OutboxRow,
     OutboxStats,

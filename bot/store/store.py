@@ -39,7 +39,6 @@ from pydantic import BaseModel, ValidationError
 from bot.settings import SCHEMES, DatabaseURL, url_scheme
 
 from .audit import Audit
-from .budgets import SlackBudgets
 from .core import StoreCore
 from .db import utc_now
 from .decisions import Decisions
@@ -49,7 +48,7 @@ from .freezes import Freezes
 from .ladder import Delegations, Escalations
 from .ledger import Ledger, RecordedCalls
 from .mcp_pins import McpPins
-from .outbox import Outbox
+from .outbox import Outbox, SlackBudgets
 from .plane import PlaneRows
 from .queue import Queue
 from .queue_notices import QueueNoticeRows

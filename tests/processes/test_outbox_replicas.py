@@ -2,7 +2,7 @@
 
 Three real `opsgate run --http` replicas on one PostgreSQL database share the stand-in that
 enforces Slack's tiers (at Slack's own pace), spending a third of the workspace's budget
-together through the database (`bot.store.budgets`: any of them may spend all of that). A
+together through the database (`SlackBudgets`: any of them may spend all of that). A
 storm of mentions over three channels is spread across them; one replica is killed, once
 answers are arriving, while it holds claimed outbox rows (Slack holds its answers to 👀
 removals until then). Its lease (2 s; its outbox claims twice that) lapses, the survivors take

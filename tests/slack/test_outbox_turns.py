@@ -16,8 +16,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.app import CountingWebClient
 from bot.slack.outbox import CARD, NOTICE, SlackOutbox
-from bot.slack.pacing import Pacer
-from bot.slack.turns import CARD_SETTLE, RUNS_NEXT
+from bot.slack.pacing import CARD_SETTLE, RUNS_NEXT, Pacer
 from bot.store import OutboxEntry, SQLiteStore, Store
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_ratelimits import ManualClock

@@ -1,4 +1,4 @@
-"""Replicas pace through one Slack budget in their database (`bot.store.budgets`): pacers on
+"""Replicas pace through one Slack budget in their database (`SlackBudgets`): pacers on
 one database (as three replicas) never spend more of a channel's posts than Slack gives, one
 alone spends all of it, a 429 one of them hears holds the others, and a row waiting for the
 budget keeps its claim. Over real stores (an SQLite file, PostgreSQL) and the stand-in

@@ -450,7 +450,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         22,
-        # Slack's rate limits shared by the replicas (`bot.store.budgets`): each bucket's
+        # Slack's rate limits shared by the replicas (`SlackBudgets`): each bucket's
         # tokens, when they were counted and until when Slack said wait (the pacer's seconds).
         "Slack budgets shared by the replicas",
         sqlite=(budgets_table("TEXT", "REAL"),),

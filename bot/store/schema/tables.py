@@ -109,7 +109,7 @@ def plane_tables(text: str, moment: str) -> tuple[str, ...]:
 
 
 def budgets_table(text: str, real: str) -> str:
-    """Slack's buckets shared by the replicas (`bot.store.budgets`): tokens left, when they were
+    """Slack's buckets shared by the replicas (`SlackBudgets`): tokens left, when they were
     counted and until when Slack said wait, in the pacer's seconds."""
     return (
         f"CREATE TABLE slack_budgets (bucket {text} PRIMARY KEY, tokens {real} NOT NULL,"
