@@ -1,9 +1,8 @@
 """Block Kit for approval cards, full and minimal, with their Edit and "Allow for" buttons and the
 line naming an MCP server's tool: pure functions from the run service's card view models
-(`bot.runs.views`) to Slack dicts; and a card's redraw, as a `chat.update` made at once
-(`card_update`) or as the outbox's renderer of the store's `CARD_REDRAW` intents
-(`card_renderer`), drawn with the same builders. What the card says about the call (why it is
-there, what it still needs, its preview) is in `bot.slack.card_notes`.
+(`bot.runs.views`) to Slack dicts; and a card's redraw, the outbox's renderer of the store's
+`CARD_REDRAW` intents (`card_renderer`), drawn with the same builders. What the card says
+about the call (why it is there, what it still needs, its preview) is in `bot.slack.card_notes`.
 
 Everything shown comes from the ledger row the bot stored at pause time; the buttons carry only
 the ledger id (see "Binding" in `docs/architecture.md`). Arguments and descriptions are untrusted
@@ -82,7 +81,6 @@ __all__ = [
     "card_file",
     "card_renderer",
     "card_text",
-    "card_update",
     "decided_card",
     "decided_text",
     "extra_buttons",
@@ -493,8 +491,8 @@ def extra_buttons(call: CardCall) -> list[ButtonElement]:
 # The store writes a card's redraw as an intent (`bot.store.card_redraw`) in the transaction of
 # the change the card shows; the sender (`bot.slack.outbox`) draws it with `card_renderer` when
 # it sends it, from the call's state then (the run service's `Cards.drawing`), with the same
-# builders as a redraw made at once (`card_update`). So a decision and its redraw commit together,
-# and however late the row is sent, it shows the latest state.
+# builders as the card posted. So a decision and its redraw commit together, and however late
+# the row is sent, it shows the latest state.
 
 
 Draw = Callable[[str], Awaitable[CardDrawing | None]]
@@ -503,7 +501,7 @@ Drawn = Callable[[str, str], Awaitable[None]]
 """Record what a card now shows (`Store.card_drawn`)."""
 
 
-def card_update(
+def _card_update(
     ref: CardRef, card: CardCall, outcome: CardOutcome | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The `chat.update` arguments that redraw the card, and the ones to use instead when
@@ -527,7 +525,7 @@ def card_renderer(draw: Draw, drawn: Drawn) -> Renderer:
         drawing = await draw(ledger_id)
         if drawing is None:
             return None
-        update, fallback = card_update(drawing.ref, drawing.card, drawing.outcome)
+        update, fallback = _card_update(drawing.ref, drawing.card, drawing.outcome)
         state = drawing.state
 
         async def sent(_answer: Mapping[str, Any]) -> None:

@@ -221,9 +221,6 @@ class SlackOutbox:
         self._later = PutBack()
         """Rows put back until their bucket can take them (`HOLD_SECONDS`)."""
 
-    def renders(self, method: str) -> bool:
-        return method in self._renderers
-
     def wake(self) -> None:
         """Rows were stored by someone else: look now rather than at the next poll (a row that
         settles is looked for when it is due: `outbox_next_due`). (The store rings the same

@@ -28,12 +28,11 @@ from ..runs.notices import AllowanceList, Notice, ToolRan
 from ..runs.output import PostFailed, TextSink, Thread
 from ..runs.timeline import AssistantStatus, TimelineSink
 from ..runs.views import AllowForm, CardCall, CardOutcome, CardRef, EditForm, HomeView
-from ..store import CARD_REDRAW, OutboxEntry, card_redraw
+from ..store import OutboxEntry, card_redraw
 from .cards import (
     approval_card,
     card_file,
     card_text,
-    card_update,
     minimal_blocks,
     minimal_file_text,
     overflow,
@@ -43,7 +42,7 @@ from .ids import SLACK_ERRORS, card_metadata, find_marked_card, slack_error
 from .modals import allow_modal, edit_modal, feedback_blocks, reject_modal
 from .mrkdwn import escape_cut, message_link, truncate, user_mention
 from .notices import render
-from .outbox import CARD, NOTICE, REACTION, UPLOAD, SlackOutbox
+from .outbox import NOTICE, REACTION, UPLOAD, SlackOutbox
 from .pacing import bucket_short, pacer_of
 from .queue_notice import QueueNotices
 from .streaming import START_WITHIN, ThreadReply
@@ -243,21 +242,9 @@ class SlackThreadOutput:
     async def update_card(
         self, ref: CardRef, card: CardCall, outcome: CardOutcome | None
     ) -> PostFailed | None:
-        # Only the latest redraw of a card is sent (the key), before anything else; as an
-        # intent (the server's wiring), drawn from the call's state when it is sent.
-        if self.outbox.renders(CARD_REDRAW):
-            await self.outbox.put([card_redraw(card.ledger_id, ref.channel_id)])
-            return None
-        update, fallback = card_update(ref, card, outcome)
-        entry = OutboxEntry(
-            "chat.update",
-            update,
-            CARD,
-            channel_id=ref.channel_id,
-            key=f"card:{ref.channel_id}:{ref.ts}",
-            meta={"fallback": fallback},
-        )
-        await self.outbox.put([entry])
+        # An intent, keyed by the card: only the latest unsent redraw is kept, and the outbox's
+        # card renderer draws it from the call's state when it is sent.
+        await self.outbox.put([card_redraw(card.ledger_id, ref.channel_id)])
         return None
 
     async def upload(self, thread: Thread, filename: str, content: str) -> None:

@@ -15,13 +15,14 @@ import pytest
 
 from bot.runs.notices import StillWorking
 from bot.runs.output import Thread
-from bot.runs.views import CardCall, CardOutcome, CardRef
+from bot.runs.views import CardCall, CardDrawing, CardOutcome, CardRef
 from bot.slack.app import CountingWebClient
+from bot.slack.cards import card_renderer
 from bot.slack.outbox import SlackOutbox
 from bot.slack.output import SlackThreadOutput
 from bot.slack.pacing import Pacer
 from bot.slack.queue_notice import QueueNotices
-from bot.store import SQLiteStore
+from bot.store import CARD_REDRAW, SQLiteStore
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_ratelimits import RateLimits
 
@@ -98,10 +99,21 @@ async def test_only_the_latest_redraw_is_sent_and_cancelled_reactions_never(
         web = client(slack)
         posted = await web.chat_postMessage(channel="C1", text="card")
         ref = CardRef("C1", str(posted["ts"]))
-        outbox = SlackOutbox(store, web, claimer="local", poll=0.05)
+        now: list[CardDrawing] = []  # the call's state as the sender finds it
+
+        async def draw(_ledger_id: str) -> CardDrawing | None:
+            return now[-1]
+
+        async def drawn(_ledger_id: str, _state: str) -> None:
+            return None
+
+        renderers = {CARD_REDRAW: card_renderer(draw, drawn)}
+        outbox = SlackOutbox(store, web, claimer="local", poll=0.05, renderers=renderers)
         output = SlackThreadOutput(web, outbox, QueueNotices(outbox, store))
+        now.append(CardDrawing(ref, card("L1"), None, "pending"))
         await output.update_card(ref, card("L1"), None)
         decided = CardOutcome(status="approved", decided_by="UBOB", decided_at=datetime.now(UTC))
+        now.append(CardDrawing(ref, card("L1"), decided, "approved"))
         await output.update_card(ref, card("L1"), decided)
         await output.react(THREAD, "1.0", True)
         await output.react(THREAD, "1.0", False)
