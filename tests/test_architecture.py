@@ -9,6 +9,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests.test_smoke import import_targets
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
 COLUMNS = {
@@ -187,18 +189,13 @@ def _imports(path: Path, module: str) -> list[tuple[int, str]]:
     """Every module `path` imports, with its line: at the top, in functions and under
     `TYPE_CHECKING` alike (a type-only import up a layer is still a layer known from below)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - (node.level - 1)]
-                base = ".".join([*parts, base] if base else parts)
-            found.append((node.lineno, base))
-    return found
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        (node.lineno, target)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for target in import_targets(node, package)
+    ]
 
 
 def test_the_layer_order_names_every_top_level_part() -> None:

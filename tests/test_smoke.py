@@ -65,18 +65,23 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             continue
         for sub in ast.walk(node):
-            targets: list[str] = []
-            if isinstance(sub, ast.Import):
-                targets = [alias.name for alias in sub.names]
-            elif isinstance(sub, ast.ImportFrom):
-                base = sub.module or ""
-                if sub.level:
-                    anchor = package.split(".")
-                    anchor = anchor[: len(anchor) - (sub.level - 1)]
-                    base = ".".join([*anchor, base] if base else anchor)
-                targets = [base] + [f"{base}.{alias.name}" for alias in sub.names]
-            found.update(t for t in targets if t in known and t != name)
+            found.update(t for t in import_targets(sub, package) if t in known and t != name)
     return found
+
+
+def import_targets(node: ast.AST, package: str) -> list[str]:
+    """What an import statement in `package` names (a relative one resolved): each module, and
+    for `from X import a` both `X` and `X.a`; [] for any other node."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")
+        anchor = anchor[: len(anchor) - (node.level - 1)]
+        base = ".".join([*anchor, base] if base else anchor)
+    return [base] + [f"{base}.{alias.name}" for alias in node.names]
 
 
 def test_no_import_cycles_between_modules() -> None:
