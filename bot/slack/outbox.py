@@ -148,6 +148,8 @@ class OutboxStore(Protocol):
 
     async def outbox_next_due(self) -> datetime | None: ...
 
+    async def outbox_kept(self, row_ids: Sequence[str]) -> set[str]: ...
+
 
 class OutboxObserver(Protocol):
     """Metrics for the outbox (`bot.observability.Metrics`)."""
@@ -349,11 +351,7 @@ class SlackOutbox:
                     self._inflight[task] = row.id
                     task.add_done_callback(self._finished)
                 await self._renew()
-                idle = (
-                    not rows
-                    and not self._inflight
-                    and not self._later.owed(self.clock(), timedelta(seconds=self.poll))
-                )
+                idle = not rows and not self._inflight and not await self._owed()
                 if idle or (self.clock() - self._reported).total_seconds() >= 1.0:
                     await self._report()
                 wait = self.poll
@@ -382,6 +380,19 @@ class SlackOutbox:
             await self.store.renew_outbox(self.claimer, held, self.lease)
         except Exception:
             logger.exception("could not renew the outbox claims")
+
+    async def _owed(self) -> bool:
+        """Rows this sender put back are owed until sent, unless they left the outbox since
+        (cancelled, superseded, sent by another replica)."""
+        if not self._later.owed(self.clock(), timedelta(seconds=self.poll)):
+            return False
+        try:
+            kept = await self.store.outbox_kept(self._later.ids())
+        except Exception:
+            logger.exception("could not read which put-back outbox rows are left")
+            return True
+        self._later.keep(kept)
+        return bool(self._later)
 
     async def _settling(self) -> float | None:
         """Seconds until the next row nobody holds is due, when one is waiting (None: none)."""

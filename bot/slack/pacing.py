@@ -448,6 +448,13 @@ class PutBack:
     def __len__(self) -> int:
         return len(self._due)
 
+    def ids(self) -> list[str]:
+        return list(self._due)
+
+    def keep(self, row_ids: set[str]) -> None:
+        """Forget the rows not in `row_ids` (gone from the outbox)."""
+        self._due = {row: due for row, due in self._due.items() if row in row_ids}
+
     def owed(self, now: datetime, grace: timedelta) -> bool:
         self._due = {row: due for row, due in self._due.items() if now - due <= grace}
         return bool(self._due)

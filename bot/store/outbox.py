@@ -234,6 +234,17 @@ class Outbox(StoreCore):
                 {"claimer": claimer},
             )
 
+    async def outbox_kept(self, row_ids: Sequence[str]) -> set[str]:
+        """Which of `row_ids` are still in the outbox: a sender that put rows back forgets those
+        cancelled, superseded or sent elsewhere since, rather than waiting out their due time."""
+        names = {f"r{n}": row_id for n, row_id in enumerate(row_ids)}
+        if not names:
+            return set()
+        marks = ", ".join(f":{name}" for name in names)
+        async with self._db.reading("outbox rows kept") as tx:
+            rows = await tx.fetch_all(f"SELECT id FROM outbox WHERE id IN ({marks})", names)
+        return {str(row["id"]) for row in rows}
+
     async def outbox_stats(self) -> OutboxStats:
         async with self._db.reading("outbox depth") as tx:
             rows = await tx.fetch_all(

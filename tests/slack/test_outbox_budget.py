@@ -48,3 +48,41 @@ async def test_rows_behind_a_spent_bucket_leave_the_others_their_slots(tmp_path:
             await asyncio.gather(sender, return_exceptions=True)
         assert slack.calls_to("reactions.add") == []  # still waiting for their bucket
         assert not outbox.idle  # what was put back is still owed
+
+
+async def test_a_row_put_back_then_cancelled_is_no_longer_owed(tmp_path: Path) -> None:
+    """A 👀 put back for its bucket and cancelled by its removal (the answer came first) is not
+    waited for: the sender is idle at once, not when the mark would have been due."""
+    async with SlackAPIStandIn() as slack, SQLiteStore(tmp_path / "opsgate.db") as store:
+        pacer = Pacer(clock=lambda: 0.0)
+        while pacer.claim("reactions.add", 0.0):
+            pass
+        for _ in range(20):  # and booked a minute ahead: the mark would be due in 25 s
+            pacer.claim("reactions.add", 60.0)
+        client = CountingWebClient(
+            on_error=lambda method: None,
+            pacer=pacer,
+            token="xoxb-test-token",
+            base_url=slack.url,
+            retry_handlers=[],
+        )
+        outbox = SlackOutbox(store, client, claimer="local", poll=0.05, concurrency=2)
+        mark = {"channel": "C1", "timestamp": "1700000000.000100", "name": "eyes"}
+        key = "reaction:C1:1700000000.000100"
+        await outbox.put([OutboxEntry("reactions.add", mark, NOTICE, channel_id="C1", key=key)])
+        sender = asyncio.create_task(outbox.run())
+        try:
+            async with asyncio.timeout(5):
+                while await store.outbox_next_due() is None:  # put back until its bucket
+                    await asyncio.sleep(0.01)
+            assert not outbox.idle
+            removal = OutboxEntry(
+                "reactions.remove", mark, NOTICE, channel_id="C1", key=key, cancels=True
+            )
+            await outbox.put([removal])
+            await asyncio.wait_for(outbox.wait_idle(), 5)
+        finally:
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+        assert slack.calls_to("reactions.add") == []
+        assert slack.calls_to("reactions.remove") == []

@@ -103,6 +103,21 @@ async def test_a_reaction_removed_before_it_was_sent_is_never_sent(store: Store)
     assert len(await store.put_outbox([remove])) == 1
 
 
+async def test_kept_rows_are_those_still_owed(store: Store) -> None:
+    """What a sender that put rows back asks before it waits for them."""
+    key = "reaction:C1:1.0"
+    add = OutboxEntry("reactions.add", {"timestamp": "1.0"}, 3, channel_id="C1", key=key)
+    remove = OutboxEntry(
+        "reactions.remove", {"timestamp": "1.0"}, 3, channel_id="C1", key=key, cancels=True
+    )
+    [mark] = await store.put_outbox([add])
+    [other] = await store.put_outbox([post("answer")])
+    assert await store.outbox_kept([mark, other, "gone"]) == {mark, other}
+    await store.put_outbox([remove])  # cancelled before it was sent
+    assert await store.outbox_kept([mark, other]) == {other}
+    assert await store.outbox_kept([]) == set()
+
+
 async def test_rows_survive_a_restart(new_store: StoreFactory) -> None:
     async with new_store() as first:
         await first.put_outbox([post("owed", priority=1)])
