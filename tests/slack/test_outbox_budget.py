@@ -6,6 +6,7 @@ Slack stand-in, the pacer's clock held still (the spent bucket never refills).""
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from pathlib import Path
 
 from bot.slack.app import CountingWebClient
@@ -70,11 +71,18 @@ async def test_a_row_put_back_then_cancelled_is_no_longer_owed(tmp_path: Path) -
         mark = {"channel": "C1", "timestamp": "1700000000.000100", "name": "eyes"}
         key = "reaction:C1:1700000000.000100"
         await outbox.put([OutboxEntry("reactions.add", mark, NOTICE, channel_id="C1", key=key)])
+        put_back = asyncio.Event()
+        later = store.outbox_later
+
+        async def outbox_later(row_id: str, not_before: datetime, error: str) -> None:
+            await later(row_id, not_before, error)
+            put_back.set()
+
+        store.outbox_later = outbox_later  # type: ignore[method-assign]
         sender = asyncio.create_task(outbox.run())
         try:
-            async with asyncio.timeout(5):
-                while await store.outbox_next_due() is None:  # put back until its bucket
-                    await asyncio.sleep(0.01)
+            await asyncio.wait_for(put_back.wait(), 5)  # put back until its bucket
+            assert await store.outbox_next_due() is not None
             assert not outbox.idle
             removal = OutboxEntry(
                 "reactions.remove", mark, NOTICE, channel_id="C1", key=key, cancels=True
