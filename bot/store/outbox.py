@@ -159,10 +159,12 @@ class Outbox(StoreCore):
 
     async def outbox_superseded(self, row_id: str) -> bool:
         """Before a claimed keyed row is sent: if a newer row of its key was put meanwhile,
-        this one is done unsent (deleted; the newer one is drawn from the state then)."""
+        this one is done unsent (deleted; the newer one is drawn from the state then). A 👀
+        superseded by its removal (put while the mark waited in flight) takes the removal
+        with it: Slack would refuse it, and spend a Tier 3 call doing so."""
         async with self._db.transaction("supersede an outbox row") as tx:
             row = await tx.fetch_one(
-                "SELECT key, attempts FROM outbox WHERE id = :id AND EXISTS"
+                "SELECT key, attempts, method FROM outbox WHERE id = :id AND EXISTS"
                 " (SELECT 1 FROM outbox AS o WHERE o.key = outbox.key"
                 " AND o.created_at > outbox.created_at)",
                 {"id": row_id},
@@ -171,6 +173,13 @@ class Outbox(StoreCore):
                 return False
             # Claimed: its count includes this claim, which sent nothing.
             await self._supersede(tx, row_id, str(row["key"]), int(row["attempts"]) - 1)
+            # A mark never tried, so never made, needs no removal.
+            if row["method"] == "reactions.add" and int(row["attempts"]) == 1:
+                await tx.execute(
+                    "DELETE FROM outbox WHERE key = :key AND method = 'reactions.remove'"
+                    " AND claimed_until IS NULL",
+                    {"key": row["key"]},
+                )
         return True
 
     async def outbox_next_due(self) -> datetime | None:

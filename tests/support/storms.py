@@ -3,8 +3,8 @@
 Each storm sends its events through the running bot (`tests.support.harness.running_bot`
 against `SlackAPIStandIn(rate_limits=...)`) and returns a check: the problems it finds, in
 words (none when all is well). `problems` adds what every storm must hold: no 429 told to
-anyone, no 👀 left, no card with buttons after its decision, no stream left open (a paused
-run's timeline still saying "waiting" after its call ran), nothing dropped, every ack
+anyone, no 👀 left nor removed twice, no card with buttons after its decision, no stream left
+open (a paused run's timeline still saying "waiting" after its call ran), nothing dropped, every ack
 (a mention's or a click's HTTP answer) within Slack's 3 s. `tests/scenarios/test_storms.py`
 runs them small in `make test`; `bench/storms.py` at full scale, beside the floor.
 """
@@ -178,6 +178,11 @@ def problems(storm: Storm, dropped: int | None = None) -> list[str]:
     removed = sum(1 for c in slack.calls_to("reactions.remove") if c.ok)
     if added != removed:
         out.append(f"{added - removed} 👀 left")
+    twice = [
+        c for c in slack.calls_to("reactions.remove") if c.response.get("error") == "no_reaction"
+    ]
+    if twice:  # a Tier 3 call spent on a 👀 already gone
+        out.append(f"{len(twice)} 👀 removed twice")
     live = [ts for channel, ts in _card_posts(slack) if _has_buttons(slack.message(channel, ts))]
     if live:
         out.append(f"{len(live)} decided cards keep their buttons")

@@ -103,6 +103,24 @@ async def test_a_reaction_removed_before_it_was_sent_is_never_sent(store: Store)
     assert len(await store.put_outbox([remove])) == 1
 
 
+async def test_a_mark_superseded_in_flight_by_its_removal_takes_the_removal(
+    store: Store, clock: Clock
+) -> None:
+    """The 👀 claimed and waiting for its bucket when the answer came: neither is sent."""
+    key = "reaction:C1:1.0"
+    add = OutboxEntry("reactions.add", {"timestamp": "1.0"}, 3, channel_id="C1", key=key)
+    remove = OutboxEntry(
+        "reactions.remove", {"timestamp": "1.0"}, 3, channel_id="C1", key=key, cancels=True
+    )
+    [mark] = await store.put_outbox([add])
+    await store.claim_outbox("a", limit=10, lease=LEASE)
+    clock.advance(seconds=1)
+    [removal] = await store.put_outbox([remove])  # the mark is in flight: owed
+    assert await store.outbox_superseded(mark)
+    assert await store.outbox_kept([mark, removal]) == set()
+    assert await store.claim_outbox("b", limit=10, lease=LEASE) == []
+
+
 async def test_kept_rows_are_those_still_owed(store: Store) -> None:
     """What a sender that put rows back asks before it waits for them."""
     key = "reaction:C1:1.0"
