@@ -173,7 +173,9 @@ class Driver:
             elif not stopping and not shown.answered:
                 # Only a run still `running` ends here; a paused one stays awaiting_approval.
                 await _quietly(self.ctx.store.end_run(session_id, failed=failed), "ending the run")
-            if message_ts and not shown.answered:
+            # A run stopped by a shutdown keeps its mark: it is owed, and the next start-up's
+            # recovery unmarks it (as after a crash), which it would otherwise do twice.
+            if message_ts and not shown.answered and not stopping:
                 await _quietly(output.react(thread, message_ts, False), "unmarking the message")
             if not stopping:
                 await self._ended(thread, item_id)
