@@ -25,7 +25,9 @@ for approval (the cards show those); one that is closed while held is never show
 answer and its cards say how it went), so a run that ends within a few seconds of a storm costs
 no timeline call at all. A timeline whose every task waits for approval is not started
 either while that bucket is merely being spent (part of its burst went in the last seconds):
-shown, it would cost an edit more when the run resumes, to say what the cards say. A timeline
+shown, it would cost an edit more when the run resumes, to say what the cards say; nor, storm or
+not, once each of those tasks links to its card (the thread shows the cards and the status
+line says who is asked: the storm's first runs cannot know one is coming). A timeline
 already shown as an edited message is edited at most once
 per `STORM_EDIT_EVERY` while `chat.update` is short (the changes between join the next edit; its
 last edit is never held).
@@ -318,7 +320,11 @@ class SlackTimeline:
         if closing and self._stormed:
             return True
         first = "chat.startStream" if self.use_streaming else "chat.update"
-        waiting = all(task.status == "waiting" for task in self._tasks.values())
+        tasks = self._tasks.values()
+        waiting = all(task.status == "waiting" for task in tasks)
+        if tasks and all(task.status == "waiting" and task.card_link for task in tasks):
+            self._stormed = True  # each has its card in the thread, which says all of it
+            return True
         if waiting and self._busy is not None and self._busy(first):
             self._stormed = True  # the cards show it: its close would cost an edit more
             return True

@@ -33,6 +33,14 @@ ALLOW_POLICY = (
 always needs approval."""
 
 
+LOOK_THEN_GATED = [
+    ("call_0", "echo", {"text": "looking"}),
+    ("call_1", "run_command", {"command": "echo hi"}),
+]
+"""A turn whose gated call has a call beside it that needs no approval: a timeline whose every
+task waits for approval is not shown (each card says it), this one is, through the pause."""
+
+
 def task_chunks(slack: SlackAPIStandIn) -> list[dict[str, Any]]:
     """Every task_update chunk the bot streamed, in the order sent."""
     out: list[dict[str, Any]] = []
@@ -141,7 +149,7 @@ async def test_without_streaming_a_run_has_one_timeline_message_through_its_paus
 ) -> None:
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
         bot.slack.set_streaming_supported(False, error=refusal)
-        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_tool_calls(LOOK_THEN_GATED)
         bot.llm.reply_text("Done.")
         await bot.mention("go", user=ALICE)
         [card] = await bot.wait_cards(1)
@@ -162,7 +170,7 @@ async def test_without_streaming_a_run_has_one_timeline_message_through_its_paus
         assert edited and {c.params["ts"] for c in edited} == {ts}
         final = bot.slack.message(channel, ts)
         assert final is not None and len(final["blocks"]) == 1
-        last = final["blocks"][0]["elements"][0]["text"]
+        last = final["blocks"][0]["elements"][0]["text"].splitlines()[-1]
         assert last.startswith("✅ run_command") and f"approved by <@{BOB}>" in last
         assert "waiting" not in last
         session = await bot.deps.store.find_session(TEAM, channel, posted.params["thread_ts"])
@@ -219,7 +227,7 @@ async def test_a_partial_approval_moves_the_waiting_count_on(
     policy = Policy.from_toml("[defaults]\nrequired_approvals = 2\n")
     async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
         bot.slack.set_streaming_supported(streaming)
-        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_tool_calls(LOOK_THEN_GATED)
         bot.llm.reply_text("Done.")
         await bot.mention("go", user=ALICE)
         [card] = await bot.wait_cards(1)
@@ -250,7 +258,7 @@ async def test_a_partial_approval_moves_the_waiting_count_on(
             stopped = {c.params["ts"] for c in bot.slack.calls_to("chat.stopStream") if c.ok}
             assert started <= stopped
         else:
-            assert _timeline_texts(bot)[-1].startswith("✅ run_command echo hi")
+            assert _timeline_texts(bot)[-1].splitlines()[-1].startswith("✅ run_command echo hi")
 
 
 def _plan_chunks(slack: SlackAPIStandIn) -> list[dict[str, Any]]:
@@ -337,7 +345,7 @@ async def test_a_cancelled_pause_shows_its_calls_not_run_on_its_ended_stream(
     tmp_path: Path,
 ) -> None:
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
-        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_tool_calls(LOOK_THEN_GATED)
         root = await bot.mention("go", user=ALICE)
         await bot.wait_cards(1)
         await bot.settle()
@@ -361,7 +369,7 @@ async def test_a_paused_stream_that_slack_expired_is_edited_in_place(tmp_path: P
     approval's count then edits the same message (as the fallback's block), no new one."""
     policy = Policy.from_toml("[defaults]\nrequired_approvals = 2\n")
     async with running_bot(tmp_path, tools=make_tools(tmp_path), policy=policy) as bot:
-        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_tool_calls(LOOK_THEN_GATED)
         bot.llm.reply_text("Done.")
         await bot.mention("go", user=ALICE)
         [card] = await bot.wait_cards(1)
@@ -386,7 +394,7 @@ async def test_the_resumes_timeline_stream_ends_before_the_answer_starts(tmp_pat
     """each timeline stream is stopped as soon as no task moves (the pause; the
     batch answered), so its `chat.stopStream` is not queued behind the answers' streams."""
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
-        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_tool_calls(LOOK_THEN_GATED)
         bot.llm.reply_text("Done, all fine.")
         await bot.mention("go", user=ALICE)
         [card] = await bot.wait_cards(1)
@@ -438,7 +446,7 @@ async def test_the_paused_streams_approved_call_is_left_settled_not_waiting(
     timeline of its own. The paused message must not go on saying the call waits: it says
     who approved it and that it carries on below."""
     async with running_bot(tmp_path, tools=make_tools(tmp_path)) as bot:
-        bot.llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})])
+        bot.llm.reply_tool_calls(LOOK_THEN_GATED)
         bot.llm.reply_text("Done.")
         await bot.mention("go", user=ALICE)
         [card] = await bot.wait_cards(1)

@@ -1,6 +1,7 @@
 """A timeline in a storm: while the workspace-wide bucket its first write spends is short, a run
 that ends within a few seconds shows no timeline at all, a timeline whose every task waits for
-approval (the cards show those) is not started, and a longer run's timeline is shown once its
+approval is not started (nor outside a storm once each card is linked: the cards show those),
+and a longer run's timeline is shown once its
 grace is over; an edited timeline is edited at most once per few seconds, its last edit never
 held. Against the stand-in that enforces Slack's tiers, through the paced client."""
 
@@ -141,15 +142,38 @@ async def test_a_timeline_of_calls_waiting_for_approval_is_not_started_while_str
 
 async def test_one_stream_spent_is_not_a_storm(slack: SlackAPIStandIn) -> None:
     """A run that said a word before its call has spent a stream itself (tried even where Slack
-    refuses streaming): its paused timeline is still shown."""
+    refuses streaming): its paused timeline is still shown (a call whose card could not be
+    linked: the timeline is where the thread says it waits)."""
     client, clock = paced(slack), Clock()
     await client.pacer.take("chat.startStream")
     line = timeline(client, clock)
     clock.now += STORM_GRACE + 1
-    link = "https://example.slack.com/archives/C1/p1"
-    await line.show(Task("call_1", "run_command", "{}", "waiting", (0, 1), link))
+    await line.show(Task("call_1", "run_command", "{}", "waiting", (0, 1)))
     await line.rest()
     assert calls(slack, *SHOWN) >= 1
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["stream", "fallback"])
+async def test_calls_each_waiting_on_its_card_show_no_timeline(
+    slack: SlackAPIStandIn, streaming: bool
+) -> None:
+    """Outside any storm too: the cards say all a timeline would, and a timeline shown at the
+    pause would cost an edit at the resume (Tier 3) to say what the redrawn cards say. One that
+    ends so is never shown; a task that runs is."""
+    client, clock = paced(slack), Clock()
+    clock.now += STORM_GRACE + 1
+    line = timeline(client, clock, streaming=streaming)
+    link = "https://example.slack.com/archives/C1/p1"
+    await line.show(Task("call_1", "run_command", "{}", "waiting", (0, 1), link))
+    await line.show(Task("call_2", "run_command", "{}", "waiting", (0, 1), link))
+    await line.rest()
+    await line.close()
+    assert calls(slack, *SHOWN) == 0
+    line = timeline(client, clock, streaming=streaming)
+    await line.show(Task("call_1", "run_command", "{}", "waiting", (0, 1), link))
+    await line.show(Task("call_2", "echo", "{}", "in_progress"))
+    await line.flush()
+    assert calls(slack, *SHOWN) == 1
 
 
 async def test_an_edited_timeline_in_a_storm_is_edited_once_per_few_seconds(
