@@ -46,6 +46,7 @@ from .pacing import RUNS_NEXT, PutBack, RateLimited, Turns, pacer_of
 __all__ = [
     "ANSWER",
     "CARD",
+    "HOLD_SECONDS",
     "HOME",
     "NOTICE",
     "OWED_SECONDS",
@@ -384,14 +385,9 @@ class SlackOutbox:
     async def _owed(self) -> bool:
         """Rows this sender put back are owed until sent, unless they left the outbox since
         (cancelled, superseded, sent by another replica)."""
-        if not self._later.owed(self.clock(), timedelta(seconds=self.poll)):
-            return False
-        try:
-            kept = await self.store.outbox_kept(self._later.ids())
-        except Exception:
-            logger.exception("could not read which put-back outbox rows are left")
-            return True
-        self._later.keep(kept)
+        if self._later.owed(self.clock(), timedelta(seconds=self.poll)):
+            with contextlib.suppress(Exception):  # unread (the database): still owed
+                self._later.keep(await self.store.outbox_kept(self._later.ids()))
         return bool(self._later)
 
     async def _settling(self) -> float | None:

@@ -67,7 +67,11 @@ async def test_a_resume_after_a_restart_edits_the_paused_timeline_message(
         httpx.AsyncClient(timeout=10) as http,
     ):
         slack.set_streaming_supported(False, error="not_allowed")
-        llm.reply_tool_calls([("call_1", "run_command", {"command": "echo hi"})], "Checking.")
+        # A look beside the gated call: a timeline whose every task waits on its card is not
+        # shown at all (the cards say it).
+        look = ("call_0", "http_request", {"url": f"{slack.url}/api/api.test"})
+        gated = ("call_1", "run_command", {"command": "echo hi"})
+        llm.reply_tool_calls([look, gated], "Checking.")
         llm.reply_text("Done.")
         async with bot_process(tmp_path, llm, slack, OPSGATE_DB=database) as bot:
             assert await bot.mention(http, "say hi", ts=MENTION_TS) == 200
@@ -96,7 +100,8 @@ async def test_a_resume_after_a_restart_edits_the_paused_timeline_message(
             assert response.status_code == 200
             await llm.wait_for_requests(2, timeout=30)
             await slack.wait_until(
-                lambda: _text(slack.message("C0OPS", timeline_ts)).startswith("✅"), timeout=30
+                lambda: "✅ run_command" in _text(slack.message("C0OPS", timeline_ts)),
+                timeout=30,
             )
             assert await bot.stop(signal.SIGTERM) == 0
         assert _timeline_posts(slack) == [posted]
