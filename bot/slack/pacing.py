@@ -126,10 +126,16 @@ def retry_after(exc: SlackApiError) -> float | None:
 
 
 MARGIN = 0.95
-"""The share of a tier's rate the buckets spend, and one call of each burst kept back: Slack's
-bucket starts when our first call arrives, later than ours, so spending all of it would be
-refused now and then. (0.9 cost the storms about 10% of their drain; at 0.95 with the call
-kept back the stand-in refused none in `bench/storms.py`.)"""
+"""The share of a tier's rate the buckets spend: Slack's accounting is not ours to read, and
+spending all of it would be refused now and then. (0.9 cost the storms about 10% of their
+drain; at 0.95 the stand-in refused none in `bench/storms.py`.)"""
+
+START_SKEW = 0.25
+"""Seconds a new bucket's burst is held back by: Slack's bucket starts when our first call
+arrives, later than ours, so a call taken exactly one refill after the burst could reach it a
+moment early. The last call of the first burst waits this long (0.24 of a post's token), and
+every later one as much; a whole call kept back cost each channel's first burst a second (the
+third of 6 long answers' posts waited 0.9 s, the tenth of a restart's posts a second)."""
 
 
 class SharedBudgets(Protocol):
@@ -161,7 +167,8 @@ class _Bucket:
     def __init__(self, tier: Tier, share: float, now: float) -> None:
         self.rate = tier.per_minute * share * MARGIN / 60.0
         self.burst = max(1.0, tier.burst * share)
-        self.tokens = self.burst - 1.0 if self.burst > 1 else self.burst
+        skew = min(1.0, START_SKEW * self.rate)
+        self.tokens = self.burst - skew if self.burst > 1 else self.burst
         self.at = now
         self.paused_until = 0.0
         self.claimed: list[float] = []
@@ -210,9 +217,9 @@ class _Bucket:
         return left < full - 1.0 - beyond or self.short(now)
 
     def shape(self) -> BudgetShape:
-        """The shared bucket's shape: one call of the burst always kept back, as at the start
-        here (a token is taken a database round trip before the call leaves, and those trips
-        vary: calls may reach Slack closer together than they were taken)."""
+        """The shared bucket's shape: one call of the burst always kept back (a token is taken
+        a database round trip before the call leaves, and those trips vary: calls may reach
+        Slack closer together than they were taken)."""
         burst = self.burst - 1.0 if self.burst > 1 else self.burst
         return BudgetShape(self.rate, burst, burst)
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bot.slack.app import CountingWebClient
-from bot.slack.outbox import NOTICE, SlackOutbox
+from bot.slack.outbox import HOLD_SECONDS, NOTICE, SlackOutbox
 from bot.slack.pacing import Pacer
 from bot.store import OutboxEntry, SQLiteStore
 from tests.support.slack_api import SlackAPIStandIn
@@ -19,7 +19,7 @@ from tests.support.slack_api import SlackAPIStandIn
 async def test_rows_behind_a_spent_bucket_leave_the_others_their_slots(tmp_path: Path) -> None:
     async with SlackAPIStandIn() as slack, SQLiteStore(tmp_path / "opsgate.db") as store:
         pacer = Pacer(clock=lambda: 0.0)
-        while pacer.claim("reactions.add", 0.0):  # a storm spent Tier 3's reactions
+        while pacer.claim("reactions.add", HOLD_SECONDS):  # a storm spent Tier 3's reactions
             pass
         client = CountingWebClient(
             on_error=lambda method: None,

@@ -91,7 +91,7 @@ async def test_real_errors_fail_fast(slack: SlackAPIStandIn) -> None:
 
 def test_a_replica_takes_its_share_of_the_budget() -> None:
     pacer = Pacer(share=0.5, clock=lambda: 0.0)
-    for _ in range(4):  # chat.update: bursts of 10, halved, one kept back
+    for _ in range(4):  # chat.update: bursts of 10, halved, the last held back a moment
         assert not pacer.short("chat.update")
         pacer._bucket("chat.update", None).reserve(0.0)  # type: ignore[union-attr]
     assert pacer.short("chat.update")
@@ -100,9 +100,10 @@ def test_a_replica_takes_its_share_of_the_budget() -> None:
 def test_a_claim_takes_a_slot_only_when_it_is_free_within_the_wait() -> None:
     now = [0.0]
     pacer = Pacer(clock=lambda: now[0])
-    # chat.startStream: Tier 2, bursts of 5 with one kept back, then one every ~3.2 s.
-    assert [pacer.claim("chat.startStream", 1.0) for _ in range(5)] == [True] * 4 + [False]
-    assert pacer.claim("chat.startStream", 4.0)  # the next slot, about 3.2 s on
+    # chat.startStream: Tier 2, bursts of 5 (the last `START_SKEW` on), then one every ~3.2 s.
+    assert [pacer.claim("chat.startStream", 0.0) for _ in range(5)] == [True] * 4 + [False]
+    assert pacer.claim("chat.startStream", 1.0)  # the burst's last, a quarter second on
+    assert pacer.claim("chat.startStream", 4.0)  # the next slot, about 3.4 s on
     assert not pacer.claim("chat.startStream", 4.0)  # the one after is past 4 s
     assert pacer.claim("chat.postMessage", 1.0, channel="C1")  # other buckets are their own
     now[0] = 100.0
