@@ -176,6 +176,7 @@ class SlackThreadOutput:
                 short=bucket_short(self.client),
                 keeper=self.outbox,
                 stream_slot=_stream_slot(self.client),
+                stream_busy=_stream_busy(self.client),
                 lead=self.held.take(thread),
             )
         )
@@ -446,6 +447,13 @@ def _stream_slot(client: AsyncWebClient) -> Callable[[], bool] | None:
     if (pacer := pacer_of(client)) is None:
         return None
     return lambda: pacer.claim("chat.startStream", START_WITHIN)
+
+
+def _stream_busy(client: AsyncWebClient) -> Callable[[], bool] | None:
+    """Streams are being spent: part of `chat.startStream`'s burst went in the last seconds."""
+    if (pacer := pacer_of(client)) is None:
+        return None
+    return lambda: pacer.busy("chat.startStream")
 
 
 def _post(thread: Thread, text: str) -> OutboxEntry:

@@ -66,6 +66,10 @@ BUSY_FACTOR = 4
 MORE_IN_FILE = "\n\n_… the answer goes on in the attached file._"
 START_WITHIN = 1.0
 """Seconds an answer may wait for a stream slot; past that it is posted instead."""
+FIRST_HOLD = 0.5
+"""Seconds an answer's first text waits for the rest while streams are being spent (a storm):
+one complete by then is posted whole, one `chat.postMessage` in its channel's own bucket where
+a stream costs a start and a stop of the workspace's Tier 2."""
 
 
 class ThreadReply:
@@ -88,6 +92,7 @@ class ThreadReply:
         short: Callable[[str], bool] | None = None,
         keeper: AnswerKeeper | None = None,
         stream_slot: Callable[[], bool] | None = None,
+        stream_busy: Callable[[], bool] | None = None,
         lead: str = "",
     ) -> None:
         self.client = client
@@ -110,6 +115,11 @@ class ThreadReply:
         """Takes a `chat.startStream` slot free within `START_WITHIN`, or says there is none
         (then the rest of the answer is posted in whole messages), before each stream starts;
         None: always stream."""
+        self.stream_busy = stream_busy
+        """Streams are being spent (part of their burst went in the last seconds): the first
+        text is held up to `FIRST_HOLD` (None: never)."""
+        self._first: float | None = None
+        """When the answer's first text came (the clock's)."""
         self._whole = False
         """Posted in whole messages: nothing is sent of a message until it is full or ends."""
         self._slot = False
@@ -148,6 +158,8 @@ class ThreadReply:
         if self._full or not shown:
             return
         self.text += escape_mrkdwn(shown)
+        if self._holding():
+            return
         self._slot_for_stream()
         while len(self.text) > self._limit:
             last = self._finished + 1 >= self.max_messages
@@ -174,6 +186,18 @@ class ThreadReply:
         due = self.clock() - self._last_send >= self.flush_seconds * (BUSY_FACTOR if busy else 1)
         if waiting >= flush_chars or (waiting > 0 and (due or not self.started)):
             await self._send()
+
+    def _holding(self) -> bool:
+        """Nothing is sent yet of an answer whose first text came under `FIRST_HOLD` ago while
+        streams are being spent: complete by then, it is posted whole (`close`)."""
+        if self.started or not self.use_streaming or self.stream_busy is None:
+            return False
+        now = self.clock()
+        if self._first is None:
+            self._first = now
+            if not self.stream_busy():
+                self._first = -FIRST_HOLD  # not a storm: no hold
+        return now - self._first < FIRST_HOLD and len(self.text) <= self._limit
 
     def _slot_for_stream(self) -> bool:
         """Whether the message being written streams: a stream about to start takes its

@@ -13,7 +13,7 @@ import pytest
 from bot.slack.app import CountingWebClient
 from bot.slack.endings import Ending, finish_answer
 from bot.slack.pacing import Pacer
-from bot.slack.streaming import MAX_MESSAGES, ThreadReply
+from bot.slack.streaming import FIRST_HOLD, MAX_MESSAGES, ThreadReply
 from tests.support.slack_api import SlackAPIStandIn
 
 TOKEN = "xoxb-test-token"
@@ -155,6 +155,41 @@ async def test_with_a_stream_slot_free_an_answer_streams(slack: SlackAPIStandIn)
     await answer.append("All checks passed.")
     await answer.close()
     assert [c.method for c in slack.calls if c.ok] == ["chat.startStream", "chat.stopStream"]
+
+
+@pytest.mark.parametrize("busy", [True, False], ids=["storm", "quiet"])
+async def test_while_streams_are_spent_an_answer_done_within_the_hold_is_posted(
+    slack: SlackAPIStandIn, busy: bool
+) -> None:
+    """A stream costs two Tier 2 calls; a post, one call of its channel's own bucket."""
+    now = [0.0]
+    answer = slotted(slack, free=True)
+    answer.clock, answer.stream_busy = (lambda: now[0]), (lambda: busy)
+    await answer.append("Checked host-1: ")
+    now[0] += FIRST_HOLD / 2
+    await answer.append("all fine.")
+    await answer.close()
+    sent = [c.method for c in slack.calls if c.ok]
+    if busy:
+        assert sent == ["chat.postMessage"]
+        assert slack.calls[-1].params["text"] == "Checked host-1: all fine."
+    else:
+        assert sent == ["chat.startStream", "chat.stopStream"]
+
+
+async def test_while_streams_are_spent_an_answer_still_written_after_the_hold_streams(
+    slack: SlackAPIStandIn,
+) -> None:
+    now = [0.0]
+    answer = slotted(slack, free=True)
+    answer.clock, answer.stream_busy = (lambda: now[0]), (lambda: True)
+    await answer.append("Checking the hosts")
+    assert slack.calls == []
+    now[0] += FIRST_HOLD
+    await answer.append(", one by one.")
+    assert [c.method for c in slack.calls if c.ok] == ["chat.startStream"]
+    await answer.close()
+    assert [c.method for c in slack.calls if c.ok][-1] == "chat.stopStream"
 
 
 async def test_a_long_answer_with_no_slot_is_posted_in_whole_messages_never_edited(
