@@ -17,13 +17,17 @@ characters, at most `MAX_MESSAGES`, the rest in a file), one per approval card, 
 `chat.update` per decided card, one `views.publish` per Home tab shown. For each bucket (per
 channel for `chat.postMessage`, per workspace for the others) `(calls - burst) / rate`; the
 floor is the longest of them, or the time the storm's last event (a mention, a click, a Home
-tab opened) was acknowledged when that is later (the bot cannot answer what has not arrived).
+tab opened) was acknowledged when that is later (the bot cannot answer what has not arrived),
+or the same storm's drain with no call ever waiting (buckets `ALONE` times faster: the bot's own
+work, which no choice of calls can beat) when that is longer. After a restart, the posts the
+process before it made still count against each channel's bucket (the stand-in's, at the
+restart).
 Where every card is decided in the storm's last burst of clicks, their redraws (and the Home
 tabs the decisions change) can only follow it: the floor is then at least that arrival plus
-those calls' own drain. Times are in Slack's seconds: `SPEED` runs the
-buckets faster than the clock on both sides (stand-in and pacer), so a storm of Slack minutes
-takes clock seconds; the bot's own work runs at the clock's pace, so it weighs `SPEED` times
-more here than it would against Slack. Beside each storm: the calls the bot made per method
+those calls' own drain. Times are in Slack's seconds: `--speed` above 1 runs the buckets
+faster than the clock on both sides (stand-in and pacer), so a storm of Slack minutes takes
+clock seconds, but the bot's own work runs at the clock's pace and so weighs that many times
+more than against Slack; the default is Slack's own pace. Beside each storm: the calls the bot made per method
 (applied ones) over the fewest needed.
 
 Each storm (`tests.support.storms`, which `make test` runs small) is then checked: every answer
@@ -112,9 +116,10 @@ class Needs:
     """Of `calls`, those that can only follow the storm's last event (the redraws of cards all
     decided in its last burst of clicks, the Home tabs those decisions change)."""
 
-    def floor(self, arrival: float) -> tuple[float, str]:
+    def floor(self, arrival: float, spent: float = 0.0) -> tuple[float, str]:
         """The longest bucket's drain in Slack seconds, or the last event's `arrival` (plus
-        the drain of the calls only it allows), and which it is."""
+        the drain of the calls only it allows), and which it is. `spent`: of each channel's
+        post burst, what calls before the storm had spent (a restart's)."""
         longest, which = arrival, "the last event's arrival"
         for method, n in self.after.items():
             limit = METHOD_LIMITS[method]
@@ -126,7 +131,7 @@ class Needs:
                 longest, which = seconds, f"{method} x{n}"
         post = POST_MESSAGE_PER_CHANNEL
         for n in self.posts:
-            if (seconds := (n - post.burst) * post.seconds_per_call) > longest:
+            if (seconds := (n + spent - post.burst) * post.seconds_per_call) > longest:
                 longest, which = seconds, f"chat.postMessage x{n} in a channel"
         return longest, which
 
@@ -322,6 +327,7 @@ class FleetStorm(Storm):
     async def mention(self, text: str, channel: str, user: str = "U0ALICE") -> str:
         # Each `Bot` numbers its messages from 1: the fleet's must not share a ts.
         self._mentions += 1
+        self.channels.add(channel)
         ts = f"17{self._mentions:08d}.000100"
         return await self.timed(self._pick().mention(text, channel=channel, user=user, ts=ts))
 
@@ -400,11 +406,14 @@ async def run(
             urls = [u.replace("{tmp}", tmp) for u in urls]
             started_at = time.monotonic()
             storm: Storm | None = None
+            spent = 0.0
             if case.restart:
                 async with _fleet(urls, workdir, llm, slack, case.policy, speed) as fleet:
                     storm = FleetStorm(fleet)
                     check = await case.send(storm)  # the runs are waiting on the model
                 started_at = time.monotonic()
+                # What the process before the restart posted is spent in Slack's buckets.
+                spent = min(limits.posts_spent(c) for c in storm.channels)
             async with _fleet(urls, workdir, llm, slack, case.policy, speed) as fleet:
                 fresh = FleetStorm(fleet)
                 if storm is None:
@@ -417,7 +426,7 @@ async def run(
                 await fleet.settle()
                 drained = (time.monotonic() - started_at) * SPEED
                 found = check() + problems(storm, dropped=fleet.dropped())
-        floor, bucket = case.needs.floor((last_event - started_at) * SPEED)
+        floor, bucket = case.needs.floor((last_event - started_at) * SPEED, spent)
         ack = f"{max(storm.acks):.2f} s" if storm.acks else "-"
         what = case.name if speed == SPEED else f"{case.name}, the bot alone"
         checks.check(not found, f"{what}: nothing lost {'; '.join(found[:3])}".strip())

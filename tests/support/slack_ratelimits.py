@@ -147,3 +147,13 @@ class RateLimits:
             return None
         self.refused[method] += 1
         return max(1, math.ceil(wait / self.speed - 1e-9))
+
+    def posts_spent(self, channel: str) -> float:
+        """Of `channel`'s `chat.postMessage` burst, how much is spent now, by every token."""
+        now = self.clock() * self.speed
+        limit, spent = self.post_message, 0.0
+        for key, bucket in self._buckets.items():
+            if key[1:] == ("chat.postMessage", channel):
+                left = bucket.tokens + (now - bucket.at) / limit.seconds_per_call
+                spent += max(0.0, limit.burst - left)
+        return spent

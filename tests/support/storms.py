@@ -61,6 +61,8 @@ class Storm:
     arrived: float = 0.0
     """When the storm's last event (a mention, a click, a Home tab opened) was acknowledged
     (`time.monotonic`): the bot cannot answer what has not arrived."""
+    channels: set[str] = field(default_factory=set)
+    """Where it was mentioned."""
 
     async def timed(self, ack: Awaitable[T]) -> T:
         """`ack` (an event sent to the bot), its time taken and its arrival noted."""
@@ -72,6 +74,7 @@ class Storm:
             self.acks.append(self.arrived - started)
 
     async def mention(self, text: str, channel: str, user: str = REQUESTER) -> str:
+        self.channels.add(channel)
         return await self.timed(self.bot.mention(text, channel=channel, user=user))
 
     async def approve(self, ledger_id: str, user: str = APPROVER) -> None:
