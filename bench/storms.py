@@ -27,8 +27,8 @@ tabs the decisions change) can only follow it: the floor is then at least that a
 those calls' own drain. Times are in Slack's seconds: `--speed` above 1 runs the buckets
 faster than the clock on both sides (stand-in and pacer), so a storm of Slack minutes takes
 clock seconds, but the bot's own work runs at the clock's pace and so weighs that many times
-more than against Slack; the default is Slack's own pace. Beside each storm: the calls the bot made per method
-(applied ones) over the fewest needed.
+more than against Slack; the default is Slack's own pace. Beside each storm: the calls the
+bot made per method (applied ones) over the fewest needed.
 
 Each storm (`tests.support.storms`, which `make test` runs small) is then checked: every answer
 whole once, every command output shown, no card with buttons after its decision, no stream left
