@@ -490,12 +490,16 @@ class PutBack:
 # a moment after its decision, and its result owes the card another redraw; superseded meanwhile,
 # one `chat.update` shows the decision and the result, where two were spent before (the approval
 # storms' redraws were 40% more than their cards). Once per card in a process: the redraw
-# superseding it goes in its turn at once. Outside a storm, and a card rejected or run, a redraw
-# goes at once, as before.
+# superseding it goes in its turn at once. Outside a storm it settles too, up to `QUIET_SETTLE`:
+# a storm's first clicks find the bucket full, and a call that runs at once is then shown run by
+# one redraw a moment after its click. A card rejected or run is redrawn at once.
 RUNS_NEXT = "runs_next"
 """The key of a card redraw's meta saying its call is approved and has not run yet."""
 CARD_SETTLE = 3.0
 """Longest a card's redraw in a storm waits for its call's result (see the module)."""
+QUIET_SETTLE = 1.0
+"""Longest it waits outside a storm: a storm's first clicks cannot see it coming, and a call
+that runs at once is shown run by one redraw, a moment after the click."""
 SETTLE_LOOK = 0.25
 """How often a settling redraw asks whether the result's redraw superseded it."""
 TURN_SECONDS = 0.05
@@ -562,14 +566,15 @@ class Turns:
         """When `method` is being spent and the card has not settled yet: wait for a newer
         redraw of it while the bucket is spent, up to `CARD_SETTLE` (a full bucket is spent at
         once); whether one superseded this one."""
-        if method != "chat.update" or key in self._settled or not pacer.busy(method):
+        if method != "chat.update" or key in self._settled:
             return False
         self._settled[key] = None
         while len(self._settled) > _SETTLED_KEPT:
             self._settled.popitem(last=False)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + CARD_SETTLE
-        while loop.time() < deadline and pacer.busy(method):
+        storm = pacer.busy(method)
+        deadline = loop.time() + (CARD_SETTLE if storm else QUIET_SETTLE)
+        while loop.time() < deadline and (not storm or pacer.busy(method)):
             await asyncio.sleep(SETTLE_LOOK)
             if await superseded():
                 return True
