@@ -16,19 +16,23 @@ from bot.store import OutboxEntry, SQLiteStore
 from tests.support.slack_api import SlackAPIStandIn
 
 
+def _outbox(slack: SlackAPIStandIn, store: SQLiteStore, pacer: Pacer) -> SlackOutbox:
+    client = CountingWebClient(
+        on_error=lambda method: None,
+        pacer=pacer,
+        token="xoxb-test-token",
+        base_url=slack.url,
+        retry_handlers=[],
+    )
+    return SlackOutbox(store, client, claimer="local", poll=0.05, concurrency=2)
+
+
 async def test_rows_behind_a_spent_bucket_leave_the_others_their_slots(tmp_path: Path) -> None:
     async with SlackAPIStandIn() as slack, SQLiteStore(tmp_path / "opsgate.db") as store:
         pacer = Pacer(clock=lambda: 0.0)
         while pacer.claim("reactions.add", HOLD_SECONDS):  # a storm spent Tier 3's reactions
             pass
-        client = CountingWebClient(
-            on_error=lambda method: None,
-            pacer=pacer,
-            token="xoxb-test-token",
-            base_url=slack.url,
-            retry_handlers=[],
-        )
-        outbox = SlackOutbox(store, client, claimer="local", poll=0.05, concurrency=2)
+        outbox = _outbox(slack, store, pacer)
         marks = [
             OutboxEntry(
                 "reactions.add",
@@ -60,14 +64,7 @@ async def test_a_row_put_back_then_cancelled_is_no_longer_owed(tmp_path: Path) -
             pass
         for _ in range(20):  # and booked a minute ahead: the mark would be due in 25 s
             pacer.claim("reactions.add", 60.0)
-        client = CountingWebClient(
-            on_error=lambda method: None,
-            pacer=pacer,
-            token="xoxb-test-token",
-            base_url=slack.url,
-            retry_handlers=[],
-        )
-        outbox = SlackOutbox(store, client, claimer="local", poll=0.05, concurrency=2)
+        outbox = _outbox(slack, store, pacer)
         mark = {"channel": "C1", "timestamp": "1700000000.000100", "name": "eyes"}
         key = "reaction:C1:1700000000.000100"
         await outbox.put([OutboxEntry("reactions.add", mark, NOTICE, channel_id="C1", key=key)])
