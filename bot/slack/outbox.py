@@ -46,7 +46,6 @@ from .pacing import RUNS_NEXT, PutBack, RateLimited, Turns, pacer_of
 __all__ = [
     "ANSWER",
     "CARD",
-    "HOLD_SECONDS",
     "HOME",
     "NOTICE",
     "OWED_SECONDS",
@@ -135,7 +134,9 @@ class OutboxStore(Protocol):
 
     async def outbox_sent(self, row_id: str) -> None: ...
 
-    async def outbox_later(self, row_id: str, not_before: datetime, error: str) -> None: ...
+    async def outbox_later(
+        self, row_id: str, not_before: datetime, error: str, *, tried: bool = True
+    ) -> None: ...
 
     async def outbox_stats(self) -> OutboxStats: ...
 
@@ -471,9 +472,8 @@ class SlackOutbox:
         return pacer.due_in(write.method, str(channel) if channel else None)
 
     async def _put_back(self, row: OutboxRow, wait: float) -> None:
-        due = self.clock() + timedelta(seconds=wait)
-        self._later.add(row.id, due)
-        await self.store.outbox_later(row.id, due, "waiting for its Slack budget")
+        self._later.add(row.id, due := self.clock() + timedelta(seconds=wait))
+        await self.store.outbox_later(row.id, due, "waiting for its Slack budget", tried=False)
 
     async def _deliver_once(self, row: OutboxRow) -> None:
         self._later.discard(row.id)

@@ -214,13 +214,22 @@ class Outbox(StoreCore):
         async with self._db.transaction("finish an outbox row") as tx:
             await tx.execute("DELETE FROM outbox WHERE id = :id", {"id": row_id})
 
-    async def outbox_later(self, row_id: str, not_before: datetime, error: str) -> None:
-        """Not applied yet: release the row, due again at `not_before`."""
+    async def outbox_later(
+        self, row_id: str, not_before: datetime, error: str, *, tried: bool = True
+    ) -> None:
+        """Not applied yet: release the row, due again at `not_before`. Not `tried` (put back
+        for its bucket before any call): its claim does not count as an attempt."""
         async with self._db.transaction("release an outbox row") as tx:
             await tx.execute(
                 "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL,"
-                " not_before = :at, last_error = :error WHERE id = :id",
-                {"id": row_id, "at": self._db.time_in(not_before), "error": error[:500]},
+                " not_before = :at, last_error = :error, attempts = attempts - :untried"
+                " WHERE id = :id",
+                {
+                    "id": row_id,
+                    "at": self._db.time_in(not_before),
+                    "error": error[:500],
+                    "untried": 0 if tried else 1,
+                },
             )
 
     async def renew_outbox(self, claimer: str, row_ids: Sequence[str], lease: timedelta) -> None:

@@ -71,8 +71,10 @@ async def test_a_row_put_back_then_cancelled_is_no_longer_owed(tmp_path: Path) -
         put_back = asyncio.Event()
         later = store.outbox_later
 
-        async def outbox_later(row_id: str, not_before: datetime, error: str) -> None:
-            await later(row_id, not_before, error)
+        async def outbox_later(
+            row_id: str, not_before: datetime, error: str, *, tried: bool = True
+        ) -> None:
+            await later(row_id, not_before, error, tried=tried)
             put_back.set()
 
         store.outbox_later = outbox_later  # type: ignore[method-assign]

@@ -121,6 +121,27 @@ async def test_a_mark_superseded_in_flight_by_its_removal_takes_the_removal(
     assert await store.claim_outbox("b", limit=10, lease=LEASE) == []
 
 
+async def test_a_mark_put_back_for_its_bucket_is_still_never_tried(
+    store: Store, clock: Clock
+) -> None:
+    """A put-back is not a try: superseded by its removal after one, the mark still takes the
+    removal with it (the mark was never made)."""
+    key = "reaction:C1:1.0"
+    add = OutboxEntry("reactions.add", {"timestamp": "1.0"}, 3, channel_id="C1", key=key)
+    remove = OutboxEntry(
+        "reactions.remove", {"timestamp": "1.0"}, 3, channel_id="C1", key=key, cancels=True
+    )
+    [mark] = await store.put_outbox([add])
+    await store.claim_outbox("a", limit=10, lease=LEASE)
+    await store.outbox_later(mark, clock.now, "waiting for its Slack budget", tried=False)
+    [again] = await store.claim_outbox("a", limit=10, lease=LEASE)
+    assert again.attempts == 1
+    clock.advance(seconds=1)
+    [removal] = await store.put_outbox([remove])
+    assert await store.outbox_superseded(mark)
+    assert await store.outbox_kept([mark, removal]) == set()
+
+
 async def test_kept_rows_are_those_still_owed(store: Store) -> None:
     """What a sender that put rows back asks before it waits for them."""
     key = "reaction:C1:1.0"
