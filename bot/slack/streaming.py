@@ -22,6 +22,7 @@ answer is done. An answer complete before a stream could start is thus one post.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -193,10 +194,8 @@ class ThreadReply:
         if self.started or not self.use_streaming or self.stream_busy is None:
             return False
         now = self.clock()
-        if self._first is None:
-            self._first = now
-            if not self.stream_busy():
-                self._first = -FIRST_HOLD  # not a storm: no hold
+        if self._first is None:  # judged once, at the first text: not a storm, no hold
+            self._first = now if self.stream_busy() else -math.inf
         return now - self._first < FIRST_HOLD and len(self.text) <= self._limit
 
     def _slot_for_stream(self) -> bool:
