@@ -450,10 +450,11 @@ def _stream_slot(client: AsyncWebClient) -> Callable[[], bool] | None:
 
 
 def _stream_busy(client: AsyncWebClient) -> Callable[[], bool] | None:
-    """Streams are being spent: part of `chat.startStream`'s burst went in the last seconds."""
+    """Streams are being spent: more of `chat.startStream`'s burst went in the last seconds than
+    one conversation spends (a resumed run's timeline, then its answer)."""
     if (pacer := pacer_of(client)) is None:
         return None
-    return lambda: pacer.busy("chat.startStream")
+    return lambda: pacer.busy("chat.startStream", beyond=1)
 
 
 def _post(thread: Thread, text: str) -> OutboxEntry:

@@ -129,3 +129,18 @@ def test_a_bucket_being_spent_is_busy_until_it_refills() -> None:
     assert not pacer.busy("chat.postMessage", "C2")  # each channel its own
     now[0] = 10.0
     assert not pacer.busy("chat.postMessage", "C1")
+
+
+async def test_streams_are_busy_beyond_what_one_conversation_spends() -> None:
+    """A resumed run's timeline and its answer take two streams within a second or so: the
+    next answer is not held as if a storm were on (`beyond=1`); a third stream is a storm."""
+    now = [0.0]
+    pacer = Pacer(clock=lambda: now[0])
+    assert not pacer.busy("chat.startStream", beyond=1)
+    await asyncio.wait_for(pacer.take("chat.startStream"), 0.5)
+    now[0] = 1.0
+    await asyncio.wait_for(pacer.take("chat.startStream"), 0.5)
+    assert not pacer.busy("chat.startStream", beyond=1)
+    assert pacer.busy("chat.startStream")
+    await asyncio.wait_for(pacer.take("chat.startStream"), 0.5)
+    assert pacer.busy("chat.startStream", beyond=1)
