@@ -442,11 +442,12 @@ def _reaction_slot(client: AsyncWebClient) -> bool:
     return pacer is None or pacer.claim("reactions.add", 1.0)
 
 
-def _stream_slot(client: AsyncWebClient) -> Callable[[], bool] | None:
-    """Takes a `chat.startStream` slot free within `START_WITHIN` (the paced client's)."""
+def _stream_slot(client: AsyncWebClient) -> Callable[[], Awaitable[bool]] | None:
+    """Takes a `chat.startStream` slot free within `START_WITHIN` (the paced client's; the
+    replicas' shared bucket where there is one)."""
     if (pacer := pacer_of(client)) is None:
         return None
-    return lambda: pacer.claim("chat.startStream", START_WITHIN)
+    return lambda: pacer.claim_in_time("chat.startStream", START_WITHIN)
 
 
 def _stream_busy(client: AsyncWebClient) -> Callable[[], bool] | None:

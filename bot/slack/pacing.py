@@ -143,6 +143,10 @@ class SharedBudgets(Protocol):
 
     async def take_budget(self, bucket: str, shape: BudgetShape, now: float) -> BudgetState: ...
 
+    async def take_budget_within(
+        self, bucket: str, shape: BudgetShape, now: float, within: float
+    ) -> BudgetState | None: ...
+
     async def pause_budget(
         self, bucket: str, shape: BudgetShape, now: float, until: float
     ) -> BudgetState: ...
@@ -173,6 +177,9 @@ class _Bucket:
         self.paused_until = 0.0
         self.claimed: list[float] = []
         """When each token taken ahead by `claim` may be spent (the next calls spend them)."""
+        self.paid: list[float] = []
+        """When each token taken ahead from the shared bucket (`Pacer.claim_in_time`) may be
+        spent: the next calls spend them without taking another."""
         self.mirrored: float | None = -math.inf
         """When (the pacer's clock) this bucket last mirrored the shared one; None: reading."""
 
@@ -320,7 +327,10 @@ class Pacer:
         bucket = self._bucket(method, channel)
         if bucket is None:
             return
-        if self.shared is None:
+        if bucket.paid:
+            now = self._now()
+            wait = max(bucket.paid.pop(0) - now, bucket.paused_until - now, 0.0)
+        elif self.shared is None:
             wait = bucket.reserve(self._now())
         else:
             wait = await self._take_shared(bucket, method, channel)
@@ -367,8 +377,8 @@ class Pacer:
         """Take `method`'s next token now if it can be spent within `within` of Slack's seconds
         (the next call of `method` spends it); False, taking nothing, when the bucket is too
         short.
-        How a caller picks the call whose budget can take it now (`bot.slack.streaming`: a
-        stream only when a `chat.startStream` slot is free within a second, else a post)."""
+        How a caller picks the call whose budget can take it now (a 👀 only while a
+        `reactions.add` is free within a second; `claim_in_time` for a stream slot)."""
         bucket = self._mirror(method, channel)
         return bucket is None or bucket.claim(self._now(), within)
 
@@ -376,6 +386,29 @@ class Pacer:
         """Clock seconds until `method` (in `channel`) could be called without waiting."""
         bucket = self._mirror(method, channel)
         return 0.0 if bucket is None else bucket.due_in(self._now()) / self.speed
+
+    async def claim_in_time(self, method: str, within: float, channel: str | None = None) -> bool:
+        """`claim`, judged and taken in the replicas' shared bucket where there is one: a mirror
+        up to `FRESH_SECONDS` old lets every replica take the one slot left (`bot.slack.streaming`
+        streams only while a `chat.startStream` slot is free within a second, else posts). The
+        database not answering in time: this process's own mirror decides."""
+        bucket = self._bucket(method, channel)
+        if self.shared is None or bucket is None:
+            return self.claim(method, within, channel)
+        shared_now = self.wall() * self.speed
+        try:
+            async with asyncio.timeout(SHARED_SECONDS):
+                state = await self.shared.take_budget_within(
+                    _shared_key(method, channel), bucket.shape(), shared_now, within
+                )
+        except Exception:
+            logger.exception("could not take %s from the shared Slack budget", method)
+            return self.claim(method, within, channel)
+        if state is None:
+            return False
+        bucket.mirror(state, self._now(), shared_now)
+        bucket.paid.append(self._now() + state.wait(shared_now))
+        return True
 
     def busy(self, method: str, channel: str | None = None, *, beyond: int = 0) -> bool:
         """`method`'s bucket (the channel's) is not full: it is being spent (a storm); `beyond`:

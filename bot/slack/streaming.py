@@ -13,10 +13,11 @@ stored before the stream is stopped, and finished from there if the stop does no
 Streams spend `chat.startStream` and `chat.stopStream`, Tier 2: 20 a minute for the whole
 workspace, where `chat.postMessage` has about one a second in each channel. So an answer streams
 only when a stream slot is free within `START_WITHIN` of its first text (`stream_slot`, the
-pacer's `claim`), and each further message of a long answer, a stream of its own, asks again;
-otherwise it is posted instead, in whole messages (no edits either: those are
-`chat.update`, Tier 3, workspace-wide too), the last one with its closing blocks when the
-answer is done. An answer complete before a stream could start is thus one post.
+pacer's `claim_in_time`: across replicas, taken from their shared bucket), and each further
+message of a long answer, a stream of its own, asks again; otherwise it is posted instead, in
+whole messages (no edits either: those are `chat.update`, Tier 3, workspace-wide too), the last
+one with its closing blocks when the answer is done. An answer complete before a stream could
+start is thus one post.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class ThreadReply:
         before_start: Callable[[], Awaitable[None]] | None = None,
         short: Callable[[str], bool] | None = None,
         keeper: AnswerKeeper | None = None,
-        stream_slot: Callable[[], bool] | None = None,
+        stream_slot: Callable[[], Awaitable[bool]] | None = None,
         stream_busy: Callable[[], bool] | None = None,
         lead: str = "",
     ) -> None:
@@ -161,7 +162,7 @@ class ThreadReply:
         self.text += escape_mrkdwn(shown)
         if self._holding():
             return
-        self._slot_for_stream()
+        await self._slot_for_stream()
         while len(self.text) > self._limit:
             last = self._finished + 1 >= self.max_messages
             cut = split_point(self.text, self._limit - (len(MORE_IN_FILE) if last else 0))
@@ -198,20 +199,20 @@ class ThreadReply:
             self._first = now if self.stream_busy() else -math.inf
         return now - self._first < FIRST_HOLD and len(self.text) <= self._limit
 
-    def _slot_for_stream(self) -> bool:
+    async def _slot_for_stream(self) -> bool:
         """Whether the message being written streams: a stream about to start takes its
         `chat.startStream` slot first (each message of a long answer is a stream of its own);
         with none free within `START_WITHIN`, the rest of the answer is posted whole."""
         if self.use_streaming and self._stream is None and not self._slot and self.stream_slot:
             self._slot = True
-            if not self.stream_slot():
+            if not await self.stream_slot():
                 self.use_streaming, self._whole = False, True
         return self.use_streaming
 
     async def _send(self) -> None:
         """Give Slack the current message's waiting text."""
         await self._before()
-        if self.use_streaming and not self._slot_for_stream():
+        if self.use_streaming and not await self._slot_for_stream():
             return  # posted whole from here: nothing is sent until a message is full or ends
         if self.use_streaming:
             try:

@@ -331,7 +331,13 @@ class BudgetState:
         owed = -self.tokens / self.rate if self.tokens < 0 else 0.0
         return max(0.0, self.at - now + owed, self.paused_until - now)
 
+    def taken(self, now: float, burst: float) -> BudgetState:
+        """The bucket after one more token is taken at `now` (as `take_budget` counts it)."""
+        refilled = min(burst, self.tokens + max(0.0, now - self.at) * self.rate)
+        return BudgetState(refilled - 1.0, max(self.at, now), self.paused_until, self.rate)
 
+
+_READ = "SELECT tokens, at, paused_until FROM slack_budgets WHERE bucket = :bucket"
 _LEAST = {"sqlite": "MIN", "postgresql": "LEAST"}
 _GREATEST = {"sqlite": "MAX", "postgresql": "GREATEST"}
 
@@ -371,6 +377,26 @@ class SlackBudgets(StoreCore):
         sql = _sql(self._db.dialect, "{refilled} - 1.0", "{paused_until}")
         return await self._budget("take a Slack budget token", sql, bucket, shape, now, 0.0)
 
+    async def take_budget_within(
+        self, bucket: str, shape: BudgetShape, now: float, within: float
+    ) -> BudgetState | None:
+        """Take one token of `bucket` at `now` only if it can be spent within `within`
+        seconds; None, taking nothing, when the bucket is shorter. How replicas choose a call
+        by its budget (a stream only while a slot is free) without each judging from its own
+        mirror of the bucket and all of them taking the one slot left."""
+        sql = _sql(self._db.dialect, "{refilled} - 1.0", "{paused_until}")
+        params = _params(bucket, shape, now, 0.0)
+        async with self._db.transaction("take a Slack budget token in time") as tx:
+            row = await tx.fetch_one(_READ + self._db.for_update, {"bucket": bucket})
+            before = (
+                BudgetState(shape.start, now, 0.0, shape.rate)
+                if row is None
+                else _state(row, shape)
+            )
+            if before.taken(now, shape.burst).wait(now) > within:
+                return None
+            return _state(await _upserted(tx, sql, params, bucket), shape)
+
     async def pause_budget(
         self, bucket: str, shape: BudgetShape, now: float, until: float
     ) -> BudgetState:
@@ -385,31 +411,36 @@ class SlackBudgets(StoreCore):
         """The bucket as it was last counted (None: never taken), taking nothing: how a pacer
         keeps its mirror of the replicas' spending fresh between its own takes."""
         async with self._db.reading("read a Slack budget") as tx:
-            row = await tx.fetch_one(
-                "SELECT tokens, at, paused_until FROM slack_budgets WHERE bucket = :bucket",
-                {"bucket": bucket},
-            )
-        if row is None:
-            return None
-        return BudgetState(
-            float(row["tokens"]), float(row["at"]), float(row["paused_until"]), shape.rate
-        )
+            row = await tx.fetch_one(_READ, {"bucket": bucket})
+        return None if row is None else _state(row, shape)
 
     async def _budget(
         self, what: str, sql: str, bucket: str, shape: BudgetShape, now: float, until: float
     ) -> BudgetState:
-        params = {
-            "bucket": bucket,
-            "now": float(now),
-            "until": float(until),
-            "rate": float(shape.rate),
-            "burst": float(shape.burst),
-            "start": float(shape.start),
-        }
         async with self._db.transaction(what) as tx:
-            row = await tx.fetch_one(sql, params)
-        if row is None:  # an upsert returns its row
-            raise StoreError(f"the Slack budget {bucket!r} returned no row")
-        return BudgetState(
-            float(row["tokens"]), float(row["at"]), float(row["paused_until"]), shape.rate
-        )
+            row = await _upserted(tx, sql, _params(bucket, shape, now, until), bucket)
+        return _state(row, shape)
+
+
+def _params(bucket: str, shape: BudgetShape, now: float, until: float) -> dict[str, Any]:
+    return {
+        "bucket": bucket,
+        "now": float(now),
+        "until": float(until),
+        "rate": float(shape.rate),
+        "burst": float(shape.burst),
+        "start": float(shape.start),
+    }
+
+
+async def _upserted(tx: Tx, sql: str, params: dict[str, Any], bucket: str) -> Row:
+    row = await tx.fetch_one(sql, params)
+    if row is None:  # an upsert returns its row
+        raise StoreError(f"the Slack budget {bucket!r} returned no row")
+    return row
+
+
+def _state(row: Row, shape: BudgetShape) -> BudgetState:
+    return BudgetState(
+        float(row["tokens"]), float(row["at"]), float(row["paused_until"]), shape.rate
+    )

@@ -132,6 +132,11 @@ class _Told:
     async def read_budget(self, bucket: str, shape: BudgetShape) -> BudgetState | None:
         return await self.store.read_budget(bucket, shape)
 
+    async def take_budget_within(
+        self, bucket: str, shape: BudgetShape, now: float, within: float
+    ) -> BudgetState | None:
+        return await self.store.take_budget_within(bucket, shape, now, within)
+
 
 async def test_a_429_one_replica_hears_holds_the_others(
     stores: Stores, slack: SlackAPIStandIn
@@ -184,7 +189,7 @@ async def test_a_row_waiting_for_the_budget_keeps_its_claim(
     assert time.time() - now > 1.4
 
 
-async def test_a_stream_slot_is_judged_from_every_replica_s_spending(stores: Stores) -> None:
+async def test_a_claim_from_the_mirror_sees_every_replica_s_spending(stores: Stores) -> None:
     async with replicas(stores, 2) as (one, two):
         mine, theirs = Pacer(shared=one), Pacer(shared=two)
         assert mine.claim("chat.startStream", 1.0)  # free; then the other spends the rest
@@ -202,3 +207,22 @@ async def test_a_stream_slot_is_judged_from_every_replica_s_spending(stores: Sto
         mine.short("chat.startStream")  # asks: the mirror is read again in the background
         await asyncio.wait_for(read.wait(), 5)
         assert not mine.claim("chat.startStream", 1.0)  # Tier 2: the next slot is 3 s away
+
+
+async def test_replicas_racing_for_stream_slots_take_only_what_the_shared_bucket_holds(
+    stores: Stores,
+) -> None:
+    """Each replica's mirror says the burst is free; the shared bucket gives it once."""
+    async with replicas(stores, 3) as three:
+        pacers = [Pacer(shared=store) for store in three]
+        claims = await asyncio.gather(
+            *(pacer.claim_in_time("chat.startStream", 1.0) for pacer in pacers * 3)
+        )
+        assert sum(claims) == 4  # the shared burst (one of Slack's 5 kept back); then 3 s apart
+        for pacer, claimed in zip(pacers * 3, claims, strict=True):
+            if claimed:  # a claimed slot is spent without taking another
+                await asyncio.wait_for(pacer.take("chat.startStream"), 0.5)
+        shape = pacers[0]._bucket("chat.startStream", None).shape()  # type: ignore[union-attr]
+        state = await three[0].read_budget("chat.startStream", shape)
+        assert state is not None and state.tokens < 0.1
+        assert not await pacers[0].claim_in_time("chat.startStream", 1.0)

@@ -6,7 +6,7 @@ whole of it attached as a file) on every path, streaming or post-and-edit, and a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -129,9 +129,19 @@ class Keeper:
         self.released += 1
 
 
+def slots(*free: bool, then: bool = False) -> Callable[[], Awaitable[bool]]:
+    """Whether a stream slot is free, for each stream in turn (`free`), then `then`."""
+    given = iter(free)
+
+    async def slot() -> bool:
+        return next(given, then)
+
+    return slot
+
+
 def slotted(slack: SlackAPIStandIn, free: bool) -> ThreadReply:
     answer = reply(slack, person="UREQ")
-    answer.stream_slot = lambda: free
+    answer.stream_slot = slots(then=free)
     answer.keeper = Keeper()
     return answer
 
@@ -211,8 +221,7 @@ async def test_each_message_of_a_long_answer_streams_only_with_a_slot_of_its_own
     """The first message took the last slot: the next one of the answer is posted whole, not
     a second stream that would queue behind the workspace's `chat.startStream` budget."""
     answer = slotted(slack, free=True)
-    slots = iter([True])
-    answer.stream_slot = lambda: next(slots, False)
+    answer.stream_slot = slots(True)
     text = "Line of the long answer. " * 1000  # 25,000 characters: three messages
     for i in range(0, len(text), 400):
         await answer.append(text[i : i + 400])

@@ -42,6 +42,22 @@ async def test_one_store_alone_may_spend_the_whole_bucket(new_store: StoreFactor
         assert waits == [0.0, 0.0, 0.0, 1.0]  # the whole burst, then the rate
 
 
+async def test_stores_racing_for_a_slot_in_time_take_only_what_fits(
+    new_store: StoreFactory,
+) -> None:
+    async with new_store() as one, new_store() as two:
+        takes = [one, two] * 5
+        states = await asyncio.gather(
+            *(s.take_budget_within("chat.startStream", SHAPE, NOW, 1.0) for s in takes)
+        )
+        taken = sorted(state.wait(NOW) for state in states if state is not None)
+        assert taken == [0.0, 0.0, pytest.approx(1.0)]  # the two at the start, one a second on
+        # The refused took nothing: the next token is still a second after the last one taken.
+        assert await one.take_budget_within("chat.startStream", SHAPE, NOW, 1.5) is None
+        state = await two.take_budget_within("chat.startStream", SHAPE, NOW, 2.0)
+        assert state is not None and state.wait(NOW) == pytest.approx(2.0)
+
+
 async def test_a_pause_holds_the_bucket_for_every_store(new_store: StoreFactory) -> None:
     async with new_store() as one, new_store() as two:
         await one.take_budget("chat.startStream", SHAPE, NOW)
