@@ -22,10 +22,10 @@ the burst's start) and adopts the notice it finds instead of posting a second. A
 without queued notices (no outbox: the terminal's, a bare one) tells a queued message in its
 thread, as a direct message is told.
 
-A burst's first drawing (the post) is due at once; every later one settles
-(`bot.store.queue_notices.QUEUE_SETTLE`): it is due a few seconds after the last change of its
-burst (`OutboxEntry.settle`), the changes meanwhile joining it, so a channel's notice is edited at
-most once per few seconds, with the latest count.
+Every drawing but the burst's last settles (`bot.store.queue_notices.QUEUE_SETTLE`): it is due
+a few seconds after the last change of its burst (`OutboxEntry.settle`), the changes meanwhile
+joining it, so a channel's notice is edited at most once per few seconds, with the latest count,
+and a queue that empties within the first few seconds posts nothing.
 """
 
 from __future__ import annotations

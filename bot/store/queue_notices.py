@@ -9,15 +9,17 @@ The row is opened by the first "queued" of a burst (`owe_queue_notice` with the 
 concurrency), in the transaction that also owes the outbox a `QUEUE_NOTICE` intent (key
 `queue:<channel>`: only the latest unsent one is kept, and one is in flight at a time across
 replicas). Every later change (a message queued, a run started, a message withdrawn) owes another
-intent, while the row exists. The burst's first drawing (its post) is due at once, and so is its
-last (a start that left nothing queued: the notice's last word, which nothing after it would
-join); the ones between settle (`QUEUE_SETTLE`): one is due a few seconds after the last change
-of its burst (`OutboxEntry.settle`), those owed meanwhile superseding it, so the notice is edited
-at most once per few seconds. The sender draws the intent from the state when it sends it
-(`bot.slack.queue_notice`): the first drawing posts and records the message's ts
-(`queue_notice_shown`) before the intent is done, later ones edit that ts; once the queue is empty
-it draws "every request has started" and ends the burst (`end_queue_notice`): the next "queued"
-opens a new one, with a new message.
+intent, while the row exists. Every drawing but the last settles (`QUEUE_SETTLE`): one is due a
+few seconds after the last change of its burst (`OutboxEntry.settle`), those owed meanwhile
+superseding it, so the notice is edited at most once per few seconds, and a queue that empties
+within the first settle is never posted at all (its message got its 👀 when it came; in a storm
+that is a post and an edit per channel saved). The last drawing (a start that left nothing
+queued: the notice's last word, which nothing after it would join) is due at once. The sender
+draws the intent from the state when it sends it (`bot.slack.queue_notice`): the first drawing
+posts and records the message's ts (`queue_notice_shown`) before the intent is done, later ones
+edit that ts; once the queue is empty it draws "every request has started" and ends the burst
+(`end_queue_notice`), or, with nothing posted yet, only ends it: the next "queued" opens a new
+one, with a new message.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ QUEUE_NOTICE = "opsgate.queue"
 QUEUE_PRIORITY = 2
 """As the other notices (`bot.slack.outbox.NOTICE`): after cards' redraws and answers."""
 QUEUE_SETTLE = 2.0
-"""Seconds a drawing after a burst's first waits for the changes after it
-(`OutboxEntry.settle`): a channel's notice is edited at most once per `QUEUE_SETTLE`, and a
-storm's queue moving does not spend the `chat.update` calls cards' redraws need."""
+"""Seconds a drawing waits for the changes after it (`OutboxEntry.settle`): a channel's notice
+is edited at most once per `QUEUE_SETTLE`, a storm's queue moving does not spend the
+`chat.update` calls cards' redraws need, and a message queued for less is not told it was."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +105,6 @@ class QueueNoticeRows(StoreCore):
         async with self._db.transaction("owe the queued notice") as tx:
             settle = QUEUE_SETTLE
             if concurrency is not None:
-                opened = await tx.fetch_one(
-                    "SELECT 1 FROM queue_notices WHERE channel_id = :channel",
-                    {"channel": channel_id},
-                )
-                settle = QUEUE_SETTLE if opened else 0.0  # a burst's first word goes at once
                 await tx.execute(
                     _OPEN, {"channel": channel_id, "concurrency": concurrency, "now": self._now()}
                 )

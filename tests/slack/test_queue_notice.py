@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -19,6 +19,7 @@ from bot.runs.output import Thread
 from bot.slack.outbox import SlackOutbox
 from bot.slack.queue_notice import QueueNotices, notice_finder, queue_renderer
 from bot.store import QUEUE_NOTICE, SQLiteStore
+from bot.store.queue_notices import QUEUE_SETTLE
 from tests.support.slack_api import SlackAPIStandIn, SlackCall
 
 CHANNEL = "C1"
@@ -126,6 +127,20 @@ async def test_two_senders_and_a_restart_edit_one_notice_per_burst(tmp_path: Pat
             assert "queue of this channel is empty" in shown(slack, post)
         edited = {str(c.params["ts"]) for c in slack.calls_to("chat.update")}
         assert edited == {str(post.response["ts"])}
+
+
+async def test_a_queue_that_empties_within_the_first_settle_posts_no_notice(
+    tmp_path: Path,
+) -> None:
+    """Its message was queued for less than `QUEUE_SETTLE`: no word of the queue, no edit."""
+    async with SlackAPIStandIn() as slack, replica(tmp_path / "opsgate.db", slack, "a") as a:
+        await a.queue(0)
+        due = await a.store.outbox_next_due()
+        assert due is not None and due > datetime.now(UTC) + timedelta(seconds=QUEUE_SETTLE / 2)
+        await a.start()
+        await settle(a)
+        assert notices(slack) == [] and slack.calls_to("chat.update") == []
+        assert await a.store.queue_notice(CHANNEL) is None  # the burst is over
 
 
 async def test_a_notice_someone_deleted_is_posted_anew(tmp_path: Path) -> None:

@@ -89,17 +89,35 @@ async def test_a_message_queued_while_a_burst_ended_starts_a_new_one(
 async def test_a_start_settles_while_messages_wait_and_the_last_start_is_drawn_at_once(
     new_store: StoreFactory, clock: Clock
 ) -> None:
-    """The notice's edits between join each other; its last word ("every request has started")
-    has nothing after it to join, and goes at once."""
+    """The notice's first word and its edits join what comes after them; its last word ("every
+    request has started") has nothing after it to join, and goes at once."""
     async with new_store() as store:
         for n in range(2):
             session = await store.get_or_create_session("T1", "C1", f"1700000000.00010{n}")
             await store.enqueue(session.id, requester="U1", text=f"alert {n}")
         await store.owe_queue_notice("C1", concurrency=1)
-        assert await owed(store, clock, at_once=True) == [intent("C1")]  # the burst's post
+        assert await owed(store, clock) == [intent("C1")]  # the burst's post, settled
         assert await store.claim_queued("C1", limit=10) is not None
         await store.owe_queue_notice("C1")  # one still waits: settles
         assert await owed(store, clock) == [intent("C1")]
         assert await store.claim_queued("C1", limit=10) is not None
         await store.owe_queue_notice("C1")  # none waits
         assert await owed(store, clock, at_once=True) == [intent("C1")]
+
+
+async def test_a_queue_that_empties_within_the_first_settle_owes_only_its_last_word(
+    new_store: StoreFactory, clock: Clock
+) -> None:
+    """Queued and started within `QUEUE_SETTLE`: the unsent first word is superseded by the
+    last, which finds nothing posted and nothing waiting (`bot.slack.queue_notice` then posts
+    nothing and ends the burst)."""
+    async with new_store() as store:
+        session = await store.get_or_create_session("T1", "C1", "1700000000.000100")
+        await store.enqueue(session.id, requester="U1", text="alert")
+        await store.owe_queue_notice("C1", concurrency=1)
+        assert await store.claim_outbox("reader", limit=100, lease=LEASE) == []  # settling
+        assert await store.claim_queued("C1", limit=10) is not None
+        await store.owe_queue_notice("C1")
+        assert await owed(store, clock, at_once=True) == [intent("C1")]  # one drawing only
+        notice = await store.queue_notice("C1")
+        assert notice is not None and notice.ts is None
