@@ -91,6 +91,8 @@ ALONE = 1e6
 """The speed of the run that weighs the bot alone: Slack's buckets (stand-in and pacer) refill
 a million times faster than the clock, so no call waits and the drain is the bot's own work."""
 BAR = 1.2
+LOOK_AGAIN = 0.1
+"""Seconds between the settling fleet's requests that its outbox senders look again."""
 HOME_PEOPLE = 20
 SHOWN = (
     "chat.postMessage",
@@ -227,7 +229,25 @@ class Fleet:
 
     async def settle(self, timeout: float = 900) -> None:
         """Until every bot has no listener, run or outbox row left (rows of one replica may be
-        sent by another: go round until a whole round found all idle)."""
+        sent by another: go round until a whole round found all idle). A sender waiting for a
+        row to settle sleeps until it is due, though another replica may have superseded and
+        sent it meanwhile (a queued notice's post by its last word): it would find nothing
+        then. What the storm still owes is what is measured, so the senders are asked to look
+        again every `LOOK_AGAIN` seconds while the fleet settles."""
+        waker = asyncio.create_task(self._look_again())
+        try:
+            await self._settle(timeout)
+        finally:
+            waker.cancel()
+            await asyncio.gather(waker, return_exceptions=True)
+
+    async def _look_again(self) -> None:
+        while True:
+            await asyncio.sleep(LOOK_AGAIN)
+            for bot in self.bots:
+                bot.service.ctx.output.outbox.wake()
+
+    async def _settle(self, timeout: float) -> None:
         while True:
             for bot in self.bots:
                 await bot.settle(timeout=timeout)
