@@ -135,7 +135,9 @@ START_SKEW = 0.25
 arrives, later than ours, so a call taken exactly one refill after the burst could reach it a
 moment early. The last call of the first burst waits this long (0.24 of a post's token), and
 every later one as much; a whole call kept back cost each channel's first burst a second (the
-third of 6 long answers' posts waited 0.9 s, the tenth of a restart's posts a second)."""
+third of 6 long answers' posts waited 0.9 s, the tenth of a restart's posts a second). The
+replicas' shared buckets keep as much back for the database round trip between a token taken
+and its call leaving (`_Bucket.shape`)."""
 
 
 class SharedBudgets(Protocol):
@@ -217,17 +219,18 @@ class _Bucket:
 
     def busy(self, now: float, beyond: int = 0) -> bool:
         """Part of the burst is spent: calls went out in the last few seconds (`beyond` more than
-        one). A bucket that mirrors a shared one is full one call short (`shape`)."""
+        one). A bucket that mirrors a shared one is full `START_SKEW` short (`shape`)."""
         shared = self.mirrored is None or self.mirrored > -math.inf
         full = self.shape().burst if shared else self.burst
         left = self.tokens + (now - self.at) * self.rate
         return left < full - 1.0 - beyond or self.short(now)
 
     def shape(self) -> BudgetShape:
-        """The shared bucket's shape: one call of the burst always kept back (a token is taken
-        a database round trip before the call leaves, and those trips vary: calls may reach
-        Slack closer together than they were taken)."""
-        burst = self.burst - 1.0 if self.burst > 1 else self.burst
+        """The shared bucket's shape: `START_SKEW` of the burst always kept back (a token is
+        taken a database round trip before the call leaves, and those trips vary: calls may
+        reach Slack closer together than they were taken, by as much as Slack's bucket
+        starting after ours)."""
+        burst = self.burst - min(1.0, START_SKEW * self.rate) if self.burst > 1 else self.burst
         return BudgetShape(self.rate, burst, burst)
 
     def mirror(self, state: BudgetState, now: float, shared_now: float) -> None:

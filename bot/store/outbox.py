@@ -309,7 +309,7 @@ class Outbox(StoreCore):
 @dataclass(frozen=True, slots=True)
 class BudgetShape:
     """A bucket's shape: `rate` tokens a second, up to `burst`; a new bucket starts at `start`
-    (one call of the burst is kept back: Slack's bucket starts later than ours)."""
+    (part of the burst is kept back: Slack's bucket starts later than ours)."""
 
     rate: float
     burst: float

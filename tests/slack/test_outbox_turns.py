@@ -23,7 +23,7 @@ from tests.support.slack_ratelimits import ManualClock
 
 TOKEN = "xoxb-test-token"
 BURST = 9
-"""`chat.update` calls the pacer spends at once (Tier 3's 10, one kept back)."""
+"""`chat.update` calls the pacer spends at once (Tier 3's 10, the last held: `START_SKEW`)."""
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 
 from bot.slack.app import CountingWebClient
 from bot.slack.outbox import NOTICE, SlackOutbox
-from bot.slack.pacing import MARGIN, POST_MESSAGE_PER_CHANNEL, Pacer
+from bot.slack.pacing import MARGIN, POST_MESSAGE_PER_CHANNEL, START_SKEW, Pacer
 from bot.store import BudgetShape, BudgetState, OutboxEntry, SQLiteStore, Store
 from tests.support.postgres import postgres_cluster, postgres_url
 from tests.support.slack_api import SlackAPIStandIn
@@ -67,9 +67,10 @@ async def replicas(stores: Stores, n: int) -> AsyncIterator[list[Store]]:
 
 
 def floor(posts: int) -> float:
-    """Clock seconds one channel's `posts` take at the pacer's rate (one kept back)."""
+    """Clock seconds one channel's `posts` take at the pacer's rate (`START_SKEW` kept back)."""
     tier = POST_MESSAGE_PER_CHANNEL
-    return (posts - (tier.burst - 1)) / (tier.per_minute * MARGIN / 60) / SPEED
+    rate = tier.per_minute * MARGIN / 60
+    return (posts - (tier.burst - START_SKEW * rate)) / rate / SPEED
 
 
 async def test_three_replicas_together_never_exceed_a_channel(
@@ -218,7 +219,9 @@ async def test_replicas_racing_for_stream_slots_take_only_what_the_shared_bucket
         claims = await asyncio.gather(
             *(pacer.claim_in_time("chat.startStream", 1.0) for pacer in pacers * 3)
         )
-        assert sum(claims) == 4  # the shared burst (one of Slack's 5 kept back); then 3 s apart
+        # Slack's burst of 5, the last a quarter second on (`START_SKEW` kept back); then 3 s
+        # apart, past the second asked for.
+        assert sum(claims) == 5
         for pacer, claimed in zip(pacers * 3, claims, strict=True):
             if claimed:  # a claimed slot is spent without taking another
                 await asyncio.wait_for(pacer.take("chat.startStream"), 0.5)
