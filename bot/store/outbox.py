@@ -338,6 +338,10 @@ class BudgetState:
 
 
 _READ = "SELECT tokens, at, paused_until FROM slack_budgets WHERE bucket = :bucket"
+_NEW = (
+    "INSERT INTO slack_budgets (bucket, tokens, at, paused_until)"
+    " VALUES (:bucket, :start, :now, 0.0) ON CONFLICT (bucket) DO NOTHING"
+)
 _LEAST = {"sqlite": "MIN", "postgresql": "LEAST"}
 _GREATEST = {"sqlite": "MAX", "postgresql": "GREATEST"}
 
@@ -387,13 +391,10 @@ class SlackBudgets(StoreCore):
         sql = _sql(self._db.dialect, "{refilled} - 1.0", "{paused_until}")
         params = _params(bucket, shape, now, 0.0)
         async with self._db.transaction("take a Slack budget token in time") as tx:
+            # A new bucket is made first, so that the read below locks it for every taker.
+            await tx.execute(_NEW, params)
             row = await tx.fetch_one(_READ + self._db.for_update, {"bucket": bucket})
-            before = (
-                BudgetState(shape.start, now, 0.0, shape.rate)
-                if row is None
-                else _state(row, shape)
-            )
-            if before.taken(now, shape.burst).wait(now) > within:
+            if row is None or _state(row, shape).taken(now, shape.burst).wait(now) > within:
                 return None
             return _state(await _upserted(tx, sql, params, bucket), shape)
 
