@@ -174,6 +174,7 @@ class SlackThreadOutput:
                 recipient_team_id=thread.team_id,
                 before_start=self._settled(thread),
                 short=bucket_short(self.client),
+                spent=_spent(self.client),
                 keeper=self.outbox,
                 stream_slot=_stream_slot(self.client),
                 stream_busy=_stream_busy(self.client),
@@ -448,6 +449,13 @@ def _stream_slot(client: AsyncWebClient) -> Callable[[], Awaitable[bool]] | None
     if (pacer := pacer_of(client)) is None:
         return None
     return lambda: pacer.claim_in_time("chat.startStream", START_WITHIN)
+
+
+def _spent(client: AsyncWebClient) -> Callable[[str], bool] | None:
+    """A method's bucket is being spent (the paced client's `Pacer.busy`)."""
+    if (pacer := pacer_of(client)) is None:
+        return None
+    return lambda method: pacer.busy(method)
 
 
 def _stream_busy(client: AsyncWebClient) -> Callable[[], bool] | None:

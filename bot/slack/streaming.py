@@ -2,8 +2,10 @@
 
 Slack's `chat.startStream`/`appendStream`/`stopStream` (slack_sdk's `chat_stream`) is used where the
 workspace offers it. Where it doesn't, the answer is posted once and then edited. Either way text
-is sent in batches (every `FLUSH_CHARS` characters, or after `FLUSH_SECONDS` with text waiting),
-so an 18,000-character answer costs about a dozen Web API calls, not hundreds; and an answer is
+is sent in batches (every `FLUSH_CHARS` characters, or after `FLUSH_SECONDS` with text waiting;
+while the method's workspace-wide bucket is being spent, a storm, only the latter: a fast
+writer's pieces are then bigger, not more), so an 18,000-character answer costs about a dozen
+Web API calls, not hundreds; and an answer is
 posted as at most `MAX_MESSAGES` messages, the whole of it attached as a file when it is longer.
 A stream cut off (an append or a stop failing for good) is taken over by `chat.update` of its
 own message. With a `keeper` (the outbox), what Slack still lacks when the answer is closed is
@@ -92,6 +94,7 @@ class ThreadReply:
         clock: Callable[[], float] = time.monotonic,
         before_start: Callable[[], Awaitable[None]] | None = None,
         short: Callable[[str], bool] | None = None,
+        spent: Callable[[str], bool] | None = None,
         keeper: AnswerKeeper | None = None,
         stream_slot: Callable[[], Awaitable[bool]] | None = None,
         stream_busy: Callable[[], bool] | None = None,
@@ -111,6 +114,10 @@ class ThreadReply:
         """Awaited before the answer's first message (what was said before it is sent first)."""
         self.short = short
         """`short(method)`: the pacer has no call of `method` to spend right now."""
+        self.spent = spent
+        """`spent(method)`: `method`'s bucket is being spent (a storm): no piece goes for its
+        size, only once per `flush_seconds` (six long answers written at once spent Tier 4's
+        whole burst of `chat.appendStream` in 2,000-character pieces, and the next waited)."""
         self.keeper = keeper
         """Where the answer's ending is kept until Slack shows it (`bot.slack.endings`)."""
         self.stream_slot = stream_slot
@@ -184,9 +191,10 @@ class ThreadReply:
         # queueing small ones behind it.
         method = "chat.appendStream" if self.use_streaming else "chat.update"
         busy = self.started and self.short is not None and self.short(method)
+        by_size = self.spent is None or not self.spent(method)
         flush_chars = self.flush_chars * (BUSY_FACTOR if busy else 1)
         due = self.clock() - self._last_send >= self.flush_seconds * (BUSY_FACTOR if busy else 1)
-        if waiting >= flush_chars or (waiting > 0 and (due or not self.started)):
+        if (by_size and waiting >= flush_chars) or (waiting > 0 and (due or not self.started)):
             await self._send()
 
     def _holding(self) -> bool:

@@ -96,6 +96,22 @@ async def test_appends_grow_while_the_bucket_is_short(
     assert short or len(appends) >= 8
 
 
+@pytest.mark.parametrize("spent", [False, True], ids=["quiet", "storm"])
+async def test_while_appends_are_spent_a_fast_answer_goes_in_fewer_pieces(
+    slack: SlackAPIStandIn, spent: bool
+) -> None:
+    """10,000 characters at once (a command's output): every 2,000 characters an append, but
+    while `chat.appendStream` (Tier 4, the workspace's) is being spent, one piece a second."""
+    answer = reply(slack, person="UREQ")
+    answer.spent = lambda method: spent
+    for _ in range(10):
+        await answer.append("word " * 200)  # 1,000 characters each
+    await answer.close()
+    appends = [c for c in slack.calls_to("chat.appendStream") if c.ok]
+    assert len(appends) == (0 if spent else 4)
+    assert [c.method for c in slack.calls if c.ok][-1] == "chat.stopStream"
+
+
 async def test_a_stream_whose_appends_fail_is_taken_over_not_repeated(
     slack: SlackAPIStandIn,
 ) -> None:
