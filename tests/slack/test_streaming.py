@@ -82,18 +82,29 @@ async def test_a_429_on_start_stream_waits_and_streams(slack: SlackAPIStandIn) -
     assert [c for c in slack.calls_to("chat.postMessage") if c.ok] == []
 
 
+async def appended(
+    slack: SlackAPIStandIn,
+    pieces: int,
+    *,
+    short: Callable[[str], bool] | None = None,
+    spent: Callable[[str], bool] | None = None,
+) -> int:
+    """The appends of an answer of `pieces` × 1,000 characters written at once."""
+    answer = reply(slack, person="UREQ")
+    answer.short, answer.spent = short, spent
+    for _ in range(pieces):
+        await answer.append("word " * 200)
+    await answer.close()
+    return len([c for c in slack.calls_to("chat.appendStream") if c.ok])
+
+
 @pytest.mark.parametrize(("short", "most"), [(False, 12), (True, 4)], ids=["free", "short"])
 async def test_appends_grow_while_the_bucket_is_short(
     slack: SlackAPIStandIn, short: bool, most: int
 ) -> None:
-    answer = reply(slack, person="UREQ")
-    answer.short = lambda method: short
-    for _ in range(20):
-        await answer.append("word " * 200)  # 1,000 characters each
-    await answer.close()
-    appends = [c for c in slack.calls_to("chat.appendStream") if c.ok]
-    assert len(appends) <= most
-    assert short or len(appends) >= 8
+    appends = await appended(slack, 20, short=lambda method: short)
+    assert appends <= most
+    assert short or appends >= 8
 
 
 @pytest.mark.parametrize("spent", [False, True], ids=["quiet", "storm"])
@@ -102,13 +113,7 @@ async def test_while_appends_are_spent_a_fast_answer_goes_in_fewer_pieces(
 ) -> None:
     """10,000 characters at once (a command's output): every 2,000 characters an append, but
     while `chat.appendStream` (Tier 4, the workspace's) is being spent, one piece a second."""
-    answer = reply(slack, person="UREQ")
-    answer.spent = lambda method: spent
-    for _ in range(10):
-        await answer.append("word " * 200)  # 1,000 characters each
-    await answer.close()
-    appends = [c for c in slack.calls_to("chat.appendStream") if c.ok]
-    assert len(appends) == (0 if spent else 4)
+    assert await appended(slack, 10, spent=lambda method: spent) == (0 if spent else 4)
     assert [c.method for c in slack.calls if c.ok][-1] == "chat.stopStream"
 
 

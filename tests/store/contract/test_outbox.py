@@ -89,11 +89,7 @@ async def test_a_key_in_flight_holds_its_next_row_back(store: Store, clock: Cloc
 
 
 async def test_a_reaction_removed_before_it_was_sent_is_never_sent(store: Store) -> None:
-    key = "reaction:C1:1.0"
-    add = OutboxEntry("reactions.add", {"timestamp": "1.0"}, 3, channel_id="C1", key=key)
-    remove = OutboxEntry(
-        "reactions.remove", {"timestamp": "1.0"}, 3, channel_id="C1", key=key, cancels=True
-    )
+    add, remove = mark_and_removal()
     await store.put_outbox([add])
     assert await store.put_outbox([remove]) == []
     assert await store.claim_outbox("a", limit=10, lease=LEASE) == []
@@ -103,15 +99,21 @@ async def test_a_reaction_removed_before_it_was_sent_is_never_sent(store: Store)
     assert len(await store.put_outbox([remove])) == 1
 
 
-async def test_a_mark_superseded_in_flight_by_its_removal_takes_the_removal(
-    store: Store, clock: Clock
-) -> None:
-    """The 👀 claimed and waiting for its bucket when the answer came: neither is sent."""
+def mark_and_removal() -> tuple[OutboxEntry, OutboxEntry]:
+    """A message's 👀 and its removal: one key, the removal cancelling the mark unsent."""
     key = "reaction:C1:1.0"
     add = OutboxEntry("reactions.add", {"timestamp": "1.0"}, 3, channel_id="C1", key=key)
     remove = OutboxEntry(
         "reactions.remove", {"timestamp": "1.0"}, 3, channel_id="C1", key=key, cancels=True
     )
+    return add, remove
+
+
+async def test_a_mark_superseded_in_flight_by_its_removal_takes_the_removal(
+    store: Store, clock: Clock
+) -> None:
+    """The 👀 claimed and waiting for its bucket when the answer came: neither is sent."""
+    add, remove = mark_and_removal()
     [mark] = await store.put_outbox([add])
     await store.claim_outbox("a", limit=10, lease=LEASE)
     clock.advance(seconds=1)
@@ -126,11 +128,7 @@ async def test_a_mark_put_back_for_its_bucket_is_still_never_tried(
 ) -> None:
     """A put-back is not a try: superseded by its removal after one, the mark still takes the
     removal with it (the mark was never made)."""
-    key = "reaction:C1:1.0"
-    add = OutboxEntry("reactions.add", {"timestamp": "1.0"}, 3, channel_id="C1", key=key)
-    remove = OutboxEntry(
-        "reactions.remove", {"timestamp": "1.0"}, 3, channel_id="C1", key=key, cancels=True
-    )
+    add, remove = mark_and_removal()
     [mark] = await store.put_outbox([add])
     await store.claim_outbox("a", limit=10, lease=LEASE)
     await store.outbox_later(mark, clock.now, "waiting for its Slack budget", tried=False)
@@ -144,11 +142,7 @@ async def test_a_mark_put_back_for_its_bucket_is_still_never_tried(
 
 async def test_kept_rows_are_those_still_owed(store: Store) -> None:
     """What a sender that put rows back asks before it waits for them."""
-    key = "reaction:C1:1.0"
-    add = OutboxEntry("reactions.add", {"timestamp": "1.0"}, 3, channel_id="C1", key=key)
-    remove = OutboxEntry(
-        "reactions.remove", {"timestamp": "1.0"}, 3, channel_id="C1", key=key, cancels=True
-    )
+    add, remove = mark_and_removal()
     [mark] = await store.put_outbox([add])
     [other] = await store.put_outbox([post("answer")])
     assert await store.outbox_kept([mark, other, "gone"]) == {mark, other}
