@@ -15,12 +15,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.runs.notices import StillWorking, ToolRan
 from bot.runs.output import Thread
-from bot.slack.app import CountingWebClient
 from bot.slack.outbox import NOTICE, OWED_SECONDS, SlackOutbox
 from bot.slack.output import SlackThreadOutput
 from bot.slack.pacing import Pacer
 from bot.slack.queue_notice import QueueNotices
 from bot.store import OutboxEntry, SQLiteStore
+from tests.support.harness import paced_client
 from tests.support.slack_api import SlackAPIStandIn
 
 THREAD = Thread("T1", "C1", "1700000000.000100")
@@ -47,13 +47,7 @@ class Setup:
 async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     async with SlackAPIStandIn() as slack, SQLiteStore(tmp_path / "opsgate.db") as store:
         pacer = Pacer(clock=lambda: 0.0)
-        client = CountingWebClient(
-            on_error=lambda method: None,
-            pacer=pacer,
-            token="xoxb-test-token",
-            base_url=slack.url,
-            retry_handlers=[],
-        )
+        client = paced_client(slack, pacer)
         outbox = SlackOutbox(store, client, claimer="local")
         output = SlackThreadOutput(client, outbox, QueueNotices(outbox, store))
         yield Setup(slack, store, pacer, output)

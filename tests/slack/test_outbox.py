@@ -23,10 +23,10 @@ from bot.slack.output import SlackThreadOutput
 from bot.slack.pacing import Pacer
 from bot.slack.queue_notice import QueueNotices
 from bot.store import CARD_REDRAW, SQLiteStore
+from tests.support.harness import paced_client
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_ratelimits import RateLimits
 
-TOKEN = "xoxb-test-token"
 SPEED = 20.0
 THREAD = Thread("T1", "C1", "1700000000.000100")
 
@@ -38,13 +38,7 @@ async def slack() -> AsyncIterator[SlackAPIStandIn]:
 
 
 def client(slack: SlackAPIStandIn) -> CountingWebClient:
-    return CountingWebClient(
-        on_error=lambda method: None,
-        pacer=Pacer(speed=SPEED),
-        token=TOKEN,
-        base_url=slack.url,
-        retry_handlers=[],
-    )
+    return paced_client(slack, Pacer(speed=SPEED))
 
 
 @contextlib.asynccontextmanager

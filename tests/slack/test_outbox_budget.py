@@ -9,21 +9,15 @@ import asyncio
 from datetime import datetime
 from pathlib import Path
 
-from bot.slack.app import CountingWebClient
 from bot.slack.outbox import HOLD_SECONDS, NOTICE, SlackOutbox
 from bot.slack.pacing import Pacer
 from bot.store import OutboxEntry, SQLiteStore
+from tests.support.harness import paced_client
 from tests.support.slack_api import SlackAPIStandIn
 
 
 def _outbox(slack: SlackAPIStandIn, store: SQLiteStore, pacer: Pacer) -> SlackOutbox:
-    client = CountingWebClient(
-        on_error=lambda method: None,
-        pacer=pacer,
-        token="xoxb-test-token",
-        base_url=slack.url,
-        retry_handlers=[],
-    )
+    client = paced_client(slack, pacer)
     return SlackOutbox(store, client, claimer="local", poll=0.05, concurrency=2)
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.app import CountingWebClient
 from bot.slack.outbox import CARD, NOTICE, SlackOutbox
 from bot.slack.pacing import CARD_SETTLE, RUNS_NEXT, Pacer
 from bot.store import OutboxEntry, SQLiteStore, Store
+from tests.support.harness import paced_client
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_ratelimits import ManualClock
 
@@ -36,13 +36,7 @@ async def slack() -> AsyncIterator[SlackAPIStandIn]:
 async def sender(
     store: Store, slack: SlackAPIStandIn, clock: ManualClock
 ) -> AsyncIterator[SlackOutbox]:
-    web = CountingWebClient(
-        on_error=lambda method: None,
-        pacer=Pacer(clock=clock),
-        token=TOKEN,
-        base_url=slack.url,
-        retry_handlers=[],
-    )
+    web = paced_client(slack, Pacer(clock=clock))
     outbox = SlackOutbox(store, web, claimer="local", poll=0.05)
     task = asyncio.create_task(outbox.run())
     try:

@@ -13,10 +13,10 @@ from slack_sdk.errors import SlackApiError
 
 from bot.slack.app import CountingWebClient
 from bot.slack.pacing import Pacer, RateLimited
+from tests.support.harness import paced_client
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_ratelimits import RateLimits
 
-TOKEN = "xoxb-test-token"
 SPEED = 20.0
 """Slack's minute passes in 3 s, on both sides."""
 
@@ -28,9 +28,7 @@ async def slack() -> AsyncIterator[SlackAPIStandIn]:
 
 
 def paced(slack: SlackAPIStandIn, pacer: Pacer, errors: list[str]) -> CountingWebClient:
-    return CountingWebClient(
-        on_error=errors.append, pacer=pacer, token=TOKEN, base_url=slack.url, retry_handlers=[]
-    )
+    return paced_client(slack, pacer, errors.append)
 
 
 async def test_a_storm_of_updates_is_applied_whole_without_a_429(slack: SlackAPIStandIn) -> None:

@@ -19,13 +19,13 @@ from bot.slack.app import CountingWebClient
 from bot.slack.outbox import NOTICE, SlackOutbox
 from bot.slack.pacing import MARGIN, PAID_SECONDS, POST_MESSAGE_PER_CHANNEL, START_SKEW, Pacer
 from bot.store import BudgetShape, BudgetState, OutboxEntry, SQLiteStore, Store
+from tests.support.harness import paced_client
 from tests.support.postgres import postgres_cluster, postgres_url
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_ratelimits import RateLimits
 
 __all__ = ["postgres_cluster", "postgres_url"]  # the fixtures the postgresql stores use
 
-TOKEN = "xoxb-test-token"
 SPEED = 10.0
 """Slack's minute passes in 6 s, on both sides."""
 POSTS = 24
@@ -51,13 +51,7 @@ async def slack() -> AsyncIterator[SlackAPIStandIn]:
 
 
 def paced(slack: SlackAPIStandIn, pacer: Pacer) -> CountingWebClient:
-    return CountingWebClient(
-        on_error=lambda method: None,
-        pacer=pacer,
-        token=TOKEN,
-        base_url=slack.url,
-        retry_handlers=[],
-    )
+    return paced_client(slack, pacer)
 
 
 @contextlib.asynccontextmanager

@@ -10,13 +10,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from bot.slack.app import CountingWebClient
 from bot.slack.endings import Ending, finish_answer
 from bot.slack.pacing import Pacer
 from bot.slack.streaming import FIRST_HOLD, MAX_MESSAGES, ThreadReply
+from tests.support.harness import paced_client
 from tests.support.slack_api import SlackAPIStandIn
 
-TOKEN = "xoxb-test-token"
 PIECE = "word " * 400  # 2,000 characters
 
 
@@ -27,13 +26,7 @@ async def slack() -> AsyncIterator[SlackAPIStandIn]:
 
 
 def reply(slack: SlackAPIStandIn, *, person: str | None) -> ThreadReply:
-    client = CountingWebClient(
-        on_error=lambda method: None,
-        pacer=Pacer(speed=1000.0),
-        token=TOKEN,
-        base_url=slack.url,
-        retry_handlers=[],
-    )
+    client = paced_client(slack, Pacer(speed=1000.0))
     return ThreadReply(
         client,
         channel="C1",

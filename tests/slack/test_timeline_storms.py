@@ -16,6 +16,7 @@ from bot.runs.timeline import Task
 from bot.slack.app import CountingWebClient
 from bot.slack.pacing import Pacer
 from bot.slack.timeline import STORM_EDIT_EVERY, STORM_GRACE, SlackTimeline
+from tests.support.harness import paced_client
 from tests.support.slack_api import SlackAPIStandIn
 from tests.support.slack_ratelimits import RateLimits
 
@@ -38,13 +39,7 @@ async def slack() -> AsyncIterator[SlackAPIStandIn]:
 
 
 def paced(slack: SlackAPIStandIn) -> CountingWebClient:
-    return CountingWebClient(
-        on_error=lambda method: None,
-        pacer=Pacer(speed=SPEED),
-        token="xoxb-test-token",
-        base_url=slack.url,
-        retry_handlers=[],
-    )
+    return paced_client(slack, Pacer(speed=SPEED))
 
 
 async def storm(client: CountingWebClient, method: str) -> None:

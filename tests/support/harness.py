@@ -23,6 +23,7 @@ from bot.policy import Policy
 from bot.runs.service import RunService
 from bot.server import http_app, started
 from bot.settings import Settings
+from bot.slack.app import CountingWebClient
 from bot.slack.mrkdwn import user_mention
 from bot.slack.pacing import Pacer
 from bot.store import utc_now
@@ -245,6 +246,20 @@ def pacer_for(slack: SlackAPIStandIn) -> Pacer:
     fast that pacing never slows a test (429s it answers are still waited out)."""
     limits = slack.rate_limits
     return Pacer(speed=limits.speed if limits is not None else 1000.0)
+
+
+def paced_client(
+    slack: SlackAPIStandIn, pacer: Pacer, on_error: Callable[[str], None] | None = None
+) -> CountingWebClient:
+    """A Web API client of the stand-in, every call through `pacer`, slack_sdk's retries off
+    (the pacer waits out 429s); `on_error(method)` hears each failed call."""
+    return CountingWebClient(
+        on_error=on_error or (lambda method: None),
+        pacer=pacer,
+        token="xoxb-test-token",
+        base_url=slack.url,
+        retry_handlers=[],
+    )
 
 
 def cancel_values(blocks: Sequence[dict[str, Any]]) -> list[str]:
