@@ -120,7 +120,7 @@ class SlackThreadOutput:
         # 👀 is the cheapest sign of work, yet Tier 3 for the workspace: while its budget is
         # spent (a storm) the message goes without, and so without its removal.
         message = (thread.channel_id, ts)
-        if on and not await _reaction_slot(self.client):
+        if on and not _reaction_slot(self.client):
             self.unmarked.add(message)
             return
         if not on and message in self.unmarked:
@@ -437,11 +437,10 @@ def _posts_short(client: AsyncWebClient, outbox: SlackOutbox) -> Callable[[Threa
     )
 
 
-async def _reaction_slot(client: AsyncWebClient) -> bool:
-    """A `reactions.add` can be sent within a second (its token taken for it; across replicas
-    from their shared bucket, as each judging from its own mirror sent more than it holds)."""
+def _reaction_slot(client: AsyncWebClient) -> bool:
+    """A `reactions.add` can be sent within a second (its token taken for it)."""
     pacer = pacer_of(client)
-    return pacer is None or await pacer.claim_in_time("reactions.add", 1.0)
+    return pacer is None or pacer.claim("reactions.add", 1.0)
 
 
 def _stream_slot(client: AsyncWebClient) -> Callable[[], Awaitable[bool]] | None:
