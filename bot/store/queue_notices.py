@@ -97,23 +97,24 @@ class QueueNoticeRows(StoreCore):
 
     async def owe_queue_notice(self, channel_id: str, *, concurrency: int | None = None) -> bool:
         """Owe the outbox a drawing of the channel's notice. With `concurrency` (a message
-        was queued) the burst is opened if it is not; without (a run started, a message was
-        withdrawn) only an open burst is drawn again: False, and nothing written, when none
-        is open (the common case: asked at every run's start)."""
+        was queued) the burst is opened if it is not, unless nothing waits in the queue any
+        more (the message started before it was told: nothing to tell); without (a run
+        started, a message was withdrawn) only an open burst is drawn again: False, and nothing
+        written, when none is open (the common case: asked at every run's start)."""
         if concurrency is None and await self.queue_notice(channel_id) is None:
             return False
         async with self._db.transaction("owe the queued notice") as tx:
-            settle = QUEUE_SETTLE
-            if concurrency is not None:
+            queued = await tx.fetch_one(_QUEUED, {"channel": channel_id}) is not None
+            if concurrency is not None and queued:
                 await tx.execute(
                     _OPEN, {"channel": channel_id, "concurrency": concurrency, "now": self._now()}
                 )
             elif not await tx.fetch_one(
                 "SELECT 1 FROM queue_notices WHERE channel_id = :channel", {"channel": channel_id}
             ):
-                return False  # it ended meanwhile
-            elif not await tx.fetch_one(_QUEUED, {"channel": channel_id}):
-                settle = 0.0  # the burst's last word ("every request has started") goes at once
+                return False  # it ended meanwhile, or the message queued has started already
+            # The burst's last word ("every request has started") goes at once.
+            settle = QUEUE_SETTLE if queued else 0.0
             await put_rows(self._db, tx, [queue_redraw(channel_id, settle)], self._now())
         return True
 

@@ -30,6 +30,12 @@ async def owed(
     return [(r.method, r.key, r.params, r.priority) for r in rows]
 
 
+async def queue_alert(store: Store, n: int) -> None:
+    """A message of C1 waiting in its queue."""
+    session = await store.get_or_create_session("T1", "C1", f"1700000000.{n:06d}")
+    await store.enqueue(session.id, requester="U1", text=f"alert {n}")
+
+
 def intent(channel: str) -> tuple[str, str, dict[str, object], int]:
     return (QUEUE_NOTICE, f"queue:{channel}", {"channel": channel}, QUEUE_PRIORITY)
 
@@ -40,6 +46,8 @@ async def test_a_burst_is_shared_by_every_store_and_ends_once(
     async with new_store() as a, new_store() as b:
         # A start with no burst open writes nothing (every run's start asks).
         assert await b.owe_queue_notice("C1") is False
+        await queue_alert(a, 1)
+        await queue_alert(b, 2)
         assert await a.owe_queue_notice("C1", concurrency=2) is True
         assert await a.owe_queue_notice("C1", concurrency=3) is True
         assert await owed(a, clock) == [intent("C1")]  # the newer unsent drawing replaced the older
@@ -47,6 +55,8 @@ async def test_a_burst_is_shared_by_every_store_and_ends_once(
         assert notice is not None and notice.ts is None and notice.concurrency == 3
         assert notice.asks == 2
         await b.queue_notice_shown("C1", ts="1700000000.000500", shown="2 waiting")
+        for _ in range(2):
+            assert await a.claim_queued("C1", limit=10) is not None
         assert await a.owe_queue_notice("C1") is True  # a start on the other store draws it
         assert await owed(b, clock, at_once=True) == [intent("C1")]  # nothing left queued
         seen = await a.queue_notice("C1")
@@ -73,6 +83,7 @@ async def test_a_message_queued_while_a_burst_ended_starts_a_new_one(
     new_store: StoreFactory, clock: Clock
 ) -> None:
     async with new_store() as a, new_store() as b:
+        await queue_alert(a, 1)
         await a.owe_queue_notice("C1", concurrency=1)
         await a.queue_notice_shown("C1", ts="1700000000.000500", shown="1 waiting")
         drawn = await a.queue_notice("C1")
@@ -121,3 +132,15 @@ async def test_a_queue_that_empties_within_the_first_settle_owes_only_its_last_w
         assert await owed(store, clock, at_once=True) == [intent("C1")]  # one drawing only
         notice = await store.queue_notice("C1")
         assert notice is not None and notice.ts is None
+
+
+async def test_a_message_started_before_it_was_told_opens_no_burst(
+    new_store: StoreFactory, clock: Clock
+) -> None:
+    """Another replica's dispatcher started it between its queueing and its "queued"."""
+    async with new_store() as a, new_store() as b:
+        await queue_alert(a, 1)
+        assert await b.claim_queued("C1", limit=10) is not None
+        assert await a.owe_queue_notice("C1", concurrency=1) is False
+        assert await a.queue_notice("C1") is None
+        assert await owed(a, clock, at_once=True) == []
