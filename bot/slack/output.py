@@ -93,6 +93,8 @@ class SlackThreadOutput:
             return  # the channel's queued notice says it
         if isinstance(notice, ToolRan):
             rendered = render(notice)
+            if (pacer := pacer_of(self.client)) is not None:  # other replicas' posts count
+                await pacer.fresh("chat.postMessage", thread.channel_id)
             if self.held.hold(thread, rendered.text):
                 if (file := rendered.attachment) is not None:
                     await self.outbox.put([_upload(thread, file.filename, file.content)])

@@ -311,6 +311,17 @@ class Pacer:
             task.add_done_callback(self._reads.discard)
         return bucket
 
+    async def fresh(self, method: str, channel: str | None = None) -> None:
+        """Read the replicas' bucket now when this process's mirror of it is older than
+        `FRESH_SECONDS`, before a judgement that matters (`short`, `busy`): a bucket this
+        process never spent from is a full burst in its memory until read."""
+        bucket = self._bucket(method, channel)
+        if self.shared is None or bucket is None or bucket.mirrored is None:
+            return
+        if self._now() - bucket.mirrored >= FRESH_SECONDS * self.speed:
+            bucket.mirrored = None
+            await self._read(bucket, method, channel)
+
     async def _read(self, bucket: _Bucket, method: str, channel: str | None) -> None:
         assert self.shared is not None
         shared_now = self.wall() * self.speed

@@ -223,3 +223,16 @@ async def test_replicas_racing_for_stream_slots_take_only_what_the_shared_bucket
         state = await three[0].read_budget("chat.startStream", shape)
         assert state is not None and state.tokens < 0.1
         assert not await pacers[0].claim_in_time("chat.startStream", 1.0)
+
+
+async def test_a_bucket_never_spent_here_is_read_fresh_before_it_is_judged(
+    stores: Stores,
+) -> None:
+    """The other replica posted the channel's burst; this one never posted there: its memory
+    says a full burst until `fresh` reads the shared bucket."""
+    async with replicas(stores, 2) as (one, two):
+        mine, theirs = Pacer(shared=one), Pacer(shared=two)
+        for _ in range(3):
+            await theirs.take("chat.postMessage", "C1")
+        await mine.fresh("chat.postMessage", "C1")
+        assert mine.busy("chat.postMessage", "C1")
