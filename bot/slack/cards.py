@@ -69,7 +69,7 @@ from .mrkdwn import (
     user_mention,
 )
 from .outbox import Renderer, Write
-from .pacing import RUNS_NEXT
+from .turns import RUNS_NEXT
 
 __all__ = [
     "SECTION_TEXT_MAX",

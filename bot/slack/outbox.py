@@ -16,7 +16,7 @@ The workspace-wide buckets (`chat.update`, Tier 3; `views.publish`) go to what a
 for first: while a bucket is short, a row waits for a call of it rather than queueing at the
 pacer (first come, first served), a row after the answers (a queued notice's edit, a Home tab)
 lets the cards' redraws waiting for it go first, and in a storm a card's redraw settles for its
-call's result (`bot.slack.pacing.Turns`). A keyed row superseded while it
+call's result (`bot.slack.turns.Turns`). A keyed row superseded while it
 waited is not sent at all (the store's `outbox_superseded`: its newer row draws the latest
 state), so a card's redraw after its decision that waited until the call's result was written
 is sent once, showing both. Rows that settle (due a few seconds
@@ -41,7 +41,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ..settings import checkpoint
 from ..store import REDRAW_PRIORITY, OutboxEntry, OutboxRow, OutboxStats, OutboxWake
 from .endings import ANSWER_ENDING, Ending, finish_answer
-from .pacing import RUNS_NEXT, PutBack, RateLimited, Turns, pacer_of
+from .pacing import RateLimited, pacer_of
+from .turns import RUNS_NEXT, PutBack, Turns
 
 __all__ = [
     "ANSWER",
@@ -496,7 +497,7 @@ class SlackOutbox:
             await self._deliver_write(row, write)
 
     async def _turn(self, row: OutboxRow, write: Write) -> bool:
-        """The row's turn at its workspace-wide bucket (`bot.slack.pacing.Turns`): answers, and a
+        """The row's turn at its workspace-wide bucket (`bot.slack.turns.Turns`): answers, and a
         channel's own post bucket, wait for nobody."""
         if write.method == "chat.postMessage" or ANSWER <= row.priority < NOTICE:
             return True

@@ -15,7 +15,8 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.outbox import CARD, NOTICE, SlackOutbox
-from bot.slack.pacing import CARD_SETTLE, RUNS_NEXT, Pacer
+from bot.slack.pacing import Pacer
+from bot.slack.turns import CARD_SETTLE, RUNS_NEXT
 from bot.store import OutboxEntry, SQLiteStore, Store
 from tests.support.harness import paced_client
 from tests.support.slack_api import SlackAPIStandIn
