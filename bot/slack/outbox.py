@@ -387,10 +387,8 @@ class SlackOutbox:
     async def _owed(self) -> bool:
         """Rows this sender put back are owed until sent, unless they left the outbox since
         (cancelled, superseded, sent by another replica)."""
-        if self._later.owed(self.clock(), timedelta(seconds=self.poll)):
-            with contextlib.suppress(Exception):  # unread (the database): still owed
-                self._later.keep(await self.store.outbox_kept(self._later.ids()))
-        return bool(self._later)
+        grace = timedelta(seconds=self.poll)
+        return await self._later.owed(self.clock(), grace, self.store.outbox_kept)
 
     async def _settling(self) -> float | None:
         """Seconds until the next row nobody holds is due, when one is waiting (None: none)."""

@@ -455,9 +455,8 @@ def _stream_slot(client: AsyncWebClient) -> Callable[[], Awaitable[bool]] | None
 
 def _spent(client: AsyncWebClient) -> Callable[[str], bool] | None:
     """A method's bucket is being spent (the paced client's `Pacer.busy`)."""
-    if (pacer := pacer_of(client)) is None:
-        return None
-    return lambda method: pacer.busy(method)
+    pacer = pacer_of(client)
+    return pacer.busy if pacer is not None else None
 
 
 def _stream_busy(client: AsyncWebClient) -> Callable[[], bool] | None:

@@ -166,8 +166,9 @@ class _Bucket:
     def __init__(self, tier: Tier, share: float, now: float) -> None:
         self.rate = tier.per_minute * share * MARGIN / 60.0
         self.burst = max(1.0, tier.burst * share)
-        skew = min(1.0, START_SKEW * self.rate)
-        self.tokens = self.burst - skew if self.burst > 1 else self.burst
+        self.skew = min(1.0, START_SKEW * self.rate) if self.burst > 1 else 0.0
+        """The part of the burst held back (`START_SKEW`)."""
+        self.tokens = self.burst - self.skew
         self.at = now
         self.paused_until = 0.0
         self.claimed: list[float] = []
@@ -223,7 +224,7 @@ class _Bucket:
         taken a database round trip before the call leaves, and those trips vary: calls may
         reach Slack closer together than they were taken, by as much as Slack's bucket
         starting after ours)."""
-        burst = self.burst - min(1.0, START_SKEW * self.rate) if self.burst > 1 else self.burst
+        burst = self.burst - self.skew
         return BudgetShape(self.rate, burst, burst)
 
     def mirror(self, state: BudgetState, now: float, shared_now: float) -> None:
@@ -295,13 +296,12 @@ class Pacer:
         """`method`'s bucket, read again from the shared one in the background when its
         mirror is older than `FRESH_SECONDS` (so other replicas' spending shows)."""
         bucket = self._bucket(method, channel)
-        if self.shared is None or bucket is None or bucket.mirrored is None:
+        if bucket is None or not self._stale(bucket):
             return bucket
-        if self._now() - bucket.mirrored >= FRESH_SECONDS * self.speed:
-            bucket.mirrored = None
-            task = asyncio.get_running_loop().create_task(self._read(bucket, method, channel))
-            self._reads.add(task)
-            task.add_done_callback(self._reads.discard)
+        bucket.mirrored = None
+        task = asyncio.get_running_loop().create_task(self._read(bucket, method, channel))
+        self._reads.add(task)
+        task.add_done_callback(self._reads.discard)
         return bucket
 
     async def fresh(self, method: str, channel: str | None = None) -> None:
@@ -309,11 +309,15 @@ class Pacer:
         `FRESH_SECONDS`, before a judgement that matters (`short`, `busy`): a bucket this
         process never spent from is a full burst in its memory until read."""
         bucket = self._bucket(method, channel)
-        if self.shared is None or bucket is None or bucket.mirrored is None:
-            return
-        if self._now() - bucket.mirrored >= FRESH_SECONDS * self.speed:
+        if bucket is not None and self._stale(bucket):
             bucket.mirrored = None
             await self._read(bucket, method, channel)
+
+    def _stale(self, bucket: _Bucket) -> bool:
+        """A mirror of a shared bucket older than `FRESH_SECONDS`, not being read already."""
+        if self.shared is None or bucket.mirrored is None:
+            return False
+        return self._now() - bucket.mirrored >= FRESH_SECONDS * self.speed
 
     async def _read(self, bucket: _Bucket, method: str, channel: str | None) -> None:
         assert self.shared is not None

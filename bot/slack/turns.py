@@ -5,13 +5,16 @@ themselves, and the waiting for a token, are `bot.slack.pacing`'s."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 
 from .pacing import Pacer
 
 __all__ = ["CARD_SETTLE", "QUIET_SETTLE", "RUNS_NEXT", "TURN_MAX", "PutBack", "Turns"]
+
+logger = logging.getLogger("opsgate.slack.outbox")
 
 
 class PutBack:
@@ -41,8 +44,21 @@ class PutBack:
         """Forget the rows not in `row_ids` (gone from the outbox)."""
         self._due = {row: due for row, due in self._due.items() if row in row_ids}
 
-    def owed(self, now: datetime, grace: timedelta) -> bool:
+    async def owed(
+        self,
+        now: datetime,
+        grace: timedelta,
+        kept: Callable[[Sequence[str]], Awaitable[set[str]]],
+    ) -> bool:
+        """Whether rows put back are still owed: those well past due (`grace`) are forgotten,
+        and of the rest those no longer in the outbox (`kept`: cancelled, superseded, sent by
+        another replica). Unread (the database): still owed."""
         self._due = {row: due for row, due in self._due.items() if now - due <= grace}
+        if self._due:
+            try:
+                self.keep(await kept(self.ids()))
+            except Exception:
+                logger.exception("could not read which put-back outbox rows are left")
         return bool(self._due)
 
     def next_look(self, now: datetime, poll: float) -> float:
