@@ -93,6 +93,15 @@ class OutboxWake:
         self.woken.set()
 
 
+_NEWER = "(o.created_at, o.id) > (outbox.created_at, outbox.id)"
+_OLDER = "(o.created_at, o.id) < (outbox.created_at, outbox.id)"
+"""The order of a key's rows (`o` against `outbox`): by when each was put, or its burst began
+(a settling row keeps that), then by id. Two puts in overlapping transactions (replicas owing
+one person's tab at once) can carry one burst's time; the id still orders them, so one is
+claimed first and superseded by the other. Settling rows are intents, drawn when sent: either
+stands for both."""
+
+
 class Outbox(StoreCore):
     """The outbox operations of `bot.store.Store`."""
 
@@ -115,8 +124,7 @@ class Outbox(StoreCore):
                 "SELECT * FROM outbox WHERE not_before <= :now"
                 " AND (claimed_until IS NULL OR claimed_until < :now)"
                 " AND NOT EXISTS (SELECT 1 FROM outbox AS o WHERE o.key = outbox.key"
-                " AND o.id <> outbox.id AND (o.claimed_until >= :now OR o.created_at"
-                " < outbox.created_at))"
+                " AND o.id <> outbox.id AND (o.claimed_until >= :now OR " + _OLDER + "))"
                 " ORDER BY priority, created_at, id LIMIT :limit" + self._db.skip_locked,
                 {"now": self._db.time_in(now), "limit": limit},
             )
@@ -141,8 +149,10 @@ class Outbox(StoreCore):
         stale = await tx.fetch_all(
             "SELECT id, key, attempts FROM outbox WHERE key IS NOT NULL"
             " AND claimed_until IS NOT NULL AND claimed_until < :now"
-            " AND EXISTS (SELECT 1 FROM outbox AS o WHERE o.key = outbox.key"
-            " AND o.created_at > outbox.created_at)" + self._db.skip_locked,
+            " AND EXISTS (SELECT 1 FROM outbox AS o WHERE o.key = outbox.key AND "
+            + _NEWER
+            + ")"
+            + self._db.skip_locked,
             {"now": self._db.time_in(now)},
         )
         for row in stale:
@@ -165,8 +175,7 @@ class Outbox(StoreCore):
         async with self._db.transaction("supersede an outbox row") as tx:
             row = await tx.fetch_one(
                 "SELECT key, attempts, method FROM outbox WHERE id = :id AND EXISTS"
-                " (SELECT 1 FROM outbox AS o WHERE o.key = outbox.key"
-                " AND o.created_at > outbox.created_at)",
+                " (SELECT 1 FROM outbox AS o WHERE o.key = outbox.key AND " + _NEWER + ")",
                 {"id": row_id},
             )
             if row is None:

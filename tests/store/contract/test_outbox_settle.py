@@ -5,6 +5,7 @@ anyone else, and hands its tries on to the newer row."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from bot.store import OutboxEntry, Store
@@ -81,3 +82,45 @@ async def test_a_dead_senders_superseded_row_is_dropped_and_its_try_handed_on(
         assert row.params["text"] == "two"
         assert row.attempts == 2  # the dead sender's try: its drawing looks before posting
         assert (await alive.outbox_stats()).depth == {3: 1}
+
+
+async def sent_once(store: Store) -> list[str]:
+    """What a sender sends of the rows owed now: each claimed row, unless superseded."""
+    sent: list[str] = []
+    while rows := await store.claim_outbox("a", limit=10, lease=LEASE):
+        for row in rows:
+            if not await store.outbox_superseded(row.id):
+                sent.append(str(row.params["text"]))
+            await store.outbox_sent(row.id)
+    return sent
+
+
+async def test_rows_of_a_key_whose_times_tie_are_sent_once(store: Store, clock: Clock) -> None:
+    """A settling row keeps its burst's first time, so two rows of a key may carry the same
+    one (here: the first put back while the second came, the clock not moving); the key's
+    rows are still claimed one at a time, and one of them is sent."""
+    [first] = await store.put_outbox([tab("one")])
+    assert await texts(store) == ["one"]
+    await store.put_outbox([tab("two", settle=2.0)])
+    await store.outbox_later(first, clock.now, "waiting for its Slack budget", tried=False)
+    clock.advance(seconds=2)
+    assert len(await sent_once(store)) == 1
+    assert (await store.outbox_stats()).depth == {}
+
+
+async def test_puts_of_a_key_in_overlapping_transactions_are_sent_once(
+    new_store: StoreFactory, clock: Clock
+) -> None:
+    """Two replicas owe one person's tab at the same moment: on PostgreSQL the second put
+    commits while the first is still open, so neither deleted the other's row; one is sent.
+    (SQLite's writers are serial: the second put waits, then supersedes the first.)"""
+    async with new_store() as one, new_store() as two:
+        async with one._db.transaction("put the first row") as tx:
+            await one._put_outbox(tx, [tab("one", settle=2.0)])
+            other = asyncio.create_task(two.put_outbox([tab("two", settle=2.0)]))
+            if one._db.dialect == "postgresql":
+                await asyncio.wait_for(other, timeout=10)
+        await asyncio.wait_for(other, timeout=10)
+        clock.advance(seconds=2)
+        assert len(await sent_once(one)) == 1
+        assert (await one.outbox_stats()).depth == {}
