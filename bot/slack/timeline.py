@@ -19,8 +19,9 @@ edit) with the latest chunk of each task.
 Why a timeline at all: while a run works, its thread shows nothing else (the answer comes at the
 end), and a person waiting on an incident wants to see what ran. In a storm it is skipped when
 that is already shown or soon will be: while the workspace-wide bucket its first write spends is
-short (`chat.startStream`, Tier 2; `chat.update` without streaming), a timeline not yet shown is
-held instead of started for its first `STORM_GRACE` seconds, and while every task it holds waits
+short (`chat.startStream`, Tier 2, whose slot a stream takes from the replicas' shared bucket
+before it starts; `chat.update` without streaming), a timeline not yet shown is held instead of
+started for its first `STORM_GRACE` seconds, and while every task it holds waits
 for approval (the cards show those); one that is closed while held is never shown (the run's
 answer and its cards say how it went), so a run that ends within a few seconds of a storm costs
 no timeline call at all. A timeline whose every task waits for approval is not started
@@ -269,6 +270,9 @@ class SlackTimeline:
         self._short = bucket_short(client)
         """`short(method)`: the paced client has no call of `method` to spend right now."""
         pacer = pacer_of(client)
+        self._slot = pacer.claim_in_time if pacer is not None else None
+        """Takes a call of a method free within a time (`Pacer.claim_in_time`: from the
+        replicas' shared bucket, whose spending a replica's own mirror may not show yet)."""
         self._busy = functools.partial(pacer.busy, beyond=1) if pacer is not None else None
         """`busy(method)`: more of `method`'s burst went in the last seconds than one run spends
         before its pause (its answer's stream, tried even where Slack refuses it): a storm."""
@@ -306,7 +310,7 @@ class SlackTimeline:
     def _shown(self) -> bool:
         return self._streaming_ts is not None or self._ts is not None
 
-    def _hold(self, *, resting: bool, closing: bool) -> bool:
+    async def _hold(self, *, resting: bool, closing: bool) -> bool:
         """Whether a storm keeps what is held from Slack for now (see the module docstring):
         `resting`, no flush comes for a while (an edit is not held then); `closing`, none
         comes again (a timeline never shown is dropped then)."""
@@ -328,15 +332,23 @@ class SlackTimeline:
         if waiting and self._busy is not None and self._busy(first):
             self._stormed = True  # the cards show it: its close would cost an edit more
             return True
-        if not self._short(first):
+        if await self._free(first):
             return False
         self._stormed = now - self._born < STORM_GRACE or waiting
         return self._stormed
 
+    async def _free(self, first: str) -> bool:
+        """The timeline's first write can be made now: a stream's start takes its slot now,
+        as an answer's does within a second, from the replicas' shared bucket, where each
+        replica's own memory of it would let them all start one and wait seconds for it."""
+        if first != "chat.startStream" or self._slot is None:
+            return not (self._short is not None and self._short(first))
+        return await self._slot(first, 0.0)
+
     async def _flush(self, *, resting: bool = False, closing: bool = False) -> None:
         if not self._held:
             return
-        if self._hold(resting=resting or closing, closing=closing):
+        if await self._hold(resting=resting or closing, closing=closing):
             if closing:
                 logger.debug("a storm's short run in %s shows no timeline", self.thread.channel_id)
                 self._held = {}

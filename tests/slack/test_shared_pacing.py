@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from bot.runs.output import Thread
+from bot.runs.timeline import Task
 from bot.slack.app import CountingWebClient
 from bot.slack.outbox import NOTICE, SlackOutbox
 from bot.slack.pacing import MARGIN, POST_MESSAGE_PER_CHANNEL, START_SKEW, Pacer
+from bot.slack.timeline import STORM_GRACE, SlackTimeline
 from bot.store import BudgetShape, BudgetState, OutboxEntry, SQLiteStore, Store
 from tests.support.harness import paced_client
 from tests.support.postgres import postgres_cluster, postgres_url
@@ -236,3 +239,29 @@ async def test_a_bucket_never_spent_here_is_read_fresh_before_it_is_judged(
             await theirs.take("chat.postMessage", "C1")
         await mine.fresh("chat.postMessage", "C1")
         assert mine.busy("chat.postMessage", "C1")
+
+
+async def test_a_timeline_is_not_started_where_another_replica_spent_the_streams(
+    stores: Stores, slack: SlackAPIStandIn
+) -> None:
+    """The other replica started the storm's streams; this one, whose memory of the bucket
+    is full, holds a short run's timeline rather than waiting seconds to start a stream."""
+    async with replicas(stores, 2) as (one, two):
+        mine, theirs = Pacer(speed=SPEED, shared=one), Pacer(speed=SPEED, shared=two)
+        for _ in range(5):
+            await theirs.take("chat.startStream")
+        now = [1000.0]
+        line = SlackTimeline(
+            paced(slack, mine),
+            Thread("T1", "C1", "1700000000.000100"),
+            recipient_user_id="U0ALICE",
+            clock=lambda: now[0],
+        )
+        await line.show(Task("call_1", "run_command", '{"command": "uptime"}', "in_progress"))
+        await line.flush()
+        await line.show(Task("call_1", "run_command", '{"command": "uptime"}', "complete"))
+        now[0] += STORM_GRACE / 2
+        await line.close()
+    assert not slack.calls_to("chat.startStream")
+    assert slack.rate_limits is not None
+    assert slack.rate_limits.refused["chat.startStream"] == 0
