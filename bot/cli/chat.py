@@ -77,8 +77,8 @@ class TerminalOutput:
     async def tell(self, thread: Thread, user: str, notice: Notice) -> None:
         self._print(notice_text(notice))
 
-    async def react(self, thread: Thread, ts: str, on: bool) -> None:
-        return None
+    async def react(self, thread: Thread, ts: str, on: bool) -> bool:
+        return True
 
     def stream(self, thread: Thread, requester: str | None) -> _Sink:
         return _Sink(self)

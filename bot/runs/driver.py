@@ -88,12 +88,14 @@ class Driver:
         resuming: bool = False,
         resumed_from: Sequence[ToolCallRow] = (),
         marked: bool = False,
+        unmarked: bool = False,
     ) -> None:
         """`resuming`: the stream answers a paused batch (the timeline starts with it);
         `resumed_from`: that paused batch (its span is linked to); `marked`: the message is
         marked as being worked on already (a run asked again after a crash: its first try's
         mark is in Slack or the outbox, and marking again would let the unmark cancel the new
-        mark alone, leaving the first)."""
+        mark alone, leaving the first); `unmarked`: its queue item says a try before went
+        without the mark (Slack's budget for it was spent)."""
         links = tracing.links_to((row.trace_id, row.span_id) for row in resumed_from)
         with (
             log_context(session=session_id, thread=thread.thread_ts),
@@ -108,6 +110,7 @@ class Driver:
                 item_id=item_id,
                 resuming=resuming,
                 marked=marked,
+                unmarked=unmarked,
             )
 
     async def _drive(
@@ -121,10 +124,15 @@ class Driver:
         item_id: int | None,
         resuming: bool,
         marked: bool,
+        unmarked: bool,
     ) -> None:
         output = self.ctx.output
         if message_ts and not marked:
-            await output.react(thread, message_ts, True)
+            made = await output.react(thread, message_ts, True)
+            if item_id is not None and made == unmarked:  # whoever unmarks it after a crash
+                await _quietly(
+                    self.ctx.store.queue_unmarked(item_id, not made), "recording the mark"
+                )
         try:
             # The paused part's calls as decided: one approved is no longer shown waiting there.
             batch = await self.ctx.store.batch_calls(session_id) if resuming else ()

@@ -112,8 +112,9 @@ class ThreadOutput(Protocol):
         """Show `notice` to `user` alone, in the thread; nothing when `user` is not a person."""
         ...
 
-    async def react(self, thread: Thread, ts: str, on: bool) -> None:
-        """Mark (`on`) or unmark message `ts` as being worked on."""
+    async def react(self, thread: Thread, ts: str, on: bool) -> bool:
+        """Mark (`on`) or unmark message `ts` as being worked on. False: a mark was not made
+        (Slack's budget for it is spent, a storm), so there is nothing to unmark."""
         ...
 
     def stream(self, thread: Thread, requester: str | None) -> TextSink:

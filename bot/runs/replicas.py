@@ -70,7 +70,7 @@ async def take_over_lapsed(service: RunService) -> None:
         await ctx.output.say(thread, Recovered(tools))
         # The dead replica never unmarked the message of the run it was on.
         for item in started:
-            if item.session_id == session.id and item.message_ts:
+            if item.session_id == session.id and item.message_ts and not item.unmarked:
                 await ctx.output.react(thread, item.message_ts, False)
         await service.cards.redraw_batch(session.id)
     for session in await store.sessions_awaiting_approval():

@@ -278,7 +278,8 @@ class RunService:
             requester=item.requester,
             message_ts=item.message_ts,
             item_id=item.id,
-            marked=item.rerun,
+            marked=item.rerun and not item.unmarked,
+            unmarked=item.unmarked,
         )
 
     async def _run_ended(self, thread: Thread, item_id: int | None) -> None:
@@ -374,7 +375,11 @@ class RunService:
             await self.ctx.output.say(thread, Recovered(tools))
             # The run cut short never unmarked its message (no 👀 left behind).
             for item in started:
-                if item.session_id == recovered.session.id and item.message_ts:
+                if (
+                    item.session_id == recovered.session.id
+                    and item.message_ts
+                    and not item.unmarked  # went without it: nothing to remove
+                ):
                     await self.ctx.output.react(thread, item.message_ts, False)
         await self.cards.repost_missing()
         for session in await store.sessions_awaiting_approval():

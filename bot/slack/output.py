@@ -118,16 +118,16 @@ class SlackThreadOutput:
         """An ephemeral reply in the thread that only `user` sees (people only: not bots)."""
         await self.replies.tell_mrkdwn(thread, user, render(notice).text)
 
-    async def react(self, thread: Thread, ts: str, on: bool) -> None:
+    async def react(self, thread: Thread, ts: str, on: bool) -> bool:
         # 👀 is the cheapest sign of work, yet Tier 3 for the workspace: while its budget is
         # spent (a storm) the message goes without, and so without its removal.
         message = (thread.channel_id, ts)
-        if on and not _reaction_slot(self.client):
+        if on and not await _reaction_slot(self.client):
             self.unmarked.add(message)
-            return
+            return False
         if not on and message in self.unmarked:
             self.unmarked.discard(message)
-            return
+            return True
         # Added and removed before it was sent: neither is (the removal cancels).
         entry = OutboxEntry(
             "reactions.add" if on else "reactions.remove",
@@ -138,6 +138,7 @@ class SlackThreadOutput:
             cancels=not on,
         )
         await self.outbox.put([entry])
+        return True
 
     def timeline(self, thread: Thread, requester: str | None) -> TimelineSink:
         """Streamed task chunks addressed to the requester (a person), else one context block
@@ -439,10 +440,11 @@ def _posts_short(client: AsyncWebClient, outbox: SlackOutbox) -> Callable[[Threa
     )
 
 
-def _reaction_slot(client: AsyncWebClient) -> bool:
-    """A `reactions.add` can be sent within a second (its token taken for it)."""
+async def _reaction_slot(client: AsyncWebClient) -> bool:
+    """A `reactions.add` can be sent within a second (its token taken for it; across replicas
+    from their shared bucket: each judging from its own copy of it sent more than it holds)."""
     pacer = pacer_of(client)
-    return pacer is None or pacer.claim("reactions.add", 1.0)
+    return pacer is None or await pacer.claim_in_time("reactions.add", 1.0)
 
 
 def _stream_slot(client: AsyncWebClient) -> Callable[[], Awaitable[bool]] | None:

@@ -153,6 +153,12 @@ SHARED_SECONDS = 2.0
 """Longest a take from the shared buckets may wait for the database; then this process paces
 alone from its own mirror (Slack's 429s, if any, are still obeyed)."""
 
+PAID_SECONDS = 2.0
+"""Longest a token taken ahead from the shared bucket (`Pacer.claim_in_time`) waits for this
+process's call of its method: past that it is dropped (the call went another way: an outbox row
+another replica sent, a 👀 cancelled by its removal), so no call spends a token counted seconds
+before it leaves."""
+
 FRESH_SECONDS = 0.2
 """How old (clock seconds) the mirror of a shared bucket may be when the pacer is asked about
 it (`claim`, `short`, `busy`, `due_in`) before it reads the bucket again, in the background: the
@@ -338,8 +344,10 @@ class Pacer:
         bucket = self._bucket(method, channel)
         if bucket is None:
             return
+        now = self._now()
+        while bucket.paid and bucket.paid[0] < now - PAID_SECONDS * self.speed:
+            bucket.paid.pop(0)
         if bucket.paid:
-            now = self._now()
             wait = max(bucket.paid.pop(0) - now, bucket.paused_until - now, 0.0)
         elif self.shared is None:
             wait = bucket.reserve(self._now())

@@ -540,6 +540,9 @@ class QueueItem(BaseModel):
     rerun: bool = False
     """Said by the claim that started it: its message is stored already (from `history_seq`),
     so the run answers the stored history rather than adding the message again."""
+    unmarked: bool = False
+    """Its message went without the working mark (`Store.queue_unmarked`): nothing to remove
+    when its run is cut short, and a rerun marks it afresh."""
 
 
 class InboxItem(BaseModel):

@@ -162,6 +162,16 @@ class Queue(StoreCore):
                 {"now": self._now(), "id": row["session_id"]},
             )
 
+    async def queue_unmarked(self, item_id: int, unmarked: bool) -> None:
+        """Whether the item's message went without the working mark (Slack's budget for it was
+        spent), for whoever unmarks it after a crash: a removal of a mark never made is a
+        workspace-wide Tier 3 call spent for nothing."""
+        async with self._db.transaction("record a queued message's mark") as tx:
+            await tx.execute(
+                "UPDATE run_queue SET unmarked = :unmarked WHERE id = :id",
+                {"unmarked": unmarked, "id": item_id},
+            )
+
     async def finish_queued(self, item_id: int) -> None:
         """The item's run ended (answered, failed or paused)."""
         async with self._db.transaction("finish_queued") as tx:

@@ -8,7 +8,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent_core import ChatClientAgent, tool
+import pytest
+
+from agent_core import ChatClientAgent, ChatMessage, tool
 from agent_core.messages import Rejected
 from agent_core.testing import ScriptedChatClient, Turn, call
 from bot.approvals import Approvals
@@ -46,6 +48,9 @@ class Recording:
     tasks: list[Task] = field(default_factory=list)
     statuses: list[AssistantStatus | None] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
+    reacted: list[tuple[str, bool]] = field(default_factory=list)
+    marks: bool = True
+    """What marking a message answers: False, Slack's budget for it is spent (a storm)."""
 
     async def say(self, thread: Thread, notice: Notice) -> None:
         self.said.append(notice)
@@ -53,8 +58,9 @@ class Recording:
     async def tell(self, thread: Thread, user: str, notice: Notice) -> None:
         self.told.append((user, notice))
 
-    async def react(self, thread: Thread, ts: str, on: bool) -> None:
-        return None
+    async def react(self, thread: Thread, ts: str, on: bool) -> bool:
+        self.reacted.append((ts, on))
+        return self.marks or not on
 
     def stream(self, thread: Thread, requester: str | None) -> _Sink:
         return _Sink(self)
@@ -232,6 +238,38 @@ async def test_a_click_on_a_decided_card_redraws_it(tmp_path: Path) -> None:
         assert notice is not None and notice.kind == "decision_not_recorded"
         [(ref, _, outcome)] = w.output.updates[:1]
         assert ref.ts == "card.1" and outcome is not None and outcome.status == "rejected"
+
+
+@pytest.mark.parametrize("marks", [True, False])
+async def test_the_queue_item_says_whether_its_message_was_marked(
+    tmp_path: Path, marks: bool
+) -> None:
+    async with world(tmp_path, *paused_turns()) as w:
+        w.output.marks = marks
+        await ask(w)
+        assert w.output.reacted[0] == (THREAD.thread_ts, True)
+        [item] = await w.store.queue_items()
+        assert item.unmarked is not marks
+
+
+async def test_recovery_unmarks_only_the_messages_that_were_marked(tmp_path: Path) -> None:
+    """Two runs were cut short by a crash after a call began; a storm had spent the mark's
+    budget when the second started, so its message went without one. The restart removes
+    the first mark only: removing one never made spends a workspace-wide call for nothing."""
+    async with world(tmp_path) as w:
+        for ts, unmarked in (("1.0", False), ("2.0", True)):
+            session = await w.store.get_or_create_session("T0TEST", f"C{ts[0]}", ts)
+            await w.store.enqueue(session.id, requester=ALICE, text="restart web", message_ts=ts)
+            item = await w.store.claim_queued(f"C{ts[0]}", limit=1)
+            assert item is not None
+            await w.store.queue_unmarked(item.id, unmarked)
+            await w.store.append_messages(session.id, [ChatMessage.user("restart web")])
+            status = call("c" + ts[0], "restart", service="web")
+            await w.store.append_messages(session.id, [ChatMessage.assistant(None, (status,))])
+            await w.store.start_tool_call(session.id, status)
+        await w.service.recover()
+        await w.settle()
+        assert w.output.reacted == [("1.0", False)]
 
 
 async def test_recovery_redraws_cards_decided_before_a_crash(tmp_path: Path) -> None:

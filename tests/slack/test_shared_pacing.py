@@ -19,7 +19,7 @@ from bot.runs.output import Thread
 from bot.runs.timeline import Task
 from bot.slack.app import CountingWebClient
 from bot.slack.outbox import NOTICE, SlackOutbox
-from bot.slack.pacing import MARGIN, POST_MESSAGE_PER_CHANNEL, START_SKEW, Pacer
+from bot.slack.pacing import MARGIN, PAID_SECONDS, POST_MESSAGE_PER_CHANNEL, START_SKEW, Pacer
 from bot.slack.timeline import STORM_GRACE, SlackTimeline
 from bot.store import BudgetShape, BudgetState, OutboxEntry, SQLiteStore, Store
 from tests.support.harness import paced_client
@@ -265,3 +265,20 @@ async def test_a_timeline_is_not_started_where_another_replica_spent_the_streams
     assert not slack.calls_to("chat.startStream")
     assert slack.rate_limits is not None
     assert slack.rate_limits.refused["chat.startStream"] == 0
+
+
+async def test_a_slot_taken_ahead_and_not_spent_in_time_is_dropped(stores: Stores) -> None:
+    """A 👀 whose outbox row another replica sent (or its removal cancelled) leaves its token
+    unspent here: past `PAID_SECONDS` the next call takes its own, not one counted long ago."""
+    now = [0.0]
+    async with replicas(stores, 1) as (store,):
+        pacer = Pacer(shared=store, clock=lambda: now[0])
+        assert await pacer.claim_in_time("reactions.add", 1.0)
+        shape = pacer._bucket("reactions.add", None).shape()  # type: ignore[union-attr]
+        taken = await store.read_budget("reactions.add", shape)
+        now[0] += PAID_SECONDS + 0.5
+        await asyncio.wait_for(pacer.take("reactions.add"), 5)
+        after = await store.read_budget("reactions.add", shape)
+        assert taken is not None and after is not None
+        assert after.at > taken.at  # the take went to the shared bucket
+        assert not pacer._bucket("reactions.add", None).paid  # type: ignore[union-attr]

@@ -456,6 +456,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite=(budgets_table("TEXT", "REAL"),),
         postgres=(budgets_table("text", "double precision"),),
     ),
+    Migration(
+        23,
+        # A queued message that went without its 👀 (its Slack budget was spent: a storm), so
+        # that a restart's recovery, or another replica's, does not remove a mark never made.
+        "queued messages left without their working mark",
+        sqlite=("ALTER TABLE run_queue ADD COLUMN unmarked INTEGER NOT NULL DEFAULT 0",),
+        postgres=("ALTER TABLE run_queue ADD COLUMN unmarked boolean NOT NULL DEFAULT false",),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -130,3 +130,21 @@ async def test_a_paused_run_and_a_stored_answer_are_not_run_again(store: Store) 
     session = await store.get_session(paused.session_id)
     assert session is not None and session.state == "awaiting_approval"
     assert [i.state for i in await store.queue_items()] == ["done", "done"]
+
+
+async def test_a_message_left_without_its_mark_is_known_to_its_rerun(
+    new_store: StoreFactory,
+) -> None:
+    """The mark's budget was spent when the run started (a storm): after the crash its rerun
+    marks the message afresh, and once it has, a second crash's recovery removes it."""
+    async with new_store() as dead:
+        item = await _cut(dead)
+        await dead.queue_unmarked(item.id, True)
+    async with new_store() as alive:
+        [requeued] = await alive.requeue_interrupted()
+        assert requeued.unmarked
+        claimed = await alive.claim_queued("C1", limit=1)
+        assert claimed is not None and claimed.rerun and claimed.unmarked
+        await alive.queue_unmarked(claimed.id, False)
+        [started] = await alive.queue_items(states=["started"])
+        assert not started.unmarked
