@@ -410,10 +410,17 @@ class Pacer:
         """`claim`, judged and taken in the replicas' shared bucket where there is one: a mirror
         up to `FRESH_SECONDS` old lets every replica take the one slot left (`bot.slack.streaming`
         streams only while a `chat.startStream` slot is free within a second, else posts). The
-        database not answering in time: this process's own mirror decides."""
+        database not answering in time: this process's own mirror decides.
+
+        A mirror that says no already is believed (other replicas only ever spend more), and
+        a refusal reads the bucket into it: in a storm every run asks for its 👀, and all of
+        them taking the one bucket's row lock in turn would hold each run up behind the
+        others."""
         bucket = self._bucket(method, channel)
         if self.shared is None or bucket is None:
             return self.claim(method, within, channel)
+        if bucket.due_in(self._now()) > within:
+            return False
         shared_now = self.wall() * self.speed
         try:
             async with asyncio.timeout(SHARED_SECONDS):
@@ -424,6 +431,7 @@ class Pacer:
             logger.exception("could not take %s from the shared Slack budget", method)
             return self.claim(method, within, channel)
         if state is None:
+            await self._read(bucket, method, channel)
             return False
         bucket.mirror(state, self._now(), shared_now)
         bucket.paid.append(self._now() + state.wait(shared_now))

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -282,3 +283,25 @@ async def test_a_slot_taken_ahead_and_not_spent_in_time_is_dropped(stores: Store
         assert taken is not None and after is not None
         assert after.at > taken.at  # the take went to the shared bucket
         assert not pacer._bucket("reactions.add", None).paid  # type: ignore[union-attr]
+
+
+async def test_a_claim_the_bucket_cannot_give_asks_the_database_once(stores: Stores) -> None:
+    """A storm's runs each ask for a 👀: once a refusal has shown the bucket spent, the
+    others are refused from the mirror, not one after another under the bucket's row lock."""
+    async with replicas(stores, 2) as (one, two):
+        asked = _Told(one)
+        calls = 0
+        take_within = asked.take_budget_within
+
+        async def counted(*args: Any) -> BudgetState | None:
+            nonlocal calls
+            calls += 1
+            return await take_within(*args)
+
+        asked.take_budget_within = counted  # type: ignore[method-assign]
+        mine, theirs = Pacer(shared=asked), Pacer(shared=two)
+        for _ in range(10):  # the other replica spent Tier 3's burst
+            await theirs.take("reactions.add")
+        claims = [await mine.claim_in_time("reactions.add", 1.0) for _ in range(20)]
+    assert not any(claims)
+    assert calls == 1
