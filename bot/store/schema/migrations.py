@@ -24,9 +24,11 @@ from .tables import (
     EXPORT_POSTGRES,
     EXPORT_SQLITE,
     EXPORT_START,
+    OUTBOX_INDEXES,
     V18,
     budgets_table,
     ladder_tables,
+    outbox_table,
     pins_table,
     plane_tables,
 )
@@ -216,48 +218,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         # Every write the bot owes Slack, stored before it is tried (`bot.store.outbox`):
         # claimed for a lease by the sender of whichever replica is alive, deleted once sent.
         "the outbox of Slack writes",
-        sqlite=(
-            """
-            CREATE TABLE outbox (
-                id            TEXT PRIMARY KEY,
-                priority      INTEGER NOT NULL,
-                method        TEXT NOT NULL,
-                channel_id    TEXT,
-                key           TEXT,
-                params        TEXT NOT NULL,
-                meta          TEXT NOT NULL,
-                created_at    TEXT NOT NULL,
-                not_before    TEXT NOT NULL,
-                claimed_by    TEXT,
-                claimed_until TEXT,
-                attempts      INTEGER NOT NULL DEFAULT 0,
-                last_error    TEXT
-            )
-            """,
-            "CREATE INDEX outbox_due ON outbox (priority, created_at)",
-            "CREATE INDEX outbox_key ON outbox (key)",
-        ),
-        postgres=(
-            """
-            CREATE TABLE outbox (
-                id            text PRIMARY KEY,
-                priority      integer NOT NULL,
-                method        text NOT NULL,
-                channel_id    text,
-                key           text,
-                params        jsonb NOT NULL,
-                meta          jsonb NOT NULL,
-                created_at    timestamptz NOT NULL,
-                not_before    timestamptz NOT NULL,
-                claimed_by    text,
-                claimed_until timestamptz,
-                attempts      integer NOT NULL DEFAULT 0,
-                last_error    text
-            )
-            """,
-            "CREATE INDEX outbox_due ON outbox (priority, created_at)",
-            "CREATE INDEX outbox_key ON outbox (key)",
-        ),
+        sqlite=(outbox_table("TEXT", "INTEGER", "TEXT", "TEXT"), *OUTBOX_INDEXES),
+        postgres=(outbox_table("text", "integer", "jsonb", "timestamptz"), *OUTBOX_INDEXES),
     ),
     Migration(
         13,

@@ -15,9 +15,11 @@ __all__ = [
     "EXPORT_POSTGRES",
     "EXPORT_SQLITE",
     "EXPORT_START",
+    "OUTBOX_INDEXES",
     "V18",
     "budgets_table",
     "ladder_tables",
+    "outbox_table",
     "pins_table",
     "plane_tables",
 ]
@@ -115,3 +117,30 @@ def budgets_table(text: str, real: str) -> str:
         f"CREATE TABLE slack_budgets (bucket {text} PRIMARY KEY, tokens {real} NOT NULL,"
         f" at {real} NOT NULL, paused_until {real} NOT NULL)"
     )
+
+
+def outbox_table(text: str, integer: str, json: str, time: str) -> str:
+    """Every write the bot owes Slack (`bot.store.outbox`), with its lease and its tries."""
+    return f"""
+        CREATE TABLE outbox (
+            id            {text} PRIMARY KEY,
+            priority      {integer} NOT NULL,
+            method        {text} NOT NULL,
+            channel_id    {text},
+            key           {text},
+            params        {json} NOT NULL,
+            meta          {json} NOT NULL,
+            created_at    {time} NOT NULL,
+            not_before    {time} NOT NULL,
+            claimed_by    {text},
+            claimed_until {time},
+            attempts      {integer} NOT NULL DEFAULT 0,
+            last_error    {text}
+        )
+    """
+
+
+OUTBOX_INDEXES = (
+    "CREATE INDEX outbox_due ON outbox (priority, created_at)",
+    "CREATE INDEX outbox_key ON outbox (key)",
+)
