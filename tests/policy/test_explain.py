@@ -34,6 +34,12 @@ def verdicts(lines: list[str]) -> list[str]:
     return [line for line in lines if line.startswith("verdict: ")]
 
 
+def previews(lines: list[str]) -> list[str]:
+    """The preview lines (the policy's weekend freeze adds a line after them when the clock
+    is inside it)."""
+    return [line for line in lines if line.startswith("preview: ")]
+
+
 @pytest.mark.parametrize(
     ("command", "verdict"),
     [
@@ -139,15 +145,15 @@ def test_the_preview_that_would_run_is_named_not_run(
 ) -> None:
     lines = explain(capsys, "--channel", "C0OPS", "run_command", "kubectl apply -f web.yaml")
     assert verdicts(lines) == ["verdict: needs 1 approval from U0BOB, U0CAROL"]
-    assert lines[-1] == (
+    assert previews(lines) == [
         "preview: kubectl diff -f {arg:-f|--filename} -> would run: kubectl diff -f web.yaml "
         "(preview_ttl 5m)"
-    )
+    ]
     lines = explain(capsys, "run_command", "kubectl apply -k overlays/prod")
-    assert lines[-1] == (
+    assert previews(lines) == [
         "preview: kubectl diff -f {arg:-f|--filename} -> would fail: no value for "
         "{arg:-f|--filename} in this command (preview_ttl 5m)"
-    )
+    ]
     assert not (env / "opsgate.db").exists()
 
 
