@@ -49,6 +49,7 @@ from .streaming import START_WITHIN, ThreadReply
 from .timeline import SlackTimeline, set_status
 
 __all__ = [
+    "MARK_SETTLE",
     "REQUEST_SHOWN_MAX",
     "SLACK_ERRORS",
     "SlackReplies",
@@ -66,6 +67,10 @@ PROMPT_TITLE_MAX = 75
 """Longest suggested prompt title (the whole prompt is its message)."""
 _PERSON = re.compile(r"[UW][A-Z0-9]+")
 _WORKING = "eyes"
+MARK_SETTLE = 1.0
+"""Seconds a 👀 waits before it is sent while 👀 are being spent (part of Tier 3's burst went in
+the last seconds: a storm): its removal cancels it unsent, so a run answered within a second
+costs no reaction call, where it cost two (the mark, then its removal)."""
 
 
 class SlackThreadOutput:
@@ -120,8 +125,10 @@ class SlackThreadOutput:
 
     async def react(self, thread: Thread, ts: str, on: bool) -> bool:
         # 👀 is the cheapest sign of work, yet Tier 3 for the workspace: while its budget is
-        # spent (a storm) the message goes without, and so without its removal.
+        # spent (a storm) the message goes without, and so without its removal; while it is
+        # being spent, the mark settles (`MARK_SETTLE`) and a run answered by then costs none.
         message = (thread.channel_id, ts)
+        settle = MARK_SETTLE if on and _marks_spent(self.client) else 0.0
         if on and not await _reaction_slot(self.client):
             self.unmarked.add(message)
             return False
@@ -136,6 +143,7 @@ class SlackThreadOutput:
             channel_id=thread.channel_id,
             key=f"reaction:{thread.channel_id}:{ts}",
             cancels=not on,
+            settle=settle,
         )
         await self.outbox.put([entry])
         return True
@@ -438,6 +446,12 @@ def _posts_short(client: AsyncWebClient, outbox: SlackOutbox) -> Callable[[Threa
         pacer.busy("chat.postMessage", thread.channel_id)
         or outbox.owes(thread.channel_id, thread.thread_ts)
     )
+
+
+def _marks_spent(client: AsyncWebClient) -> bool:
+    """`reactions.add`'s bucket is being spent (the paced client's `Pacer.busy`)."""
+    pacer = pacer_of(client)
+    return pacer is not None and pacer.busy("reactions.add")
 
 
 async def _reaction_slot(client: AsyncWebClient) -> bool:

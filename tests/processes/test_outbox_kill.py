@@ -41,7 +41,9 @@ async def test_a_kill_mid_storm_leaves_the_rest_of_the_outbox_to_the_restart(
             )
             assert statuses == [200] * COUNT
             # One channel: its posts go at about one a second, so writes wait in the outbox.
-            await slack.wait_for("reactions.add", count=3, where=lambda c: c.ok, timeout=30)
+            # The storm's later 👀 settle (their runs answer first, cancelling them); the
+            # first goes at once.
+            await slack.wait_for("reactions.add", count=1, where=lambda c: c.ok, timeout=30)
             await held.wait_arrived(1)
             assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
         held.release()

@@ -6,11 +6,14 @@ Slack stand-in, the pacer's clock held still (the spent bucket never refills).""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.slack.outbox import HOLD_SECONDS, NOTICE, SlackOutbox
+from bot.runs.output import Thread
+from bot.slack.outbox import HOLD_SECONDS, NOTICE, REACTION, SlackOutbox
+from bot.slack.output import MARK_SETTLE, SlackThreadOutput
 from bot.slack.pacing import Pacer
+from bot.slack.queue_notice import QueueNotices
 from bot.store import OutboxEntry, SQLiteStore
 from tests.support.harness import paced_client
 from tests.support.slack_api import SlackAPIStandIn
@@ -87,3 +90,25 @@ async def test_a_row_put_back_then_cancelled_is_no_longer_owed(tmp_path: Path) -
             await asyncio.gather(sender, return_exceptions=True)
         assert slack.calls_to("reactions.add") == []
         assert slack.calls_to("reactions.remove") == []
+
+
+async def test_a_mark_settles_while_marks_are_being_spent(tmp_path: Path) -> None:
+    """A quiet workspace's 👀 is due at once; in a storm (two of Tier 3's burst went in the
+    last seconds) it waits `MARK_SETTLE`, and a run answered by then costs no reaction call:
+    its removal cancels the unsent mark."""
+    async with SlackAPIStandIn() as slack, SQLiteStore(tmp_path / "opsgate.db") as store:
+        pacer = Pacer(clock=lambda: 0.0)
+        outbox = _outbox(slack, store, pacer)
+        output = SlackThreadOutput(outbox.client, outbox, QueueNotices(outbox, store))
+        quiet = Thread("T1", "C1", "1700000000.000100")
+        assert await output.react(quiet, quiet.thread_ts, True)
+        assert await store.outbox_next_due() is None  # due now
+        for _ in range(2):
+            await pacer.take("reactions.add")
+        storm = Thread("T1", "C2", "1700000000.000200")
+        assert await output.react(storm, storm.thread_ts, True)
+        due = await store.outbox_next_due()
+        assert due is not None
+        assert (due - datetime.now(UTC)).total_seconds() > MARK_SETTLE / 2
+        await output.react(storm, storm.thread_ts, False)  # answered within the second
+        assert (await store.outbox_stats()).depth == {REACTION: 1}  # the quiet mark only
