@@ -25,9 +25,6 @@ from datetime import timedelta
 
 from ..store import LeaseHolder, Store, StoreError, Wake, WakeSource
 from ..tasks import TaskSupervisor
-from .metrics import note_recovered
-from .notices import Recovered
-from .output import Thread
 from .service import RunService
 
 __all__ = ["held_lease", "replica_name", "start_replica_duties", "take_over_lapsed"]
@@ -56,23 +53,14 @@ def start_replica_duties(tasks: TaskSupervisor, service: RunService, *, interval
 async def take_over_lapsed(service: RunService) -> None:
     """One recovery pass (see the module docstring). Unlike start-up's `RunService.recover`, it
     neither reposts nor redraws the cards of paused runs: a live replica may be posting them."""
-    ctx = service.ctx
-    store = ctx.store
+    store = service.ctx.store
     started = await store.queue_items(states=["started"])
     requeued = await store.requeue_interrupted()
     if requeued:
         logger.info("requeued %d run(s) of a lapsed replica", len(requeued))
     for recovered in await store.recover():
-        session = recovered.session
-        note_recovered(ctx, recovered)
-        tools = tuple(r.tool for r in recovered.interrupted)
-        thread = Thread.of(session)
-        await ctx.output.say(thread, Recovered(tools))
-        # The dead replica never unmarked the message of the run it was on.
-        for item in started:
-            if item.session_id == session.id and item.message_ts and not item.unmarked:
-                await ctx.output.react(thread, item.message_ts, False)
-        await service.cards.redraw_batch(session.id)
+        await service.tell_cut(recovered, started)
+        await service.cards.redraw_batch(recovered.session.id)
     for session in await store.sessions_awaiting_approval():
         await service.maybe_resume(session.id)
     await service.inbox.recover()  # deliveries it saved (and acknowledged) but never processed

@@ -21,7 +21,15 @@ from collections.abc import Callable, Sequence
 
 from ..policy import Policy, oncall_now
 from ..settings import checkpoint
-from ..store import EnqueueOutcome, InboxItem, QueueItem, Store, StoreError, batch_complete
+from ..store import (
+    EnqueueOutcome,
+    InboxItem,
+    QueueItem,
+    RecoveredSession,
+    Store,
+    StoreError,
+    batch_complete,
+)
 from ..words import count
 from .break_glass import FreezeDesk
 from .cards import Cards
@@ -358,6 +366,17 @@ class RunService:
             await self.maybe_resume(session_id)
         return len(expired)
 
+    async def tell_cut(self, recovered: RecoveredSession, started: Sequence[QueueItem]) -> None:
+        """A run cut short after a call began (this process's before a restart, or a lapsed
+        replica's): counted, its thread told, and its message unmarked (the run never did; not
+        one that went without its mark, `QueueItem.unmarked`: nothing to remove)."""
+        note_recovered(self.ctx, recovered)
+        thread = Thread.of(recovered.session)
+        await self.ctx.output.say(thread, Recovered(tuple(r.tool for r in recovered.interrupted)))
+        for item in started:
+            if item.session_id == recovered.session.id and item.message_ts and not item.unmarked:
+                await self.ctx.output.react(thread, item.message_ts, False)
+
     async def recover(self) -> None:
         """After a restart: requeue runs that had not begun, and those cut before any call ran
         (they answer their stored history: `Store.requeue_interrupted`); tell each thread whose
@@ -369,18 +388,7 @@ class RunService:
         if requeued:
             logger.info("requeued %s cut short by the restart", count(len(requeued), "run"))
         for recovered in await store.recover():
-            note_recovered(self.ctx, recovered)
-            tools = tuple(r.tool for r in recovered.interrupted)
-            thread = Thread.of(recovered.session)
-            await self.ctx.output.say(thread, Recovered(tools))
-            # The run cut short never unmarked its message (no 👀 left behind).
-            for item in started:
-                if (
-                    item.session_id == recovered.session.id
-                    and item.message_ts
-                    and not item.unmarked  # went without it: nothing to remove
-                ):
-                    await self.ctx.output.react(thread, item.message_ts, False)
+            await self.tell_cut(recovered, started)
         await self.cards.repost_missing()
         for session in await store.sessions_awaiting_approval():
             # A decision may be recorded with its resume not yet claimed.

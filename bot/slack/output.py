@@ -128,7 +128,9 @@ class SlackThreadOutput:
         # spent (a storm) the message goes without, and so without its removal; while it is
         # being spent, the mark settles (`MARK_SETTLE`) and a run answered by then costs none.
         message = (thread.channel_id, ts)
-        settle = MARK_SETTLE if on and _marks_spent(self.client) else 0.0
+        # Judged before the mark's own token is taken, which would make the bucket spent.
+        spent = _spent(self.client)
+        settle = MARK_SETTLE if on and spent is not None and spent("reactions.add") else 0.0
         if on and not await _reaction_slot(self.client):
             self.unmarked.add(message)
             return False
@@ -446,12 +448,6 @@ def _posts_short(client: AsyncWebClient, outbox: SlackOutbox) -> Callable[[Threa
         pacer.busy("chat.postMessage", thread.channel_id)
         or outbox.owes(thread.channel_id, thread.thread_ts)
     )
-
-
-def _marks_spent(client: AsyncWebClient) -> bool:
-    """`reactions.add`'s bucket is being spent (the paced client's `Pacer.busy`)."""
-    pacer = pacer_of(client)
-    return pacer is not None and pacer.busy("reactions.add")
 
 
 async def _reaction_slot(client: AsyncWebClient) -> bool:
